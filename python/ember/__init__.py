@@ -1,0 +1,28 @@
+"""ember: a just-in-time compiler for PyTorch programs, with a C++ core.
+
+    import torch, ember
+    model = torch.compile(model, backend="ember")   # or backend=ember.backend
+
+See README.md and docs/ARCHITECTURE.md.
+"""
+
+import torch  # noqa: F401  (loads libtorch before ember._C)
+
+from . import errors, metrics
+from . import _C  # noqa: F401
+from .backend import backend
+from .errors import CompileError, DataDependentError, InternalError, Unsupported
+from .tracing import Graph, trace
+
+__all__ = [
+    "backend",
+    "trace",
+    "Graph",
+    "errors",
+    "metrics",
+    "CompileError",
+    "Unsupported",
+    "DataDependentError",
+    "InternalError",
+]
+__version__ = "0.1.0"

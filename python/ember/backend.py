@@ -1,0 +1,88 @@
+"""The torch.compile backend: `torch.compile(model, backend="ember")`.
+
+Dynamo captures the Python program and hands each FX GraphModule to `backend`. ember runs the
+GraphModule on its C++ tracer tensors, which records an ATen-level functional graph, and returns a
+C++ CompiledGraph that runs it. Anything ember cannot compile runs eagerly, with the reason logged
+and counted in ember.metrics.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Sequence
+
+import torch
+
+from . import _C, metrics
+from .errors import InternalError, Unsupported
+from .tracing import trace_with_structure
+
+log = logging.getLogger("ember")
+
+
+def _fallback(gm: torch.fx.GraphModule, reason: str) -> Callable:
+    metrics.counters["fallbacks"] += 1
+    metrics.fallback_reasons.append(reason)
+    log.warning("ember: running a graph eagerly: %s", reason)
+    return gm.forward
+
+
+def _unsupported_reason(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:
+    for i, x in enumerate(example_inputs):
+        if not isinstance(x, torch.Tensor):
+            return f"input {i} is a {type(x).__name__} (dynamic shapes are not supported yet)"
+    for node in gm.graph.nodes:
+        if node.op != "placeholder":
+            continue
+        val = node.meta.get("example_value", node.meta.get("val"))
+        if isinstance(val, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in val.shape):
+            return f"input '{node.name}' has symbolic sizes (dynamic shapes are not supported yet)"
+    if torch.is_grad_enabled() and any(x.requires_grad for x in example_inputs):
+        return "an input requires grad and grad mode is on (training is not supported yet)"
+    return None
+
+
+def _input_kinds(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]):
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(names) != len(example_inputs):
+        names = [f"arg{i}" for i in range(len(example_inputs))]
+    kinds = []
+    for name, x in zip(names, example_inputs):
+        if isinstance(x, torch.nn.Parameter):
+            kinds.append("param")
+        elif "_buffers_" in name:
+            kinds.append("buffer")
+        else:
+            kinds.append("user")
+    return kinds, names
+
+
+def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs) -> Callable:
+    """A torch.compile backend. Returns a callable that runs `gm` compiled by ember, or `gm`
+    itself (eager) when ember cannot compile it."""
+    reason = _unsupported_reason(gm, example_inputs)
+    if reason is not None:
+        return _fallback(gm, reason)
+    kinds, names = _input_kinds(gm, example_inputs)
+    try:
+        graph, rebuild = trace_with_structure(gm, example_inputs, kinds, names)
+        compiled = _C.CompiledGraph(graph)
+    except InternalError:
+        raise
+    except Unsupported as e:
+        return _fallback(gm, str(e))
+    except Exception as e:  # an op failed while tracing: eager will raise the same error
+        return _fallback(gm, f"tracing failed: {type(e).__name__}: {e}")
+    metrics.counters["graphs"] += 1
+    metrics.counters["nodes"] += graph.num_nodes
+    log.debug("ember: compiled a graph of %d nodes\n%s", graph.num_nodes, graph)
+
+    def run(*args: torch.Tensor) -> Any:
+        return rebuild(compiled(*args))
+
+    run._ember_graph = graph  # type: ignore[attr-defined]
+    return run
+
+
+# The name under which the torch_dynamo_backends entry point finds it (pyproject.toml).
+ember_backend = backend

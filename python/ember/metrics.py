@@ -1,0 +1,26 @@
+"""Counters of what the ember backend did, for tests and reports.
+
+`counters` holds:
+  graphs      graphs compiled by ember (traced and run by ember's runtime)
+  nodes       ATen nodes in those graphs
+  fallbacks   graphs that run eagerly instead, each with a reason in `fallback_reasons`
+"""
+
+from __future__ import annotations
+
+import collections
+
+counters: collections.Counter = collections.Counter()
+fallback_reasons: list[str] = []
+
+
+def reset() -> None:
+    counters.clear()
+    fallback_reasons.clear()
+
+
+def snapshot() -> dict:
+    """A copy of the counters, with every key present."""
+    out = {"graphs": 0, "nodes": 0, "fallbacks": 0}
+    out.update(counters)
+    return out

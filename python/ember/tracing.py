@@ -1,0 +1,78 @@
+"""Tracing PyTorch code into an ember Graph, with ember's C++ tracer tensors.
+
+`trace(fn, example_inputs)` runs `fn` once on tracer tensors (no data, no compute) and returns the
+recorded ATen-level graph. `fn` may be any callable over tensors: a plain function, an nn.Module
+(its parameters and buffers become inputs) or an FX GraphModule from Dynamo.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+
+from . import _C
+from .errors import CompileError, Unsupported
+
+Graph = _C.Graph
+
+
+def _flatten_outputs(out: Any) -> tuple[list[torch.Tensor], Callable[[Sequence[torch.Tensor]], Any]]:
+    """Splits `out` into its tensors and a function that rebuilds the same structure."""
+    if isinstance(out, torch.Tensor):
+        return [out], lambda ts: ts[0]
+    if isinstance(out, (tuple, list)):
+        kinds = []
+        tensors: list[torch.Tensor] = []
+        for item in out:
+            if isinstance(item, torch.Tensor):
+                kinds.append(len(tensors))
+                tensors.append(item)
+            elif item is None or isinstance(item, (int, float, bool, str)):
+                kinds.append(("const", item))
+            else:
+                raise Unsupported(f"output of type {type(item).__name__} is not supported")
+        container = type(out)
+
+        def rebuild(ts: Sequence[torch.Tensor]) -> Any:
+            items = [ts[k] if isinstance(k, int) else k[1] for k in kinds]
+            return container(items) if container in (tuple, list) else container(*items)
+
+        return tensors, rebuild
+    raise Unsupported(f"output of type {type(out).__name__} is not supported")
+
+
+def trace_with_structure(fn: Callable, example_inputs: Sequence[Any], kinds: Sequence[str] | None = None,
+                         names: Sequence[str] | None = None):
+    """Traces `fn(*example_inputs)`; returns (graph, rebuild) where `rebuild` maps the graph's
+    output tensors back to the structure `fn` returned."""
+    for i, x in enumerate(example_inputs):
+        if not isinstance(x, torch.Tensor):
+            raise CompileError(
+                f"input {i} is a {type(x).__name__}; ember traces tensor inputs only "
+                "(pass Python values through a closure, or compile through torch.compile)")
+        if x.layout != torch.strided:
+            raise Unsupported(f"input {i} has layout {x.layout}; only strided tensors are supported")
+        if x.is_quantized or x.is_nested:
+            raise Unsupported(f"input {i} is a quantized or nested tensor")
+    session = _C.TraceSession()
+    kinds = kinds or ["user"] * len(example_inputs)
+    names = names or [f"arg{i}" for i in range(len(example_inputs))]
+    tracer_inputs = [session.add_input(x, k, n) for x, k, n in zip(example_inputs, kinds, names)]
+    try:
+        with torch.no_grad(), session:
+            out = fn(*tracer_inputs)
+            tensors, rebuild = _flatten_outputs(out)
+            graph = session.finish(tensors)
+    except Exception:
+        session.rethrow_pending_error()  # keeps the ember error type PyTorch's bindings dropped
+        raise
+    return graph, rebuild
+
+
+def trace(fn: Callable, example_inputs: Sequence[Any]) -> Graph:
+    """Traces `fn(*example_inputs)` into an ember Graph. nn.Module parameters and buffers are
+    captured as constants. Raises DataDependentError for data-dependent ops (`.item()`,
+    `.tolist()`, `nonzero`), Unsupported for what ember cannot trace yet."""
+    graph, _ = trace_with_structure(fn, example_inputs)
+    return graph

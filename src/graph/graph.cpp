@@ -1,0 +1,56 @@
+#include "graph/graph.h"
+
+#include "support/error.h"
+
+namespace ember::graph {
+
+std::string OpInfo::qualified_name() const {
+  return overload.empty() ? name : name + "." + overload;
+}
+
+std::string input_kind_name(InputKind k) {
+  switch (k) {
+    case InputKind::User: return "user";
+    case InputKind::Parameter: return "param";
+    case InputKind::Buffer: return "buffer";
+    case InputKind::Constant: return "const";
+  }
+  return "?";
+}
+
+ValueId Graph::add_input(TensorType type, InputKind kind, std::string name) {
+  ValueId id = static_cast<ValueId>(values.size());
+  values.push_back(Value{std::move(type), -1, static_cast<int32_t>(inputs.size())});
+  inputs.push_back(Input{id, kind, std::move(name)});
+  return id;
+}
+
+int32_t Graph::intern_op(const OpInfo& op) {
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i] == op) return static_cast<int32_t>(i);
+  }
+  ops.push_back(op);
+  return static_cast<int32_t>(ops.size() - 1);
+}
+
+int32_t Graph::add_node(int32_t op, std::vector<Arg> args, std::vector<TensorType> output_types) {
+  EMBER_INTERNAL_ASSERT(op >= 0 && op < static_cast<int32_t>(ops.size())) << "op index " << op;
+  int32_t node_index = static_cast<int32_t>(nodes.size());
+  Node n;
+  n.op = op;
+  n.args = std::move(args);
+  for (size_t i = 0; i < output_types.size(); ++i) {
+    n.outputs.push_back(static_cast<ValueId>(values.size()));
+    values.push_back(Value{std::move(output_types[i]), node_index, static_cast<int32_t>(i)});
+  }
+  nodes.push_back(std::move(n));
+  return node_index;
+}
+
+int Graph::num_constants() const {
+  int n = 0;
+  for (const Input& in : inputs) n += in.kind == InputKind::Constant;
+  return n;
+}
+
+}  // namespace ember::graph

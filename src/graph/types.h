@@ -1,0 +1,101 @@
+/// \file
+/// Value types of the ATen-level graph: dtypes, devices, layouts, memory formats, sizes and tensor
+/// types. Plain C++, no torch headers. The enums mirror c10's numbering so that the torch bridge
+/// (src/tracer/convert.h) is a checked cast.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ember::graph {
+
+/// Mirrors c10::ScalarType. Codes past the named ones are legal and print as `dtype<N>`.
+enum class DType : int8_t {
+  UInt8 = 0,
+  Int8 = 1,
+  Int16 = 2,
+  Int32 = 3,
+  Int64 = 4,
+  Float16 = 5,
+  Float32 = 6,
+  Float64 = 7,
+  ComplexHalf = 8,
+  ComplexFloat = 9,
+  ComplexDouble = 10,
+  Bool = 11,
+  BFloat16 = 15,
+  Float8_e5m2 = 23,
+  Float8_e4m3fn = 24,
+  UInt16 = 27,
+  UInt32 = 28,
+  UInt64 = 29,
+};
+
+/// Short name used by the printer: f32, bf16, i64, b8, ...
+std::string dtype_name(DType t);
+/// Size of one element in bytes; 0 when unknown.
+int element_size(DType t);
+bool is_floating(DType t);
+
+/// Mirrors c10::DeviceType for the device kinds ember knows by name.
+enum class DeviceKind : int8_t { CPU = 0, CUDA = 1, Meta = 14, PrivateUse1 = 20 };
+
+struct Device {
+  DeviceKind kind = DeviceKind::CPU;
+  int8_t index = -1;  ///< -1: the current device of that kind
+  bool operator==(const Device&) const = default;
+};
+/// "cpu", "cuda:0", "meta", "device<K>:I".
+std::string device_name(Device d);
+
+/// Mirrors c10::Layout.
+enum class Layout : int8_t { Strided = 0, Sparse = 1, SparseCsr = 2, Mkldnn = 3 };
+std::string layout_name(Layout l);
+
+/// Mirrors c10::MemoryFormat.
+enum class MemoryFormat : int8_t { Contiguous = 0, Preserve = 1, ChannelsLast = 2, ChannelsLast3d = 3 };
+std::string memory_format_name(MemoryFormat m);
+
+/// A size, stride or offset. Today it is always a constant. It is the one place where symbolic
+/// shapes will enter: it will become a handle to an expression over shape symbols, and callers that
+/// ask `is_constant()` first keep working.
+class DimExpr {
+ public:
+  DimExpr() = default;
+  /*implicit*/ DimExpr(int64_t v) : value_(v) {}
+  bool is_constant() const { return true; }
+  int64_t constant() const { return value_; }
+  bool operator==(const DimExpr&) const = default;
+  std::string str() const { return std::to_string(value_); }
+
+ private:
+  int64_t value_ = 0;
+};
+
+using Dims = std::vector<DimExpr>;
+
+/// Contiguous (row-major) strides for `sizes`.
+Dims contiguous_strides(const Dims& sizes);
+/// Number of elements.
+int64_t numel(const Dims& sizes);
+
+/// The static type of a tensor value: everything but its data.
+struct TensorType {
+  DType dtype = DType::Float32;
+  Device device;
+  Dims sizes;
+  Dims strides;
+  DimExpr storage_offset = 0;
+  bool requires_grad = false;
+
+  int64_t dim() const { return static_cast<int64_t>(sizes.size()); }
+  bool is_contiguous() const { return strides == contiguous_strides(sizes); }
+  bool operator==(const TensorType&) const = default;
+};
+
+/// "f32[2, 3]", with "{s0, s1}" strides when not contiguous, "+off" when the storage offset is not
+/// zero, then the device and " grad" when requires_grad.
+std::string type_str(const TensorType& t);
+
+}  // namespace ember::graph

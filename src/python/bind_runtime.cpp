@@ -1,0 +1,43 @@
+/// \file
+/// Python view of the runtime: ember._C.CompiledGraph, the callable a backend returns.
+#include <nanobind/stl/vector.h>
+
+#include "python/bindings.h"
+#include "python/torch_caster.h"
+#include "runtime/executor.h"
+#include "support/error.h"
+
+namespace nb = nanobind;
+
+namespace ember::python {
+
+void bind_runtime(nb::module_& m) {
+  using runtime::Executor;
+  nb::class_<Executor>(m, "CompiledGraph",
+                       "A graph ready to run. Calling it with the graph's non-constant inputs "
+                       "returns a tuple of its outputs.")
+      .def("__init__",
+           [](Executor* self, const tracer::TracedGraph& g) { new (self) Executor(g); })
+      .def("__call__",
+           [](const Executor& e, nb::args args) {
+             std::vector<at::Tensor> inputs;
+             inputs.reserve(args.size());
+             for (size_t i = 0; i < args.size(); ++i) {
+               PyObject* a = args[i].ptr();
+               EMBER_CHECK(THPVariable_Check(a))
+                   << "argument " << i << " is a " << Py_TYPE(a)->tp_name << ", not a tensor";
+               inputs.push_back(THPVariable_Unpack(a));
+             }
+             std::vector<at::Tensor> outs = e.run(inputs);
+             nb::object result = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(outs.size())));
+             for (size_t i = 0; i < outs.size(); ++i) {
+               PyTuple_SET_ITEM(result.ptr(), static_cast<Py_ssize_t>(i), THPVariable_Wrap(outs[i]));
+             }
+             return result;
+           })
+      .def("run", &Executor::run, nb::arg("inputs"))
+      .def_prop_ro("num_inputs", &Executor::num_user_inputs)
+      .def_prop_ro("num_nodes", [](const Executor& e) { return e.graph().nodes.size(); });
+}
+
+}  // namespace ember::python

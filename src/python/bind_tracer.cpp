@@ -1,0 +1,56 @@
+/// \file
+/// Python view of the tracer: ember._C.TraceSession.
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "python/bindings.h"
+#include "python/torch_caster.h"
+#include "support/error.h"
+#include "tracer/dispatch.h"
+#include "tracer/trace_session.h"
+
+namespace nb = nanobind;
+
+namespace ember::python {
+
+namespace {
+
+graph::InputKind parse_kind(const std::string& kind) {
+  if (kind == "user") return graph::InputKind::User;
+  if (kind == "param") return graph::InputKind::Parameter;
+  if (kind == "buffer") return graph::InputKind::Buffer;
+  EMBER_CHECK(false) << "unknown input kind '" << kind << "' (expected user, param or buffer)";
+  return graph::InputKind::User;
+}
+
+}  // namespace
+
+void bind_tracer(nb::module_& m) {
+  tracer::register_tracer_kernels();
+  using tracer::TraceSession;
+  nb::class_<TraceSession>(m, "TraceSession",
+                           "Records the ATen ops run on tracer tensors into a Graph. Use:\n"
+                           "  s = TraceSession(); x = s.add_input(t, 'user', 'x')\n"
+                           "  with s: out = fn(x)\n"
+                           "  graph = s.finish([out])")
+      .def(nb::init<>())
+      .def(
+          "add_input",
+          [](TraceSession& s, const at::Tensor& example, const std::string& kind,
+             const std::string& name) { return s.add_input(example, parse_kind(kind), name); },
+          nb::arg("example"), nb::arg("kind") = "user", nb::arg("name") = "")
+      .def("__enter__",
+           [](TraceSession& s) -> TraceSession& {
+             s.enter();
+             return s;
+           },
+           nb::rv_policy::reference)
+      .def("__exit__", [](TraceSession& s, nb::handle, nb::handle, nb::handle) { s.exit(); },
+           nb::arg().none(), nb::arg().none(), nb::arg().none())
+      .def("finish", &TraceSession::finish, nb::arg("outputs"))
+      .def("rethrow_pending_error", &TraceSession::rethrow_pending_error,
+           "Re-raises the first ember error raised inside the trace with its own type, if any.")
+      .def_prop_ro("num_nodes", [](const TraceSession& s) { return s.graph().nodes.size(); });
+}
+
+}  // namespace ember::python

@@ -1,0 +1,359 @@
+#include "tracer/trace_session.h"
+
+#include <ATen/FunctionalTensorWrapper.h>
+#include <ATen/core/enum_tag.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/autograd/grad_mode.h>
+#include <ATen/core/LegacyTypeDispatch.h>
+
+#include <ATen/ops/empty_strided.h>
+
+#include "graph/verifier.h"
+#include "support/error.h"
+#include "tracer/convert.h"
+#include "tracer/tracer_tensor.h"
+
+namespace ember::tracer {
+
+namespace {
+
+thread_local TraceSession* tls_current = nullptr;
+
+namespace fz = at::functionalization::impl;
+
+// Ops whose results depend on tensor data. A trace has no data, so these end it.
+bool is_data_dependent(const c10::OperatorHandle& op) {
+  if (op.hasTag(at::Tag::data_dependent_output) || op.hasTag(at::Tag::dynamic_output_shape)) {
+    return true;
+  }
+  const std::string& name = op.schema().name();
+  return name == "aten::_local_scalar_dense" || name == "aten::item" ||
+         name == "aten::is_nonzero" || name == "aten::equal" || name == "aten::allclose";
+}
+
+// Factories whose result is uninitialised memory. Called without tensor arguments while tracing
+// they come from PyTorch internals (torch.tensor(...) fills one through its data pointer), so they
+// run eagerly and their result is a real tensor, which becomes a constant if the program uses it.
+bool is_uninitialized_factory(const c10::OperatorHandle& op) {
+  const std::string& name = op.schema().name();
+  return name == "aten::empty" || name == "aten::empty_strided";
+}
+
+// Calls `fn` on every tensor inside `v` (a tensor, a list of tensors or optional tensors).
+template <typename F>
+void for_each_tensor(const c10::IValue& v, F&& fn) {
+  if (v.isTensor()) {
+    fn(v.toTensor());
+  } else if (v.isTensorList()) {
+    for (const at::Tensor& t : v.toTensorList()) fn(t);
+  } else if (v.isList()) {
+    for (const c10::IValue& e : v.toListRef()) {
+      if (e.isTensor()) fn(e.toTensor());
+    }
+  }
+}
+
+bool is_tensor_type(const c10::TypePtr& type) {
+  c10::TypePtr t = type;
+  if (auto opt = t->cast<c10::OptionalType>()) t = opt->getElementType();
+  if (t->kind() == c10::TypeKind::TensorType) return true;
+  if (auto list = t->cast<c10::ListType>()) {
+    c10::TypePtr e = list->getElementType();
+    if (auto opt = e->cast<c10::OptionalType>()) e = opt->getElementType();
+    return e->kind() == c10::TypeKind::TensorType;
+  }
+  return false;
+}
+
+}  // namespace
+
+TraceSession::TraceSession() = default;
+
+TraceSession::~TraceSession() {
+  if (active_) exit();
+}
+
+TraceSession* TraceSession::current() { return tls_current; }
+
+at::Tensor TraceSession::add_input(const at::Tensor& example, graph::InputKind kind,
+                                   const std::string& name) {
+  EMBER_INTERNAL_ASSERT(!finished_) << "add_input after finish";
+  EMBER_CHECK(example.defined()) << "input '" << name << "' is an undefined tensor";
+  EMBER_UNSUPPORTED(as_tracer(example) == nullptr && !fz::isFunctionalTensor(example))
+      << "input '" << name << "' is already a traced tensor";
+  graph::TensorType type = tensor_type(example);
+  graph::ValueId v = graph_.add_input(type, kind, name);
+  EMBER_INTERNAL_ASSERT(!active_) << "add_input while the trace is entered";
+  at::Tensor meta = meta_like(example);
+  at::Tensor tracer = make_tracer(this, v, std::move(meta), example.device());
+  at::Tensor functional = fz::to_functional_tensor(tracer);
+  functional_inputs_.push_back(functional);
+  return functional;
+}
+
+void TraceSession::enter() {
+  EMBER_INTERNAL_ASSERT(!active_ && !finished_) << "trace session entered twice";
+  outer_tls_ = c10::impl::tls_local_dispatch_key_set();
+  outer_reapply_views_ = fz::getFunctionalizationReapplyViewsTLS();
+  outer_session_ = tls_current;
+  c10::impl::tls_set_dispatch_key_included(c10::DispatchKey::PrivateUse1, true);
+  c10::impl::tls_set_dispatch_key_excluded(c10::DispatchKey::BackendSelect, true);
+  fz::setFunctionalizationReapplyViewsTLS(true);
+  tls_current = this;
+  active_ = true;
+}
+
+void TraceSession::exit() {
+  if (!active_) return;
+  c10::impl::_force_tls_local_dispatch_key_set(*outer_tls_);
+  fz::setFunctionalizationReapplyViewsTLS(outer_reapply_views_);
+  tls_current = outer_session_;
+  active_ = false;
+}
+
+graph::ValueId TraceSession::add_constant(const at::Tensor& t) {
+  auto it = constant_ids_.find(t.unsafeGetTensorImpl());
+  if (it != constant_ids_.end()) return it->second;
+  EMBER_UNSUPPORTED(!fz::isFunctionalTensor(t)) << "a functional tensor from outside the trace";
+  graph::ValueId v = graph_.add_input(tensor_type(t), graph::InputKind::Constant);
+  constants_.push_back(t);
+  constant_ids_.emplace(t.unsafeGetTensorImpl(), v);
+  return v;
+}
+
+graph::ValueId TraceSession::value_of(const at::Tensor& t) {
+  if (TracerTensorImpl* tr = as_tracer(t)) {
+    EMBER_CHECK(tr->session() == this)
+        << "a tensor traced by another trace is used here (it escaped the function that made it)";
+    return tr->value();
+  }
+  EMBER_INTERNAL_ASSERT(!fz::isFunctionalTensor(t)) << "a functional wrapper reached the tracer";
+  return add_constant(t);
+}
+
+void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  const std::string op_name = c10::toString(schema.operator_name());
+  const size_t num_args = schema.arguments().size();
+  EMBER_INTERNAL_ASSERT(stack->size() >= num_args) << op_name << ": short stack";
+  const size_t base = stack->size() - num_args;
+
+  bool any_tracer = false;
+  bool any_real = false;
+  for (size_t i = 0; i < num_args; ++i) {
+    for_each_tensor((*stack)[base + i], [&](const at::Tensor& t) {
+      if (!t.defined()) return;
+      if (as_tracer(t) != nullptr) {
+        any_tracer = true;
+      } else {
+        any_real = true;
+      }
+    });
+  }
+
+  // A factory called by the program (not from inside functionalization, which wraps results
+  // itself) returns functional tensors, so later in-place ops on it are functionalized too.
+  const bool wrap_functional =
+      !any_tracer && !c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::Functionalize);
+
+  // Metadata and eager computations below run with the dispatch state from before the trace.
+  EMBER_INTERNAL_ASSERT(outer_tls_.has_value()) << op_name << " recorded outside enter()";
+  c10::impl::ForceDispatchKeyGuard untraced(*outer_tls_);
+
+  if (!any_tracer && (any_real || is_uninitialized_factory(op))) {
+    // Only real tensors: a constant computation. Run it now; its result is a constant.
+    op.callBoxed(stack);
+    return;
+  }
+  if (any_tracer && is_data_dependent(op)) {
+    throw DataDependentError(op_name +
+                             " depends on the data of a traced tensor (for example .item(), "
+                             ".tolist(), bool(tensor) or a data-dependent output shape)");
+  }
+  for (const c10::Argument& a : schema.arguments()) {
+    EMBER_UNSUPPORTED(!(a.alias_info() && a.alias_info()->isWrite()))
+        << op_name << " mutates its argument '" << a.name()
+        << "', but the tracer only records functional ops (is a tensor missing functionalization?)";
+  }
+
+  // The device that results report: an explicit device argument, else that of the first tensor
+  // argument that is not a CPU scalar, else that of the first tensor argument, else the CPU.
+  std::optional<c10::Device> device_arg;
+  std::optional<c10::Device> tensor_device;
+  std::optional<c10::Device> scalar_device;
+
+  std::vector<graph::Arg> args;
+  args.reserve(num_args);
+  torch::jit::Stack meta_stack;
+  meta_stack.reserve(num_args);
+  for (size_t i = 0; i < num_args; ++i) {
+    const c10::Argument& a = schema.arguments()[i];
+    const c10::IValue& v = (*stack)[base + i];
+    auto note_device = [&](const at::Tensor& t) {
+      c10::Device d = t.device();
+      if (t.dim() == 0 && d.is_cpu()) {
+        if (!scalar_device) scalar_device = d;
+      } else if (!tensor_device) {
+        tensor_device = d;
+      }
+    };
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (!t.defined()) {
+        args.emplace_back(graph::NoneArg{});
+        meta_stack.emplace_back(t);
+        continue;
+      }
+      note_device(t);
+      args.emplace_back(graph::ValueRef{value_of(t)});
+      meta_stack.emplace_back(meta_like(t));
+    } else if (is_tensor_type(a.type()) && v.isList()) {
+      graph::ValueList list;
+      c10::TypePtr elem = a.type()->cast<c10::ListType>()
+                              ? a.type()->cast<c10::ListType>()->getElementType()
+                              : c10::TypePtr(c10::TensorType::get());
+      list.optional_items = elem->cast<c10::OptionalType>() != nullptr;
+      if (list.optional_items) {
+        c10::List<std::optional<at::Tensor>> metas;
+        for (const c10::IValue& e : v.toListRef()) {
+          if (e.isNone() || (e.isTensor() && !e.toTensor().defined())) {
+            list.items.emplace_back(std::nullopt);
+            metas.push_back(std::nullopt);
+          } else {
+            note_device(e.toTensor());
+            list.items.emplace_back(value_of(e.toTensor()));
+            metas.push_back(meta_like(e.toTensor()));
+          }
+        }
+        meta_stack.emplace_back(metas);
+      } else {
+        c10::List<at::Tensor> metas;
+        for (const c10::IValue& e : v.toListRef()) {
+          const at::Tensor& t = e.toTensor();
+          note_device(t);
+          list.items.emplace_back(value_of(t));
+          metas.push_back(meta_like(t));
+        }
+        meta_stack.emplace_back(metas);
+      }
+      args.emplace_back(std::move(list));
+    } else if (v.isDevice()) {
+      if (!device_arg) device_arg = v.toDevice();
+      args.push_back(to_arg(v, a.real_type(), op_name));
+      meta_stack.emplace_back(c10::Device(c10::kMeta));
+    } else if (v.isGenerator()) {
+      EMBER_UNSUPPORTED(false) << op_name << ": an explicit torch.Generator argument";
+    } else {
+      args.push_back(to_arg(v, a.real_type(), op_name));
+      // pin_memory has no meaning on meta tensors.
+      meta_stack.emplace_back(a.name() == "pin_memory" ? c10::IValue() : v);
+    }
+  }
+  c10::Device out_device =
+      device_arg.value_or(tensor_device.value_or(scalar_device.value_or(c10::Device(c10::kCPU))));
+
+  {
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
+    try {
+      op.callBoxed(&meta_stack);
+    } catch (const c10::NotImplementedError& e) {
+      throw Unsupported(op_name + " has no meta implementation, so ember cannot trace it");
+    }
+  }
+  torch::jit::drop(*stack, num_args);
+
+  // Results: one graph value per defined tensor, in order; non-tensor results (sizes computed
+  // from metadata) pass through unchanged.
+  std::vector<graph::TensorType> out_types;
+  std::vector<at::Tensor> out_metas;
+  for (const c10::IValue& r : meta_stack) {
+    for_each_tensor(r, [&](const at::Tensor& t) {
+      if (!t.defined()) return;
+      out_types.push_back(tensor_type(t, out_device));
+      out_metas.push_back(t);
+    });
+  }
+  int32_t op_index = graph_.intern_op(op_info(schema));
+  int32_t node = graph_.add_node(op_index, std::move(args), std::move(out_types));
+  const std::vector<graph::ValueId>& outs = graph_.nodes[node].outputs;
+
+  size_t next = 0;
+  auto wrap = [&](const at::Tensor& t) -> at::Tensor {
+    if (!t.defined()) return t;
+    EMBER_INTERNAL_ASSERT(next < outs.size()) << op_name << ": result count";
+    size_t k = next++;
+    at::Tensor tracer = make_tracer(this, outs[k], out_metas[k], out_device);
+    return wrap_functional ? fz::to_functional_tensor(tracer) : tracer;
+  };
+  for (c10::IValue& r : meta_stack) {
+    if (r.isTensor()) {
+      stack->emplace_back(wrap(r.toTensor()));
+    } else if (r.isTensorList()) {
+      c10::List<at::Tensor> l;
+      for (const at::Tensor& t : r.toTensorList()) l.push_back(wrap(t));
+      stack->emplace_back(l);
+    } else {
+      stack->push_back(std::move(r));
+    }
+  }
+}
+
+TracedGraph TraceSession::finish(const std::vector<at::Tensor>& outputs) {
+  EMBER_INTERNAL_ASSERT(!finished_) << "finish called twice";
+  bool was_active = active_;
+  if (!was_active) enter();
+  struct ExitOnReturn {
+    TraceSession* s;
+    bool was_active;
+    ~ExitOnReturn() {
+      if (!was_active) s->exit();
+    }
+  } exit_guard{this, was_active};
+
+  // Inputs: bring each functional input up to date; a changed value is a mutation.
+  for (size_t i = 0; i < functional_inputs_.size(); ++i) {
+    const at::Tensor& fin = functional_inputs_[i];
+    const graph::Input& input = graph_.inputs[i];
+    fz::sync(fin);
+    auto* wrapper = fz::unsafeGetFunctionalWrapper(fin);
+    EMBER_UNSUPPORTED(!wrapper->has_metadata_mutation())
+        << "the metadata of input '" << input.name
+        << "' is mutated (resize_, t_, as_strided_, set_, ...)";
+    at::Tensor inner = fz::from_functional_tensor(fin);
+    TracerTensorImpl* tr = as_tracer(inner);
+    EMBER_INTERNAL_ASSERT(tr != nullptr) << "input " << i << " lost its tracer value";
+    if (tr->value() != input.value) {
+      graph::ValueId nv = value_of(inner);
+      const graph::TensorType& old_t = graph_.type(input.value);
+      const graph::TensorType& new_t = graph_.type(nv);
+      EMBER_UNSUPPORTED(old_t.dtype == new_t.dtype && old_t.sizes == new_t.sizes)
+          << "input '" << input.name << "' is replaced by a tensor of another dtype or shape";
+      graph_.mutations.push_back(graph::Mutation{input.value, nv});
+    }
+  }
+
+  for (const at::Tensor& out : outputs) {
+    EMBER_UNSUPPORTED(out.defined()) << "an output is an undefined tensor";
+    graph::ValueId v = -1;
+    for (size_t i = 0; i < functional_inputs_.size() && v < 0; ++i) {
+      if (functional_inputs_[i].unsafeGetTensorImpl() == out.unsafeGetTensorImpl()) {
+        v = graph_.inputs[i].value;  // the input itself, after its mutations
+      }
+    }
+    if (v < 0 && fz::isFunctionalTensor(out)) {
+      fz::sync(out);
+      v = value_of(fz::from_functional_tensor(out));
+    } else if (v < 0) {
+      v = value_of(out);
+    }
+    graph_.outputs.push_back(v);
+  }
+  graph::check_graph(graph_);
+  finished_ = true;
+  functional_inputs_.clear();
+  constant_ids_.clear();
+  return TracedGraph{std::move(graph_), std::move(constants_)};
+}
+
+}  // namespace ember::tracer

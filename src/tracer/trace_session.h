@@ -1,0 +1,94 @@
+/// \file
+/// A TraceSession turns PyTorch code run on tracer tensors into a graph::Graph.
+///
+/// Use: create a session, make a tracer tensor per graph input with `add_input`, `enter()`, run
+/// the program on those tensors, then `finish(outputs)`. Between enter() and exit() the thread's
+/// dispatch state routes every ATen op on tracer tensors, and every factory op, to ember's kernel,
+/// which calls `record`.
+///
+/// Mutation and aliasing: inputs are wrapped in PyTorch's C++ functionalization
+/// (FunctionalTensorWrapper, views re-applied), so the recorded graph is functional. `finish`
+/// syncs each input and records an input whose value changed as a graph::Mutation. Functionalized
+/// views stay view ops in the graph, so outputs alias as in eager. See docs/design/tracer.md.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <exception>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace ember::tracer {
+
+/// A traced graph and the real tensors its constant inputs stand for, in input order.
+struct TracedGraph {
+  graph::Graph graph;
+  std::vector<at::Tensor> constants;
+};
+
+class TraceSession {
+ public:
+  TraceSession();
+  ~TraceSession();
+  TraceSession(const TraceSession&) = delete;
+  TraceSession& operator=(const TraceSession&) = delete;
+
+  /// A functional tracer tensor standing for graph input `name`, with the metadata of `example`
+  /// (a real tensor; its data is never read). Call before enter().
+  at::Tensor add_input(const at::Tensor& example, graph::InputKind kind, const std::string& name);
+
+  /// Routes ATen ops on this thread to the tracer until exit(). Not reentrant.
+  void enter();
+  void exit();
+  bool active() const { return active_; }
+
+  /// Ends the trace: `outputs` become the graph's outputs (tracer tensors, functional wrappers or
+  /// real tensors, which become constants). Syncs inputs and records their mutations. Verifies the
+  /// graph. The session can not be used afterwards.
+  TracedGraph finish(const std::vector<at::Tensor>& outputs);
+
+  /// Records one op call: called by the dispatch kernel with the op's arguments on `stack`;
+  /// leaves the op's results (tracer tensors) on it.
+  void record(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+  /// The session that is entered on this thread, or nullptr.
+  static TraceSession* current();
+
+  /// The thread's dispatch state from before enter(); the kernel restores it while it computes
+  /// metadata, so that meta and eager calls are not traced.
+  const c10::impl::LocalDispatchKeySet& outer_tls() const { return *outer_tls_; }
+
+  const graph::Graph& graph() const { return graph_; }
+
+  /// The first ember error raised inside the trace. PyTorch's Python bindings turn exceptions
+  /// that cross them into RuntimeError; the caller rethrows this one to keep its type.
+  void note_error(std::exception_ptr e) {
+    if (!pending_error_) pending_error_ = e;
+  }
+  void rethrow_pending_error() {
+    if (pending_error_) std::rethrow_exception(pending_error_);
+  }
+
+ private:
+  graph::ValueId value_of(const at::Tensor& t);
+  graph::ValueId add_constant(const at::Tensor& t);
+
+  graph::Graph graph_;
+  std::vector<at::Tensor> constants_;
+  std::unordered_map<const c10::TensorImpl*, graph::ValueId> constant_ids_;
+  std::vector<at::Tensor> functional_inputs_;
+  std::optional<c10::impl::LocalDispatchKeySet> outer_tls_;  ///< set while entered
+  bool outer_reapply_views_ = false;
+  TraceSession* outer_session_ = nullptr;
+  bool active_ = false;
+  bool finished_ = false;
+  std::exception_ptr pending_error_;
+};
+
+}  // namespace ember::tracer

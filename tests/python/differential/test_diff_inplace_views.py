@@ -1,0 +1,179 @@
+"""Differential tests: in-place ops, views and aliasing.
+
+check_model compares the inputs after the runs (mutations) and which outputs share storage
+with which inputs (a returned view of an input must stay a view of that input)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn as nn
+
+
+def test_add_inplace_on_intermediate(check):
+    def f(x, y):
+        t = x * 2
+        t.add_(y)
+        t.mul_(0.5).relu_()
+        return t
+
+    check.captured(f, (torch.randn(4, 5), torch.randn(4, 5)))
+
+
+def test_add_inplace_on_input(check):
+    def f(x, y):
+        x.add_(y)
+        return x.sum(0)
+
+    check.captured(f, (torch.randn(4, 5), torch.randn(5)))
+
+
+def test_inplace_on_input_returned(check):
+    def f(x, y):
+        return x.mul_(y).sub_(1)  # returns the (mutated) input itself
+
+    check.captured(f, (torch.randn(3, 4), torch.randn(3, 4)))
+
+
+def test_setitem_on_input(check):
+    def f(x, y):
+        x[:, 1] = y
+        return x * 2
+
+    check.captured(f, (torch.randn(3, 4), torch.randn(3)))
+
+
+def test_setitem_on_intermediate(check):
+    def f(x, y):
+        t = x.clone()
+        t[:, 1] = y
+        t[0] = 0.0
+        t[1:, 2:] += 1
+        return t
+
+    check.captured(f, (torch.randn(3, 4), torch.randn(3)))
+
+
+def test_mutation_through_view_of_input(check):
+    def f(x):
+        v = x[1]
+        v.mul_(3)
+        x.t()[0].zero_()
+        return x.sum()
+
+    check.captured(f, (torch.randn(3, 4),))
+
+
+def test_mutation_of_noncontiguous_input(check):
+    base = torch.randn(4, 6)
+
+    def f(x):
+        x.add_(1)
+        return x.exp()
+
+    check.captured(f, (base.t(),))
+    check.captured(f, (base[:, ::2],))
+
+
+def test_transpose_contiguous(check):
+    def f(x):
+        y = x.transpose(1, 2).contiguous()
+        return y, y.view(x.shape[0], -1)
+
+    check.captured(f, (torch.randn(2, 3, 4),))
+
+
+def test_view_reshape_permute(check):
+    def f(x):
+        a = x.view(6, 4)
+        b = x.permute(2, 0, 1).reshape(4, -1)  # reshape of a non-contiguous tensor copies
+        c = x.unsqueeze(0).expand(2, 2, 3, 4).reshape(-1, 4)
+        d = x.flatten().unflatten(0, (4, 6)).squeeze()
+        return a + 1, b * 2, c - 1, d
+
+    check.captured(f, (torch.randn(2, 3, 4),))
+
+
+@pytest.mark.parametrize("kind", ["t", "slice", "view", "diagonal", "unsqueeze", "expand",
+                                  "select", "as_strided"])
+def test_return_view_of_input(check, kind):
+    def f(x):
+        if kind == "t":
+            return x.t()
+        if kind == "slice":
+            return x[1:, ::2]
+        if kind == "view":
+            return x.view(-1)
+        if kind == "diagonal":
+            return x.diagonal()
+        if kind == "unsqueeze":
+            return x.unsqueeze(1)
+        if kind == "expand":
+            return x[:1].expand(3, 4)
+        if kind == "select":
+            return x[2]
+        return x.as_strided((2, 2), (1, 4), 1)
+
+    # A view only: Dynamo may return it without a graph; ember is asserted not to fall back.
+    res = check(f, (torch.randn(4, 4)[:, :4],), expect_fallbacks=0)
+    assert res["graphs"] <= 1
+
+
+def test_return_view_of_input_and_compute(check):
+    def f(x):
+        return x.t(), x.sin()
+
+    check.captured(f, (torch.randn(3, 5),))
+
+
+def test_aliased_inputs(check):
+    # Two arguments that are views of one storage; mutating one is visible through the other.
+    base = torch.randn(4, 4)
+
+    def f(a, b):
+        a.add_(1)
+        return b * 2
+
+    check(f, (base[0], base[0:2]), expect_fallbacks=0)
+
+
+def test_inplace_ops_on_input(check):
+    def f(x, idx, src):
+        x.masked_fill_(x > 1.0, 0.0)
+        x.index_add_(0, idx, src)
+        x.clamp_(-1, 1)
+        return x.abs()
+
+    check.captured(f, (torch.randn(5, 3), torch.tensor([0, 2, 2]), torch.randn(3, 3)))
+
+
+def test_copy_into_input(check):
+    def f(x, y):
+        x.copy_(y.t())
+        x[0].fill_(7)
+        return None
+
+    check.captured(f, (torch.randn(3, 3), torch.randn(3, 3)))
+
+
+def test_module_buffer_mutation(check):
+    class Counter(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("count", torch.zeros((), dtype=torch.int64))
+            self.register_buffer("ema", torch.zeros(4))
+            self.register_buffer("scratch", torch.zeros(4), persistent=False)
+
+        def forward(self, x):
+            self.count += 1
+            self.ema.mul_(0.9).add_(x.mean(0), alpha=0.1)
+            self.scratch.copy_(x[0])
+            return x - self.ema
+
+    check.captured(Counter(), (torch.randn(3, 4),))
+
+
+def test_identity_returns_input(check):
+    # No operation at all: Dynamo makes no graph; the input itself comes back.
+    res = check(lambda x: x, (torch.randn(3),), expect_fallbacks=0)
+    assert res["graphs"] == 0
