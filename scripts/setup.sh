@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One-command setup for a fresh machine: system packages, torch (CPU), build dependencies, ember.
+# Keeps an installed torch >= 2.11 (the GPU machine has its own CUDA build and no network).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  need=""
+  for pkg in cmake ninja-build g++ libgtest-dev ccache clang-format; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need="$need $pkg"
+  done
+  if [ -n "$need" ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >/dev/null
+  fi
+fi
+
+PY=${PYTHON:-python3}
+if ! "$PY" -c "import torch, sys; v = tuple(int(p) for p in torch.__version__.split('+')[0].split('.')[:2]); sys.exit(v < (2, 11))" 2>/dev/null; then
+  "$PY" -m pip install -q torch==2.13.0
+fi
+"$PY" -m pip install -q nanobind scikit-build-core pytest "transformers==5.17.0"
+"$PY" -m pip install -q --no-build-isolation -e .
+echo "ember installed: $("$PY" -c 'import ember, torch; print(ember.__version__, "with torch", torch.__version__)')"

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Runs every test: the C++ unit tests (GoogleTest through ctest) and the Python suite (pytest).
+# C++ tests are skipped with a message where GoogleTest is absent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+if [ -f /usr/include/gtest/gtest.h ] || [ -n "${GTEST_ROOT:-}" ]; then
+  gen=""
+  command -v ninja >/dev/null 2>&1 && gen="-G Ninja"
+  cmake -S . -B build/cpp $gen -DEMBER_BUILD_PYTHON=OFF -DEMBER_BUILD_TESTS=ON >/dev/null
+  cmake --build build/cpp -j "$(nproc)"
+  ctest --test-dir build/cpp --output-on-failure -j "$(nproc)"
+else
+  echo "GoogleTest not found: skipping the C++ unit tests (apt-get install libgtest-dev)"
+fi
+
+"$PY" -m pytest tests/python -q "$@"
