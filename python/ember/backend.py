@@ -73,12 +73,23 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs) -
         return _fallback(gm, str(e))
     except Exception as e:  # an op failed while tracing: eager will raise the same error
         return _fallback(gm, f"tracing failed: {type(e).__name__}: {e}")
+    if compiled.has_mutations and compiled.mutated_inputs_alias(list(example_inputs)):
+        return _fallback(gm, "an input that the graph mutates shares memory with another input")
     metrics.counters["graphs"] += 1
     metrics.counters["nodes"] += graph.num_nodes
     log.debug("ember: compiled a graph of %d nodes\n%s", graph.num_nodes, graph)
 
-    def run(*args: torch.Tensor) -> Any:
-        return rebuild(compiled(*args))
+    if compiled.has_mutations:
+        # The graph was traced assuming its inputs do not alias. A call whose mutated input shares
+        # memory with another input runs eagerly (checked per call, in C++).
+        def run(*args: torch.Tensor) -> Any:
+            if compiled.mutated_inputs_alias(list(args)):
+                metrics.counters["aliased_input_calls"] += 1
+                return gm(*args)
+            return rebuild(compiled(*args))
+    else:
+        def run(*args: torch.Tensor) -> Any:
+            return rebuild(compiled(*args))
 
     run._ember_graph = graph  # type: ignore[attr-defined]
     return run

@@ -60,11 +60,19 @@ def _storage_key(t: torch.Tensor):
 def clone_inputs(obj: Any) -> Any:
     """A deep clone of `obj` in which every tensor is copied with the same sizes, strides,
     storage offset and dtype, and tensors that share a storage in `obj` share one (cloned)
-    storage in the result, so views of one another stay views of one another. `requires_grad`
+    storage in the result, so views of one another stay views of one another (and one tensor
+    object appearing twice becomes one cloned object). `requires_grad`
     is kept (the clones are leaves). Non-tensor leaves are kept as they are."""
     storages: dict[Any, torch.UntypedStorage] = {}
+    memo: dict[int, torch.Tensor] = {}  # the same tensor object twice stays one object
 
     def clone_tensor(t: torch.Tensor) -> torch.Tensor:
+        if id(t) in memo:
+            return memo[id(t)]
+        out = memo[id(t)] = _clone_tensor(t)
+        return out
+
+    def _clone_tensor(t: torch.Tensor) -> torch.Tensor:
         key = _storage_key(t)
         if key is None or t.layout != torch.strided or type(t) not in (torch.Tensor, torch.nn.Parameter):
             out = t.detach().clone()
@@ -164,13 +172,7 @@ def _compare_tensor(expected: torch.Tensor, actual: torch.Tensor, path: str, *, 
     if e.numel() == 0:
         return
     if not (e.is_floating_point() or expected.is_complex()):
-        if e.dtype == torch.bool:
-            eq = a == e
-        else:
-            eq = a == e
-        if (r or t) and not e.dtype == torch.bool:
-            ed, ad = e.double(), a.double()
-            eq = (ad - ed).abs() <= t + r * ed.abs()
+        eq = a == e  # integers and bools: exact, whatever the tolerances
         if not bool(eq.all()):
             bad = (~eq).nonzero()
             n = bad.shape[0]
@@ -291,7 +293,8 @@ def _alias_map(outputs, inputs) -> dict[str, list[str]]:
     """For each output tensor path, the input tensor paths and the other output paths it shares
     a storage with."""
     storages: dict[Any, list[str]] = {}
-    for p, t in _tensor_leaves(inputs, "inputs"):
+    args, kwargs = inputs
+    for p, t in _tensor_leaves(args, "args") + _tensor_leaves(kwargs, "kwargs"):
         k = _storage_key(t)
         if k is not None and t.numel() > 0:
             storages.setdefault(k, []).append(p)
@@ -319,9 +322,10 @@ def _loss(outputs) -> torch.Tensor | None:
     return total
 
 
-def _grads(module, args) -> dict[str, Any]:
+def _grads(module, inputs) -> dict[str, Any]:
     out = {}
-    for p, t in _tensor_leaves(args, "args"):
+    args, kwargs = inputs
+    for p, t in _tensor_leaves(args, "args") + _tensor_leaves(kwargs, "kwargs"):
         if t.requires_grad:
             out[f"{p}.grad"] = t.grad
     if isinstance(module, torch.nn.Module):
@@ -360,7 +364,7 @@ def check_model(
     fullgraph: bool = False,
     seed: int = 0,
     grad: bool = False,
-    no_grad: bool | None = None,
+    no_grad: bool | str | None = None,
     metadata_only=None,
     runs: int = 2,
     dynamic: bool | None = False,
@@ -370,7 +374,8 @@ def check_model(
     that outputs, input mutations, module state (and with `grad=True` gradients) match.
 
     - fn: a function or an `nn.Module` (deep-copied separately for the eager and compiled runs).
-    - atol/rtol: override the dtype-aware defaults (those of torch.testing.assert_close).
+    - atol/rtol: override the dtype-aware defaults (those of torch.testing.assert_close) for
+      floating-point and complex values; integers and bools are always compared exactly.
     - check_strides: compare strides of dims of size > 1.
     - check_mutations: compare inputs and module state (parameters, buffers) after the runs.
     - check_aliasing: an output that shares storage with inputs or other outputs eagerly must
@@ -379,7 +384,8 @@ def check_model(
     - seed: `torch.manual_seed(seed)` before each run, so random ops match.
     - grad: compare gradients too (backward of a fixed weighted sum of the outputs). Inputs
       that should get gradients must have `requires_grad=True`.
-    - no_grad: run both under `torch.no_grad()`; defaults to `not grad`.
+    - no_grad: run both under `torch.no_grad()` (True), `torch.inference_mode()`
+      ("inference_mode") or in the current grad mode (False); defaults to `not grad`.
     - metadata_only: True, or output paths (e.g. {"out", "out[1]"}) or a predicate: compare
       only dtype/shape/strides there (for uninitialized values such as `torch.empty`).
     - runs: how many times each is run, in lockstep (the second compiled run uses the cache).
@@ -410,6 +416,8 @@ def check_model(
     compiled_fn = torch.compile(compiled_target, backend=backend, fullgraph=fullgraph, dynamic=dynamic)
 
     def ctx():
+        if no_grad == "inference_mode":
+            return torch.inference_mode()
         return torch.no_grad() if no_grad else contextlib.nullcontext()
 
     cmp = dict(rtol=rtol, atol=atol, check_strides=check_strides)
@@ -447,8 +455,8 @@ def check_model(
         try:
             compare(e_out, c_out, "out", metadata_only=metadata_only, what="output", **cmp)
             if check_mutations:
-                compare((e_args, e_kwargs), (c_args, c_kwargs), "inputs", what="input after the run",
-                        **cmp)
+                compare(e_args, c_args, "args", what="input after the run", **cmp)
+                compare(e_kwargs, c_kwargs, "kwargs", what="input after the run", **cmp)
                 if is_module:
                     compare(_module_state(eager_fn), _module_state(compiled_target), "module",
                             what="module state after the run", **cmp)

@@ -12,9 +12,13 @@ from typing import Any, Callable, Sequence
 import torch
 
 from . import _C
-from .errors import CompileError, Unsupported
+from .errors import CompileError, DataDependentError, Unsupported
 
 Graph = _C.Graph
+
+# What PyTorch says when code reads the data of a tensor without storage (a tracer tensor):
+# `.tolist()`, `.numpy()`, `data_ptr()`.
+_DATA_ACCESS_MESSAGES = ("unallocated storage", "doesn't have storage", "does not have storage")
 
 
 def _flatten_outputs(out: Any) -> tuple[list[torch.Tensor], Callable[[Sequence[torch.Tensor]], Any]]:
@@ -64,8 +68,12 @@ def trace_with_structure(fn: Callable, example_inputs: Sequence[Any], kinds: Seq
             out = fn(*tracer_inputs)
             tensors, rebuild = _flatten_outputs(out)
             graph = session.finish(tensors)
-    except Exception:
+    except Exception as e:
         session.rethrow_pending_error()  # keeps the ember error type PyTorch's bindings dropped
+        if isinstance(e, RuntimeError) and any(m in str(e) for m in _DATA_ACCESS_MESSAGES):
+            raise DataDependentError(
+                f"the program reads the data of a traced tensor ({e}); "
+                "tracing sees shapes and dtypes only") from e
         raise
     return graph, rebuild
 

@@ -36,6 +36,8 @@ void bind_runtime(nb::module_& m) {
              return result;
            })
       .def("run", &Executor::run, nb::arg("inputs"))
+      .def("mutated_inputs_alias", &Executor::mutated_inputs_alias, nb::arg("inputs"))
+      .def_prop_ro("has_mutations", &Executor::has_mutations)
       .def_prop_ro("num_inputs", &Executor::num_user_inputs)
       .def_prop_ro("num_nodes", [](const Executor& e) { return e.graph().nodes.size(); });
 }

@@ -22,6 +22,12 @@ Executor::Executor(tracer::TracedGraph traced) : traced_(std::move(traced)) {
       << "graph has " << constant_index << " constant inputs but " << traced_.constants.size()
       << " constants";
 
+  for (const graph::Mutation& m : g.mutations) {
+    for (size_t i = 0; i < input_slots_.size(); ++i) {
+      if (input_slots_[i] == m.input) mutated_input_positions_.push_back(i);
+    }
+  }
+
   // Last use of each value, so intermediates are freed as soon as possible.
   std::vector<int> last_use(g.values.size(), -1);
   for (size_t n = 0; n < g.nodes.size(); ++n) {
@@ -67,6 +73,20 @@ Executor::Executor(tracer::TracedGraph traced) : traced_(std::move(traced)) {
     }
     steps_.push_back(std::move(step));
   }
+}
+
+bool Executor::mutated_inputs_alias(const std::vector<at::Tensor>& inputs) const {
+  for (size_t m : mutated_input_positions_) {
+    if (m >= inputs.size() || !inputs[m].has_storage()) continue;
+    const c10::StorageImpl* storage = inputs[m].storage().unsafeGetStorageImpl();
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (i != m && inputs[i].defined() && inputs[i].has_storage() &&
+          inputs[i].storage().unsafeGetStorageImpl() == storage) {
+        return true;
+      }
+    }
+  }
+  return false;
 }
 
 std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) const {

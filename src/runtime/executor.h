@@ -24,6 +24,11 @@ class Executor {
   /// graph's input mutations, then returns its outputs.
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const;
 
+  /// True when the graph mutates an input that shares memory with another input. The graph was
+  /// traced assuming inputs do not alias, so such a call must run eagerly instead.
+  bool mutated_inputs_alias(const std::vector<at::Tensor>& inputs) const;
+  bool has_mutations() const { return !traced_.graph.mutations.empty(); }
+
   const graph::Graph& graph() const { return traced_.graph; }
   size_t num_user_inputs() const { return input_slots_.size(); }
 
@@ -43,6 +48,7 @@ class Executor {
   std::vector<graph::ValueId> input_slots_;  ///< value of each non-constant input
   std::vector<std::pair<graph::ValueId, int>> constant_slots_;  ///< value, index in constants
   std::vector<Step> steps_;
+  std::vector<size_t> mutated_input_positions_;  ///< positions in `inputs` of mutated inputs
 };
 
 }  // namespace ember::runtime

@@ -22,12 +22,23 @@ thread_local TraceSession* tls_current = nullptr;
 
 namespace fz = at::functionalization::impl;
 
-// Ops whose results depend on tensor data. A trace has no data, so these end it.
-bool is_data_dependent(const c10::OperatorHandle& op) {
+// Ops whose results depend on tensor data. A trace has no data, so these end it. Indexing has a
+// data-dependent shape only with boolean masks.
+bool is_data_dependent(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
+  const std::string& name = op.schema().name();
+  if (name == "aten::index" || name == "aten::index_put" || name == "aten::_index_put_impl") {
+    if (args.size() < 2 || !args[1].isList()) return false;
+    for (const c10::IValue& e : args[1].toListRef()) {
+      if (e.isTensor() && e.toTensor().defined() &&
+          (e.toTensor().scalar_type() == c10::kBool || e.toTensor().scalar_type() == c10::kByte)) {
+        return true;
+      }
+    }
+    return false;
+  }
   if (op.hasTag(at::Tag::data_dependent_output) || op.hasTag(at::Tag::dynamic_output_shape)) {
     return true;
   }
-  const std::string& name = op.schema().name();
   return name == "aten::_local_scalar_dense" || name == "aten::item" ||
          name == "aten::is_nonzero" || name == "aten::equal" || name == "aten::allclose";
 }
@@ -162,11 +173,14 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
   c10::impl::ForceDispatchKeyGuard untraced(*outer_tls_);
 
   if (!any_tracer && (any_real || is_uninitialized_factory(op))) {
-    // Only real tensors: a constant computation. Run it now; its result is a constant.
+    // Only real tensors: a constant computation. Run it now; its result is a constant. Autograd
+    // and ADInplaceOrView already ran above this kernel, so the call continues below them.
+    at::AutoDispatchBelowADInplaceOrView below_autograd;
     op.callBoxed(stack);
     return;
   }
-  if (any_tracer && is_data_dependent(op)) {
+  if (any_tracer &&
+      is_data_dependent(op, c10::ArrayRef<c10::IValue>(stack->data() + base, num_args))) {
     throw DataDependentError(op_name +
                              " depends on the data of a traced tensor (for example .item(), "
                              ".tolist(), bool(tensor) or a data-dependent output shape)");
@@ -299,6 +313,29 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
   }
 }
 
+graph::ValueId TraceSession::aliased_view_of_mutated_input(const at::Tensor& out) {
+  // A functional view shares its FunctionalStorageImpl with its base. In eager the output is a
+  // view of the input, so it must see the input's mutation: rebuild it from the input with
+  // as_strided, which runs before the mutation is applied and aliases the input's memory.
+  const c10::StorageImpl* storage = out.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+  for (size_t i = 0; i < functional_inputs_.size(); ++i) {
+    const at::Tensor& fin = functional_inputs_[i];
+    if (fin.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl() != storage) continue;
+    graph::ValueId input = graph_.inputs[i].value;
+    bool mutated = false;
+    for (const graph::Mutation& m : graph_.mutations) mutated |= m.input == input;
+    if (!mutated) return -1;
+    auto handle = c10::Dispatcher::singleton().findSchemaOrThrow("aten::as_strided", "");
+    graph::TensorType type = tensor_type(out, fin.device());
+    std::vector<graph::Arg> args{graph::ValueRef{input}, out.sizes().vec(), out.strides().vec(),
+                                 static_cast<int64_t>(out.storage_offset())};
+    int32_t node = graph_.add_node(graph_.intern_op(op_info(handle.schema())), std::move(args),
+                                   {std::move(type)});
+    return graph_.nodes[node].outputs[0];
+  }
+  return -1;
+}
+
 TracedGraph TraceSession::finish(const std::vector<at::Tensor>& outputs) {
   EMBER_INTERNAL_ASSERT(!finished_) << "finish called twice";
   bool was_active = active_;
@@ -340,6 +377,9 @@ TracedGraph TraceSession::finish(const std::vector<at::Tensor>& outputs) {
       if (functional_inputs_[i].unsafeGetTensorImpl() == out.unsafeGetTensorImpl()) {
         v = graph_.inputs[i].value;  // the input itself, after its mutations
       }
+    }
+    if (v < 0 && fz::isFunctionalTensor(out)) {
+      v = aliased_view_of_mutated_input(out);
     }
     if (v < 0 && fz::isFunctionalTensor(out)) {
       fz::sync(out);

@@ -78,6 +78,9 @@ class TraceSession {
  private:
   graph::ValueId value_of(const at::Tensor& t);
   graph::ValueId add_constant(const at::Tensor& t);
+  /// If `out` (a functional tensor) is a view of an input that the trace mutates, adds an
+  /// as_strided view of that input and returns it; otherwise -1.
+  graph::ValueId aliased_view_of_mutated_input(const at::Tensor& out);
 
   graph::Graph graph_;
   std::vector<at::Tensor> constants_;

@@ -737,6 +737,10 @@ def environment(device: str) -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "device": device,
     }
+    try:
+        env["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        pass
     for pkg in ("transformers", "timm", "torchvision", "torchaudio", "torch_geometric", "triton", "numpy"):
         try:
             import importlib.metadata as md

@@ -159,12 +159,18 @@ def test_embedding(check):
     check.captured(M().eval(), (torch.randint(0, 20, (2, 7)),))
 
 
-def test_one_hot_and_cross_entropy(check):
+def test_losses(check):
     def f(logits, target):
         return (F.cross_entropy(logits, target), F.nll_loss(logits.log_softmax(-1), target),
-                F.one_hot(target, 5).float(), F.mse_loss(logits, logits.flip(0)))
+                F.cross_entropy(logits, target, label_smoothing=0.1, reduction="none"),
+                F.mse_loss(logits, logits.flip(0)), F.binary_cross_entropy_with_logits(logits, logits.sigmoid()))
 
     check.captured(f, (torch.randn(4, 5), torch.tensor([0, 4, 2, 1])))
+
+
+def test_one_hot(check):
+    # num_classes is given: the output shape does not depend on the data.
+    check.captured(lambda t: F.one_hot(t, 5).float() * 2, (torch.tensor([0, 4, 2, 1]),))
 
 
 _ACTIVATIONS = {
