@@ -1,0 +1,52 @@
+"""The backend on CUDA tensors: tracer tensors report cuda:0, the executor runs ATen's CUDA kernels.
+Skipped where no GPU is present (CI); run on the GPU machine."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ember.testing import check_model
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
+]
+
+
+def test_mlp_cuda():
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
+    check_model(model.cuda().eval(), (torch.randn(4, 32, device="cuda"),), expect_graphs=1,
+                expect_fallbacks=0)
+
+
+def test_attention_bf16_cuda():
+    def f(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True).sum(-1)
+
+    args = [torch.randn(2, 4, 64, 32, device="cuda", dtype=torch.bfloat16) for _ in range(3)]
+    check_model(f, args, expect_graphs=1, expect_fallbacks=0)
+
+
+def test_factories_and_mutation_cuda():
+    def f(x):
+        z = torch.zeros(x.shape[0], 3, device=x.device)
+        z[:, 0] = x[:, 0]
+        x.mul_(2)
+        return z + torch.arange(3, device=x.device), x[0]
+
+    check_model(f, (torch.randn(5, 4, device="cuda"),), expect_graphs=1, expect_fallbacks=0)
+
+
+def test_batchnorm_train_cuda():
+    bn = torch.nn.BatchNorm2d(8).cuda().train()
+    check_model(bn, (torch.randn(4, 8, 6, 6, device="cuda"),), expect_graphs=1, expect_fallbacks=0)
+
+
+def test_autocast_cuda():
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU()).cuda().eval()
+
+    def f(x):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return model(x)
+
+    check_model(f, (torch.randn(4, 32, device="cuda"),), expect_fallbacks=0)
