@@ -102,6 +102,26 @@ def clone_inputs(obj: Any) -> Any:
     return rec(obj)
 
 
+def _perturbed(obj: Any, seed: int) -> Any:
+    """clone_inputs(obj), with every floating-point storage scaled elementwise by seeded
+    factors in [0.5, 1.5). Scaling whole storages keeps inputs that alias consistent."""
+    out = clone_inputs(obj)
+    g = torch.Generator().manual_seed(10_000 + seed)
+    seen = set()
+    for _, t in _tensor_leaves(out, ""):
+        key = _storage_key(t)
+        if key is None or key in seen or t.layout != torch.strided or not t.is_floating_point():
+            continue
+        seen.add(key)
+        storage = t.untyped_storage()
+        n = storage.nbytes() // t.element_size()
+        with torch.no_grad():
+            flat = torch.empty(0, dtype=t.dtype, device=t.device).set_(storage, 0, (n,), (1,))
+            factors = torch.rand(n, generator=g, dtype=torch.float64) + 0.5
+            flat.mul_(factors.to(device=t.device, dtype=t.dtype))
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # Comparing
 # --------------------------------------------------------------------------------------------
@@ -369,6 +389,7 @@ def check_model(
     runs: int = 2,
     dynamic: bool | None = False,
     check_recompile: bool = True,
+    vary_inputs: bool = True,
 ) -> dict:
     """Run `fn(*args, **kwargs)` eagerly and through `torch.compile(backend=backend)`; assert
     that outputs, input mutations, module state (and with `grad=True` gradients) match.
@@ -390,6 +411,9 @@ def check_model(
       only dtype/shape/strides there (for uninitialized values such as `torch.empty`).
     - runs: how many times each is run, in lockstep (the second compiled run uses the cache).
     - dynamic: passed to torch.compile (False: static shapes).
+    - vary_inputs: runs after the first get floating-point inputs scaled elementwise by
+      seeded factors in [0.5, 1.5) (signs kept), so a compiled program that baked input values
+      in as constants is caught. Integer and bool inputs stay as they are.
     - check_recompile: assert that runs after the first compile nothing new (no new ember graph
       or fallback): the cached path is used.
 
@@ -424,8 +448,11 @@ def check_model(
     first_snapshot = None
     for run in range(runs):
         tag = f"[run {run + 1} of {runs}] "
-        e_args, e_kwargs = clone_inputs((args, kwargs))
-        c_args, c_kwargs = clone_inputs((args, kwargs))
+        run_inputs = (args, kwargs)
+        if run > 0 and vary_inputs:
+            run_inputs = _perturbed(run_inputs, seed=run)
+        e_args, e_kwargs = clone_inputs(run_inputs)
+        c_args, c_kwargs = clone_inputs(run_inputs)
 
         torch.manual_seed(seed)
         with ctx():

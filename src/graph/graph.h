@@ -68,6 +68,10 @@ struct Node {
   int32_t op = -1;  ///< index into Graph::ops
   std::vector<Arg> args;
   std::vector<ValueId> outputs;
+  /// For each output, its position among the op's tensor results (each Tensor return, and each
+  /// element of a Tensor[] return, counted in order, undefined ones included). Results that were
+  /// undefined while tracing have no output. Empty means outputs are results 0, 1, ...
+  std::vector<int32_t> result_slots;
 };
 
 enum class InputKind : int8_t { User, Parameter, Buffer, Constant };

@@ -51,7 +51,7 @@ Executor::Executor(tracer::TracedGraph traced) : traced_(std::move(traced)) {
     auto handle = c10::Dispatcher::singleton().findSchema({info.name, info.overload});
     EMBER_UNSUPPORTED(handle.has_value())
         << "operator " << info.qualified_name() << " is not registered in this process";
-    Step step{*handle, {}, {}, {}, node.outputs, {}};
+    Step step{*handle, {}, {}, {}, node.outputs, node.result_slots, {}};
     step.args.reserve(node.args.size());
     for (size_t i = 0; i < node.args.size(); ++i) {
       const graph::Arg& a = node.args[i];
@@ -128,18 +128,27 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
       }
     }
     step.op.callBoxed(&stack);
+    // Results are matched to outputs by position among the tensor results, so an optional result
+    // that is undefined here but was defined while tracing (or the reverse) keeps the others in
+    // place. Kernels may leave out optional results that meta kernels return (cuDNN attention).
     size_t k = 0;
+    int32_t slot = 0;
     auto take = [&](const at::Tensor& t) {
-      if (!t.defined()) return;
-      EMBER_INTERNAL_ASSERT(k < step.outputs.size())
-          << step.op.schema().name() << " returned more tensors than it did while tracing";
-      env[step.outputs[k++]] = t;
+      int32_t this_slot = slot++;
+      if (step.result_slots.empty()) {
+        if (!t.defined()) return;
+        EMBER_INTERNAL_ASSERT(k < step.outputs.size())
+            << step.op.schema().name() << " returned more tensors than it did while tracing";
+        env[step.outputs[k++]] = t;
+      } else if (k < step.outputs.size() && step.result_slots[k] == this_slot) {
+        env[step.outputs[k++]] = t;
+      }
     };
     for (const c10::IValue& r : stack) {
       if (r.isTensor()) {
         take(r.toTensor());
       } else if (r.isTensorList()) {
-        for (const at::Tensor& t : r.toTensorList()) take(t);
+        for (at::Tensor t : r.toTensorList()) take(t);
       }
     }
     EMBER_INTERNAL_ASSERT(k == step.outputs.size())

@@ -57,7 +57,7 @@ void for_each_tensor(const c10::IValue& v, F&& fn) {
   if (v.isTensor()) {
     fn(v.toTensor());
   } else if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorList()) fn(t);
+    for (at::Tensor t : v.toTensorList()) fn(t);
   } else if (v.isList()) {
     for (const c10::IValue& e : v.toListRef()) {
       if (e.isTensor()) fn(e.toTensor());
@@ -281,15 +281,20 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
   // from metadata) pass through unchanged.
   std::vector<graph::TensorType> out_types;
   std::vector<at::Tensor> out_metas;
+  std::vector<int32_t> slots;
+  int32_t slot = 0;
   for (const c10::IValue& r : meta_stack) {
     for_each_tensor(r, [&](const at::Tensor& t) {
+      int32_t this_slot = slot++;
       if (!t.defined()) return;
       out_types.push_back(tensor_type(t, out_device));
       out_metas.push_back(t);
+      slots.push_back(this_slot);
     });
   }
   int32_t op_index = graph_.intern_op(op_info(schema));
   int32_t node = graph_.add_node(op_index, std::move(args), std::move(out_types));
+  if (slot != static_cast<int32_t>(slots.size())) graph_.nodes[node].result_slots = std::move(slots);
   const std::vector<graph::ValueId>& outs = graph_.nodes[node].outputs;
 
   size_t next = 0;
@@ -305,7 +310,7 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
       stack->emplace_back(wrap(r.toTensor()));
     } else if (r.isTensorList()) {
       c10::List<at::Tensor> l;
-      for (const at::Tensor& t : r.toTensorList()) l.push_back(wrap(t));
+      for (at::Tensor t : r.toTensorList()) l.push_back(wrap(t));
       stack->emplace_back(l);
     } else {
       stack->push_back(std::move(r));

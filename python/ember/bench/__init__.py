@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from . import models
 from .harness import DTYPES, MODES, BackendResult, ModelRun, Settings, configure, environment, measure_overhead, run_model
@@ -103,12 +103,14 @@ def run(models: str | Sequence[str] | None = None,
         timeout_s: float | None = None,
         exclude: str | Sequence[str] | None = None,
         include_heavy: bool = False,
-        progress: bool = True) -> Report:
+        progress: bool = True,
+        on_result: Callable[[Report], None] | None = None) -> Report:
     """Run the selected models under each backend, for each mode and dtype; return a :class:`Report`.
 
     models: model names and/or family names (None = the whole suite, without the heavy models).
     backends: "eager" (always included, the baseline), "inductor", "inductor-<torch.compile mode>",
     "ember", or any registered torch.compile backend name.
+    on_result: called with the partial report after each model (the CLI saves JSON incrementally).
     """
     modes = _as_list(mode) or ["inference"]
     dtypes = _as_list(dtype) or ["fp32"]
@@ -154,6 +156,9 @@ def run(models: str | Sequence[str] | None = None,
             r = run_model(sp, m, d, s, progress=bar.show)
         runs.append(r)
         bar.advance(_run_status(r))
+        if on_result is not None:
+            meta["wall_s"] = round(time.perf_counter() - t0, 1)
+            on_result(Report(meta=meta, overhead=ov, runs=list(runs)))
     bar.close()
     meta["wall_s"] = round(time.perf_counter() - t0, 1)
     return Report(meta=meta, overhead=ov, runs=runs)

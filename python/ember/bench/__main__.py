@@ -38,6 +38,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="seconds; models not started within the budget are reported as skipped")
     p.add_argument("--isolate", action="store_true", help="one subprocess per model and mode/dtype")
     p.add_argument("--timeout", type=float, default=None, help="per-model timeout in seconds (with --isolate)")
+    p.add_argument("--threads", type=int, default=None, help="torch.set_num_threads(N) for CPU runs")
     p.add_argument("--list", action="store_true", help="list the models and exit")
     p.add_argument("--from-json", default=None, help="re-render an existing JSON report (no run)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -63,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         import torch
 
+        if args.threads:
+            torch.set_num_threads(args.threads)
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         suite = args.suite or ("full" if device.startswith("cuda") else "small")
         rep = run(models=args.only, backends=args.backends, mode=args.mode, dtype=args.dtype, device=device,
@@ -71,7 +74,15 @@ def main(argv: list[str] | None = None) -> int:
                   fresh_cache=not args.no_fresh_cache, overhead=not args.no_overhead,
                   tf32=not args.no_tf32, time_budget_s=args.time_budget, isolate=args.isolate,
                   timeout_s=args.timeout, exclude=args.exclude, include_heavy=args.include_heavy,
-                  progress=not args.quiet)
+                  progress=not args.quiet, on_result=lambda partial: _save(partial, args))
+    text = _save(rep, args)
+    if not args.no_table:
+        print(text)
+    return 0
+
+
+def _save(rep, args: argparse.Namespace) -> str:
+    """Write the JSON / text / HTML outputs (also called after every model, so a killed run keeps its results)."""
     if args.json:
         rep.to_json(args.json)
     text = rep.render_text()
@@ -80,9 +91,7 @@ def main(argv: list[str] | None = None) -> int:
             f.write(text + "\n")
     if args.html:
         rep.save_html(args.html)
-    if not args.no_table:
-        print(text)
-    return 0
+    return text
 
 
 if __name__ == "__main__":

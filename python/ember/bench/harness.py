@@ -105,10 +105,16 @@ class Settings:
 
 
 def short_reason(e: BaseException, limit: int = 400) -> str:
-    msg = str(e).strip().splitlines()
-    # dynamo wraps backend errors; the last informative line is often the useful one
-    first = msg[0] if msg else ""
-    text = f"{type(e).__name__}: {first}"
+    """One line: exception type and message; wrapped backend errors (BackendCompilerFailed) show the cause."""
+
+    def first(x: BaseException) -> str:
+        lines = [ln.strip() for ln in str(x).strip().splitlines() if ln.strip()]
+        return lines[0] if lines else ""
+
+    text = f"{type(e).__name__}: {first(e)}"
+    inner = getattr(e, "inner_exception", None) or e.__cause__
+    if inner is not None and inner is not e:
+        text += f" {type(inner).__name__}: {first(inner)}"
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

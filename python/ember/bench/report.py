@@ -157,7 +157,8 @@ class Report:
                 rows.append([
                     r.model, key, str(r.batch_size or "-"), b, x.status,
                     _f(x.median_ms, "{:.2f}"), _fx(x.speedup) if b != "eager" else "",
-                    "" if b == "eager" else f"{_f(x.compile_s, '{:.1f}')}/{_f(x.compile_warm_s, '{:.1f}')}",
+                    "" if (b == "eager" or (x.compile_s is None and x.compile_warm_s is None))
+                    else f"{_f(x.compile_s, '{:.1f}')}/{_f(x.compile_warm_s, '{:.1f}')}",
                     _f(x.peak_mem_mb, "{:.0f}"), _fx(x.peak_mem_ratio) if b != "eager" else "",
                     x.accuracy, "" if x.graphs is None else f"{x.graphs}/{x.graph_breaks}",
                 ])

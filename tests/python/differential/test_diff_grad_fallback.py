@@ -19,7 +19,7 @@ def test_requires_grad_input_falls_back(check):
         assert res["graphs"] == 0, res
         assert res["fallbacks"] >= 1, res
         assert len(res["fallback_reasons"]) == res["fallbacks"], res
-        assert all(isinstance(r, str) and r.strip() for r in res["fallback_reasons"]), res
+        assert all(isinstance(r, str) and "grad" in r.lower() for r in res["fallback_reasons"]), res
 
 
 def test_requires_grad_input_gradients_match(check):

@@ -168,6 +168,10 @@ def test_losses(check):
     check.captured(f, (torch.randn(4, 5), torch.tensor([0, 4, 2, 1])))
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "ember bug: aten::one_hot is CompositeImplicit; its eager kernel validates class values with "
+    ".item() (min/max), so ember's tracer raises DataDependentError (_local_scalar_dense) and the "
+    "graph falls back, though the output shape is static; FakeTensor/meta skip those checks"))
 def test_one_hot(check):
     # num_classes is given: the output shape does not depend on the data.
     check.captured(lambda t: F.one_hot(t, 5).float() * 2, (torch.tensor([0, 4, 2, 1]),))

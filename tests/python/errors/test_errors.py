@@ -47,6 +47,19 @@ def test_trace_works_on_plain_function():
 
 
 @needs_trace
+def test_trace_module_and_graph_module():
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU()).eval()
+    g = ember.trace(m, [torch.randn(2, 4)])
+    assert g.num_nodes >= 2, str(g)
+    gm = torch.fx.symbolic_trace(m)
+    g2 = ember.trace(gm, [torch.randn(2, 4)])
+    assert g2.num_nodes == g.num_nodes, (str(g), str(g2))
+    if hasattr(g, "print"):
+        g.print()
+
+
+@needs_trace
 def test_trace_dict_input_is_compile_error():
     _trace_raises(errors.CompileError, lambda d: d["x"] + 1, [{"x": torch.randn(3)}], "dict")
 

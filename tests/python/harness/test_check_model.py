@@ -237,3 +237,17 @@ def test_expect_counters_checked():
         check_model(lambda x: x + 1, (torch.randn(2),), backend="eager", expect_graphs=1)
     check_model(lambda x: x + 1, (torch.randn(2),), backend="eager", expect_graphs=0,
                 expect_fallbacks=0)
+
+
+def test_detects_baked_in_input_values():
+    def backend(gm, example_inputs):
+        frozen = [x.clone() for x in example_inputs]
+
+        def run(*args):
+            return gm(*frozen)  # ignores the real inputs
+
+        return run
+
+    with pytest.raises(AssertionError, match=r"\[run 2 of 2\] output out: values differ"):
+        check_model(lambda x: x * 2, (torch.randn(4),), backend=backend)
+    check_model(lambda x: x * 2, (torch.randn(4),), backend=backend, vary_inputs=False)

@@ -61,6 +61,51 @@ def test_gpt2_lm_head(check, attn):
     check.captured(model, (), {"input_ids": _ids(), "use_cache": False}, min_nodes=50, **MODEL_TOL)
 
 
+def _padded_ids():
+    ids = _ids()
+    mask = torch.ones_like(ids)
+    mask[0, :3] = 0  # left padding in the first sequence
+    return ids, mask
+
+
+def test_gpt2_padding_mask_all_outputs(check):
+    # Dynamo currently splits this into 2 graphs (a graph break in transformers' mask code).
+    ids, mask = _padded_ids()
+    res = check(_gpt2("eager"), (), {"input_ids": ids, "attention_mask": mask, "use_cache": False,
+                                     "output_hidden_states": True, "output_attentions": True},
+                expect_fallbacks=0, min_nodes=50, **MODEL_TOL)
+    if check.is_ember:
+        assert res["graphs"] >= 1, res
+
+
+def test_gpt2_with_labels_loss(check):
+    ids = _ids()
+    res = check(_gpt2("sdpa"), (), {"input_ids": ids, "labels": ids, "use_cache": False},
+                expect_fallbacks=0, min_nodes=50, **MODEL_TOL)
+    if check.is_ember:
+        assert res["graphs"] >= 1, res
+
+
+def test_bert_all_outputs(check):
+    ids, mask = _padded_ids()
+    check.captured(_bert("eager"), (), {"input_ids": ids, "attention_mask": mask, "output_hidden_states": True,
+                                        "output_attentions": True}, min_nodes=50, **MODEL_TOL)
+
+
+def test_gpt2_bf16(check):
+    model = _gpt2("sdpa").to(torch.bfloat16)
+    check.captured(model, (), {"input_ids": _ids(), "use_cache": False}, min_nodes=50)
+
+
+def test_bert_train_mode_dropout(check):
+    # Train mode under no_grad: dropout draws from the seeded global RNG in the same order as
+    # eager, so the outputs match exactly.
+    model = _bert("sdpa").train()
+    ids = _ids()
+    check.captured(model, (), {"input_ids": ids, "token_type_ids": torch.zeros_like(ids)}, min_nodes=50,
+                   **MODEL_TOL)
+
+
 class BasicBlock(nn.Module):
     def __init__(self, cin, cout, stride=1):
         super().__init__()
