@@ -545,7 +545,7 @@ def run_model(spec: M.ModelSpec, mode: str, dtype: str, s: Settings,
                         inst2.step()
                         res2 = inst2.results(inst2.step(), to_cpu=False)
                         del inst2
-                        ok, detail = same(eager_res, res2, None, tol, cos, low_precision)
+                        ok, detail = same(eager_res, res2, fp64_res, tol, cos, low_precision)
                         del res2
                         r.accuracy = "pass" if ok else "eager_two_runs_differ"
                         r.accuracy_detail = detail or None
@@ -786,9 +786,8 @@ def configure(s: Settings) -> None:
         torch.backends.cuda.matmul.allow_tf32 = s.tf32
         torch.backends.cudnn.allow_tf32 = s.tf32
     try:
-        import torch._dynamo
+        from torch._dynamo import config as cfg
 
-        cfg = torch._dynamo.config
         cfg.cache_size_limit = max(getattr(cfg, "cache_size_limit", 8), 64)
         if hasattr(cfg, "accumulated_cache_size_limit"):
             cfg.accumulated_cache_size_limit = max(cfg.accumulated_cache_size_limit, 512)

@@ -384,8 +384,8 @@ timm_model("regnety_040", 128)
 timm_model("ghostnet_100", 512)
 timm_model("inception_v3", 128, small_px=96, tol_training=4e-2)
 timm_model("repvgg_a2", 128)
-timm_model("visformer_small", 128, small_px=64)
-timm_model("mixer_b16_224", 128, dict(img_size=64, num_blocks=2, embed_dim=64))
+timm_model("visformer_small", 128, dict(img_size=64))
+timm_model("mixer_b16_224", 128, dict(img_size=64))
 
 
 # ----------------------------------------------------------------------------------------- torchvision
