@@ -19,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import importlib.util
-import math
 from typing import Any, Callable
 
 import torch

@@ -340,7 +340,7 @@ def _svg_chart(runs: list[ModelRun], backends: list[str]) -> str:
             if xres.speedup:
                 x1, x2 = sorted((x(1.0), x(xres.speedup)))
                 tip = (f"{r.model} {b}: {xres.speedup:.2f}x, {xres.median_ms:.2f} ms, status {xres.status}, "
-                       f"accuracy {xres.accuracy}, compile {xres.compile_s if xres.compile_s is not None else 'n/a'} s")
+                       f"accuracy {xres.accuracy}, compile {_f(xres.compile_s, '{:.1f}') or 'n/a'} s")
                 opacity = "1" if xres.status == "pass" else "0.4"
                 out.append(f"<rect x='{x1:.1f}' y='{y + 1}' width='{max(x2 - x1, 1):.1f}' height='{bar_h - 2}' "
                            f"fill='{_color(b, j)}' fill-opacity='{opacity}'><title>{esc(tip)}</title></rect>")
