@@ -8,6 +8,7 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 
 #include <ATen/ops/empty_strided.h>
+#include <ATen/ops/zeros.h>
 
 #include "graph/verifier.h"
 #include "support/error.h"
@@ -75,6 +76,58 @@ bool is_tensor_type(const c10::TypePtr& type) {
     return e->kind() == c10::TypeKind::TensorType;
   }
   return false;
+}
+
+// Result metadata for an op with no meta kernel, found by running its real kernel once on
+// zero-filled tensors of the traced geometry, on the device they report. Only shapes, strides and
+// dtypes of the results are kept. Ops whose results depend on data are refused before this.
+torch::jit::Stack run_on_zeros(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
+  const std::string op_name = c10::toString(op.schema().operator_name());
+  auto zeros_like_tracer = [](const at::Tensor& t) -> at::Tensor {
+    if (as_tracer(t) == nullptr) return t;
+    at::Tensor meta = meta_like(t);
+    int64_t elems = static_cast<int64_t>(meta.storage().nbytes() / meta.itemsize());
+    return at::zeros({elems}, t.options().device(t.device()))
+        .as_strided(t.sizes(), t.strides(), t.storage_offset());
+  };
+  torch::jit::Stack real;
+  try {
+    for (const c10::IValue& v : args) {
+      if (v.isTensor()) {
+        real.emplace_back(zeros_like_tracer(v.toTensor()));
+      } else if (v.isTensorList()) {
+        c10::List<at::Tensor> l;
+        for (at::Tensor t : v.toTensorList()) l.push_back(zeros_like_tracer(t));
+        real.emplace_back(l);
+      } else if (v.isList() && !v.toListRef().empty() && v.toListRef()[0].isTensor()) {
+        c10::List<std::optional<at::Tensor>> l;
+        for (const c10::IValue& e : v.toListRef()) {
+          l.push_back(e.isTensor() ? std::optional<at::Tensor>(zeros_like_tracer(e.toTensor()))
+                                   : std::nullopt);
+        }
+        real.emplace_back(l);
+      } else {
+        real.push_back(v);
+      }
+    }
+    op.callBoxed(&real);
+  } catch (const c10::Error& e) {
+    throw Unsupported(op_name + " has no meta implementation, and running it on zeros failed: " +
+                      e.what_without_backtrace());
+  }
+  torch::jit::Stack metas;
+  for (c10::IValue& r : real) {
+    if (r.isTensor()) {
+      metas.emplace_back(r.toTensor().defined() ? meta_like(r.toTensor()) : r.toTensor());
+    } else if (r.isTensorList()) {
+      c10::List<at::Tensor> l;
+      for (at::Tensor t : r.toTensorList()) l.push_back(meta_like(t));
+      metas.emplace_back(l);
+    } else {
+      metas.push_back(std::move(r));
+    }
+  }
+  return metas;
 }
 
 }  // namespace
@@ -172,6 +225,12 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
   EMBER_INTERNAL_ASSERT(outer_tls_.has_value()) << op_name << " recorded outside enter()";
   c10::impl::ForceDispatchKeyGuard untraced(*outer_tls_);
 
+  for (size_t i = 0; i < num_args; ++i) {
+    const c10::IValue& v = (*stack)[base + i];
+    EMBER_UNSUPPORTED(!(v.isDevice() && v.toDevice().type() == c10::DeviceType::PrivateUse1))
+        << op_name << " asks for a tensor on the PrivateUse1 device, whose dispatch key ember's "
+        << "tracer uses";
+  }
   if (!any_tracer && (any_real || is_uninitialized_factory(op))) {
     // Only real tensors: a constant computation. Run it now; its result is a constant. Autograd
     // and ADInplaceOrView already ran above this kernel, so the call continues below them.
@@ -271,8 +330,8 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     try {
       op.callBoxed(&meta_stack);
-    } catch (const c10::NotImplementedError& e) {
-      throw Unsupported(op_name + " has no meta implementation, so ember cannot trace it");
+    } catch (const c10::NotImplementedError&) {
+      meta_stack = run_on_zeros(op, c10::ArrayRef<c10::IValue>(stack->data() + base, num_args));
     }
   }
   torch::jit::drop(*stack, num_args);
