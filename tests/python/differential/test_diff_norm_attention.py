@@ -9,6 +9,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+TORCH_VERSION = tuple(int(p) for p in torch.__version__.split('+')[0].split('.')[:2])
+
 
 def test_layernorm_module_and_functional(check):
     ln = nn.LayerNorm(16)
@@ -133,7 +135,11 @@ def test_multihead_attention_module(check):
 
     pad = torch.zeros(2, 5, dtype=torch.bool)
     pad[1, 3:] = True
-    check.captured(M(), (torch.randn(2, 5, 16), pad), atol=1e-5, rtol=1e-5)
+    # On torch 2.11 eager takes nn.MultiheadAttention's fused fast path and Dynamo's graph takes the
+    # composite path, so output strides differ for every backend (aot_eager and Inductor give the
+    # same strides as ember, measured on the GPU machine). Values still match.
+    strides = TORCH_VERSION >= (2, 12)
+    check.captured(M(), (torch.randn(2, 5, 16), pad), atol=1e-5, rtol=1e-5, check_strides=strides)
 
 
 def test_transformer_encoder_layer_eval(check):
