@@ -10,10 +10,14 @@ std::string OpInfo::qualified_name() const {
 
 std::string input_kind_name(InputKind k) {
   switch (k) {
-    case InputKind::User: return "user";
-    case InputKind::Parameter: return "param";
-    case InputKind::Buffer: return "buffer";
-    case InputKind::Constant: return "const";
+    case InputKind::User:
+      return "user";
+    case InputKind::Parameter:
+      return "param";
+    case InputKind::Buffer:
+      return "buffer";
+    case InputKind::Constant:
+      return "const";
   }
   return "?";
 }

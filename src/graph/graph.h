@@ -3,8 +3,8 @@
 ///
 /// Semantics:
 ///  - A Graph is a straight-line SSA program. Every tensor is a Value, defined exactly once: as a
-///    graph input or as an output of one Node. Nodes appear in execution order; an argument may only
-///    name a Value defined earlier.
+///    graph input or as an output of one Node. Nodes appear in execution order; an argument may
+///    only name a Value defined earlier.
 ///  - A Node is a call of one schema-resolved ATen operator overload (`aten::add.Tensor`). Its
 ///    arguments follow the schema's order, every argument present (defaults filled in).
 ///  - The graph is functional: nodes do not mutate their arguments. Mutation of graph inputs (say

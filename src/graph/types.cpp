@@ -4,24 +4,42 @@ namespace ember::graph {
 
 std::string dtype_name(DType t) {
   switch (t) {
-    case DType::UInt8: return "u8";
-    case DType::Int8: return "i8";
-    case DType::Int16: return "i16";
-    case DType::Int32: return "i32";
-    case DType::Int64: return "i64";
-    case DType::Float16: return "f16";
-    case DType::Float32: return "f32";
-    case DType::Float64: return "f64";
-    case DType::ComplexHalf: return "c32";
-    case DType::ComplexFloat: return "c64";
-    case DType::ComplexDouble: return "c128";
-    case DType::Bool: return "b8";
-    case DType::BFloat16: return "bf16";
-    case DType::Float8_e5m2: return "f8e5m2";
-    case DType::Float8_e4m3fn: return "f8e4m3fn";
-    case DType::UInt16: return "u16";
-    case DType::UInt32: return "u32";
-    case DType::UInt64: return "u64";
+    case DType::UInt8:
+      return "u8";
+    case DType::Int8:
+      return "i8";
+    case DType::Int16:
+      return "i16";
+    case DType::Int32:
+      return "i32";
+    case DType::Int64:
+      return "i64";
+    case DType::Float16:
+      return "f16";
+    case DType::Float32:
+      return "f32";
+    case DType::Float64:
+      return "f64";
+    case DType::ComplexHalf:
+      return "c32";
+    case DType::ComplexFloat:
+      return "c64";
+    case DType::ComplexDouble:
+      return "c128";
+    case DType::Bool:
+      return "b8";
+    case DType::BFloat16:
+      return "bf16";
+    case DType::Float8_e5m2:
+      return "f8e5m2";
+    case DType::Float8_e4m3fn:
+      return "f8e4m3fn";
+    case DType::UInt16:
+      return "u16";
+    case DType::UInt32:
+      return "u32";
+    case DType::UInt64:
+      return "u64";
   }
   return "dtype<" + std::to_string(static_cast<int>(t)) + ">";
 }
@@ -32,20 +50,25 @@ int element_size(DType t) {
     case DType::Int8:
     case DType::Bool:
     case DType::Float8_e5m2:
-    case DType::Float8_e4m3fn: return 1;
+    case DType::Float8_e4m3fn:
+      return 1;
     case DType::Int16:
     case DType::Float16:
     case DType::BFloat16:
-    case DType::UInt16: return 2;
+    case DType::UInt16:
+      return 2;
     case DType::Int32:
     case DType::Float32:
     case DType::ComplexHalf:
-    case DType::UInt32: return 4;
+    case DType::UInt32:
+      return 4;
     case DType::Int64:
     case DType::Float64:
     case DType::ComplexFloat:
-    case DType::UInt64: return 8;
-    case DType::ComplexDouble: return 16;
+    case DType::UInt64:
+      return 8;
+    case DType::ComplexDouble:
+      return 16;
   }
   return 0;
 }
@@ -57,19 +80,31 @@ bool is_floating(DType t) {
     case DType::Float64:
     case DType::BFloat16:
     case DType::Float8_e5m2:
-    case DType::Float8_e4m3fn: return true;
-    default: return false;
+    case DType::Float8_e4m3fn:
+      return true;
+    default:
+      return false;
   }
 }
 
 std::string device_name(Device d) {
   std::string base;
   switch (d.kind) {
-    case DeviceKind::CPU: base = "cpu"; break;
-    case DeviceKind::CUDA: base = "cuda"; break;
-    case DeviceKind::Meta: base = "meta"; break;
-    case DeviceKind::PrivateUse1: base = "privateuseone"; break;
-    default: base = "device<" + std::to_string(static_cast<int>(d.kind)) + ">"; break;
+    case DeviceKind::CPU:
+      base = "cpu";
+      break;
+    case DeviceKind::CUDA:
+      base = "cuda";
+      break;
+    case DeviceKind::Meta:
+      base = "meta";
+      break;
+    case DeviceKind::PrivateUse1:
+      base = "privateuseone";
+      break;
+    default:
+      base = "device<" + std::to_string(static_cast<int>(d.kind)) + ">";
+      break;
   }
   if (d.index >= 0) base += ":" + std::to_string(d.index);
   return base;
@@ -77,20 +112,28 @@ std::string device_name(Device d) {
 
 std::string layout_name(Layout l) {
   switch (l) {
-    case Layout::Strided: return "strided";
-    case Layout::Sparse: return "sparse_coo";
-    case Layout::SparseCsr: return "sparse_csr";
-    case Layout::Mkldnn: return "mkldnn";
+    case Layout::Strided:
+      return "strided";
+    case Layout::Sparse:
+      return "sparse_coo";
+    case Layout::SparseCsr:
+      return "sparse_csr";
+    case Layout::Mkldnn:
+      return "mkldnn";
   }
   return "layout<" + std::to_string(static_cast<int>(l)) + ">";
 }
 
 std::string memory_format_name(MemoryFormat m) {
   switch (m) {
-    case MemoryFormat::Contiguous: return "contiguous_format";
-    case MemoryFormat::Preserve: return "preserve_format";
-    case MemoryFormat::ChannelsLast: return "channels_last";
-    case MemoryFormat::ChannelsLast3d: return "channels_last_3d";
+    case MemoryFormat::Contiguous:
+      return "contiguous_format";
+    case MemoryFormat::Preserve:
+      return "preserve_format";
+    case MemoryFormat::ChannelsLast:
+      return "channels_last";
+    case MemoryFormat::ChannelsLast3d:
+      return "channels_last_3d";
   }
   return "memory_format<" + std::to_string(static_cast<int>(m)) + ">";
 }

@@ -54,7 +54,12 @@ enum class Layout : int8_t { Strided = 0, Sparse = 1, SparseCsr = 2, Mkldnn = 3 
 std::string layout_name(Layout l);
 
 /// Mirrors c10::MemoryFormat.
-enum class MemoryFormat : int8_t { Contiguous = 0, Preserve = 1, ChannelsLast = 2, ChannelsLast3d = 3 };
+enum class MemoryFormat : int8_t {
+  Contiguous = 0,
+  Preserve = 1,
+  ChannelsLast = 2,
+  ChannelsLast3d = 3
+};
 std::string memory_format_name(MemoryFormat m);
 
 /// A size, stride or offset. Today it is always a constant. It is the one place where symbolic

@@ -38,10 +38,12 @@ void bind_graph(nb::module_& m) {
             return names;
           },
           "The qualified op name of each node, in order.")
-      .def("hash", [](const TracedGraph& g) { return graph::hash_graph(g.graph); },
-           "Structural hash of the graph (stable across processes).")
-      .def("verify", [](const TracedGraph& g) { return graph::verify_graph(g.graph); },
-           "Messages for each broken invariant; empty when the graph is valid.");
+      .def(
+          "hash", [](const TracedGraph& g) { return graph::hash_graph(g.graph); },
+          "Structural hash of the graph (stable across processes).")
+      .def(
+          "verify", [](const TracedGraph& g) { return graph::verify_graph(g.graph); },
+          "Messages for each broken invariant; empty when the graph is valid.");
 }
 
 }  // namespace ember::python

@@ -16,8 +16,7 @@ void bind_runtime(nb::module_& m) {
   nb::class_<Executor>(m, "CompiledGraph",
                        "A graph ready to run. Calling it with the graph's non-constant inputs "
                        "returns a tuple of its outputs.")
-      .def("__init__",
-           [](Executor* self, const tracer::TracedGraph& g) { new (self) Executor(g); })
+      .def("__init__", [](Executor* self, const tracer::TracedGraph& g) { new (self) Executor(g); })
       .def("__call__",
            [](const Executor& e, nb::args args) {
              std::vector<at::Tensor> inputs;
@@ -31,7 +30,8 @@ void bind_runtime(nb::module_& m) {
              std::vector<at::Tensor> outs = e.run(inputs);
              nb::object result = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(outs.size())));
              for (size_t i = 0; i < outs.size(); ++i) {
-               PyTuple_SET_ITEM(result.ptr(), static_cast<Py_ssize_t>(i), THPVariable_Wrap(outs[i]));
+               PyTuple_SET_ITEM(result.ptr(), static_cast<Py_ssize_t>(i),
+                                THPVariable_Wrap(outs[i]));
              }
              return result;
            })

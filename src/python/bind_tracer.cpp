@@ -39,14 +39,16 @@ void bind_tracer(nb::module_& m) {
           [](TraceSession& s, const at::Tensor& example, const std::string& kind,
              const std::string& name) { return s.add_input(example, parse_kind(kind), name); },
           nb::arg("example"), nb::arg("kind") = "user", nb::arg("name") = "")
-      .def("__enter__",
-           [](TraceSession& s) -> TraceSession& {
-             s.enter();
-             return s;
-           },
-           nb::rv_policy::reference)
-      .def("__exit__", [](TraceSession& s, nb::handle, nb::handle, nb::handle) { s.exit(); },
-           nb::arg().none(), nb::arg().none(), nb::arg().none())
+      .def(
+          "__enter__",
+          [](TraceSession& s) -> TraceSession& {
+            s.enter();
+            return s;
+          },
+          nb::rv_policy::reference)
+      .def(
+          "__exit__", [](TraceSession& s, nb::handle, nb::handle, nb::handle) { s.exit(); },
+          nb::arg().none(), nb::arg().none(), nb::arg().none())
       .def("finish", &TraceSession::finish, nb::arg("outputs"))
       .def("rethrow_pending_error", &TraceSession::rethrow_pending_error,
            "Re-raises the first ember error raised inside the trace with its own type, if any.")

@@ -66,7 +66,8 @@ Executor::Executor(tracer::TracedGraph traced) : traced_(std::move(traced)) {
       }
     }
     for (size_t v = 0; v < last_use.size(); ++v) {
-      if (last_use[v] == static_cast<int>(n)) step.release.push_back(static_cast<graph::ValueId>(v));
+      if (last_use[v] == static_cast<int>(n))
+        step.release.push_back(static_cast<graph::ValueId>(v));
     }
     for (graph::ValueId out : node.outputs) {
       if (last_use[out] < 0) step.release.push_back(out);  // never used: free at once

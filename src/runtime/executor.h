@@ -41,7 +41,7 @@ class Executor {
     /// (argument position, list) for each tensor-list argument.
     std::vector<std::pair<int, const graph::ValueList*>> list_args;
     std::vector<graph::ValueId> outputs;
-    std::vector<int32_t> result_slots;  ///< see graph::Node::result_slots
+    std::vector<int32_t> result_slots;    ///< see graph::Node::result_slots
     std::vector<graph::ValueId> release;  ///< values whose last use is this step
   };
 

@@ -5,7 +5,8 @@
 namespace ember::tracer {
 
 static_assert(static_cast<int>(c10::ScalarType::Float) == static_cast<int>(graph::DType::Float32));
-static_assert(static_cast<int>(c10::ScalarType::BFloat16) == static_cast<int>(graph::DType::BFloat16));
+static_assert(static_cast<int>(c10::ScalarType::BFloat16) ==
+              static_cast<int>(graph::DType::BFloat16));
 static_assert(static_cast<int>(c10::ScalarType::UInt64) == static_cast<int>(graph::DType::UInt64));
 static_assert(static_cast<int>(c10::DeviceType::Meta) == static_cast<int>(graph::DeviceKind::Meta));
 static_assert(static_cast<int>(c10::DeviceType::PrivateUse1) ==
@@ -14,18 +15,30 @@ static_assert(static_cast<int>(c10::Layout::Mkldnn) == static_cast<int>(graph::L
 static_assert(static_cast<int>(c10::MemoryFormat::ChannelsLast3d) ==
               static_cast<int>(graph::MemoryFormat::ChannelsLast3d));
 
-graph::DType to_graph(c10::ScalarType t) { return static_cast<graph::DType>(t); }
-c10::ScalarType to_c10(graph::DType t) { return static_cast<c10::ScalarType>(t); }
+graph::DType to_graph(c10::ScalarType t) {
+  return static_cast<graph::DType>(t);
+}
+c10::ScalarType to_c10(graph::DType t) {
+  return static_cast<c10::ScalarType>(t);
+}
 graph::Device to_graph(c10::Device d) {
   return graph::Device{static_cast<graph::DeviceKind>(d.type()), d.index()};
 }
 c10::Device to_c10(graph::Device d) {
   return c10::Device(static_cast<c10::DeviceType>(d.kind), d.index);
 }
-graph::Layout to_graph(c10::Layout l) { return static_cast<graph::Layout>(l); }
-c10::Layout to_c10(graph::Layout l) { return static_cast<c10::Layout>(l); }
-graph::MemoryFormat to_graph(c10::MemoryFormat m) { return static_cast<graph::MemoryFormat>(m); }
-c10::MemoryFormat to_c10(graph::MemoryFormat m) { return static_cast<c10::MemoryFormat>(m); }
+graph::Layout to_graph(c10::Layout l) {
+  return static_cast<graph::Layout>(l);
+}
+c10::Layout to_c10(graph::Layout l) {
+  return static_cast<c10::Layout>(l);
+}
+graph::MemoryFormat to_graph(c10::MemoryFormat m) {
+  return static_cast<graph::MemoryFormat>(m);
+}
+c10::MemoryFormat to_c10(graph::MemoryFormat m) {
+  return static_cast<c10::MemoryFormat>(m);
+}
 
 graph::TensorType tensor_type(const at::Tensor& t, std::optional<c10::Device> device) {
   EMBER_UNSUPPORTED(t.layout() == c10::kStrided)
@@ -54,12 +67,16 @@ graph::Arg to_arg(const c10::IValue& v, const c10::TypePtr& schema_type, const s
   if (v.isNone()) return graph::NoneArg{};
   c10::TypePtr type = unwrap_optional(schema_type);
   switch (type->kind()) {
-    case c10::TypeKind::ScalarTypeType: return to_graph(static_cast<c10::ScalarType>(v.toInt()));
-    case c10::TypeKind::LayoutType: return to_graph(static_cast<c10::Layout>(v.toInt()));
+    case c10::TypeKind::ScalarTypeType:
+      return to_graph(static_cast<c10::ScalarType>(v.toInt()));
+    case c10::TypeKind::LayoutType:
+      return to_graph(static_cast<c10::Layout>(v.toInt()));
     case c10::TypeKind::MemoryFormatType:
       return to_graph(static_cast<c10::MemoryFormat>(v.toInt()));
-    case c10::TypeKind::DeviceObjType: return to_graph(v.toDevice());
-    default: break;
+    case c10::TypeKind::DeviceObjType:
+      return to_graph(v.toDevice());
+    default:
+      break;
   }
   if (v.isBool()) return v.toBool();
   if (v.isInt()) return v.toInt();
@@ -91,8 +108,8 @@ graph::Arg to_arg(const c10::IValue& v, const c10::TypePtr& schema_type, const s
     }
     return out;
   }
-  EMBER_UNSUPPORTED(false) << op << ": argument of type " << schema_type->str() << " (" << v.tagKind()
-                           << ")";
+  EMBER_UNSUPPORTED(false) << op << ": argument of type " << schema_type->str() << " ("
+                           << v.tagKind() << ")";
   return graph::NoneArg{};  // unreachable
 }
 
@@ -136,8 +153,8 @@ graph::OpInfo op_info(const c10::FunctionSchema& schema) {
     info.arg_names.push_back(a.name());
     info.kwarg_only.push_back(a.kwarg_only());
   }
-  info.returns_list = schema.returns().size() == 1 &&
-                      schema.returns()[0].type()->kind() == c10::TypeKind::ListType;
+  info.returns_list =
+      schema.returns().size() == 1 && schema.returns()[0].type()->kind() == c10::TypeKind::ListType;
   return info;
 }
 

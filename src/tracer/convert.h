@@ -5,8 +5,8 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
-#include <ATen/core/ivalue.h>
 #include <ATen/core/function_schema.h>
+#include <ATen/core/ivalue.h>
 
 #include "graph/graph.h"
 
@@ -23,7 +23,8 @@ c10::MemoryFormat to_c10(graph::MemoryFormat m);
 
 /// The type of `t` as the graph records it. `device` overrides t.device() (tracer tensors report a
 /// device their meta value does not have).
-graph::TensorType tensor_type(const at::Tensor& t, std::optional<c10::Device> device = std::nullopt);
+graph::TensorType tensor_type(const at::Tensor& t,
+                              std::optional<c10::Device> device = std::nullopt);
 
 /// Converts a non-tensor IValue to an Arg, guided by the schema type of its argument. Throws
 /// Unsupported for argument kinds the graph does not represent (complex scalars, generators,

@@ -34,8 +34,8 @@ void register_tracer_kernels() {
     // Leaked on purpose: deregistering at interpreter exit races the dispatcher's own teardown.
     auto* handles = new std::vector<c10::RegistrationHandleRAII>();
     handles->push_back(dispatcher.registerFallback(
-        c10::DispatchKey::PrivateUse1,
-        c10::KernelFunction::makeFromBoxedFunction<&tracer_kernel>(), "ember tracer fallback"));
+        c10::DispatchKey::PrivateUse1, c10::KernelFunction::makeFromBoxedFunction<&tracer_kernel>(),
+        "ember tracer fallback"));
     for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
       auto op = dispatcher.findOp(name);
       if (!op || !op->hasSchema()) continue;
@@ -44,10 +44,10 @@ void register_tracer_kernels() {
           !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) {
         continue;
       }
-      handles->push_back(dispatcher.registerImpl(
-          name, c10::DispatchKey::PrivateUse1,
-          c10::KernelFunction::makeFromBoxedFunction<&tracer_kernel>(), std::nullopt, nullptr,
-          "ember tracer"));
+      handles->push_back(
+          dispatcher.registerImpl(name, c10::DispatchKey::PrivateUse1,
+                                  c10::KernelFunction::makeFromBoxedFunction<&tracer_kernel>(),
+                                  std::nullopt, nullptr, "ember tracer"));
     }
   });
 }

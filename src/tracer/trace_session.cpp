@@ -1,11 +1,11 @@
 #include "tracer/trace_session.h"
 
 #include <ATen/FunctionalTensorWrapper.h>
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/enum_tag.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/grad_mode.h>
-#include <ATen/core/LegacyTypeDispatch.h>
 
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/zeros.h>
@@ -138,7 +138,9 @@ TraceSession::~TraceSession() {
   if (active_) exit();
 }
 
-TraceSession* TraceSession::current() { return tls_current; }
+TraceSession* TraceSession::current() {
+  return tls_current;
+}
 
 at::Tensor TraceSession::add_input(const at::Tensor& example, graph::InputKind kind,
                                    const std::string& name) {
@@ -353,7 +355,8 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
   }
   int32_t op_index = graph_.intern_op(op_info(schema));
   int32_t node = graph_.add_node(op_index, std::move(args), std::move(out_types));
-  if (slot != static_cast<int32_t>(slots.size())) graph_.nodes[node].result_slots = std::move(slots);
+  if (slot != static_cast<int32_t>(slots.size()))
+    graph_.nodes[node].result_slots = std::move(slots);
   const std::vector<graph::ValueId>& outs = graph_.nodes[node].outputs;
 
   size_t next = 0;
@@ -381,7 +384,8 @@ graph::ValueId TraceSession::aliased_view_of_mutated_input(const at::Tensor& out
   // A functional view shares its FunctionalStorageImpl with its base. In eager the output is a
   // view of the input, so it must see the input's mutation: rebuild it from the input with
   // as_strided, which runs before the mutation is applied and aliases the input's memory.
-  const c10::StorageImpl* storage = out.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
+  const c10::StorageImpl* storage =
+      out.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl();
   for (size_t i = 0; i < functional_inputs_.size(); ++i) {
     const at::Tensor& fin = functional_inputs_[i];
     if (fin.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl() != storage) continue;

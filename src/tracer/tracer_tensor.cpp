@@ -12,9 +12,12 @@ namespace {
 
 c10::DispatchKeySet autocast_key_for(c10::Device device) {
   switch (device.type()) {
-    case c10::DeviceType::CPU: return c10::DispatchKeySet(c10::DispatchKey::AutocastCPU);
-    case c10::DeviceType::CUDA: return c10::DispatchKeySet(c10::DispatchKey::AutocastCUDA);
-    default: return c10::DispatchKeySet();
+    case c10::DeviceType::CPU:
+      return c10::DispatchKeySet(c10::DispatchKey::AutocastCPU);
+    case c10::DeviceType::CUDA:
+      return c10::DispatchKeySet(c10::DispatchKey::AutocastCUDA);
+    default:
+      return c10::DispatchKeySet();
   }
 }
 
@@ -64,16 +67,14 @@ TracerTensorImpl* as_tracer(const at::Tensor& t) {
 
 at::Tensor make_tracer(TraceSession* session, graph::ValueId value, at::Tensor meta,
                        c10::Device device) {
-  return at::Tensor(
-      c10::make_intrusive<TracerTensorImpl>(session, value, std::move(meta), device));
+  return at::Tensor(c10::make_intrusive<TracerTensorImpl>(session, value, std::move(meta), device));
 }
 
 at::Tensor meta_like(const at::Tensor& t) {
   if (auto* tr = as_tracer(t)) return tr->meta();
   auto options = t.options().device(c10::kMeta);
-  int64_t storage_elems = static_cast<int64_t>(t.unsafeGetTensorImpl()->has_storage()
-                                                   ? t.storage().nbytes() / t.itemsize()
-                                                   : 0);
+  int64_t storage_elems = static_cast<int64_t>(
+      t.unsafeGetTensorImpl()->has_storage() ? t.storage().nbytes() / t.itemsize() : 0);
   int64_t needed = t.storage_offset();
   for (int64_t d = 0; d < t.dim(); ++d) {
     if (t.size(d) == 0) {

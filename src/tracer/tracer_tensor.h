@@ -22,7 +22,8 @@ class TraceSession;
 class TracerTensorImpl final : public c10::TensorImpl {
  public:
   /// `meta` gives dtype and geometry; `device` is the device the tensor reports.
-  TracerTensorImpl(TraceSession* session, graph::ValueId value, at::Tensor meta, c10::Device device);
+  TracerTensorImpl(TraceSession* session, graph::ValueId value, at::Tensor meta,
+                   c10::Device device);
 
   graph::ValueId value() const { return value_; }
   TraceSession* session() const { return session_; }
