@@ -4,16 +4,26 @@ namespace ember::loop {
 
 std::string dtype_name(DType t) {
   switch (t) {
-    case DType::UInt8: return "u8";
-    case DType::Int8: return "i8";
-    case DType::Int16: return "i16";
-    case DType::Int32: return "i32";
-    case DType::Int64: return "i64";
-    case DType::Float16: return "f16";
-    case DType::Float32: return "f32";
-    case DType::Float64: return "f64";
-    case DType::Bool: return "b8";
-    case DType::BFloat16: return "bf16";
+    case DType::UInt8:
+      return "u8";
+    case DType::Int8:
+      return "i8";
+    case DType::Int16:
+      return "i16";
+    case DType::Int32:
+      return "i32";
+    case DType::Int64:
+      return "i64";
+    case DType::Float16:
+      return "f16";
+    case DType::Float32:
+      return "f32";
+    case DType::Float64:
+      return "f64";
+    case DType::Bool:
+      return "b8";
+    case DType::BFloat16:
+      return "bf16";
   }
   return "dtype<" + std::to_string(static_cast<int>(t)) + ">";
 }
@@ -27,8 +37,7 @@ std::optional<DType> parse_dtype(std::string_view name) {
 }
 
 bool is_float(DType t) {
-  return t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32 ||
-         t == DType::Float64;
+  return t == DType::Float16 || t == DType::BFloat16 || t == DType::Float32 || t == DType::Float64;
 }
 
 bool is_int(DType t) {
@@ -36,20 +45,26 @@ bool is_int(DType t) {
          t == DType::Int64;
 }
 
-bool is_numeric(DType t) { return is_float(t) || is_int(t); }
+bool is_numeric(DType t) {
+  return is_float(t) || is_int(t);
+}
 
 int dtype_bits(DType t) {
   switch (t) {
     case DType::UInt8:
     case DType::Int8:
-    case DType::Bool: return 8;
+    case DType::Bool:
+      return 8;
     case DType::Int16:
     case DType::Float16:
-    case DType::BFloat16: return 16;
+    case DType::BFloat16:
+      return 16;
     case DType::Int32:
-    case DType::Float32: return 32;
+    case DType::Float32:
+      return 32;
     case DType::Int64:
-    case DType::Float64: return 64;
+    case DType::Float64:
+      return 64;
   }
   return 0;
 }

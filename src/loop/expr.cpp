@@ -11,7 +11,8 @@ namespace ember::loop {
 const char* expr_kind_name(ExprKind k) {
   switch (k) {
 #define EMBER_LOOP_EXPR(Name) \
-  case ExprKind::Name: return #Name;
+  case ExprKind::Name:        \
+    return #Name;
 #include "loop/nodes.def"
   }
   return "?";
@@ -20,9 +21,11 @@ const char* expr_kind_name(ExprKind k) {
 std::optional<BinaryCategory> binary_category(ExprKind k) {
   switch (k) {
 #define EMBER_LOOP_BINARY(Name, Symbol, Cat) \
-  case ExprKind::Name: return BinaryCategory::Cat;
+  case ExprKind::Name:                       \
+    return BinaryCategory::Cat;
 #include "loop/nodes.def"
-    default: return std::nullopt;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -30,14 +33,20 @@ namespace {
 
 bool fits(DType t, int64_t v) {
   switch (t) {
-    case DType::Bool: return v == 0 || v == 1;
-    case DType::UInt8: return v >= 0 && v <= 255;
-    case DType::Int8: return v >= -128 && v <= 127;
-    case DType::Int16: return v >= -32768 && v <= 32767;
+    case DType::Bool:
+      return v == 0 || v == 1;
+    case DType::UInt8:
+      return v >= 0 && v <= 255;
+    case DType::Int8:
+      return v >= -128 && v <= 127;
+    case DType::Int16:
+      return v >= -32768 && v <= 32767;
     case DType::Int32:
       return v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max();
-    case DType::Int64: return true;
-    default: return false;
+    case DType::Int64:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -88,10 +97,12 @@ Expr BinaryNode<K>::make(Expr a, Expr b) {
     case BinaryCategory::Float:
       EMBER_INTERNAL_ASSERT(is_float(t)) << name << " of " << dtype_name(t);
       break;
-    case BinaryCategory::Int: EMBER_INTERNAL_ASSERT(is_int(t)) << name << " of " << dtype_name(t); break;
+    case BinaryCategory::Int:
+      EMBER_INTERNAL_ASSERT(is_int(t)) << name << " of " << dtype_name(t);
+      break;
     case BinaryCategory::Compare:
-      EMBER_INTERNAL_ASSERT(is_numeric(t) || ((K == ExprKind::EQ || K == ExprKind::NE) &&
-                                              t == DType::Bool))
+      EMBER_INTERNAL_ASSERT(is_numeric(t) ||
+                            ((K == ExprKind::EQ || K == ExprKind::NE) && t == DType::Bool))
           << name << " of " << dtype_name(t);
       result = DType::Bool;
       break;
@@ -108,9 +119,11 @@ Expr BinaryNode<K>::make(Expr a, Expr b) {
 Expr make_binary(ExprKind k, Expr a, Expr b) {
   switch (k) {
 #define EMBER_LOOP_BINARY(Name, Symbol, Cat) \
-  case ExprKind::Name: return Name::make(std::move(a), std::move(b));
+  case ExprKind::Name:                       \
+    return Name::make(std::move(a), std::move(b));
 #include "loop/nodes.def"
-    default: break;
+    default:
+      break;
   }
   EMBER_INTERNAL_ASSERT(false) << expr_kind_name(k) << " is not a binary node";
   return {};
@@ -122,7 +135,8 @@ Expr Not::make(Expr a) {
 }
 
 Expr Select::make(Expr cond, Expr t, Expr f) {
-  EMBER_INTERNAL_ASSERT(cond.defined() && t.defined() && f.defined()) << "Select with an undefined operand";
+  EMBER_INTERNAL_ASSERT(cond.defined() && t.defined() && f.defined())
+      << "Select with an undefined operand";
   EMBER_INTERNAL_ASSERT(cond.dtype() == DType::Bool)
       << "Select condition of " << dtype_name(cond.dtype());
   EMBER_INTERNAL_ASSERT(t.dtype() == f.dtype())
@@ -145,7 +159,8 @@ Expr Load::make(DType t, std::string buffer, Expr index) {
 const char* call_fn_name(CallFn fn) {
   switch (fn) {
 #define EMBER_LOOP_CALL(Enum, Name, Arity, Kind) \
-  case CallFn::Enum: return Name;
+  case CallFn::Enum:                             \
+    return Name;
 #include "loop/calls.def"
   }
   return "?";
@@ -161,7 +176,8 @@ std::optional<CallFn> parse_call_fn(std::string_view name) {
 int call_fn_arity(CallFn fn) {
   switch (fn) {
 #define EMBER_LOOP_CALL(Enum, Name, Arity, Kind) \
-  case CallFn::Enum: return Arity;
+  case CallFn::Enum:                             \
+    return Arity;
 #include "loop/calls.def"
   }
   return 0;
@@ -170,7 +186,8 @@ int call_fn_arity(CallFn fn) {
 CallKind call_fn_kind(CallFn fn) {
   switch (fn) {
 #define EMBER_LOOP_CALL(Enum, Name, Arity, Kind) \
-  case CallFn::Enum: return CallKind::Kind;
+  case CallFn::Enum:                             \
+    return CallKind::Kind;
 #include "loop/calls.def"
   }
   return CallKind::Float;
@@ -193,12 +210,24 @@ Expr Call::make(CallFn fn, std::vector<Expr> args) {
   return Expr(std::make_shared<Call>(result, fn, std::move(args)));
 }
 
-Expr idx(int64_t v) { return IntImm::make(kIndexType, v); }
-Expr bool_imm(bool v) { return IntImm::make(DType::Bool, v ? 1 : 0); }
-Expr f32(double v) { return FloatImm::make(DType::Float32, v); }
-Expr f64(double v) { return FloatImm::make(DType::Float64, v); }
-Expr var(std::string name) { return Var::make(std::move(name)); }
-Expr size(std::string name) { return SizeVar::make(std::move(name)); }
+Expr idx(int64_t v) {
+  return IntImm::make(kIndexType, v);
+}
+Expr bool_imm(bool v) {
+  return IntImm::make(DType::Bool, v ? 1 : 0);
+}
+Expr f32(double v) {
+  return FloatImm::make(DType::Float32, v);
+}
+Expr f64(double v) {
+  return FloatImm::make(DType::Float64, v);
+}
+Expr var(std::string name) {
+  return Var::make(std::move(name));
+}
+Expr size(std::string name) {
+  return SizeVar::make(std::move(name));
+}
 
 std::optional<int64_t> as_const_int(const Expr& e) {
   if (const auto* imm = e.as<IntImm>()) return imm->value;
@@ -211,15 +240,35 @@ bool is_const(const Expr& e, double v) {
   return false;
 }
 
-Expr operator+(Expr a, Expr b) { return Add::make(std::move(a), std::move(b)); }
-Expr operator-(Expr a, Expr b) { return Sub::make(std::move(a), std::move(b)); }
-Expr operator*(Expr a, Expr b) { return Mul::make(std::move(a), std::move(b)); }
-Expr operator+(Expr a, int64_t b) { return Add::make(std::move(a), idx(b)); }
-Expr operator-(Expr a, int64_t b) { return Sub::make(std::move(a), idx(b)); }
-Expr operator*(Expr a, int64_t b) { return Mul::make(std::move(a), idx(b)); }
-Expr floordiv(Expr a, Expr b) { return FloorDiv::make(std::move(a), std::move(b)); }
-Expr mod(Expr a, Expr b) { return Mod::make(std::move(a), std::move(b)); }
-Expr min(Expr a, Expr b) { return Min::make(std::move(a), std::move(b)); }
-Expr max(Expr a, Expr b) { return Max::make(std::move(a), std::move(b)); }
+Expr operator+(Expr a, Expr b) {
+  return Add::make(std::move(a), std::move(b));
+}
+Expr operator-(Expr a, Expr b) {
+  return Sub::make(std::move(a), std::move(b));
+}
+Expr operator*(Expr a, Expr b) {
+  return Mul::make(std::move(a), std::move(b));
+}
+Expr operator+(Expr a, int64_t b) {
+  return Add::make(std::move(a), idx(b));
+}
+Expr operator-(Expr a, int64_t b) {
+  return Sub::make(std::move(a), idx(b));
+}
+Expr operator*(Expr a, int64_t b) {
+  return Mul::make(std::move(a), idx(b));
+}
+Expr floordiv(Expr a, Expr b) {
+  return FloorDiv::make(std::move(a), std::move(b));
+}
+Expr mod(Expr a, Expr b) {
+  return Mod::make(std::move(a), std::move(b));
+}
+Expr min(Expr a, Expr b) {
+  return Min::make(std::move(a), std::move(b));
+}
+Expr max(Expr a, Expr b) {
+  return Max::make(std::move(a), std::move(b));
+}
 
 }  // namespace ember::loop

@@ -236,6 +236,18 @@ std::optional<int64_t> as_const_int(const Expr& e);
 /// True when `e` is an IntImm or FloatImm equal to `v`.
 bool is_const(const Expr& e, double v);
 
+/// Python `a // b` and `a % b` on int64 (b != 0; INT64_MIN // -1 wraps).
+inline int64_t floordiv_i64(int64_t a, int64_t b) {
+  if (b == -1) return static_cast<int64_t>(0ULL - static_cast<uint64_t>(a));
+  int64_t q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+inline int64_t mod_i64(int64_t a, int64_t b) {
+  if (b == -1) return 0;
+  int64_t r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+
 Expr operator+(Expr a, Expr b);
 Expr operator-(Expr a, Expr b);
 Expr operator*(Expr a, Expr b);

@@ -19,8 +19,8 @@
 ///   expr       := ['-'] INT | 'true' | 'false' | DTYPE '(' ['-'] NUMBER ')'
 ///               | '(' expr BINOP expr ')' | '!' expr
 ///               | ('min' | 'max') '(' expr ',' expr ')' | 'select' '(' expr ',' expr ',' expr ')'
-///               | 'cast' '<' DTYPE '>' '(' expr ')' | NAME '[' expr ']' | FN '(' expr {',' expr} ')'
-///               | NAME
+///               | 'cast' '<' DTYPE '>' '(' expr ')' | NAME '[' expr ']' | FN '(' expr {',' expr}
+///               ')' | NAME
 ///   BINOP      := + - * / // % < <= == != && ||
 ///   NUMBER     := INT | decimal or exponent float | inf | nan
 ///

@@ -40,25 +40,29 @@ void print(std::ostream& os, const Expr& e) {
     case ExprKind::FloatImm:
       os << dtype_name(e.dtype()) << "(" << print_float(e.dtype(), e.as<FloatImm>()->value) << ")";
       return;
-    case ExprKind::Var: os << e.as<Var>()->name; return;
-    case ExprKind::SizeVar: os << e.as<SizeVar>()->name; return;
-#define EMBER_LOOP_BINARY(Name, Symbol, Cat)                       \
-  case ExprKind::Name: {                                           \
-    const auto* n = e.as<Name>();                                  \
+    case ExprKind::Var:
+      os << e.as<Var>()->name;
+      return;
+    case ExprKind::SizeVar:
+      os << e.as<SizeVar>()->name;
+      return;
+#define EMBER_LOOP_BINARY(Name, Symbol, Cat)                                  \
+  case ExprKind::Name: {                                                      \
+    const auto* n = e.as<Name>();                                             \
     if (ExprKind::Name == ExprKind::Min || ExprKind::Name == ExprKind::Max) { \
-      os << Symbol << "(";                                         \
-      print(os, n->a);                                             \
-      os << ", ";                                                  \
-      print(os, n->b);                                             \
-      os << ")";                                                   \
-    } else {                                                       \
-      os << "(";                                                   \
-      print(os, n->a);                                             \
-      os << " " << Symbol << " ";                                  \
-      print(os, n->b);                                             \
-      os << ")";                                                   \
-    }                                                              \
-    return;                                                        \
+      os << Symbol << "(";                                                    \
+      print(os, n->a);                                                        \
+      os << ", ";                                                             \
+      print(os, n->b);                                                        \
+      os << ")";                                                              \
+    } else {                                                                  \
+      os << "(";                                                              \
+      print(os, n->a);                                                        \
+      os << " " << Symbol << " ";                                             \
+      print(os, n->b);                                                        \
+      os << ")";                                                              \
+    }                                                                         \
+    return;                                                                   \
   }
 #include "loop/nodes.def"
     case ExprKind::Not:

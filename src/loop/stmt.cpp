@@ -9,7 +9,8 @@ namespace ember::loop {
 const char* stmt_kind_name(StmtKind k) {
   switch (k) {
 #define EMBER_LOOP_STMT(Name) \
-  case StmtKind::Name: return #Name;
+  case StmtKind::Name:        \
+    return #Name;
 #include "loop/nodes.def"
   }
   return "?";
@@ -17,10 +18,14 @@ const char* stmt_kind_name(StmtKind k) {
 
 const char* for_kind_name(ForKind k) {
   switch (k) {
-    case ForKind::Serial: return "serial";
-    case ForKind::Parallel: return "parallel";
-    case ForKind::Vectorized: return "vectorized";
-    case ForKind::Unrolled: return "unrolled";
+    case ForKind::Serial:
+      return "serial";
+    case ForKind::Parallel:
+      return "parallel";
+    case ForKind::Vectorized:
+      return "vectorized";
+    case ForKind::Unrolled:
+      return "unrolled";
   }
   return "?";
 }
@@ -67,16 +72,26 @@ Stmt Store::make(std::string buffer, Expr index, Expr value) {
 
 const char* reduce_op_name(ReduceOp op) {
   switch (op) {
-    case ReduceOp::Sum: return "sum";
-    case ReduceOp::Prod: return "prod";
-    case ReduceOp::Max: return "max";
-    case ReduceOp::Min: return "min";
-    case ReduceOp::ArgMax: return "argmax";
-    case ReduceOp::ArgMin: return "argmin";
-    case ReduceOp::Any: return "any";
-    case ReduceOp::All: return "all";
-    case ReduceOp::WelfordReduce: return "welford";
-    case ReduceOp::WelfordCombine: return "welford_combine";
+    case ReduceOp::Sum:
+      return "sum";
+    case ReduceOp::Prod:
+      return "prod";
+    case ReduceOp::Max:
+      return "max";
+    case ReduceOp::Min:
+      return "min";
+    case ReduceOp::ArgMax:
+      return "argmax";
+    case ReduceOp::ArgMin:
+      return "argmin";
+    case ReduceOp::Any:
+      return "any";
+    case ReduceOp::All:
+      return "all";
+    case ReduceOp::WelfordReduce:
+      return "welford";
+    case ReduceOp::WelfordCombine:
+      return "welford_combine";
   }
   return "?";
 }
@@ -92,19 +107,25 @@ std::optional<ReduceOp> parse_reduce_op(std::string_view name) {
 int reduce_op_num_buffers(ReduceOp op) {
   switch (op) {
     case ReduceOp::ArgMax:
-    case ReduceOp::ArgMin: return 2;
+    case ReduceOp::ArgMin:
+      return 2;
     case ReduceOp::WelfordReduce:
-    case ReduceOp::WelfordCombine: return 3;
-    default: return 1;
+    case ReduceOp::WelfordCombine:
+      return 3;
+    default:
+      return 1;
   }
 }
 
 int reduce_op_num_values(ReduceOp op) {
   switch (op) {
     case ReduceOp::ArgMax:
-    case ReduceOp::ArgMin: return 2;
-    case ReduceOp::WelfordCombine: return 3;
-    default: return 1;
+    case ReduceOp::ArgMin:
+      return 2;
+    case ReduceOp::WelfordCombine:
+      return 3;
+    default:
+      return 1;
   }
 }
 
@@ -112,21 +133,31 @@ namespace {
 
 int64_t int_lowest(DType t) {
   switch (t) {
-    case DType::UInt8: return 0;
-    case DType::Int8: return std::numeric_limits<int8_t>::min();
-    case DType::Int16: return std::numeric_limits<int16_t>::min();
-    case DType::Int32: return std::numeric_limits<int32_t>::min();
-    default: return std::numeric_limits<int64_t>::min();
+    case DType::UInt8:
+      return 0;
+    case DType::Int8:
+      return std::numeric_limits<int8_t>::min();
+    case DType::Int16:
+      return std::numeric_limits<int16_t>::min();
+    case DType::Int32:
+      return std::numeric_limits<int32_t>::min();
+    default:
+      return std::numeric_limits<int64_t>::min();
   }
 }
 
 int64_t int_highest(DType t) {
   switch (t) {
-    case DType::UInt8: return 255;
-    case DType::Int8: return std::numeric_limits<int8_t>::max();
-    case DType::Int16: return std::numeric_limits<int16_t>::max();
-    case DType::Int32: return std::numeric_limits<int32_t>::max();
-    default: return std::numeric_limits<int64_t>::max();
+    case DType::UInt8:
+      return 255;
+    case DType::Int8:
+      return std::numeric_limits<int8_t>::max();
+    case DType::Int16:
+      return std::numeric_limits<int16_t>::max();
+    case DType::Int32:
+      return std::numeric_limits<int32_t>::max();
+    default:
+      return std::numeric_limits<int64_t>::max();
   }
 }
 
@@ -141,8 +172,10 @@ Expr reduction_identity(ReduceOp op, int position, DType t) {
       << reduce_op_name(op) << " has no accumulator " << position;
   const double inf = std::numeric_limits<double>::infinity();
   switch (op) {
-    case ReduceOp::Sum: return constant(t, 0);
-    case ReduceOp::Prod: return constant(t, 1);
+    case ReduceOp::Sum:
+      return constant(t, 0);
+    case ReduceOp::Prod:
+      return constant(t, 1);
     case ReduceOp::Max:
     case ReduceOp::ArgMax:
       if (position == 1) return idx(std::numeric_limits<int64_t>::max());
@@ -151,10 +184,13 @@ Expr reduction_identity(ReduceOp op, int position, DType t) {
     case ReduceOp::ArgMin:
       if (position == 1) return idx(std::numeric_limits<int64_t>::max());
       return is_float(t) ? FloatImm::make(t, inf) : IntImm::make(t, int_highest(t));
-    case ReduceOp::Any: return bool_imm(false);
-    case ReduceOp::All: return bool_imm(true);
+    case ReduceOp::Any:
+      return bool_imm(false);
+    case ReduceOp::All:
+      return bool_imm(true);
     case ReduceOp::WelfordReduce:
-    case ReduceOp::WelfordCombine: return constant(t, 0);
+    case ReduceOp::WelfordCombine:
+      return constant(t, 0);
   }
   return {};
 }
@@ -185,7 +221,9 @@ Stmt Accumulate::make(ReduceOp op, std::vector<std::string> buffers, Expr index,
       EMBER_INTERNAL_ASSERT(values[1].dtype() == kIndexType) << name << " index is not i64";
       break;
     case ReduceOp::Any:
-    case ReduceOp::All: EMBER_INTERNAL_ASSERT(t == DType::Bool) << name << " of " << dtype_name(t); break;
+    case ReduceOp::All:
+      EMBER_INTERNAL_ASSERT(t == DType::Bool) << name << " of " << dtype_name(t);
+      break;
     case ReduceOp::WelfordReduce:
     case ReduceOp::WelfordCombine:
       EMBER_INTERNAL_ASSERT(is_float(t)) << name << " of " << dtype_name(t);
@@ -194,8 +232,8 @@ Stmt Accumulate::make(ReduceOp op, std::vector<std::string> buffers, Expr index,
       }
       break;
   }
-  return Stmt(std::make_shared<Accumulate>(op, std::move(buffers), std::move(index),
-                                           std::move(values)));
+  return Stmt(
+      std::make_shared<Accumulate>(op, std::move(buffers), std::move(index), std::move(values)));
 }
 
 Stmt Let::make(Expr var, Expr value, Stmt body) {
@@ -223,10 +261,14 @@ Stmt Allocate::make(std::string buffer, DType dtype, std::vector<Expr> sizes, St
 
 const char* buffer_role_name(BufferRole r) {
   switch (r) {
-    case BufferRole::Input: return "input";
-    case BufferRole::Output: return "output";
-    case BufferRole::InOut: return "inout";
-    case BufferRole::Temp: return "temp";
+    case BufferRole::Input:
+      return "input";
+    case BufferRole::Output:
+      return "output";
+    case BufferRole::InOut:
+      return "inout";
+    case BufferRole::Temp:
+      return "temp";
   }
   return "?";
 }

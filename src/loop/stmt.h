@@ -74,8 +74,12 @@ struct For final : StmtNode {
   const ForKind for_kind;
   const Stmt body;
   For(Expr v, Expr mn, Expr ext, ForKind k, Stmt b)
-      : StmtNode(kKind), var(std::move(v)), min(std::move(mn)), extent(std::move(ext)),
-        for_kind(k), body(std::move(b)) {}
+      : StmtNode(kKind),
+        var(std::move(v)),
+        min(std::move(mn)),
+        extent(std::move(ext)),
+        for_kind(k),
+        body(std::move(b)) {}
   static Stmt make(Expr var, Expr min, Expr extent, ForKind kind, Stmt body);
   auto fields() const { return std::tie(var, min, extent, for_kind, body); }
 };
@@ -147,7 +151,10 @@ struct Accumulate final : StmtNode {
   const Expr index;
   const std::vector<Expr> values;
   Accumulate(ReduceOp o, std::vector<std::string> bufs, Expr i, std::vector<Expr> vals)
-      : StmtNode(kKind), op(o), buffers(std::move(bufs)), index(std::move(i)),
+      : StmtNode(kKind),
+        op(o),
+        buffers(std::move(bufs)),
+        index(std::move(i)),
         values(std::move(vals)) {}
   /// Requires the op's buffer and value counts and value dtypes it accepts.
   static Stmt make(ReduceOp op, std::vector<std::string> buffers, Expr index,
@@ -187,7 +194,10 @@ struct Allocate final : StmtNode {
   const std::vector<Expr> sizes;
   const Stmt body;
   Allocate(std::string buf, DType t, std::vector<Expr> s, Stmt b)
-      : StmtNode(kKind), buffer(std::move(buf)), dtype(t), sizes(std::move(s)),
+      : StmtNode(kKind),
+        buffer(std::move(buf)),
+        dtype(t),
+        sizes(std::move(s)),
         body(std::move(b)) {}
   static Stmt make(std::string buffer, DType dtype, std::vector<Expr> sizes, Stmt body);
   auto fields() const { return std::tie(buffer, dtype, sizes, body); }

@@ -9,14 +9,17 @@ void for_each_child(const Expr& e, const std::function<void(const Expr&)>& f) {
     case ExprKind::IntImm:
     case ExprKind::FloatImm:
     case ExprKind::Var:
-    case ExprKind::SizeVar: return;
+    case ExprKind::SizeVar:
+      return;
 #define EMBER_LOOP_BINARY(Name, Symbol, Cat) \
   case ExprKind::Name:                       \
     f(e.as<Name>()->a);                      \
     f(e.as<Name>()->b);                      \
     return;
 #include "loop/nodes.def"
-    case ExprKind::Not: f(e.as<Not>()->a); return;
+    case ExprKind::Not:
+      f(e.as<Not>()->a);
+      return;
     case ExprKind::Select: {
       const auto* n = e.as<Select>();
       f(n->cond);
@@ -24,8 +27,12 @@ void for_each_child(const Expr& e, const std::function<void(const Expr&)>& f) {
       f(n->f);
       return;
     }
-    case ExprKind::Cast: f(e.as<Cast>()->value); return;
-    case ExprKind::Load: f(e.as<Load>()->index); return;
+    case ExprKind::Cast:
+      f(e.as<Cast>()->value);
+      return;
+    case ExprKind::Load:
+      f(e.as<Load>()->index);
+      return;
     case ExprKind::Call:
       for (const Expr& a : e.as<Call>()->args) f(a);
       return;
@@ -37,13 +44,14 @@ Expr map_children(const Expr& e, const std::function<Expr(const Expr&)>& f) {
     case ExprKind::IntImm:
     case ExprKind::FloatImm:
     case ExprKind::Var:
-    case ExprKind::SizeVar: return e;
-#define EMBER_LOOP_BINARY(Name, Symbol, Cat)                     \
-  case ExprKind::Name: {                                         \
-    const auto* n = e.as<Name>();                                \
-    Expr a = f(n->a), b = f(n->b);                               \
-    if (a.same_as(n->a) && b.same_as(n->b)) return e;            \
-    return Name::make(std::move(a), std::move(b));               \
+    case ExprKind::SizeVar:
+      return e;
+#define EMBER_LOOP_BINARY(Name, Symbol, Cat)          \
+  case ExprKind::Name: {                              \
+    const auto* n = e.as<Name>();                     \
+    Expr a = f(n->a), b = f(n->b);                    \
+    if (a.same_as(n->a) && b.same_as(n->b)) return e; \
+    return Name::make(std::move(a), std::move(b));    \
   }
 #include "loop/nodes.def"
     case ExprKind::Not: {
@@ -82,8 +90,8 @@ Expr map_children(const Expr& e, const std::function<Expr(const Expr&)>& f) {
 namespace {
 
 /// Applies `fe` to each expression of `in`; reports whether any changed.
-std::vector<Expr> map_exprs(const std::vector<Expr>& in,
-                            const std::function<Expr(const Expr&)>& fe, bool& changed) {
+std::vector<Expr> map_exprs(const std::vector<Expr>& in, const std::function<Expr(const Expr&)>& fe,
+                            bool& changed) {
   std::vector<Expr> out;
   out.reserve(in.size());
   for (const Expr& e : in) {

@@ -1,0 +1,546 @@
+#include "codegen/cpp/cpp_emitter.h"
+
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <set>
+#include <sstream>
+
+#include "codegen/cpp/cpp_prelude.h"
+#include "loop/equality.h"
+#include "loop/traverse.h"
+#include "support/error.h"
+
+namespace ember::codegen {
+
+using namespace loop;
+
+namespace {
+
+// Names in generated code get a prefix per namespace, so IR names never collide with C++
+// keywords or with each other: v_ variables, s_ sizes, b_ buffers.
+std::string var_name(const std::string& n) {
+  return "v_" + n;
+}
+std::string size_name(const std::string& n) {
+  return "s_" + n;
+}
+std::string buf_name(const std::string& n) {
+  return "b_" + n;
+}
+
+const char* cpp_type(DType t) {
+  switch (t) {
+    case DType::UInt8:
+      return "uint8_t";
+    case DType::Int8:
+      return "int8_t";
+    case DType::Int16:
+      return "int16_t";
+    case DType::Int32:
+      return "int32_t";
+    case DType::Int64:
+      return "int64_t";
+    case DType::Float16:
+      return "_Float16";
+    case DType::Float32:
+      return "float";
+    case DType::Float64:
+      return "double";
+    case DType::Bool:
+      return "bool";
+    case DType::BFloat16:
+      return "ember_bf16";
+  }
+  EMBER_INTERNAL_ASSERT(false) << "unknown dtype";
+  return "";
+}
+
+// Low-precision floats compute in f32 and round at every node.
+bool is_low_float(DType t) {
+  return t == DType::BFloat16 || t == DType::Float16;
+}
+// The type a value of `t` is computed in.
+const char* compute_type(DType t) {
+  return is_low_float(t) ? "float" : cpp_type(t);
+}
+
+std::string int_literal(DType t, int64_t v) {
+  if (t == DType::Bool) return v ? "true" : "false";
+  std::string lit = v == INT64_MIN ? "(-9223372036854775807LL - 1)" : std::to_string(v) + "LL";
+  if (t == DType::Int64) return lit;
+  return std::string("static_cast<") + cpp_type(t) + ">(" + lit + ")";
+}
+
+std::string float_literal(DType t, double v) {
+  std::string ct = compute_type(t);
+  std::string body;
+  if (std::isnan(v)) {
+    body = "std::numeric_limits<" + ct + ">::quiet_NaN()";
+  } else if (std::isinf(v)) {
+    body = std::string(v < 0 ? "-" : "") + "std::numeric_limits<" + ct + ">::infinity()";
+  } else {
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "%a", v);  // exact, deterministic
+    body = "static_cast<" + ct + ">(" + buf + ")";
+  }
+  return is_low_float(t) ? std::string(cpp_type(t)) + "(" + body + ")" : body;
+}
+
+class Emitter {
+ public:
+  explicit Emitter(const Kernel& k) : k_(k) {}
+
+  std::string run() {
+    out_ << kCppPrelude << "\n";
+    out_ << "extern \"C\" void " << cpp_kernel_symbol(k_.name)
+         << "(void* const* buffers, const int64_t* sizes) {\n";
+    for (size_t i = 0; i < k_.buffers.size(); ++i) {
+      const BufferParam& b = k_.buffers[i];
+      out_ << "  " << cpp_type(b.dtype) << "* __restrict__ " << buf_name(b.name)
+           << " = static_cast<" << cpp_type(b.dtype) << "*>(buffers[" << i << "]);\n";
+    }
+    for (size_t i = 0; i < k_.size_vars.size(); ++i) {
+      out_ << "  const int64_t " << size_name(k_.size_vars[i]) << " = sizes[" << i << "];\n";
+    }
+    // Silence unused-variable warnings for parameters a kernel does not touch.
+    for (const BufferParam& b : k_.buffers) out_ << "  (void)" << buf_name(b.name) << ";\n";
+    for (const std::string& s : k_.size_vars) out_ << "  (void)" << size_name(s) << ";\n";
+    stmt(k_.body, 1);
+    out_ << "}\n";
+    return out_.str();
+  }
+
+ private:
+  void line(int indent, const std::string& s) { out_ << std::string(2 * indent, ' ') << s << "\n"; }
+
+  // An operand in its compute type.
+  std::string val(const Expr& e) {
+    std::string s = expr(e);
+    return is_low_float(e.dtype()) ? "static_cast<float>(" + s + ")" : s;
+  }
+  // A computed value (in compute type) rounded to `t`.
+  std::string round_to(DType t, const std::string& computed) {
+    return is_low_float(t) ? std::string(cpp_type(t)) + "(" + computed + ")" : computed;
+  }
+
+  std::string expr(const Expr& e) {
+    switch (e.kind()) {
+      case ExprKind::IntImm:
+        return int_literal(e.dtype(), e.as<IntImm>()->value);
+      case ExprKind::FloatImm:
+        return float_literal(e.dtype(), e.as<FloatImm>()->value);
+      case ExprKind::Var:
+        return var_name(e.as<Var>()->name);
+      case ExprKind::SizeVar:
+        return size_name(e.as<SizeVar>()->name);
+      case ExprKind::Add:
+        return binary(e, "+");
+      case ExprKind::Sub:
+        return binary(e, "-");
+      case ExprKind::Mul:
+        return binary(e, "*");
+      case ExprKind::Div:
+        return binary(e, "/");
+      case ExprKind::FloorDiv:
+        return helper2(e, "ember_floordiv");
+      case ExprKind::Mod:
+        return helper2(e, "ember_mod");
+      case ExprKind::Min:
+        return helper2(e, "ember_min");
+      case ExprKind::Max:
+        return helper2(e, "ember_max");
+      case ExprKind::LT:
+        return compare(e, "<");
+      case ExprKind::LE:
+        return compare(e, "<=");
+      case ExprKind::EQ:
+        return compare(e, "==");
+      case ExprKind::NE:
+        return compare(e, "!=");
+      case ExprKind::And:
+        return compare(e, "&&");
+      case ExprKind::Or:
+        return compare(e, "||");
+      case ExprKind::Not:
+        return "(!" + expr(e.as<Not>()->a) + ")";
+      case ExprKind::Select: {
+        const Select* s = e.as<Select>();
+        return "(" + expr(s->cond) + " ? " + expr(s->t) + " : " + expr(s->f) + ")";
+      }
+      case ExprKind::Cast:
+        return cast(e.dtype(), e.as<Cast>()->value);
+      case ExprKind::Load: {
+        const Load* l = e.as<Load>();
+        return buf_name(l->buffer) + "[" + expr(l->index) + "]";
+      }
+      case ExprKind::Call:
+        return call(e);
+    }
+    EMBER_INTERNAL_ASSERT(false) << "unknown expression kind";
+    return "";
+  }
+
+  template <ExprKind K>
+  static const BinaryNode<K>* bin(const Expr& e) {
+    return e.as<BinaryNode<K>>();
+  }
+  std::pair<Expr, Expr> operands(const Expr& e) {
+    std::pair<Expr, Expr> ab;
+    for_each_child(e, [&](const Expr& c) {
+      if (!ab.first.defined()) {
+        ab.first = c;
+      } else {
+        ab.second = c;
+      }
+    });
+    return ab;
+  }
+  std::string binary(const Expr& e, const char* op) {
+    auto [a, b] = operands(e);
+    std::string computed = "(" + val(a) + " " + op + " " + val(b) + ")";
+    // Narrow integers: C++ promotes to int; the IR wraps in the type.
+    if (!is_float(e.dtype()) && e.dtype() != DType::Int64) {
+      return std::string("static_cast<") + cpp_type(e.dtype()) + ">" + computed;
+    }
+    return round_to(e.dtype(), computed);
+  }
+  std::string helper2(const Expr& e, const char* fn) {
+    auto [a, b] = operands(e);
+    std::string ct = compute_type(e.dtype());
+    return round_to(e.dtype(), std::string(fn) + "<" + ct + ">(" + val(a) + ", " + val(b) + ")");
+  }
+  std::string compare(const Expr& e, const char* op) {
+    auto [a, b] = operands(e);
+    return "(" + val(a) + " " + op + " " + val(b) + ")";
+  }
+  std::string cast(DType to, const Expr& v) {
+    if (to == DType::Bool) return "(" + val(v) + " != 0)";
+    if (is_low_float(to)) {
+      return std::string(cpp_type(to)) + "(static_cast<float>(" + val(v) + "))";
+    }
+    return std::string("static_cast<") + cpp_type(to) + ">(" + val(v) + ")";
+  }
+  std::string call(const Expr& e) {
+    const Call* c = e.as<Call>();
+    std::vector<std::string> a;
+    for (const Expr& x : c->args) a.push_back(val(x));
+    DType t = c->args.empty() ? e.dtype() : c->args[0].dtype();
+    std::string ct = compute_type(t);
+    std::string r;
+    switch (c->fn) {
+      case CallFn::Abs:
+        r = is_float(t) ? "std::fabs(" + a[0] + ")"
+                        : "(" + a[0] + " < 0 ? -" + a[0] + " : " + a[0] + ")";
+        break;
+      case CallFn::Neg:
+        r = "(-" + a[0] + ")";
+        break;
+      case CallFn::Exp:
+        r = "std::exp(" + a[0] + ")";
+        break;
+      case CallFn::Exp2:
+        r = "std::exp2(" + a[0] + ")";
+        break;
+      case CallFn::Expm1:
+        r = "std::expm1(" + a[0] + ")";
+        break;
+      case CallFn::Log:
+        r = "std::log(" + a[0] + ")";
+        break;
+      case CallFn::Log2:
+        r = "std::log2(" + a[0] + ")";
+        break;
+      case CallFn::Log10:
+        r = "std::log10(" + a[0] + ")";
+        break;
+      case CallFn::Log1p:
+        r = "std::log1p(" + a[0] + ")";
+        break;
+      case CallFn::Sqrt:
+        r = "std::sqrt(" + a[0] + ")";
+        break;
+      case CallFn::Rsqrt:
+        r = "ember_rsqrt<" + ct + ">(" + a[0] + ")";
+        break;
+      case CallFn::Reciprocal:
+        r = "(" + ct + "(1) / " + a[0] + ")";
+        break;
+      case CallFn::Sin:
+        r = "std::sin(" + a[0] + ")";
+        break;
+      case CallFn::Cos:
+        r = "std::cos(" + a[0] + ")";
+        break;
+      case CallFn::Tan:
+        r = "std::tan(" + a[0] + ")";
+        break;
+      case CallFn::Asin:
+        r = "std::asin(" + a[0] + ")";
+        break;
+      case CallFn::Acos:
+        r = "std::acos(" + a[0] + ")";
+        break;
+      case CallFn::Atan:
+        r = "std::atan(" + a[0] + ")";
+        break;
+      case CallFn::Sinh:
+        r = "std::sinh(" + a[0] + ")";
+        break;
+      case CallFn::Cosh:
+        r = "std::cosh(" + a[0] + ")";
+        break;
+      case CallFn::Tanh:
+        r = "std::tanh(" + a[0] + ")";
+        break;
+      case CallFn::Asinh:
+        r = "std::asinh(" + a[0] + ")";
+        break;
+      case CallFn::Acosh:
+        r = "std::acosh(" + a[0] + ")";
+        break;
+      case CallFn::Atanh:
+        r = "std::atanh(" + a[0] + ")";
+        break;
+      case CallFn::Erf:
+        r = "std::erf(" + a[0] + ")";
+        break;
+      case CallFn::Erfc:
+        r = "std::erfc(" + a[0] + ")";
+        break;
+      case CallFn::Sigmoid:
+        r = "ember_sigmoid<" + ct + ">(" + a[0] + ")";
+        break;
+      case CallFn::Floor:
+        r = "std::floor(" + a[0] + ")";
+        break;
+      case CallFn::Ceil:
+        r = "std::ceil(" + a[0] + ")";
+        break;
+      case CallFn::Round:
+        r = "std::nearbyint(" + a[0] + ")";
+        break;
+      case CallFn::Trunc:
+        r = "std::trunc(" + a[0] + ")";
+        break;
+      case CallFn::IsNan:
+        return is_float(t) ? "std::isnan(" + a[0] + ")" : "false";
+      case CallFn::IsInf:
+        return is_float(t) ? "std::isinf(" + a[0] + ")" : "false";
+      case CallFn::Pow:
+        r = "std::pow(" + a[0] + ", " + a[1] + ")";
+        break;
+      case CallFn::Atan2:
+        r = "std::atan2(" + a[0] + ", " + a[1] + ")";
+        break;
+      case CallFn::Fmod:
+        r = "std::fmod(" + a[0] + ", " + a[1] + ")";
+        break;
+    }
+    if (!is_float(e.dtype()) && e.dtype() != DType::Bool) {
+      return std::string("static_cast<") + cpp_type(e.dtype()) + ">(" + r + ")";
+    }
+    return round_to(e.dtype(), "static_cast<" + ct + ">(" + r + ")");
+  }
+
+  // A Parallel loop runs its iterations on several threads. Plain stores never collide (the IR
+  // forbids it); an Accumulate may, unless this iteration also initialises that accumulator
+  // (stores to it at the same index), which makes the reduction private to the iteration.
+  bool parallel_safe(const Stmt& body) {
+    std::vector<const Accumulate*> accs;
+    std::vector<const Store*> stores;
+    std::function<void(const Stmt&)> walk = [&](const Stmt& s) {
+      if (!s.defined()) return;
+      if (auto* a = s.as<Accumulate>()) accs.push_back(a);
+      if (auto* st = s.as<Store>()) stores.push_back(st);
+      for_each_stmt_child(
+          s, [](const Expr&) {}, walk);
+    };
+    walk(body);
+    for (const Accumulate* a : accs) {
+      bool owned = false;
+      for (const Store* st : stores) {
+        owned |= st->buffer == a->buffers[0] && structurally_equal(st->index, a->index);
+      }
+      if (!owned) return false;
+    }
+    return true;
+  }
+
+  void stmt(const Stmt& s, int ind) {
+    if (!s.defined()) return;
+    switch (s.kind()) {
+      case StmtKind::For: {
+        const For* f = s.as<For>();
+        std::string v = expr(f->var);
+        std::string lo = expr(f->min);
+        std::string hi = "(" + lo + " + " + expr(f->extent) + ")";
+        switch (f->for_kind) {
+          case ForKind::Parallel:
+            if (parallel_depth_ == 0 && parallel_safe(f->body)) {
+              line(ind, "#pragma omp parallel for schedule(static)");
+              ++parallel_depth_;
+              emit_for(v, lo, hi, f->body, ind);
+              --parallel_depth_;
+              return;
+            }
+            line(ind,
+                 "// parallel loop run serially: nested, or accumulators shared across iterations");
+            break;
+          case ForKind::Vectorized:
+            line(ind, "#pragma omp simd");
+            break;
+          case ForKind::Unrolled:
+            line(ind, "#pragma GCC unroll 8");
+            break;
+          case ForKind::Serial:
+            break;
+        }
+        emit_for(v, lo, hi, f->body, ind);
+        return;
+      }
+      case StmtKind::Block:
+        for (const Stmt& c : s.as<Block>()->stmts) stmt(c, ind);
+        return;
+      case StmtKind::Store: {
+        const Store* st = s.as<Store>();
+        line(ind, buf_name(st->buffer) + "[" + expr(st->index) + "] = " + expr(st->value) + ";");
+        return;
+      }
+      case StmtKind::Accumulate:
+        accumulate(*s.as<Accumulate>(), ind);
+        return;
+      case StmtKind::Let: {
+        const Let* l = s.as<Let>();
+        line(ind, "{");
+        line(ind + 1, std::string("const ") + cpp_type(l->var.dtype()) + " " + expr(l->var) +
+                          " = " + expr(l->value) + ";");
+        stmt(l->body, ind + 1);
+        line(ind, "}");
+        return;
+      }
+      case StmtKind::IfThenElse: {
+        const IfThenElse* i = s.as<IfThenElse>();
+        line(ind, "if (" + expr(i->cond) + ") {");
+        stmt(i->then_case, ind + 1);
+        if (i->else_case.defined()) {
+          line(ind, "} else {");
+          stmt(i->else_case, ind + 1);
+        }
+        line(ind, "}");
+        return;
+      }
+      case StmtKind::Allocate: {
+        const Allocate* a = s.as<Allocate>();
+        std::string n = "1";
+        for (const Expr& d : a->sizes) n = "(" + n + " * " + expr(d) + ")";
+        line(ind, "{");
+        line(ind + 1, std::string("std::vector<") + cpp_type(a->dtype) + "> " +
+                          buf_name(a->buffer) + "_storage(static_cast<size_t>(" + n + "));");
+        line(ind + 1, std::string(cpp_type(a->dtype)) + "* __restrict__ " + buf_name(a->buffer) +
+                          " = " + buf_name(a->buffer) + "_storage.data();");
+        stmt(a->body, ind + 1);
+        line(ind, "}");
+        return;
+      }
+    }
+  }
+
+  void emit_for(const std::string& v, const std::string& lo, const std::string& hi,
+                const Stmt& body, int ind) {
+    line(ind, "for (int64_t " + v + " = " + lo + "; " + v + " < " + hi + "; ++" + v + ") {");
+    stmt(body, ind + 1);
+    line(ind, "}");
+  }
+
+  void accumulate(const Accumulate& a, int ind) {
+    std::string idx = expr(a.index);
+    auto ref = [&](size_t k) { return buf_name(a.buffers[k]) + "[" + idx + "]"; };
+    DType t = a.values[0].dtype();
+    std::string ct = compute_type(t);
+    auto cur = [&](size_t k) {
+      return is_low_float(t) ? "static_cast<float>(" + ref(k) + ")" : ref(k);
+    };
+    std::string x = val(a.values[0]);
+    switch (a.op) {
+      case ReduceOp::Sum:
+        line(ind, ref(0) + " = " + round_to(t, "(" + cur(0) + " + " + x + ")") + ";");
+        return;
+      case ReduceOp::Prod:
+        line(ind, ref(0) + " = " + round_to(t, "(" + cur(0) + " * " + x + ")") + ";");
+        return;
+      case ReduceOp::Max:
+        line(ind, ref(0) + " = " + round_to(t, "ember_max<" + ct + ">(" + cur(0) + ", " + x + ")") +
+                      ";");
+        return;
+      case ReduceOp::Min:
+        line(ind, ref(0) + " = " + round_to(t, "ember_min<" + ct + ">(" + cur(0) + ", " + x + ")") +
+                      ";");
+        return;
+      case ReduceOp::Any:
+        line(ind, ref(0) + " = " + ref(0) + " || " + x + ";");
+        return;
+      case ReduceOp::All:
+        line(ind, ref(0) + " = " + ref(0) + " && " + x + ";");
+        return;
+      case ReduceOp::ArgMax:
+      case ReduceOp::ArgMin: {
+        line(ind, "{");
+        line(ind + 1, "const " + ct + " x_ = " + x + ";");
+        line(ind + 1, "const int64_t i_ = " + expr(a.values[1]) + ";");
+        line(ind + 1, std::string("if (ember_arg_better<") + ct + ">(x_, i_, " + cur(0) + ", " +
+                          ref(1) + ", " + (a.op == ReduceOp::ArgMax ? "true" : "false") + ")) {");
+        line(ind + 2, ref(0) + " = " + round_to(t, "x_") + ";");
+        line(ind + 2, ref(1) + " = i_;");
+        line(ind + 1, "}");
+        line(ind, "}");
+        return;
+      }
+      case ReduceOp::WelfordReduce: {
+        line(ind, "{");
+        line(ind + 1, "const " + ct + " x_ = " + x + ";");
+        line(ind + 1, "const " + ct + " w_ = " + cur(2) + " + " + ct + "(1);");
+        line(ind + 1, "const " + ct + " d_ = x_ - " + cur(0) + ";");
+        line(ind + 1, "const " + ct + " m_ = " + cur(0) + " + d_ / w_;");
+        line(ind + 1, ref(1) + " = " + round_to(t, cur(1) + " + d_ * (x_ - m_)") + ";");
+        line(ind + 1, ref(0) + " = " + round_to(t, "m_") + ";");
+        line(ind + 1, ref(2) + " = " + round_to(t, "w_") + ";");
+        line(ind, "}");
+        return;
+      }
+      case ReduceOp::WelfordCombine: {
+        line(ind, "{");
+        line(ind + 1, "const " + ct + " mb_ = " + x + ";");
+        line(ind + 1, "const " + ct + " m2b_ = " + val(a.values[1]) + ";");
+        line(ind + 1, "const " + ct + " wb_ = " + val(a.values[2]) + ";");
+        line(ind + 1, "const " + ct + " wa_ = " + cur(2) + ";");
+        line(ind + 1, "const " + ct + " w_ = wa_ + wb_;");
+        line(ind + 1, "if (w_ != " + ct + "(0)) {");
+        line(ind + 2, "const " + ct + " d_ = mb_ - " + cur(0) + ";");
+        line(ind + 2, "const " + ct + " f_ = wb_ / w_;");
+        line(ind + 2, ref(1) + " = " + round_to(t, cur(1) + " + m2b_ + d_ * d_ * wa_ * f_") + ";");
+        line(ind + 2, ref(0) + " = " + round_to(t, cur(0) + " + d_ * f_") + ";");
+        line(ind + 2, ref(2) + " = " + round_to(t, "w_") + ";");
+        line(ind + 1, "}");
+        line(ind, "}");
+        return;
+      }
+    }
+  }
+
+  const Kernel& k_;
+  std::ostringstream out_;
+  int parallel_depth_ = 0;
+};
+
+}  // namespace
+
+std::string cpp_kernel_symbol(const std::string& name) {
+  return "ember_kernel_" + name;
+}
+
+std::string emit_cpp(const Kernel& k) {
+  return Emitter(k).run();
+}
+
+}  // namespace ember::codegen

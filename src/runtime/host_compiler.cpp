@@ -1,0 +1,220 @@
+#include "runtime/host_compiler.h"
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "support/error.h"
+#include "support/hash.h"
+
+namespace ember::runtime {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::mutex g_mutex;
+std::map<std::string, std::weak_ptr<KernelLibrary>> g_loaded;  // key -> library
+std::map<std::string, std::string> g_compiler_ids;             // compiler -> --version output
+std::atomic<int64_t> g_compiles{0};
+std::atomic<int64_t> g_disk_hits{0};
+std::atomic<int64_t> g_memory_hits{0};
+
+std::string quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The compiler's `--version` output, so a compiler upgrade invalidates the cache.
+std::string compiler_id(const std::string& compiler) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_compiler_ids.find(compiler);
+  if (it != g_compiler_ids.end()) return it->second;
+  std::string out;
+  if (FILE* p = popen((quote(compiler) + " --version 2>&1").c_str(), "r")) {
+    char buf[256];
+    while (fgets(buf, sizeof buf, p) != nullptr) out += buf;
+    pclose(p);
+  }
+  g_compiler_ids.emplace(compiler, out);
+  return out;
+}
+
+std::shared_ptr<KernelLibrary> load(const std::string& key, const fs::path& so) {
+  void* handle = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+  EMBER_INTERNAL_ASSERT(handle != nullptr) << "dlopen(" << so.string() << "): " << dlerror();
+  auto lib = std::make_shared<KernelLibrary>(handle, so.string());
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_loaded[key] = lib;
+  return lib;
+}
+
+std::shared_ptr<KernelLibrary> find_loaded(const std::string& key) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  auto it = g_loaded.find(key);
+  if (it == g_loaded.end()) return nullptr;
+  return it->second.lock();
+}
+
+// Compiles `source` into `<dir>/<key>.so` unless it is there. Safe to run concurrently with other
+// processes: the object is written under a unique name and renamed into place.
+void compile_to_cache(const std::string& key, const std::string& source,
+                      const HostCompileOptions& options) {
+  fs::path dir = cache_dir();
+  fs::path so = dir / (key + ".so");
+  if (fs::exists(so)) {
+    ++g_disk_hits;
+    return;
+  }
+  std::string unique = key + "." + std::to_string(getpid()) + "." +
+                       std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
+  fs::path src = dir / (unique + ".cpp");
+  fs::path tmp = dir / (unique + ".so");
+  fs::path log = dir / (unique + ".log");
+  {
+    std::ofstream out(src);
+    out << source;
+  }
+  std::string cmd = quote(options.compiler);
+  for (const std::string& f : options.flags) cmd += " " + quote(f);
+  cmd += " -shared -fPIC -o " + quote(tmp.string()) + " " + quote(src.string()) + " > " +
+         quote(log.string()) + " 2>&1";
+  ++g_compiles;
+  int rc = std::system(cmd.c_str());
+  if (rc != 0) {
+    std::string output = read_file(log);
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    EMBER_UNSUPPORTED(false) << "the host compiler failed (exit " << rc << ") on " << src.string()
+                             << ":\n"
+                             << output;
+  }
+  fs::rename(tmp, so);
+  // Keep the source next to the object for debugging; drop the (empty) log.
+  std::error_code ec;
+  fs::rename(src, dir / (key + ".cpp"), ec);
+  fs::remove(log, ec);
+}
+
+}  // namespace
+
+// Loaded kernels are never dlclose'd: OpenMP worker threads started by a kernel can outlive it, and
+// unloading the last user of libgomp under them crashes. Kernels are small; they stay until exit.
+KernelLibrary::~KernelLibrary() = default;
+
+void* KernelLibrary::symbol(const std::string& name) const {
+  void* p = dlsym(handle_, name.c_str());
+  EMBER_INTERNAL_ASSERT(p != nullptr) << "symbol " << name << " missing from " << path_;
+  return p;
+}
+
+HostCompileOptions HostCompileOptions::from_env() {
+  HostCompileOptions o;
+  if (const char* c = std::getenv("EMBER_CXX"); c != nullptr && *c) {
+    o.compiler = c;
+  } else if (const char* cxx = std::getenv("CXX"); cxx != nullptr && *cxx) {
+    o.compiler = cxx;
+  } else {
+    o.compiler = "c++";
+  }
+  return o;
+}
+
+std::string cache_dir() {
+  fs::path dir;
+  if (const char* d = std::getenv("EMBER_CACHE_DIR"); d != nullptr && *d) {
+    dir = d;
+  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x) {
+    dir = fs::path(x) / "ember";
+  } else if (const char* h = std::getenv("HOME"); h != nullptr && *h) {
+    dir = fs::path(h) / ".cache" / "ember";
+  } else {
+    dir = fs::temp_directory_path() / "ember-cache";
+  }
+  dir /= "kernels";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  EMBER_CHECK(!ec) << "cannot create the kernel cache directory " << dir.string() << ": "
+                   << ec.message() << " (set EMBER_CACHE_DIR)";
+  return dir.string();
+}
+
+std::string cache_key(const std::string& source, const HostCompileOptions& options) {
+  Hasher h;
+  h.str("ember-host-compiler-v1").str(options.compiler).str(compiler_id(options.compiler));
+  h.u64(options.flags.size());
+  for (const std::string& f : options.flags) h.str(f);
+  h.str(source);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h.digest()));
+  return hex;
+}
+
+std::shared_ptr<KernelLibrary> compile_and_load(const std::string& source,
+                                                const HostCompileOptions& options) {
+  return compile_and_load_all({source}, options).front();
+}
+
+std::vector<std::shared_ptr<KernelLibrary>> compile_and_load_all(
+    const std::vector<std::string>& sources, const HostCompileOptions& options) {
+  std::vector<std::string> keys;
+  std::vector<std::shared_ptr<KernelLibrary>> libs(sources.size());
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < sources.size(); ++i) {
+    keys.push_back(cache_key(sources[i], options));
+    libs[i] = find_loaded(keys[i]);
+    if (libs[i]) {
+      ++g_memory_hits;
+    } else {
+      todo.push_back(i);
+    }
+  }
+  size_t width = std::max(1u, std::thread::hardware_concurrency());
+  for (size_t start = 0; start < todo.size(); start += width) {
+    std::vector<std::future<void>> jobs;
+    for (size_t j = start; j < std::min(todo.size(), start + width); ++j) {
+      size_t i = todo[j];
+      jobs.push_back(std::async(std::launch::async,
+                                [&, i] { compile_to_cache(keys[i], sources[i], options); }));
+    }
+    for (auto& job : jobs) job.get();  // rethrows the first failure
+  }
+  fs::path dir = cache_dir();
+  for (size_t i : todo) libs[i] = load(keys[i], dir / (keys[i] + ".so"));
+  return libs;
+}
+
+HostCompilerStats host_compiler_stats() {
+  return HostCompilerStats{g_compiles.load(), g_disk_hits.load(), g_memory_hits.load()};
+}
+
+void clear_memory_cache() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_loaded.clear();
+}
+
+}  // namespace ember::runtime

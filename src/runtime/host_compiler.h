@@ -1,0 +1,73 @@
+/// \file
+/// Compiles generated C++ into shared objects with the system compiler and loads them with dlopen,
+/// through an on-disk cache: a second process that needs the same source compiles nothing.
+///
+/// Plain C++ (no torch). The cache key is the hash of the source, the compiler's identity
+/// (path and `--version` output) and the flags. The cache lives in `EMBER_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/ember`, else `~/.cache/ember`. Objects are written to a temporary name and
+/// renamed into place, so concurrent processes never load a half-written file.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ember::runtime {
+
+struct HostCompileOptions {
+  /// The compiler: `EMBER_CXX`, else `CXX`, else "c++".
+  std::string compiler;
+  /// Flags besides `-shared -fPIC -o`: no unsafe fast-math (see docs/design/host_compiler.md).
+  std::vector<std::string> flags = {"-O3", "-march=native", "-fopenmp", "-std=c++17",
+                                    "-fno-math-errno"};
+
+  /// Options with the compiler taken from the environment.
+  static HostCompileOptions from_env();
+};
+
+/// A loaded shared object. It stays loaded until the process exits (see the .cpp for why).
+class KernelLibrary {
+ public:
+  KernelLibrary(void* handle, std::string path) : handle_(handle), path_(std::move(path)) {}
+  ~KernelLibrary();
+  KernelLibrary(const KernelLibrary&) = delete;
+  KernelLibrary& operator=(const KernelLibrary&) = delete;
+
+  /// The address of `name` (an `extern "C"` symbol). Throws InternalError when absent.
+  void* symbol(const std::string& name) const;
+  const std::string& path() const { return path_; }
+
+ private:
+  void* handle_;
+  std::string path_;
+};
+
+/// Counters for tests and reports.
+struct HostCompilerStats {
+  int64_t compiles = 0;     ///< compiler invocations
+  int64_t disk_hits = 0;    ///< loaded from the on-disk cache
+  int64_t memory_hits = 0;  ///< already loaded in this process
+};
+
+/// The cache directory, created if missing.
+std::string cache_dir();
+
+/// The key under which `source` compiled with `options` is cached (hex).
+std::string cache_key(const std::string& source, const HostCompileOptions& options);
+
+/// Compiles (or finds in a cache) and loads `source`. Throws Unsupported with the compiler's
+/// output when compilation fails.
+std::shared_ptr<KernelLibrary> compile_and_load(const std::string& source,
+                                                const HostCompileOptions& options);
+
+/// Compiles several sources in parallel (one compiler process per source, up to the number of
+/// hardware threads at a time) and loads them, in order.
+std::vector<std::shared_ptr<KernelLibrary>> compile_and_load_all(
+    const std::vector<std::string>& sources, const HostCompileOptions& options);
+
+HostCompilerStats host_compiler_stats();
+/// Forgets the in-process cache (libraries stay loaded while referenced); for tests.
+void clear_memory_cache();
+
+}  // namespace ember::runtime

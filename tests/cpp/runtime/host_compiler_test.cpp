@@ -1,0 +1,93 @@
+#include "runtime/host_compiler.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "support/error.h"
+
+namespace ember::runtime {
+namespace {
+
+class HostCompiler : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           ("ember-hc-test-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
+            "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    setenv("EMBER_CACHE_DIR", dir_.c_str(), 1);
+    clear_memory_cache();
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::filesystem::path dir_;
+};
+
+using AddFn = int (*)(int, int);
+const char* kAdd = "extern \"C\" int ember_add(int a, int b) { return a + b; }\n";
+
+TEST_F(HostCompiler, CompilesLoadsAndCallsAKernel) {
+  auto lib = compile_and_load(kAdd, HostCompileOptions::from_env());
+  auto add = reinterpret_cast<AddFn>(lib->symbol("ember_add"));
+  EXPECT_EQ(add(2, 40), 42);
+}
+
+TEST_F(HostCompiler, SecondRequestInTheProcessIsAMemoryHit) {
+  auto opts = HostCompileOptions::from_env();
+  auto a = compile_and_load(kAdd, opts);
+  HostCompilerStats before = host_compiler_stats();
+  auto b = compile_and_load(kAdd, opts);
+  HostCompilerStats after = host_compiler_stats();
+  EXPECT_EQ(a.get(), b.get());
+  EXPECT_EQ(after.compiles, before.compiles);
+  EXPECT_EQ(after.memory_hits, before.memory_hits + 1);
+}
+
+TEST_F(HostCompiler, AFreshProcessLoadsFromDiskWithoutCompiling) {
+  auto opts = HostCompileOptions::from_env();
+  compile_and_load(kAdd, opts);
+  clear_memory_cache();  // what a new process sees: only the disk cache
+  HostCompilerStats before = host_compiler_stats();
+  auto lib = compile_and_load(kAdd, opts);
+  HostCompilerStats after = host_compiler_stats();
+  EXPECT_EQ(after.compiles, before.compiles);
+  EXPECT_EQ(after.disk_hits, before.disk_hits + 1);
+  EXPECT_EQ(reinterpret_cast<AddFn>(lib->symbol("ember_add"))(1, 1), 2);
+}
+
+TEST_F(HostCompiler, KeyDependsOnSourceAndFlagsAndIsStable) {
+  auto opts = HostCompileOptions::from_env();
+  EXPECT_EQ(cache_key(kAdd, opts), cache_key(kAdd, opts));
+  EXPECT_NE(cache_key(kAdd, opts), cache_key(std::string(kAdd) + " ", opts));
+  auto o2 = opts;
+  o2.flags.push_back("-DX=1");
+  EXPECT_NE(cache_key(kAdd, opts), cache_key(kAdd, o2));
+}
+
+TEST_F(HostCompiler, CompilesSeveralSourcesInParallel) {
+  std::vector<std::string> sources;
+  for (int i = 0; i < 4; ++i) {
+    sources.push_back("extern \"C\" int k" + std::to_string(i) + "() { return " +
+                      std::to_string(i * 10) + "; }\n");
+  }
+  auto libs = compile_and_load_all(sources, HostCompileOptions::from_env());
+  ASSERT_EQ(libs.size(), 4u);
+  for (int i = 0; i < 4; ++i) {
+    auto f = reinterpret_cast<int (*)()>(libs[i]->symbol("k" + std::to_string(i)));
+    EXPECT_EQ(f(), i * 10);
+  }
+}
+
+TEST_F(HostCompiler, ACompileErrorIsUnsupportedWithTheCompilerOutput) {
+  try {
+    compile_and_load("this is not C++", HostCompileOptions::from_env());
+    FAIL() << "expected Unsupported";
+  } catch (const Unsupported& e) {
+    EXPECT_NE(std::string(e.what()).find("host compiler failed"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("error"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace ember::runtime
