@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from . import _C, metrics
+from . import _C, config, metrics
 from .errors import InternalError, Unsupported
 from .tracing import trace_with_structure
 
@@ -66,7 +66,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs) -
     kinds, names = _input_kinds(gm, example_inputs)
     try:
         graph, rebuild = trace_with_structure(gm, example_inputs, kinds, names)
-        compiled = _C.CompiledGraph(graph)
+        compiled = _C.CompiledGraph(graph, codegen=config.codegen())
     except InternalError:
         raise
     except Unsupported as e:
@@ -77,6 +77,11 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs) -
         return _fallback(gm, "an input that the graph mutates shares memory with another input")
     metrics.counters["graphs"] += 1
     metrics.counters["nodes"] += graph.num_nodes
+    metrics.counters["kernels"] += compiled.num_kernels
+    metrics.counters["fused_nodes"] += compiled.num_fused_nodes
+    if compiled.codegen_error:
+        metrics.counters["codegen_failures"] += 1
+        log.warning("ember: running a graph without generated kernels: %s", compiled.codegen_error)
     log.debug("ember: compiled a graph of %d nodes\n%s", graph.num_nodes, graph)
 
     if compiled.has_mutations:

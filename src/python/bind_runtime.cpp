@@ -1,5 +1,6 @@
 /// \file
 /// Python view of the runtime: ember._C.CompiledGraph, the callable a backend returns.
+#include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include "python/bindings.h"
@@ -16,7 +17,14 @@ void bind_runtime(nb::module_& m) {
   nb::class_<Executor>(m, "CompiledGraph",
                        "A graph ready to run. Calling it with the graph's non-constant inputs "
                        "returns a tuple of its outputs.")
-      .def("__init__", [](Executor* self, const tracer::TracedGraph& g) { new (self) Executor(g); })
+      .def(
+          "__init__",
+          [](Executor* self, const tracer::TracedGraph& g, bool codegen) {
+            new (self) Executor(g, runtime::ExecutorOptions{codegen});
+          },
+          nb::arg("graph"), nb::arg("codegen") = true,
+          "Prepares `graph` to run; with codegen, fuses pointwise nodes into generated C++ "
+          "kernels (CPU graphs).")
       .def("__call__",
            [](const Executor& e, nb::args args) {
              std::vector<at::Tensor> inputs;
@@ -38,6 +46,10 @@ void bind_runtime(nb::module_& m) {
       .def("run", &Executor::run, nb::arg("inputs"))
       .def("mutated_inputs_alias", &Executor::mutated_inputs_alias, nb::arg("inputs"))
       .def_prop_ro("has_mutations", &Executor::has_mutations)
+      .def_prop_ro("num_kernels", &Executor::num_kernels)
+      .def_prop_ro("num_fused_nodes", &Executor::num_fused_nodes)
+      .def_prop_ro("codegen_error", &Executor::codegen_error)
+      .def_prop_ro("kernel_sources", &Executor::kernel_sources)
       .def_prop_ro("num_inputs", &Executor::num_user_inputs)
       .def_prop_ro("num_nodes", [](const Executor& e) { return e.graph().nodes.size(); });
 }

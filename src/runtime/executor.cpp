@@ -2,13 +2,57 @@
 
 #include <ATen/core/List.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty_strided.h>
 
+#include "codegen/cpp/cpp_emitter.h"
+#include "sched/fusion.h"
 #include "support/error.h"
 #include "tracer/convert.h"
 
 namespace ember::runtime {
 
-Executor::Executor(tracer::TracedGraph traced) : traced_(std::move(traced)) {
+namespace {
+
+bool all_on_cpu(const graph::Graph& g) {
+  for (const graph::Value& v : g.values) {
+    if (v.type.device.kind != graph::DeviceKind::CPU) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Executor::~Executor() = default;
+
+Executor::Step Executor::extern_step(int32_t n) const {
+  const graph::Graph& g = traced_.graph;
+  const graph::Node& node = g.nodes[n];
+  const graph::OpInfo& info = g.op_of(node);
+  auto handle = c10::Dispatcher::singleton().findSchema({info.name, info.overload});
+  EMBER_UNSUPPORTED(handle.has_value())
+      << "operator " << info.qualified_name() << " is not registered in this process";
+  Step step;
+  step.op = *handle;
+  step.outputs = node.outputs;
+  step.result_slots = node.result_slots;
+  step.args.reserve(node.args.size());
+  for (size_t i = 0; i < node.args.size(); ++i) {
+    const graph::Arg& a = node.args[i];
+    if (auto* r = std::get_if<graph::ValueRef>(&a)) {
+      step.tensor_args.emplace_back(static_cast<int>(i), r->id);
+      step.args.emplace_back();
+    } else if (auto* l = std::get_if<graph::ValueList>(&a)) {
+      step.list_args.emplace_back(static_cast<int>(i), l);
+      step.args.emplace_back();
+    } else {
+      step.args.push_back(tracer::to_ivalue(a));
+    }
+  }
+  return step;
+}
+
+Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
+    : traced_(std::move(traced)) {
   const graph::Graph& g = traced_.graph;
   int constant_index = 0;
   for (const graph::Input& in : g.inputs) {
@@ -21,58 +65,90 @@ Executor::Executor(tracer::TracedGraph traced) : traced_(std::move(traced)) {
   EMBER_INTERNAL_ASSERT(constant_index == static_cast<int>(traced_.constants.size()))
       << "graph has " << constant_index << " constant inputs but " << traced_.constants.size()
       << " constants";
-
   for (const graph::Mutation& m : g.mutations) {
     for (size_t i = 0; i < input_slots_.size(); ++i) {
       if (input_slots_[i] == m.input) mutated_input_positions_.push_back(i);
     }
   }
 
-  // Last use of each value, so intermediates are freed as soon as possible.
-  std::vector<int> last_use(g.values.size(), -1);
-  for (size_t n = 0; n < g.nodes.size(); ++n) {
-    for (const graph::Arg& a : g.nodes[n].args) {
-      if (auto* r = std::get_if<graph::ValueRef>(&a)) last_use[r->id] = static_cast<int>(n);
-      if (auto* l = std::get_if<graph::ValueList>(&a)) {
-        for (const auto& item : l->items) {
-          if (item) last_use[*item] = static_cast<int>(n);
+  sched::ScheduleOptions sopts;
+  sopts.fuse = options.codegen && all_on_cpu(g);
+  sched::Plan plan = sched::schedule_graph(g, sopts);
+  if (!plan.groups.empty()) {
+    try {
+      std::vector<std::string> sources;
+      std::vector<int> group_of_source;
+      for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
+        if (plan.groups[gi].outputs.empty()) continue;  // dead group, not in any step
+        sources.push_back(codegen::emit_cpp(plan.groups[gi].kernel));
+        group_of_source.push_back(static_cast<int>(gi));
+      }
+      libraries_ = compile_and_load_all(sources, HostCompileOptions::from_env());
+      kernel_sources_ = sources;
+      std::vector<int> kernel_of_group(plan.groups.size(), -1);
+      for (size_t s = 0; s < sources.size(); ++s) {
+        const sched::KernelGroup& group = plan.groups[group_of_source[s]];
+        Kernel k;
+        k.fn = reinterpret_cast<Kernel::Fn>(
+            libraries_[s]->symbol(codegen::cpp_kernel_symbol(group.kernel.name)));
+        k.inputs = group.inputs;
+        k.outputs = group.outputs;
+        kernel_of_group[group_of_source[s]] = static_cast<int>(kernels_.size());
+        kernels_.push_back(std::move(k));
+      }
+      num_fused_nodes_ = plan.num_fused_nodes;
+      for (const sched::PlanStep& ps : plan.steps) {
+        if (ps.kind == sched::PlanStep::Kind::Extern) {
+          steps_.push_back(extern_step(ps.index));
+        } else {
+          Step step;
+          step.kernel = kernel_of_group[ps.index];
+          steps_.push_back(std::move(step));
         }
       }
+      unfused_ = std::make_unique<Executor>(traced_, ExecutorOptions{/*codegen=*/false});
+    } catch (const Unsupported& e) {
+      codegen_error_ = e.what();
+      steps_.clear();
+      kernels_.clear();
+      kernel_sources_.clear();
+      num_fused_nodes_ = 0;
+      plan = sched::schedule_graph(g, sched::ScheduleOptions{.fuse = false});
     }
   }
-  const int keep = static_cast<int>(g.nodes.size());
+  if (steps_.empty()) {
+    for (const sched::PlanStep& ps : plan.steps) steps_.push_back(extern_step(ps.index));
+  }
+
+  // Last use of each value, so intermediates are freed as soon as possible.
+  std::vector<int> last_use(g.values.size(), -1);
+  std::vector<int> defined_at(g.values.size(), -1);
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const Step& step = steps_[s];
+    std::vector<graph::ValueId> reads;
+    std::vector<graph::ValueId> writes;
+    if (step.kernel >= 0) {
+      reads = kernels_[step.kernel].inputs;
+      writes = kernels_[step.kernel].outputs;
+    } else {
+      for (const auto& [pos, v] : step.tensor_args) reads.push_back(v);
+      for (const auto& [pos, list] : step.list_args) {
+        for (const auto& item : list->items) {
+          if (item) reads.push_back(*item);
+        }
+      }
+      writes = step.outputs;
+    }
+    for (graph::ValueId v : reads) last_use[v] = static_cast<int>(s);
+    for (graph::ValueId v : writes) defined_at[v] = static_cast<int>(s);
+  }
+  const int keep = static_cast<int>(steps_.size());
   for (graph::ValueId v : g.outputs) last_use[v] = keep;
   for (const graph::Mutation& m : g.mutations) last_use[m.value] = keep;
   for (const graph::Input& in : g.inputs) last_use[in.value] = keep;
-
-  for (size_t n = 0; n < g.nodes.size(); ++n) {
-    const graph::Node& node = g.nodes[n];
-    const graph::OpInfo& info = g.op_of(node);
-    auto handle = c10::Dispatcher::singleton().findSchema({info.name, info.overload});
-    EMBER_UNSUPPORTED(handle.has_value())
-        << "operator " << info.qualified_name() << " is not registered in this process";
-    Step step{*handle, {}, {}, {}, node.outputs, node.result_slots, {}};
-    step.args.reserve(node.args.size());
-    for (size_t i = 0; i < node.args.size(); ++i) {
-      const graph::Arg& a = node.args[i];
-      if (auto* r = std::get_if<graph::ValueRef>(&a)) {
-        step.tensor_args.emplace_back(static_cast<int>(i), r->id);
-        step.args.emplace_back();
-      } else if (auto* l = std::get_if<graph::ValueList>(&a)) {
-        step.list_args.emplace_back(static_cast<int>(i), l);
-        step.args.emplace_back();
-      } else {
-        step.args.push_back(tracer::to_ivalue(a));
-      }
-    }
-    for (size_t v = 0; v < last_use.size(); ++v) {
-      if (last_use[v] == static_cast<int>(n))
-        step.release.push_back(static_cast<graph::ValueId>(v));
-    }
-    for (graph::ValueId out : node.outputs) {
-      if (last_use[out] < 0) step.release.push_back(out);  // never used: free at once
-    }
-    steps_.push_back(std::move(step));
+  for (size_t v = 0; v < last_use.size(); ++v) {
+    int at = last_use[v] >= 0 ? last_use[v] : defined_at[v];  // never read: free where defined
+    if (at >= 0 && at < keep) steps_[at].release.push_back(static_cast<graph::ValueId>(v));
   }
 }
 
@@ -90,11 +166,38 @@ bool Executor::mutated_inputs_alias(const std::vector<at::Tensor>& inputs) const
   return false;
 }
 
+bool Executor::strides_match(const std::vector<at::Tensor>& inputs) const {
+  const graph::Graph& g = traced_.graph;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const graph::TensorType& t = g.type(input_slots_[i]);
+    for (int64_t d = 0; d < inputs[i].dim(); ++d) {
+      if (inputs[i].size(d) > 1 && inputs[i].stride(d) != t.strides[d].constant()) return false;
+    }
+  }
+  return true;
+}
+
+void Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env) const {
+  const graph::Graph& g = traced_.graph;
+  std::vector<void*> buffers;
+  buffers.reserve(k.inputs.size() + k.outputs.size());
+  for (graph::ValueId v : k.inputs) buffers.push_back(env[v].data_ptr());
+  for (graph::ValueId v : k.outputs) {
+    const graph::TensorType& t = g.type(v);
+    std::vector<int64_t> sizes, strides;
+    for (const graph::DimExpr& s : t.sizes) sizes.push_back(s.constant());
+    for (const graph::DimExpr& s : t.strides) strides.push_back(s.constant());
+    env[v] = at::empty_strided(sizes, strides,
+                               at::TensorOptions().dtype(tracer::to_c10(t.dtype)).device(at::kCPU));
+    buffers.push_back(env[v].data_ptr());
+  }
+  k.fn(buffers.data(), nullptr);
+}
+
 std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) const {
   const graph::Graph& g = traced_.graph;
   EMBER_CHECK(inputs.size() == input_slots_.size())
       << "expected " << input_slots_.size() << " input tensors but got " << inputs.size();
-  std::vector<at::Tensor> env(g.values.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
     const graph::TensorType& t = g.type(input_slots_[i]);
     const at::Tensor& x = inputs[i];
@@ -107,12 +210,20 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
           << "input " << i << " has size " << x.sizes() << ", but the graph was traced for "
           << graph::type_str(t);
     }
-    env[input_slots_[i]] = x;
   }
+  if (unfused_ && !strides_match(inputs)) return unfused_->run(inputs);
+
+  std::vector<at::Tensor> env(g.values.size());
+  for (size_t i = 0; i < inputs.size(); ++i) env[input_slots_[i]] = inputs[i];
   for (const auto& [value, index] : constant_slots_) env[value] = traced_.constants[index];
 
   torch::jit::Stack stack;
   for (const Step& step : steps_) {
+    if (step.kernel >= 0) {
+      run_kernel(kernels_[step.kernel], env);
+      for (graph::ValueId v : step.release) env[v].reset();
+      continue;
+    }
     stack.assign(step.args.begin(), step.args.end());
     for (const auto& [pos, v] : step.tensor_args) stack[pos] = env[v];
     for (const auto& [pos, list] : step.list_args) {
@@ -128,7 +239,7 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
         stack[pos] = l;
       }
     }
-    step.op.callBoxed(&stack);
+    step.op->callBoxed(&stack);
     // Results are matched to outputs by position among the tensor results, so an optional result
     // that is undefined here but was defined while tracing (or the reverse) keeps the others in
     // place. Kernels may leave out optional results that meta kernels return (cuDNN attention).
@@ -139,7 +250,7 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
       if (step.result_slots.empty()) {
         if (!t.defined()) return;
         EMBER_INTERNAL_ASSERT(k < step.outputs.size())
-            << step.op.schema().name() << " returned more tensors than it did while tracing";
+            << step.op->schema().name() << " returned more tensors than it did while tracing";
         env[step.outputs[k++]] = t;
       } else if (k < step.outputs.size() && step.result_slots[k] == this_slot) {
         env[step.outputs[k++]] = t;
@@ -153,7 +264,7 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
       }
     }
     EMBER_INTERNAL_ASSERT(k == step.outputs.size())
-        << step.op.schema().name() << " returned " << k << " tensors but " << step.outputs.size()
+        << step.op->schema().name() << " returned " << k << " tensors but " << step.outputs.size()
         << " while tracing";
     for (graph::ValueId v : step.release) env[v].reset();
   }

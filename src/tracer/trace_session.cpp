@@ -282,7 +282,10 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
       }
       note_device(t);
       args.emplace_back(graph::ValueRef{value_of(t)});
-      meta_stack.emplace_back(meta_like(t));
+      // A Python scalar's tensor (a CPU "wrapped number") promotes weakly: `int_tensor * 2.5` is
+      // float32. A meta copy would lose that, so the meta kernel gets the real CPU scalar, which
+      // may mix with tensors of any device.
+      meta_stack.emplace_back(t.unsafeGetTensorImpl()->is_wrapped_number() ? t : meta_like(t));
     } else if (is_tensor_type(a.type()) && v.isList()) {
       graph::ValueList list;
       c10::TypePtr elem = a.type()->cast<c10::ListType>()

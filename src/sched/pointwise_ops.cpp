@@ -1,0 +1,408 @@
+// The rule table of the pointwise lowering: one entry per supported ATen overload, each a small
+// lowering function over operands already converted to the computation type (see
+// pointwise_internal.h). Formulas follow ATen's CPU kernels operation for operation.
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "sched/pointwise_internal.h"
+
+namespace ember::sched::detail {
+namespace {
+
+using loop::CallFn;
+
+// <cmath>'s M_SQRT2, M_2_SQRTPI and M_SQRT1_2 (not in strict ISO C++), as ATen's GELU uses them.
+constexpr double kSqrt2 = 1.41421356237309504880;
+constexpr double k2SqrtPi = 1.12837916709551257390;
+constexpr double kSqrt1_2 = 0.70710678118654752440;
+
+// ---- lowering helpers --------------------------------------------------------------------------
+
+Expr call(CallFn f, Expr a) {
+  return loop::Call::make(f, {std::move(a)});
+}
+Expr div(Expr a, Expr b) {
+  return loop::Div::make(std::move(a), std::move(b));
+}
+Expr select(Expr c, Expr t, Expr f) {
+  return loop::Select::make(std::move(c), std::move(t), std::move(f));
+}
+Expr lt(Expr a, Expr b) {
+  return loop::LT::make(std::move(a), std::move(b));
+}
+Expr le(Expr a, Expr b) {
+  return loop::LE::make(std::move(a), std::move(b));
+}
+
+/// Python-style floor division of floats, as ATen's div_floor_floating.
+Expr floor_divide(const Plan& p, Expr a, Expr b) {
+  DType t = p.comp;
+  Expr zero = fconst(t, 0), one = fconst(t, 1);
+  Expr q = div(a, b);
+  Expr mod = loop::Call::make(CallFn::Fmod, {a, b});
+  Expr d0 = div(a - mod, b);
+  Expr adjust =
+      loop::And::make(loop::NE::make(mod, zero), loop::NE::make(lt(b, zero), lt(mod, zero)));
+  Expr d = select(adjust, d0 - one, d0);
+  Expr fl = call(CallFn::Floor, d);
+  Expr rounded = select(lt(fconst(t, 0.5), d - fl), fl + one, fl);
+  // copysign(0, q): q is negative, or a negative zero (1 / q < 0).
+  Expr negative =
+      loop::Or::make(lt(q, zero), loop::And::make(loop::EQ::make(q, zero), lt(div(one, q), zero)));
+  Expr signed_zero = select(negative, fconst(t, -0.0), zero);
+  return select(loop::EQ::make(b, zero), q, select(loop::NE::make(d, zero), rounded, signed_zero));
+}
+
+/// min(max(x, lo), hi) as std::min/std::max: NaN and the sign of a zero x are kept.
+Expr clamp(const Plan& p, Expr x, const char* lo, const char* hi) {
+  if (lo && !is_none(p.arg(lo))) {
+    Expr l = p.rounded_param(lo);
+    x = select(lt(x, l), l, x);
+  }
+  if (hi && !is_none(p.arg(hi))) {
+    Expr h = p.rounded_param(hi);
+    x = select(lt(h, x), h, x);
+  }
+  return x;
+}
+
+Expr pow_scalar(const Plan& p, Expr x) {
+  double e = *number(p.arg("exponent"));
+  DType t = p.comp;
+  bool bf16 = p.out == DType::BFloat16, f16 = p.out == DType::Float16;
+  // The CPU kernel of bf16 rounds after each multiplication of these expansions.
+  auto rnd = [&](Expr v) { return bf16 ? cast(t, cast(p.out, v)) : v; };
+  if (e == 0) return fconst(t, 1);
+  if (e == 1) return x;
+  if (e == 0.5 && !f16) return call(CallFn::Sqrt, x);
+  if (e == -0.5 && !f16) return call(CallFn::Rsqrt, x);
+  if (e == -1 && !f16) return call(CallFn::Reciprocal, x);
+  if (e == 2) return x * x;
+  if (e == 3) return rnd(x * x) * x;
+  if (e == -2) return div(fconst(t, 1), rnd(x * x));
+  return loop::Call::make(CallFn::Pow, {x, p.param("exponent")});
+}
+
+// ---- checks ------------------------------------------------------------------------------------
+
+bool alpha_ok(const Plan& p) {
+  // bf16/f16 eager rounds alpha * other before the addition; only alpha == 1 is exact here.
+  return p.scalar_ok("alpha") && (!is_reduced(p.out) || p.is_one("alpha"));
+}
+
+bool div_mode_ok(const Plan& p) {
+  const Arg* mode = p.arg("rounding_mode");
+  if (is_none(mode)) return loop::is_float(p.out);
+  const auto* s = std::get_if<std::string>(mode);
+  // Integer floor/trunc division and the bf16/f16 kernels (which round a / b first) are left
+  // to ATen.
+  return s && (*s == "trunc" || *s == "floor") &&
+         (p.out == DType::Float32 || p.out == DType::Float64);
+}
+
+bool bound_ok(const Plan& p, const char* name) {
+  const Arg* a = p.arg(name);
+  return is_none(a) || (p.scalar_ok(name) && !std::isnan(*number(a)));
+}
+
+bool clamp_ok(const Plan& p) {
+  return bound_ok(p, "min") && bound_ok(p, "max") &&
+         !(is_none(p.arg("min")) && is_none(p.arg("max")));
+}
+
+/// A dtype conversion that changes nothing but the dtype (and maybe strides).
+bool conversion_ok(const Plan& p) {
+  if (!p.operands[0].tensor) return false;
+  graph::DType in = p.g.type(std::get<graph::ValueRef>(*p.arg("self")).id).dtype;
+  graph::DType out = p.g.type(p.n.outputs[0]).dtype;
+  const Arg* dtype = p.arg("dtype");
+  if (!(dtype && (is_none(dtype) || arg_is(dtype, out)))) return false;
+  if (is_none(dtype) && in != out) return false;
+  const Arg* layout = p.arg("layout");
+  if (layout && !is_none(layout) && !arg_is(layout, graph::Layout::Strided)) return false;
+  const Arg* device = p.arg("device");
+  graph::Device in_device = p.g.type(std::get<graph::ValueRef>(*p.arg("self")).id).device;
+  if (device && !is_none(device) && !arg_is(device, in_device)) return false;
+  const Arg* pin = p.arg("pin_memory");
+  if (pin && !is_none(pin) && !arg_is(pin, false)) return false;
+  const Arg* mf = p.arg("memory_format");
+  if (mf && !is_none(mf) && !arg_is(mf, graph::MemoryFormat::Preserve) &&
+      !arg_is(mf, graph::MemoryFormat::Contiguous)) {
+    return false;
+  }
+  // aten::to returns `self` itself (an alias) when nothing changes and copy is false.
+  const Arg* copy = p.arg("copy");
+  if (copy && !arg_is(copy, true) && in == out) return false;
+  return true;
+}
+
+// ---- the table ---------------------------------------------------------------------------------
+
+Rule unary_call(Mode m, CallFn f) {
+  return {m, {"self"}, [f](const Plan&, const std::vector<Expr>& x) { return call(f, x[0]); }};
+}
+
+/// floor, ceil, round, trunc: the identity on integers.
+Rule rounding(CallFn f) {
+  return {Mode::Numeric, {"self"}, [f](const Plan& p, const std::vector<Expr>& x) {
+            return loop::is_float(p.comp) ? call(f, x[0]) : x[0];
+          }};
+}
+
+Rule compare(loop::ExprKind k, bool swap, bool scalar) {
+  return {Mode::Compare,
+          {"self", "other"},
+          [k, swap](const Plan&, const std::vector<Expr>& x) {
+            return swap ? loop::make_binary(k, x[1], x[0]) : loop::make_binary(k, x[0], x[1]);
+          },
+          [scalar](const Plan& p) { return p.operands[1].tensor != scalar; }};
+}
+
+}  // namespace
+
+const std::map<std::string, Rule>& rule_table() {
+  using V = const std::vector<Expr>&;
+  using P = const Plan&;
+  static const std::map<std::string, Rule> table = [] {
+    std::map<std::string, Rule> t;
+    auto add = [](P p, V x) {
+      return p.is_one("alpha") ? x[0] + x[1] : x[0] + p.param("alpha") * x[1];
+    };
+    auto sub = [](P p, V x) {
+      return p.is_one("alpha") ? x[0] - x[1] : x[0] - p.param("alpha") * x[1];
+    };
+    auto mul = [](P, V x) { return x[0] * x[1]; };
+    auto true_div = [](P, V x) { return div(x[0], x[1]); };
+    auto div_mode = [](P p, V x) {
+      const Arg* mode = p.arg("rounding_mode");
+      if (is_none(mode)) return div(x[0], x[1]);
+      if (std::get<std::string>(*mode) == "trunc") return call(CallFn::Trunc, div(x[0], x[1]));
+      return floor_divide(p, x[0], x[1]);
+    };
+    auto other_scalar = [](P p) { return !p.operands[1].tensor; };
+    t["aten::add.Tensor"] = {Mode::Numeric, {"self", "other"}, add, alpha_ok};
+    t["aten::add.Scalar"] = {
+        Mode::Numeric, {"self", "other"}, add, [=](P p) { return other_scalar(p) && alpha_ok(p); }};
+    t["aten::sub.Tensor"] = {Mode::Numeric, {"self", "other"}, sub, alpha_ok};
+    t["aten::sub.Scalar"] = {
+        Mode::Numeric, {"self", "other"}, sub, [=](P p) { return other_scalar(p) && alpha_ok(p); }};
+    t["aten::mul.Tensor"] = {Mode::Numeric, {"self", "other"}, mul, {}, true};
+    t["aten::mul.Scalar"] = {Mode::Numeric, {"self", "other"}, mul, other_scalar, true};
+    t["aten::div.Tensor"] = {Mode::Float, {"self", "other"}, true_div, {}, true};
+    t["aten::div.Scalar"] = {Mode::Float, {"self", "other"}, true_div, other_scalar, true};
+    t["aten::div.Tensor_mode"] = {Mode::Numeric, {"self", "other"}, div_mode, div_mode_ok, true};
+    t["aten::div.Scalar_mode"] = {Mode::Numeric,
+                                  {"self", "other"},
+                                  div_mode,
+                                  [=](P p) { return other_scalar(p) && div_mode_ok(p); },
+                                  true};
+
+    // clang-format off
+    const std::pair<const char*, CallFn> float_calls[] = {
+        {"exp", CallFn::Exp},     {"exp2", CallFn::Exp2},   {"expm1", CallFn::Expm1},
+        {"log", CallFn::Log},     {"log2", CallFn::Log2},   {"log10", CallFn::Log10},
+        {"log1p", CallFn::Log1p}, {"sqrt", CallFn::Sqrt},   {"rsqrt", CallFn::Rsqrt},
+        {"sin", CallFn::Sin},     {"cos", CallFn::Cos},     {"tan", CallFn::Tan},
+        {"asin", CallFn::Asin},   {"acos", CallFn::Acos},   {"atan", CallFn::Atan},
+        {"sinh", CallFn::Sinh},   {"cosh", CallFn::Cosh},   {"tanh", CallFn::Tanh},
+        {"asinh", CallFn::Asinh}, {"acosh", CallFn::Acosh}, {"atanh", CallFn::Atanh},
+        {"erf", CallFn::Erf},     {"erfc", CallFn::Erfc},   {"sigmoid", CallFn::Sigmoid},
+        {"reciprocal", CallFn::Reciprocal}};
+    // clang-format on
+    for (const auto& [name, fn] : float_calls) {
+      t[std::string("aten::") + name] = unary_call(Mode::Float, fn);
+    }
+    t["aten::neg"] = unary_call(Mode::Numeric, CallFn::Neg);
+    t["aten::abs"] = unary_call(Mode::Numeric, CallFn::Abs);
+    t["aten::floor"] = rounding(CallFn::Floor);
+    t["aten::ceil"] = rounding(CallFn::Ceil);
+    t["aten::round"] = rounding(CallFn::Round);
+    t["aten::trunc"] = rounding(CallFn::Trunc);
+    t["aten::sign"] = {Mode::Numeric, {"self"}, [](P p, V x) {
+                         Expr zero = num(p.comp, 0);
+                         return cast(p.comp, lt(zero, x[0])) - cast(p.comp, lt(x[0], zero));
+                       }};
+
+    t["aten::pow.Tensor_Scalar"] = {Mode::Float,
+                                    {"self"},
+                                    [](P p, V x) { return pow_scalar(p, x[0]); },
+                                    [](P p) { return p.scalar_ok("exponent"); }};
+    t["aten::pow.Tensor_Tensor"] = {Mode::Float, {"self", "exponent"}, [](P, V x) {
+                                      return loop::Call::make(CallFn::Pow, {x[0], x[1]});
+                                    }};
+    t["aten::maximum"] = {
+        Mode::Numeric, {"self", "other"}, [](P, V x) { return loop::max(x[0], x[1]); }};
+    t["aten::minimum"] = {
+        Mode::Numeric, {"self", "other"}, [](P, V x) { return loop::min(x[0], x[1]); }};
+    t["aten::clamp"] = {
+        Mode::Numeric, {"self"}, [](P p, V x) { return clamp(p, x[0], "min", "max"); }, clamp_ok};
+    t["aten::clamp_min"] = {Mode::Numeric,
+                            {"self"},
+                            [](P p, V x) { return clamp(p, x[0], "min", nullptr); },
+                            [](P p) { return bound_ok(p, "min") && !is_none(p.arg("min")); }};
+    t["aten::clamp_max"] = {Mode::Numeric,
+                            {"self"},
+                            [](P p, V x) { return clamp(p, x[0], nullptr, "max"); },
+                            [](P p) { return bound_ok(p, "max") && !is_none(p.arg("max")); }};
+    t["aten::hardtanh"] = {Mode::Float,
+                           {"self"},
+                           [](P p, V x) { return clamp(p, x[0], "min_val", "max_val"); },
+                           [](P p) {
+                             return p.scalar_ok("min_val") && p.scalar_ok("max_val") &&
+                                    bound_ok(p, "min_val") && bound_ok(p, "max_val");
+                           }};
+    t["aten::relu"] = {Mode::Numeric, {"self"}, [](P p, V x) {
+                         Expr zero = num(p.comp, 0);
+                         return select(lt(x[0], zero), zero, x[0]);
+                       }};
+    t["aten::threshold"] = {Mode::Numeric,
+                            {"self"},
+                            [](P p, V x) {
+                              return select(le(x[0], p.rounded_param("threshold")),
+                                            p.rounded_param("value"), x[0]);
+                            },
+                            [](P p) { return p.scalar_ok("threshold") && p.scalar_ok("value"); }};
+    t["aten::leaky_relu"] = {Mode::Float,
+                             {"self"},
+                             [](P p, V x) {
+                               return select(lt(num(p.comp, 0), x[0]), x[0],
+                                             x[0] * p.param("negative_slope"));
+                             },
+                             [](P p) { return p.scalar_ok("negative_slope"); }};
+    t["aten::elu"] = {Mode::Float,
+                      {"self"},
+                      [](P p, V x) {
+                        Expr negcoef = p.param("alpha") * p.param("scale");
+                        Expr neg = call(CallFn::Expm1, x[0] * p.param("input_scale")) * negcoef;
+                        return select(le(x[0], num(p.comp, 0)), neg, x[0] * p.param("scale"));
+                      },
+                      [](P p) {
+                        return p.scalar_ok("alpha") && p.scalar_ok("scale") &&
+                               p.scalar_ok("input_scale");
+                      }};
+    t["aten::softplus"] = {Mode::Float,
+                           {"self"},
+                           [](P p, V x) {
+                             Expr beta = p.param("beta"), xb = x[0] * beta;
+                             Expr soft = div(call(CallFn::Log1p, call(CallFn::Exp, xb)), beta);
+                             return select(lt(p.param("threshold"), xb), x[0], soft);
+                           },
+                           [](P p) { return p.scalar_ok("beta") && p.scalar_ok("threshold"); }};
+    t["aten::gelu"] = {Mode::Float,
+                       {"self"},
+                       [](P p, V x) {
+                         DType c = p.comp;
+                         Expr one = fconst(c, 1), half = fconst(c, 0.5);
+                         if (std::get<std::string>(*p.arg("approximate")) == "none") {
+                           return x[0] * half *
+                                  (one + call(CallFn::Erf, x[0] * fconst(c, kSqrt1_2)));
+                         }
+                         Expr inner = fconst(c, kSqrt2 * k2SqrtPi * 0.5) *
+                                      (x[0] + fconst(c, 0.044715) * (x[0] * x[0] * x[0]));
+                         return half * x[0] * (one + call(CallFn::Tanh, inner));
+                       },
+                       [](P p) {
+                         return arg_is(p.arg("approximate"), std::string("none")) ||
+                                arg_is(p.arg("approximate"), std::string("tanh"));
+                       }};
+    t["aten::silu"] = {Mode::Float, {"self"}, [](P p, V x) {
+                         return div(x[0],
+                                    fconst(p.comp, 1) + call(CallFn::Exp, call(CallFn::Neg, x[0])));
+                       }};
+    t["aten::mish"] = {Mode::Float, {"self"}, [](P, V x) {
+                         return x[0] *
+                                call(CallFn::Tanh, call(CallFn::Log1p, call(CallFn::Exp, x[0])));
+                       }};
+    auto relu6_of_x_plus_3 = [](P p, const Expr& x) {
+      return loop::min(loop::max(x + fconst(p.comp, 3), fconst(p.comp, 0)), fconst(p.comp, 6));
+    };
+    t["aten::hardsigmoid"] = {Mode::Float, {"self"}, [=](P p, V x) {
+                                return div(relu6_of_x_plus_3(p, x[0]), fconst(p.comp, 6));
+                              }};
+    t["aten::hardswish"] = {Mode::Float, {"self"}, [=](P p, V x) {
+                              return div(x[0] * relu6_of_x_plus_3(p, x[0]), fconst(p.comp, 6));
+                            }};
+
+    using K = loop::ExprKind;
+    const std::tuple<const char*, K, bool> comparisons[] = {
+        {"eq", K::EQ, false}, {"ne", K::NE, false}, {"lt", K::LT, false},
+        {"le", K::LE, false}, {"gt", K::LT, true},  {"ge", K::LE, true}};
+    for (const auto& [name, kind, swap] : comparisons) {
+      t[std::string("aten::") + name + ".Tensor"] = compare(kind, swap, false);
+      t[std::string("aten::") + name + ".Scalar"] = compare(kind, swap, true);
+    }
+    t["aten::logical_not"] = {
+        Mode::Logical, {"self"}, [](P, V x) { return loop::Not::make(x[0]); }};
+    t["aten::logical_and"] = {
+        Mode::Logical, {"self", "other"}, [](P, V x) { return loop::And::make(x[0], x[1]); }};
+    t["aten::logical_or"] = {
+        Mode::Logical, {"self", "other"}, [](P, V x) { return loop::Or::make(x[0], x[1]); }};
+    t["aten::logical_xor"] = {
+        Mode::Logical, {"self", "other"}, [](P, V x) { return loop::NE::make(x[0], x[1]); }};
+    t["aten::bitwise_not"] = {Mode::Logical,
+                              {"self"},
+                              [](P, V x) { return loop::Not::make(x[0]); },
+                              [](P p) { return p.operands[0].dtype == DType::Bool; }};
+    t["aten::isnan"] = {Mode::Raw,
+                        {"self"},
+                        [](P, V x) {
+                          return loop::is_float(x[0].dtype()) ? call(CallFn::IsNan, x[0])
+                                                              : loop::bool_imm(false);
+                        },
+                        [](P p) { return p.out == DType::Bool; }};
+    t["aten::where.self"] = {Mode::Where, {"condition", "self", "other"}, [](P, V x) {
+                               return select(x[0], x[1], x[2]);
+                             }};
+
+    auto convert_to = [](P p, V x) { return cast(p.out, x[0]); };
+    for (const char* name :
+         {"aten::_to_copy", "aten::to.dtype", "aten::to.dtype_layout", "aten::to.device"}) {
+      t[name] = {Mode::Raw, {"self"}, convert_to, conversion_ok};
+    }
+    t["aten::clone"] = {Mode::Raw,
+                        {"self"},
+                        [](P, V x) { return x[0]; },
+                        [](P p) {
+                          const Arg* mf = p.arg("memory_format");
+                          return p.operands[0].dtype == p.out &&
+                                 (is_none(mf) || arg_is(mf, graph::MemoryFormat::Preserve) ||
+                                  arg_is(mf, graph::MemoryFormat::Contiguous));
+                        }};
+
+    t["aten::lerp.Scalar"] = {Mode::Float,
+                              {"self", "end"},
+                              [](P p, V x) {
+                                Expr w = p.param("weight"), one = fconst(p.comp, 1);
+                                double wv = p.comp == DType::Float64
+                                                ? *number(p.arg("weight"))
+                                                : static_cast<float>(*number(p.arg("weight")));
+                                if (std::abs(wv) < 0.5) return x[0] + w * (x[1] - x[0]);
+                                return x[1] - (x[1] - x[0]) * (one - w);
+                              },
+                              [](P p) { return p.scalar_ok("weight"); }};
+    t["aten::addcmul"] = {Mode::Numeric,
+                          {"self", "tensor1", "tensor2"},
+                          [](P p, V x) {
+                            Expr prod = p.is_one("value") ? x[1] : p.param("value") * x[1];
+                            return x[0] + prod * x[2];
+                          },
+                          [](P p) { return p.scalar_ok("value"); }};
+    t["aten::addcdiv"] = {Mode::Float,
+                          {"self", "tensor1", "tensor2"},
+                          [](P p, V x) {
+                            Expr num = p.is_one("value") ? x[1] : p.param("value") * x[1];
+                            return x[0] + div(num, x[2]);
+                          },
+                          [](P p) {
+                            // Eager rejects integer division in addcdiv.
+                            return p.scalar_ok("value") && loop::is_float(p.operands[1].dtype) &&
+                                   loop::is_float(p.operands[2].dtype);
+                          }};
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace ember::sched::detail
