@@ -66,7 +66,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs) -
     kinds, names = _input_kinds(gm, example_inputs)
     try:
         graph, rebuild = trace_with_structure(gm, example_inputs, kinds, names)
-        compiled = _C.CompiledGraph(graph, codegen=config.codegen())
+        compiled = _C.CompiledGraph(graph, codegen=config.codegen(),
+                                    reductions=config.reduction_kernels())
     except InternalError:
         raise
     except Unsupported as e:

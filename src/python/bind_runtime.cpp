@@ -13,16 +13,26 @@ namespace nb = nanobind;
 namespace ember::python {
 
 void bind_runtime(nb::module_& m) {
+  m.def("clear_kernel_memory_cache", &runtime::clear_memory_cache,
+        "Forgets the kernels loaded in this process (they stay loaded while in use), so the next "
+        "compile reads the on-disk cache (EMBER_CACHE_DIR) or compiles.");
+  m.def(
+      "host_compiler_stats",
+      [] {
+        runtime::HostCompilerStats s = runtime::host_compiler_stats();
+        return nb::make_tuple(s.compiles, s.disk_hits, s.memory_hits);
+      },
+      "(compiles, disk_hits, memory_hits) of the kernel cache in this process.");
   using runtime::Executor;
   nb::class_<Executor>(m, "CompiledGraph",
                        "A graph ready to run. Calling it with the graph's non-constant inputs "
                        "returns a tuple of its outputs.")
       .def(
           "__init__",
-          [](Executor* self, const tracer::TracedGraph& g, bool codegen) {
-            new (self) Executor(g, runtime::ExecutorOptions{codegen});
+          [](Executor* self, const tracer::TracedGraph& g, bool codegen, bool reductions) {
+            new (self) Executor(g, runtime::ExecutorOptions{codegen, reductions});
           },
-          nb::arg("graph"), nb::arg("codegen") = true,
+          nb::arg("graph"), nb::arg("codegen") = true, nb::arg("reductions") = false,
           "Prepares `graph` to run; with codegen, fuses pointwise nodes into generated C++ "
           "kernels (CPU graphs).")
       .def("__call__",

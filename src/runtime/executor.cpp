@@ -73,6 +73,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
 
   sched::ScheduleOptions sopts;
   sopts.fuse = options.codegen && all_on_cpu(g);
+  sopts.reductions = options.reductions;
   sched::Plan plan = sched::schedule_graph(g, sopts);
   if (!plan.groups.empty()) {
     try {
@@ -106,7 +107,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
           steps_.push_back(std::move(step));
         }
       }
-      unfused_ = std::make_unique<Executor>(traced_, ExecutorOptions{/*codegen=*/false});
+      unfused_ = std::make_unique<Executor>(traced_, ExecutorOptions{.codegen = false});
     } catch (const Unsupported& e) {
       codegen_error_ = e.what();
       steps_.clear();

@@ -24,6 +24,8 @@ namespace ember::runtime {
 struct ExecutorOptions {
   /// Fuse pointwise nodes into generated C++ kernels (CPU graphs only).
   bool codegen = true;
+  /// Also generate kernels for reductions (see sched::ScheduleOptions::reductions).
+  bool reductions = false;
 };
 
 class Executor {

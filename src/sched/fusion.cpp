@@ -6,6 +6,7 @@
 
 #include "loop/simplify.h"
 #include "sched/pointwise.h"
+#include "sched/reduction.h"
 #include "support/error.h"
 
 namespace ember::sched {
@@ -156,9 +157,22 @@ Plan schedule_graph(const graph::Graph& g, const ScheduleOptions& options) {
     if (open >= 0) plan.steps.push_back({PlanStep::Kind::Kernel, open});
     open = -1;
   };
+  // Groups of one reduction node (softmax, layer_norm, sum, ...), built by reduction.h.
+  std::vector<bool> reduction_group;
 
   for (int32_t ni = 0; ni < static_cast<int32_t>(g.nodes.size()); ++ni) {
     const graph::Node& n = g.nodes[ni];
+    if (options.fuse && options.reductions && is_reduction_kernel_node(g, n)) {
+      // Its own group, after the open one (which it may read).
+      close();
+      int32_t gi = static_cast<int32_t>(plan.groups.size());
+      plan.groups.emplace_back().nodes.push_back(ni);
+      reduction_group.resize(plan.groups.size(), false);
+      reduction_group[gi] = true;
+      for (ValueId o : n.outputs) group_of_value[o] = gi;
+      plan.steps.push_back({PlanStep::Kind::Kernel, gi});
+      continue;
+    }
     if (options.fuse && fusible(g, n)) {
       std::vector<int64_t> shape = sizes_of(g.type(n.outputs[0]));
       // Reading a value of a group that already ran would need it realized: it is (it is an
@@ -183,12 +197,14 @@ Plan schedule_graph(const graph::Graph& g, const ScheduleOptions& options) {
     plan.steps.push_back({PlanStep::Kind::Extern, ni});
   }
   close();
+  reduction_group.resize(plan.groups.size(), false);
 
   // Which groups read each value from outside, and whether anything else needs it.
   std::vector<bool> needed_outside(g.values.size(), false);
   for (ValueId v : g.outputs) needed_outside[v] = true;
   for (const graph::Mutation& m : g.mutations) needed_outside[m.value] = true;
   for (int32_t ni = 0; ni < static_cast<int32_t>(g.nodes.size()); ++ni) {
+    // All outputs of a node are in its group (or in none: an extern node).
     int32_t my_group = -1;
     if (!g.nodes[ni].outputs.empty()) my_group = group_of_value[g.nodes[ni].outputs[0]];
     for (ValueId r : all_reads(g.nodes[ni])) {
@@ -197,7 +213,8 @@ Plan schedule_graph(const graph::Graph& g, const ScheduleOptions& options) {
   }
 
   // Inputs, outputs and kernel of each group. A group none of whose values is needed is dead
-  // (pointwise nodes have no side effects): it is dropped with its step.
+  // (pointwise and reduction nodes have no side effects): it is dropped with its step. Outputs
+  // are in node order, then output order (a node may have several: native_layer_norm).
   std::vector<bool> dead(plan.groups.size(), false);
   for (int32_t gi = 0; gi < static_cast<int32_t>(plan.groups.size()); ++gi) {
     KernelGroup& group = plan.groups[gi];
@@ -206,15 +223,19 @@ Plan schedule_graph(const graph::Graph& g, const ScheduleOptions& options) {
       for (ValueId v : tensor_args(g.nodes[ni])) {
         if (group_of_value[v] != gi && seen_inputs.insert(v).second) group.inputs.push_back(v);
       }
-      ValueId out = g.nodes[ni].outputs[0];
-      if (needed_outside[out]) group.outputs.push_back(out);
+      for (ValueId out : g.nodes[ni].outputs) {
+        if (needed_outside[out]) group.outputs.push_back(out);
+      }
     }
     if (group.outputs.empty()) {
       dead[gi] = true;
       continue;
     }
     plan.num_fused_nodes += static_cast<int>(group.nodes.size());
-    group.kernel = build_kernel(g, group, "k" + std::to_string(gi), options);
+    std::string name = "k" + std::to_string(gi);
+    group.kernel = reduction_group[gi]
+                       ? build_reduction_kernel(g, g.nodes[group.nodes[0]], group, name, options)
+                       : build_kernel(g, group, name, options);
   }
   std::erase_if(plan.steps, [&](const PlanStep& s) {
     return s.kind == PlanStep::Kind::Kernel && dead[s.index];

@@ -4,8 +4,9 @@
 /// Kernel. The sched stage sees both IRs: it depends on graph and loop.
 ///
 /// Today's scope (the first slice of the CPU compiler): vertical fusion of pointwise nodes of one
-/// output shape, with broadcasting reads of realized inputs. Views, reductions and everything else
-/// stay extern calls. See docs/design/scheduler.md.
+/// output shape, with broadcasting reads of realized inputs; softmax, log_softmax, layer_norm and
+/// sum/mean/amax/amin as one-node kernel groups (reduction.h). Views and everything else stay
+/// extern calls. See docs/design/scheduler.md.
 #pragma once
 
 #include <cstdint>
@@ -16,12 +17,14 @@
 
 namespace ember::sched {
 
-/// A fused group of pointwise nodes and its kernel.
+/// A fused group of pointwise nodes, or one reduction node, and its kernel.
 struct KernelGroup {
-  std::vector<int32_t> nodes;           ///< graph nodes, in graph order
-  std::vector<graph::ValueId> inputs;   ///< realized values read, in buffer order
-  std::vector<graph::ValueId> outputs;  ///< values written, buffer order after the inputs
-  loop::Kernel kernel;                  ///< buffers: inputs then outputs; no size variables
+  std::vector<int32_t> nodes;          ///< graph nodes, in graph order
+  std::vector<graph::ValueId> inputs;  ///< realized values read, in buffer order
+  /// Values written, buffer order after the inputs: in node order, and for a node with several
+  /// outputs (native_layer_norm) the needed ones in output order.
+  std::vector<graph::ValueId> outputs;
+  loop::Kernel kernel;  ///< buffers: inputs then outputs; no size variables
 };
 
 /// One step of the program: run node `index` as an ATen call, or run group `index`.
@@ -42,6 +45,9 @@ struct ScheduleOptions {
   int64_t parallel_threshold = 32768;
   /// Whether to fuse at all; false gives a plan of extern steps only.
   bool fuse = true;
+  /// Whether reductions (softmax, layer_norm, sum, ...) become kernels. Off by default: they are
+  /// correct but not yet vectorized, and slower than ATen's (see docs/design/scheduler.md).
+  bool reductions = false;
 };
 
 /// Requires a verifier-valid graph whose tensors are all on the CPU (kernels are C++). Guarantees:

@@ -323,17 +323,31 @@ def _clear_inductor_caches() -> None:
         pass
 
 
+def _clear_ember_caches() -> None:
+    """Forget ember's in-process kernel cache, so a fresh cache directory means a cold compile."""
+    try:
+        import ember._C
+
+        ember._C.clear_kernel_memory_cache()
+    except Exception:  # noqa: BLE001  (ember not built: nothing to clear)
+        pass
+
+
 @contextlib.contextmanager
 def compile_cache_dir(fresh: bool):
-    """A new, empty Inductor/Triton cache directory for one model (cold compile); warm = same dir again."""
+    """New, empty Inductor/Triton and ember kernel cache directories for one model (cold compile),
+    with in-process caches cleared too; warm = the caches as they are."""
     if not fresh:
         yield None
         return
     tmp = tempfile.mkdtemp(prefix="ember_bench_cache_")
-    saved = {k: os.environ.get(k) for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    saved = {k: os.environ.get(k)
+             for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "EMBER_CACHE_DIR")}
     _clear_inductor_caches()
+    _clear_ember_caches()
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tmp
     os.environ["TRITON_CACHE_DIR"] = os.path.join(tmp, "triton")
+    os.environ["EMBER_CACHE_DIR"] = os.path.join(tmp, "ember")
     try:
         yield tmp
     finally:
@@ -343,6 +357,7 @@ def compile_cache_dir(fresh: bool):
             else:
                 os.environ[k] = v
         _clear_inductor_caches()
+        _clear_ember_caches()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

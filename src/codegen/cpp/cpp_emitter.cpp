@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -432,6 +433,22 @@ class Emitter {
       }
       case StmtKind::Allocate: {
         const Allocate* a = s.as<Allocate>();
+        // A small allocation of constant size lives on the stack (reduction accumulators).
+        int64_t elems = 1;
+        for (const Expr& d : a->sizes) {
+          std::optional<int64_t> c = as_const_int(d);
+          elems = c && *c >= 0 && *c <= kMaxStackElems && elems <= kMaxStackElems
+                      ? elems * *c
+                      : kMaxStackElems + 1;
+        }
+        if (elems >= 1 && elems <= kMaxStackElems) {
+          line(ind, "{");
+          line(ind + 1, std::string(cpp_type(a->dtype)) + " " + buf_name(a->buffer) + "[" +
+                            std::to_string(elems) + "];");
+          stmt(a->body, ind + 1);
+          line(ind, "}");
+          return;
+        }
         std::string n = "1";
         for (const Expr& d : a->sizes) n = "(" + n + " * " + expr(d) + ")";
         line(ind, "{");
@@ -527,6 +544,8 @@ class Emitter {
       }
     }
   }
+
+  static constexpr int64_t kMaxStackElems = 64;
 
   const Kernel& k_;
   std::ostringstream out_;

@@ -1,0 +1,222 @@
+#include "sched/reduction.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include "codegen/cpp/cpp_emitter.h"
+#include "loop/eval.h"
+#include "loop/parser.h"
+#include "loop/printer.h"
+#include "loop/verifier.h"
+#include "sched/fusion.h"
+
+namespace ember::sched {
+namespace {
+
+const ScheduleOptions kWithReductions{.reductions = true};
+
+using graph::Arg;
+using graph::DType;
+using graph::NoneArg;
+using graph::ValueRef;
+
+graph::TensorType type(DType t, graph::Dims sizes) {
+  graph::TensorType tt;
+  tt.dtype = t;
+  tt.strides = graph::contiguous_strides(sizes);
+  tt.sizes = std::move(sizes);
+  return tt;
+}
+
+int32_t add(graph::Graph& g, const std::string& qualified, std::vector<std::string> names,
+            std::vector<Arg> args, std::vector<graph::TensorType> outs) {
+  size_t dot = qualified.find('.');
+  graph::OpInfo op{qualified.substr(0, dot),
+                   dot == std::string::npos ? "" : qualified.substr(dot + 1), names,
+                   std::vector<bool>(names.size(), false)};
+  return g.add_node(g.intern_op(op), std::move(args), std::move(outs));
+}
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+graph::Graph softmax_graph(graph::Dims sizes, int64_t dim, bool log = false, bool half = false) {
+  graph::Graph g;
+  ValueRef x{g.add_input(type(DType::Float32, sizes), graph::InputKind::User)};
+  int32_t n = add(g, log ? "aten::_log_softmax" : "aten::_softmax",
+                  {"self", "dim", "half_to_float"}, {x, dim, half}, {type(DType::Float32, sizes)});
+  g.outputs.push_back(g.nodes[n].outputs[0]);
+  return g;
+}
+
+std::vector<loop::Scalar> random_f32(size_t n, double scale, double offset = 0) {
+  std::mt19937 rng(7);
+  std::normal_distribution<double> d(0, 1);
+  std::vector<loop::Scalar> v;
+  for (size_t i = 0; i < n; ++i) {
+    v.push_back(loop::Scalar::of_float(loop::DType::Float32, d(rng) * scale + offset));
+  }
+  return v;
+}
+
+TEST(Reduction, SoftmaxKernelMatchesGolden) {
+  graph::Graph g = softmax_graph({256, 128}, -1);
+  Plan plan = schedule_graph(g, kWithReductions);
+  ASSERT_EQ(plan.groups.size(), 1u);
+  ASSERT_EQ(plan.steps.size(), 1u);
+  EXPECT_EQ(plan.steps[0].kind, PlanStep::Kind::Kernel);
+  EXPECT_EQ(plan.num_fused_nodes, 1);
+  const loop::Kernel& k = plan.groups[0].kernel;
+  EXPECT_TRUE(loop::verify_kernel(k).empty()) << loop::print_kernel(k);
+  std::string text = loop::print_kernel(k);
+  std::string golden_path = std::string(EMBER_SCHED_GOLDEN_DIR) + "/softmax.loop";
+  if (std::getenv("EMBER_ACCEPT_GOLDEN") != nullptr) std::ofstream(golden_path) << text;
+  EXPECT_EQ(text, read(golden_path)) << "regenerate with EMBER_ACCEPT_GOLDEN=1 and review the diff";
+  EXPECT_EQ(loop::print_kernel(loop::parse_kernel(text)), text);
+  // Each row initialises its own accumulators, so the emitter really runs the rows in parallel.
+  EXPECT_NE(codegen::emit_cpp(k).find("#pragma omp parallel for"), std::string::npos);
+}
+
+// Softmax and log_softmax over a middle dim, run by the interpreter against a double reference.
+TEST(Reduction, SoftmaxOverMiddleDimMatchesReference) {
+  for (bool log : {false, true}) {
+    graph::Graph g = softmax_graph({3, 5, 4}, 1, log);
+    Plan plan = schedule_graph(g, kWithReductions);
+    ASSERT_EQ(plan.groups.size(), 1u);
+    const loop::Kernel& k = plan.groups[0].kernel;
+    ASSERT_TRUE(loop::verify_kernel(k).empty()) << loop::print_kernel(k);
+    loop::BufferMap bufs;
+    bufs["buf0"] = random_f32(60, 3);
+    bufs["buf1"].resize(60);
+    loop::run_kernel(k, {}, bufs);
+    for (int a = 0; a < 3; ++a) {
+      for (int c = 0; c < 4; ++c) {
+        double m = -INFINITY, s = 0;
+        for (int b = 0; b < 5; ++b) m = std::max(m, bufs["buf0"][a * 20 + b * 4 + c].f);
+        for (int b = 0; b < 5; ++b) s += std::exp(bufs["buf0"][a * 20 + b * 4 + c].f - m);
+        for (int b = 0; b < 5; ++b) {
+          double x = bufs["buf0"][a * 20 + b * 4 + c].f;
+          double want = log ? x - m - std::log(s) : std::exp(x - m) / s;
+          EXPECT_NEAR(bufs["buf1"][a * 20 + b * 4 + c].f, want, 1e-6) << a << " " << b << " " << c;
+        }
+      }
+    }
+  }
+}
+
+// native_layer_norm: one group with three outputs; only the needed ones are written.
+TEST(Reduction, LayerNormWritesTheNeededOutputs) {
+  graph::Graph g;
+  ValueRef x{g.add_input(type(DType::Float32, {6, 16}), graph::InputKind::User)};
+  ValueRef w{g.add_input(type(DType::Float32, {16}), graph::InputKind::Parameter)};
+  ValueRef b{g.add_input(type(DType::Float32, {16}), graph::InputKind::Parameter)};
+  int32_t n = add(
+      g, "aten::native_layer_norm", {"input", "normalized_shape", "weight", "bias", "eps"},
+      {x, std::vector<int64_t>{16}, w, b, 1e-5},
+      {type(DType::Float32, {6, 16}), type(DType::Float32, {6, 1}), type(DType::Float32, {6, 1})});
+  const graph::Node& node = g.nodes[n];
+  ASSERT_TRUE(is_reduction_kernel_node(g, node));
+  g.outputs = {node.outputs[0], node.outputs[2]};  // y and rstd, not mean
+  Plan plan = schedule_graph(g, kWithReductions);
+  ASSERT_EQ(plan.groups.size(), 1u);
+  const KernelGroup& group = plan.groups[0];
+  EXPECT_EQ(group.inputs, (std::vector<graph::ValueId>{x.id, w.id, b.id}));
+  EXPECT_EQ(group.outputs, (std::vector<graph::ValueId>{node.outputs[0], node.outputs[2]}));
+  const loop::Kernel& k = group.kernel;
+  ASSERT_TRUE(loop::verify_kernel(k).empty()) << loop::print_kernel(k);
+  loop::BufferMap bufs;
+  bufs["buf0"] = random_f32(96, 2, 1);
+  bufs["buf1"] = random_f32(16, 1);
+  bufs["buf2"] = random_f32(16, 1, 0.5);
+  bufs["buf3"].resize(96);
+  bufs["buf4"].resize(6);
+  loop::run_kernel(k, {}, bufs);
+  for (int r = 0; r < 6; ++r) {
+    double mean = 0, var = 0;
+    for (int j = 0; j < 16; ++j) mean += bufs["buf0"][r * 16 + j].f / 16;
+    for (int j = 0; j < 16; ++j) var += std::pow(bufs["buf0"][r * 16 + j].f - mean, 2) / 16;
+    double rstd = 1 / std::sqrt(var + 1e-5);
+    EXPECT_NEAR(bufs["buf4"][r].f, rstd, 1e-6 * rstd);
+    for (int j = 0; j < 16; ++j) {
+      double want =
+          (bufs["buf0"][r * 16 + j].f - mean) * rstd * bufs["buf1"][j].f + bufs["buf2"][j].f;
+      EXPECT_NEAR(bufs["buf3"][r * 16 + j].f, want, 1e-5);
+    }
+  }
+}
+
+TEST(Reduction, SumKeepdimAndAmaxOverTrailingDims) {
+  graph::Graph g;
+  ValueRef x{g.add_input(type(DType::Float64, {3, 4, 5}), graph::InputKind::User)};
+  int32_t s =
+      add(g, "aten::sum.dim_IntList", {"self", "dim", "keepdim", "dtype"},
+          {x, std::vector<int64_t>{-1, 1}, true, NoneArg{}}, {type(DType::Float64, {3, 1, 1})});
+  int32_t m = add(g, "aten::amax", {"self", "dim", "keepdim"}, {x, std::vector<int64_t>{2}, false},
+                  {type(DType::Float64, {3, 4})});
+  g.outputs = {g.nodes[s].outputs[0], g.nodes[m].outputs[0]};
+  Plan plan = schedule_graph(g, kWithReductions);
+  ASSERT_EQ(plan.groups.size(), 2u);
+  ASSERT_EQ(plan.steps.size(), 2u);
+  loop::BufferMap bufs;
+  for (int i = 0; i < 60; ++i)
+    bufs["buf0"].push_back(loop::Scalar::of_float(loop::DType::Float64, i % 7 - 3.5));
+  bufs["buf1"].resize(3);
+  loop::run_kernel(plan.groups[0].kernel, {}, bufs);
+  loop::BufferMap bufs2;
+  bufs2["buf0"] = bufs["buf0"];
+  bufs2["buf1"].resize(12);
+  loop::run_kernel(plan.groups[1].kernel, {}, bufs2);
+  for (int a = 0; a < 3; ++a) {
+    double sum = 0;
+    for (int i = 0; i < 20; ++i) sum += bufs["buf0"][a * 20 + i].f;
+    EXPECT_EQ(bufs["buf1"][a].f, sum);
+    for (int b = 0; b < 4; ++b) {
+      double mx = -INFINITY;
+      for (int c = 0; c < 5; ++c) mx = std::max(mx, bufs["buf0"][a * 20 + b * 5 + c].f);
+      EXPECT_EQ(bufs2["buf1"][a * 4 + b].f, mx);
+    }
+  }
+}
+
+TEST(Reduction, ConservativeRejections) {
+  graph::Graph half = softmax_graph({4, 8}, -1, false, /*half=*/true);
+  EXPECT_FALSE(is_reduction_kernel_node(half, half.nodes[0]));
+
+  graph::Graph g;
+  ValueRef x{g.add_input(type(DType::Float32, {4, 8}), graph::InputKind::User)};
+  ValueRef xi{g.add_input(type(DType::Int64, {4, 8}), graph::InputKind::User)};
+  // Over a leading dim: stays an ATen call.
+  add(g, "aten::sum.dim_IntList", {"self", "dim", "keepdim", "dtype"},
+      {x, std::vector<int64_t>{0}, false, NoneArg{}}, {type(DType::Float32, {8})});
+  // Integer input.
+  add(g, "aten::amax", {"self", "dim", "keepdim"}, {xi, std::vector<int64_t>{1}, false},
+      {type(DType::Int64, {4})});
+  // dtype argument other than the input's.
+  add(g, "aten::sum.dim_IntList", {"self", "dim", "keepdim", "dtype"},
+      {x, std::vector<int64_t>{1}, false, DType::Float64}, {type(DType::Float64, {4})});
+  for (const graph::Node& n : g.nodes) EXPECT_FALSE(is_reduction_kernel_node(g, n));
+  // An empty input.
+  graph::Graph e = softmax_graph({0, 8}, -1);
+  EXPECT_FALSE(is_reduction_kernel_node(e, e.nodes[0]));
+}
+
+// A dead reduction (nothing reads its outputs) is dropped like a dead pointwise group.
+TEST(Reduction, DeadReductionIsDropped) {
+  graph::Graph g = softmax_graph({4, 8}, -1);
+  g.outputs.clear();
+  Plan plan = schedule_graph(g, kWithReductions);
+  EXPECT_TRUE(plan.steps.empty());
+}
+
+}  // namespace
+}  // namespace ember::sched
