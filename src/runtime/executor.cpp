@@ -4,6 +4,9 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty_strided.h>
 
+#include <algorithm>
+#include <thread>
+
 #include "codegen/cpp/cpp_emitter.h"
 #include "sched/fusion.h"
 #include "support/error.h"
@@ -77,24 +80,35 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
   sched::Plan plan = sched::schedule_graph(g, sopts);
   if (!plan.groups.empty()) {
     try {
-      std::vector<std::string> sources;
-      std::vector<int> group_of_source;
+      // The kernels of a graph compile as a few translation units, one per hardware thread at
+      // most, in parallel: one unit per kernel would pay the compiler's start-up per kernel.
+      std::vector<int> live;
       for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
-        if (plan.groups[gi].outputs.empty()) continue;  // dead group, not in any step
-        sources.push_back(codegen::emit_cpp(plan.groups[gi].kernel));
-        group_of_source.push_back(static_cast<int>(gi));
+        if (!plan.groups[gi].outputs.empty()) live.push_back(static_cast<int>(gi));
       }
+      size_t units =
+          std::min<size_t>(live.size(), std::max(1u, std::thread::hardware_concurrency()));
+      std::vector<std::vector<loop::Kernel>> unit_kernels(units);
+      std::vector<size_t> unit_of(plan.groups.size(), 0);
+      for (size_t j = 0; j < live.size(); ++j) {
+        // Contiguous chunks keep the assignment stable for a given graph (deterministic sources).
+        size_t u = j * units / live.size();
+        unit_kernels[u].push_back(plan.groups[live[j]].kernel);
+        unit_of[live[j]] = u;
+      }
+      std::vector<std::string> sources;
+      for (const auto& ks : unit_kernels) sources.push_back(codegen::emit_cpp_unit(ks));
       libraries_ = compile_and_load_all(sources, HostCompileOptions::from_env());
       kernel_sources_ = sources;
       std::vector<int> kernel_of_group(plan.groups.size(), -1);
-      for (size_t s = 0; s < sources.size(); ++s) {
-        const sched::KernelGroup& group = plan.groups[group_of_source[s]];
+      for (int gi : live) {
+        const sched::KernelGroup& group = plan.groups[gi];
         Kernel k;
         k.fn = reinterpret_cast<Kernel::Fn>(
-            libraries_[s]->symbol(codegen::cpp_kernel_symbol(group.kernel.name)));
+            libraries_[unit_of[gi]]->symbol(codegen::cpp_kernel_symbol(group.kernel.name)));
         k.inputs = group.inputs;
         k.outputs = group.outputs;
-        kernel_of_group[group_of_source[s]] = static_cast<int>(kernels_.size());
+        kernel_of_group[gi] = static_cast<int>(kernels_.size());
         kernels_.push_back(std::move(k));
       }
       num_fused_nodes_ = plan.num_fused_nodes;

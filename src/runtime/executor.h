@@ -54,7 +54,7 @@ class Executor {
   int num_fused_nodes() const { return num_fused_nodes_; }
   /// Why code generation was abandoned for this graph; empty if it was not.
   const std::string& codegen_error() const { return codegen_error_; }
-  /// The generated C++ of each kernel, in step order.
+  /// The generated C++ translation units (each holds one or more kernels).
   const std::vector<std::string>& kernel_sources() const { return kernel_sources_; }
 
  private:

@@ -92,8 +92,8 @@ class Emitter {
  public:
   explicit Emitter(const Kernel& k) : k_(k) {}
 
-  std::string run() {
-    out_ << kCppPrelude << "\n";
+  /// The kernel's function, without the prelude.
+  std::string function() {
     out_ << "extern \"C\" void " << cpp_kernel_symbol(k_.name)
          << "(void* const* buffers, const int64_t* sizes) {\n";
     for (size_t i = 0; i < k_.buffers.size(); ++i) {
@@ -559,7 +559,13 @@ std::string cpp_kernel_symbol(const std::string& name) {
 }
 
 std::string emit_cpp(const Kernel& k) {
-  return Emitter(k).run();
+  return std::string(kCppPrelude) + "\n" + Emitter(k).function();
+}
+
+std::string emit_cpp_unit(const std::vector<Kernel>& kernels) {
+  std::string out = std::string(kCppPrelude);
+  for (const Kernel& k : kernels) out += "\n" + Emitter(k).function();
+  return out;
 }
 
 }  // namespace ember::codegen

@@ -16,6 +16,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "loop/stmt.h"
 
@@ -24,6 +25,11 @@ namespace ember::codegen {
 /// The C++ source of `k`. Throws Unsupported for what the emitter cannot express (f16 on a
 /// compiler without _Float16 is the compiler's error, not ours).
 std::string emit_cpp(const loop::Kernel& k);
+
+/// One translation unit holding the prelude once and every kernel of `kernels` (their names must
+/// differ). Compiling a graph's kernels in a few units instead of one each saves the compiler's
+/// start-up and header parsing, the larger part of compiling small kernels.
+std::string emit_cpp_unit(const std::vector<loop::Kernel>& kernels);
 
 /// The C++ identifier the emitter uses for a kernel named `name`.
 std::string cpp_kernel_symbol(const std::string& name);
