@@ -69,4 +69,21 @@ int dtype_bits(DType t) {
   return 0;
 }
 
+int64_t wrap_int(DType t, int64_t v) {
+  switch (t) {
+    case DType::Bool:
+      return v != 0;
+    case DType::UInt8:
+      return static_cast<uint8_t>(v);
+    case DType::Int8:
+      return static_cast<int8_t>(v);
+    case DType::Int16:
+      return static_cast<int16_t>(v);
+    case DType::Int32:
+      return static_cast<int32_t>(v);
+    default:
+      return v;
+  }
+}
+
 }  // namespace ember::loop

@@ -40,5 +40,7 @@ bool is_int(DType t);
 bool is_numeric(DType t);
 /// Width in bits (bool: 8).
 int dtype_bits(DType t);
+/// `v` wrapped to integer type `t` (two's complement; b8: v != 0); i64 and floats unchanged.
+int64_t wrap_int(DType t, int64_t v);
 
 }  // namespace ember::loop

@@ -9,23 +9,6 @@
 namespace ember::loop {
 namespace {
 
-int64_t wrap(DType t, uint64_t v) {
-  switch (t) {
-    case DType::Bool:
-      return v != 0;
-    case DType::UInt8:
-      return static_cast<uint8_t>(v);
-    case DType::Int8:
-      return static_cast<int8_t>(v);
-    case DType::Int16:
-      return static_cast<int16_t>(v);
-    case DType::Int32:
-      return static_cast<int32_t>(v);
-    default:
-      return static_cast<int64_t>(v);
-  }
-}
-
 double round_to(DType t, double v) {
   switch (t) {
     case DType::Float64:
@@ -51,7 +34,7 @@ double round_to(DType t, double v) {
 }  // namespace
 
 Scalar Scalar::of_int(DType t, int64_t v) {
-  return {t, wrap(t, static_cast<uint64_t>(v)), 0};
+  return {t, wrap_int(t, static_cast<int64_t>(v)), 0};
 }
 Scalar Scalar::of_float(DType t, double v) {
   return {t, 0, round_to(t, v)};

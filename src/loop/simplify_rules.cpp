@@ -37,24 +37,6 @@ bool is_imm(const Expr& e) {
   return e.as<IntImm>() || e.as<FloatImm>();
 }
 
-/// `v` wrapped to the width of integer type `t` (two's complement).
-int64_t wrap(DType t, int64_t v) {
-  switch (t) {
-    case DType::Bool:
-      return v != 0;
-    case DType::UInt8:
-      return static_cast<uint8_t>(v);
-    case DType::Int8:
-      return static_cast<int8_t>(v);
-    case DType::Int16:
-      return static_cast<int16_t>(v);
-    case DType::Int32:
-      return static_cast<int32_t>(v);
-    default:
-      return v;
-  }
-}
-
 /// `v` rounded to float type `t`, or nullopt where folding is not exact (f16, bf16).
 std::optional<double> round_to(DType t, double v) {
   if (t == DType::Float64) return v;
@@ -67,7 +49,7 @@ std::optional<double> round_to(DType t, double v) {
 Expr fold_int(const Expr& e, int64_t a, int64_t b) {
   auto u = [](int64_t v) { return static_cast<uint64_t>(v); };
   DType t = e.dtype();
-  auto num = [&](uint64_t v) { return IntImm::make(t, wrap(t, static_cast<int64_t>(v))); };
+  auto num = [&](uint64_t v) { return IntImm::make(t, wrap_int(t, static_cast<int64_t>(v))); };
   switch (e.kind()) {
     case ExprKind::Add:
       return num(u(a) + u(b));
@@ -136,7 +118,7 @@ Expr fold_float(const Expr& e, double a, double b) {
 
 Expr fold_cast(DType t, const Expr& v) {
   if (const auto* i = v.as<IntImm>()) {
-    if (is_int(t) || t == DType::Bool) return IntImm::make(t, wrap(t, i->value));
+    if (is_int(t) || t == DType::Bool) return IntImm::make(t, wrap_int(t, i->value));
     auto r = round_to(t, static_cast<double>(i->value));
     return r ? FloatImm::make(t, *r) : Expr();
   }
@@ -151,7 +133,7 @@ Expr fold_cast(DType t, const Expr& v) {
   double x = std::trunc(f->value);
   if (!(x >= -9.2e18 && x <= 9.2e18)) return {};
   int64_t i = static_cast<int64_t>(x);
-  return wrap(t, i) == i ? IntImm::make(t, i) : Expr();
+  return wrap_int(t, i) == i ? IntImm::make(t, i) : Expr();
 }
 
 Expr fold_constants(const Expr& e, const RuleContext&) {

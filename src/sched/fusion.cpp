@@ -5,6 +5,7 @@
 #include <set>
 
 #include "loop/simplify.h"
+#include "sched/kernel_params.h"
 #include "sched/pointwise.h"
 #include "sched/reduction.h"
 #include "support/error.h"
@@ -52,12 +53,6 @@ bool fusible(const graph::Graph& g, const graph::Node& n) {
   return true;
 }
 
-std::vector<int64_t> sizes_of(const graph::TensorType& t) {
-  std::vector<int64_t> s;
-  for (const graph::DimExpr& d : t.sizes) s.push_back(d.constant());
-  return s;
-}
-
 // Builds the kernel of one group. The iteration space is the group's output shape; every value
 // computed in the group has that shape, so in-group values are used at the same index, and
 // realized inputs are read with broadcasting at their traced strides.
@@ -71,20 +66,7 @@ loop::Kernel build_kernel(const graph::Graph& g, const KernelGroup& group, const
 
   loop::Kernel k;
   k.name = name;
-  std::map<ValueId, std::string> buffer_of;
-  auto add_buffer = [&](ValueId v, loop::BufferRole role) {
-    const graph::TensorType& t = g.type(v);
-    loop::BufferParam p;
-    p.name = "buf" + std::to_string(k.buffers.size());
-    p.role = role;
-    p.dtype = *to_loop_dtype(t.dtype);
-    for (const graph::DimExpr& s : t.sizes) p.sizes.push_back(loop::idx(s.constant()));
-    for (const graph::DimExpr& s : t.strides) p.strides.push_back(loop::idx(s.constant()));
-    buffer_of[v] = p.name;
-    k.buffers.push_back(std::move(p));
-  };
-  for (ValueId v : group.inputs) add_buffer(v, loop::BufferRole::Input);
-  for (ValueId v : group.outputs) add_buffer(v, loop::BufferRole::Output);
+  const std::map<ValueId, std::string> buffer_of = add_group_buffers(g, group, k);
 
   // The flat offset of the element at the group index in a tensor of type t (broadcast from the
   // right; size-1 dims read element 0).

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "loop/simplify.h"
+#include "sched/kernel_params.h"
 #include "sched/pointwise.h"
 #include "support/error.h"
 
@@ -64,12 +65,6 @@ std::optional<Kind> kind_of(const std::string& qualified) {
   auto it = kinds.find(qualified);
   if (it == kinds.end()) return std::nullopt;
   return it->second;
-}
-
-std::vector<int64_t> sizes_of(const graph::TensorType& t) {
-  std::vector<int64_t> s;
-  for (const graph::DimExpr& d : t.sizes) s.push_back(d.constant());
-  return s;
 }
 
 bool cpu_float(const graph::TensorType& t, bool allow_bf16) {
@@ -257,20 +252,7 @@ loop::Kernel build_reduction_kernel(const graph::Graph& g, const graph::Node& n,
 
   loop::Kernel k;
   k.name = name;
-  std::map<ValueId, std::string> buffer_of;
-  auto add_buffer = [&](ValueId v, loop::BufferRole role) {
-    const graph::TensorType& t = g.type(v);
-    loop::BufferParam p;
-    p.name = "buf" + std::to_string(k.buffers.size());
-    p.role = role;
-    p.dtype = *to_loop_dtype(t.dtype);
-    for (const graph::DimExpr& d : t.sizes) p.sizes.push_back(loop::idx(d.constant()));
-    for (const graph::DimExpr& d : t.strides) p.strides.push_back(loop::idx(d.constant()));
-    buffer_of[v] = p.name;
-    k.buffers.push_back(std::move(p));
-  };
-  for (ValueId v : group.inputs) add_buffer(v, loop::BufferRole::Input);
-  for (ValueId v : group.outputs) add_buffer(v, loop::BufferRole::Output);
+  const std::map<ValueId, std::string> buffer_of = add_group_buffers(g, group, k);
 
   // One variable per dim of x: i<d> for kept dims (outer loops), r<d> for reduced dims (the
   // passes over a row; each pass binds them again, one after the other).
