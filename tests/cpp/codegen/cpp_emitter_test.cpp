@@ -143,7 +143,7 @@ TEST_F(CppEmitter, PointwiseKernelIsDeterministicAndMatchesGolden) {
   Kernel k = loop::parse_kernel(read(std::string(EMBER_CODEGEN_GOLDEN_DIR) + "/gelu_bias.loop"));
   std::string a = emit_cpp(k);
   EXPECT_EQ(a, emit_cpp(loop::parse_kernel(loop::print_kernel(k))));
-  std::string golden_path = std::string(EMBER_CODEGEN_GOLDEN_DIR) + "/gelu_bias.cpp";
+  std::string golden_path = std::string(EMBER_CODEGEN_GOLDEN_DIR) + "/gelu_bias.cpp.golden";
   if (std::getenv("EMBER_ACCEPT_GOLDEN") != nullptr) {
     std::ofstream(golden_path) << a;
   }

@@ -1,0 +1,329 @@
+"""The OpInfo sweep's machinery, shared by test_opinfo_sweep.py (pytest) and sweep_report.py (a
+table outside pytest).
+
+For each OpInfo of `op_db` (torch.testing._internal.common_methods_invocations) whose ATen
+lowering is in ember's pointwise table (src/sched/pointwise_ops.cpp) or reduction-kernel set
+(src/sched/reduction.h), each dtype of DTYPES the OpInfo supports on the CPU, and each forward
+sample of `op.sample_inputs("cpu", dtype, requires_grad=False)`, it runs
+`ember.testing.check_model` (eager vs torch.compile(backend="ember"), under no_grad, with
+EMBER_REDUCTION_KERNELS=1) and classifies the sample:
+
+  pass       outputs match and at least one generated kernel ran (kernels > 0)
+  not_fused  outputs match, ember compiled the graph but made no kernel (it ran as ATen calls)
+  fallback   outputs match, but ember fell back to eager for a graph (counters' fallbacks > 0)
+  fail       check_model raised (wrong values/strides/aliasing, or an exception when compiled)
+  skip       eager itself raised on the sample (not counted in the pass rate)
+
+The correctness pass rate is (pass + not_fused + fallback) / (all but skip); the fused rate is
+pass / (all but skip).
+
+Bounded by default: at most `EMBER_OPINFO_SAMPLES` (3) samples per (op, dtype) of the CI_OPS list;
+EMBER_OPINFO_FULL=1 runs every sample of every op in OPS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import itertools
+import os
+import sys
+import time
+import types
+import unittest
+import zlib
+
+import torch
+
+
+def _import_op_db():
+    # common_utils imports expecttest (a test-only dependency of torch, absent here): a minimal
+    # stand-in is enough for op_db and sample_inputs, which never use it.
+    try:
+        import expecttest  # noqa: F401
+    except ImportError:
+        stub = types.ModuleType("expecttest")
+        stub.TestCase = unittest.TestCase
+        stub.ACCEPT = False
+        sys.modules["expecttest"] = stub
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    return op_db
+
+
+DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.int64)
+
+# (OpInfo name, variant_test_name) -> the ATen overload(s) ember lowers it to, as ember's tracer
+# records them (CompositeImplicit ops are already decomposed: relu6 -> hardtanh, softmax ->
+# _softmax, layer_norm -> native_layer_norm, true_divide -> div.Tensor). Reductions need
+# EMBER_REDUCTION_KERNELS=1.
+POINTWISE_OPS: dict[tuple[str, str], str] = {
+    ("add", ""): "aten::add.Tensor",
+    ("sub", ""): "aten::sub.Tensor",
+    ("mul", ""): "aten::mul.Tensor",
+    ("div", "no_rounding_mode"): "aten::div.Tensor",
+    ("div", "trunc_rounding"): "aten::div.Tensor_mode",
+    ("div", "floor_rounding"): "aten::div.Tensor_mode",
+    ("true_divide", ""): "aten::div.Tensor",
+    ("exp", ""): "aten::exp",
+    ("exp2", ""): "aten::exp2",
+    ("expm1", ""): "aten::expm1",
+    ("log", ""): "aten::log",
+    ("log2", ""): "aten::log2",
+    ("log10", ""): "aten::log10",
+    ("log1p", ""): "aten::log1p",
+    ("sqrt", ""): "aten::sqrt",
+    ("rsqrt", ""): "aten::rsqrt",
+    ("sin", ""): "aten::sin",
+    ("cos", ""): "aten::cos",
+    ("tan", ""): "aten::tan",
+    ("asin", ""): "aten::asin",
+    ("acos", ""): "aten::acos",
+    ("atan", ""): "aten::atan",
+    ("sinh", ""): "aten::sinh",
+    ("cosh", ""): "aten::cosh",
+    ("tanh", ""): "aten::tanh",
+    ("asinh", ""): "aten::asinh",
+    ("acosh", ""): "aten::acosh",
+    ("atanh", ""): "aten::atanh",
+    ("erf", ""): "aten::erf",
+    ("erfc", ""): "aten::erfc",
+    ("sigmoid", ""): "aten::sigmoid",
+    ("reciprocal", ""): "aten::reciprocal",
+    ("neg", ""): "aten::neg",
+    ("abs", ""): "aten::abs",
+    ("floor", ""): "aten::floor",
+    ("ceil", ""): "aten::ceil",
+    ("round", ""): "aten::round",
+    ("trunc", ""): "aten::trunc",
+    ("sign", ""): "aten::sign",
+    ("pow", ""): "aten::pow.Tensor_Scalar / aten::pow.Tensor_Tensor",
+    ("maximum", ""): "aten::maximum",
+    ("minimum", ""): "aten::minimum",
+    ("clamp", ""): "aten::clamp",
+    ("clamp_min", ""): "aten::clamp_min",
+    ("clamp_max", ""): "aten::clamp_max",
+    ("nn.functional.hardtanh", ""): "aten::hardtanh",
+    ("nn.functional.relu6", ""): "aten::hardtanh",
+    ("nn.functional.relu", ""): "aten::relu",
+    ("nn.functional.threshold", ""): "aten::threshold",
+    ("nn.functional.leaky_relu", ""): "aten::leaky_relu",
+    ("nn.functional.elu", ""): "aten::elu",
+    ("nn.functional.softplus", ""): "aten::softplus",
+    ("nn.functional.gelu", ""): "aten::gelu",
+    ("nn.functional.silu", ""): "aten::silu",
+    ("nn.functional.mish", ""): "aten::mish",
+    ("nn.functional.hardsigmoid", ""): "aten::hardsigmoid",
+    ("nn.functional.hardswish", ""): "aten::hardswish",
+    ("eq", ""): "aten::eq.Tensor / aten::eq.Scalar",
+    ("ne", ""): "aten::ne.Tensor / aten::ne.Scalar",
+    ("lt", ""): "aten::lt.Tensor / aten::lt.Scalar",
+    ("le", ""): "aten::le.Tensor / aten::le.Scalar",
+    ("gt", ""): "aten::gt.Tensor / aten::gt.Scalar",
+    ("ge", ""): "aten::ge.Tensor / aten::ge.Scalar",
+    ("logical_not", ""): "aten::logical_not",
+    ("logical_and", ""): "aten::logical_and",
+    ("logical_or", ""): "aten::logical_or",
+    ("logical_xor", ""): "aten::logical_xor",
+    ("isnan", ""): "aten::isnan",
+    ("where", ""): "aten::where.self",
+    ("clone", ""): "aten::clone",
+    ("lerp", ""): "aten::lerp.Scalar",
+    ("addcmul", ""): "aten::addcmul",
+    ("addcdiv", ""): "aten::addcdiv",
+    ("double", ""): "aten::_to_copy",
+    ("float", ""): "aten::_to_copy",
+    ("bfloat16", ""): "aten::_to_copy",
+    ("to", ""): "aten::_to_copy",
+}
+
+REDUCTION_OPS: dict[tuple[str, str], str] = {
+    ("softmax", ""): "aten::_softmax",
+    ("softmax", "with_dtype"): "aten::_to_copy + aten::_softmax",
+    ("log_softmax", ""): "aten::_log_softmax",
+    ("log_softmax", "with_dtype"): "aten::_to_copy + aten::_log_softmax",
+    ("nn.functional.layer_norm", ""): "aten::native_layer_norm",
+    ("sum", ""): "aten::sum / aten::sum.dim_IntList",
+    ("mean", ""): "aten::mean / aten::mean.dim",
+    ("amax", ""): "aten::amax",
+    ("amin", ""): "aten::amin",
+}
+
+OPS: dict[tuple[str, str], str] = {**POINTWISE_OPS, **REDUCTION_OPS}
+
+# The bounded subset CI runs (at most SAMPLES_PER_CASE samples per (op, dtype)): a representative
+# op of each rule kind of the pointwise table and every reduction kernel.
+CI_OPS: tuple[tuple[str, str], ...] = (
+    ("add", ""),
+    ("mul", ""),
+    ("div", "no_rounding_mode"),
+    ("div", "floor_rounding"),
+    ("exp", ""),
+    ("sigmoid", ""),
+    ("abs", ""),
+    ("round", ""),
+    ("pow", ""),
+    ("maximum", ""),
+    ("clamp", ""),
+    ("nn.functional.relu", ""),
+    ("nn.functional.gelu", ""),
+    ("nn.functional.silu", ""),
+    ("lt", ""),
+    ("logical_and", ""),
+    ("where", ""),
+    ("float", ""),
+    ("lerp", ""),
+    ("addcmul", ""),
+    ("softmax", ""),
+    ("log_softmax", ""),
+    ("nn.functional.layer_norm", ""),
+    ("sum", ""),
+    ("mean", ""),
+    ("amax", ""),
+)
+
+KINDS = ("pass", "fail", "fallback", "not_fused", "skip")
+
+
+def full_sweep() -> bool:
+    return os.environ.get("EMBER_OPINFO_FULL", "0") == "1"
+
+
+def samples_per_case() -> int | None:
+    """None: every sample."""
+    if full_sweep():
+        return None
+    return int(os.environ.get("EMBER_OPINFO_SAMPLES", "3"))
+
+
+def selected_ops(full: bool | None = None) -> tuple[tuple[str, str], ...]:
+    if full is None:
+        full = full_sweep()
+    return tuple(OPS) if full else CI_OPS
+
+
+def case_id(name: str, variant: str, dtype: torch.dtype) -> str:
+    return f"{name}{'.' + variant if variant else ''}-{str(dtype).removeprefix('torch.')}"
+
+
+_OPINFOS: dict[tuple[str, str], object] | None = None
+
+
+def opinfos() -> dict[tuple[str, str], object]:
+    """(name, variant) -> OpInfo, for the ops of OPS."""
+    global _OPINFOS
+    if _OPINFOS is None:
+        found = {(op.name, op.variant_test_name): op for op in _import_op_db()}
+        missing = [k for k in OPS if k not in found]
+        if missing:
+            raise LookupError(f"OpInfos missing from op_db: {missing}")
+        _OPINFOS = {k: found[k] for k in OPS}
+    return _OPINFOS
+
+
+def cases(full: bool | None = None) -> list[tuple[str, str, torch.dtype]]:
+    """(name, variant, dtype) for each selected op and each dtype of DTYPES it supports on CPU."""
+    ops = opinfos()
+    out = []
+    for key in selected_ops(full):
+        supported = ops[key].supported_dtypes("cpu")
+        out.extend((key[0], key[1], d) for d in DTYPES if d in supported)
+    return out
+
+
+@dataclasses.dataclass
+class SampleResult:
+    index: int
+    kind: str
+    desc: str
+    message: str = ""
+
+
+def _describe(x) -> str:
+    if isinstance(x, torch.Tensor):
+        s = f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}"
+        if x.dim() > 1 and not x.is_contiguous():
+            s += f" strides={x.stride()}"
+        return s
+    if isinstance(x, (list, tuple)):
+        inner = ", ".join(_describe(v) for v in x)
+        return f"[{inner}]" if isinstance(x, list) else f"({inner})"
+    return repr(x)
+
+
+def describe_sample(sample) -> str:
+    parts = [_describe(sample.input)] + [_describe(a) for a in sample.args]
+    parts += [f"{k}={_describe(v)}" for k, v in sample.kwargs.items()]
+    return f"({', '.join(parts)})"
+
+
+@contextlib.contextmanager
+def reduction_kernels_on():
+    old = os.environ.get("EMBER_REDUCTION_KERNELS")
+    os.environ["EMBER_REDUCTION_KERNELS"] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["EMBER_REDUCTION_KERNELS"]
+        else:
+            os.environ["EMBER_REDUCTION_KERNELS"] = old
+
+
+def run_case(name: str, variant: str, dtype: torch.dtype, limit: int | None = None) -> list[SampleResult]:
+    """Every (or the first `limit`) forward sample(s) of one (op, dtype), each classified."""
+    from ember.testing import check_model
+
+    op = opinfos()[(name, variant)]
+    seed = zlib.crc32(case_id(name, variant, dtype).encode())
+    torch.manual_seed(seed)  # sample_inputs draws from the global generator
+    samples = op.sample_inputs("cpu", dtype, requires_grad=False)
+    if limit is not None:
+        samples = itertools.islice(samples, limit)
+    samples = list(samples)
+
+    def fn(*args, **kwargs):
+        return op.op(*args, **kwargs)
+
+    results = []
+    with reduction_kernels_on():
+        for i, sample in enumerate(samples):
+            desc = describe_sample(sample)
+            args = (sample.input, *sample.args)
+            try:
+                with torch.no_grad():
+                    op.op(*args, **sample.kwargs)
+            except Exception as exc:  # noqa: BLE001
+                results.append(SampleResult(i, "skip", desc, f"eager raised {type(exc).__name__}: {exc}"))
+                continue
+            try:
+                stats = check_model(fn, args, sample.kwargs, no_grad=True, seed=seed)
+            except Exception as exc:  # noqa: BLE001
+                msg = f"{type(exc).__name__}: {exc}".strip()
+                results.append(SampleResult(i, "fail", desc, msg))
+                continue
+            finally:
+                torch._dynamo.reset()
+            if stats["fallbacks"] > 0:
+                results.append(SampleResult(i, "fallback", desc, "; ".join(stats["fallback_reasons"])))
+            elif stats["kernels"] == 0:
+                results.append(SampleResult(i, "not_fused", desc, f"counters {dict(stats)}"))
+            else:
+                results.append(SampleResult(i, "pass", desc))
+    return results
+
+
+def tally(results: list[SampleResult]) -> dict[str, int]:
+    out = {k: 0 for k in KINDS}
+    for r in results:
+        out[r.kind] += 1
+    return out
+
+
+def rates(counts: dict[str, int]) -> tuple[float, float]:
+    """(correctness pass rate, fused rate) over the samples eager accepts."""
+    n = sum(counts[k] for k in KINDS if k != "skip")
+    if n == 0:
+        return float("nan"), float("nan")
+    ok = counts["pass"] + counts["not_fused"] + counts["fallback"]
+    return ok / n, counts["pass"] / n
