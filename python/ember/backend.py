@@ -15,7 +15,7 @@ import torch
 
 from . import _C, config, metrics
 from .errors import InternalError, Unsupported
-from .tracing import trace_with_structure
+from .tracing import _identity_tuple, trace_with_structure
 
 log = logging.getLogger("ember")
 
@@ -93,11 +93,11 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs) -
                 metrics.counters["aliased_input_calls"] += 1
                 return gm(*args)
             return rebuild(compiled(*args))
+    elif rebuild is _identity_tuple:
+        return compiled  # Dynamo calls the C++ CompiledGraph directly: no Python per call
     else:
         def run(*args: torch.Tensor) -> Any:
             return rebuild(compiled(*args))
-
-    run._ember_graph = graph  # type: ignore[attr-defined]
     return run
 
 

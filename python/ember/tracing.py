@@ -21,6 +21,11 @@ Graph = _C.Graph
 _DATA_ACCESS_MESSAGES = ("unallocated storage", "doesn't have storage", "does not have storage")
 
 
+def _identity_tuple(ts: tuple) -> tuple:
+    """The rebuild of a program that returns a tuple of tensors: the graph's own output tuple."""
+    return ts
+
+
 def _flatten_outputs(out: Any) -> tuple[list[torch.Tensor], Callable[[Sequence[torch.Tensor]], Any]]:
     """Splits `out` into its tensors and a function that rebuilds the same structure."""
     if isinstance(out, torch.Tensor):
@@ -37,6 +42,9 @@ def _flatten_outputs(out: Any) -> tuple[list[torch.Tensor], Callable[[Sequence[t
             else:
                 raise Unsupported(f"output of type {type(item).__name__} is not supported")
         container = type(out)
+
+        if container is tuple and all(isinstance(k, int) for k in kinds):
+            return tensors, _identity_tuple  # what CompiledGraph already returns
 
         def rebuild(ts: Sequence[torch.Tensor]) -> Any:
             items = [ts[k] if isinstance(k, int) else k[1] for k in kinds]
