@@ -19,8 +19,9 @@ struct HostCompileOptions {
   /// The compiler: `EMBER_CXX`, else `CXX`, else "c++".
   std::string compiler;
   /// Flags besides `-shared -fPIC -o`: no unsafe fast-math (see docs/design/host_compiler.md).
-  std::vector<std::string> flags = {"-O3", "-march=native", "-fopenmp", "-std=c++17",
-                                    "-fno-math-errno"};
+  /// `-ffp-contract=off`: no fused multiply-adds the IR did not ask for (they change results).
+  std::vector<std::string> flags = {"-O3",        "-march=native",   "-fopenmp",
+                                    "-std=c++17", "-fno-math-errno", "-ffp-contract=off"};
 
   /// Options with the compiler taken from the environment.
   static HostCompileOptions from_env();

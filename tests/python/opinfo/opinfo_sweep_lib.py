@@ -184,6 +184,9 @@ CI_OPS: tuple[tuple[str, str], ...] = (
 
 KINDS = ("pass", "fail", "fallback", "not_fused", "skip")
 
+# (case id, [SampleResult]) of the cases run in this process (for pytest's terminal summary).
+RECORDED: list = []
+
 
 def full_sweep() -> bool:
     return os.environ.get("EMBER_OPINFO_FULL", "0") == "1"
