@@ -19,6 +19,6 @@ PY=${PYTHON:-python3}
 if ! "$PY" -c "import torch, sys; v = tuple(int(p) for p in torch.__version__.split('+')[0].split('.')[:2]); sys.exit(v < (2, 11))" 2>/dev/null; then
   "$PY" -m pip install -q torch==2.13.0
 fi
-"$PY" -m pip install -q nanobind scikit-build-core pytest "transformers==5.17.0"
+"$PY" -m pip install -q nanobind scikit-build-core pytest expecttest "transformers==5.17.0"
 "$PY" -m pip install -q --no-build-isolation -e .
 echo "ember installed: $("$PY" -c 'import ember, torch; print(ember.__version__, "with torch", torch.__version__)')"
