@@ -42,5 +42,9 @@ bool is_numeric(DType t);
 int dtype_bits(DType t);
 /// `v` wrapped to integer type `t` (two's complement; b8: v != 0); i64 and floats unchanged.
 int64_t wrap_int(DType t, int64_t v);
+/// True when `t` is an integer type or b8 that holds `v` exactly.
+inline bool int_fits(DType t, int64_t v) {
+  return (is_int(t) || t == DType::Bool) && wrap_int(t, v) == v;
+}
 
 }  // namespace ember::loop

@@ -29,32 +29,9 @@ std::optional<BinaryCategory> binary_category(ExprKind k) {
   }
 }
 
-namespace {
-
-bool fits(DType t, int64_t v) {
-  switch (t) {
-    case DType::Bool:
-      return v == 0 || v == 1;
-    case DType::UInt8:
-      return v >= 0 && v <= 255;
-    case DType::Int8:
-      return v >= -128 && v <= 127;
-    case DType::Int16:
-      return v >= -32768 && v <= 32767;
-    case DType::Int32:
-      return v >= std::numeric_limits<int32_t>::min() && v <= std::numeric_limits<int32_t>::max();
-    case DType::Int64:
-      return true;
-    default:
-      return false;
-  }
-}
-
-}  // namespace
-
 Expr IntImm::make(DType t, int64_t value) {
   EMBER_INTERNAL_ASSERT(is_int(t) || t == DType::Bool) << "IntImm of type " << dtype_name(t);
-  EMBER_INTERNAL_ASSERT(fits(t, value)) << value << " does not fit " << dtype_name(t);
+  EMBER_INTERNAL_ASSERT(int_fits(t, value)) << value << " does not fit " << dtype_name(t);
   return Expr(std::make_shared<IntImm>(t, value));
 }
 

@@ -108,6 +108,14 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
             libraries_[unit_of[gi]]->symbol(codegen::cpp_kernel_symbol(group.kernel.name)));
         k.inputs = group.inputs;
         k.outputs = group.outputs;
+        for (graph::ValueId v : group.outputs) {
+          const graph::TensorType& t = g.type(v);
+          Kernel::Output out;
+          for (const graph::DimExpr& d : t.sizes) out.sizes.push_back(d.constant());
+          for (const graph::DimExpr& d : t.strides) out.strides.push_back(d.constant());
+          out.options = at::TensorOptions().dtype(tracer::to_c10(t.dtype)).device(at::kCPU);
+          k.allocations.push_back(std::move(out));
+        }
         kernel_of_group[gi] = static_cast<int>(kernels_.size());
         kernels_.push_back(std::move(k));
       }
@@ -193,18 +201,14 @@ bool Executor::strides_match(const std::vector<at::Tensor>& inputs) const {
 }
 
 void Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env) const {
-  const graph::Graph& g = traced_.graph;
   std::vector<void*> buffers;
   buffers.reserve(k.inputs.size() + k.outputs.size());
   for (graph::ValueId v : k.inputs) buffers.push_back(env[v].data_ptr());
-  for (graph::ValueId v : k.outputs) {
-    const graph::TensorType& t = g.type(v);
-    std::vector<int64_t> sizes, strides;
-    for (const graph::DimExpr& s : t.sizes) sizes.push_back(s.constant());
-    for (const graph::DimExpr& s : t.strides) strides.push_back(s.constant());
-    env[v] = at::empty_strided(sizes, strides,
-                               at::TensorOptions().dtype(tracer::to_c10(t.dtype)).device(at::kCPU));
-    buffers.push_back(env[v].data_ptr());
+  for (size_t i = 0; i < k.outputs.size(); ++i) {
+    const Kernel::Output& out = k.allocations[i];
+    at::Tensor& t = env[k.outputs[i]];
+    t = at::empty_strided(out.sizes, out.strides, out.options);
+    buffers.push_back(t.data_ptr());
   }
   k.fn(buffers.data(), nullptr);
 }

@@ -60,8 +60,14 @@ class Executor {
  private:
   struct Kernel {
     using Fn = void (*)(void* const*, const int64_t*);
+    /// How to allocate one output: traced sizes and strides, decided at compile time.
+    struct Output {
+      std::vector<int64_t> sizes, strides;
+      at::TensorOptions options;
+    };
     Fn fn = nullptr;
     std::vector<graph::ValueId> inputs, outputs;
+    std::vector<Output> allocations;  ///< one per output
   };
   struct Step {
     // Extern step: the op and its arguments. Kernel step: `kernel` >= 0.

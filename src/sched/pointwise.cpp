@@ -14,21 +14,6 @@ bool is_reduced(DType t) {
   return t == DType::BFloat16 || t == DType::Float16;
 }
 
-bool fits(DType t, int64_t v) {
-  switch (t) {
-    case DType::UInt8:
-      return v >= 0 && v <= 255;
-    case DType::Int8:
-      return v >= -128 && v <= 127;
-    case DType::Int16:
-      return v >= -32768 && v <= 32767;
-    case DType::Int32:
-      return v >= INT32_MIN && v <= INT32_MAX;
-    default:
-      return true;
-  }
-}
-
 std::optional<double> number(const Arg* a) {
   if (a == nullptr) return std::nullopt;
   if (const auto* i = std::get_if<int64_t>(a)) return static_cast<double>(*i);

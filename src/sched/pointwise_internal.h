@@ -21,8 +21,6 @@ using loop::DType;
 using loop::Expr;
 
 bool is_reduced(DType t);
-/// True when integer type `t` holds `v`.
-bool fits(DType t, int64_t v);
 
 /// A Scalar argument's value when it is a number (int or double; not bool, not None).
 std::optional<double> number(const Arg* a);
@@ -92,7 +90,7 @@ struct Plan {
     const Arg* a = arg(name);
     if (!number(a)) return false;
     if (loop::is_float(comp)) return true;
-    return std::holds_alternative<int64_t>(*a) && fits(comp, std::get<int64_t>(*a));
+    return std::holds_alternative<int64_t>(*a) && loop::int_fits(comp, std::get<int64_t>(*a));
   }
   bool is_one(std::string_view name) const { return number(arg(name)) == 1.0; }
 };
