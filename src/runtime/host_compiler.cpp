@@ -2,6 +2,9 @@
 
 #include <dlfcn.h>
 #include <unistd.h>
+#if defined(__GLIBC__)
+#include <gnu/libc-version.h>
+#endif
 
 #include <atomic>
 #include <cstdio>
@@ -101,8 +104,9 @@ void compile_to_cache(const std::string& key, const std::string& source,
   }
   std::string cmd = quote(options.compiler);
   for (const std::string& f : options.flags) cmd += " " + quote(f);
-  cmd += " -shared -fPIC -o " + quote(tmp.string()) + " " + quote(src.string()) + " > " +
-         quote(log.string()) + " 2>&1";
+  cmd += " -shared -fPIC -o " + quote(tmp.string()) + " " + quote(src.string());
+  for (const std::string& f : options.link_flags) cmd += " " + quote(f);
+  cmd += " > " + quote(log.string()) + " 2>&1";
   ++g_compiles;
   int rc = std::system(cmd.c_str());
   if (rc != 0) {
@@ -141,7 +145,31 @@ HostCompileOptions HostCompileOptions::from_env() {
   } else {
     o.compiler = "c++";
   }
+  if (libmvec_usable()) {
+    o.flags.push_back("-DEMBER_LIBMVEC");
+    o.link_flags.push_back("-lmvec");
+  }
   return o;
+}
+
+bool libmvec_usable() {
+  static const bool usable = [] {
+    if (const char* e = std::getenv("EMBER_LIBMVEC"); e != nullptr && std::string(e) == "0") {
+      return false;
+    }
+#if defined(__x86_64__) && defined(__GLIBC__)
+    int major = 0, minor = 0;
+    if (std::sscanf(gnu_get_libc_version(), "%d.%d", &major, &minor) != 2) return false;
+    if (major < 2 || (major == 2 && minor < 35)) return false;  // tanh, erf, ... came in 2.35
+    for (const char* dir : {"/usr/lib/x86_64-linux-gnu", "/lib/x86_64-linux-gnu", "/usr/lib64",
+                            "/lib64", "/usr/lib"}) {
+      std::error_code ec;
+      if (fs::exists(fs::path(dir) / "libmvec.so", ec)) return true;
+    }
+#endif
+    return false;
+  }();
+  return usable;
 }
 
 std::string cache_dir() {
@@ -168,6 +196,8 @@ std::string cache_key(const std::string& source, const HostCompileOptions& optio
   h.str("ember-host-compiler-v1").str(options.compiler).str(compiler_id(options.compiler));
   h.u64(options.flags.size());
   for (const std::string& f : options.flags) h.str(f);
+  h.u64(options.link_flags.size());
+  for (const std::string& f : options.link_flags) h.str(f);
   h.str(source);
   char hex[17];
   std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h.digest()));

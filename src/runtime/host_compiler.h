@@ -22,8 +22,13 @@ struct HostCompileOptions {
   /// `-ffp-contract=off`: no fused multiply-adds the IR did not ask for (they change results).
   std::vector<std::string> flags = {"-O3",        "-march=native",   "-fopenmp",
                                     "-std=c++17", "-fno-math-errno", "-ffp-contract=off"};
+  /// Flags after the source file (libraries to link).
+  std::vector<std::string> link_flags;
 
-  /// Options with the compiler taken from the environment.
+  /// Options with the compiler taken from the environment, and glibc's vector math library
+  /// (libmvec) when it is usable: then `-DEMBER_LIBMVEC` and `-lmvec`, and the prelude lets
+  /// vectorized loops call libmvec's versions of exp, log, tanh, erf, ... (see
+  /// docs/design/host_compiler.md). `EMBER_LIBMVEC=0` turns that off.
   static HostCompileOptions from_env();
 };
 
@@ -50,6 +55,10 @@ struct HostCompilerStats {
   int64_t disk_hits = 0;    ///< loaded from the on-disk cache
   int64_t memory_hits = 0;  ///< already loaded in this process
 };
+
+/// True on x86-64 with glibc >= 2.35 (libmvec with tanh, erf, expm1, ...) and a linkable
+/// libmvec.so, unless `EMBER_LIBMVEC=0`.
+bool libmvec_usable();
 
 /// The cache directory, created if missing.
 std::string cache_dir();
