@@ -5,6 +5,7 @@
 #include <ATen/ops/empty_strided.h>
 
 #include <algorithm>
+#include <set>
 #include <thread>
 
 #include "codegen/cpp/cpp_emitter.h"
@@ -15,6 +16,51 @@
 namespace ember::runtime {
 
 namespace {
+
+// The alias sets `a` names, its list elements' included (`Tensor(a)[]`).
+void add_alias_sets(const c10::AliasInfo* a, std::set<c10::Symbol>& out) {
+  if (a == nullptr) return;
+  out.insert(a->beforeSets().begin(), a->beforeSets().end());
+  for (const c10::AliasInfo& c : a->containedTypes()) add_alias_sets(&c, out);
+}
+
+bool writes(const c10::AliasInfo* a) {
+  if (a == nullptr) return false;
+  if (a->isWrite()) return true;
+  for (const c10::AliasInfo& c : a->containedTypes()) {
+    if (writes(&c)) return true;
+  }
+  return false;
+}
+
+std::vector<int64_t> constant_dims(const graph::Dims& dims) {
+  std::vector<int64_t> out;
+  for (const graph::DimExpr& d : dims) out.push_back(d.constant());
+  return out;
+}
+
+bool all_constant(const graph::TensorType& t) {
+  for (const graph::DimExpr& d : t.sizes) {
+    if (!d.is_constant()) return false;
+  }
+  for (const graph::DimExpr& d : t.strides) {
+    if (!d.is_constant()) return false;
+  }
+  return t.storage_offset.is_constant();
+}
+
+// Whether `t` has the traced layout: the same sizes, and the same strides in every dim of more
+// than one element (the others never move an address).
+bool has_layout(const at::Tensor& t, const std::vector<int64_t>& sizes,
+                const std::vector<int64_t>& strides) {
+  if (t.dim() != static_cast<int64_t>(sizes.size())) return false;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    const int64_t size = t.size(static_cast<int64_t>(d));
+    if (size != sizes[d]) return false;
+    if (size > 1 && t.stride(static_cast<int64_t>(d)) != strides[d]) return false;
+  }
+  return true;
+}
 
 bool all_on_cpu(const graph::Graph& g) {
   for (const graph::Value& v : g.values) {
@@ -51,7 +97,54 @@ Executor::Step Executor::extern_step(int32_t n) const {
       step.args.push_back(tracer::to_ivalue(a));
     }
   }
+  step.view = view_of(node, handle->schema());
   return step;
+}
+
+std::optional<Executor::View> Executor::view_of(const graph::Node& node,
+                                                const c10::FunctionSchema& schema) const {
+  // A view: every result aliases the first argument and nothing is written. Ops that set the
+  // conjugate or negative bit, or reinterpret the dtype, are not plain restrides.
+  const graph::Graph& g = traced_.graph;
+  if (schema.arguments().empty() || schema.returns().empty() || node.outputs.empty() ||
+      node.args.empty()) {
+    return std::nullopt;
+  }
+  const std::string& name = schema.name();
+  if (name.find("conj") != std::string::npos || name.find("neg_view") != std::string::npos ||
+      name.find("view_as_") != std::string::npos) {
+    return std::nullopt;
+  }
+  const c10::AliasInfo* self = schema.arguments()[0].alias_info();
+  if (self == nullptr || writes(self)) return std::nullopt;
+  std::set<c10::Symbol> self_sets;
+  add_alias_sets(self, self_sets);
+  for (const c10::Argument& r : schema.returns()) {
+    std::set<c10::Symbol> sets;
+    add_alias_sets(r.alias_info(), sets);
+    if (sets.empty() || writes(r.alias_info())) return std::nullopt;
+    for (const c10::Symbol& s : sets) {
+      if (!self_sets.count(s)) return std::nullopt;
+    }
+  }
+  const auto* in = std::get_if<graph::ValueRef>(&node.args[0]);
+  if (in == nullptr) return std::nullopt;
+  for (size_t i = 0; i < node.result_slots.size(); ++i) {
+    if (node.result_slots[i] != static_cast<int32_t>(i)) return std::nullopt;
+  }
+  const graph::TensorType& it = g.type(in->id);
+  if (!all_constant(it)) return std::nullopt;
+  View v;
+  v.input = in->id;
+  v.input_sizes = constant_dims(it.sizes);
+  v.input_strides = constant_dims(it.strides);
+  for (graph::ValueId o : node.outputs) {
+    const graph::TensorType& ot = g.type(o);
+    if (!all_constant(ot) || ot.dtype != it.dtype || ot.device != it.device) return std::nullopt;
+    v.outputs.push_back(ViewOutput{constant_dims(ot.sizes), constant_dims(ot.strides),
+                                   ot.storage_offset.constant() - it.storage_offset.constant()});
+  }
+  return v;
 }
 
 Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
@@ -108,6 +201,11 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
             libraries_[unit_of[gi]]->symbol(codegen::cpp_kernel_symbol(group.kernel.name)));
         k.inputs = group.inputs;
         k.outputs = group.outputs;
+        for (graph::ValueId v : group.inputs) {
+          const graph::TensorType& t = g.type(v);
+          k.input_layouts.push_back(
+              Kernel::Output{constant_dims(t.sizes), constant_dims(t.strides), {}});
+        }
         for (graph::ValueId v : group.outputs) {
           const graph::TensorType& t = g.type(v);
           Kernel::Output out;
@@ -200,10 +298,45 @@ bool Executor::strides_match(const std::vector<at::Tensor>& inputs) const {
   return true;
 }
 
+int Executor::num_view_steps() const {
+  return static_cast<int>(
+      std::count_if(steps_.begin(), steps_.end(), [](const Step& s) { return s.view.has_value(); }));
+}
+
+bool Executor::run_view(const Step& step, std::vector<at::Tensor>& env) const {
+  const View& v = *step.view;
+  const at::Tensor& base = env[v.input];
+  if (!base.defined() || !base.has_storage() || base.layout() != at::kStrided || base.is_conj() ||
+      base.is_neg() || base.key_set().has(c10::DispatchKey::Python) ||
+      !has_layout(base, v.input_sizes, v.input_strides)) {
+    return false;
+  }
+  for (size_t i = 0; i < v.outputs.size(); ++i) {
+    const ViewOutput& o = v.outputs[i];
+    auto impl = c10::make_intrusive<c10::TensorImpl>(
+        c10::TensorImpl::VIEW, c10::Storage(base.storage()), base.key_set(), base.dtype());
+    impl->set_sizes_and_strides(o.sizes, o.strides, base.storage_offset() + o.offset_delta);
+    impl->set_version_counter(base.unsafeGetTensorImpl()->version_counter());
+    env[step.outputs[i]] = at::Tensor(std::move(impl));
+  }
+  return true;
+}
+
 void Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env) const {
   std::vector<void*> buffers;
   buffers.reserve(k.inputs.size() + k.outputs.size());
-  for (graph::ValueId v : k.inputs) buffers.push_back(env[v].data_ptr());
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    at::Tensor& x = env[k.inputs[i]];
+    const Kernel::Output& want = k.input_layouts[i];
+    if (!has_layout(x, want.sizes, want.strides)) {
+      // An extern op returned another layout than its meta kernel promised: copy it into the
+      // traced one, which the kernel's index math assumes.
+      at::Tensor copy = at::empty_strided(want.sizes, want.strides, x.options());
+      copy.copy_(x);
+      x = copy;
+    }
+    buffers.push_back(x.data_ptr());
+  }
   for (size_t i = 0; i < k.outputs.size(); ++i) {
     const Kernel::Output& out = k.allocations[i];
     at::Tensor& t = env[k.outputs[i]];
@@ -211,6 +344,52 @@ void Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env) const {
     buffers.push_back(t.data_ptr());
   }
   k.fn(buffers.data(), nullptr);
+}
+
+void Executor::run_extern(const Step& step, std::vector<at::Tensor>& env,
+                          torch::jit::Stack& stack) const {
+  stack.assign(step.args.begin(), step.args.end());
+  for (const auto& [pos, v] : step.tensor_args) stack[pos] = env[v];
+  for (const auto& [pos, list] : step.list_args) {
+    if (list->optional_items) {
+      c10::List<std::optional<at::Tensor>> l;
+      for (const auto& item : list->items) {
+        l.push_back(item ? std::optional<at::Tensor>(env[*item]) : std::nullopt);
+      }
+      stack[pos] = l;
+    } else {
+      c10::List<at::Tensor> l;
+      for (const auto& item : list->items) l.push_back(env[*item]);
+      stack[pos] = l;
+    }
+  }
+  step.op->callBoxed(&stack);
+  // Results are matched to outputs by position among the tensor results, so an optional result
+  // that is undefined here but was defined while tracing (or the reverse) keeps the others in
+  // place. Kernels may leave out optional results that meta kernels return (cuDNN attention).
+  size_t k = 0;
+  int32_t slot = 0;
+  auto take = [&](const at::Tensor& t) {
+    int32_t this_slot = slot++;
+    if (step.result_slots.empty()) {
+      if (!t.defined()) return;
+      EMBER_INTERNAL_ASSERT(k < step.outputs.size())
+          << step.op->schema().name() << " returned more tensors than it did while tracing";
+      env[step.outputs[k++]] = t;
+    } else if (k < step.outputs.size() && step.result_slots[k] == this_slot) {
+      env[step.outputs[k++]] = t;
+    }
+  };
+  for (const c10::IValue& r : stack) {
+    if (r.isTensor()) {
+      take(r.toTensor());
+    } else if (r.isTensorList()) {
+      for (at::Tensor t : r.toTensorList()) take(t);
+    }
+  }
+  EMBER_INTERNAL_ASSERT(k == step.outputs.size())
+      << step.op->schema().name() << " returned " << k << " tensors but " << step.outputs.size()
+      << " while tracing";
 }
 
 std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) const {
@@ -243,48 +422,7 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
       for (graph::ValueId v : step.release) env[v].reset();
       continue;
     }
-    stack.assign(step.args.begin(), step.args.end());
-    for (const auto& [pos, v] : step.tensor_args) stack[pos] = env[v];
-    for (const auto& [pos, list] : step.list_args) {
-      if (list->optional_items) {
-        c10::List<std::optional<at::Tensor>> l;
-        for (const auto& item : list->items) {
-          l.push_back(item ? std::optional<at::Tensor>(env[*item]) : std::nullopt);
-        }
-        stack[pos] = l;
-      } else {
-        c10::List<at::Tensor> l;
-        for (const auto& item : list->items) l.push_back(env[*item]);
-        stack[pos] = l;
-      }
-    }
-    step.op->callBoxed(&stack);
-    // Results are matched to outputs by position among the tensor results, so an optional result
-    // that is undefined here but was defined while tracing (or the reverse) keeps the others in
-    // place. Kernels may leave out optional results that meta kernels return (cuDNN attention).
-    size_t k = 0;
-    int32_t slot = 0;
-    auto take = [&](const at::Tensor& t) {
-      int32_t this_slot = slot++;
-      if (step.result_slots.empty()) {
-        if (!t.defined()) return;
-        EMBER_INTERNAL_ASSERT(k < step.outputs.size())
-            << step.op->schema().name() << " returned more tensors than it did while tracing";
-        env[step.outputs[k++]] = t;
-      } else if (k < step.outputs.size() && step.result_slots[k] == this_slot) {
-        env[step.outputs[k++]] = t;
-      }
-    };
-    for (const c10::IValue& r : stack) {
-      if (r.isTensor()) {
-        take(r.toTensor());
-      } else if (r.isTensorList()) {
-        for (at::Tensor t : r.toTensorList()) take(t);
-      }
-    }
-    EMBER_INTERNAL_ASSERT(k == step.outputs.size())
-        << step.op->schema().name() << " returned " << k << " tensors but " << step.outputs.size()
-        << " while tracing";
+    if (!step.view || !run_view(step, env)) run_extern(step, env, stack);
     for (graph::ValueId v : step.release) env[v].reset();
   }
   if (!g.mutations.empty()) {

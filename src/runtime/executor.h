@@ -52,6 +52,8 @@ class Executor {
   size_t num_user_inputs() const { return input_slots_.size(); }
   int num_kernels() const { return static_cast<int>(kernels_.size()); }
   int num_fused_nodes() const { return num_fused_nodes_; }
+  /// Extern steps that are view ops made directly from their input's storage (see View).
+  int num_view_steps() const;
   /// Why code generation was abandoned for this graph; empty if it was not.
   const std::string& codegen_error() const { return codegen_error_; }
   /// The generated C++ translation units (each holds one or more kernels).
@@ -68,6 +70,21 @@ class Executor {
     Fn fn = nullptr;
     std::vector<graph::ValueId> inputs, outputs;
     std::vector<Output> allocations;  ///< one per output
+    /// The traced sizes and strides of each input: the kernel reads inputs at these strides, so
+    /// an input that arrives with others (an extern op whose result's layout differs from its
+    /// meta kernel's) is first copied into this layout.
+    std::vector<Output> input_layouts;
+  };
+  /// A view op (its schema's result aliases its first argument) whose results are made directly
+  /// from the input's storage with the traced sizes and strides, without a dispatcher call.
+  struct ViewOutput {
+    std::vector<int64_t> sizes, strides;
+    int64_t offset_delta = 0;  ///< result's storage offset minus the input's, as traced
+  };
+  struct View {
+    graph::ValueId input = -1;
+    std::vector<int64_t> input_sizes, input_strides;  ///< traced layout the fast path requires
+    std::vector<ViewOutput> outputs;
   };
   struct Step {
     // Extern step: the op and its arguments. Kernel step: `kernel` >= 0.
@@ -78,11 +95,17 @@ class Executor {
     std::vector<graph::ValueId> outputs;
     std::vector<int32_t> result_slots;  ///< see graph::Node::result_slots
     int kernel = -1;
+    std::optional<View> view;  ///< set for view ops (an extern step with a fast path)
     std::vector<graph::ValueId> release;  ///< values whose last use is this step
   };
 
   Step extern_step(int32_t node) const;
+  std::optional<View> view_of(const graph::Node& node, const c10::FunctionSchema& schema) const;
   void run_kernel(const Kernel& k, std::vector<at::Tensor>& env) const;
+  /// Runs a view step's fast path; false when the input is not as traced (then the caller makes
+  /// the dispatcher call).
+  bool run_view(const Step& step, std::vector<at::Tensor>& env) const;
+  void run_extern(const Step& step, std::vector<at::Tensor>& env, torch::jit::Stack& stack) const;
   bool strides_match(const std::vector<at::Tensor>& inputs) const;
 
   tracer::TracedGraph traced_;

@@ -1,0 +1,94 @@
+"""The executor's layout handling: view ops made directly from their input's storage (no
+dispatcher call), and kernels whose input comes from an extern op with another layout than its
+meta kernel promised (copied into the traced layout first)."""
+
+from __future__ import annotations
+
+import torch
+
+from ember import _C
+from ember.tracing import trace
+
+
+def _compile(fn, args):
+    return _C.CompiledGraph(trace(fn, args))
+
+
+def test_views_of_inputs_alias_and_skip_the_dispatcher():
+    def fn(x):
+        return x.view(4, 8).t(), x[2:10], x.unsqueeze(0).expand(3, 32)
+
+    x = torch.randn(32)
+    g = _compile(fn, [x])
+    assert g.num_view_steps >= 4
+    outs = g(x)
+    for got, want in zip(outs, fn(x)):
+        assert got.shape == want.shape and got.stride() == want.stride()
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        assert got.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+    # A view shares its input's version counter, as eager's views do.
+    v0 = outs[0]._version
+    x.add_(1)
+    assert outs[0]._version == v0 + 1
+    torch.testing.assert_close(outs[1], x[2:10], rtol=0, atol=0)
+
+
+def test_view_of_an_input_with_a_storage_offset():
+    def fn(x):
+        return (x.view(2, 8)[:, 1:5] * 2, x.view(16)[3:7])
+
+    big = torch.randn(40)
+    g = _compile(fn, [torch.randn(16)])
+    x = big[5:21]  # same sizes and strides as traced, another storage offset
+    for got, want in zip(g(x), fn(x)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_view_of_an_input_with_other_strides_falls_back_to_the_dispatcher():
+    def fn(x):
+        return x.transpose(0, 1).unsqueeze(0) + 0
+
+    g = _compile(fn, [torch.randn(3, 4)])
+    x = torch.randn(4, 3).t()  # other strides: the graph runs its unfused copy
+    torch.testing.assert_close(g(x)[0], fn(x), rtol=0, atol=0)
+
+
+def test_split_views():
+    def fn(x):
+        a, b, c = x.split(4, dim=1)
+        return a * 1, b.transpose(0, 1) + 1, c
+
+    x = torch.randn(3, 12)
+    g = _compile(fn, [x])
+    assert g.num_view_steps >= 1
+    for got, want in zip(g(x), fn(x)):
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+        assert got.stride() == want.stride()
+
+
+_lib = torch.library.Library("ember_test_layouts", "DEF")
+_lib.define("colmajor(Tensor x) -> Tensor")
+
+
+def _colmajor_cpu(x):
+    # The real kernel returns a column-major result...
+    return (x * 3).t().contiguous().t()
+
+
+def _colmajor_meta(x):
+    # ...while its meta kernel promises a contiguous one.
+    return torch.empty_like(x, memory_format=torch.contiguous_format)
+
+
+_lib.impl("colmajor", _colmajor_cpu, "CPU")
+_lib.impl("colmajor", _colmajor_meta, "Meta")
+
+
+def test_kernel_input_whose_real_layout_differs_from_its_meta_layout():
+    def fn(x):
+        return (torch.ops.ember_test_layouts.colmajor(x) + 1).relu()
+
+    x = torch.randn(5, 7)
+    g = _compile(fn, [x])
+    assert g.num_kernels == 1
+    torch.testing.assert_close(g(x)[0], fn(x), rtol=0, atol=0)
