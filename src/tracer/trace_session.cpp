@@ -165,6 +165,10 @@ void TraceSession::enter() {
   outer_session_ = tls_current;
   c10::impl::tls_set_dispatch_key_included(c10::DispatchKey::PrivateUse1, true);
   c10::impl::tls_set_dispatch_key_excluded(c10::DispatchKey::BackendSelect, true);
+  // Functionalize in the TLS include set, as torch.func.functionalize does: some functionalization
+  // kernels decide from it whether to wrap their results (`_to_copy` does not otherwise, and an
+  // in-place op on its result then fails).
+  c10::impl::tls_set_dispatch_key_included(c10::DispatchKey::Functionalize, true);
   fz::setFunctionalizationReapplyViewsTLS(true);
   tls_current = this;
   active_ = true;

@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn as nn
 
+import ember
 from ember.testing import compare
 
 
@@ -199,3 +200,18 @@ def test_identity_returns_input(check):
     # No operation at all: Dynamo makes no graph; the input itself comes back.
     res = check(lambda x: x, (torch.randn(3),), expect_fallbacks=0)
     assert res["graphs"] == 0
+
+
+def test_inplace_on_a_dtype_conversion_result(check):
+    # T5's relative position buckets: `buckets = (rp > 0).to(torch.long) * n; buckets += ...`.
+    # `_to_copy`'s functionalization kernel wraps its result only with Functionalize in the TLS
+    # include set; without it the in-place add failed to trace and the whole graph ran eagerly.
+    def f(rp):
+        buckets = (rp > 0).to(torch.long)
+        buckets += torch.where(rp.abs() < 3, rp.abs(), torch.full_like(rp, 3))
+        widened = rp.float()
+        widened.mul_(2.0)
+        return buckets, widened
+
+    check.captured(f, (torch.arange(-5, 6).view(1, -1) - torch.arange(0, 4).view(-1, 1),))
+    assert ember.metrics.counters["fallbacks"] == 0
