@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/grad_mode.h>
 
 #include <ATen/ops/empty_strided.h>
+#include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
 
 #include "graph/verifier.h"
@@ -42,6 +43,37 @@ bool is_data_dependent(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue>
   }
   return name == "aten::_local_scalar_dense" || name == "aten::item" ||
          name == "aten::is_nonzero" || name == "aten::equal" || name == "aten::allclose";
+}
+
+// `self[mask] = value` (aten::index_put with one boolean mask over leading dims of self, a
+// one-element value and accumulate false) as `where(mask, value, self)`: the same result without
+// a data-dependent nonzero (HF models build attention masks so). Returns nothing when the call has
+// another form.
+std::optional<at::Tensor> index_put_as_where(const c10::OperatorHandle& op,
+                                             c10::ArrayRef<c10::IValue> args) {
+  if (op.schema().name() != "aten::index_put" || args.size() != 4) return std::nullopt;
+  if (!args[0].isTensor() || !args[1].isList() || !args[2].isTensor() || !args[3].isBool() ||
+      args[3].toBool()) {
+    return std::nullopt;
+  }
+  const at::Tensor& self = args[0].toTensor();
+  const at::Tensor& values = args[2].toTensor();
+  c10::ArrayRef<c10::IValue> indices = args[1].toListRef();
+  if (indices.size() != 1 || !indices[0].isTensor()) return std::nullopt;
+  at::Tensor mask = indices[0].toTensor();
+  if (!mask.defined() || mask.scalar_type() != c10::kBool || mask.dim() > self.dim() ||
+      values.numel() != 1 || values.dim() > self.dim()) {
+    return std::nullopt;
+  }
+  for (int64_t d = 0; d < mask.dim(); ++d) {
+    if (mask.size(d) != self.size(d)) return std::nullopt;
+  }
+  if (mask.dim() < self.dim()) {
+    std::vector<int64_t> shape(mask.sizes().begin(), mask.sizes().end());
+    shape.resize(static_cast<size_t>(self.dim()), 1);
+    mask = mask.view(shape);
+  }
+  return at::where(mask, values.to(self.scalar_type()), self);
 }
 
 // Factories whose result is uninitialised memory. Called without tensor arguments while tracing
@@ -220,6 +252,15 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
         any_real = true;
       }
     });
+  }
+
+  if (any_tracer) {
+    if (std::optional<at::Tensor> r =
+            index_put_as_where(op, c10::ArrayRef<c10::IValue>(stack->data() + base, num_args))) {
+      torch::jit::drop(*stack, num_args);
+      stack->emplace_back(std::move(*r));
+      return;
+    }
   }
 
   // A factory called by the program (not from inside functionalization, which wraps results

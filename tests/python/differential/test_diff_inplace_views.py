@@ -215,3 +215,27 @@ def test_inplace_on_a_dtype_conversion_result(check):
 
     check.captured(f, (torch.arange(-5, 6).view(1, -1) - torch.arange(0, 4).view(-1, 1),))
     assert ember.metrics.counters["fallbacks"] == 0
+
+
+def test_boolean_mask_assignment_is_a_where(check):
+    # `x[mask] = value` with a boolean mask over leading dims and a one-element value needs no
+    # data-dependent nonzero: the tracer records where(mask, value, x) (Longformer's attention
+    # mask). Other index_put forms stay data-dependent (a graph break).
+    def f(m, x):
+        e = x.clone()
+        e[m == 2] = 3.4028234663852886e38
+        e[m[:, 0] > 0] = -1.0
+        e[m.bool()] = torch.tensor(7, dtype=torch.int64)
+        return e
+
+    check.captured(f, (torch.randint(0, 3, (4, 5)), torch.randn(4, 5)))
+    assert ember.metrics.counters["fallbacks"] == 0
+
+    def g(m, x):
+        x = x.clone()
+        x[m > 0] = torch.arange(float(int((m > 0).sum())))  # as many values as True: eager only
+        return x
+
+    m, x = torch.tensor([0, 1, 2, 0]), torch.zeros(4)
+    compiled = torch.compile(g, backend="ember")
+    torch.testing.assert_close(compiled(m, x), g(m, x))
