@@ -59,6 +59,9 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("num_kernels", &Executor::num_kernels)
       .def_prop_ro("num_fused_nodes", &Executor::num_fused_nodes)
       .def_prop_ro("num_view_steps", &Executor::num_view_steps)
+      .def_prop_ro("num_folded_nodes", &Executor::num_folded_nodes)
+      .def("describe_steps", &Executor::describe_steps,
+           "One line per step: 'kernel <name>: ops', 'view <op>' or 'extern <op>'.")
       .def_prop_ro("codegen_error", &Executor::codegen_error)
       .def_prop_ro("kernel_sources", &Executor::kernel_sources)
       .def_prop_ro("num_inputs", &Executor::num_user_inputs)

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "codegen/cpp/cpp_emitter.h"
+#include "runtime/constant_fold.h"
 #include "sched/fusion.h"
 #include "support/error.h"
 #include "tracer/convert.h"
@@ -74,30 +75,9 @@ bool all_on_cpu(const graph::Graph& g) {
 Executor::~Executor() = default;
 
 Executor::Step Executor::extern_step(int32_t n) const {
-  const graph::Graph& g = traced_.graph;
-  const graph::Node& node = g.nodes[n];
-  const graph::OpInfo& info = g.op_of(node);
-  auto handle = c10::Dispatcher::singleton().findSchema({info.name, info.overload});
-  EMBER_UNSUPPORTED(handle.has_value())
-      << "operator " << info.qualified_name() << " is not registered in this process";
   Step step;
-  step.op = *handle;
-  step.outputs = node.outputs;
-  step.result_slots = node.result_slots;
-  step.args.reserve(node.args.size());
-  for (size_t i = 0; i < node.args.size(); ++i) {
-    const graph::Arg& a = node.args[i];
-    if (auto* r = std::get_if<graph::ValueRef>(&a)) {
-      step.tensor_args.emplace_back(static_cast<int>(i), r->id);
-      step.args.emplace_back();
-    } else if (auto* l = std::get_if<graph::ValueList>(&a)) {
-      step.list_args.emplace_back(static_cast<int>(i), l);
-      step.args.emplace_back();
-    } else {
-      step.args.push_back(tracer::to_ivalue(a));
-    }
-  }
-  step.view = view_of(node, handle->schema());
+  step.call = make_extern_call(traced_.graph, n);
+  step.view = view_of(traced_.graph.nodes[n], step.call->op->schema());
   return step;
 }
 
@@ -149,6 +129,7 @@ std::optional<Executor::View> Executor::view_of(const graph::Node& node,
 
 Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
     : traced_(std::move(traced)) {
+  if (options.fold_constants) num_folded_nodes_ = fold_constants(traced_);
   const graph::Graph& g = traced_.graph;
   int constant_index = 0;
   for (const graph::Input& in : g.inputs) {
@@ -214,6 +195,10 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
           out.options = at::TensorOptions().dtype(tracer::to_c10(t.dtype)).device(at::kCPU);
           k.allocations.push_back(std::move(out));
         }
+        k.description = "kernel " + group.kernel.name + ":";
+        for (size_t j = 0; j < group.nodes.size(); ++j) {
+          k.description += (j ? ", " : " ") + g.op_of(g.nodes[group.nodes[j]]).qualified_name();
+        }
         kernel_of_group[gi] = static_cast<int>(kernels_.size());
         kernels_.push_back(std::move(k));
       }
@@ -227,7 +212,8 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
           steps_.push_back(std::move(step));
         }
       }
-      unfused_ = std::make_unique<Executor>(traced_, ExecutorOptions{.codegen = false});
+      unfused_ = std::make_unique<Executor>(
+          traced_, ExecutorOptions{.codegen = false, .fold_constants = false});
     } catch (const Unsupported& e) {
       codegen_error_ = e.what();
       steps_.clear();
@@ -252,13 +238,8 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
       reads = kernels_[step.kernel].inputs;
       writes = kernels_[step.kernel].outputs;
     } else {
-      for (const auto& [pos, v] : step.tensor_args) reads.push_back(v);
-      for (const auto& [pos, list] : step.list_args) {
-        for (const auto& item : list->items) {
-          if (item) reads.push_back(*item);
-        }
-      }
-      writes = step.outputs;
+      reads = step.call->reads();
+      writes = step.call->outputs;
     }
     for (graph::ValueId v : reads) last_use[v] = static_cast<int>(s);
     for (graph::ValueId v : writes) defined_at[v] = static_cast<int>(s);
@@ -298,6 +279,19 @@ bool Executor::strides_match(const std::vector<at::Tensor>& inputs) const {
   return true;
 }
 
+std::vector<std::string> Executor::describe_steps() const {
+  std::vector<std::string> out;
+  for (const Step& s : steps_) {
+    if (s.kernel >= 0) {
+      out.push_back(kernels_[s.kernel].description);
+    } else {
+      out.push_back(std::string(s.view ? "view " : "extern ") +
+                    c10::toString(s.call->op->schema().operator_name()));
+    }
+  }
+  return out;
+}
+
 int Executor::num_view_steps() const {
   return static_cast<int>(
       std::count_if(steps_.begin(), steps_.end(), [](const Step& s) { return s.view.has_value(); }));
@@ -317,7 +311,7 @@ bool Executor::run_view(const Step& step, std::vector<at::Tensor>& env) const {
         c10::TensorImpl::VIEW, c10::Storage(base.storage()), base.key_set(), base.dtype());
     impl->set_sizes_and_strides(o.sizes, o.strides, base.storage_offset() + o.offset_delta);
     impl->set_version_counter(base.unsafeGetTensorImpl()->version_counter());
-    env[step.outputs[i]] = at::Tensor(std::move(impl));
+    env[step.call->outputs[i]] = at::Tensor(std::move(impl));
   }
   return true;
 }
@@ -344,52 +338,6 @@ void Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env) const {
     buffers.push_back(t.data_ptr());
   }
   k.fn(buffers.data(), nullptr);
-}
-
-void Executor::run_extern(const Step& step, std::vector<at::Tensor>& env,
-                          torch::jit::Stack& stack) const {
-  stack.assign(step.args.begin(), step.args.end());
-  for (const auto& [pos, v] : step.tensor_args) stack[pos] = env[v];
-  for (const auto& [pos, list] : step.list_args) {
-    if (list->optional_items) {
-      c10::List<std::optional<at::Tensor>> l;
-      for (const auto& item : list->items) {
-        l.push_back(item ? std::optional<at::Tensor>(env[*item]) : std::nullopt);
-      }
-      stack[pos] = l;
-    } else {
-      c10::List<at::Tensor> l;
-      for (const auto& item : list->items) l.push_back(env[*item]);
-      stack[pos] = l;
-    }
-  }
-  step.op->callBoxed(&stack);
-  // Results are matched to outputs by position among the tensor results, so an optional result
-  // that is undefined here but was defined while tracing (or the reverse) keeps the others in
-  // place. Kernels may leave out optional results that meta kernels return (cuDNN attention).
-  size_t k = 0;
-  int32_t slot = 0;
-  auto take = [&](const at::Tensor& t) {
-    int32_t this_slot = slot++;
-    if (step.result_slots.empty()) {
-      if (!t.defined()) return;
-      EMBER_INTERNAL_ASSERT(k < step.outputs.size())
-          << step.op->schema().name() << " returned more tensors than it did while tracing";
-      env[step.outputs[k++]] = t;
-    } else if (k < step.outputs.size() && step.result_slots[k] == this_slot) {
-      env[step.outputs[k++]] = t;
-    }
-  };
-  for (const c10::IValue& r : stack) {
-    if (r.isTensor()) {
-      take(r.toTensor());
-    } else if (r.isTensorList()) {
-      for (at::Tensor t : r.toTensorList()) take(t);
-    }
-  }
-  EMBER_INTERNAL_ASSERT(k == step.outputs.size())
-      << step.op->schema().name() << " returned " << k << " tensors but " << step.outputs.size()
-      << " while tracing";
 }
 
 std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) const {
@@ -422,7 +370,7 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
       for (graph::ValueId v : step.release) env[v].reset();
       continue;
     }
-    if (!step.view || !run_view(step, env)) run_extern(step, env, stack);
+    if (!step.view || !run_view(step, env)) step.call->run(env, stack);
     for (graph::ValueId v : step.release) env[v].reset();
   }
   if (!g.mutations.empty()) {

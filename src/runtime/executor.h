@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/extern_call.h"
 #include "runtime/host_compiler.h"
 #include "tracer/trace_session.h"
 
@@ -26,6 +27,8 @@ struct ExecutorOptions {
   bool codegen = true;
   /// Also generate kernels for reductions (see sched::ScheduleOptions::reductions).
   bool reductions = false;
+  /// Run the nodes that depend on no input once, at construction (runtime/constant_fold.h).
+  bool fold_constants = true;
 };
 
 class Executor {
@@ -52,10 +55,15 @@ class Executor {
   size_t num_user_inputs() const { return input_slots_.size(); }
   int num_kernels() const { return static_cast<int>(kernels_.size()); }
   int num_fused_nodes() const { return num_fused_nodes_; }
+  /// Nodes computed once at construction by constant folding.
+  int num_folded_nodes() const { return num_folded_nodes_; }
   /// Extern steps that are view ops made directly from their input's storage (see View).
   int num_view_steps() const;
   /// Why code generation was abandoned for this graph; empty if it was not.
   const std::string& codegen_error() const { return codegen_error_; }
+  /// One line per step, in order: "kernel <name>: op, op, ..." for a generated kernel with the
+  /// nodes it fuses, "view <op>" for a view step, "extern <op>" for a dispatcher call.
+  std::vector<std::string> describe_steps() const;
   /// The generated C++ translation units (each holds one or more kernels).
   const std::vector<std::string>& kernel_sources() const { return kernel_sources_; }
 
@@ -74,6 +82,7 @@ class Executor {
     /// an input that arrives with others (an extern op whose result's layout differs from its
     /// meta kernel's) is first copied into this layout.
     std::vector<Output> input_layouts;
+    std::string description;  ///< "kernel <name>: <ops of its nodes>"
   };
   /// A view op (its schema's result aliases its first argument) whose results are made directly
   /// from the input's storage with the traced sizes and strides, without a dispatcher call.
@@ -87,13 +96,8 @@ class Executor {
     std::vector<ViewOutput> outputs;
   };
   struct Step {
-    // Extern step: the op and its arguments. Kernel step: `kernel` >= 0.
-    std::optional<c10::OperatorHandle> op;
-    std::vector<c10::IValue> args;  ///< constant arguments; tensor slots hold None
-    std::vector<std::pair<int, graph::ValueId>> tensor_args;
-    std::vector<std::pair<int, const graph::ValueList*>> list_args;
-    std::vector<graph::ValueId> outputs;
-    std::vector<int32_t> result_slots;  ///< see graph::Node::result_slots
+    // Extern step: `call` is set. Kernel step: `kernel` >= 0.
+    std::optional<ExternCall> call;
     int kernel = -1;
     std::optional<View> view;  ///< set for view ops (an extern step with a fast path)
     std::vector<graph::ValueId> release;  ///< values whose last use is this step
@@ -105,7 +109,6 @@ class Executor {
   /// Runs a view step's fast path; false when the input is not as traced (then the caller makes
   /// the dispatcher call).
   bool run_view(const Step& step, std::vector<at::Tensor>& env) const;
-  void run_extern(const Step& step, std::vector<at::Tensor>& env, torch::jit::Stack& stack) const;
   bool strides_match(const std::vector<at::Tensor>& inputs) const;
 
   tracer::TracedGraph traced_;
@@ -117,6 +120,7 @@ class Executor {
   std::vector<std::string> kernel_sources_;
   std::vector<size_t> mutated_input_positions_;  ///< positions in `inputs` of mutated inputs
   int num_fused_nodes_ = 0;
+  int num_folded_nodes_ = 0;
   std::string codegen_error_;
   /// The same graph without kernels, for calls whose input strides differ from the traced ones.
   std::unique_ptr<Executor> unfused_;

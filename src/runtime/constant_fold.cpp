@@ -1,0 +1,158 @@
+#include "runtime/constant_fold.h"
+
+#include <ATen/core/enum_tag.h>
+#include <ATen/ops/empty_strided.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <variant>
+
+#include "graph/verifier.h"
+#include "runtime/extern_call.h"
+#include "support/error.h"
+
+namespace ember::runtime {
+
+namespace {
+
+using graph::ValueId;
+
+std::vector<ValueId> tensor_reads(const graph::Node& n) {
+  std::vector<ValueId> out;
+  for (const graph::Arg& a : n.args) {
+    if (const auto* r = std::get_if<graph::ValueRef>(&a)) out.push_back(r->id);
+    if (const auto* l = std::get_if<graph::ValueList>(&a)) {
+      for (const auto& item : l->items) {
+        if (item) out.push_back(*item);
+      }
+    }
+  }
+  return out;
+}
+
+bool constant_sizes(const graph::TensorType& t) {
+  for (const graph::DimExpr& d : t.sizes) {
+    if (!d.is_constant()) return false;
+  }
+  for (const graph::DimExpr& d : t.strides) {
+    if (!d.is_constant()) return false;
+  }
+  return true;
+}
+
+// `t` with the traced sizes and strides of `type` (a copy when the kernel chose another layout).
+at::Tensor with_traced_layout(const at::Tensor& t, const graph::TensorType& type) {
+  std::vector<int64_t> sizes, strides;
+  for (const graph::DimExpr& d : type.sizes) sizes.push_back(d.constant());
+  for (const graph::DimExpr& d : type.strides) strides.push_back(d.constant());
+  if (t.sizes() == c10::IntArrayRef(sizes) && t.strides() == c10::IntArrayRef(strides)) return t;
+  at::Tensor out = at::empty_strided(sizes, strides, t.options());
+  out.copy_(t);
+  return out;
+}
+
+}  // namespace
+
+int fold_constants(tracer::TracedGraph& traced, const FoldOptions& options) {
+  const graph::Graph& g = traced.graph;
+  // Only results of folded nodes count as constant. Tensors captured while tracing do not: they
+  // may be a caller's tensors (a closure's, or a module's weights under ember.trace), updated in
+  // place between calls, which the graph reads anew on every call.
+  std::vector<bool> constant(g.values.size(), false);
+  std::vector<bool> kept_alive(g.values.size(), false);  // a caller sees it: never folded
+  for (ValueId v : g.outputs) kept_alive[v] = true;
+  for (const graph::Mutation& m : g.mutations) kept_alive[m.value] = true;
+
+  std::vector<bool> folded(g.nodes.size(), false);
+  int num_folded = 0;
+  std::vector<at::Tensor> env(g.values.size());
+  // Folded ops run as they would in the executor: no autograd, no tracer.
+  c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
+  torch::jit::Stack stack;
+  for (int32_t ni = 0; ni < static_cast<int32_t>(g.nodes.size()); ++ni) {
+    const graph::Node& n = g.nodes[ni];
+    if (n.outputs.empty()) continue;
+    bool ok = true;
+    for (ValueId v : tensor_reads(n)) ok = ok && constant[v];
+    for (ValueId o : n.outputs) {
+      const graph::TensorType& t = g.type(o);
+      ok = ok && !kept_alive[o] && constant_sizes(t) && graph::numel(t.sizes) <= options.max_elements;
+    }
+    if (!ok) continue;
+    ExternCall call = make_extern_call(g, ni);
+    const c10::OperatorHandle& op = *call.op;
+    if (op.hasTag(at::Tag::nondeterministic_seeded) || op.hasTag(at::Tag::data_dependent_output) ||
+        op.hasTag(at::Tag::dynamic_output_shape)) {
+      continue;
+    }
+    call.run(env, stack);
+    for (ValueId o : n.outputs) {
+      if (!env[o].defined()) {
+        ok = false;
+        break;
+      }
+      env[o] = with_traced_layout(env[o], g.type(o));
+      constant[o] = true;
+    }
+    EMBER_INTERNAL_ASSERT(ok) << "a folded " << g.op_of(n).qualified_name()
+                              << " left an output undefined";
+    folded[ni] = true;
+    ++num_folded;
+  }
+  if (num_folded == 0) return 0;
+
+  // Folded values that a remaining node reads become constant inputs.
+  std::vector<bool> needed(g.values.size(), false);
+  for (int32_t ni = 0; ni < static_cast<int32_t>(g.nodes.size()); ++ni) {
+    if (folded[ni]) continue;
+    for (ValueId v : tensor_reads(g.nodes[ni])) needed[v] = true;
+  }
+
+  graph::Graph h;
+  h.ops = g.ops;
+  std::vector<ValueId> remap(g.values.size(), -1);
+  for (const graph::Input& in : g.inputs) {
+    remap[in.value] = h.add_input(g.type(in.value), in.kind, in.name);
+  }
+  std::vector<at::Tensor> constants = traced.constants;
+  for (int32_t ni = 0; ni < static_cast<int32_t>(g.nodes.size()); ++ni) {
+    if (!folded[ni]) continue;
+    for (ValueId o : g.nodes[ni].outputs) {
+      if (!needed[o]) continue;
+      remap[o] = h.add_input(g.type(o), graph::InputKind::Constant,
+                             "folded_" + g.op_of(g.nodes[ni]).name.substr(6));
+      constants.push_back(env[o]);
+    }
+  }
+  auto map_value = [&](ValueId v) {
+    EMBER_INTERNAL_ASSERT(remap[v] >= 0) << "constant folding lost value %" << v;
+    return remap[v];
+  };
+  for (int32_t ni = 0; ni < static_cast<int32_t>(g.nodes.size()); ++ni) {
+    if (folded[ni]) continue;
+    const graph::Node& n = g.nodes[ni];
+    std::vector<graph::Arg> args = n.args;
+    for (graph::Arg& a : args) {
+      if (auto* r = std::get_if<graph::ValueRef>(&a)) r->id = map_value(r->id);
+      if (auto* l = std::get_if<graph::ValueList>(&a)) {
+        for (auto& item : l->items) {
+          if (item) item = map_value(*item);
+        }
+      }
+    }
+    std::vector<graph::TensorType> types;
+    for (ValueId o : n.outputs) types.push_back(g.type(o));
+    int32_t m = h.add_node(n.op, std::move(args), std::move(types));
+    h.nodes[m].result_slots = n.result_slots;
+    for (size_t i = 0; i < n.outputs.size(); ++i) remap[n.outputs[i]] = h.nodes[m].outputs[i];
+  }
+  for (ValueId v : g.outputs) h.outputs.push_back(map_value(v));
+  for (const graph::Mutation& m : g.mutations) {
+    h.mutations.push_back({map_value(m.input), map_value(m.value)});
+  }
+  graph::check_graph(h);
+  traced.graph = std::move(h);
+  traced.constants = std::move(constants);
+  return num_folded;
+}
+
+}  // namespace ember::runtime
