@@ -60,6 +60,8 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("num_fused_nodes", &Executor::num_fused_nodes)
       .def_prop_ro("num_view_steps", &Executor::num_view_steps)
       .def_prop_ro("num_folded_nodes", &Executor::num_folded_nodes)
+      .def_prop_ro("arena_bytes", &Executor::arena_bytes)
+      .def_prop_ro("num_arena_buffers", &Executor::num_arena_buffers)
       .def("describe_steps", &Executor::describe_steps,
            "One line per step: 'kernel <name>: ops', 'view <op>' or 'extern <op>'.")
       .def_prop_ro("codegen_error", &Executor::codegen_error)

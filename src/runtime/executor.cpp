@@ -2,6 +2,7 @@
 
 #include <ATen/core/List.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "codegen/cpp/cpp_emitter.h"
 #include "runtime/constant_fold.h"
+#include "sched/memory_plan.h"
 #include "sched/fusion.h"
 #include "support/error.h"
 #include "tracer/convert.h"
@@ -30,6 +32,20 @@ bool writes(const c10::AliasInfo* a) {
   if (a->isWrite()) return true;
   for (const c10::AliasInfo& c : a->containedTypes()) {
     if (writes(&c)) return true;
+  }
+  return false;
+}
+
+// Ops that return a view of their input without saying so in their schema.
+bool unannotated_view(const c10::FunctionSchema& schema) {
+  return schema.name() == "aten::_unsafe_view";
+}
+
+// Whether the results of `schema` may share memory with its arguments.
+bool returns_aliases(const c10::FunctionSchema& schema) {
+  if (unannotated_view(schema)) return true;
+  for (const c10::Argument& r : schema.returns()) {
+    if (r.alias_info() != nullptr) return true;
   }
   return false;
 }
@@ -78,6 +94,7 @@ Executor::Step Executor::extern_step(int32_t n) const {
   Step step;
   step.call = make_extern_call(traced_.graph, n);
   step.view = view_of(traced_.graph.nodes[n], step.call->op->schema());
+  step.may_alias = returns_aliases(step.call->op->schema());
   return step;
 }
 
@@ -95,16 +112,18 @@ std::optional<Executor::View> Executor::view_of(const graph::Node& node,
       name.find("view_as_") != std::string::npos) {
     return std::nullopt;
   }
-  const c10::AliasInfo* self = schema.arguments()[0].alias_info();
-  if (self == nullptr || writes(self)) return std::nullopt;
-  std::set<c10::Symbol> self_sets;
-  add_alias_sets(self, self_sets);
-  for (const c10::Argument& r : schema.returns()) {
-    std::set<c10::Symbol> sets;
-    add_alias_sets(r.alias_info(), sets);
-    if (sets.empty() || writes(r.alias_info())) return std::nullopt;
-    for (const c10::Symbol& s : sets) {
-      if (!self_sets.count(s)) return std::nullopt;
+  if (!unannotated_view(schema)) {
+    const c10::AliasInfo* self = schema.arguments()[0].alias_info();
+    if (self == nullptr || writes(self)) return std::nullopt;
+    std::set<c10::Symbol> self_sets;
+    add_alias_sets(self, self_sets);
+    for (const c10::Argument& r : schema.returns()) {
+      std::set<c10::Symbol> sets;
+      add_alias_sets(r.alias_info(), sets);
+      if (sets.empty() || writes(r.alias_info())) return std::nullopt;
+      for (const c10::Symbol& s : sets) {
+        if (!self_sets.count(s)) return std::nullopt;
+      }
     }
   }
   const auto* in = std::get_if<graph::ValueRef>(&node.args[0]);
@@ -249,9 +268,77 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
   for (const graph::Mutation& m : g.mutations) last_use[m.value] = keep;
   for (const graph::Input& in : g.inputs) last_use[in.value] = keep;
   for (size_t v = 0; v < last_use.size(); ++v) {
-    int at = last_use[v] >= 0 ? last_use[v] : defined_at[v];  // never read: free where defined
+    if (last_use[v] < 0) last_use[v] = defined_at[v];  // never read: free where defined
+    int at = last_use[v];
     if (at >= 0 && at < keep) steps_[at].release.push_back(static_cast<graph::ValueId>(v));
   }
+  plan_memory(last_use);
+}
+
+void Executor::plan_memory(const std::vector<int>& last_use) {
+  const graph::Graph& g = traced_.graph;
+  const int keep = static_cast<int>(steps_.size());
+  // Which arena candidates each value aliases: a kernel output is its own candidate; the results
+  // of an op whose schema returns aliases (views) alias every tensor it reads.
+  std::vector<std::vector<int>> aliases(g.values.size());
+  std::vector<sched::BufferLifetime> lifetimes;
+  std::vector<std::pair<int, size_t>> where;  // candidate -> (kernel, output)
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const Step& step = steps_[s];
+    if (step.kernel >= 0) {
+      const Kernel& k = kernels_[step.kernel];
+      for (size_t i = 0; i < k.outputs.size(); ++i) {
+        const Kernel::Output& out = k.allocations[i];
+        int64_t extent = 1;  // elements the strided layout spans
+        for (size_t d = 0; d < out.sizes.size(); ++d) {
+          if (out.sizes[d] == 0) extent = 0;
+          if (extent > 0) extent += (out.sizes[d] - 1) * out.strides[d];
+        }
+        const int64_t bytes = extent * static_cast<int64_t>(out.options.dtype().itemsize());
+        aliases[k.outputs[i]] = {static_cast<int>(lifetimes.size())};
+        lifetimes.push_back({bytes, static_cast<int32_t>(s), static_cast<int32_t>(s)});
+        where.emplace_back(step.kernel, i);
+      }
+      continue;
+    }
+    if (!returns_aliases(step.call->op->schema())) continue;
+    std::vector<int> read;
+    for (graph::ValueId v : step.call->reads()) {
+      read.insert(read.end(), aliases[v].begin(), aliases[v].end());
+    }
+    for (graph::ValueId o : step.call->outputs) aliases[o] = read;
+  }
+  if (lifetimes.empty()) return;
+  // A candidate lives until the last use of anything aliasing it; one that a caller can see
+  // (a graph output, a value written back into an input, or their aliases) gets its own memory.
+  std::vector<bool> excluded(lifetimes.size(), false);
+  for (graph::ValueId v : g.outputs) {
+    for (int c : aliases[v]) excluded[c] = true;
+  }
+  for (const graph::Mutation& m : g.mutations) {
+    for (int c : aliases[m.value]) excluded[c] = true;
+  }
+  for (size_t v = 0; v < aliases.size(); ++v) {
+    for (int c : aliases[v]) {
+      if (last_use[v] >= keep) excluded[c] = true;
+      lifetimes[c].last = std::max(lifetimes[c].last, static_cast<int32_t>(last_use[v]));
+    }
+  }
+  std::vector<sched::BufferLifetime> planned;
+  std::vector<int> candidate_of;
+  for (size_t c = 0; c < lifetimes.size(); ++c) {
+    if (excluded[c]) continue;
+    planned.push_back(lifetimes[c]);
+    candidate_of.push_back(static_cast<int>(c));
+  }
+  if (planned.empty()) return;
+  sched::ArenaPlan plan = sched::plan_arena(planned, 64);
+  for (size_t i = 0; i < planned.size(); ++i) {
+    auto [kernel, output] = where[candidate_of[i]];
+    kernels_[kernel].allocations[output].arena_offset = plan.offsets[i];
+  }
+  arena_bytes_ = plan.total_bytes;
+  num_arena_buffers_ = static_cast<int>(planned.size());
 }
 
 bool Executor::mutated_inputs_alias(const std::vector<at::Tensor>& inputs) const {
@@ -316,7 +403,8 @@ bool Executor::run_view(const Step& step, std::vector<at::Tensor>& env) const {
   return true;
 }
 
-void Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env) const {
+void Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env,
+                          const at::Tensor& arena) const {
   std::vector<void*> buffers;
   buffers.reserve(k.inputs.size() + k.outputs.size());
   for (size_t i = 0; i < k.inputs.size(); ++i) {
@@ -334,7 +422,15 @@ void Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env) const {
   for (size_t i = 0; i < k.outputs.size(); ++i) {
     const Kernel::Output& out = k.allocations[i];
     at::Tensor& t = env[k.outputs[i]];
-    t = at::empty_strided(out.sizes, out.strides, out.options);
+    if (out.arena_offset >= 0) {
+      const int64_t itemsize = static_cast<int64_t>(out.options.dtype().itemsize());
+      auto impl = c10::make_intrusive<c10::TensorImpl>(
+          c10::Storage(arena.storage()), arena.key_set(), out.options.dtype());
+      impl->set_sizes_and_strides(out.sizes, out.strides, out.arena_offset / itemsize);
+      t = at::Tensor(std::move(impl));
+    } else {
+      t = at::empty_strided(out.sizes, out.strides, out.options);
+    }
     buffers.push_back(t.data_ptr());
   }
   k.fn(buffers.data(), nullptr);
@@ -364,13 +460,31 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
   for (const auto& [value, index] : constant_slots_) env[value] = traced_.constants[index];
 
   torch::jit::Stack stack;
+  at::Tensor arena;
+  if (arena_bytes_ > 0) arena = at::empty({arena_bytes_}, at::TensorOptions().dtype(at::kByte));
   for (const Step& step : steps_) {
     if (step.kernel >= 0) {
-      run_kernel(kernels_[step.kernel], env);
+      run_kernel(kernels_[step.kernel], env, arena);
       for (graph::ValueId v : step.release) env[v].reset();
       continue;
     }
-    if (!step.view || !run_view(step, env)) step.call->run(env, stack);
+    if (step.view && run_view(step, env)) {
+      // made from its input's storage
+    } else {
+      step.call->run(env, stack);
+      if (arena.defined() && !step.may_alias) {
+        // The plan assumed this op's results are fresh memory (its schema says so). One that
+        // returns a view of an arena buffer anyway would be overwritten when the buffer is
+        // reused: give it its own copy.
+        for (graph::ValueId o : step.call->outputs) {
+          at::Tensor& t = env[o];
+          if (t.defined() && t.has_storage() &&
+              t.storage().unsafeGetStorageImpl() == arena.storage().unsafeGetStorageImpl()) {
+            t = t.clone();
+          }
+        }
+      }
+    }
     for (graph::ValueId v : step.release) env[v].reset();
   }
   if (!g.mutations.empty()) {

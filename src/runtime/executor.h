@@ -55,6 +55,9 @@ class Executor {
   size_t num_user_inputs() const { return input_slots_.size(); }
   int num_kernels() const { return static_cast<int>(kernels_.size()); }
   int num_fused_nodes() const { return num_fused_nodes_; }
+  /// Memory planning: the per-call arena's size, and how many kernel outputs live in it.
+  int64_t arena_bytes() const { return arena_bytes_; }
+  int num_arena_buffers() const { return num_arena_buffers_; }
   /// Nodes computed once at construction by constant folding.
   int num_folded_nodes() const { return num_folded_nodes_; }
   /// Extern steps that are view ops made directly from their input's storage (see View).
@@ -74,6 +77,9 @@ class Executor {
     struct Output {
       std::vector<int64_t> sizes, strides;
       at::TensorOptions options;
+      /// Byte offset in the per-call arena (sched/memory_plan.h), or -1: its own allocation
+      /// (graph outputs, values a mutation writes back, and what aliases them).
+      int64_t arena_offset = -1;
     };
     Fn fn = nullptr;
     std::vector<graph::ValueId> inputs, outputs;
@@ -100,12 +106,15 @@ class Executor {
     std::optional<ExternCall> call;
     int kernel = -1;
     std::optional<View> view;  ///< set for view ops (an extern step with a fast path)
+    bool may_alias = false;    ///< its results may share memory with its arguments
     std::vector<graph::ValueId> release;  ///< values whose last use is this step
   };
 
   Step extern_step(int32_t node) const;
   std::optional<View> view_of(const graph::Node& node, const c10::FunctionSchema& schema) const;
-  void run_kernel(const Kernel& k, std::vector<at::Tensor>& env) const;
+  void run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const at::Tensor& arena) const;
+  /// Places kernel outputs that only live inside a call in one arena (memory planning).
+  void plan_memory(const std::vector<int>& last_use);
   /// Runs a view step's fast path; false when the input is not as traced (then the caller makes
   /// the dispatcher call).
   bool run_view(const Step& step, std::vector<at::Tensor>& env) const;
@@ -121,6 +130,8 @@ class Executor {
   std::vector<size_t> mutated_input_positions_;  ///< positions in `inputs` of mutated inputs
   int num_fused_nodes_ = 0;
   int num_folded_nodes_ = 0;
+  int64_t arena_bytes_ = 0;  ///< 0: no arena
+  int num_arena_buffers_ = 0;
   std::string codegen_error_;
   /// The same graph without kernels, for calls whose input strides differ from the traced ones.
   std::unique_ptr<Executor> unfused_;

@@ -125,3 +125,55 @@ def test_no_folding_of_random_ops_or_captured_tensors():
     w.add_(1)  # a captured tensor updated in place: the graph reads it anew
     x = torch.randn(4)
     torch.testing.assert_close(g(x)[1], x * 2)
+
+
+def test_memory_planning_reuses_intermediate_kernel_outputs():
+    def fn(x, w):
+        a = (x * 2).sin() @ w          # kernel output 1 read by an extern
+        b = (a + 1).cos() @ w          # kernel output 2, after 1 is dead: same arena bytes
+        c = (b - 1).tanh() @ w         # kernel output 3
+        return (c * 3).relu(), (a * 0.5).t()  # the outputs get their own memory
+
+    x, w = torch.randn(16, 16), torch.randn(16, 16)
+    g = _compile(fn, [x, w])
+    assert g.num_arena_buffers == 3
+    assert g.arena_bytes <= 2 * 16 * 16 * 4  # (x*2).sin() is dead once (a+1).cos() is written
+    for _ in range(2):  # a second call reuses nothing from the first
+        outs = g(x, w)
+        for got, want in zip(outs, fn(x, w)):
+            torch.testing.assert_close(got, want)
+
+
+def test_memory_planning_keeps_buffers_aliased_by_outputs_apart():
+    def fn(x, w):
+        a = x.exp()              # viewed by an output: not in the arena
+        b = (x + 1).sin() @ w    # in the arena
+        return a.view(-1)[:8], (b * 2).relu()
+
+    x, w = torch.randn(4, 4), torch.randn(4, 4)
+    g = _compile(fn, [x, w])
+    assert g.num_arena_buffers == 1
+    outs = g(x, w)
+    for got, want in zip(outs, fn(x, w)):
+        torch.testing.assert_close(got, want)
+
+
+_lib.define("sneaky_view(Tensor x) -> Tensor")
+# The real kernel returns a view of its input although its schema promises a new tensor.
+_lib.impl("sneaky_view", lambda x: x.view(-1), "CPU")
+_lib.impl("sneaky_view", lambda x: torch.empty(x.numel(), dtype=x.dtype, device="meta"), "Meta")
+
+
+def test_memory_planning_with_views_the_schema_does_not_announce():
+    def fn(x, w):
+        a = (x * 2).sin()
+        v = torch.ops.ember_test_layouts.sneaky_view(a)   # aliases a's arena bytes
+        u = torch.ops.aten._unsafe_view((x + 1).cos(), [-1])  # a view, unannotated in ATen
+        b = ((x - 1).tanh() @ w).exp()                    # may reuse a's bytes
+        return v * 1 + u, b
+
+    x, w = torch.randn(8, 8), torch.randn(8, 8)
+    g = _compile(fn, [x, w])
+    assert g.num_arena_buffers >= 2
+    for got, want in zip(g(x, w), fn(x, w)):
+        torch.testing.assert_close(got, want)
