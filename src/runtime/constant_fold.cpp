@@ -4,11 +4,14 @@
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include <set>
+#include <string>
 #include <variant>
 
 #include "graph/verifier.h"
 #include "runtime/extern_call.h"
 #include "support/error.h"
+#include "tracer/convert.h"
 
 namespace ember::runtime {
 
@@ -50,6 +53,26 @@ at::Tensor with_traced_layout(const at::Tensor& t, const graph::TensorType& type
   return out;
 }
 
+// Ops whose result depends only on their tensor arguments' metadata (dtype, device, sizes,
+// strides), never on their data: they fold even when those arguments are not constant.
+bool reads_only_metadata(const std::string& qualified) {
+  static const std::set<std::string> ops = {
+      "aten::zeros_like", "aten::ones_like", "aten::full_like", "aten::empty_like",
+      "aten::new_zeros",  "aten::new_ones",  "aten::new_full",  "aten::new_empty",
+      "aten::new_empty_strided"};
+  return ops.count(qualified) > 0;
+}
+
+// A tensor with the metadata of `t` (and unspecified contents).
+at::Tensor stand_in(const graph::TensorType& t) {
+  std::vector<int64_t> sizes, strides;
+  for (const graph::DimExpr& d : t.sizes) sizes.push_back(d.constant());
+  for (const graph::DimExpr& d : t.strides) strides.push_back(d.constant());
+  return at::empty_strided(sizes, strides, at::TensorOptions()
+                                               .dtype(tracer::to_c10(t.dtype))
+                                               .device(tracer::to_c10(t.device)));
+}
+
 }  // namespace
 
 int fold_constants(tracer::TracedGraph& traced, const FoldOptions& options) {
@@ -71,8 +94,11 @@ int fold_constants(tracer::TracedGraph& traced, const FoldOptions& options) {
   for (int32_t ni = 0; ni < static_cast<int32_t>(g.nodes.size()); ++ni) {
     const graph::Node& n = g.nodes[ni];
     if (n.outputs.empty()) continue;
+    const bool metadata_only = reads_only_metadata(g.op_of(n).qualified_name());
     bool ok = true;
-    for (ValueId v : tensor_reads(n)) ok = ok && constant[v];
+    for (ValueId v : tensor_reads(n)) {
+      ok = ok && (constant[v] || (metadata_only && constant_sizes(g.type(v))));
+    }
     for (ValueId o : n.outputs) {
       const graph::TensorType& t = g.type(o);
       ok = ok && !kept_alive[o] && constant_sizes(t) && graph::numel(t.sizes) <= options.max_elements;
@@ -84,7 +110,15 @@ int fold_constants(tracer::TracedGraph& traced, const FoldOptions& options) {
         op.hasTag(at::Tag::dynamic_output_shape)) {
       continue;
     }
+    std::vector<std::pair<ValueId, at::Tensor>> stand_ins;
+    for (ValueId v : tensor_reads(n)) {
+      if (!constant[v] && !env[v].defined()) {
+        env[v] = stand_in(g.type(v));
+        stand_ins.emplace_back(v, env[v]);
+      }
+    }
     call.run(env, stack);
+    for (auto& [v, t] : stand_ins) env[v].reset();
     for (ValueId o : n.outputs) {
       if (!env[o].defined()) {
         ok = false;

@@ -1,6 +1,7 @@
 /// \file
 /// Constant folding: nodes whose every tensor argument is the result of another folded node
-/// (factories have none) run once, at compile time, and their results
+/// (factories have none; `zeros_like`, `new_ones`, ... read only metadata, so any argument
+/// will do) run once, at compile time, and their results
 /// that the rest of the graph reads become constant inputs. Factories such as `arange`,
 /// `scalar_tensor`, `full` and the masks built from them then cost nothing per call.
 #pragma once

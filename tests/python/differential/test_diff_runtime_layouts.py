@@ -177,3 +177,19 @@ def test_memory_planning_with_views_the_schema_does_not_announce():
     assert g.num_arena_buffers >= 2
     for got, want in zip(g(x, w), fn(x, w)):
         torch.testing.assert_close(got, want)
+
+
+def test_constant_folding_of_metadata_only_ops():
+    # Longformer-style masks: full_like / new_ones of an input, then tril and masked_fill, depend
+    # on the input's shape only.
+    def fn(x):
+        mask = x.new_ones(x.shape[-2:]).tril().flip(0)
+        fill = torch.full_like(x, 2.0).masked_fill(mask.bool(), -1.0)
+        return x * fill
+
+    x = torch.randn(3, 5, 5)
+    g = _compile(fn, [x])
+    assert g.num_folded_nodes >= 5
+    assert g.describe_steps() and all("new_ones" not in s and "full_like" not in s
+                                      for s in g.describe_steps())
+    torch.testing.assert_close(g(x)[0], fn(x), rtol=0, atol=0)
