@@ -148,7 +148,7 @@ def run(models: str | Sequence[str] | None = None,
         bar.start(f"{sp.name} {m}/{d}")
         if time_budget_s is not None and time.perf_counter() - t0 > time_budget_s:
             r = ModelRun(model=sp.name, family=sp.family, suite=suite, mode=m, dtype=d, device=device,
-                         status="skipped", note=f"time budget of {time_budget_s:.0f} s exhausted")
+                         status="skipped", note="not started: time budget exhausted")
             r.backends = {b: BackendResult(backend=b) for b in bk}
         elif isolate and sp.available() and not (sp.fp32_only and d != "fp32"):
             r = _run_isolated(sp, m, d, s, timeout_s, bar)
@@ -156,12 +156,38 @@ def run(models: str | Sequence[str] | None = None,
             r = run_model(sp, m, d, s, progress=bar.show)
         runs.append(r)
         bar.advance(_run_status(r))
+        lost = _device_lost(device, r)
+        if lost:
+            meta["aborted"] = lost
         if on_result is not None:
             meta["wall_s"] = round(time.perf_counter() - t0, 1)
             on_result(Report(meta=meta, overhead=ov, runs=list(runs)))
+        if lost:
+            # A sticky CUDA error (illegal address, device-side assert) poisons every later model in this
+            # process: stop, leaving the rest unrecorded so that a driver can rerun them in a new process.
+            bar.show(lost)
+            break
     bar.close()
     meta["wall_s"] = round(time.perf_counter() - t0, 1)
     return Report(meta=meta, overhead=ov, runs=runs)
+
+
+def _device_lost(device: str, r: ModelRun) -> str | None:
+    """After a model that failed on CUDA: is the process's CUDA context still usable? None if it is."""
+    if not device.startswith("cuda"):
+        return None
+    if r.status == "ok" and all(x.status != "fail_to_run" for x in r.backends.values()):
+        return None
+    try:
+        import torch
+
+        torch.cuda.synchronize()
+        torch.ones(1, device=device).add_(1).item()
+        return None
+    except Exception as e:  # noqa: BLE001
+        from .harness import short_reason
+
+        return f"CUDA context unusable after {r.model} ({r.mode}/{r.dtype}): {short_reason(e)}"
 
 
 def _run_status(r: ModelRun) -> str:

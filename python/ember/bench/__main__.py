@@ -6,6 +6,9 @@ import argparse
 import sys
 
 
+EXIT_DEVICE_LOST = 3  # the run stopped after a sticky CUDA error; later models were not recorded
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m ember.bench",
@@ -78,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     text = _save(rep, args)
     if not args.no_table:
         print(text)
+    if rep.meta.get("aborted"):
+        print(f"ember.bench: stopped early: {rep.meta['aborted']}", file=sys.stderr)
+        return EXIT_DEVICE_LOST
     return 0
 
 

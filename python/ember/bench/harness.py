@@ -206,8 +206,28 @@ def rmse(ref: torch.Tensor, res: torch.Tensor) -> torch.Tensor:
     return torch.sqrt(torch.mean(torch.square(ref - res)))
 
 
+# Elements per comparison step: outputs are compared piece by piece on the backend's device, so that a huge
+# output (MT5's fp32 logits are 16 x 1024 x 250112 = 4.1e9 elements, 16 GB) never needs whole fp64 copies
+# next to it on the GPU. Results are the same as comparing whole tensors (up to summation order).
+COMPARE_CHUNK = 1 << 24
+
+
+def _pieces(*ts: torch.Tensor):
+    flats = [t.reshape(-1) for t in ts]
+    n = flats[0].numel()
+    for i in range(0, n, COMPARE_CHUNK):
+        yield [x[i:i + COMPARE_CHUNK] for x in flats]
+
+
+def _allclose(a: torch.Tensor, b: torch.Tensor, tol: float, dev: torch.device) -> bool:
+    return all(torch.allclose(x.to(dev), y.to(dev, x.dtype), atol=tol, rtol=tol, equal_nan=True)
+               for x, y in _pieces(a, b))
+
+
 def same(ref: list, res: list, fp64: list | None, tol: float, cos: bool, low_precision: bool) -> tuple[bool, str]:
-    """torch._dynamo.utils.same, reduced to flat lists of tensors. Returns (ok, detail)."""
+    """torch._dynamo.utils.same, reduced to flat lists of tensors. Returns (ok, detail).
+
+    The work is done on the backend's device in pieces of COMPARE_CHUNK elements (see above)."""
     if len(ref) != len(res):
         return False, f"number of outputs differ: {len(ref)} vs {len(res)}"
     worst = ""
@@ -218,39 +238,47 @@ def same(ref: list, res: list, fp64: list | None, tol: float, cos: bool, low_pre
                 continue
             return False, f"{name}: None vs tensor"
         dev = b.device
-        a = a.to(dev)
         if a.shape != b.shape:
             return False, f"{name}: shape {tuple(a.shape)} vs {tuple(b.shape)}"
         if not a.is_floating_point():
-            if not torch.equal(a, b.to(a.dtype)):
+            if not all(torch.equal(x.to(dev), y.to(x.dtype)) for x, y in _pieces(a, b)):
                 return False, f"{name}: integer/bool values differ"
             continue
-        if b.dtype != a.dtype:
-            b_cmp = b.to(a.dtype)
-        else:
-            b_cmp = b
         if cos:
-            x, y = a.flatten().double(), b.flatten().double()
-            if torch.allclose(x, y, atol=tol, rtol=tol, equal_nan=True):
+            if all(torch.allclose(x.to(dev, torch.float64), y.to(dev, torch.float64), atol=tol, rtol=tol, equal_nan=True)
+                   for x, y in _pieces(a, b)):
                 continue
-            sim = torch.nn.functional.cosine_similarity(x, y, dim=0, eps=1e-6).item()
+            dot = xx = yy = 0.0
+            for x, y in _pieces(a, b):
+                x, y = x.to(dev, torch.float64), y.to(dev, torch.float64)
+                dot += torch.dot(x, y).item()
+                xx += torch.dot(x, x).item()
+                yy += torch.dot(y, y).item()
+            sim = dot / math.sqrt(max(xx * yy, 1e-12))  # torch's cosine_similarity with eps=1e-6
             if not (sim >= 0.99):
                 return False, f"{name}: cosine similarity {sim:.5f} < 0.99"
             continue
-        if torch.allclose(a, b_cmp, atol=tol, rtol=tol, equal_nan=True):
+        if _allclose(a, b, tol, dev):
             continue
         if f is None:
-            diff = (a.double() - b.double()).abs().max().item()
+            diff = max((x.to(dev, torch.float64) - y.to(dev, torch.float64)).abs().max().item() for x, y in _pieces(a, b))
             return False, f"{name}: not allclose(tol={tol:g}), max abs diff {diff:.3g}, no fp64 reference"
-        f = f.to(dev).double()
-        ad, bd = a.double(), b.double()
-        if torch.isnan(bd).any() and not torch.isnan(ad).any():
+        nan_a = nan_b = False
+        se_ref = se_res = 0.0
+        count = 0
+        for fc, ac, bc in _pieces(f, a, b):
+            fc, ac, bc = fc.to(dev, torch.float64), ac.to(dev, torch.float64), bc.to(dev, torch.float64)
+            nan_a = nan_a or bool(torch.isnan(ac).any())
+            nan_b = nan_b or bool(torch.isnan(bc).any())
+            finite = torch.isfinite(fc) & torch.isfinite(ac) & torch.isfinite(bc)
+            zero = torch.zeros((), dtype=torch.float64, device=dev)
+            se_ref += torch.square(torch.where(finite, fc - ac, zero)).sum().item()
+            se_res += torch.square(torch.where(finite, fc - bc, zero)).sum().item()
+            count += int(finite.sum())
+        if nan_b and not nan_a:
             return False, f"{name}: NaN in backend output only"
-        finite = torch.isfinite(f) & torch.isfinite(ad) & torch.isfinite(bd)
-        if not finite.all():
-            f, ad, bd = f[finite], ad[finite], bd[finite]
-        ref_err = rmse(f, ad).item()
-        res_err = rmse(f, bd).item()
+        ref_err = math.sqrt(se_ref / count) if count else math.nan
+        res_err = math.sqrt(se_res / count) if count else math.nan
         mult = 3.0 if (low_precision or b.dtype in (torch.bfloat16, torch.float16) or a.numel() < 1000 or tol >= 2e-2) else 2.0
         if res_err > mult * ref_err + tol / 10.0:
             return False, (f"{name}: rmse(fp64, backend)={res_err:.3g} > {mult:g} * rmse(fp64, eager)={ref_err:.3g}"
@@ -762,6 +790,11 @@ def environment(device: str) -> dict[str, Any]:
         env["loadavg_at_start"] = [round(x, 2) for x in os.getloadavg()]
     except OSError:
         pass
+    if hasattr(os, "sched_getaffinity"):
+        env["cpus_usable"] = len(os.sched_getaffinity(0))
+    for var in ("CUDA_VISIBLE_DEVICES", "TORCHINDUCTOR_COMPILE_THREADS", "OMP_NUM_THREADS"):
+        if os.environ.get(var) is not None:
+            env[var] = os.environ[var]
     for pkg in ("transformers", "timm", "torchvision", "torchaudio", "torch_geometric", "triton", "numpy"):
         try:
             import importlib.metadata as md

@@ -48,7 +48,8 @@ class Report:
             g: dict[str, Any] = {
                 "models": len(runs),
                 "skipped": len(runs) - len(ran),
-                "eager_fail": sum(1 for r in ran if r.status != "ok"),
+                "eager_fail": sum(1 for r in ran if r.status == "eager_fail"),
+                "crashed": sum(1 for r in ran if r.status in ("crashed", "timeout")),
                 "backends": {},
             }
             compiled = [b for b in self.backends() if b != "eager"]
@@ -108,6 +109,8 @@ class Report:
         lines = []
         for key, g in self.summary().items():
             head = f"[{key}] {g['models']} models, {g['skipped']} skipped, {g['eager_fail']} failed in eager"
+            if g.get("crashed"):
+                head += f", {g['crashed']} crashed or timed out"
             lines.append(head)
             for b, x in g["backends"].items():
                 lines.append(
@@ -213,11 +216,43 @@ class Report:
 
     @classmethod
     def merge(cls, reports: list["Report"]) -> "Report":
-        meta = dict(reports[0].meta) if reports else {}
+        """One report from several (for example one per GPU shard of the same configuration).
+
+        meta is the first report's, with ``settings.models`` the union of all parts' models, ``date`` the
+        earliest, ``wall_s`` the longest, and ``parts`` listing each part's date, wall time, command, device
+        and models. The per-call overhead is taken from the first part that measured each backend.
+        """
+        if not reports:
+            return cls(meta={}, overhead={}, runs=[])
+        meta = json.loads(json.dumps(reports[0].meta, default=_json_default))
+        if len(reports) > 1:
+            settings = dict(meta.get("settings") or {})
+            names: list[str] = []
+            for rep in reports:
+                for n in (rep.meta.get("settings") or {}).get("models") or []:
+                    if n not in names:
+                        names.append(n)
+            settings["models"] = names
+            meta["settings"] = settings
+            dates = [str(rep.meta["date"]) for rep in reports if rep.meta.get("date")]
+            if dates:
+                meta["date"] = min(dates)
+            walls = [rep.meta["wall_s"] for rep in reports if isinstance(rep.meta.get("wall_s"), (int, float))]
+            if walls:
+                meta["wall_s"] = max(walls)
+            meta["parts"] = [{
+                "date": rep.meta.get("date"), "wall_s": rep.meta.get("wall_s"), "command": rep.meta.get("command"),
+                "device": (rep.meta.get("environment") or {}).get("device"),
+                "gpu": (rep.meta.get("environment") or {}).get("gpu"),
+                "models": (rep.meta.get("settings") or {}).get("models"),
+                "time_budget_s": (rep.meta.get("settings") or {}).get("time_budget_s"),
+                "overhead": rep.overhead,
+            } for rep in reports]
         runs = [r for rep in reports for r in rep.runs]
-        overhead = {}
+        overhead: dict = {}
         for rep in reports:
-            overhead.update(rep.overhead)
+            for b, e in rep.overhead.items():
+                overhead.setdefault(b, e)
         return cls(meta=meta, overhead=overhead, runs=runs)
 
     # ------------------------------------------------------------------ HTML

@@ -178,3 +178,68 @@ def test_accuracy_rule():
     assert not ok and "rmse" in detail
     ok, detail = same(ref, [("x", torch.ones(3))], fp64, 1e-3, False, False)
     assert not ok and "shape" in detail
+
+
+def _same_whole(ref, res, fp64, tol, cos, low_precision):
+    """The accuracy rule on whole tensors (the harness compares in pieces; both must agree)."""
+    for i, ((name, a), (_, b)) in enumerate(zip(ref, res)):
+        f = fp64[i][1] if fp64 is not None else None
+        if not a.is_floating_point():
+            if not torch.equal(a, b):
+                return False
+            continue
+        if cos:
+            x, y = a.flatten().double(), b.flatten().double()
+            if torch.allclose(x, y, atol=tol, rtol=tol, equal_nan=True):
+                continue
+            if not torch.nn.functional.cosine_similarity(x, y, dim=0, eps=1e-6).item() >= 0.99:
+                return False
+            continue
+        if torch.allclose(a, b.to(a.dtype), atol=tol, rtol=tol, equal_nan=True):
+            continue
+        if f is None:
+            return False
+        ad, bd, f = a.double(), b.double(), f.double()
+        if torch.isnan(bd).any() and not torch.isnan(ad).any():
+            return False
+        fin = torch.isfinite(f) & torch.isfinite(ad) & torch.isfinite(bd)
+        f, ad, bd = f[fin], ad[fin], bd[fin]
+        ref_err = torch.sqrt(torch.mean((f - ad) ** 2)).item()
+        res_err = torch.sqrt(torch.mean((f - bd) ** 2)).item()
+        mult = 3.0 if (low_precision or b.dtype in (torch.bfloat16, torch.float16) or a.numel() < 1000 or tol >= 2e-2) else 2.0
+        if res_err > mult * ref_err + tol / 10.0:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("chunk", [7, 1000, 1 << 24])
+def test_accuracy_rule_in_pieces_matches_whole(monkeypatch, chunk):
+    from ember.bench import harness
+
+    monkeypatch.setattr(harness, "COMPARE_CHUNK", chunk)
+    g = torch.Generator().manual_seed(0)
+    exact = torch.randn(3000, generator=g, dtype=torch.float64)
+    eager = (exact + 1e-4 * torch.randn(3000, generator=g, dtype=torch.float64)).float()
+    cases = []
+    for scale in (1e-6, 1e-4, 3e-4, 1e-2):
+        cases.append((eager, (exact + scale * torch.randn(3000, generator=g, dtype=torch.float64)).float()))
+    nan = cases[-1][1].clone()
+    nan[5] = float("nan")
+    cases.append((eager, nan))
+    inf_ref = exact.clone()
+    inf_ref[7] = float("inf")
+    cases.append((eager, cases[1][1]))
+    cases.append((eager.bfloat16(), (exact + 1e-3 * torch.randn(3000, generator=g, dtype=torch.float64)).bfloat16()))
+    cases.append((torch.arange(10), torch.arange(10)))
+    cases.append((torch.arange(10), torch.arange(10).flip(0)))
+    seen = set()
+    for a, b in cases:
+        for f in (exact if a.is_floating_point() else None, inf_ref if a.is_floating_point() else None, None):
+            for cos in (False, True):
+                for tol in (1e-5, 1e-3, 2e-2):
+                    fp64 = [("x", f)] if f is not None else None
+                    got, _ = harness.same([("x", a)], [("x", b)], fp64, tol, cos, False)
+                    want = _same_whole([("x", a)], [("x", b)], fp64, tol, cos, False)
+                    assert got == want, (tol, cos, a.dtype, f is None)
+                    seen.add(got)
+    assert seen == {True, False}
