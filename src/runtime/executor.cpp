@@ -108,6 +108,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
             libraries_[unit_of[gi]]->symbol(codegen::cpp_kernel_symbol(group.kernel.name)));
         k.inputs = group.inputs;
         k.outputs = group.outputs;
+        k.index_status = group.index_status;
         for (graph::ValueId v : group.outputs) {
           const graph::TensorType& t = g.type(v);
           Kernel::Output out;
@@ -200,9 +201,9 @@ bool Executor::strides_match(const std::vector<at::Tensor>& inputs) const {
   return true;
 }
 
-void Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env) const {
+bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env) const {
   std::vector<void*> buffers;
-  buffers.reserve(k.inputs.size() + k.outputs.size());
+  buffers.reserve(k.inputs.size() + k.outputs.size() + 1);
   for (graph::ValueId v : k.inputs) buffers.push_back(env[v].data_ptr());
   for (size_t i = 0; i < k.outputs.size(); ++i) {
     const Kernel::Output& out = k.allocations[i];
@@ -210,7 +211,10 @@ void Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env) const {
     t = at::empty_strided(out.sizes, out.strides, out.options);
     buffers.push_back(t.data_ptr());
   }
+  bool index_out_of_range = false;
+  if (k.index_status) buffers.push_back(&index_out_of_range);
   k.fn(buffers.data(), nullptr);
+  return !index_out_of_range;
 }
 
 std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) const {
@@ -239,7 +243,12 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
   torch::jit::Stack stack;
   for (const Step& step : steps_) {
     if (step.kernel >= 0) {
-      run_kernel(kernels_[step.kernel], env);
+      if (!run_kernel(kernels_[step.kernel], env)) {
+        // An index tensor holds an out-of-range index. Nothing is mutated before the last step:
+        // the unfused program runs the ATen ops, which raise eager's error.
+        EMBER_INTERNAL_ASSERT(unfused_ != nullptr) << "kernel step without an unfused program";
+        return unfused_->run(inputs);
+      }
       for (graph::ValueId v : step.release) env[v].reset();
       continue;
     }

@@ -52,6 +52,12 @@ class Executor {
   size_t num_user_inputs() const { return input_slots_.size(); }
   int num_kernels() const { return static_cast<int>(kernels_.size()); }
   int num_fused_nodes() const { return num_fused_nodes_; }
+  /// Steps that are boxed ATen calls.
+  int num_extern_steps() const {
+    int n = 0;
+    for (const Step& s : steps_) n += s.kernel < 0;
+    return n;
+  }
   /// Why code generation was abandoned for this graph; empty if it was not.
   const std::string& codegen_error() const { return codegen_error_; }
   /// The generated C++ translation units (each holds one or more kernels).
@@ -68,6 +74,7 @@ class Executor {
     Fn fn = nullptr;
     std::vector<graph::ValueId> inputs, outputs;
     std::vector<Output> allocations;  ///< one per output
+    bool index_status = false;        ///< see sched::KernelGroup::index_status
   };
   struct Step {
     // Extern step: the op and its arguments. Kernel step: `kernel` >= 0.
@@ -82,7 +89,8 @@ class Executor {
   };
 
   Step extern_step(int32_t node) const;
-  void run_kernel(const Kernel& k, std::vector<at::Tensor>& env) const;
+  /// Runs one kernel; false when it reported an out-of-range index (and wrote nothing).
+  bool run_kernel(const Kernel& k, std::vector<at::Tensor>& env) const;
   bool strides_match(const std::vector<at::Tensor>& inputs) const;
 
   tracer::TracedGraph traced_;
