@@ -87,8 +87,15 @@ NodeClass classify(const graph::Graph& g, const graph::Node& n, const ScheduleOp
   if (n.outputs.size() == 1 && is_pointwise(g, n)) return NodeClass::Pointwise;
   std::optional<IndexOpKind> kind = index_op_kind(g, n);
   if (!kind) return NodeClass::Extern;
-  // as_strided's storage offset is absolute, and a graph input's offset may differ per call.
-  if (needs_realized_input(g, n) && g.values[view_input(g, n)].node < 0) return NodeClass::Extern;
+  if (needs_realized_input(g, n)) {
+    // as_strided's storage offset is absolute, and a graph input's offset may differ per call.
+    ValueId root = view_input(g, n);
+    while (g.values[root].node >= 0 &&
+           index_op_kind(g, g.nodes[g.values[root].node]) == IndexOpKind::View) {
+      root = view_input(g, g.nodes[g.values[root].node]);
+    }
+    if (g.values[root].node < 0) return NodeClass::Extern;
+  }
   return *kind == IndexOpKind::View ? NodeClass::View : NodeClass::Compute;
 }
 
@@ -150,10 +157,26 @@ bool is_transcendental(loop::CallFn fn) {
   }
 }
 
+// What evaluating `e` once costs (Note [Recompute or realize]): each arithmetic, comparison,
+// logical or select node 1, each call 1 or kTranscendentalCost; casts, loads and constants 0.
 int expression_cost(const Expr& e) {
   int cost = 0;
   std::function<void(const Expr&)> walk = [&](const Expr& x) {
-    if (const auto* c = x.as<loop::Call>()) cost += is_transcendental(c->fn) ? kTranscendentalCost : 1;
+    switch (x.kind()) {
+      case loop::ExprKind::IntImm:
+      case loop::ExprKind::FloatImm:
+      case loop::ExprKind::Var:
+      case loop::ExprKind::SizeVar:
+      case loop::ExprKind::Cast:
+      case loop::ExprKind::Load:
+        break;
+      case loop::ExprKind::Call:
+        cost += is_transcendental(x.as<loop::Call>()->fn) ? kTranscendentalCost : 1;
+        break;
+      default:
+        cost += 1;
+        break;
+    }
     loop::for_each_child(x, walk);
   };
   walk(e);
@@ -269,24 +292,29 @@ class Scheduler {
     NodeClass c = node_class(v);
     return c == NodeClass::Extern || c == NodeClass::Reduction || stored_[v];
   }
-  /// The realized value a view reads through a chain of views, if any.
-  std::optional<ValueId> realized_root(ValueId v) const {
-    while (!realized(v)) {
-      if (node_class(v) != NodeClass::View) return std::nullopt;
-      v = view_input(g_, g_.nodes[g_.values[v].node]);
-    }
+  /// An output of a view node the kernels read through: a fusible view, or one that is also an
+  /// extern step because something outside the kernels needs it.
+  bool is_view(ValueId v) const {
+    int32_t n = g_.values[v].node;
+    return n >= 0 && view_node_[n];
+  }
+  /// The value a view aliases at the end of its chain of views: the first value that is not a
+  /// view's output.
+  ValueId view_root(ValueId v) const {
+    while (is_view(v)) v = view_input(g_, g_.nodes[g_.values[v].node]);
     return v;
   }
 
  private:
   void find_demands();
   Plan build(std::vector<std::pair<int, Use>>* uses);
-  int cost(ValueId v, std::vector<int>& memo) const;
+  int cost(ValueId v, std::vector<int>& weights) const;
   std::vector<ValueId> violators(const std::vector<std::pair<int, Use>>& uses) const;
 
   const graph::Graph& g_;
   ScheduleOptions options_;
   std::vector<NodeClass> cls_;   // per node
+  std::vector<bool> view_node_;  // per node: a view op kernels read through (see is_view)
   std::vector<bool> live_;       // per node: its values are needed
   std::vector<bool> stored_;     // per value: written by a kernel
   std::vector<bool> read_live_;  // per value: read by a live node, an output or a mutation
@@ -332,6 +360,26 @@ Expr KernelBuilder::load(ValueId buffer_value, const graph::TensorType& geometry
 Expr KernelBuilder::element(ValueId v, const Index& raw_index, bool guarded) {
   Index index = simplified(raw_index);
   const graph::TensorType& t = g_.type(v);
+  if (s_.is_view(v)) {
+    const int32_t ni = g_.values[v].node;
+    const graph::Node& n = g_.nodes[ni];
+    // A view of a realized buffer reads it at the view's traced geometry, relative to the buffer.
+    ValueId root = s_.view_root(v);
+    if (s_.realized(root) && !stores(root)) {
+      st_.nodes.insert(ni);
+      return load(root, t, index, g_.type(root).storage_offset.constant());
+    }
+    if (needs_realized_input(g_, n)) {  // its root is realized: written by this kernel
+      EMBER_INTERNAL_ASSERT(stores(root)) << "as_strided of a value that is not realized";
+      conflict_ = true;
+      return loop::Load::make(*to_loop_dtype(t.dtype), value_buffer(v), loop::idx(0));
+    }
+    st_.nodes.insert(ni);
+    guard_depth_ += guarded;
+    Expr e = lower_index_op(g_, n, v, index, *this);
+    guard_depth_ -= guarded;
+    return e;
+  }
   if (s_.realized(v)) {
     if (stores(v)) {
       // Written by this kernel: readable only at its own index, where it is a let.
@@ -349,24 +397,6 @@ Expr KernelBuilder::element(ValueId v, const Index& raw_index, bool guarded) {
       return loop::Load::make(*to_loop_dtype(t.dtype), value_buffer(v), loop::idx(0));
     }
     return load(v, t, index, t.storage_offset.constant());
-  }
-  const graph::Node& n = g_.nodes[g_.values[v].node];
-  if (s_.node_class(v) == NodeClass::View) {
-    // A view of a realized buffer reads it at the view's traced geometry, relative to the buffer.
-    std::optional<ValueId> root = s_.realized_root(v);
-    if (root && !stores(*root)) {
-      st_.nodes.insert(g_.values[v].node);
-      return load(*root, t, index, g_.type(*root).storage_offset.constant());
-    }
-    if (needs_realized_input(g_, n)) {  // its input is realized: written by this kernel
-      conflict_ = true;
-      return loop::Load::make(*to_loop_dtype(t.dtype), value_buffer(v), loop::idx(0));
-    }
-    st_.nodes.insert(g_.values[v].node);
-    guard_depth_ += guarded;
-    Expr e = lower_index_op(g_, n, v, index, *this);
-    guard_depth_ -= guarded;
-    return e;
   }
   guard_depth_ += guarded;
   Expr e = define(v, index);
@@ -418,10 +448,12 @@ Expr KernelBuilder::define(ValueId v, const Index& index) {
 
 Expr KernelBuilder::index_element(ValueId v, const Index& raw_index, const Expr& size,
                                   bool negative_wraps) {
-  EMBER_INTERNAL_ASSERT(s_.realized(v)) << "index tensor %" << v << " is not realized";
+  // An index tensor is realized, or a view of a realized buffer (Scheduler::find_demands).
+  const ValueId root = s_.view_root(v);
+  EMBER_INTERNAL_ASSERT(s_.realized(root)) << "index tensor %" << v << " is not realized";
   std::optional<int64_t> bound = loop::as_const_int(size);
   EMBER_INTERNAL_ASSERT(bound.has_value()) << "index bound is not a constant";
-  if (stores(v)) {  // the check before the loops would read it before it is written
+  if (stores(root)) {  // the check before the loops would read it before it is written
     conflict_ = true;
     return loop::idx(0);
   }
@@ -430,7 +462,7 @@ Expr KernelBuilder::index_element(ValueId v, const Index& raw_index, const Expr&
     st_.checks.push_back(check);
   }
   const graph::TensorType& t = g_.type(v);
-  Expr x = as_index(load(v, t, simplified(raw_index), t.storage_offset.constant()));
+  Expr x = as_index(load(root, t, simplified(raw_index), g_.type(root).storage_offset.constant()));
   if (negative_wraps) x = loop::Select::make(loop::LT::make(x, loop::idx(0)), x + size, x);
   return x;
 }
@@ -511,16 +543,24 @@ KernelGroup KernelBuilder::finish(const std::string& name, const ScheduleOptions
     std::vector<Stmt> stmts{loop::Store::make("bad", loop::idx(0), loop::bool_imm(false))};
     for (const IndexCheck& c : st_.checks) {
       const graph::TensorType& t = g_.type(c.v);
+      const ValueId root = s_.view_root(c.v);
+      // Dims of stride 0 (expanded) hold no other elements: their loops are left out.
       std::vector<int64_t> sizes = sizes_of(t);
       Index j;
-      for (size_t d = 0; d < sizes.size(); ++d) j.push_back(loop::var("j" + std::to_string(d)));
-      Expr x = as_index(loop::Load::make(*to_loop_dtype(t.dtype), value_buffer(c.v),
-                                         loop::simplify(offset_of(t, j))));
+      for (size_t d = 0; d < sizes.size(); ++d) {
+        bool repeats = sizes[d] == 1 || t.strides[d].constant() == 0;
+        j.push_back(repeats ? loop::idx(0) : loop::var("j" + std::to_string(d)));
+      }
+      Expr off = loop::idx(t.storage_offset.constant() - g_.type(root).storage_offset.constant()) +
+                 offset_of(t, j);
+      Expr x = as_index(
+          loop::Load::make(*to_loop_dtype(t.dtype), value_buffer(root), loop::simplify(off)));
       Expr lo = loop::idx(c.negative_wraps ? -c.size : 0);
       Expr ok = loop::And::make(loop::LE::make(lo, x), loop::LT::make(x, loop::idx(c.size)));
       Stmt s = loop::Accumulate::make(loop::ReduceOp::Any, {"bad"}, loop::idx(0),
                                       {loop::Not::make(ok)});
       for (size_t d = sizes.size(); d-- > 0;) {
+        if (!j[d].as<loop::Var>()) continue;
         s = loop::For::make(j[d], loop::idx(0), loop::idx(sizes[d]), loop::ForKind::Serial, s);
       }
       stmts.push_back(s);
@@ -581,35 +621,45 @@ void Scheduler::find_demands() {
     if (cls_[i] == NodeClass::Extern || cls_[i] == NodeClass::Reduction) {
       for (ValueId v : all_reads(n)) need[v] = true;
     } else {
-      for (ValueId v : index_tensor_args(g_, n)) need[v] = true;
-      if (needs_realized_input(g_, n)) need[view_input(g_, n)] = true;
+      // Index tensors and as_strided's input are read from memory: their views' roots must exist.
+      for (ValueId v : index_tensor_args(g_, n)) need[view_root(v)] = true;
+      if (needs_realized_input(g_, n)) need[view_root(view_input(g_, n))] = true;
     }
   }
 }
 
-// What inlining `v` once more costs (Note [Recompute or realize]).
-int Scheduler::cost(ValueId v, std::vector<int>& memo) const {
-  if (realized(v)) return 0;
-  if (memo[v] >= 0) return memo[v];
-  const graph::Node& n = g_.nodes[g_.values[v].node];
-  int c = 0;
-  std::vector<ValueId> reads = all_reads(n);
-  if (node_class(v) == NodeClass::Pointwise) {
-    std::vector<Expr> in;
-    for (ValueId u : tensor_args(n)) {
-      in.push_back(loop::Var::make("x" + std::to_string(in.size()),
-                                   *to_loop_dtype(g_.type(u).dtype)));
+// What evaluating `v` once more costs (Note [Recompute or realize]): the weights of the values
+// inlined into it, each counted once.
+int Scheduler::cost(ValueId v, std::vector<int>& weights) const {
+  int total = 0;
+  std::set<ValueId> seen;
+  std::vector<ValueId> stack{v};
+  while (!stack.empty()) {
+    ValueId u = stack.back();
+    stack.pop_back();
+    if (!seen.insert(u).second) continue;
+    if (is_view(u)) {  // a remap, read through whether or not it is also an extern step
+      stack.push_back(view_input(g_, g_.nodes[g_.values[u].node]));
+      continue;
     }
-    c = std::max(1, expression_cost(lower_pointwise(g_, n, in)));
-  } else if (node_class(v) == NodeClass::Compute) {
-    std::vector<ValueId> index_args = index_tensor_args(g_, n);
-    c = index_args.empty() ? 0 : 1;
-    std::erase_if(reads, [&](ValueId u) {
-      return std::find(index_args.begin(), index_args.end(), u) != index_args.end();
-    });
+    if (realized(u)) continue;
+    const graph::Node& n = g_.nodes[g_.values[u].node];
+    if (weights[u] < 0) {
+      if (node_class(u) == NodeClass::Pointwise) {
+        std::vector<Expr> in;
+        for (ValueId a : tensor_args(n)) {
+          in.push_back(loop::Var::make("x" + std::to_string(in.size()),
+                                       *to_loop_dtype(g_.type(a).dtype)));
+        }
+        weights[u] = expression_cost(lower_pointwise(g_, n, in));
+      } else {  // index ops move data; a gather also loads an index
+        weights[u] = index_tensor_args(g_, n).empty() ? 0 : 1;
+      }
+    }
+    total += weights[u];
+    for (ValueId r : all_reads(n)) stack.push_back(r);
   }
-  for (ValueId u : reads) c += cost(u, memo);
-  return memo[v] = c;
+  return total;
 }
 
 // Values whose inlining the cost rule rejects, outermost first: those not inlined into another
@@ -621,10 +671,10 @@ std::vector<ValueId> Scheduler::violators(const std::vector<std::pair<int, Use>>
     instances[use.value].emplace(kernel, use.key);
     if (use.broadcast) broadcast.insert(use.value);
   }
-  std::vector<int> memo(g_.values.size(), -1);
+  std::vector<int> weights(g_.values.size(), -1);
   std::set<ValueId> bad;
   for (const auto& [v, inst] : instances) {
-    if ((inst.size() > 1 || broadcast.count(v)) && cost(v, memo) > kMaxRecomputeCost) {
+    if ((inst.size() > 1 || broadcast.count(v)) && cost(v, weights) > kMaxRecomputeCost) {
       bad.insert(v);
     }
   }
@@ -644,7 +694,7 @@ std::vector<ValueId> Scheduler::violators(const std::vector<std::pair<int, Use>>
     while (!stack.empty() && !inner) {
       ValueId w = stack.back();
       stack.pop_back();
-      if (realized(w) || !seen.insert(w).second) continue;
+      if ((realized(w) && !is_view(w)) || !seen.insert(w).second) continue;
       if (bad.count(w)) inner = true;
       for (ValueId r : readers[w]) stack.push_back(r);
     }
@@ -656,6 +706,9 @@ std::vector<ValueId> Scheduler::violators(const std::vector<std::pair<int, Use>>
 Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
   Plan plan;
   std::optional<KernelBuilder> open;
+  // Extern views of values the open kernel writes, run right after it.
+  std::vector<int32_t> pending;
+  std::set<ValueId> pending_values;
   auto close = [&] {
     if (!open) return;
     int gi = static_cast<int>(plan.groups.size());
@@ -663,14 +716,26 @@ Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
     for (const Use& u : open->uses()) uses->emplace_back(gi, u);
     plan.steps.push_back({PlanStep::Kind::Kernel, gi});
     open.reset();
+    for (int32_t ni : pending) plan.steps.push_back({PlanStep::Kind::Extern, ni});
+    pending.clear();
+    pending_values.clear();
   };
   for (int32_t ni = 0; ni < static_cast<int32_t>(g_.nodes.size()); ++ni) {
     const graph::Node& n = g_.nodes[ni];
     switch (cls_[ni]) {
       case NodeClass::Extern: {
-        // An extern that reads a value of the open group: the group must run first.
+        // An extern that reads a value of the open kernel must run after it. A view only makes a
+        // tensor aliasing its input, and kernels read through views: it waits for the kernel
+        // instead of closing it.
         bool reads_open = false;
-        for (ValueId v : all_reads(n)) reads_open |= open && open->stores(v);
+        for (ValueId v : all_reads(n)) {
+          reads_open |= (open && open->stores(v)) || pending_values.count(v) > 0;
+        }
+        if (reads_open && view_node_[ni]) {
+          pending.push_back(ni);
+          pending_values.insert(n.outputs.begin(), n.outputs.end());
+          break;
+        }
         if (reads_open) close();
         plan.steps.push_back({PlanStep::Kind::Extern, ni});
         break;
@@ -719,7 +784,10 @@ Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
 
 Plan Scheduler::run() {
   cls_.clear();
-  for (const graph::Node& n : g_.nodes) cls_.push_back(classify(g_, n, options_));
+  for (const graph::Node& n : g_.nodes) {
+    cls_.push_back(classify(g_, n, options_));
+    view_node_.push_back(cls_.back() == NodeClass::View);
+  }
   find_demands();
   for (int round = 0;; ++round) {
     std::vector<std::pair<int, Use>> uses;

@@ -1,6 +1,7 @@
 #include "sched/index_ops.h"
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <set>
@@ -170,21 +171,32 @@ Expr convert(DType t, Expr e) {
   return detail::cast(t, std::move(e));
 }
 
-// `value` (a bool, int or double argument) as a constant of `t`, or nullopt where eager would
-// convert with a check ember does not repeat (floats into integer tensors, ints that overflow).
+// `value` (a bool, int or double argument) converted to `t` as `Scalar::to<T>()` does, or nullopt
+// where that conversion raises (an integer that does not fit) or is not exact to reproduce.
 std::optional<Expr> scalar_constant(DType t, const graph::Arg* value) {
   if (value == nullptr) return std::nullopt;
   if (const auto* b = std::get_if<bool>(value)) return detail::cast(t, loop::bool_imm(*b));
-  if (const auto* i = std::get_if<int64_t>(value)) {
-    if (loop::is_float(t)) return detail::constant(t, *value);
-    if (!loop::int_fits(t, *i) || t == DType::Bool) return std::nullopt;
-    return loop::IntImm::make(t, *i);
-  }
-  if (std::holds_alternative<double>(*value)) {
-    if (!loop::is_float(t)) return std::nullopt;
+  std::optional<double> d;
+  if (const auto* dv = std::get_if<double>(value)) d = *dv;
+  if (loop::is_float(t)) {
+    if (!std::holds_alternative<int64_t>(*value) && !d) return std::nullopt;
     return detail::constant(t, *value);
   }
-  return std::nullopt;
+  if (t == DType::Bool) {
+    if (const auto* i = std::get_if<int64_t>(value)) return loop::bool_imm(*i != 0);
+    if (d) return loop::bool_imm(*d != 0);
+    return std::nullopt;
+  }
+  int64_t v = 0;
+  if (const auto* i = std::get_if<int64_t>(value)) {
+    v = *i;
+  } else if (d && std::isfinite(*d) && std::abs(*d) < 9.0e18) {
+    v = static_cast<int64_t>(*d);  // truncates toward zero, as static_cast
+  } else {
+    return std::nullopt;
+  }
+  if (!loop::int_fits(t, v)) return std::nullopt;
+  return loop::IntImm::make(t, v);
 }
 
 Expr zero_of(DType t) {
