@@ -950,7 +950,7 @@ const std::map<std::string, Rule>& rules() {
           if (!same_dtype_view(c) || !index || !d || in.empty()) return false;
           const graph::TensorType& it = c.type(*index);
           std::vector<int64_t> is = sizes_of(it);
-          if (it.dtype != graph::DType::Int64 || is.size() != in.size()) return false;
+          if (!index_dtype(it) || is.size() != in.size()) return false;
           std::optional<int64_t> w = wrap_dim(*d, static_cast<int64_t>(in.size()));
           if (!w || is != c.sizes(c.out())) return false;
           for (size_t k = 0; k < in.size(); ++k) {

@@ -348,9 +348,10 @@ TEST(IndexOps, ConservativeRejections) {
   // A pad value that does not fit the integer dtype.
   EXPECT_TRUE(rejects(b.op("aten::constant_pad_nd", {"self", "pad", "value"},
                            {xi, std::vector<int64_t>{1, 1}, 1e12}, type(DType::Int32, {3, 6}))));
-  // gather's index must be int64.
+  // Index tensors are int64 or int32.
+  ValueRef xu = b.input(type(DType::UInt8, {3, 4}));
   EXPECT_TRUE(rejects(b.op("aten::gather", {"self", "dim", "index", "sparse_grad"},
-                           {x, int64_t{0}, xi, false}, type(DType::Float32, {3, 4}))));
+                           {x, int64_t{0}, xu, false}, type(DType::Float32, {3, 4}))));
   // Output sizes that disagree with the arguments.
   EXPECT_TRUE(rejects(b.op("aten::slice.Tensor", {"self", "dim", "start", "end", "step"},
                            {x, int64_t{1}, int64_t{0}, int64_t{3}, int64_t{1}},
