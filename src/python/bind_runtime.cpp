@@ -59,6 +59,7 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("num_kernels", &Executor::num_kernels)
       .def_prop_ro("num_fused_nodes", &Executor::num_fused_nodes)
       .def_prop_ro("num_extern_steps", &Executor::num_extern_steps)
+      .def_prop_ro("num_view_steps", &Executor::num_view_steps)
       .def_prop_ro("codegen_error", &Executor::codegen_error)
       .def_prop_ro("kernel_sources", &Executor::kernel_sources)
       .def_prop_ro("num_inputs", &Executor::num_user_inputs)

@@ -54,6 +54,24 @@ Executor::Step Executor::extern_step(int32_t n) const {
   return step;
 }
 
+Executor::Step Executor::view_step(int32_t n, graph::ValueId root) const {
+  const graph::Graph& g = traced_.graph;
+  Step step;
+  step.view_root = root;
+  const int64_t root_offset = g.type(root).storage_offset.constant();
+  for (graph::ValueId v : g.nodes[n].outputs) {
+    const graph::TensorType& t = g.type(v);
+    ViewOutput out;
+    out.value = v;
+    for (const graph::DimExpr& d : t.sizes) out.sizes.push_back(d.constant());
+    for (const graph::DimExpr& d : t.strides) out.strides.push_back(d.constant());
+    out.offset_delta = t.storage_offset.constant() - root_offset;
+    step.outputs.push_back(v);
+    step.views.push_back(std::move(out));
+  }
+  return step;
+}
+
 Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
     : traced_(std::move(traced)) {
   const graph::Graph& g = traced_.graph;
@@ -124,6 +142,8 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
       for (const sched::PlanStep& ps : plan.steps) {
         if (ps.kind == sched::PlanStep::Kind::Extern) {
           steps_.push_back(extern_step(ps.index));
+        } else if (ps.kind == sched::PlanStep::Kind::View) {
+          steps_.push_back(view_step(ps.index, ps.root));
         } else {
           Step step;
           step.kernel = kernel_of_group[ps.index];
@@ -140,8 +160,12 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
       plan = sched::schedule_graph(g, sched::ScheduleOptions{.fuse = false});
     }
   }
-  if (steps_.empty()) {
-    for (const sched::PlanStep& ps : plan.steps) steps_.push_back(extern_step(ps.index));
+  if (steps_.empty()) {  // no kernels: extern and view steps only
+    for (const sched::PlanStep& ps : plan.steps) {
+      EMBER_INTERNAL_ASSERT(ps.kind != sched::PlanStep::Kind::Kernel) << "a kernel step left";
+      steps_.push_back(ps.kind == sched::PlanStep::Kind::View ? view_step(ps.index, ps.root)
+                                                              : extern_step(ps.index));
+    }
   }
 
   // Last use of each value, so intermediates are freed as soon as possible.
@@ -154,6 +178,9 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
     if (step.kernel >= 0) {
       reads = kernels_[step.kernel].inputs;
       writes = kernels_[step.kernel].outputs;
+    } else if (step.view_root >= 0) {
+      reads = {step.view_root};
+      writes = step.outputs;
     } else {
       for (const auto& [pos, v] : step.tensor_args) reads.push_back(v);
       for (const auto& [pos, list] : step.list_args) {
@@ -248,6 +275,14 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
         // the unfused program runs the ATen ops, which raise eager's error.
         EMBER_INTERNAL_ASSERT(unfused_ != nullptr) << "kernel step without an unfused program";
         return unfused_->run(inputs);
+      }
+      for (graph::ValueId v : step.release) env[v].reset();
+      continue;
+    }
+    if (step.view_root >= 0) {
+      const at::Tensor& base = env[step.view_root];
+      for (const ViewOutput& v : step.views) {
+        env[v.value] = base.as_strided(v.sizes, v.strides, base.storage_offset() + v.offset_delta);
       }
       for (graph::ValueId v : step.release) env[v].reset();
       continue;

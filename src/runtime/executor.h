@@ -55,7 +55,13 @@ class Executor {
   /// Steps that are boxed ATen calls.
   int num_extern_steps() const {
     int n = 0;
-    for (const Step& s : steps_) n += s.kernel < 0;
+    for (const Step& s : steps_) n += s.op.has_value();
+    return n;
+  }
+  /// Steps that make views of a realized tensor (each replaces a chain of ATen view calls).
+  int num_view_steps() const {
+    int n = 0;
+    for (const Step& s : steps_) n += s.view_root >= 0;
     return n;
   }
   /// Why code generation was abandoned for this graph; empty if it was not.
@@ -76,8 +82,15 @@ class Executor {
     std::vector<Output> allocations;  ///< one per output
     bool index_status = false;        ///< see sched::KernelGroup::index_status
   };
+  /// One output of a view step: a view of the step's root at this traced geometry.
+  struct ViewOutput {
+    graph::ValueId value = -1;
+    std::vector<int64_t> sizes, strides;
+    int64_t offset_delta = 0;  ///< the view's traced storage offset minus the root's
+  };
   struct Step {
-    // Extern step: the op and its arguments. Kernel step: `kernel` >= 0.
+    // Extern step: the op and its arguments. Kernel step: `kernel` >= 0. View step:
+    // `view_root` >= 0 (see sched::PlanStep::Kind::View).
     std::optional<c10::OperatorHandle> op;
     std::vector<c10::IValue> args;  ///< constant arguments; tensor slots hold None
     std::vector<std::pair<int, graph::ValueId>> tensor_args;
@@ -85,10 +98,13 @@ class Executor {
     std::vector<graph::ValueId> outputs;
     std::vector<int32_t> result_slots;  ///< see graph::Node::result_slots
     int kernel = -1;
+    graph::ValueId view_root = -1;
+    std::vector<ViewOutput> views;
     std::vector<graph::ValueId> release;  ///< values whose last use is this step
   };
 
   Step extern_step(int32_t node) const;
+  Step view_step(int32_t node, graph::ValueId root) const;
   /// Runs one kernel; false when it reported an out-of-range index (and wrote nothing).
   bool run_kernel(const Kernel& k, std::vector<at::Tensor>& env) const;
   bool strides_match(const std::vector<at::Tensor>& inputs) const;

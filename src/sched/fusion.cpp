@@ -38,7 +38,8 @@ constexpr int kTranscendentalCost = 5;
 // Rounds of the cost rule (each realizes the outermost offenders and rebuilds the plan).
 constexpr int kMaxCostRounds = 16;
 
-enum class NodeClass : uint8_t { Extern, Reduction, Pointwise, View, Compute };
+// ViewStep: a view that something outside the kernels needs; a PlanStep::Kind::View step.
+enum class NodeClass : uint8_t { Extern, Reduction, Pointwise, View, Compute, ViewStep };
 
 // Every tensor value a node reads, in argument order (ValueRefs only).
 std::vector<ValueId> tensor_args(const graph::Node& n) {
@@ -287,13 +288,15 @@ class Scheduler {
     int32_t n = g_.values[v].node;
     return n < 0 ? NodeClass::Extern : cls_[n];
   }
-  /// Lives in memory: a graph input, an extern or reduction output, or a kernel output.
+  /// Lives in memory: a graph input, the output of an extern, reduction or view step, or a
+  /// kernel output.
   bool realized(ValueId v) const {
     NodeClass c = node_class(v);
-    return c == NodeClass::Extern || c == NodeClass::Reduction || stored_[v];
+    return c == NodeClass::Extern || c == NodeClass::Reduction || c == NodeClass::ViewStep ||
+           stored_[v];
   }
-  /// An output of a view node the kernels read through: a fusible view, or one that is also an
-  /// extern step because something outside the kernels needs it.
+  /// An output of a view node the kernels read through: a fusible view, or one that is also a
+  /// view step because something outside the kernels needs it.
   bool is_view(ValueId v) const {
     int32_t n = g_.values[v].node;
     return n >= 0 && view_node_[n];
@@ -606,8 +609,11 @@ void Scheduler::find_demands() {
         live_[i] = true;
         break;
       case NodeClass::View:
-        if (needed) cls_[i] = NodeClass::Extern;
+        if (needed) cls_[i] = NodeClass::ViewStep;
         live_[i] = read;
+        break;
+      case NodeClass::ViewStep:
+        EMBER_INTERNAL_ASSERT(false) << "view steps are decided here";
         break;
       case NodeClass::Reduction:
       case NodeClass::Pointwise:
@@ -621,9 +627,11 @@ void Scheduler::find_demands() {
     if (cls_[i] == NodeClass::Extern || cls_[i] == NodeClass::Reduction) {
       for (ValueId v : all_reads(n)) need[v] = true;
     } else {
-      // Index tensors and as_strided's input are read from memory: their views' roots must exist.
+      // Index tensors and as_strided's input are read from memory, and a view step is made from
+      // its root: their roots must exist.
       for (ValueId v : index_tensor_args(g_, n)) need[view_root(v)] = true;
       if (needs_realized_input(g_, n)) need[view_root(view_input(g_, n))] = true;
+      if (cls_[i] == NodeClass::ViewStep) need[view_root(n.outputs[0])] = true;
     }
   }
 }
@@ -706,8 +714,8 @@ std::vector<ValueId> Scheduler::violators(const std::vector<std::pair<int, Use>>
 Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
   Plan plan;
   std::optional<KernelBuilder> open;
-  // Extern views of values the open kernel writes, run right after it.
-  std::vector<int32_t> pending;
+  // View steps of values the open kernel writes, run right after it.
+  std::vector<PlanStep> pending;
   std::set<ValueId> pending_values;
   auto close = [&] {
     if (!open) return;
@@ -716,7 +724,7 @@ Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
     for (const Use& u : open->uses()) uses->emplace_back(gi, u);
     plan.steps.push_back({PlanStep::Kind::Kernel, gi});
     open.reset();
-    for (int32_t ni : pending) plan.steps.push_back({PlanStep::Kind::Extern, ni});
+    plan.steps.insert(plan.steps.end(), pending.begin(), pending.end());
     pending.clear();
     pending_values.clear();
   };
@@ -724,20 +732,25 @@ Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
     const graph::Node& n = g_.nodes[ni];
     switch (cls_[ni]) {
       case NodeClass::Extern: {
-        // An extern that reads a value of the open kernel must run after it. A view only makes a
-        // tensor aliasing its input, and kernels read through views: it waits for the kernel
-        // instead of closing it.
+        // An extern that reads a value of the open kernel must run after it.
         bool reads_open = false;
         for (ValueId v : all_reads(n)) {
           reads_open |= (open && open->stores(v)) || pending_values.count(v) > 0;
         }
-        if (reads_open && view_node_[ni]) {
-          pending.push_back(ni);
-          pending_values.insert(n.outputs.begin(), n.outputs.end());
-          break;
-        }
         if (reads_open) close();
         plan.steps.push_back({PlanStep::Kind::Extern, ni});
+        break;
+      }
+      case NodeClass::ViewStep: {
+        // Only makes tensors aliasing its root, and kernels read through views: a view of a value
+        // of the open kernel waits for it instead of closing it.
+        PlanStep step{PlanStep::Kind::View, ni, view_root(n.outputs[0])};
+        if (open && open->stores(step.root)) {
+          pending.push_back(step);
+          pending_values.insert(n.outputs.begin(), n.outputs.end());
+        } else {
+          plan.steps.push_back(step);
+        }
         break;
       }
       case NodeClass::Reduction: {

@@ -38,11 +38,18 @@ struct KernelGroup {
   bool index_status = false;
 };
 
-/// One step of the program: run node `index` as an ATen call, or run group `index`.
+/// One step of the program:
+///  - Extern: run node `index` as an ATen call;
+///  - Kernel: run group `index`;
+///  - View: make each output of view node `index` (a chain of views) as a view of `root`, the
+///    realized value at the end of the chain, at the output's traced sizes and strides and at
+///    root's storage offset plus the difference of their traced offsets (as_strided): one cheap
+///    step instead of one ATen call per view of the chain.
 struct PlanStep {
-  enum class Kind : uint8_t { Extern, Kernel };
+  enum class Kind : uint8_t { Extern, Kernel, View };
   Kind kind = Kind::Extern;
   int32_t index = -1;
+  graph::ValueId root = -1;  ///< View steps only
 };
 
 struct Plan {
@@ -62,13 +69,14 @@ struct ScheduleOptions {
 };
 
 /// Requires a verifier-valid graph whose tensors are all on the CPU (kernels are C++). Guarantees:
-///  - every extern node is exactly one extern step; every other node is computed inside the
-///    kernels that need it, or dropped when nothing needs it (fusible nodes have no side effects);
+///  - every extern node is exactly one extern step; a view that something outside the kernels
+///    needs is one view step; every other node is computed inside the kernels that need it, or
+///    dropped when nothing needs it (fusible nodes have no side effects);
 ///  - steps are in an order where each reads only values defined by earlier steps or graph
 ///    inputs;
-///  - every graph output, mutation value and argument of an extern step is a graph input, an
-///    extern step's output or a kernel output; a view needed there is an extern step, so outputs
-///    alias as in eager;
+///  - every graph output, mutation value and argument of an extern step is a graph input, the
+///    output of an extern or view step, or a kernel output; a view needed there is a view step,
+///    so outputs alias as in eager;
 ///  - a kernel writes its outputs with the traced sizes and strides and reads realized values at
 ///    their traced strides and storage offsets relative to the buffer it reads (the runtime
 ///    checks graph inputs' strides).

@@ -247,19 +247,22 @@ TEST(IndexOps, LayoutOpsMatchIndexArithmetic) {
   }
 }
 
-// A view that a graph output needs stays an extern step, after the kernel that writes its input,
-// and does not split the kernel.
-TEST(Fusion, ViewsNeededOutsideAreExternStepsAfterTheKernel) {
+// A view that a graph output needs is a view step of its chain's root, after the kernel that
+// writes the root, and does not split the kernel.
+TEST(Fusion, ViewsNeededOutsideAreViewStepsAfterTheKernel) {
   Builder b;
   ValueRef x = b.input(type(DType::Float32, {3, 4}));
   ValueRef t = b.neg(x);
   ValueRef tt = b.op("aten::t", {"self"}, {t}, type(DType::Float32, {4, 3}, {1, 4}));
+  ValueRef row = b.op("aten::select.int", {"self", "dim", "index"}, {tt, int64_t{0}, int64_t{2}},
+                      type(DType::Float32, {3}, {4}, 2));
   ValueRef u = b.neg(t);
-  b.g.outputs = {tt.id, u.id};
+  b.g.outputs = {row.id, u.id};
   Plan plan = schedule_graph(b.g);
   ASSERT_EQ(plan.steps.size(), 2u);
   EXPECT_EQ(plan.steps[0].kind, PlanStep::Kind::Kernel);
-  EXPECT_EQ(plan.steps[1].kind, PlanStep::Kind::Extern);
+  EXPECT_EQ(plan.steps[1].kind, PlanStep::Kind::View);  // t() is not a step of its own
+  EXPECT_EQ(plan.steps[1].root, t.id);
   EXPECT_EQ(plan.groups[0].outputs, (std::vector<ValueId>{t.id, u.id}));
 }
 

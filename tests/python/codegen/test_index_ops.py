@@ -199,3 +199,39 @@ def test_out_of_range_indices_raise_eagers_error(case):
         compiled(w, bad)
     assert str(compiled_error.value) == str(eager_error.value)
     torch.testing.assert_close(compiled(w, good), fn(w, good))  # and it keeps working
+
+
+# ---- factories ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.int32])
+def test_factories_are_index_functions(check, dtype):
+    def f(x):
+        pos = torch.arange(2, 14, 3, dtype=dtype)  # start, end, step
+        a = x + pos + torch.arange(4, dtype=dtype).flip(0)
+        b = torch.full((3, 4), 7, dtype=dtype) * x - torch.ones_like(x)
+        c = torch.where(x > 0, torch.scalar_tensor(1, dtype=dtype), torch.zeros(1, dtype=dtype))
+        return a, b, c, x.new_ones(4) + x.new_zeros(3, 1)
+
+    kernels_only(check.captured(f, (rand((3, 4), dtype),)), 1)
+
+
+def test_attention_mask_from_factories_is_one_kernel(check):
+    def f(scores, valid):
+        n = scores.shape[-1]
+        i = torch.arange(n)
+        causal = i[None, :] <= i[:, None]
+        keep = torch.logical_and(causal, valid[:, None, None, :])  # bitwise_and is an ATen call
+        mask = torch.where(keep, torch.scalar_tensor(0.0),
+                           torch.scalar_tensor(float("-inf")))
+        return scores + mask
+
+    stats = check.captured(f, (torch.randn(2, 3, 5, 5), torch.rand(2, 5) > 0.3))
+    kernels_only(stats, 1)
+
+
+def test_float_arange_of_large_values_stays_an_aten_call(check):
+    # start + i * step is exact in f32 only below 2**24.
+    stats = check.captured(lambda x: x + torch.arange(2 ** 25, 2 ** 25 + 4, dtype=torch.float32),
+                           (torch.randn(4),))
+    assert stats["extern_steps"] == 1, stats
