@@ -235,8 +235,7 @@ class KernelBuilder final : public ElementReader {
   const std::vector<Use>& uses() const { return st_.uses; }
 
   Expr element(ValueId v, const Index& index, bool guarded) override;
-  Expr index_element(ValueId v, const Index& index, const Expr& size,
-                     bool negative_wraps) override;
+  Expr index_element(ValueId v, const Index& index, const Expr& size, bool negative_wraps) override;
 
  private:
   struct IndexCheck {
@@ -355,7 +354,8 @@ std::string KernelBuilder::key(ValueId v, const Index& index) const {
 Expr KernelBuilder::load(ValueId buffer_value, const graph::TensorType& geometry,
                          const Index& index, int64_t base_offset) {
   add_input(buffer_value);
-  Expr off = loop::idx(geometry.storage_offset.constant() - base_offset) + offset_of(geometry, index);
+  Expr off =
+      loop::idx(geometry.storage_offset.constant() - base_offset) + offset_of(geometry, index);
   return loop::Load::make(*to_loop_dtype(geometry.dtype), value_buffer(buffer_value),
                           loop::simplify(off, bounds_));
 }
@@ -509,9 +509,7 @@ KernelGroup KernelBuilder::finish(const std::string& name, const ScheduleOptions
   const size_t rank = shape_.size();
   std::vector<size_t> order(rank);
   for (size_t d = 0; d < rank; ++d) order[d] = d;
-  auto key_of = [&](size_t d) {
-    return shape_[d] == 1 ? INT64_MAX : first.strides[d].constant();
-  };
+  auto key_of = [&](size_t d) { return shape_[d] == 1 ? INT64_MAX : first.strides[d].constant(); };
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return key_of(a) > key_of(b); });
   int64_t numel = 1;
@@ -560,16 +558,16 @@ KernelGroup KernelBuilder::finish(const std::string& name, const ScheduleOptions
           loop::Load::make(*to_loop_dtype(t.dtype), value_buffer(root), loop::simplify(off)));
       Expr lo = loop::idx(c.negative_wraps ? -c.size : 0);
       Expr ok = loop::And::make(loop::LE::make(lo, x), loop::LT::make(x, loop::idx(c.size)));
-      Stmt s = loop::Accumulate::make(loop::ReduceOp::Any, {"bad"}, loop::idx(0),
-                                      {loop::Not::make(ok)});
+      Stmt s =
+          loop::Accumulate::make(loop::ReduceOp::Any, {"bad"}, loop::idx(0), {loop::Not::make(ok)});
       for (size_t d = sizes.size(); d-- > 0;) {
         if (!j[d].as<loop::Var>()) continue;
         s = loop::For::make(j[d], loop::idx(0), loop::idx(sizes[d]), loop::ForKind::Serial, s);
       }
       stmts.push_back(s);
     }
-    Stmt run = loop::Block::make(
-        {loop::Store::make("status", loop::idx(0), loop::bool_imm(false)), body});
+    Stmt run =
+        loop::Block::make({loop::Store::make("status", loop::idx(0), loop::bool_imm(false)), body});
     stmts.push_back(loop::IfThenElse::make(
         loop::Load::make(loop::DType::Bool, "bad", loop::idx(0)),
         loop::Store::make("status", loop::idx(0), loop::bool_imm(true)), run));
@@ -656,8 +654,8 @@ int Scheduler::cost(ValueId v, std::vector<int>& weights) const {
       if (node_class(u) == NodeClass::Pointwise) {
         std::vector<Expr> in;
         for (ValueId a : tensor_args(n)) {
-          in.push_back(loop::Var::make("x" + std::to_string(in.size()),
-                                       *to_loop_dtype(g_.type(a).dtype)));
+          in.push_back(
+              loop::Var::make("x" + std::to_string(in.size()), *to_loop_dtype(g_.type(a).dtype)));
         }
         weights[u] = expression_cost(lower_pointwise(g_, n, in));
       } else {  // index ops move data; a gather also loads an index

@@ -146,8 +146,8 @@ Index reshape_index(const std::vector<int64_t>& in, const std::vector<int64_t>& 
       go_sizes.push_back(out[d]);
     }
     for (size_t d : gi) gi_sizes.push_back(in[d]);
-    Index split = delinearize(go.size() == 1 ? go_index[0] : linearize(go_index, go_sizes),
-                              gi_sizes);
+    Index split =
+        delinearize(go.size() == 1 ? go_index[0] : linearize(go_index, go_sizes), gi_sizes);
     for (size_t k = 0; k < gi.size(); ++k) result[gi[k]] = split[k];
   }
   EMBER_INTERNAL_ASSERT(j == outd.size()) << "reshape of unequal sizes";
@@ -442,14 +442,14 @@ const std::map<std::string, Rule>& rules() {
                       if (in.size() == 2) std::swap(in[0], in[1]);
                       return read_self(c, r, in);
                     }};
-    t["aten::expand"] = {
-        K::View,
-        [](const Ctx& c) {
-          return same_dtype_view(c) && broadcasts_to(c.sizes(c.self()), c.sizes(c.out()));
-        },
-        [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
-          return read_self(c, r, broadcast_index(idx, c.sizes(c.self())));
-        }};
+    t["aten::expand"] = {K::View,
+                         [](const Ctx& c) {
+                           return same_dtype_view(c) &&
+                                  broadcasts_to(c.sizes(c.self()), c.sizes(c.out()));
+                         },
+                         [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
+                           return read_self(c, r, broadcast_index(idx, c.sizes(c.self())));
+                         }};
     Rule squeeze{K::View,
                  [](const Ctx& c) {
                    if (!same_dtype_view(c)) return false;
@@ -521,28 +521,27 @@ const std::map<std::string, Rule>& rules() {
           int64_t i = *c.int_arg("index");
           return read_self(c, r, insert(idx, d, loop::idx(i < 0 ? i + in[d] : i)));
         }};
-    t["aten::narrow"] = {
-        K::View,
-        [](const Ctx& c) {
-          std::vector<int64_t> in = c.sizes(c.self());
-          std::optional<int64_t> d = c.int_arg("dim"), s = c.int_arg("start"),
-                                 len = c.int_arg("length");
-          if (!same_dtype_view(c) || !d || !s || !len || in.empty()) return false;
-          std::optional<int64_t> w = wrap_dim(*d, static_cast<int64_t>(in.size()));
-          if (!w) return false;
-          int64_t start = *s < 0 ? *s + in[*w] : *s;
-          if (start < 0 || *len < 0 || start + *len > in[*w]) return false;
-          in[*w] = *len;
-          return in == c.sizes(c.out());
-        },
-        [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
-          std::vector<int64_t> in = c.sizes(c.self());
-          size_t d = *wrap_dim(*c.int_arg("dim"), static_cast<int64_t>(in.size()));
-          int64_t s = *c.int_arg("start");
-          Index i = idx;
-          i[d] = loop::idx(s < 0 ? s + in[d] : s) + idx[d];
-          return read_self(c, r, i);
-        }};
+    t["aten::narrow"] = {K::View,
+                         [](const Ctx& c) {
+                           std::vector<int64_t> in = c.sizes(c.self());
+                           std::optional<int64_t> d = c.int_arg("dim"), s = c.int_arg("start"),
+                                                  len = c.int_arg("length");
+                           if (!same_dtype_view(c) || !d || !s || !len || in.empty()) return false;
+                           std::optional<int64_t> w = wrap_dim(*d, static_cast<int64_t>(in.size()));
+                           if (!w) return false;
+                           int64_t start = *s < 0 ? *s + in[*w] : *s;
+                           if (start < 0 || *len < 0 || start + *len > in[*w]) return false;
+                           in[*w] = *len;
+                           return in == c.sizes(c.out());
+                         },
+                         [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
+                           std::vector<int64_t> in = c.sizes(c.self());
+                           size_t d = *wrap_dim(*c.int_arg("dim"), static_cast<int64_t>(in.size()));
+                           int64_t s = *c.int_arg("start");
+                           Index i = idx;
+                           i[d] = loop::idx(s < 0 ? s + in[d] : s) + idx[d];
+                           return read_self(c, r, i);
+                         }};
     t["aten::diagonal"] = {
         K::View,
         [](const Ctx& c) {
@@ -557,8 +556,8 @@ const std::map<std::string, Rule>& rules() {
           for (int64_t k = 0; k < rank; ++k) {
             if (k != *a && k != *b) out.push_back(in[k]);
           }
-          int64_t len = *off >= 0 ? std::min(in[*a], in[*b] - *off)
-                                  : std::min(in[*a] + *off, in[*b]);
+          int64_t len =
+              *off >= 0 ? std::min(in[*a], in[*b] - *off) : std::min(in[*a] + *off, in[*b]);
           out.push_back(std::max<int64_t>(len, 0));
           return out == c.sizes(c.out());
         },
@@ -600,29 +599,27 @@ const std::map<std::string, Rule>& rules() {
                }};
     t["aten::split.Tensor"] = split;
     t["aten::split_with_sizes"] = split;
-    t["aten::unbind.int"] = {
-        K::View,
-        [](const Ctx& c) {
-          std::vector<int64_t> in = c.sizes(c.self());
-          std::optional<int64_t> d = c.int_arg("dim");
-          if (!same_dtype_view(c) || !d || in.empty()) return false;
-          std::optional<int64_t> w = wrap_dim(*d, static_cast<int64_t>(in.size()));
-          if (!w) return false;
-          for (size_t k = 0; k < c.n.outputs.size(); ++k) {
-            if (c.slot(k) >= in[*w] || erase(c.type(c.self()).sizes, *w) !=
-                                           c.type(c.n.outputs[k]).sizes) {
-              return false;
-            }
-          }
-          return true;
-        },
-        [](const Ctx& c, size_t k, const Index& idx, ElementReader& r) {
-          size_t d = *wrap_dim(*c.int_arg("dim"), c.type(c.self()).dim());
-          return read_self(c, r, insert(idx, d, loop::idx(c.slot(k))));
-        }};
-    t["aten::as_strided"] = {K::View,
-                             [](const Ctx& c) { return same_dtype_view(c); },
-                             Lower{}};
+    t["aten::unbind.int"] = {K::View,
+                             [](const Ctx& c) {
+                               std::vector<int64_t> in = c.sizes(c.self());
+                               std::optional<int64_t> d = c.int_arg("dim");
+                               if (!same_dtype_view(c) || !d || in.empty()) return false;
+                               std::optional<int64_t> w =
+                                   wrap_dim(*d, static_cast<int64_t>(in.size()));
+                               if (!w) return false;
+                               for (size_t k = 0; k < c.n.outputs.size(); ++k) {
+                                 if (c.slot(k) >= in[*w] || erase(c.type(c.self()).sizes, *w) !=
+                                                                c.type(c.n.outputs[k]).sizes) {
+                                   return false;
+                                 }
+                               }
+                               return true;
+                             },
+                             [](const Ctx& c, size_t k, const Index& idx, ElementReader& r) {
+                               size_t d = *wrap_dim(*c.int_arg("dim"), c.type(c.self()).dim());
+                               return read_self(c, r, insert(idx, d, loop::idx(c.slot(k))));
+                             }};
+    t["aten::as_strided"] = {K::View, [](const Ctx& c) { return same_dtype_view(c); }, Lower{}};
 
     // ---- computing ops ----
     auto cat_check = [](const Ctx& c, bool stack) {
@@ -692,72 +689,72 @@ const std::map<std::string, Rule>& rules() {
                         [cat_lower](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
                           return cat_lower(c, idx, r, true);
                         }};
-    t["aten::flip"] = {
-        K::Compute,
-        [](const Ctx& c) {
-          const std::vector<int64_t>* dims = c.ints_arg("dims");
-          const int64_t rank = c.type(c.self()).dim();
-          if (!same_dtype_view(c) || !dims || c.sizes(c.self()) != c.sizes(c.out())) return false;
-          std::set<int64_t> seen;
-          for (int64_t d : *dims) {
-            std::optional<int64_t> w = wrap_dim(d, rank);
-            if (!w || !seen.insert(*w).second) return false;
-          }
-          return true;
-        },
-        [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
-          std::vector<int64_t> in = c.sizes(c.self());
-          Index i = idx;
-          for (int64_t d : *c.ints_arg("dims")) {
-            int64_t w = *wrap_dim(d, static_cast<int64_t>(in.size()));
-            if (in.empty()) continue;
-            i[w] = loop::idx(in[w] - 1) - idx[w];
-          }
-          return read_self(c, r, i);
-        }};
-    t["aten::roll"] = {
-        K::Compute,
-        [](const Ctx& c) {
-          const std::vector<int64_t>* shifts = c.ints_arg("shifts");
-          const std::vector<int64_t>* dims = c.ints_arg("dims");
-          const int64_t rank = c.type(c.self()).dim();
-          if (!same_dtype_view(c) || !shifts || !dims || shifts->empty()) return false;
-          if (c.sizes(c.self()) != c.sizes(c.out())) return false;
-          if (dims->empty()) return shifts->size() == 1;
-          if (dims->size() != shifts->size()) return false;
-          for (int64_t d : *dims) {
-            if (!wrap_dim(d, rank) || rank == 0) return false;
-          }
-          return true;
-        },
-        [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
-          std::vector<int64_t> in = c.sizes(c.self());
-          const std::vector<int64_t>& shifts = *c.ints_arg("shifts");
-          const std::vector<int64_t>& dims = *c.ints_arg("dims");
-          if (numel(in) == 0) return read_self(c, r, idx);
-          // Element i of the result is element (i - shift) mod size of the input.
-          auto rolled = [](const Expr& i, int64_t size, int64_t shift) {
-            int64_t s = loop::mod_i64(shift, size);
-            return s == 0 ? i : loop::mod(i + loop::idx(size - s), loop::idx(size));
-          };
-          if (dims.empty()) {
-            int64_t n = numel(in);
-            return read_self(c, r, delinearize(rolled(linearize(idx, in), n, shifts[0]), in));
-          }
-          Index i = idx;
-          for (size_t k = 0; k < dims.size(); ++k) {
-            size_t d = *wrap_dim(dims[k], static_cast<int64_t>(in.size()));
-            i[d] = rolled(i[d], in[d], shifts[k]);
-          }
-          return read_self(c, r, i);
-        }};
+    t["aten::flip"] = {K::Compute,
+                       [](const Ctx& c) {
+                         const std::vector<int64_t>* dims = c.ints_arg("dims");
+                         const int64_t rank = c.type(c.self()).dim();
+                         if (!same_dtype_view(c) || !dims || c.sizes(c.self()) != c.sizes(c.out()))
+                           return false;
+                         std::set<int64_t> seen;
+                         for (int64_t d : *dims) {
+                           std::optional<int64_t> w = wrap_dim(d, rank);
+                           if (!w || !seen.insert(*w).second) return false;
+                         }
+                         return true;
+                       },
+                       [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
+                         std::vector<int64_t> in = c.sizes(c.self());
+                         Index i = idx;
+                         for (int64_t d : *c.ints_arg("dims")) {
+                           int64_t w = *wrap_dim(d, static_cast<int64_t>(in.size()));
+                           if (in.empty()) continue;
+                           i[w] = loop::idx(in[w] - 1) - idx[w];
+                         }
+                         return read_self(c, r, i);
+                       }};
+    t["aten::roll"] = {K::Compute,
+                       [](const Ctx& c) {
+                         const std::vector<int64_t>* shifts = c.ints_arg("shifts");
+                         const std::vector<int64_t>* dims = c.ints_arg("dims");
+                         const int64_t rank = c.type(c.self()).dim();
+                         if (!same_dtype_view(c) || !shifts || !dims || shifts->empty())
+                           return false;
+                         if (c.sizes(c.self()) != c.sizes(c.out())) return false;
+                         if (dims->empty()) return shifts->size() == 1;
+                         if (dims->size() != shifts->size()) return false;
+                         for (int64_t d : *dims) {
+                           if (!wrap_dim(d, rank) || rank == 0) return false;
+                         }
+                         return true;
+                       },
+                       [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
+                         std::vector<int64_t> in = c.sizes(c.self());
+                         const std::vector<int64_t>& shifts = *c.ints_arg("shifts");
+                         const std::vector<int64_t>& dims = *c.ints_arg("dims");
+                         if (numel(in) == 0) return read_self(c, r, idx);
+                         // Element i of the result is element (i - shift) mod size of the input.
+                         auto rolled = [](const Expr& i, int64_t size, int64_t shift) {
+                           int64_t s = loop::mod_i64(shift, size);
+                           return s == 0 ? i : loop::mod(i + loop::idx(size - s), loop::idx(size));
+                         };
+                         if (dims.empty()) {
+                           int64_t n = numel(in);
+                           return read_self(
+                               c, r, delinearize(rolled(linearize(idx, in), n, shifts[0]), in));
+                         }
+                         Index i = idx;
+                         for (size_t k = 0; k < dims.size(); ++k) {
+                           size_t d = *wrap_dim(dims[k], static_cast<int64_t>(in.size()));
+                           i[d] = rolled(i[d], in[d], shifts[k]);
+                         }
+                         return read_self(c, r, i);
+                       }};
     t["aten::constant_pad_nd"] = {
         K::Compute,
         [](const Ctx& c) {
           const std::vector<int64_t>* pad = c.ints_arg("pad");
           std::vector<int64_t> in = c.sizes(c.self());
-          if (!same_dtype_view(c) || !pad || pad->size() % 2 != 0 ||
-              pad->size() > 2 * in.size()) {
+          if (!same_dtype_view(c) || !pad || pad->size() % 2 != 0 || pad->size() > 2 * in.size()) {
             return false;
           }
           if (!scalar_constant(ldt(c.type(c.out())), c.arg("value"))) return false;
@@ -786,29 +783,30 @@ const std::map<std::string, Rule>& rules() {
           if (!cond.defined()) return read_self(c, r, i);
           return loop::Select::make(cond, r.element(c.self(), i, true), value);
         }};
-    t["aten::repeat"] = {
-        K::Compute,
-        [](const Ctx& c) {
-          const std::vector<int64_t>* reps = c.ints_arg("repeats");
-          std::vector<int64_t> in = c.sizes(c.self());
-          if (!same_dtype_view(c) || !reps || reps->size() < in.size()) return false;
-          std::vector<int64_t> out(*reps);
-          size_t off = reps->size() - in.size();
-          for (size_t d = 0; d < out.size(); ++d) {
-            if (out[d] < 0) return false;
-            if (d >= off) out[d] *= in[d - off];
-          }
-          return out == c.sizes(c.out());
-        },
-        [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
-          std::vector<int64_t> in = c.sizes(c.self());
-          size_t off = idx.size() - in.size();
-          Index i(in.size());
-          for (size_t d = 0; d < in.size(); ++d) {
-            i[d] = in[d] <= 1 ? loop::idx(0) : loop::mod(idx[d + off], loop::idx(in[d]));
-          }
-          return read_self(c, r, i);
-        }};
+    t["aten::repeat"] = {K::Compute,
+                         [](const Ctx& c) {
+                           const std::vector<int64_t>* reps = c.ints_arg("repeats");
+                           std::vector<int64_t> in = c.sizes(c.self());
+                           if (!same_dtype_view(c) || !reps || reps->size() < in.size())
+                             return false;
+                           std::vector<int64_t> out(*reps);
+                           size_t off = reps->size() - in.size();
+                           for (size_t d = 0; d < out.size(); ++d) {
+                             if (out[d] < 0) return false;
+                             if (d >= off) out[d] *= in[d - off];
+                           }
+                           return out == c.sizes(c.out());
+                         },
+                         [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
+                           std::vector<int64_t> in = c.sizes(c.self());
+                           size_t off = idx.size() - in.size();
+                           Index i(in.size());
+                           for (size_t d = 0; d < in.size(); ++d) {
+                             i[d] = in[d] <= 1 ? loop::idx(0)
+                                               : loop::mod(idx[d + off], loop::idx(in[d]));
+                           }
+                           return read_self(c, r, i);
+                         }};
     auto triangle = [](bool lower) {
       return Rule{K::Compute,
                   [](const Ctx& c) {
@@ -841,16 +839,15 @@ const std::map<std::string, Rule>& rules() {
           return convert(ldt(c.type(c.out())),
                          r.element(src, broadcast_index(idx, c.sizes(src)), false));
         }};
-    t["aten::fill.Scalar"] = {
-        K::Compute,
-        [](const Ctx& c) {
-          const graph::TensorType& ot = c.type(c.out());
-          return c.n.outputs.size() == 1 && loop_dtype(ot) &&
-                 scalar_constant(ldt(ot), c.arg("value")).has_value();
-        },
-        [](const Ctx& c, size_t, const Index&, ElementReader&) {
-          return *scalar_constant(ldt(c.type(c.out())), c.arg("value"));
-        }};
+    t["aten::fill.Scalar"] = {K::Compute,
+                              [](const Ctx& c) {
+                                const graph::TensorType& ot = c.type(c.out());
+                                return c.n.outputs.size() == 1 && loop_dtype(ot) &&
+                                       scalar_constant(ldt(ot), c.arg("value")).has_value();
+                              },
+                              [](const Ctx& c, size_t, const Index&, ElementReader&) {
+                                return *scalar_constant(ldt(c.type(c.out())), c.arg("value"));
+                              }};
     t["aten::fill.Tensor"] = {
         K::Compute,
         [](const Ctx& c) {
@@ -890,8 +887,8 @@ const std::map<std::string, Rule>& rules() {
           Index si = idx;
           si[d] = rel;
           if (step != 1) {
-            cond = loop::And::make(cond, loop::EQ::make(loop::mod(rel, loop::idx(step)),
-                                                        loop::idx(0)));
+            cond = loop::And::make(cond,
+                                   loop::EQ::make(loop::mod(rel, loop::idx(step)), loop::idx(0)));
             si[d] = loop::floordiv(rel, loop::idx(step));
           }
           return loop::Select::make(cond, r.element(src, si, true), read_self(c, r, idx));
@@ -967,13 +964,14 @@ const std::map<std::string, Rule>& rules() {
                 [arange_args](const Ctx& c) {
                   std::optional<std::array<int64_t, 3>> a = arange_args(c);
                   const graph::TensorType& ot = c.type(c.out());
-                  if (!a || c.n.outputs.size() != 1 || !loop_dtype(ot) || ot.dim() != 1) return false;
+                  if (!a || c.n.outputs.size() != 1 || !loop_dtype(ot) || ot.dim() != 1)
+                    return false;
                   DType dt = ldt(ot);
                   auto [start, end, step] = *a;
                   constexpr int64_t kExact = int64_t{1} << 24;  // f32 holds every int below
                   if (std::abs(start) > kExact || std::abs(end) > kExact) return false;
-                  int64_t len = step > 0 ? (end - start + step - 1) / step
-                                         : (start - end - step - 1) / -step;
+                  int64_t len =
+                      step > 0 ? (end - start + step - 1) / step : (start - end - step - 1) / -step;
                   len = std::max<int64_t>(len, 0);
                   auto fits = [&](int64_t v) {
                     return loop::is_float(dt) ? dt != DType::BFloat16 && dt != DType::Float16
@@ -1015,49 +1013,49 @@ const std::map<std::string, Rule>& rules() {
           i[d] = r.index_element(index, ii, loop::idx(in[d]), false);
           return read_self(c, r, i);
         }};
-    t["aten::gather"] = {
-        K::Compute,
-        [](const Ctx& c) {
-          std::optional<ValueId> index = c.tensor_arg("index");
-          std::optional<int64_t> d = c.int_arg("dim");
-          std::vector<int64_t> in = c.sizes(c.self());
-          if (!same_dtype_view(c) || !index || !d || in.empty()) return false;
-          const graph::TensorType& it = c.type(*index);
-          std::vector<int64_t> is = sizes_of(it);
-          if (!index_dtype(it) || is.size() != in.size()) return false;
-          std::optional<int64_t> w = wrap_dim(*d, static_cast<int64_t>(in.size()));
-          if (!w || is != c.sizes(c.out())) return false;
-          for (size_t k = 0; k < in.size(); ++k) {
-            if (static_cast<int64_t>(k) != *w && is[k] > in[k]) return false;
-          }
-          return true;
-        },
-        [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
-          ValueId index = *c.tensor_arg("index");
-          std::vector<int64_t> in = c.sizes(c.self());
-          size_t d = *wrap_dim(*c.int_arg("dim"), static_cast<int64_t>(in.size()));
-          Index i = idx;
-          i[d] = r.index_element(index, idx, loop::idx(in[d]), false);
-          return read_self(c, r, i);
-        }};
-    t["aten::embedding"] = {
-        K::Compute,
-        [](const Ctx& c) {
-          std::optional<ValueId> w = c.tensor_arg("weight"), ids = c.tensor_arg("indices");
-          if (!w || !ids || c.n.outputs.size() != 1) return false;
-          const graph::TensorType &wt = c.type(*w), &it = c.type(*ids);
-          if (wt.dim() != 2 || !loop_dtype(wt) || !index_dtype(it)) return false;
-          if (c.type(c.out()).dtype != wt.dtype) return false;
-          std::vector<int64_t> out = sizes_of(it);
-          out.push_back(wt.sizes[1].constant());
-          return out == c.sizes(c.out());
-        },
-        [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
-          ValueId w = *c.tensor_arg("weight"), ids = *c.tensor_arg("indices");
-          Index ii(idx.begin(), idx.end() - 1);
-          Expr row = r.index_element(ids, ii, loop::idx(c.sizes(w)[0]), false);
-          return r.element(w, {row, idx.back()}, false);
-        }};
+    t["aten::gather"] = {K::Compute,
+                         [](const Ctx& c) {
+                           std::optional<ValueId> index = c.tensor_arg("index");
+                           std::optional<int64_t> d = c.int_arg("dim");
+                           std::vector<int64_t> in = c.sizes(c.self());
+                           if (!same_dtype_view(c) || !index || !d || in.empty()) return false;
+                           const graph::TensorType& it = c.type(*index);
+                           std::vector<int64_t> is = sizes_of(it);
+                           if (!index_dtype(it) || is.size() != in.size()) return false;
+                           std::optional<int64_t> w = wrap_dim(*d, static_cast<int64_t>(in.size()));
+                           if (!w || is != c.sizes(c.out())) return false;
+                           for (size_t k = 0; k < in.size(); ++k) {
+                             if (static_cast<int64_t>(k) != *w && is[k] > in[k]) return false;
+                           }
+                           return true;
+                         },
+                         [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
+                           ValueId index = *c.tensor_arg("index");
+                           std::vector<int64_t> in = c.sizes(c.self());
+                           size_t d = *wrap_dim(*c.int_arg("dim"), static_cast<int64_t>(in.size()));
+                           Index i = idx;
+                           i[d] = r.index_element(index, idx, loop::idx(in[d]), false);
+                           return read_self(c, r, i);
+                         }};
+    t["aten::embedding"] = {K::Compute,
+                            [](const Ctx& c) {
+                              std::optional<ValueId> w = c.tensor_arg("weight"),
+                                                     ids = c.tensor_arg("indices");
+                              if (!w || !ids || c.n.outputs.size() != 1) return false;
+                              const graph::TensorType &wt = c.type(*w), &it = c.type(*ids);
+                              if (wt.dim() != 2 || !loop_dtype(wt) || !index_dtype(it))
+                                return false;
+                              if (c.type(c.out()).dtype != wt.dtype) return false;
+                              std::vector<int64_t> out = sizes_of(it);
+                              out.push_back(wt.sizes[1].constant());
+                              return out == c.sizes(c.out());
+                            },
+                            [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
+                              ValueId w = *c.tensor_arg("weight"), ids = *c.tensor_arg("indices");
+                              Index ii(idx.begin(), idx.end() - 1);
+                              Expr row = r.index_element(ids, ii, loop::idx(c.sizes(w)[0]), false);
+                              return r.element(w, {row, idx.back()}, false);
+                            }};
     t["aten::index.Tensor"] = {
         K::Compute,
         [](const Ctx& c) {
@@ -1083,8 +1081,7 @@ const std::map<std::string, Rule>& rules() {
               i[d] = idx[d - ai.last + ai.first + nb];
             } else if (ai.indices[d]) {
               ValueId v = *ai.indices[d];
-              i[d] = r.index_element(v, broadcast_index(bidx, c.sizes(v)), loop::idx(in[d]),
-                                     true);
+              i[d] = r.index_element(v, broadcast_index(bidx, c.sizes(v)), loop::idx(in[d]), true);
             } else {
               return Expr{};  // a gap between indexed dims: rejected by the check
             }

@@ -175,9 +175,9 @@ TEST(ViewFusion, EmbeddingKernelChecksIndicesFirst) {
 // linearized and delinearized) keeps row-major order.
 TEST(IndexOps, ReshapeIndexMathKeepsRowMajorOrder) {
   const std::vector<std::pair<graph::Dims, graph::Dims>> cases = {
-      {{6, 20}, {2, 3, 4, 5}}, {{2, 3, 4, 5}, {6, 20}}, {{4, 6}, {3, 8}},
-      {{2, 1, 6}, {3, 1, 4}},  {{12}, {1, 12, 1}},      {{1, 2, 3, 1}, {6}},
-      {{5}, {5}},              {{4, 3}, {2, 2, 3}},     {{3, 4, 5}, {5, 4, 3}},
+      {{6, 20}, {2, 3, 4, 5}}, {{2, 3, 4, 5}, {6, 20}}, {{4, 6}, {3, 8}}, {{2, 1, 6}, {3, 1, 4}},
+      {{12}, {1, 12, 1}},      {{1, 2, 3, 1}, {6}},     {{5}, {5}},       {{4, 3}, {2, 2, 3}},
+      {{3, 4, 5}, {5, 4, 3}},
   };
   for (const auto& [in, out] : cases) {
     Builder b;
@@ -207,20 +207,43 @@ TEST(IndexOps, LayoutOpsMatchIndexArithmetic) {
   };
   auto x = [](int64_t i, int64_t j) { return static_cast<double>(-(i * 4 + j)); };
   const std::vector<Case> cases = {
-      {"aten::flip", {"self", "dims"}, {std::vector<int64_t>{0, 1}}, {3, 4},
+      {"aten::flip",
+       {"self", "dims"},
+       {std::vector<int64_t>{0, 1}},
+       {3, 4},
        [&](int64_t i, int64_t j) { return x(2 - i, 3 - j); }},
-      {"aten::roll", {"self", "shifts", "dims"}, {std::vector<int64_t>{5}, std::vector<int64_t>{1}},
-       {3, 4}, [&](int64_t i, int64_t j) { return x(i, (j + 3) % 4); }},
-      {"aten::roll", {"self", "shifts", "dims"}, {std::vector<int64_t>{-3}, std::vector<int64_t>{}},
-       {3, 4}, [&](int64_t i, int64_t j) { int64_t f = (i * 4 + j + 3) % 12; return x(f / 4, f % 4); }},
-      {"aten::constant_pad_nd", {"self", "pad", "value"}, {std::vector<int64_t>{1, -1, 0, 2}, 9.5},
-       {5, 4}, [&](int64_t i, int64_t j) { return i < 3 && j >= 1 ? x(i, j - 1) : 9.5; }},
-      {"aten::slice.Tensor", {"self", "dim", "start", "end", "step"},
-       {int64_t{1}, int64_t{-3}, NoneArg{}, int64_t{2}}, {3, 2},
+      {"aten::roll",
+       {"self", "shifts", "dims"},
+       {std::vector<int64_t>{5}, std::vector<int64_t>{1}},
+       {3, 4},
+       [&](int64_t i, int64_t j) { return x(i, (j + 3) % 4); }},
+      {"aten::roll",
+       {"self", "shifts", "dims"},
+       {std::vector<int64_t>{-3}, std::vector<int64_t>{}},
+       {3, 4},
+       [&](int64_t i, int64_t j) {
+         int64_t f = (i * 4 + j + 3) % 12;
+         return x(f / 4, f % 4);
+       }},
+      {"aten::constant_pad_nd",
+       {"self", "pad", "value"},
+       {std::vector<int64_t>{1, -1, 0, 2}, 9.5},
+       {5, 4},
+       [&](int64_t i, int64_t j) { return i < 3 && j >= 1 ? x(i, j - 1) : 9.5; }},
+      {"aten::slice.Tensor",
+       {"self", "dim", "start", "end", "step"},
+       {int64_t{1}, int64_t{-3}, NoneArg{}, int64_t{2}},
+       {3, 2},
        [&](int64_t i, int64_t j) { return x(i, 1 + 2 * j); }},
-      {"aten::repeat", {"self", "repeats"}, {std::vector<int64_t>{2, 1}}, {6, 4},
+      {"aten::repeat",
+       {"self", "repeats"},
+       {std::vector<int64_t>{2, 1}},
+       {6, 4},
        [&](int64_t i, int64_t j) { return x(i % 3, j); }},
-      {"aten::tril", {"self", "diagonal"}, {int64_t{1}}, {3, 4},
+      {"aten::tril",
+       {"self", "diagonal"},
+       {int64_t{1}},
+       {3, 4},
        [&](int64_t i, int64_t j) { return j - i <= 1 ? x(i, j) : 0.0; }},
       {"aten::t", {"self"}, {}, {4, 3}, [&](int64_t i, int64_t j) { return x(j, i); }},
   };
@@ -272,8 +295,8 @@ TEST(Fusion, ExpensiveValuesReadAtTwoIndicesAreRealized) {
   for (bool expensive : {false, true}) {
     Builder b;
     ValueRef x = b.input(type(DType::Float32, {4, 4}));
-    ValueRef e = b.op(expensive ? "aten::exp" : "aten::neg", {"self"}, {x},
-                      type(DType::Float32, {4, 4}));
+    ValueRef e =
+        b.op(expensive ? "aten::exp" : "aten::neg", {"self"}, {x}, type(DType::Float32, {4, 4}));
     ValueRef et = b.op("aten::t", {"self"}, {e}, type(DType::Float32, {4, 4}, {1, 4}));
     ValueRef sum = b.op("aten::add.Tensor", {"self", "other", "alpha"}, {e, et, int64_t{1}},
                         type(DType::Float32, {4, 4}));
@@ -339,8 +362,8 @@ TEST(IndexOps, ConservativeRejections) {
   ValueRef i = b.input(type(DType::Int64, {2}));
   auto rejects = [&](ValueRef v) { return !index_op_kind(b.g, b.g.nodes[b.g.values[v.id].node]); };
   // A view that reinterprets the dtype.
-  EXPECT_TRUE(rejects(b.op("aten::view.dtype", {"self", "dtype"}, {x, DType::Int32},
-                           type(DType::Int32, {3, 4}))));
+  EXPECT_TRUE(rejects(
+      b.op("aten::view.dtype", {"self", "dtype"}, {x, DType::Int32}, type(DType::Int32, {3, 4}))));
   // Boolean masks (data-dependent shapes) and non-adjacent index tensors.
   EXPECT_TRUE(rejects(b.op("aten::index.Tensor", {"self", "indices"},
                            {x, graph::ValueList{{m.id}, true}}, type(DType::Float32, {2, 4}))));
