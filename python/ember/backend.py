@@ -80,6 +80,9 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs) -
     metrics.counters["nodes"] += graph.num_nodes
     metrics.counters["kernels"] += compiled.num_kernels
     metrics.counters["fused_nodes"] += compiled.num_fused_nodes
+    metrics.counters["extern_steps"] += compiled.num_extern_steps
+    metrics.counters["folded_nodes"] += compiled.num_folded_nodes
+    metrics.counters["view_steps"] += compiled.num_view_steps
     if compiled.codegen_error:
         metrics.counters["codegen_failures"] += 1
         log.warning("ember: running a graph without generated kernels: %s", compiled.codegen_error)

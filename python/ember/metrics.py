@@ -1,11 +1,15 @@
 """Counters of what the ember backend did, for tests and reports.
 
 `counters` holds:
-  graphs      graphs compiled by ember (traced and run by ember's runtime)
-  nodes       ATen nodes in those graphs
-  fallbacks   graphs that run eagerly instead, each with a reason in `fallback_reasons`
-  kernels     generated C++ kernels in compiled graphs (fused groups of pointwise nodes)
-  fused_nodes ATen nodes that run inside generated kernels
+  graphs        graphs compiled by ember (traced and run by ember's runtime)
+  nodes         ATen nodes in those graphs
+  fallbacks     graphs that run eagerly instead, each with a reason in `fallback_reasons`
+  kernels       generated C++ kernels in compiled graphs (fused groups)
+  fused_nodes   ATen nodes that run inside generated kernels
+  extern_steps  nodes of compiled graphs that run as ATen calls
+  view_steps    views made directly from a realized tensor (one per chain of views that an
+                output or an ATen call needs)
+  folded_nodes  nodes computed once at compile time by constant folding (they depend on no input)
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ def reset() -> None:
 
 def snapshot() -> dict:
     """A copy of the counters, with every key present."""
-    out = {"graphs": 0, "nodes": 0, "fallbacks": 0, "kernels": 0, "fused_nodes": 0}
+    out = {"graphs": 0, "nodes": 0, "fallbacks": 0, "kernels": 0, "fused_nodes": 0,
+           "extern_steps": 0, "view_steps": 0, "folded_nodes": 0}
     out.update(counters)
     return out

@@ -58,6 +58,7 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("has_mutations", &Executor::has_mutations)
       .def_prop_ro("num_kernels", &Executor::num_kernels)
       .def_prop_ro("num_fused_nodes", &Executor::num_fused_nodes)
+      .def_prop_ro("num_extern_steps", &Executor::num_extern_steps)
       .def_prop_ro("num_view_steps", &Executor::num_view_steps)
       .def_prop_ro("num_folded_nodes", &Executor::num_folded_nodes)
       .def_prop_ro("arena_bytes", &Executor::arena_bytes)

@@ -31,6 +31,12 @@ void bind_errors(nb::module_& m) {
       PyErr_SetString(internal.ptr(), e.what());
     } catch (const c10::NotImplementedError& e) {
       PyErr_SetString(PyExc_NotImplementedError, e.what_without_backtrace());
+    } catch (const c10::IndexError& e) {  // as torch translates them (an ATen call's error)
+      PyErr_SetString(PyExc_IndexError, e.what_without_backtrace());
+    } catch (const c10::ValueError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what_without_backtrace());
+    } catch (const c10::TypeError& e) {
+      PyErr_SetString(PyExc_TypeError, e.what_without_backtrace());
     } catch (const c10::Error& e) {
       PyErr_SetString(PyExc_RuntimeError, e.what_without_backtrace());
     }

@@ -112,6 +112,9 @@ std::optional<Executor::View> Executor::view_of(const graph::Node& node,
       name.find("view_as_") != std::string::npos) {
     return std::nullopt;
   }
+  // as_strided's storage offset is absolute: not a restride relative to its input's offset,
+  // which may differ from call to call.
+  if (name == "aten::as_strided") return std::nullopt;
   if (!unannotated_view(schema)) {
     const c10::AliasInfo* self = schema.arguments()[0].alias_info();
     if (self == nullptr || writes(self)) return std::nullopt;
@@ -134,16 +137,36 @@ std::optional<Executor::View> Executor::view_of(const graph::Node& node,
   const graph::TensorType& it = g.type(in->id);
   if (!all_constant(it)) return std::nullopt;
   View v;
-  v.input = in->id;
-  v.input_sizes = constant_dims(it.sizes);
-  v.input_strides = constant_dims(it.strides);
+  v.root = in->id;
+  v.root_sizes = constant_dims(it.sizes);
+  v.root_strides = constant_dims(it.strides);
   for (graph::ValueId o : node.outputs) {
     const graph::TensorType& ot = g.type(o);
     if (!all_constant(ot) || ot.dtype != it.dtype || ot.device != it.device) return std::nullopt;
-    v.outputs.push_back(ViewOutput{constant_dims(ot.sizes), constant_dims(ot.strides),
+    v.outputs.push_back(ViewOutput{o, constant_dims(ot.sizes), constant_dims(ot.strides),
                                    ot.storage_offset.constant() - it.storage_offset.constant()});
   }
   return v;
+}
+
+Executor::Step Executor::view_step(int32_t n, graph::ValueId root) const {
+  const graph::Graph& g = traced_.graph;
+  const graph::TensorType& rt = g.type(root);
+  View v;
+  v.root = root;
+  v.root_sizes = constant_dims(rt.sizes);
+  v.root_strides = constant_dims(rt.strides);
+  v.description = "view " + g.op_of(g.nodes[n]).qualified_name() + " (of %" +
+                  std::to_string(root) + ")";
+  for (graph::ValueId o : g.nodes[n].outputs) {
+    const graph::TensorType& t = g.type(o);
+    v.outputs.push_back(ViewOutput{o, constant_dims(t.sizes), constant_dims(t.strides),
+                                   t.storage_offset.constant() - rt.storage_offset.constant()});
+  }
+  Step step;
+  step.view = std::move(v);
+  step.may_alias = true;
+  return step;
 }
 
 Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
@@ -201,6 +224,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
             libraries_[unit_of[gi]]->symbol(codegen::cpp_kernel_symbol(group.kernel.name)));
         k.inputs = group.inputs;
         k.outputs = group.outputs;
+        k.index_status = group.index_status;
         for (graph::ValueId v : group.inputs) {
           const graph::TensorType& t = g.type(v);
           k.input_layouts.push_back(
@@ -225,6 +249,8 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
       for (const sched::PlanStep& ps : plan.steps) {
         if (ps.kind == sched::PlanStep::Kind::Extern) {
           steps_.push_back(extern_step(ps.index));
+        } else if (ps.kind == sched::PlanStep::Kind::View) {
+          steps_.push_back(view_step(ps.index, ps.root));
         } else {
           Step step;
           step.kernel = kernel_of_group[ps.index];
@@ -242,8 +268,12 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
       plan = sched::schedule_graph(g, sched::ScheduleOptions{.fuse = false});
     }
   }
-  if (steps_.empty()) {
-    for (const sched::PlanStep& ps : plan.steps) steps_.push_back(extern_step(ps.index));
+  if (steps_.empty()) {  // no kernels: extern and view steps only
+    for (const sched::PlanStep& ps : plan.steps) {
+      EMBER_INTERNAL_ASSERT(ps.kind != sched::PlanStep::Kind::Kernel) << "a kernel step left";
+      steps_.push_back(ps.kind == sched::PlanStep::Kind::View ? view_step(ps.index, ps.root)
+                                                              : extern_step(ps.index));
+    }
   }
 
   // Last use of each value, so intermediates are freed as soon as possible.
@@ -256,6 +286,9 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
     if (step.kernel >= 0) {
       reads = kernels_[step.kernel].inputs;
       writes = kernels_[step.kernel].outputs;
+    } else if (!step.call) {
+      reads = {step.view->root};
+      for (const ViewOutput& o : step.view->outputs) writes.push_back(o.value);
     } else {
       reads = step.call->reads();
       writes = step.call->outputs;
@@ -301,7 +334,11 @@ void Executor::plan_memory(const std::vector<int>& last_use) {
       }
       continue;
     }
-    if (!returns_aliases(step.call->op->schema())) continue;
+    if (!step.call) {  // a view step: its views alias the root
+      for (const ViewOutput& o : step.view->outputs) aliases[o.value] = aliases[step.view->root];
+      continue;
+    }
+    if (!step.may_alias) continue;
     std::vector<int> read;
     for (graph::ValueId v : step.call->reads()) {
       read.insert(read.end(), aliases[v].begin(), aliases[v].end());
@@ -371,9 +408,11 @@ std::vector<std::string> Executor::describe_steps() const {
   for (const Step& s : steps_) {
     if (s.kernel >= 0) {
       out.push_back(kernels_[s.kernel].description);
-    } else {
+    } else if (s.call) {
       out.push_back(std::string(s.view ? "view " : "extern ") +
                     c10::toString(s.call->op->schema().operator_name()));
+    } else {
+      out.push_back(s.view->description);
     }
   }
   return out;
@@ -384,29 +423,43 @@ int Executor::num_view_steps() const {
       std::count_if(steps_.begin(), steps_.end(), [](const Step& s) { return s.view.has_value(); }));
 }
 
+int Executor::num_extern_steps() const {
+  return static_cast<int>(std::count_if(steps_.begin(), steps_.end(), [](const Step& s) {
+    return s.call.has_value() && !s.view.has_value();
+  }));
+}
+
 bool Executor::run_view(const Step& step, std::vector<at::Tensor>& env) const {
   const View& v = *step.view;
-  const at::Tensor& base = env[v.input];
+  at::Tensor base = env[v.root];
   if (!base.defined() || !base.has_storage() || base.layout() != at::kStrided || base.is_conj() ||
-      base.is_neg() || base.key_set().has(c10::DispatchKey::Python) ||
-      !has_layout(base, v.input_sizes, v.input_strides)) {
-    return false;
+      base.is_neg() || base.key_set().has(c10::DispatchKey::Python)) {
+    if (step.call) return false;
+    EMBER_INTERNAL_ASSERT(false) << "a view step's root " << v.root << " is not a plain tensor";
   }
-  for (size_t i = 0; i < v.outputs.size(); ++i) {
-    const ViewOutput& o = v.outputs[i];
+  if (!has_layout(base, v.root_sizes, v.root_strides)) {
+    // An extern op returned another layout than its meta kernel promised. A view op runs as the
+    // dispatcher call; a collapsed chain views a copy in the traced layout (it then aliases the
+    // copy, not the extern's result: both are intermediates).
+    if (step.call) return false;
+    at::Tensor copy = at::empty_strided(v.root_sizes, v.root_strides, base.options());
+    copy.copy_(base);
+    base = copy;
+  }
+  for (const ViewOutput& o : v.outputs) {
     auto impl = c10::make_intrusive<c10::TensorImpl>(
         c10::TensorImpl::VIEW, c10::Storage(base.storage()), base.key_set(), base.dtype());
     impl->set_sizes_and_strides(o.sizes, o.strides, base.storage_offset() + o.offset_delta);
     impl->set_version_counter(base.unsafeGetTensorImpl()->version_counter());
-    env[step.call->outputs[i]] = at::Tensor(std::move(impl));
+    env[o.value] = at::Tensor(std::move(impl));
   }
   return true;
 }
 
-void Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env,
+bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env,
                           const at::Tensor& arena) const {
   std::vector<void*> buffers;
-  buffers.reserve(k.inputs.size() + k.outputs.size());
+  buffers.reserve(k.inputs.size() + k.outputs.size() + 1);
   for (size_t i = 0; i < k.inputs.size(); ++i) {
     at::Tensor& x = env[k.inputs[i]];
     const Kernel::Output& want = k.input_layouts[i];
@@ -433,7 +486,10 @@ void Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env,
     }
     buffers.push_back(t.data_ptr());
   }
+  bool index_out_of_range = false;
+  if (k.index_status) buffers.push_back(&index_out_of_range);
   k.fn(buffers.data(), nullptr);
+  return !index_out_of_range;
 }
 
 std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) const {
@@ -464,12 +520,17 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
   if (arena_bytes_ > 0) arena = at::empty({arena_bytes_}, at::TensorOptions().dtype(at::kByte));
   for (const Step& step : steps_) {
     if (step.kernel >= 0) {
-      run_kernel(kernels_[step.kernel], env, arena);
+      if (!run_kernel(kernels_[step.kernel], env, arena)) {
+        // An index tensor holds an out-of-range index. Nothing is mutated before the last step:
+        // the unfused program runs the ATen ops, which raise eager's error.
+        EMBER_INTERNAL_ASSERT(unfused_ != nullptr) << "kernel step without an unfused program";
+        return unfused_->run(inputs);
+      }
       for (graph::ValueId v : step.release) env[v].reset();
       continue;
     }
     if (step.view && run_view(step, env)) {
-      // made from its input's storage
+      // made from the root's storage
     } else {
       step.call->run(env, stack);
       if (arena.defined() && !step.may_alias) {

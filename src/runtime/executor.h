@@ -60,7 +60,10 @@ class Executor {
   int num_arena_buffers() const { return num_arena_buffers_; }
   /// Nodes computed once at construction by constant folding.
   int num_folded_nodes() const { return num_folded_nodes_; }
-  /// Extern steps that are view ops made directly from their input's storage (see View).
+  /// Steps that are boxed ATen calls.
+  int num_extern_steps() const;
+  /// Steps that make views of a realized tensor directly from its storage (see View): one per
+  /// chain of views the scheduler collapsed, or one per view op left outside kernels.
   int num_view_steps() const;
   /// Why code generation was abandoned for this graph; empty if it was not.
   const std::string& codegen_error() const { return codegen_error_; }
@@ -84,39 +87,48 @@ class Executor {
     Fn fn = nullptr;
     std::vector<graph::ValueId> inputs, outputs;
     std::vector<Output> allocations;  ///< one per output
+    bool index_status = false;        ///< see sched::KernelGroup::index_status
     /// The traced sizes and strides of each input: the kernel reads inputs at these strides, so
     /// an input that arrives with others (an extern op whose result's layout differs from its
     /// meta kernel's) is first copied into this layout.
     std::vector<Output> input_layouts;
     std::string description;  ///< "kernel <name>: <ops of its nodes>"
   };
-  /// A view op (its schema's result aliases its first argument) whose results are made directly
-  /// from the input's storage with the traced sizes and strides, without a dispatcher call.
+  /// Views made directly from a realized tensor's storage (a TensorImpl with the traced sizes and
+  /// strides), without a dispatcher call: the outputs of a chain of views the scheduler collapsed
+  /// (sched::PlanStep::Kind::View), or of one view op (its schema's results alias its first
+  /// argument) left as an extern step.
   struct ViewOutput {
+    graph::ValueId value = -1;
     std::vector<int64_t> sizes, strides;
-    int64_t offset_delta = 0;  ///< result's storage offset minus the input's, as traced
+    int64_t offset_delta = 0;  ///< the view's traced storage offset minus the root's
   };
   struct View {
-    graph::ValueId input = -1;
-    std::vector<int64_t> input_sizes, input_strides;  ///< traced layout the fast path requires
+    graph::ValueId root = -1;
+    std::vector<int64_t> root_sizes, root_strides;  ///< traced layout the views assume
     std::vector<ViewOutput> outputs;
+    std::string description;  ///< "view <op>"
   };
   struct Step {
-    // Extern step: `call` is set. Kernel step: `kernel` >= 0.
+    // Extern step: `call` is set (and `view` too for a view op with a fast path). Kernel step:
+    // `kernel` >= 0. View step: only `view` is set.
     std::optional<ExternCall> call;
     int kernel = -1;
-    std::optional<View> view;  ///< set for view ops (an extern step with a fast path)
-    bool may_alias = false;    ///< its results may share memory with its arguments
+    std::optional<View> view;
+    bool may_alias = false;  ///< its results may share memory with its arguments
     std::vector<graph::ValueId> release;  ///< values whose last use is this step
   };
 
   Step extern_step(int32_t node) const;
+  Step view_step(int32_t node, graph::ValueId root) const;
   std::optional<View> view_of(const graph::Node& node, const c10::FunctionSchema& schema) const;
-  void run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const at::Tensor& arena) const;
+  /// Runs one kernel; false when it reported an out-of-range index (and wrote nothing).
+  bool run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const at::Tensor& arena) const;
   /// Places kernel outputs that only live inside a call in one arena (memory planning).
   void plan_memory(const std::vector<int>& last_use);
-  /// Runs a view step's fast path; false when the input is not as traced (then the caller makes
-  /// the dispatcher call).
+  /// Makes a view step's views. False when the root does not have the traced layout and the step
+  /// is an extern view op (then the caller makes the dispatcher call); a collapsed chain then
+  /// views a copy of the root in the traced layout.
   bool run_view(const Step& step, std::vector<at::Tensor>& env) const;
   bool strides_match(const std::vector<at::Tensor>& inputs) const;
 

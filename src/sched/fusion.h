@@ -1,12 +1,15 @@
 /// \file
 /// The fusion scheduler: partitions a traced Graph into steps, each an extern ATen call (one node)
-/// or a generated kernel (a fused group of pointwise nodes), and builds each group's loop-IR
-/// Kernel. The sched stage sees both IRs: it depends on graph and loop.
+/// or a generated kernel, and builds each kernel's loop IR. The sched stage sees both IRs: it
+/// depends on graph and loop.
 ///
-/// Today's scope (the first slice of the CPU compiler): vertical fusion of pointwise nodes of one
-/// output shape, with broadcasting reads of realized inputs; softmax, log_softmax, layer_norm and
-/// sum/mean/amax/amin as one-node kernel groups (reduction.h). Views and everything else stay
-/// extern calls. See docs/design/scheduler.md.
+/// Every fusible value (pointwise ops, and the view, layout and indexing ops of index_ops.h) is an
+/// index function: its element at an index, an expression of its inputs' elements. Producers are
+/// inlined into their consumers with the index substituted, so fusion goes through views. A
+/// value is realized (written to memory by a kernel) only where something outside the fused code
+/// needs it, or where recomputing it would cost too much; views needed outside stay ATen calls
+/// (they cost no copy and keep eager's aliasing). Softmax, log_softmax, layer_norm and
+/// sum/mean/amax/amin are one-node kernel groups (reduction.h). See docs/design/scheduler.md.
 #pragma once
 
 #include <cstdint>
@@ -17,27 +20,42 @@
 
 namespace ember::sched {
 
-/// A fused group of pointwise nodes, or one reduction node, and its kernel.
+/// A fused group (values of one shape written by one loop nest), or one reduction node, and its
+/// kernel.
 struct KernelGroup {
-  std::vector<int32_t> nodes;          ///< graph nodes, in graph order
+  /// Graph nodes computed in the kernel, in graph order. A node may be in several groups (a cheap
+  /// value recomputed by each of its readers), and views read through are listed too.
+  std::vector<int32_t> nodes;
   std::vector<graph::ValueId> inputs;  ///< realized values read, in buffer order
   /// Values written, buffer order after the inputs: in node order, and for a node with several
   /// outputs (native_layer_norm) the needed ones in output order.
   std::vector<graph::ValueId> outputs;
-  loop::Kernel kernel;  ///< buffers: inputs then outputs; no size variables
+  loop::Kernel kernel;  ///< buffers: inputs then outputs (then the status); no size variables
+  /// The kernel reads elements at indices loaded from index tensors (embedding, gather, ...). Its
+  /// last buffer, after the outputs, is a b8[1] status: the kernel first checks every index and
+  /// sets it to true, writing nothing else, when one is out of range (eager raises there); the
+  /// runtime then reruns the call unfused so that the ATen op raises eager's error.
+  bool index_status = false;
 };
 
-/// One step of the program: run node `index` as an ATen call, or run group `index`.
+/// One step of the program:
+///  - Extern: run node `index` as an ATen call;
+///  - Kernel: run group `index`;
+///  - View: make each output of view node `index` (a chain of views) as a view of `root`, the
+///    realized value at the end of the chain, at the output's traced sizes and strides and at
+///    root's storage offset plus the difference of their traced offsets (as_strided): one cheap
+///    step instead of one ATen call per view of the chain.
 struct PlanStep {
-  enum class Kind : uint8_t { Extern, Kernel };
+  enum class Kind : uint8_t { Extern, Kernel, View };
   Kind kind = Kind::Extern;
   int32_t index = -1;
+  graph::ValueId root = -1;  ///< View steps only
 };
 
 struct Plan {
   std::vector<KernelGroup> groups;
   std::vector<PlanStep> steps;
-  int num_fused_nodes = 0;  ///< graph nodes inside kernels
+  int num_fused_nodes = 0;  ///< distinct graph nodes inside kernels
 };
 
 struct ScheduleOptions {
@@ -51,10 +69,17 @@ struct ScheduleOptions {
 };
 
 /// Requires a verifier-valid graph whose tensors are all on the CPU (kernels are C++). Guarantees:
-/// every node is in exactly one step; steps are in an order where each reads only values defined
-/// by earlier steps or graph inputs; a group's outputs are exactly its values used outside it
-/// (by other steps, graph outputs or mutations). A group's kernel writes its outputs with the
-/// traced sizes and strides and reads inputs at the traced strides (the runtime checks them).
+///  - every extern node is exactly one extern step; a view that something outside the kernels
+///    needs is one view step; every other node is computed inside the kernels that need it, or
+///    dropped when nothing needs it (fusible nodes have no side effects);
+///  - steps are in an order where each reads only values defined by earlier steps or graph
+///    inputs;
+///  - every graph output, mutation value and argument of an extern step is a graph input, the
+///    output of an extern or view step, or a kernel output; a view needed there is a view step,
+///    so outputs alias as in eager;
+///  - a kernel writes its outputs with the traced sizes and strides and reads realized values at
+///    their traced strides and storage offsets relative to the buffer it reads (the runtime
+///    checks graph inputs' strides).
 Plan schedule_graph(const graph::Graph& g, const ScheduleOptions& options = {});
 
 }  // namespace ember::sched

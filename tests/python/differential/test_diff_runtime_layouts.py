@@ -20,7 +20,7 @@ def test_views_of_inputs_alias_and_skip_the_dispatcher():
 
     x = torch.randn(32)
     g = _compile(fn, [x])
-    assert g.num_view_steps >= 4
+    assert g.num_view_steps >= 3
     outs = g(x)
     for got, want in zip(outs, fn(x)):
         assert got.shape == want.shape and got.stride() == want.stride()

@@ -2,8 +2,8 @@
 table outside pytest).
 
 For each OpInfo of `op_db` (torch.testing._internal.common_methods_invocations) whose ATen
-lowering is in ember's pointwise table (src/sched/pointwise_ops.cpp) or reduction-kernel set
-(src/sched/reduction.h), each dtype of DTYPES the OpInfo supports on the CPU, and each forward
+lowering is in ember's pointwise table (src/sched/pointwise_ops.cpp), reduction-kernel set
+(src/sched/reduction.h) or index functions (src/sched/index_ops.h), each dtype of DTYPES the OpInfo supports on the CPU, and each forward
 sample of `op.sample_inputs("cpu", dtype, requires_grad=False)`, it runs
 `ember.testing.check_model` (eager vs torch.compile(backend="ember"), under no_grad, with
 EMBER_REDUCTION_KERNELS=1) and classifies the sample:
@@ -149,7 +149,59 @@ REDUCTION_OPS: dict[tuple[str, str], str] = {
     ("amin", ""): "aten::amin",
 }
 
-OPS: dict[tuple[str, str], str] = {**POINTWISE_OPS, **REDUCTION_OPS}
+# View, layout and indexing ops (src/sched/index_ops.h). A view returned by the graph stays an
+# ATen call (it aliases its input, as in eager), so the sweep runs these through `_cloned`: the
+# view is then read inside the clone's kernel.
+VIEW_OPS: dict[tuple[str, str], str] = {
+    ("view", ""): "aten::view",
+    ("view_as", ""): "aten::view",
+    ("reshape", ""): "aten::view / aten::clone + aten::_unsafe_view",
+    ("reshape_as", ""): "aten::view / aten::clone + aten::_unsafe_view",
+    ("flatten", ""): "aten::view",
+    ("unflatten", ""): "aten::view",
+    ("permute", ""): "aten::permute",
+    ("movedim", ""): "aten::permute",
+    ("transpose", ""): "aten::transpose.int",
+    ("t", ""): "aten::t",
+    ("expand", ""): "aten::expand",
+    ("expand_as", ""): "aten::expand",
+    ("squeeze", ""): "aten::squeeze / aten::squeeze.dim",
+    ("squeeze", "multiple"): "aten::squeeze.dims",
+    ("unsqueeze", ""): "aten::unsqueeze",
+    ("narrow", ""): "aten::slice.Tensor",
+    ("select", ""): "aten::select.int",
+    ("diagonal", ""): "aten::diagonal",
+    ("split", ""): "aten::split.Tensor",
+    ("split", "list_args"): "aten::split_with_sizes",
+    ("split_with_sizes", ""): "aten::split_with_sizes",
+    ("chunk", ""): "aten::split.Tensor",
+    ("unbind", ""): "aten::unbind.int",
+    ("as_strided", ""): "aten::as_strided",
+    ("__getitem__", ""): "aten::slice.Tensor / aten::select.int / aten::index.Tensor",
+}
+
+INDEX_OPS: dict[tuple[str, str], str] = {
+    ("cat", ""): "aten::cat",
+    ("stack", ""): "aten::stack / aten::cat",
+    ("hstack", ""): "aten::cat",
+    ("vstack", ""): "aten::cat",
+    ("flip", ""): "aten::flip",
+    ("fliplr", ""): "aten::flip",
+    ("roll", ""): "aten::roll",
+    ("constant_pad_nd", ""): "aten::constant_pad_nd",
+    ("nn.functional.pad", "constant"): "aten::constant_pad_nd",
+    ("repeat", ""): "aten::repeat",
+    ("tril", ""): "aten::tril",
+    ("triu", ""): "aten::triu",
+    ("select_scatter", ""): "aten::select_scatter",
+    ("slice_scatter", ""): "aten::slice_scatter",
+    ("index_select", ""): "aten::index_select",
+    ("gather", ""): "aten::gather",
+    ("take_along_dim", ""): "aten::gather",
+    ("nn.functional.embedding", ""): "aten::embedding",
+}
+
+OPS: dict[tuple[str, str], str] = {**POINTWISE_OPS, **REDUCTION_OPS, **VIEW_OPS, **INDEX_OPS}
 
 # The bounded subset CI runs (at most SAMPLES_PER_CASE samples per (op, dtype)): a representative
 # op of each rule kind of the pointwise table and every reduction kernel.
@@ -180,6 +232,23 @@ CI_OPS: tuple[tuple[str, str], ...] = (
     ("sum", ""),
     ("mean", ""),
     ("amax", ""),
+    ("view", ""),
+    ("permute", ""),
+    ("transpose", ""),
+    ("expand", ""),
+    ("select", ""),
+    ("narrow", ""),
+    ("split", ""),
+    ("__getitem__", ""),
+    ("cat", ""),
+    ("stack", ""),
+    ("flip", ""),
+    ("roll", ""),
+    ("nn.functional.pad", "constant"),
+    ("tril", ""),
+    ("index_select", ""),
+    ("gather", ""),
+    ("nn.functional.embedding", ""),
 )
 
 KINDS = ("pass", "fail", "fallback", "not_fused", "skip")
@@ -286,7 +355,8 @@ def run_case(name: str, variant: str, dtype: torch.dtype, limit: int | None = No
     samples = list(samples)
 
     def fn(*args, **kwargs):
-        return op.op(*args, **kwargs)
+        out = op.op(*args, **kwargs)
+        return _cloned(out) if (name, variant) in VIEW_OPS else out
 
     results = []
     with reduction_kernels_on():
@@ -314,6 +384,15 @@ def run_case(name: str, variant: str, dtype: torch.dtype, limit: int | None = No
             else:
                 results.append(SampleResult(i, "pass", desc))
     return results
+
+
+def _cloned(out):
+    """`out` with every tensor cloned (see VIEW_OPS)."""
+    if isinstance(out, torch.Tensor):
+        return out.clone()
+    if isinstance(out, (list, tuple)):
+        return type(out)(_cloned(o) for o in out)
+    return out
 
 
 def tally(results: list[SampleResult]) -> dict[str, int]:
