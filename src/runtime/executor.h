@@ -25,7 +25,7 @@ struct ExecutorOptions {
   /// Fuse pointwise nodes into generated C++ kernels (CPU graphs only).
   bool codegen = true;
   /// Also generate kernels for reductions (see sched::ScheduleOptions::reductions).
-  bool reductions = false;
+  bool reductions = true;
 };
 
 class Executor {

@@ -4,8 +4,8 @@
 /// Kernel. The sched stage sees both IRs: it depends on graph and loop.
 ///
 /// Today's scope (the first slice of the CPU compiler): vertical fusion of pointwise nodes of one
-/// output shape, with broadcasting reads of realized inputs; softmax, log_softmax, layer_norm and
-/// sum/mean/amax/amin as one-node kernel groups (reduction.h). Views and everything else stay
+/// output shape, with broadcasting reads of realized inputs; reductions (softmax, layer_norm,
+/// sum, var, argmax, ...) as one-node kernel groups (reduction.h). Views and everything else stay
 /// extern calls. See docs/design/scheduler.md.
 #pragma once
 
@@ -45,9 +45,9 @@ struct ScheduleOptions {
   int64_t parallel_threshold = 32768;
   /// Whether to fuse at all; false gives a plan of extern steps only.
   bool fuse = true;
-  /// Whether reductions (softmax, layer_norm, sum, ...) become kernels. Off by default: they are
-  /// correct but not yet vectorized, and slower than ATen's (see docs/design/scheduler.md).
-  bool reductions = false;
+  /// Whether reductions (softmax, layer_norm, sum, ...) become kernels (reduction.h); false leaves
+  /// them to ATen.
+  bool reductions = true;
 };
 
 /// Requires a verifier-valid graph whose tensors are all on the CPU (kernels are C++). Guarantees:

@@ -422,7 +422,13 @@ class Emitter {
         return;
       case StmtKind::Store: {
         const Store* st = s.as<Store>();
-        line(ind, buf_name(st->buffer) + "[" + expr(st->index) + "] = " + expr(st->value) + ";");
+        std::string ref = buf_name(st->buffer) + "[" + expr(st->index) + "]";
+        if (st->value.dtype() == DType::BFloat16) {
+          // Store the bits: GCC does not vectorize a loop that copies the struct.
+          line(ind, ref + ".bits = " + expr(st->value) + ".bits;");
+          return;
+        }
+        line(ind, ref + " = " + expr(st->value) + ";");
         return;
       }
       case StmtKind::Accumulate:
