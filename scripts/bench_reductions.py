@@ -3,8 +3,8 @@
     python scripts/bench_reductions.py [--filter SUBSTR] [--reps N] [--markdown]
 
 Each case is traced once and compiled with reductions on (`_C.CompiledGraph`, called directly, so
-neither side pays Dynamo). Time = best of `reps` batches of the mean of one batch's calls, sized
-to ~20 ms; both sides run with torch's intra-op threads (`--threads`; ember's kernels share
+neither side pays Dynamo). Time = best of `reps` batches (~5 ms each, eager and ember batches
+interleaved so both see the same load) of the mean time per call; both sides run with torch's intra-op threads (`--threads`; ember's kernels share
 torch's OpenMP runtime, so the setting applies to both). The kernel count column says
 whether ember made a kernel (0: ATen call).
 """
@@ -60,30 +60,41 @@ def cases():
     return out
 
 
-def best_time(fn, args, reps):
+def batch_size(fn, args, clock, seconds=0.005):
     fn(*args)
-    t0 = time.perf_counter()
+    t0 = clock()
     n = 0
-    while time.perf_counter() - t0 < 0.02:
+    while clock() - t0 < seconds:
         fn(*args)
         n += 1
-    n = max(1, n)
-    best = float("inf")
+    return max(1, n)
+
+
+def best_times(fns, args, reps, clock=time.perf_counter):
+    """Best-of-`reps` mean time per call (ms) of each of `fns`, timed in interleaved batches so
+    that all see the same machine load."""
+    sizes = [batch_size(f, args, clock) for f in fns]
+    best = [float("inf")] * len(fns)
     for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            fn(*args)
-        best = min(best, (time.perf_counter() - t0) / n)
-    return best * 1e3
+        for i, (f, n) in enumerate(zip(fns, sizes)):
+            t0 = clock()
+            for _ in range(n):
+                f(*args)
+            best[i] = min(best[i], (clock() - t0) / n)
+    return [b * 1e3 for b in best]
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--filter", default="")
-    p.add_argument("--reps", type=int, default=15)
+    p.add_argument("--reps", type=int, default=40)
     p.add_argument("--markdown", action="store_true")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: torch's default)")
+    p.add_argument("--cpu-time", action="store_true",
+                   help="time with the thread's CPU clock (with --threads 1: ignores time the "
+                        "thread was descheduled, for a machine shared with other work)")
     a = p.parse_args()
+    clock = time.thread_time if a.cpu_time else time.perf_counter
     if a.threads:
         torch.set_num_threads(a.threads)  # one OpenMP runtime: also ember's kernels
     torch.manual_seed(0)
@@ -98,8 +109,7 @@ def main():
             want = fn(*args)
             got = compiled(*args)[0]
             ok = torch.allclose(got.double(), want.double(), rtol=1e-2, atol=1e-3, equal_nan=True)
-            te = best_time(fn, args, a.reps)
-            tc = best_time(compiled, args, a.reps)
+            te, tc = best_times([fn, compiled], args, a.reps, clock)
         rows.append((name, shape, te, tc, compiled.num_kernels, ok))
         if not a.markdown:
             print(f"{name:14s} {shape:22s} eager {te:8.4f} ms  ember {tc:8.4f} ms  "

@@ -59,7 +59,7 @@ class ProgramBuilder {
  public:
   ProgramBuilder(const graph::Graph& g, const ReductionSpec& s,
                  const std::map<ValueId, std::string>& buffer_of)
-      : g_(g), s_(s), buffer_of_(buffer_of) {}
+      : g_(g), s_(s), buffer_of_(buffer_of), space_{s.sizes, s.reduced, s.x.strides} {}
 
   RowProgram build() {
     const DType xd = dtype(s_.x.value);
@@ -243,9 +243,10 @@ class ProgramBuilder {
     row({store(0, add(call(loop::CallFn::Log, value("acc_sum", a)), shift))});
   }
 
-  // Eager: exp(x - max) * (1 / sum), or (x - max) - log(sum). Softmax keeps exp(x - max) in
-  // its output between the sum and the scaling when the output has the compute type (one exp
-  // per element, as eager's kernel).
+  // Eager: exp(x - max) * (1 / sum), or (x - max) - log(sum). Softmax computes exp(x - max)
+  // once per element, as eager's kernel: it keeps it between the sum and the scaling in its
+  // output when that has the compute type, else (bf16) in an f32 scratch row where rows are
+  // short and contiguous enough, else computes it twice.
   void softmax() {
     const DType xd = dtype(s_.x.value);
     const DType a = opmath(xd);
@@ -255,13 +256,23 @@ class ProgramBuilder {
     init("acc_sum", ReduceOp::Sum, a);
     Expr sum = value("acc_sum", a);
     if (s_.kind == Kind::Softmax) {
-      const bool keep = xd == a;
+      const bool in_output = xd == a;
+      const bool in_scratch =
+          !in_output && uses_inner_layout(space_) && n() <= kMaxScratchRow;
       Expr e = loop::Var::make("t_exp", a);
       std::vector<Stmt> pass = {accumulate(ReduceOp::Sum, "acc_sum", e)};
-      if (keep) pass.insert(pass.begin(), store(0, e));
+      Expr kept;  // where exp(x - max) is kept, if anywhere
+      if (in_output) {
+        pass.insert(pass.begin(), store(0, e));
+        kept = load(s_.outputs[0]);
+      } else if (in_scratch) {
+        p_.values.push_back({"exp_row", a, /*per_element=*/true});
+        pass.insert(pass.begin(), loop::Store::make("exp_row", reduced_flat_index(), e));
+        kept = loop::Load::make(a, "exp_row", reduced_flat_index());
+      }
       elements({loop::Let::make(e, call(loop::CallFn::Exp, sub(x(a), mx)), loop::Block::make(pass))});
       Expr inv = define("inv", div(fconst(a, 1), sum));
-      Expr y = keep ? load(s_.outputs[0]) : call(loop::CallFn::Exp, sub(x(a), mx));
+      Expr y = kept.defined() ? kept : call(loop::CallFn::Exp, sub(x(a), mx));
       elements({store(0, mul(y, inv))});
       return;
     }
@@ -318,9 +329,13 @@ class ProgramBuilder {
     elements({store(0, y)});
   }
 
+  // Longest row kept in a scratch row (f32: 32 KiB of stack per thread).
+  static constexpr int64_t kMaxScratchRow = 8192;
+
   const graph::Graph& g_;
   const ReductionSpec& s_;
   const std::map<ValueId, std::string>& buffer_of_;
+  const ReductionSpace space_;
   RowProgram p_;
 };
 
@@ -340,7 +355,7 @@ loop::Kernel build_reduction_kernel(const graph::Graph& g, const graph::Node& n,
   k.name = name;
   const std::map<ValueId, std::string> buffer_of = add_group_buffers(g, group, k);
   RowProgram program = ProgramBuilder(g, *spec, buffer_of).build();
-  ReductionSpace space{spec->sizes, spec->reduced, spec->x.strides};
+  const ReductionSpace space{spec->sizes, spec->reduced, spec->x.strides};
   k.body = build_reduction_loops(space, program, options.parallel_threshold);
   return k;
 }

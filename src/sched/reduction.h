@@ -17,7 +17,8 @@ namespace ember::sched {
 ///  - aten::sum, sum.dim_IntList, mean, mean.dim, prod, prod.dim_int (dtype argument None or the
 ///    output's), amax, amin, max, min, argmax, argmin, max.dim, min.dim, any, any.dim, any.dims,
 ///    all, all.dim, all.dims, var.correction, std.correction, var_mean.correction,
-///    std_mean.correction, logsumexp: over any dims, keepdim either way;
+///    std_mean.correction, logsumexp: over any dims, keepdim either way (an empty dim list
+///    reduces every dim, except for any.dims / all.dims, which reduce none);
 ///  - aten::_softmax, aten::_log_softmax over any one dim (half_to_float false);
 ///  - aten::native_layer_norm, aten::native_group_norm (weight and bias absent, of the input's
 ///    dtype, or f32).

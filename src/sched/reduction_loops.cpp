@@ -32,11 +32,12 @@ std::string x_name(size_t d) {
   return "x" + std::to_string(d);
 }
 
-// Dims of size > 1, in memory order of the input: largest stride first (ties: lower dim first).
+// Dims of size other than 1 (size-0 dims give loops that never run), in memory order of the
+// input: largest stride first (ties: lower dim first).
 std::vector<size_t> memory_order(const ReductionSpace& s, bool reduced) {
   std::vector<size_t> dims;
   for (size_t d = 0; d < s.sizes.size(); ++d) {
-    if (s.sizes[d] > 1 && s.reduced[d] == reduced) dims.push_back(d);
+    if (s.sizes[d] != 1 && s.reduced[d] == reduced) dims.push_back(d);
   }
   std::stable_sort(dims.begin(), dims.end(),
                    [&](size_t a, size_t b) { return s.x_strides[a] > s.x_strides[b]; });
@@ -105,9 +106,12 @@ Stmt bind_all(const std::map<std::string, Expr>& values, Stmt body) {
   return body;
 }
 
-Stmt allocate_all(const std::vector<RowValue>& values, int64_t size, Stmt body) {
+// Per-row values of `size` each (per-element ones: `row_elements`).
+Stmt allocate_all(const std::vector<RowValue>& values, int64_t size, int64_t row_elements,
+                  Stmt body) {
   for (size_t i = values.size(); i-- > 0;) {
-    body = loop::Allocate::make(values[i].name, values[i].dtype, {loop::idx(size)}, body);
+    int64_t n = values[i].per_element ? row_elements : size;
+    body = loop::Allocate::make(values[i].name, values[i].dtype, {loop::idx(n)}, body);
   }
   return body;
 }
@@ -166,13 +170,10 @@ class Builder {
     for (const RowStep& st : p_.steps) element_steps += st.kind == RowStep::Kind::Elements;
     work_ = product(s_.sizes) * std::max<int64_t>(element_steps, 1);
     // The layout follows the dim the input walks contiguously.
-    std::vector<size_t> all = kept;
-    all.insert(all.end(), reduced.begin(), reduced.end());
-    std::stable_sort(all.begin(), all.end(),
-                     [&](size_t a, size_t b) { return s_.x_strides[a] > s_.x_strides[b]; });
-    if (!kept.empty() && (reduced.empty() || !s_.reduced[all.back()])) {
-      return loop::simplify(outer(kept, reduced));
+    for (size_t d : kept) {
+      if (s_.sizes[d] == 0) return loop::Block::make({});  // no rows
     }
+    if (!uses_inner_layout(s_)) return loop::simplify(outer(kept, reduced));
     return loop::simplify(inner(kept, reduced));
   }
 
@@ -211,7 +212,10 @@ class Builder {
         steps.push_back(nest(loops, substituted(st.body, subst), /*vectorize_innermost=*/true));
       }
     }
-    Stmt body = bind_all(digits, allocate_all(p_.values, 1, loop::Block::make(steps)));
+    int64_t row_elements = 1;
+    for (size_t d : reduced) row_elements *= s_.sizes[d];
+    Stmt body =
+        bind_all(digits, allocate_all(p_.values, 1, row_elements, loop::Block::make(steps)));
     if (kept.empty()) return body;
     ForKind kind = !split && parallel(rows) ? ForKind::Parallel : ForKind::Serial;
     return loop::For::make(p, loop::idx(0), loop::idx(rows), kind, body);
@@ -306,7 +310,11 @@ class Builder {
                                   substituted(st.body, subst));
       steps.push_back(st.kind == RowStep::Kind::Row ? body : nest(loops, body, false));
     }
-    Stmt body = bind_all(digits, allocate_all(p_.values, tile, loop::Block::make(steps)));
+    for (const RowValue& v : p_.values) {
+      EMBER_INTERNAL_ASSERT(!v.per_element) << "per-element row value " << v.name
+                                            << " in the outer layout";
+    }
+    Stmt body = bind_all(digits, allocate_all(p_.values, tile, 0, loop::Block::make(steps)));
     ForKind kind = parallel(rows) ? ForKind::Parallel : ForKind::Serial;
     return loop::For::make(p, loop::idx(0), loop::idx(rows), kind, body);
   }
@@ -319,6 +327,19 @@ class Builder {
 };
 
 }  // namespace
+
+bool uses_inner_layout(const ReductionSpace& s) {
+  std::vector<size_t> kept = memory_order(s, false);
+  std::vector<size_t> reduced = memory_order(s, true);
+  if (kept.empty()) return true;
+  if (reduced.empty()) return false;
+  // The dim of smallest stride (ties: the later dim, as memory_order orders them).
+  std::vector<size_t> all = kept;
+  all.insert(all.end(), reduced.begin(), reduced.end());
+  std::stable_sort(all.begin(), all.end(),
+                   [&](size_t a, size_t b) { return s.x_strides[a] > s.x_strides[b]; });
+  return s.reduced[all.back()];
+}
 
 Expr element_var(size_t d) {
   return loop::var(x_name(d));

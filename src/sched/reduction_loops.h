@@ -15,10 +15,13 @@
 namespace ember::sched {
 
 /// A per-row value (an accumulator or a value derived from accumulators), kept in a scratch
-/// buffer `name` indexed by row_index().
+/// buffer `name` indexed by row_index(). With `per_element`, a scratch row instead: one value
+/// per element of the row, indexed by the element's row-major position among the reduced dims
+/// (inner layout only, see uses_inner_layout).
 struct RowValue {
   std::string name;
   loop::DType dtype;
+  bool per_element = false;
 };
 
 /// One step of a row program, run for every row, in order.
@@ -51,6 +54,10 @@ struct ReductionSpace {
   std::vector<bool> reduced;
   std::vector<int64_t> x_strides;
 };
+
+/// Whether build_reduction_loops lays `space` out with rows outside and their elements inside
+/// (the input's smallest-stride dim is reduced); see below.
+bool uses_inner_layout(const ReductionSpace& space);
 
 /// The kernel body running `program` over `space`:
 ///  - inner layout (the input's smallest-stride dim is reduced): an outer loop over rows, the

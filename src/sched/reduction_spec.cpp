@@ -154,11 +154,11 @@ class Analyzer {
     if (entry->dims == DimArg::Softmax) {
       const auto* d = std::get_if<int64_t>(arg_named(g_, n_, "dim"));
       const auto* half = std::get_if<bool>(arg_named(g_, n_, "half_to_float"));
-      if (d == nullptr || half == nullptr || *half || rank == 0) return std::nullopt;
+      if (d == nullptr || half == nullptr || *half) return std::nullopt;
       std::optional<int64_t> w = wrap_dim(*d, rank);
       if (!w) return std::nullopt;
-      s_.reduced[*w] = true;
-      s_.last_dim = *w == rank - 1;
+      if (rank > 0) s_.reduced[*w] = true;  // a 0-dim input is its own row of one
+      s_.last_dim = rank == 0 || *w == rank - 1;
       if (n_.outputs.size() != 1 || sizes_of(g_.type(n_.outputs[0])) != s_.sizes) {
         return std::nullopt;
       }
@@ -250,12 +250,9 @@ class Analyzer {
         if (a == nullptr) return false;
         if (const auto* l = std::get_if<std::vector<int64_t>>(a)) {
           dims = *l;
-          // An empty list reduces every dim (sum, mean, amax, var, logsumexp); any.dims and
-          // all.dims with [] are left to ATen.
-          if (dims.empty()) {
-            if (s_.kind == Kind::Any || s_.kind == Kind::All) return false;
-            all = true;
-          }
+          // An empty list reduces every dim (sum, mean, amax, var, logsumexp), except that
+          // any.dims and all.dims reduce none (as eager).
+          if (dims.empty() && s_.kind != Kind::Any && s_.kind != Kind::All) all = true;
         } else if (is_none(a)) {
           all = true;
         } else {

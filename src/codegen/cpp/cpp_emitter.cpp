@@ -458,14 +458,14 @@ class Emitter {
         const Allocate* a = s.as<Allocate>();
         // A small allocation of constant size lives on the stack (reduction accumulators, tiles of
         // them).
+        const int64_t max_elems = kMaxStackBytes / std::max(1, dtype_bits(a->dtype) / 8);
         int64_t elems = 1;
         for (const Expr& d : a->sizes) {
           std::optional<int64_t> c = as_const_int(d);
-          elems = c && *c >= 0 && *c <= kMaxStackElems && elems <= kMaxStackElems
-                      ? elems * *c
-                      : kMaxStackElems + 1;
+          elems = c && *c >= 0 && *c <= max_elems && elems <= max_elems ? elems * *c
+                                                                         : max_elems + 1;
         }
-        if (elems >= 1 && elems <= kMaxStackElems) {
+        if (elems >= 1 && elems <= max_elems) {
           line(ind, "{");
           line(ind + 1, std::string(cpp_type(a->dtype)) + " " + buf_name(a->buffer) + "[" +
                             std::to_string(elems) + "];");
@@ -911,7 +911,8 @@ class Emitter {
     }
   }
 
-  static constexpr int64_t kMaxStackElems = 1024;
+  // Largest scratch buffer kept on the stack (per-row accumulators, tiles of them, scratch rows).
+  static constexpr int64_t kMaxStackBytes = 64 * 1024;
 
   const Kernel& k_;
   std::ostringstream out_;

@@ -20,6 +20,7 @@ def _seed():
 def run(fn, *args, kernels=None, **kw):
     with torch.no_grad():
         stats = check_model(fn, args, expect_graphs=1, expect_fallbacks=0, **kw)
+    assert stats.get("codegen_failures", 0) == 0, "a generated kernel failed to compile"
     if kernels is not None:
         assert stats["kernels"] == kernels, stats
     return stats
@@ -161,6 +162,13 @@ def test_strided_broadcast_and_size1_inputs(op, layout):
     x = LAYOUTS[layout]()
     dims = [-1, 1, 0] if op is _argmin else [-1, 1, (0, 2)]
     run(lambda x: tuple(op(x, d, k) for d in dims for k in (False, True)), x, kernels=6)
+
+
+def test_any_and_all_over_an_empty_dim_list_reduce_nothing():
+    x = torch.randn(3, 4)
+    x[0, 1] = 0
+    run(lambda x: (torch.any(x, dim=()), torch.all(x, dim=(), keepdim=True), x.sum(dim=())),
+        x, kernels=3)
 
 
 def test_reduction_over_a_size1_dim_only():

@@ -18,6 +18,7 @@ def _seed():
 def run(fn, *args, kernels=None, **kw):
     with torch.no_grad():
         stats = check_model(fn, args, expect_graphs=1, expect_fallbacks=0, **kw)
+    assert stats.get("codegen_failures", 0) == 0, "a generated kernel failed to compile"
     if kernels is not None:
         assert stats["kernels"] == kernels, stats
     return stats
@@ -60,8 +61,9 @@ def test_softmax_masking_and_nan_like_eager():
     run(lambda x: (F.softmax(x, -1), F.log_softmax(x, -1), F.softmax(x, 0)), x, kernels=3)
 
 
-def test_softmax_size0_and_size1():
-    run(lambda x: (F.softmax(x, -1), F.softmax(x, 0)), torch.randn(0, 5))
+def test_softmax_size0_size1_and_0dim():
+    run(lambda x: (F.softmax(x, -1), F.softmax(x, 0)), torch.randn(0, 5), kernels=2)
+    run(lambda x: (F.softmax(x, 0), F.log_softmax(x, -1)), torch.tensor(1.5), kernels=2)
     run(lambda x: (F.softmax(x, -1), F.log_softmax(x, 1)), torch.randn(5, 1), kernels=2)
 
 
