@@ -613,10 +613,10 @@ class Emitter {
         line(ind, dst[0] + " = " + dst[0] + " * " + src[0] + ";");
         return;
       case ReduceOp::Max:
-        line(ind, dst[0] + " = ember_max<" + ct + ">(" + dst[0] + ", " + src[0] + ");");
+        line(ind, dst[0] + " = ember_max_acc<" + ct + ">(" + dst[0] + ", " + src[0] + ");");
         return;
       case ReduceOp::Min:
-        line(ind, dst[0] + " = ember_min<" + ct + ">(" + dst[0] + ", " + src[0] + ");");
+        line(ind, dst[0] + " = ember_min_acc<" + ct + ">(" + dst[0] + ", " + src[0] + ");");
         return;
       case ReduceOp::Any:
         line(ind, dst[0] + " = " + dst[0] + " | " + src[0] + ";");
@@ -774,7 +774,14 @@ class Emitter {
       line(ind + 1, "}");
     }
     for (int64_t w = lr.lanes / 2; w >= 1; w /= 2) {
-      lane_loop(ind + 1, std::to_string(w));
+      // The last two halvings (2 and 1 lanes) as plain code: GCC's vector code for them goes
+      // through the stack.
+      if (w <= 2) {
+        line(ind + 1, "for (int64_t " + l + " = 0; " + l + " < " + std::to_string(w) + "; ++" + l +
+                          ") {");
+      } else {
+        lane_loop(ind + 1, std::to_string(w));
+      }
       for (const LaneAcc& la : accs) {
         std::vector<std::string> dst, src;
         for (const std::string& lane : la.lanes) {
@@ -853,12 +860,12 @@ class Emitter {
         line(ind, ref(0) + " = " + round_to(t, "(" + cur(0) + " * " + x + ")") + ";");
         return;
       case ReduceOp::Max:
-        line(ind, ref(0) + " = " + round_to(t, "ember_max<" + ct + ">(" + cur(0) + ", " + x + ")") +
-                      ";");
+        line(ind, ref(0) + " = " +
+                      round_to(t, "ember_max_acc<" + ct + ">(" + cur(0) + ", " + x + ")") + ";");
         return;
       case ReduceOp::Min:
-        line(ind, ref(0) + " = " + round_to(t, "ember_min<" + ct + ">(" + cur(0) + ", " + x + ")") +
-                      ";");
+        line(ind, ref(0) + " = " +
+                      round_to(t, "ember_min_acc<" + ct + ">(" + cur(0) + ", " + x + ")") + ";");
         return;
       case ReduceOp::Any:
         line(ind, ref(0) + " = " + ref(0) + " || " + x + ";");

@@ -43,6 +43,19 @@ template <typename T> inline T ember_min(T a, T b) {
   if constexpr (std::numeric_limits<T>::is_integer) return a < b ? a : b;
   else return (a != a || a < b) ? a : b;
 }
+// Max/min of an accumulator and a new value, NaN propagating: the NaN test is on the new value,
+// so the dependency chain through the accumulator is one compare-and-select (vmaxps-like).
+// Ties keep the accumulator.
+template <typename T> inline T ember_max_acc(T acc, T x) {
+  const T m = x > acc ? x : acc;
+  if constexpr (std::numeric_limits<T>::is_integer) return m;
+  else return x != x ? x : m;
+}
+template <typename T> inline T ember_min_acc(T acc, T x) {
+  const T m = x < acc ? x : acc;
+  if constexpr (std::numeric_limits<T>::is_integer) return m;
+  else return x != x ? x : m;
+}
 template <typename T> inline T ember_floordiv(T a, T b) {
   T q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
@@ -66,7 +79,7 @@ template <typename T> inline bool ember_arg_better(T x, int64_t i, T v, int64_t 
 // factors so that k beyond the normal exponent range still scales exactly (denormal results,
 // and overflow to inf). Branch-free: GCC vectorizes it inside `omp simd` loops.
 inline __attribute__((always_inline)) float ember_exp(float x) {
-  const float kf = (x * 0x1.715476p+0f + 0x1.8p23f) - 0x1.8p23f;
+  const float kf = __builtin_nearbyintf(x * 0x1.715476p+0f);
   float r = __builtin_fmaf(kf, -0x1.62e43p-1f, x);
   r = __builtin_fmaf(kf, 0x1.05c610p-29f, r);
   float p = 1.0f / 5040.0f;
@@ -87,7 +100,7 @@ inline __attribute__((always_inline)) float ember_exp(float x) {
   return x != x ? x : res;
 }
 inline __attribute__((always_inline)) double ember_exp(double x) {
-  const double kf = (x * 0x1.71547652b82fep+0 + 0x1.8p52) - 0x1.8p52;
+  const double kf = __builtin_nearbyint(x * 0x1.71547652b82fep+0);
   double r = __builtin_fma(kf, -0x1.62e42fefa39efp-1, x);
   r = __builtin_fma(kf, -0x1.abc9e3b39803fp-56, r);
   double p = 1.0 / 6227020800.0;
