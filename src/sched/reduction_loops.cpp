@@ -27,6 +27,8 @@ constexpr int64_t kMaxChunks = 64;
 constexpr int64_t kMinChunkElements = 8192;
 // Chunks of a vectorized loop start at multiples of this (whole blocks of vector lanes).
 constexpr int64_t kChunkAlign = 64;
+// Elements per row summed into one per-block partial in the outer layout (see blocked_sums).
+constexpr int64_t kOuterBlock = 4096;
 
 std::string x_name(size_t d) {
   return "x" + std::to_string(d);
@@ -304,19 +306,79 @@ class Builder {
     Expr extent = size_c % tile == 0 ? loop::idx(tile)
                                       : loop::min(loop::idx(tile), loop::idx(size_c) - t * tile);
 
+    auto tile_loop = [&](const Stmt& body) {
+      return loop::For::make(c, loop::idx(0), extent, ForKind::Vectorized, substituted(body, subst));
+    };
     std::vector<Stmt> steps;
+    std::vector<RowValue> blocks;  // per-block partial sums (see blocked_sums)
     for (const RowStep& st : p_.steps) {
-      Stmt body = loop::For::make(c, loop::idx(0), extent, ForKind::Vectorized,
-                                  substituted(st.body, subst));
-      steps.push_back(st.kind == RowStep::Kind::Row ? body : nest(loops, body, false));
+      if (st.kind == RowStep::Kind::Row) {
+        steps.push_back(tile_loop(st.body));
+      } else {
+        steps.push_back(blocked_sums(loops, st.body, tile_loop, blocks));
+      }
     }
     for (const RowValue& v : p_.values) {
       EMBER_INTERNAL_ASSERT(!v.per_element) << "per-element row value " << v.name
                                             << " in the outer layout";
     }
-    Stmt body = bind_all(digits, allocate_all(p_.values, tile, 0, loop::Block::make(steps)));
+    std::vector<RowValue> values = p_.values;
+    values.insert(values.end(), blocks.begin(), blocks.end());
+    Stmt body = bind_all(digits, allocate_all(values, tile, 0, loop::Block::make(steps)));
     ForKind kind = parallel(rows) ? ForKind::Parallel : ForKind::Serial;
     return loop::For::make(p, loop::idx(0), loop::idx(rows), kind, body);
+  }
+
+  // An Elements step of the outer layout: the reduced loops around the tile loop. Its float sums
+  // would add every reduced element into one lane per column, in sequence; with more than
+  // kOuterBlock elements per row, the outermost reduced loop is cut in blocks of about
+  // kOuterBlock elements whose sums are accumulated in per-block partials (`<name>_blk`, added
+  // into the row value after each block): a two-level cascade.
+  template <typename TileLoop>
+  Stmt blocked_sums(const std::vector<LoopDims>& loops, const Stmt& body, TileLoop tile_loop,
+                    std::vector<RowValue>& blocks) {
+    std::vector<const loop::Accumulate*> sums;
+    for (const loop::Accumulate* a : row_accumulates(body)) {
+      if (a->op == loop::ReduceOp::Sum && loop::is_float(a->values[0].dtype())) sums.push_back(a);
+    }
+    int64_t per_row = 1;
+    for (const LoopDims& l : loops) per_row *= l.extent;
+    if (sums.empty() || per_row <= kOuterBlock) return nest(loops, tile_loop(body), false);
+    const int64_t inner = per_row / loops[0].extent;  // elements per iteration of the first loop
+    const int64_t b = std::max<int64_t>(1, kOuterBlock / inner);
+    const int64_t nblocks = (loops[0].extent + b - 1) / b;
+    std::map<std::string, std::string> renamed;
+    std::vector<Stmt> init, fold;
+    for (const loop::Accumulate* a : sums) {
+      const std::string blk = a->buffers[0] + "_blk";
+      renamed[a->buffers[0]] = blk;
+      loop::DType t = a->values[0].dtype();
+      if (std::none_of(blocks.begin(), blocks.end(), [&](const RowValue& v) { return v.name == blk; })) {
+        blocks.push_back({blk, t});
+      }
+      init.push_back(loop::Store::make(blk, row_index(), loop::reduction_identity(a->op, 0, t)));
+      fold.push_back(loop::Accumulate::make(a->op, a->buffers, row_index(),
+                                            {loop::Load::make(t, blk, row_index())}));
+    }
+    std::function<Stmt(const Stmt&)> rewrite = [&](const Stmt& st) -> Stmt {
+      if (auto* a = st.as<loop::Accumulate>()) {
+        auto it = renamed.find(a->buffers[0]);
+        if (it == renamed.end() || !loop::structurally_equal(a->index, row_index())) return st;
+        return loop::Accumulate::make(a->op, {it->second}, a->index, a->values);
+      }
+      return loop::map_stmt_children(st, [](const Expr& e) { return e; }, rewrite);
+    };
+    std::vector<LoopDims> rest(loops.begin() + 1, loops.end());
+    Stmt inner_loops = nest(rest, tile_loop(rewrite(body)), false);
+    Expr blk = loop::var("blk");
+    Expr start = blk * b;
+    Expr len = loops[0].extent % b == 0 ? loop::idx(b)
+                                        : loop::min(loop::idx(b), loop::idx(loops[0].extent) - start);
+    Stmt block = loop::Block::make(
+        {tile_loop(loop::Block::make(init)),
+         loop::For::make(loop::var(loops[0].var), start, len, ForKind::Serial, inner_loops),
+         tile_loop(loop::Block::make(fold))});
+    return loop::For::make(blk, loop::idx(0), loop::idx(nblocks), ForKind::Serial, block);
   }
 
   const ReductionSpace& s_;

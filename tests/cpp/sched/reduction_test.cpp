@@ -307,6 +307,28 @@ TEST(Reduction, OuterLayoutVectorizesTheKeptDim) {
   check_group(plan, 0, 1e-5);
 }
 
+// Long column sums (outer layout) add into per-block partials, so they stay accurate.
+TEST(Reduction, LongColumnSumsAreBlocked) {
+  graph::Graph g = reduce_graph("aten::sum.dim_IntList", DType::Float32, DType::Float32,
+                                {20000, 8}, {0}, false, {8});
+  Plan plan = schedule_graph(g);
+  const loop::Kernel& k = plan.groups[0].kernel;
+  std::string text = loop::print_kernel(k);
+  EXPECT_NE(text.find("alloc acc_blk : f32[8]"), std::string::npos) << text;
+  EXPECT_NE(text.find("accumulate sum acc[c] <- acc_blk[c]"), std::string::npos) << text;
+  loop::BufferMap bufs = codegen::testing::random_buffers(k, {});
+  codegen::testing::run_compiled(k, {}, bufs);
+  for (int c = 0; c < 8; ++c) {
+    double exact = 0, magnitude = 0;
+    for (int r = 0; r < 20000; ++r) {
+      exact += bufs["buf0"][r * 8 + c].f;
+      magnitude += std::fabs(bufs["buf0"][r * 8 + c].f);
+    }
+    EXPECT_LE(std::fabs(bufs["buf1"][c].f - exact), 4 * 0x1p-24 * magnitude) << "column " << c;
+  }
+  check_group(plan, 0, 1e-4);
+}
+
 // One large row: chunks in parallel, each with its own partial, combined in chunk order.
 TEST(Reduction, OneLargeRowSplitsIntoChunks) {
   graph::Graph g = reduce_graph("aten::amax", DType::Float32, DType::Float32, {300, 1000},

@@ -219,6 +219,16 @@ def test_long_rows_sum_in_f32_cascade():
     assert err < 2**-24
 
 
+def test_long_column_sums_are_blocked():
+    x = torch.randn(20000, 16)
+    atol = 4 * 2**-24 * x.abs().sum(0).max().item()
+    run(lambda x: (x.sum(0), x.mean(0, keepdim=True)), x, atol=atol, kernels=2)
+    exact = x.double().sum(0)
+    with torch.no_grad():
+        got = torch.compile(lambda x: x.sum(0), backend="ember")(x)
+    assert ((got.double() - exact).abs() / x.abs().sum(0).double()).max().item() < 2**-24
+
+
 @pytest.mark.parametrize("op", [_amax, _amin, _argmax, _argmin, _sum, _logsumexp, _var],
                          ids=lambda o: o.__name__[1:])
 def test_nan_propagates_like_eager(op):
