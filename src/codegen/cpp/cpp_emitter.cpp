@@ -296,7 +296,8 @@ class Emitter {
         r = "std::cosh(" + a[0] + ")";
         break;
       case CallFn::Tanh:
-        r = "std::tanh(" + a[0] + ")";
+        r = (ct == std::string("float") || ct == std::string("double") ? "ember_tanh(" : "std::tanh(") +
+            a[0] + ")";
         break;
       case CallFn::Asinh:
         r = "std::asinh(" + a[0] + ")";

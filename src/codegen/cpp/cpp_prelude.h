@@ -2,11 +2,11 @@
 /// The fixed prelude of every generated C++ translation unit: element types and the helpers the
 /// emitter calls. Kept as a string so the generated source is self-contained.
 ///
-/// `ember_exp` and `ember_log` (f32 and f64) replace libm's in generated code: they are inline and
-/// branch-free, so GCC vectorizes them inside `omp simd` loops (glibc's vector math needs
-/// -ffast-math), and within about 1 ulp of the correctly rounded result, with IEEE special
-/// cases (inf, NaN, 0, subnormals, overflow and underflow). tests/cpp/codegen/prelude_math_test.cpp
-/// sweeps them against libm.
+/// `ember_exp`, `ember_log` and `ember_tanh` (f32 and f64) replace libm's in generated code: they
+/// are inline and branch-free, so GCC vectorizes them inside `omp simd` loops (glibc's vector math
+/// needs -ffast-math); exp and log are within about 1 ulp of the correctly rounded result, tanh
+/// within 2, with IEEE special cases (inf, NaN, signed zeros, subnormals, overflow and
+/// underflow). tests/cpp/codegen/prelude_math_test.cpp sweeps them against libm.
 #pragma once
 
 namespace ember::codegen {
@@ -188,6 +188,65 @@ inline __attribute__((always_inline)) double ember_log(double x) {
   const double inf = __builtin_inf();
   const double special = x == 0.0 ? -inf : !(x >= 0.0) ? __builtin_nan("") : x == inf ? inf : 0.0;
   return res + special;
+}
+// tanh(x) = sign(x) * e / (e + 2), e = expm1(2|x|) (|x| capped at 20, where tanh is 1 to double
+// precision). expm1(y) for y >= 0: y = k ln2 + r, expm1(r) = r + r^2 q(r) (Taylor), then
+// 2^k (expm1(r) + 1) - 1 = fma(2^k, expm1(r), 2^k - 1): no cancellation, so about 1 ulp even near 0.
+inline __attribute__((always_inline)) float ember_tanh(float x) {
+  const uint32_t sign = __builtin_bit_cast(uint32_t, x) & 0x80000000u;
+  float a = __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, x) ^ sign);
+  a = a > 20.0f ? 20.0f : a;
+  const float y = a + a;
+  const float kf = __builtin_nearbyintf(y * 0x1.715476p+0f);
+  float r = __builtin_fmaf(kf, -0x1.62e43p-1f, y);
+  r = __builtin_fmaf(kf, 0x1.05c610p-29f, r);
+  float q = 1.0f / 40320.0f;
+  q = __builtin_fmaf(q, r, 1.0f / 5040.0f);
+  q = __builtin_fmaf(q, r, 1.0f / 720.0f);
+  q = __builtin_fmaf(q, r, 1.0f / 120.0f);
+  q = __builtin_fmaf(q, r, 1.0f / 24.0f);
+  q = __builtin_fmaf(q, r, 1.0f / 6.0f);
+  q = __builtin_fmaf(q, r, 0.5f);
+  const float p = __builtin_fmaf(r * r, q, r);
+  const float s = __builtin_bit_cast(float, (static_cast<int32_t>(kf) + 127) << 23);
+  const float e = __builtin_fmaf(s, p, s - 1.0f);
+  // t = e / (e + 2) with the rounding errors of the sum and the quotient corrected.
+  const float d = e + 2.0f;
+  const float err = e <= 2.0f ? e - (d - 2.0f) : 2.0f - (d - e);
+  const float t0 = e / d;
+  const float t = t0 + (__builtin_fmaf(-t0, d, e) - t0 * err) / d;
+  return __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, t) | sign);
+}
+inline __attribute__((always_inline)) double ember_tanh(double x) {
+  const uint64_t sign = __builtin_bit_cast(uint64_t, x) & 0x8000000000000000ull;
+  double a = __builtin_bit_cast(double, __builtin_bit_cast(uint64_t, x) ^ sign);
+  a = a > 20.0 ? 20.0 : a;
+  const double y = a + a;
+  const double kf = __builtin_nearbyint(y * 0x1.71547652b82fep+0);
+  double r = __builtin_fma(kf, -0x1.62e42fefa39efp-1, y);
+  r = __builtin_fma(kf, -0x1.abc9e3b39803fp-56, r);
+  double q = 1.0 / 1307674368000.0;
+  q = __builtin_fma(q, r, 1.0 / 87178291200.0);
+  q = __builtin_fma(q, r, 1.0 / 6227020800.0);
+  q = __builtin_fma(q, r, 1.0 / 479001600.0);
+  q = __builtin_fma(q, r, 1.0 / 39916800.0);
+  q = __builtin_fma(q, r, 1.0 / 3628800.0);
+  q = __builtin_fma(q, r, 1.0 / 362880.0);
+  q = __builtin_fma(q, r, 1.0 / 40320.0);
+  q = __builtin_fma(q, r, 1.0 / 5040.0);
+  q = __builtin_fma(q, r, 1.0 / 720.0);
+  q = __builtin_fma(q, r, 1.0 / 120.0);
+  q = __builtin_fma(q, r, 1.0 / 24.0);
+  q = __builtin_fma(q, r, 1.0 / 6.0);
+  q = __builtin_fma(q, r, 0.5);
+  const double p = __builtin_fma(r * r, q, r);
+  const double s = __builtin_bit_cast(double, (static_cast<int64_t>(kf) + 1023) << 52);
+  const double e = __builtin_fma(s, p, s - 1.0);
+  const double d = e + 2.0;
+  const double err = e <= 2.0 ? e - (d - 2.0) : 2.0 - (d - e);
+  const double t0 = e / d;
+  const double t = t0 + (__builtin_fma(-t0, d, e) - t0 * err) / d;
+  return __builtin_bit_cast(double, __builtin_bit_cast(uint64_t, t) | sign);
 }
 template <typename T> inline T ember_sigmoid(T x) { return T(1) / (T(1) + ember_exp(-x)); }
 

@@ -1,4 +1,4 @@
-// The prelude's math (cpp_prelude.h): ember_exp / ember_log in f32 and f64 against libm over wide
+// The prelude's math (cpp_prelude.h): ember_exp / ember_log / ember_tanh in f32 and f64 against libm over wide
 // sweeps, through both a vectorized (`omp simd`) loop and a scalar call; IEEE special cases; bf16
 // rounding; the argmax comparison. Compiled by the host compiler with the kernel flags.
 #include <gtest/gtest.h>
@@ -28,6 +28,8 @@ EMBER_MAP(exp_f32, float, ember_exp)
 EMBER_MAP(exp_f64, double, ember_exp)
 EMBER_MAP(log_f32, float, ember_log)
 EMBER_MAP(log_f64, double, ember_log)
+EMBER_MAP(tanh_f32, float, ember_tanh)
+EMBER_MAP(tanh_f64, double, ember_tanh)
 extern "C" uint16_t to_bf16(float f) { return ember_bf16(f).bits; }
 extern "C" bool arg_better(float x, int64_t i, float v, int64_t k, bool is_max) {
   return ember_arg_better<float>(x, i, v, k, is_max);
@@ -131,6 +133,9 @@ long double ref_exp(long double x) {
 long double ref_log(long double x) {
   return logl(x);
 }
+long double ref_tanh(long double x) {
+  return tanhl(x);
+}
 
 TEST_F(PreludeMath, ExpF32WithinOneUlp) {
   check_fn<float>("exp_f32", ref_exp, 1.0);
@@ -143,6 +148,13 @@ TEST_F(PreludeMath, LogF32WithinOneUlp) {
 }
 TEST_F(PreludeMath, LogF64WithinOneAndAHalfUlp) {
   check_fn<double>("log_f64", ref_log, 1.5);
+}
+
+TEST_F(PreludeMath, TanhF32WithinTwoUlp) {
+  check_fn<float>("tanh_f32", ref_tanh, 2.0);
+}
+TEST_F(PreludeMath, TanhF64WithinTwoUlp) {
+  check_fn<double>("tanh_f64", ref_tanh, 2.0);
 }
 
 TEST_F(PreludeMath, SpecialValues) {
@@ -174,6 +186,15 @@ TEST_F(PreludeMath, SpecialValues) {
   EXPECT_EQ(log_(0.0), -static_cast<double>(inf));
   EXPECT_TRUE(std::isnan(log_(-2.0)));
   EXPECT_EQ(log_(4.9e-324), std::log(4.9e-324));
+  auto tanhf_ = fn<float (*)(float)>("tanh_f32_one");
+  auto tanh_ = fn<double (*)(double)>("tanh_f64_one");
+  EXPECT_EQ(tanhf_(inf), 1.0f);
+  EXPECT_EQ(tanhf_(-inf), -1.0f);
+  EXPECT_TRUE(std::signbit(tanhf_(-0.0f)) && tanhf_(-0.0f) == 0.0f);
+  EXPECT_TRUE(std::isnan(tanhf_(NAN)));
+  EXPECT_EQ(tanhf_(1e-40f), 1e-40f);  // subnormal: tanh(x) = x
+  EXPECT_EQ(tanh_(-30.0), -1.0);
+  EXPECT_EQ(tanh_(1e-300), 1e-300);
 }
 
 TEST_F(PreludeMath, Bf16RoundsToNearestEven) {
