@@ -21,6 +21,10 @@ using loop::Stmt;
 
 // Tile of the vectorized kept dim in the outer layout: per-row values are buffers of this size.
 constexpr int64_t kOuterTile = 256;
+// Smallest tile when tiles are cut smaller to give every thread work.
+constexpr int64_t kMinOuterTile = 32;
+// Iterations of a parallel loop enough for the threads of a small machine.
+constexpr int64_t kMinParallelRows = 4;
 // Most chunks a single row is split into (inner layout, one row).
 constexpr int64_t kMaxChunks = 64;
 // Fewest elements per chunk worth a thread's time.
@@ -284,10 +288,17 @@ class Builder {
     const size_t cd = kept.back();  // the kept dim of smallest stride
     std::vector<size_t> others(kept.begin(), kept.end() - 1);
     const int64_t size_c = s_.sizes[cd];
-    const int64_t tile = std::min(size_c, kOuterTile);
+    int64_t others_rows = 1;
+    for (size_t d : others) others_rows *= s_.sizes[d];
+    int64_t tile = std::min(size_c, kOuterTile);
+    // Few tiles of a large reduction (a sum over the leading dim of [4096, 256]): smaller tiles,
+    // so that the parallel loop has iterations for every thread.
+    if (work_ >= threshold_ && others_rows * ((size_c + tile - 1) / tile) < kMinParallelRows) {
+      tile = std::max<int64_t>(kMinOuterTile, (size_c / kMinParallelRows + 15) / 16 * 16);
+      tile = std::min(tile, size_c);
+    }
     const int64_t tiles = (size_c + tile - 1) / tile;
-    int64_t rows = tiles;
-    for (size_t d : others) rows *= s_.sizes[d];
+    const int64_t rows = tiles * others_rows;
 
     Expr p = loop::var("p");
     std::map<std::string, Expr> digits;  // bound once per tile
