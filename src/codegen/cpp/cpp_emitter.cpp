@@ -309,7 +309,8 @@ class Emitter {
         r = "std::atanh(" + a[0] + ")";
         break;
       case CallFn::Erf:
-        r = "std::erf(" + a[0] + ")";
+        r = (ct == std::string("float") || ct == std::string("double") ? "ember_erf(" : "std::erf(") +
+            a[0] + ")";
         break;
       case CallFn::Erfc:
         r = "std::erfc(" + a[0] + ")";

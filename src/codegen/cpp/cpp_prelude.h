@@ -2,10 +2,10 @@
 /// The fixed prelude of every generated C++ translation unit: element types and the helpers the
 /// emitter calls. Kept as a string so the generated source is self-contained.
 ///
-/// `ember_exp`, `ember_log` and `ember_tanh` (f32 and f64) replace libm's in generated code: they
-/// are inline and branch-free, so GCC vectorizes them inside `omp simd` loops (glibc's vector math
-/// needs -ffast-math); exp and log are within about 1 ulp of the correctly rounded result, tanh
-/// within 2, with IEEE special cases (inf, NaN, signed zeros, subnormals, overflow and
+/// `ember_exp`, `ember_log`, `ember_tanh` and `ember_erf` (f32 and f64) replace libm's in generated
+/// code: they are inline and branch-free, so GCC vectorizes them inside `omp simd` loops (glibc's
+/// vector math needs -ffast-math); exp and log are within about 1 ulp of the correctly rounded
+/// result, tanh and erf within 2, with IEEE special cases (inf, NaN, signed zeros, subnormals, overflow and
 /// underflow). tests/cpp/codegen/prelude_math_test.cpp sweeps them against libm.
 #pragma once
 
@@ -247,6 +247,109 @@ inline __attribute__((always_inline)) double ember_tanh(double x) {
   const double t0 = e / d;
   const double t = t0 + (__builtin_fma(-t0, d, e) - t0 * err) / d;
   return __builtin_bit_cast(double, __builtin_bit_cast(uint64_t, t) | sign);
+}
+// erf: a = |x|; a <= 1: a * P(z), z = a^2; 1 < a: 1 - exp(-a^2) * t * Q(t), t = 1 / a (a capped
+// at 4 (f32) / 6 (f64), where erf rounds to 1). P and Q are Chebyshev interpolants, derived by
+// scripts/gen_erf_coefficients.py. Both pieces are computed and blended with 0/1 weights (exact),
+// so no branch hides the division from the vectorizer; NaN propagates through the weights.
+inline __attribute__((always_inline)) float ember_erf(float x) {
+  const uint32_t sign = __builtin_bit_cast(uint32_t, x) & 0x80000000u;
+  const float a = __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, x) ^ sign);
+  const float as = a > 1.0f ? 1.0f : a;
+  const float su = __builtin_fmaf(as * as, 2.0f, -1.0f);
+  float sp = -0x1.445f47d33d87bp-24f;
+  sp = __builtin_fmaf(sp, su, 0x1.4a9da0f178cf0p-20f);
+  sp = __builtin_fmaf(sp, su, -0x1.2638790e9e1c6p-16f);
+  sp = __builtin_fmaf(sp, su, 0x1.c827dc5bc9b59p-13f);
+  sp = __builtin_fmaf(sp, su, -0x1.2b902beb7bf5ep-9f);
+  sp = __builtin_fmaf(sp, su, 0x1.4543691d8f268p-6f);
+  sp = __builtin_fmaf(sp, su, -0x1.1fd1629207160p-3f);
+  sp = __builtin_fmaf(sp, su, 0x1.ee51eb2384786p-1f);
+  const float small = as * sp;
+  float ac = a < 1.0f ? 1.0f : a;
+  ac = ac > 4.0f ? 4.0f : ac;
+  const float t = 1.0f / ac;
+  const float lu = (t - 0.625f) * (1.0f / 0.375f);
+  float lp = -0x1.d6a5796981548p-18f;
+  lp = __builtin_fmaf(lp, lu, 0x1.6857574bd7bafp-16f);
+  lp = __builtin_fmaf(lp, lu, -0x1.ae77d47992fabp-16f);
+  lp = __builtin_fmaf(lp, lu, -0x1.060a372b7f4ffp-15f);
+  lp = __builtin_fmaf(lp, lu, 0x1.81c8b568449b4p-12f);
+  lp = __builtin_fmaf(lp, lu, -0x1.944408e736d20p-10f);
+  lp = __builtin_fmaf(lp, lu, 0x1.f25e58e8b04d1p-9f);
+  lp = __builtin_fmaf(lp, lu, -0x1.7e0dfd8b07ae7p-13f);
+  lp = __builtin_fmaf(lp, lu, -0x1.078e393724ce9p-4f);
+  lp = __builtin_fmaf(lp, lu, 0x1.f545fc937eef9p-2f);
+  const float hi = ac * ac;
+  const float lo = __builtin_fmaf(ac, ac, -hi);
+  const float e = ember_exp(-hi);
+  const float erfc = __builtin_fmaf(-lo, e, e) * t * lp;
+  const float large = 1.0f - erfc;
+  const float m = a <= 1.0f ? 1.0f : 0.0f;
+  const float r = small * m + large * (1.0f - m);
+  return __builtin_bit_cast(float, __builtin_bit_cast(uint32_t, r) | sign);
+}
+inline __attribute__((always_inline)) double ember_erf(double x) {
+  const uint64_t sign = __builtin_bit_cast(uint64_t, x) & 0x8000000000000000ull;
+  const double a = __builtin_bit_cast(double, __builtin_bit_cast(uint64_t, x) ^ sign);
+  const double as = a > 1.0 ? 1.0 : a;
+  const double su = __builtin_fma(as * as, 2.0, -1.0);
+  double sp = -0x1.3aa422cc5d833p-61;
+  sp = __builtin_fma(sp, su, 0x1.3c146d3f7092dp-56);
+  sp = __builtin_fma(sp, su, -0x1.28a6a31ac15d5p-51);
+  sp = __builtin_fma(sp, su, 0x1.04ff069f455ddp-46);
+  sp = __builtin_fma(sp, su, -0x1.aad7ae743f4a3p-42);
+  sp = __builtin_fma(sp, su, 0x1.428f3411824bap-37);
+  sp = __builtin_fma(sp, su, -0x1.bf8e5a8fac278p-33);
+  sp = __builtin_fma(sp, su, 0x1.1ad5edc8e68d5p-28);
+  sp = __builtin_fma(sp, su, -0x1.429e938bbf45cp-24);
+  sp = __builtin_fma(sp, su, 0x1.486638bca9fb7p-20);
+  sp = __builtin_fma(sp, su, -0x1.263991b81d610p-16);
+  sp = __builtin_fma(sp, su, 0x1.c82aa249df428p-13);
+  sp = __builtin_fma(sp, su, -0x1.2b902b7b2f224p-9);
+  sp = __builtin_fma(sp, su, 0x1.454368017b042p-6);
+  sp = __builtin_fma(sp, su, -0x1.1fd16292151fdp-3);
+  sp = __builtin_fma(sp, su, 0x1.ee51eb23cb7eap-1);
+  const double small = as * sp;
+  double ac = a < 1.0 ? 1.0 : a;
+  ac = ac > 6.0 ? 6.0 : ac;
+  const double t = 1.0 / ac;
+  const double lu = (t - 7.0 / 12.0) * (12.0 / 5.0);
+  double lp = 0x1.07a26e302626fp-36;
+  lp = __builtin_fma(lp, lu, 0x1.699d7794afd30p-33);
+  lp = __builtin_fma(lp, lu, -0x1.8ee6f3c75ad11p-31);
+  lp = __builtin_fma(lp, lu, 0x1.d02e8e6743ebbp-32);
+  lp = __builtin_fma(lp, lu, 0x1.bc87d1d8b0a98p-30);
+  lp = __builtin_fma(lp, lu, -0x1.9024c9a6453ccp-29);
+  lp = __builtin_fma(lp, lu, 0x1.eb79507a3983dp-29);
+  lp = __builtin_fma(lp, lu, -0x1.34dff8ec84a4bp-27);
+  lp = __builtin_fma(lp, lu, 0x1.278c493a4cb47p-26);
+  lp = __builtin_fma(lp, lu, -0x1.cb621099a5498p-27);
+  lp = __builtin_fma(lp, lu, -0x1.db1d862adaebfp-26);
+  lp = __builtin_fma(lp, lu, 0x1.4c571af617cd1p-23);
+  lp = __builtin_fma(lp, lu, -0x1.dd855d9dfea5fp-22);
+  lp = __builtin_fma(lp, lu, 0x1.f00a3f8574b00p-21);
+  lp = __builtin_fma(lp, lu, -0x1.5a09f4e20e568p-20);
+  lp = __builtin_fma(lp, lu, 0x1.ca95ad4c5926dp-23);
+  lp = __builtin_fma(lp, lu, 0x1.8bf02e16acc4dp-18);
+  lp = __builtin_fma(lp, lu, -0x1.903b021846e87p-16);
+  lp = __builtin_fma(lp, lu, 0x1.f3425617b284fp-15);
+  lp = __builtin_fma(lp, lu, -0x1.863740c616ee9p-14);
+  lp = __builtin_fma(lp, lu, -0x1.475c1d3e5625ap-19);
+  lp = __builtin_fma(lp, lu, 0x1.4fffd034dbdd2p-11);
+  lp = __builtin_fma(lp, lu, -0x1.5de04a0bb21dap-9);
+  lp = __builtin_fma(lp, lu, 0x1.979d8ba0ffff6p-8);
+  lp = __builtin_fma(lp, lu, -0x1.fbbe5ba07a632p-10);
+  lp = __builtin_fma(lp, lu, -0x1.23f983d746555p-4);
+  lp = __builtin_fma(lp, lu, 0x1.fc96239a8a6bdp-2);
+  const double hi = ac * ac;
+  const double lo = __builtin_fma(ac, ac, -hi);
+  const double e = ember_exp(-hi);
+  const double erfc = __builtin_fma(-lo, e, e) * t * lp;
+  const double large = 1.0 - erfc;
+  const double m = a <= 1.0 ? 1.0 : 0.0;
+  const double r = small * m + large * (1.0 - m);
+  return __builtin_bit_cast(double, __builtin_bit_cast(uint64_t, r) | sign);
 }
 template <typename T> inline T ember_sigmoid(T x) { return T(1) / (T(1) + ember_exp(-x)); }
 

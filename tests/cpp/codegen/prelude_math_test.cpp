@@ -1,4 +1,4 @@
-// The prelude's math (cpp_prelude.h): ember_exp / ember_log / ember_tanh in f32 and f64 against libm over wide
+// The prelude's math (cpp_prelude.h): ember_exp / ember_log / ember_tanh / ember_erf in f32 and f64 against libm over wide
 // sweeps, through both a vectorized (`omp simd`) loop and a scalar call; IEEE special cases; bf16
 // rounding; the argmax comparison. Compiled by the host compiler with the kernel flags.
 #include <gtest/gtest.h>
@@ -30,6 +30,8 @@ EMBER_MAP(log_f32, float, ember_log)
 EMBER_MAP(log_f64, double, ember_log)
 EMBER_MAP(tanh_f32, float, ember_tanh)
 EMBER_MAP(tanh_f64, double, ember_tanh)
+EMBER_MAP(erf_f32, float, ember_erf)
+EMBER_MAP(erf_f64, double, ember_erf)
 extern "C" uint16_t to_bf16(float f) { return ember_bf16(f).bits; }
 extern "C" bool arg_better(float x, int64_t i, float v, int64_t k, bool is_max) {
   return ember_arg_better<float>(x, i, v, k, is_max);
@@ -136,6 +138,9 @@ long double ref_log(long double x) {
 long double ref_tanh(long double x) {
   return tanhl(x);
 }
+long double ref_erf(long double x) {
+  return erfl(x);
+}
 
 TEST_F(PreludeMath, ExpF32WithinOneUlp) {
   check_fn<float>("exp_f32", ref_exp, 1.0);
@@ -155,6 +160,13 @@ TEST_F(PreludeMath, TanhF32WithinTwoUlp) {
 }
 TEST_F(PreludeMath, TanhF64WithinTwoUlp) {
   check_fn<double>("tanh_f64", ref_tanh, 2.0);
+}
+
+TEST_F(PreludeMath, ErfF32WithinTwoUlp) {
+  check_fn<float>("erf_f32", ref_erf, 2.0);
+}
+TEST_F(PreludeMath, ErfF64WithinTwoUlp) {
+  check_fn<double>("erf_f64", ref_erf, 2.0);
 }
 
 TEST_F(PreludeMath, SpecialValues) {
@@ -195,6 +207,16 @@ TEST_F(PreludeMath, SpecialValues) {
   EXPECT_EQ(tanhf_(1e-40f), 1e-40f);  // subnormal: tanh(x) = x
   EXPECT_EQ(tanh_(-30.0), -1.0);
   EXPECT_EQ(tanh_(1e-300), 1e-300);
+  auto erff_ = fn<float (*)(float)>("erf_f32_one");
+  auto erf_ = fn<double (*)(double)>("erf_f64_one");
+  EXPECT_EQ(erff_(inf), 1.0f);
+  EXPECT_EQ(erff_(-inf), -1.0f);
+  EXPECT_EQ(erff_(5.0f), 1.0f);
+  EXPECT_TRUE(std::signbit(erff_(-0.0f)) && erff_(-0.0f) == 0.0f);
+  EXPECT_TRUE(std::isnan(erff_(NAN)));
+  EXPECT_TRUE(std::isnan(erf_(-static_cast<double>(NAN))));
+  EXPECT_EQ(erf_(-7.0), -1.0);
+  EXPECT_EQ(erf_(static_cast<double>(inf)), 1.0);
 }
 
 TEST_F(PreludeMath, Bf16RoundsToNearestEven) {
