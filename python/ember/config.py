@@ -11,6 +11,6 @@ def codegen() -> bool:
 
 
 def reduction_kernels() -> bool:
-    """EMBER_REDUCTION_KERNELS=1 generates kernels for reductions (softmax, layer_norm, sum, ...).
-    Off by default: correct, but not yet vectorized and slower than ATen's."""
-    return os.environ.get("EMBER_REDUCTION_KERNELS", "0") == "1"
+    """EMBER_REDUCTION_KERNELS=0 leaves reductions (softmax, layer_norm, sum, var, argmax, ...) to
+    ATen instead of generating kernels for them (on by default)."""
+    return os.environ.get("EMBER_REDUCTION_KERNELS", "1") != "0"

@@ -32,7 +32,7 @@ void bind_runtime(nb::module_& m) {
           [](Executor* self, const tracer::TracedGraph& g, bool codegen, bool reductions) {
             new (self) Executor(g, runtime::ExecutorOptions{codegen, reductions});
           },
-          nb::arg("graph"), nb::arg("codegen") = true, nb::arg("reductions") = false,
+          nb::arg("graph"), nb::arg("codegen") = true, nb::arg("reductions") = true,
           "Prepares `graph` to run; with codegen, fuses pointwise nodes into generated C++ "
           "kernels (CPU graphs).")
       .def("__call__",

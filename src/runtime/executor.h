@@ -26,7 +26,7 @@ struct ExecutorOptions {
   /// Fuse pointwise nodes into generated C++ kernels (CPU graphs only).
   bool codegen = true;
   /// Also generate kernels for reductions (see sched::ScheduleOptions::reductions).
-  bool reductions = false;
+  bool reductions = true;
   /// Run the nodes that depend on no input once, at construction (runtime/constant_fold.h).
   bool fold_constants = true;
 };

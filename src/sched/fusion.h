@@ -8,8 +8,8 @@
 /// inlined into their consumers with the index substituted, so fusion goes through views. A
 /// value is realized (written to memory by a kernel) only where something outside the fused code
 /// needs it, or where recomputing it would cost too much; views needed outside stay ATen calls
-/// (they cost no copy and keep eager's aliasing). Softmax, log_softmax, layer_norm and
-/// sum/mean/amax/amin are one-node kernel groups (reduction.h). See docs/design/scheduler.md.
+/// (they cost no copy and keep eager's aliasing). Reductions (softmax, layer_norm, sum, var,
+/// argmax, ...) are one-node kernel groups (reduction.h). See docs/design/scheduler.md.
 #pragma once
 
 #include <cstdint>
@@ -63,9 +63,9 @@ struct ScheduleOptions {
   int64_t parallel_threshold = 32768;
   /// Whether to fuse at all; false gives a plan of extern steps only.
   bool fuse = true;
-  /// Whether reductions (softmax, layer_norm, sum, ...) become kernels. Off by default: they are
-  /// correct but not yet vectorized, and slower than ATen's (see docs/design/scheduler.md).
-  bool reductions = false;
+  /// Whether reductions (softmax, layer_norm, sum, ...) become kernels (reduction.h); false leaves
+  /// them to ATen.
+  bool reductions = true;
 };
 
 /// Requires a verifier-valid graph whose tensors are all on the CPU (kernels are C++). Guarantees:

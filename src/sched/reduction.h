@@ -1,8 +1,8 @@
 /// \file
-/// Reductions as generated kernels: softmax, log_softmax, layer_norm and the plain reductions
-/// (sum, mean, amax, amin). Each such node is its own kernel group (see fusion.h); this file
-/// decides which nodes qualify and builds their loop-IR kernels. See docs/design/scheduler.md for
-/// the numerics.
+/// Reductions as generated kernels. Each supported node is its own kernel group (see fusion.h);
+/// reduction_spec.h decides which nodes qualify and what they compute, this file writes each
+/// kind's kernel as a row program, and reduction_loops.h lays it out in loops. See
+/// docs/design/scheduler.md ("Reductions") for the numerics and the measurements.
 #pragma once
 
 #include <string>
@@ -13,23 +13,27 @@
 
 namespace ember::sched {
 
-/// True when node `n` of `g` can run as a generated reduction kernel:
-///  - aten::_softmax / aten::_log_softmax over any one dim, half_to_float false, f32/f64/bf16
-///    (bf16 computed in f32, as eager);
-///  - aten::native_layer_norm over trailing dims, f32/f64, weight and bias absent or of the
-///    input's dtype;
-///  - aten::sum.dim_IntList, aten::mean.dim, aten::amax, aten::amin over trailing dims (or all;
-///    also aten::sum and aten::mean of every element),
-///    keepdim either way, f32/f64, dtype argument None or the output's dtype.
-/// Every tensor must be on the CPU with a non-empty input. Conservative: when unsure it returns
-/// false (the node then runs as an ATen call). Never throws for a verifier-valid graph.
+/// True when node `n` of `g` runs as a generated reduction kernel. The overloads:
+///  - aten::sum, sum.dim_IntList, mean, mean.dim, prod, prod.dim_int (dtype argument None or the
+///    output's), amax, amin, max, min, argmax, argmin, max.dim, min.dim, any, any.dim, any.dims,
+///    all, all.dim, all.dims, var.correction, std.correction, var_mean.correction,
+///    std_mean.correction, logsumexp: over any dims, keepdim either way (an empty dim list
+///    reduces every dim, except for any.dims / all.dims, which reduce none);
+///  - aten::_softmax, aten::_log_softmax over any one dim (half_to_float false);
+///  - aten::native_layer_norm, aten::native_group_norm (weight and bias absent, of the input's
+///    dtype, or f32).
+/// Dtypes: f32, f64 and bf16 (computed in f32, as eager) everywhere; integer and bool inputs
+/// where eager takes them (sum and prod give int64, any/all, amax/amin, argmax/argmin,
+/// logsumexp). Every tensor must be on the CPU with constant sizes and strides. Conservative:
+/// when unsure it returns false (the node then runs as an ATen call). Never throws for a
+/// verifier-valid graph.
 bool is_reduction_kernel_node(const graph::Graph& g, const graph::Node& n);
 
 /// The kernel of the one-node group `group` (nodes = {n}): buffers are group.inputs then
 /// group.outputs (a subset of n's outputs, those needed), read and written at their traced
-/// strides. Outer loops run over the kept dims (the first one of extent > 1 is parallel from
-/// options.parallel_threshold input elements); each iteration initialises its own accumulators.
-/// Requires is_reduction_kernel_node(g, n) and a non-empty group.outputs.
+/// strides. Loops as build_reduction_loops (reduction_loops.h), parallel from
+/// options.parallel_threshold elements. Requires is_reduction_kernel_node(g, n) and a non-empty
+/// group.outputs.
 loop::Kernel build_reduction_kernel(const graph::Graph& g, const graph::Node& n,
                                     const KernelGroup& group, const std::string& name,
                                     const ScheduleOptions& options);

@@ -15,6 +15,8 @@
 #include "loop/printer.h"
 #include "loop/verifier.h"
 #include "sched/fusion.h"
+#include "sched/reduction_spec.h"
+#include "../codegen/kernel_runner.h"
 
 namespace ember::sched {
 namespace {
@@ -194,20 +196,182 @@ TEST(Reduction, ConservativeRejections) {
 
   graph::Graph g;
   ValueRef x{g.add_input(type(DType::Float32, {4, 8}), graph::InputKind::User)};
-  ValueRef xi{g.add_input(type(DType::Int64, {4, 8}), graph::InputKind::User)};
-  // Over a leading dim: stays an ATen call.
+  ValueRef xb{g.add_input(type(DType::Bool, {4, 8}), graph::InputKind::User)};
+  ValueRef xh{g.add_input(type(DType::Float16, {4, 8}), graph::InputKind::User)};
+  graph::TensorType on_gpu = type(DType::Float32, {4, 8});
+  on_gpu.device.kind = graph::DeviceKind::CUDA;
+  ValueRef xg{g.add_input(on_gpu, graph::InputKind::User)};
+  // A dtype argument other than the output's dtype.
+  add(g, "aten::sum.dim_IntList", {"self", "dim", "keepdim", "dtype"},
+      {x, std::vector<int64_t>{1}, false, DType::Float64}, {type(DType::Float32, {4})});
+  // A repeated dim (eager rejects it).
+  add(g, "aten::sum.dim_IntList", {"self", "dim", "keepdim", "dtype"},
+      {x, std::vector<int64_t>{1, -1}, false, NoneArg{}}, {type(DType::Float32, {4})});
+  // amax of bool, f16 input, CUDA input.
+  add(g, "aten::amax", {"self", "dim", "keepdim"}, {xb, std::vector<int64_t>{1}, false},
+      {type(DType::Bool, {4})});
+  add(g, "aten::amax", {"self", "dim", "keepdim"}, {xh, std::vector<int64_t>{1}, false},
+      {type(DType::Float16, {4})});
+  graph::TensorType out_gpu = type(DType::Float32, {4});
+  out_gpu.device.kind = graph::DeviceKind::CUDA;
+  add(g, "aten::amax", {"self", "dim", "keepdim"}, {xg, std::vector<int64_t>{1}, false},
+      {out_gpu});
+  // A dim out of range; an output shape that does not match.
+  add(g, "aten::amax", {"self", "dim", "keepdim"}, {x, std::vector<int64_t>{2}, false},
+      {type(DType::Float32, {4})});
+  add(g, "aten::amax", {"self", "dim", "keepdim"}, {x, std::vector<int64_t>{1}, true},
+      {type(DType::Float32, {4})});
+  // An unknown op.
+  add(g, "aten::nansum", {"self", "dim", "keepdim", "dtype"},
+      {x, std::vector<int64_t>{1}, false, NoneArg{}}, {type(DType::Float32, {4})});
+  for (const graph::Node& n : g.nodes) {
+    EXPECT_FALSE(is_reduction_kernel_node(g, n)) << g.op_of(n).qualified_name();
+  }
+}
+
+TEST(Reduction, AcceptsEveryDimIntegerInputsAndEmptyInputs) {
+  graph::Graph g;
+  ValueRef x{g.add_input(type(DType::Float32, {4, 8}), graph::InputKind::User)};
+  ValueRef xi{g.add_input(type(DType::Int32, {4, 8}), graph::InputKind::User)};
+  ValueRef e{g.add_input(type(DType::Float32, {0, 8}), graph::InputKind::User)};
   add(g, "aten::sum.dim_IntList", {"self", "dim", "keepdim", "dtype"},
       {x, std::vector<int64_t>{0}, false, NoneArg{}}, {type(DType::Float32, {8})});
-  // Integer input.
+  add(g, "aten::sum.dim_IntList", {"self", "dim", "keepdim", "dtype"},
+      {xi, std::vector<int64_t>{1}, false, NoneArg{}}, {type(DType::Int64, {4})});
   add(g, "aten::amax", {"self", "dim", "keepdim"}, {xi, std::vector<int64_t>{1}, false},
-      {type(DType::Int64, {4})});
-  // dtype argument other than the input's.
+      {type(DType::Int32, {4})});
   add(g, "aten::sum.dim_IntList", {"self", "dim", "keepdim", "dtype"},
       {x, std::vector<int64_t>{1}, false, DType::Float64}, {type(DType::Float64, {4})});
-  for (const graph::Node& n : g.nodes) EXPECT_FALSE(is_reduction_kernel_node(g, n));
-  // An empty input.
-  graph::Graph e = softmax_graph({0, 8}, -1);
-  EXPECT_FALSE(is_reduction_kernel_node(e, e.nodes[0]));
+  add(g, "aten::mean.dim", {"self", "dim", "keepdim", "dtype"},
+      {e, std::vector<int64_t>{0}, true, NoneArg{}}, {type(DType::Float32, {1, 8})});
+  for (const graph::Node& n : g.nodes) {
+    EXPECT_TRUE(is_reduction_kernel_node(g, n)) << g.op_of(n).qualified_name();
+  }
+}
+
+// The space is coalesced: a contiguous softmax over [8, 8, 32, 32] is 2048 rows of 32; sums over
+// contiguous trailing dims are one loop.
+TEST(Reduction, SpaceIsCoalesced) {
+  graph::Graph g = softmax_graph({8, 8, 32, 32}, -1);
+  std::optional<ReductionSpec> s = analyze_reduction(g, g.nodes[0]);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->sizes, (std::vector<int64_t>{2048, 32}));
+  EXPECT_EQ(s->reduced, (std::vector<bool>{false, true}));
+  EXPECT_EQ(s->x.strides, (std::vector<int64_t>{32, 1}));
+
+  graph::Graph h;
+  ValueRef x{h.add_input(type(DType::Float32, {4, 1, 6, 9}), graph::InputKind::User)};
+  add(h, "aten::sum.dim_IntList", {"self", "dim", "keepdim", "dtype"},
+      {x, std::vector<int64_t>{2, 3}, true, NoneArg{}}, {type(DType::Float32, {4, 1, 1, 1})});
+  s = analyze_reduction(h, h.nodes[0]);
+  ASSERT_TRUE(s.has_value());
+  EXPECT_EQ(s->sizes, (std::vector<int64_t>{4, 54}));
+  EXPECT_EQ(s->outputs[0].strides, (std::vector<int64_t>{1, 0}));
+}
+
+// Runs plan group `gi`'s kernel compiled and through the interpreter on the same inputs.
+void check_group(const Plan& plan, size_t gi, double tol) {
+  const loop::Kernel& k = plan.groups.at(gi).kernel;
+  ASSERT_TRUE(loop::verify_kernel(k).empty()) << loop::print_kernel(k);
+  codegen::testing::check_against_interpreter(k, {}, tol);
+}
+
+graph::Graph reduce_graph(const std::string& op, DType in, DType out, graph::Dims sizes,
+                          std::vector<int64_t> dims, bool keepdim, graph::Dims out_sizes,
+                          std::optional<graph::Dims> strides = std::nullopt) {
+  graph::Graph g;
+  graph::TensorType t = type(in, sizes);
+  if (strides) t.strides = *strides;
+  ValueRef x{g.add_input(t, graph::InputKind::User)};
+  int32_t n = op == "aten::amax" || op == "aten::logsumexp"
+                  ? add(g, op, {"self", "dim", "keepdim"}, {x, dims, keepdim},
+                        {type(out, out_sizes)})
+                  : add(g, op, {"self", "dim", "keepdim", "dtype"}, {x, dims, keepdim, NoneArg{}},
+                        {type(out, out_sizes)});
+  g.outputs.push_back(g.nodes[n].outputs[0]);
+  return g;
+}
+
+// A reduction over the leading dim of a contiguous input: tiles of the last dim, vectorized,
+// with tile-sized accumulators, the reduced dim looped around them.
+TEST(Reduction, OuterLayoutVectorizesTheKeptDim) {
+  graph::Graph g = reduce_graph("aten::sum.dim_IntList", DType::Float32, DType::Float32,
+                                {50, 600}, {0}, false, {600});
+  Plan plan = schedule_graph(g);
+  ASSERT_EQ(plan.groups.size(), 1u);
+  std::string text = loop::print_kernel(plan.groups[0].kernel);
+  EXPECT_NE(text.find("alloc acc : f32[256]"), std::string::npos) << text;
+  EXPECT_NE(text.find("for (x0, 0, 50) {"), std::string::npos) << text;
+  EXPECT_NE(text.find("for (c, 0, min((600 - (t * 256)), 256)) vectorized"), std::string::npos)
+      << text;
+  check_group(plan, 0, 1e-5);
+}
+
+// Long column sums (outer layout) add into per-block partials, so they stay accurate.
+TEST(Reduction, LongColumnSumsAreBlocked) {
+  graph::Graph g = reduce_graph("aten::sum.dim_IntList", DType::Float32, DType::Float32,
+                                {20000, 8}, {0}, false, {8});
+  Plan plan = schedule_graph(g);
+  const loop::Kernel& k = plan.groups[0].kernel;
+  std::string text = loop::print_kernel(k);
+  EXPECT_NE(text.find("alloc acc_blk : f32[8]"), std::string::npos) << text;
+  EXPECT_NE(text.find("accumulate sum acc[c] <- acc_blk[c]"), std::string::npos) << text;
+  loop::BufferMap bufs = codegen::testing::random_buffers(k, {});
+  codegen::testing::run_compiled(k, {}, bufs);
+  for (int c = 0; c < 8; ++c) {
+    double exact = 0, magnitude = 0;
+    for (int r = 0; r < 20000; ++r) {
+      exact += bufs["buf0"][r * 8 + c].f;
+      magnitude += std::fabs(bufs["buf0"][r * 8 + c].f);
+    }
+    EXPECT_LE(std::fabs(bufs["buf1"][c].f - exact), 4 * 0x1p-24 * magnitude) << "column " << c;
+  }
+  check_group(plan, 0, 1e-4);
+}
+
+// One large row: chunks in parallel, each with its own partial, combined in chunk order.
+TEST(Reduction, OneLargeRowSplitsIntoChunks) {
+  graph::Graph g = reduce_graph("aten::amax", DType::Float32, DType::Float32, {300, 1000},
+                                {0, 1}, false, {});
+  Plan plan = schedule_graph(g);
+  std::string text = loop::print_kernel(plan.groups[0].kernel);
+  EXPECT_NE(text.find("alloc acc_part : f32[36]"), std::string::npos) << text;
+  EXPECT_NE(text.find("for (s, 0, 36) parallel"), std::string::npos) << text;
+  EXPECT_NE(text.find("accumulate max acc[0] <- acc_part[s_]"), std::string::npos) << text;
+  EXPECT_NE(codegen::emit_cpp(plan.groups[0].kernel).find("#pragma omp parallel for"),
+            std::string::npos);
+  check_group(plan, 0, 0);
+}
+
+TEST(Reduction, CompiledKernelsMatchTheInterpreter) {
+  struct Case {
+    std::string op;
+    DType in, out;
+    graph::Dims sizes;
+    std::vector<int64_t> dims;
+    bool keepdim;
+    graph::Dims out_sizes;
+    std::optional<graph::Dims> strides;
+  };
+  const Case cases[] = {
+      {"aten::sum.dim_IntList", DType::Float32, DType::Float32, {7, 130}, {1}, false, {7}, {}},
+      {"aten::sum.dim_IntList", DType::Float64, DType::Float64, {5, 6, 7}, {0, 2}, true,
+       {1, 6, 1}, {}},
+      {"aten::sum.dim_IntList", DType::Int32, DType::Int64, {9, 40}, {0}, false, {40}, {}},
+      {"aten::amax", DType::Float32, DType::Float32, {6, 33}, {0}, true, {1, 33}, {}},
+      {"aten::amax", DType::Float32, DType::Float32, {6, 33}, {1}, false, {6},
+       graph::Dims{1, 6}},  // transposed
+      {"aten::logsumexp", DType::Float32, DType::Float32, {4, 300}, {1}, false, {4}, {}},
+      {"aten::mean.dim", DType::BFloat16, DType::BFloat16, {3, 65}, {1}, false, {3}, {}},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.op);
+    graph::Graph g =
+        reduce_graph(c.op, c.in, c.out, c.sizes, c.dims, c.keepdim, c.out_sizes, c.strides);
+    Plan plan = schedule_graph(g);
+    ASSERT_EQ(plan.groups.size(), 1u);
+    check_group(plan, 0, c.in == DType::BFloat16 ? 1e-2 : 1e-5);
+  }
 }
 
 // A dead reduction (nothing reads its outputs) is dropped like a dead pointwise group.

@@ -11,7 +11,8 @@ EMBER_REDUCTION_KERNELS=1) and classifies the sample:
   pass       outputs match and at least one generated kernel ran (kernels > 0)
   not_fused  outputs match, ember compiled the graph but made no kernel (it ran as ATen calls)
   fallback   outputs match, but ember fell back to eager for a graph (counters' fallbacks > 0)
-  fail       check_model raised (wrong values/strides/aliasing, or an exception when compiled)
+  fail       check_model raised (wrong values/strides/aliasing, or an exception when compiled), or
+             a generated kernel failed to compile (the graph then ran correctly without kernels)
   skip       eager itself raised on the sample (not counted in the pass rate)
 
 The correctness pass rate is (pass + not_fused + fallback) / (all but skip); the fused rate is
@@ -55,8 +56,8 @@ DTYPES = (torch.float32, torch.float64, torch.bfloat16, torch.int64)
 
 # (OpInfo name, variant_test_name) -> the ATen overload(s) ember lowers it to, as ember's tracer
 # records them (CompositeImplicit ops are already decomposed: relu6 -> hardtanh, softmax ->
-# _softmax, layer_norm -> native_layer_norm, true_divide -> div.Tensor). Reductions need
-# EMBER_REDUCTION_KERNELS=1.
+# _softmax, layer_norm -> native_layer_norm, true_divide -> div.Tensor). Reduction kernels are on
+# by default; the sweep also sets EMBER_REDUCTION_KERNELS=1 to be explicit.
 POINTWISE_OPS: dict[tuple[str, str], str] = {
     ("add", ""): "aten::add.Tensor",
     ("sub", ""): "aten::sub.Tensor",
@@ -142,11 +143,31 @@ REDUCTION_OPS: dict[tuple[str, str], str] = {
     ("softmax", "with_dtype"): "aten::_to_copy + aten::_softmax",
     ("log_softmax", ""): "aten::_log_softmax",
     ("log_softmax", "with_dtype"): "aten::_to_copy + aten::_log_softmax",
+    ("nn.functional.softmin", ""): "aten::neg + aten::_softmax",
     ("nn.functional.layer_norm", ""): "aten::native_layer_norm",
+    ("nn.functional.group_norm", ""): "aten::native_group_norm",
     ("sum", ""): "aten::sum / aten::sum.dim_IntList",
     ("mean", ""): "aten::mean / aten::mean.dim",
+    ("prod", ""): "aten::prod / aten::prod.dim_int",
     ("amax", ""): "aten::amax",
     ("amin", ""): "aten::amin",
+    ("max", "reduction_with_dim"): "aten::max.dim",
+    ("max", "reduction_no_dim"): "aten::max",
+    ("min", "reduction_with_dim"): "aten::min.dim",
+    ("min", "reduction_no_dim"): "aten::min",
+    ("argmax", ""): "aten::argmax",
+    ("argmin", ""): "aten::argmin",
+    ("any", ""): "aten::any / any.dim / any.dims",
+    ("all", ""): "aten::all / all.dim / all.dims",
+    ("var", ""): "aten::var.correction",
+    ("var", "unbiased"): "aten::var.correction",
+    ("std", ""): "aten::std.correction",
+    ("std", "unbiased"): "aten::std.correction",
+    ("var_mean", ""): "aten::var_mean.correction",
+    ("var_mean", "unbiased"): "aten::var_mean.correction",
+    ("std_mean", ""): "aten::std_mean.correction",
+    ("std_mean", "unbiased"): "aten::std_mean.correction",
+    ("logsumexp", ""): "aten::logsumexp",
 }
 
 # View, layout and indexing ops (src/sched/index_ops.h). A view returned by the graph stays an
@@ -229,8 +250,10 @@ CI_OPS: tuple[tuple[str, str], ...] = (
     ("softmax", ""),
     ("log_softmax", ""),
     ("nn.functional.layer_norm", ""),
+    ("nn.functional.group_norm", ""),
     ("sum", ""),
     ("mean", ""),
+    ("prod", ""),
     ("amax", ""),
     ("view", ""),
     ("permute", ""),
@@ -249,6 +272,12 @@ CI_OPS: tuple[tuple[str, str], ...] = (
     ("index_select", ""),
     ("gather", ""),
     ("nn.functional.embedding", ""),
+    ("max", "reduction_with_dim"),
+    ("argmax", ""),
+    ("any", ""),
+    ("var", ""),
+    ("std_mean", ""),
+    ("logsumexp", ""),
 )
 
 KINDS = ("pass", "fail", "fallback", "not_fused", "skip")
@@ -377,7 +406,11 @@ def run_case(name: str, variant: str, dtype: torch.dtype, limit: int | None = No
                 continue
             finally:
                 torch._dynamo.reset()
-            if stats["fallbacks"] > 0:
+            if stats.get("codegen_failures", 0) > 0:
+                # The graph ran correctly without generated kernels, but a kernel ember generated
+                # did not compile: an ember bug.
+                results.append(SampleResult(i, "fail", desc, "a generated kernel failed to compile"))
+            elif stats["fallbacks"] > 0:
                 results.append(SampleResult(i, "fallback", desc, "; ".join(stats["fallback_reasons"])))
             elif stats["kernels"] == 0:
                 results.append(SampleResult(i, "not_fused", desc, f"counters {dict(stats)}"))

@@ -1,0 +1,76 @@
+/// \file
+/// The loop nests of reduction kernels. A reduction kernel is written as a RowProgram: steps over
+/// one "row" (the elements that reduce to one result), in terms of placeholder variables; this
+/// file places those steps in loops over the iteration space, choosing the loop order from the
+/// input's strides, which loops are vectorized and parallel, and where per-row values live.
+/// See docs/design/scheduler.md ("Reductions") for the layouts.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loop/stmt.h"
+
+namespace ember::sched {
+
+/// A per-row value (an accumulator or a value derived from accumulators), kept in a scratch
+/// buffer `name` indexed by row_index(). With `per_element`, a scratch row instead: one value
+/// per element of the row, indexed by the element's row-major position among the reduced dims
+/// (inner layout only, see uses_inner_layout).
+struct RowValue {
+  std::string name;
+  loop::DType dtype;
+  bool per_element = false;
+};
+
+/// One step of a row program, run for every row, in order.
+///  - Elements: `body` runs once per element of the row (the reduced dims), in an unspecified
+///    order: it reads the element (element_var(d)), per-row values, and Stores elements of
+///    outputs or Accumulates into per-row values at row_index().
+///  - Row: `body` runs once per row: it reads and Stores per-row values at row_index(), and
+///    Stores reduced outputs (indexed by the kept element_vars).
+/// Per-row values are initialised by Row steps before Accumulates touch them.
+struct RowStep {
+  enum class Kind : uint8_t { Elements, Row };
+  Kind kind = Kind::Row;
+  loop::Stmt body;
+};
+
+struct RowProgram {
+  std::vector<RowValue> values;
+  std::vector<RowStep> steps;
+};
+
+/// The variable of dim `d` of the iteration space in RowStep bodies ("x<d>", i64).
+loop::Expr element_var(size_t d);
+/// The index of per-row values in RowStep bodies ("row", i64).
+loop::Expr row_index();
+
+/// The iteration space: `sizes`, which dims are reduced, and the strides of the input (which
+/// decide the loop order and the vectorized dim).
+struct ReductionSpace {
+  std::vector<int64_t> sizes;
+  std::vector<bool> reduced;
+  std::vector<int64_t> x_strides;
+};
+
+/// Whether build_reduction_loops lays `space` out with rows outside and their elements inside
+/// (the input's smallest-stride dim is reduced); see below.
+bool uses_inner_layout(const ReductionSpace& space);
+
+/// The kernel body running `program` over `space`:
+///  - inner layout (the input's smallest-stride dim is reduced): an outer loop over rows, the
+///    reduced dims inside in memory order (contiguous ones merged into one loop), the innermost
+///    vectorized; per-row values are one-element buffers. A single large row is split into
+///    chunks that run in parallel with per-chunk partial accumulators, combined in chunk order.
+///  - outer layout (a kept dim is the smallest-stride one): rows of that dim are processed in
+///    tiles: loops over the reduced dims with the tile's dim innermost and vectorized; per-row
+///    values are tile-sized buffers.
+/// The outermost loop runs in parallel when the kernel touches at least `parallel_threshold`
+/// elements. Requires: a program whose bodies use only element_var(d) for d < rank, row_index()
+/// and the kernel's buffers. Deterministic for given inputs (no dependence on thread count).
+loop::Stmt build_reduction_loops(const ReductionSpace& space, const RowProgram& program,
+                                 int64_t parallel_threshold);
+
+}  // namespace ember::sched
