@@ -220,7 +220,8 @@ class ProgramBuilder {
     Expr mu = define("mu", div(value("acc_sum", a), fconst(a, static_cast<double>(n()))));
     init("acc_m2", ReduceOp::Sum, a);
     Expr dev = loop::Var::make("t_dev", a);
-    elements({loop::Let::make(dev, sub(x(a), mu), accumulate(ReduceOp::Sum, "acc_m2", mul(dev, dev)))});
+    elements(
+        {loop::Let::make(dev, sub(x(a), mu), accumulate(ReduceOp::Sum, "acc_m2", mul(dev, dev)))});
     const double divisor = std::max(0.0, static_cast<double>(n()) - s_.correction);
     Expr var = div(value("acc_m2", a), fconst(a, divisor));
     const bool std = s_.kind == Kind::Std || s_.kind == Kind::StdMean;
@@ -236,8 +237,9 @@ class ProgramBuilder {
     elements({accumulate(ReduceOp::Max, "acc_max", x(a))});
     Expr mx = value("acc_max", a);
     Expr inf = fconst(a, std::numeric_limits<double>::infinity());
-    Expr shift = define("shift", loop::Select::make(bin(ExprKind::EQ, call(loop::CallFn::Abs, mx), inf),
-                                                    fconst(a, 0), mx));
+    Expr shift = define(
+        "shift",
+        loop::Select::make(bin(ExprKind::EQ, call(loop::CallFn::Abs, mx), inf), fconst(a, 0), mx));
     init("acc_sum", ReduceOp::Sum, a);
     elements({accumulate(ReduceOp::Sum, "acc_sum", call(loop::CallFn::Exp, sub(x(a), shift)))});
     row({store(0, add(call(loop::CallFn::Log, value("acc_sum", a)), shift))});
@@ -257,8 +259,7 @@ class ProgramBuilder {
     Expr sum = value("acc_sum", a);
     if (s_.kind == Kind::Softmax) {
       const bool in_output = xd == a;
-      const bool in_scratch =
-          !in_output && uses_inner_layout(space_) && n() <= kMaxScratchRow;
+      const bool in_scratch = !in_output && uses_inner_layout(space_) && n() <= kMaxScratchRow;
       Expr e = loop::Var::make("t_exp", a);
       std::vector<Stmt> pass = {accumulate(ReduceOp::Sum, "acc_sum", e)};
       Expr kept;  // where exp(x - max) is kept, if anywhere
@@ -270,7 +271,8 @@ class ProgramBuilder {
         pass.insert(pass.begin(), loop::Store::make("exp_row", reduced_flat_index(), e));
         kept = loop::Load::make(a, "exp_row", reduced_flat_index());
       }
-      elements({loop::Let::make(e, call(loop::CallFn::Exp, sub(x(a), mx)), loop::Block::make(pass))});
+      elements(
+          {loop::Let::make(e, call(loop::CallFn::Exp, sub(x(a), mx)), loop::Block::make(pass))});
       Expr inv = define("inv", div(fconst(a, 1), sum));
       Expr y = kept.defined() ? kept : call(loop::CallFn::Exp, sub(x(a), mx));
       elements({store(0, mul(y, inv))});
@@ -297,9 +299,10 @@ class ProgramBuilder {
     Expr mu = define("mu", div(value("acc_sum", a), count));
     init("acc_m2", ReduceOp::Sum, a);
     Expr dev = loop::Var::make("t_dev", a);
-    elements({loop::Let::make(dev, sub(x(a), mu), accumulate(ReduceOp::Sum, "acc_m2", mul(dev, dev)))});
-    Expr rstd = define("rstd", call(loop::CallFn::Rsqrt,
-                                    add(div(value("acc_m2", a), count), fconst(a, s_.eps))));
+    elements(
+        {loop::Let::make(dev, sub(x(a), mu), accumulate(ReduceOp::Sum, "acc_m2", mul(dev, dev)))});
+    Expr rstd = define(
+        "rstd", call(loop::CallFn::Rsqrt, add(div(value("acc_m2", a), count), fconst(a, s_.eps))));
     std::vector<Stmt> stats = {store(1, mu), store(2, rstd)};
     auto param = [&](const std::optional<ReductionOperand>& o) { return cast(a, load(*o)); };
     if (!needed(0)) {

@@ -73,7 +73,8 @@ std::vector<LoopDims> merge_contiguous(const ReductionSpace& s, const std::vecto
     loops.push_back({{d}, s.sizes[d], ""});
   }
   for (size_t i = 0; i < loops.size(); ++i) {
-    loops[i].var = loops[i].dims.size() == 1 ? x_name(loops[i].dims[0]) : prefix + std::to_string(i);
+    loops[i].var =
+        loops[i].dims.size() == 1 ? x_name(loops[i].dims[0]) : prefix + std::to_string(i);
   }
   return loops;
 }
@@ -90,13 +91,15 @@ void decompose(const ReductionSpace& s, const std::vector<size_t>& dims, const E
   }
 }
 
-void bind_loop_dims(const ReductionSpace& s, const LoopDims& l, std::map<std::string, Expr>& subst) {
+void bind_loop_dims(const ReductionSpace& s, const LoopDims& l,
+                    std::map<std::string, Expr>& subst) {
   if (l.dims.size() > 1) decompose(s, l.dims, loop::var(l.var), subst);
 }
 
 Stmt nest(const std::vector<LoopDims>& loops, Stmt body, bool vectorize_innermost) {
   for (size_t i = loops.size(); i-- > 0;) {
-    ForKind kind = vectorize_innermost && i + 1 == loops.size() ? ForKind::Vectorized : ForKind::Serial;
+    ForKind kind =
+        vectorize_innermost && i + 1 == loops.size() ? ForKind::Vectorized : ForKind::Serial;
     body = loop::For::make(loop::var(loops[i].var), loop::idx(0), loop::idx(loops[i].extent), kind,
                            body);
   }
@@ -137,7 +140,8 @@ std::vector<const loop::Accumulate*> row_accumulates(const Stmt& body) {
         out.push_back(a);
       }
     }
-    loop::for_each_stmt_child(s, [](const Expr&) {}, walk);
+    loop::for_each_stmt_child(
+        s, [](const Expr&) {}, walk);
   };
   walk(body);
   return out;
@@ -156,7 +160,8 @@ Stmt to_partials(const Stmt& body, const Expr& chunk) {
       for (const std::string& b : a->buffers) parts.push_back(part_name(b));
       return loop::Accumulate::make(a->op, parts, chunk, a->values);
     }
-    return loop::map_stmt_children(s, [](const Expr& e) { return e; }, rewrite);
+    return loop::map_stmt_children(
+        s, [](const Expr& e) { return e; }, rewrite);
   };
   return rewrite(body);
 }
@@ -245,8 +250,8 @@ class Builder {
     for (const loop::Accumulate* a : accs) {
       for (size_t j = 0; j < a->buffers.size(); ++j) {
         loop::DType t = j == 0 ? a->values[0].dtype() : loop::kIndexType;
-        chunk_body.push_back(loop::Store::make(part_name(a->buffers[j]), c,
-                                               loop::reduction_identity(a->op, static_cast<int>(j), t)));
+        chunk_body.push_back(loop::Store::make(
+            part_name(a->buffers[j]), c, loop::reduction_identity(a->op, static_cast<int>(j), t)));
       }
     }
     std::vector<LoopDims> rest(loops.begin() + 1, loops.end());
@@ -255,9 +260,10 @@ class Builder {
     Expr start = c * q;
     Expr len = extent % q == 0 ? loop::idx(q) : loop::min(loop::idx(q), loop::idx(extent) - start);
     ForKind first_kind = rest.empty() ? ForKind::Vectorized : ForKind::Serial;
-    chunk_body.push_back(loop::For::make(loop::var(loops[0].var), start, len, first_kind, inner_loops));
-    Stmt chunked =
-        loop::For::make(c, loop::idx(0), loop::idx(chunks), ForKind::Parallel, loop::Block::make(chunk_body));
+    chunk_body.push_back(
+        loop::For::make(loop::var(loops[0].var), start, len, first_kind, inner_loops));
+    Stmt chunked = loop::For::make(c, loop::idx(0), loop::idx(chunks), ForKind::Parallel,
+                                   loop::Block::make(chunk_body));
     if (accs.empty()) return chunked;
     std::vector<Stmt> combine = {chunked};
     Expr cc = loop::var("s_");
@@ -315,10 +321,11 @@ class Builder {
     std::vector<LoopDims> loops = merge_contiguous(s_, reduced, "m");
     for (const LoopDims& l : loops) bind_loop_dims(s_, l, subst);
     Expr extent = size_c % tile == 0 ? loop::idx(tile)
-                                      : loop::min(loop::idx(tile), loop::idx(size_c) - t * tile);
+                                     : loop::min(loop::idx(tile), loop::idx(size_c) - t * tile);
 
     auto tile_loop = [&](const Stmt& body) {
-      return loop::For::make(c, loop::idx(0), extent, ForKind::Vectorized, substituted(body, subst));
+      return loop::For::make(c, loop::idx(0), extent, ForKind::Vectorized,
+                             substituted(body, subst));
     };
     std::vector<Stmt> steps;
     std::vector<RowValue> blocks;  // per-block partial sums (see blocked_sums)
@@ -330,8 +337,8 @@ class Builder {
       }
     }
     for (const RowValue& v : p_.values) {
-      EMBER_INTERNAL_ASSERT(!v.per_element) << "per-element row value " << v.name
-                                            << " in the outer layout";
+      EMBER_INTERNAL_ASSERT(!v.per_element)
+          << "per-element row value " << v.name << " in the outer layout";
     }
     std::vector<RowValue> values = p_.values;
     values.insert(values.end(), blocks.begin(), blocks.end());
@@ -364,7 +371,8 @@ class Builder {
       const std::string blk = a->buffers[0] + "_blk";
       renamed[a->buffers[0]] = blk;
       loop::DType t = a->values[0].dtype();
-      if (std::none_of(blocks.begin(), blocks.end(), [&](const RowValue& v) { return v.name == blk; })) {
+      if (std::none_of(blocks.begin(), blocks.end(),
+                       [&](const RowValue& v) { return v.name == blk; })) {
         blocks.push_back({blk, t});
       }
       init.push_back(loop::Store::make(blk, row_index(), loop::reduction_identity(a->op, 0, t)));
@@ -377,14 +385,16 @@ class Builder {
         if (it == renamed.end() || !loop::structurally_equal(a->index, row_index())) return st;
         return loop::Accumulate::make(a->op, {it->second}, a->index, a->values);
       }
-      return loop::map_stmt_children(st, [](const Expr& e) { return e; }, rewrite);
+      return loop::map_stmt_children(
+          st, [](const Expr& e) { return e; }, rewrite);
     };
     std::vector<LoopDims> rest(loops.begin() + 1, loops.end());
     Stmt inner_loops = nest(rest, tile_loop(rewrite(body)), false);
     Expr blk = loop::var("blk");
     Expr start = blk * b;
-    Expr len = loops[0].extent % b == 0 ? loop::idx(b)
-                                        : loop::min(loop::idx(b), loop::idx(loops[0].extent) - start);
+    Expr len = loops[0].extent % b == 0
+                   ? loop::idx(b)
+                   : loop::min(loop::idx(b), loop::idx(loops[0].extent) - start);
     Stmt block = loop::Block::make(
         {tile_loop(loop::Block::make(init)),
          loop::For::make(loop::var(loops[0].var), start, len, ForKind::Serial, inner_loops),

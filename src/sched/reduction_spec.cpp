@@ -211,8 +211,7 @@ class Analyzer {
         return x != DType::Bool && out(0) == DType::Int64;
       case Kind::MaxDim:
       case Kind::MinDim:
-        return n_.outputs.size() == 2 && x != DType::Bool && out(0) == x &&
-               out(1) == DType::Int64;
+        return n_.outputs.size() == 2 && x != DType::Bool && out(0) == x && out(1) == DType::Int64;
       case Kind::Any:
       case Kind::All:
         return out(0) == DType::Bool || out(0) == DType::UInt8;
@@ -367,8 +366,8 @@ class Analyzer {
       for (size_t d = 0; d < k; ++d) st[rank - k + d] = own[d];
       return st;
     };
-    if (!param("weight", *shape, s_.weight, trailing) || !param("bias", *shape, s_.bias, trailing) ||
-        !eps_arg()) {
+    if (!param("weight", *shape, s_.weight, trailing) ||
+        !param("bias", *shape, s_.bias, trailing) || !eps_arg()) {
       return std::nullopt;
     }
     if (sizes_of(g_.type(n_.outputs[0])) != s_.sizes) return std::nullopt;
@@ -458,7 +457,8 @@ void coalesce(ReductionSpec& s) {
     if (s.sizes[d] != 1) continue;
     s.sizes.erase(s.sizes.begin() + static_cast<ptrdiff_t>(d));
     s.reduced.erase(s.reduced.begin() + static_cast<ptrdiff_t>(d));
-    for (ReductionOperand* o : ops) o->strides.erase(o->strides.begin() + static_cast<ptrdiff_t>(d));
+    for (ReductionOperand* o : ops)
+      o->strides.erase(o->strides.begin() + static_cast<ptrdiff_t>(d));
   }
   for (size_t d = s.sizes.size(); d-- > 1;) {
     if (s.reduced[d] != s.reduced[d - 1]) continue;

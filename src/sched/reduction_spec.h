@@ -56,9 +56,9 @@ struct ReductionSpec {
   /// Per output of the node, in order. Element outputs (softmax, the normalized output) vary
   /// with every dim, reduced outputs only with the kept ones.
   std::vector<ReductionOperand> outputs;
-  double eps = 0;          ///< layer_norm, group_norm
-  double correction = 1;   ///< var, std, var_mean, std_mean
-  bool last_dim = false;   ///< softmax, log_softmax: over the input's last dim
+  double eps = 0;         ///< layer_norm, group_norm
+  double correction = 1;  ///< var, std, var_mean, std_mean
+  bool last_dim = false;  ///< softmax, log_softmax: over the input's last dim
 
   /// Elements per reduction: the product of the reduced sizes.
   int64_t reduced_numel() const;

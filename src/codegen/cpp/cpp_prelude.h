@@ -5,8 +5,8 @@
 /// `ember_exp`, `ember_log`, `ember_tanh` and `ember_erf` (f32 and f64) replace libm's in generated
 /// code: they are inline and branch-free, so GCC vectorizes them inside `omp simd` loops (glibc's
 /// vector math needs -ffast-math); exp and log are within about 1 ulp of the correctly rounded
-/// result, tanh and erf within 2, with IEEE special cases (inf, NaN, signed zeros, subnormals, overflow and
-/// underflow). tests/cpp/codegen/prelude_math_test.cpp sweeps them against libm.
+/// result, tanh and erf within 2, with IEEE special cases (inf, NaN, signed zeros, subnormals,
+/// overflow and underflow). tests/cpp/codegen/prelude_math_test.cpp sweeps them against libm.
 #pragma once
 
 namespace ember::codegen {

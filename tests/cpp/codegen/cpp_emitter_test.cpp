@@ -10,11 +10,11 @@
 #include <sstream>
 
 #include "codegen/cpp/cpp_prelude.h"
+#include "kernel_runner.h"
 #include "loop/eval.h"
 #include "loop/parser.h"
 #include "loop/printer.h"
 #include "runtime/host_compiler.h"
-#include "kernel_runner.h"
 
 namespace ember::codegen {
 namespace {

@@ -113,9 +113,12 @@ TEST_F(CppReduction, MatchesTheInterpreterForEveryOp) {
     double tol;
   };
   const Case cases[] = {
-      {"sum", "f64", "f64", "f64(0)", 1e-12},   {"prod", "f64", "f64", "f64(1)", 1e-12},
-      {"max", "f32", "f32", "f32(-inf)", 0},    {"min", "f64", "f64", "f64(inf)", 0},
-      {"sum", "i64", "i64", "0", 0},            {"sum", "i32", "i32", "i32(0)", 0},
+      {"sum", "f64", "f64", "f64(0)", 1e-12},
+      {"prod", "f64", "f64", "f64(1)", 1e-12},
+      {"max", "f32", "f32", "f32(-inf)", 0},
+      {"min", "f64", "f64", "f64(inf)", 0},
+      {"sum", "i64", "i64", "0", 0},
+      {"sum", "i32", "i32", "i32(0)", 0},
       {"max", "i32", "i32", "i32(-2147483648)", 0},
   };
   for (const Case& c : cases) {
@@ -133,7 +136,8 @@ TEST_F(CppReduction, MatchesTheInterpreterForEveryOp) {
 TEST_F(CppReduction, MaxAndMinPropagateNanFromAnyLane) {
   for (const char* op : {"max", "min"}) {
     for (int64_t n : {7, 64, 200}) {
-      Kernel k = row_reduction(op, "f32", "f32", op == std::string("max") ? "f32(-inf)" : "f32(inf)");
+      Kernel k =
+          row_reduction(op, "f32", "f32", op == std::string("max") ? "f32(-inf)" : "f32(inf)");
       Bindings sizes = sizes_for(k, 4, n);
       BufferMap bufs = testing::random_buffers(k, sizes);
       bufs["x"][0 * n + 0] = Scalar::of_float(DType::Float32, NAN);      // first lane
@@ -158,10 +162,14 @@ Kernel argreduce(const std::string& op) {
       "  for (i, 0, m) {\n"
       "    alloc v : f32[1] {\n"
       "      alloc j : i64[1] {\n"
-      "        v[0] = f32(" + std::string(op == "argmax" ? "-inf" : "inf") + ")\n"
+      "        v[0] = f32(" +
+      std::string(op == "argmax" ? "-inf" : "inf") +
+      ")\n"
       "        j[0] = 9223372036854775807\n"
       "        for (r, 0, n) vectorized {\n"
-      "          accumulate " + op + " (v, j)[0] <- (x[((i * n) + r)], r)\n"
+      "          accumulate " +
+      op +
+      " (v, j)[0] <- (x[((i * n) + r)], r)\n"
       "        }\n"
       "        k[i] = j[0]\n"
       "      }\n"
@@ -186,7 +194,8 @@ TEST_F(CppReduction, ArgMaxAndArgMinLikeEager) {
       }
       bufs["x"][n + n / 3] = Scalar::of_float(DType::Float32, NAN);
       bufs["x"][n + n - 1] = Scalar::of_float(DType::Float32, NAN);
-      bufs["x"][3 * n + n - 1] = Scalar::of_float(DType::Float32, op == std::string("argmax") ? 99 : -99);
+      bufs["x"][3 * n + n - 1] =
+          Scalar::of_float(DType::Float32, op == std::string("argmax") ? 99 : -99);
       check_against_interpreter(k, sizes, 0, bufs);
       BufferMap got = bufs;
       run_compiled(k, sizes, got);

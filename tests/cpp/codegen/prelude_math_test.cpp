@@ -1,6 +1,7 @@
-// The prelude's math (cpp_prelude.h): ember_exp / ember_log / ember_tanh / ember_erf in f32 and f64 against libm over wide
-// sweeps, through both a vectorized (`omp simd`) loop and a scalar call; IEEE special cases; bf16
-// rounding; the argmax comparison. Compiled by the host compiler with the kernel flags.
+// The prelude's math (cpp_prelude.h): ember_exp / ember_log / ember_tanh / ember_erf in f32 and f64
+// against libm over wide sweeps, through both a vectorized (`omp simd`) loop and a scalar call;
+// IEEE special cases; bf16 rounding; the argmax comparison. Compiled by the host compiler with the
+// kernel flags.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -123,7 +124,8 @@ void check_fn(const std::string& name, long double (*ref)(long double), double m
     }
     // The vectorized and the scalar code compute the same bits (no reassociation).
     T scalar = one(xs[i]);
-    ASSERT_TRUE(std::memcmp(&scalar, &ys[i], sizeof(T)) == 0 || (std::isnan(scalar) && std::isnan(ys[i])))
+    ASSERT_TRUE(std::memcmp(&scalar, &ys[i], sizeof(T)) == 0 ||
+                (std::isnan(scalar) && std::isnan(ys[i])))
         << name << "(" << xs[i] << "): simd " << ys[i] << " scalar " << scalar;
   }
   EXPECT_LE(worst, max_ulp) << name << " worst at x = " << worst_x;
@@ -180,9 +182,9 @@ TEST_F(PreludeMath, SpecialValues) {
   EXPECT_EQ(expf_(inf), inf);
   EXPECT_EQ(expf_(-inf), 0.0f);
   EXPECT_TRUE(std::isnan(expf_(NAN)));
-  EXPECT_EQ(expf_(88.8f), inf);         // overflow
-  EXPECT_EQ(expf_(-104.0f), 0.0f);      // underflow
-  EXPECT_GT(expf_(-100.0f), 0.0f);      // a subnormal result
+  EXPECT_EQ(expf_(88.8f), inf);     // overflow
+  EXPECT_EQ(expf_(-104.0f), 0.0f);  // underflow
+  EXPECT_GT(expf_(-100.0f), 0.0f);  // a subnormal result
   EXPECT_EQ(expf_(-100.0f), std::exp(-100.0f));
   EXPECT_EQ(exp_(710.0), static_cast<double>(inf));
   EXPECT_EQ(exp_(-746.0), 0.0);
@@ -243,11 +245,11 @@ TEST_F(PreludeMath, ArgBetterPrefersNanThenTheLowerIndex) {
     float big = is_max ? 2.0f : -2.0f;
     EXPECT_TRUE(better(big, 5, 1.0f, 3, is_max));
     EXPECT_FALSE(better(1.0f, 5, big, 3, is_max));
-    EXPECT_TRUE(better(1.0f, 2, 1.0f, 3, is_max));   // tie: lower index
+    EXPECT_TRUE(better(1.0f, 2, 1.0f, 3, is_max));  // tie: lower index
     EXPECT_FALSE(better(1.0f, 4, 1.0f, 3, is_max));
-    EXPECT_TRUE(better(NAN, 9, big, 3, is_max));     // NaN wins
+    EXPECT_TRUE(better(NAN, 9, big, 3, is_max));  // NaN wins
     EXPECT_FALSE(better(big, 1, NAN, 3, is_max));
-    EXPECT_TRUE(better(NAN, 1, NAN, 3, is_max));     // both NaN: lower index
+    EXPECT_TRUE(better(NAN, 1, NAN, 3, is_max));  // both NaN: lower index
     EXPECT_FALSE(better(NAN, 4, NAN, 3, is_max));
   }
 }

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <string>
 
+#include "../codegen/kernel_runner.h"
 #include "codegen/cpp/cpp_emitter.h"
 #include "loop/eval.h"
 #include "loop/parser.h"
@@ -16,7 +17,6 @@
 #include "loop/verifier.h"
 #include "sched/fusion.h"
 #include "sched/reduction_spec.h"
-#include "../codegen/kernel_runner.h"
 
 namespace ember::sched {
 namespace {
@@ -214,8 +214,7 @@ TEST(Reduction, ConservativeRejections) {
       {type(DType::Float16, {4})});
   graph::TensorType out_gpu = type(DType::Float32, {4});
   out_gpu.device.kind = graph::DeviceKind::CUDA;
-  add(g, "aten::amax", {"self", "dim", "keepdim"}, {xg, std::vector<int64_t>{1}, false},
-      {out_gpu});
+  add(g, "aten::amax", {"self", "dim", "keepdim"}, {xg, std::vector<int64_t>{1}, false}, {out_gpu});
   // A dim out of range; an output shape that does not match.
   add(g, "aten::amax", {"self", "dim", "keepdim"}, {x, std::vector<int64_t>{2}, false},
       {type(DType::Float32, {4})});
@@ -283,11 +282,11 @@ graph::Graph reduce_graph(const std::string& op, DType in, DType out, graph::Dim
   graph::TensorType t = type(in, sizes);
   if (strides) t.strides = *strides;
   ValueRef x{g.add_input(t, graph::InputKind::User)};
-  int32_t n = op == "aten::amax" || op == "aten::logsumexp"
-                  ? add(g, op, {"self", "dim", "keepdim"}, {x, dims, keepdim},
-                        {type(out, out_sizes)})
-                  : add(g, op, {"self", "dim", "keepdim", "dtype"}, {x, dims, keepdim, NoneArg{}},
-                        {type(out, out_sizes)});
+  int32_t n =
+      op == "aten::amax" || op == "aten::logsumexp"
+          ? add(g, op, {"self", "dim", "keepdim"}, {x, dims, keepdim}, {type(out, out_sizes)})
+          : add(g, op, {"self", "dim", "keepdim", "dtype"}, {x, dims, keepdim, NoneArg{}},
+                {type(out, out_sizes)});
   g.outputs.push_back(g.nodes[n].outputs[0]);
   return g;
 }
@@ -295,8 +294,8 @@ graph::Graph reduce_graph(const std::string& op, DType in, DType out, graph::Dim
 // A reduction over the leading dim of a contiguous input: tiles of the last dim, vectorized,
 // with tile-sized accumulators, the reduced dim looped around them.
 TEST(Reduction, OuterLayoutVectorizesTheKeptDim) {
-  graph::Graph g = reduce_graph("aten::sum.dim_IntList", DType::Float32, DType::Float32,
-                                {50, 600}, {0}, false, {600});
+  graph::Graph g = reduce_graph("aten::sum.dim_IntList", DType::Float32, DType::Float32, {50, 600},
+                                {0}, false, {600});
   Plan plan = schedule_graph(g);
   ASSERT_EQ(plan.groups.size(), 1u);
   std::string text = loop::print_kernel(plan.groups[0].kernel);
@@ -309,8 +308,8 @@ TEST(Reduction, OuterLayoutVectorizesTheKeptDim) {
 
 // Long column sums (outer layout) add into per-block partials, so they stay accurate.
 TEST(Reduction, LongColumnSumsAreBlocked) {
-  graph::Graph g = reduce_graph("aten::sum.dim_IntList", DType::Float32, DType::Float32,
-                                {20000, 8}, {0}, false, {8});
+  graph::Graph g = reduce_graph("aten::sum.dim_IntList", DType::Float32, DType::Float32, {20000, 8},
+                                {0}, false, {8});
   Plan plan = schedule_graph(g);
   const loop::Kernel& k = plan.groups[0].kernel;
   std::string text = loop::print_kernel(k);
@@ -331,8 +330,8 @@ TEST(Reduction, LongColumnSumsAreBlocked) {
 
 // One large row: chunks in parallel, each with its own partial, combined in chunk order.
 TEST(Reduction, OneLargeRowSplitsIntoChunks) {
-  graph::Graph g = reduce_graph("aten::amax", DType::Float32, DType::Float32, {300, 1000},
-                                {0, 1}, false, {});
+  graph::Graph g =
+      reduce_graph("aten::amax", DType::Float32, DType::Float32, {300, 1000}, {0, 1}, false, {});
   Plan plan = schedule_graph(g);
   std::string text = loop::print_kernel(plan.groups[0].kernel);
   EXPECT_NE(text.find("alloc acc_part : f32[36]"), std::string::npos) << text;
@@ -355,11 +354,23 @@ TEST(Reduction, CompiledKernelsMatchTheInterpreter) {
   };
   const Case cases[] = {
       {"aten::sum.dim_IntList", DType::Float32, DType::Float32, {7, 130}, {1}, false, {7}, {}},
-      {"aten::sum.dim_IntList", DType::Float64, DType::Float64, {5, 6, 7}, {0, 2}, true,
-       {1, 6, 1}, {}},
+      {"aten::sum.dim_IntList",
+       DType::Float64,
+       DType::Float64,
+       {5, 6, 7},
+       {0, 2},
+       true,
+       {1, 6, 1},
+       {}},
       {"aten::sum.dim_IntList", DType::Int32, DType::Int64, {9, 40}, {0}, false, {40}, {}},
       {"aten::amax", DType::Float32, DType::Float32, {6, 33}, {0}, true, {1, 33}, {}},
-      {"aten::amax", DType::Float32, DType::Float32, {6, 33}, {1}, false, {6},
+      {"aten::amax",
+       DType::Float32,
+       DType::Float32,
+       {6, 33},
+       {1},
+       false,
+       {6},
        graph::Dims{1, 6}},  // transposed
       {"aten::logsumexp", DType::Float32, DType::Float32, {4, 300}, {1}, false, {4}, {}},
       {"aten::mean.dim", DType::BFloat16, DType::BFloat16, {3, 65}, {1}, false, {3}, {}},
@@ -371,6 +382,80 @@ TEST(Reduction, CompiledKernelsMatchTheInterpreter) {
     Plan plan = schedule_graph(g);
     ASSERT_EQ(plan.groups.size(), 1u);
     check_group(plan, 0, c.in == DType::BFloat16 ? 1e-2 : 1e-5);
+  }
+}
+
+// Every kind, in the inner, outer and split layouts, gives a verifier-valid kernel whose text
+// parses back to itself, and compiled it agrees with the interpreter.
+TEST(Reduction, EveryKindBuildsAVerifiedKernel) {
+  struct Case {
+    std::string op;
+    std::vector<std::string> names;
+    std::vector<Arg> extra;  // arguments after self
+    DType in;
+    std::vector<std::pair<DType, graph::Dims>> outs;
+  };
+  auto dims = [](std::vector<int64_t> d) { return Arg{d}; };
+  for (graph::Dims sizes : {graph::Dims{6, 40}, graph::Dims{40, 6}, graph::Dims{90000}}) {
+    const bool one_row = sizes.size() == 1;
+    const int64_t last = one_row ? 0 : 1;
+    const graph::Dims kept = one_row ? graph::Dims{} : graph::Dims{sizes[0]};
+    const std::vector<Case> cases = {
+        {"aten::prod.dim_int",
+         {"self", "dim", "keepdim", "dtype"},
+         {last, false, NoneArg{}},
+         DType::Float64,
+         {{DType::Float64, kept}}},
+        {"aten::argmax",
+         {"self", "dim", "keepdim"},
+         {last, false},
+         DType::Int32,
+         {{DType::Int64, kept}}},
+        {"aten::max.dim",
+         {"self", "dim", "keepdim"},
+         {last, false},
+         DType::Float32,
+         {{DType::Float32, kept}, {DType::Int64, kept}}},
+        {"aten::any.dim",
+         {"self", "dim", "keepdim"},
+         {last, false},
+         DType::Float32,
+         {{DType::Bool, kept}}},
+        {"aten::var_mean.correction",
+         {"self", "dim", "correction", "keepdim"},
+         {dims({last}), int64_t{1}, false},
+         DType::Float32,
+         {{DType::Float32, kept}, {DType::Float32, kept}}},
+        {"aten::logsumexp",
+         {"self", "dim", "keepdim"},
+         {dims({last}), false},
+         DType::Float64,
+         {{DType::Float64, kept}}},
+        {"aten::_log_softmax",
+         {"self", "dim", "half_to_float"},
+         {last, false},
+         DType::Float32,
+         {{DType::Float32, sizes}}},
+    };
+    for (const Case& c : cases) {
+      SCOPED_TRACE(c.op + " over " + std::to_string(sizes.size()) + "-d");
+      graph::Graph g;
+      ValueRef x{g.add_input(type(c.in, sizes), graph::InputKind::User)};
+      std::vector<Arg> args = {x};
+      args.insert(args.end(), c.extra.begin(), c.extra.end());
+      std::vector<graph::TensorType> outs;
+      for (const auto& [t, s] : c.outs) outs.push_back(type(t, s));
+      int32_t n = add(g, c.op, c.names, args, outs);
+      ASSERT_TRUE(is_reduction_kernel_node(g, g.nodes[n]));
+      for (graph::ValueId o : g.nodes[n].outputs) g.outputs.push_back(o);
+      Plan plan = schedule_graph(g);
+      ASSERT_EQ(plan.groups.size(), 1u);
+      const loop::Kernel& k = plan.groups[0].kernel;
+      ASSERT_TRUE(loop::verify_kernel(k).empty()) << loop::print_kernel(k);
+      EXPECT_EQ(loop::print_kernel(loop::parse_kernel(loop::print_kernel(k))),
+                loop::print_kernel(k));
+      check_group(plan, 0, 1e-4);
+    }
   }
 }
 
