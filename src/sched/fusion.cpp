@@ -515,7 +515,7 @@ KernelGroup KernelBuilder::finish(const std::string& name, const ScheduleOptions
   }
 
   // Loop order: the innermost loop runs over the dim of the smallest stride of the first output,
-  // so its writes are sequential (Note [Loop order]); ties and size-1 dims keep dim order.
+  // so its writes are sequential; size-1 dims go outermost and ties keep dim order.
   const graph::TensorType& first = g_.type(st_.stores.front().first);
   const size_t rank = shape_.size();
   std::vector<size_t> order(rank);
