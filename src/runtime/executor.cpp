@@ -160,6 +160,25 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
       plan = sched::schedule_graph(g, sched::ScheduleOptions{.fuse = false});
     }
   }
+  // Kernels and view steps read ATen results at their traced strides: check those per call.
+  if (!kernels_.empty()) {
+    std::vector<bool> read_by_code(g.values.size(), false);
+    for (const Kernel& k : kernels_) {
+      for (graph::ValueId v : k.inputs) read_by_code[v] = true;
+    }
+    for (const Step& step : steps_) {
+      if (step.view_root >= 0) read_by_code[step.view_root] = true;
+    }
+    for (Step& step : steps_) {
+      if (!step.op) continue;
+      for (graph::ValueId v : step.outputs) {
+        if (!read_by_code[v]) continue;
+        std::vector<int64_t> strides;
+        for (const graph::DimExpr& d : g.type(v).strides) strides.push_back(d.constant());
+        step.check_strides.emplace_back(v, std::move(strides));
+      }
+    }
+  }
   if (steps_.empty()) {  // no kernels: extern and view steps only
     for (const sched::PlanStep& ps : plan.steps) {
       EMBER_INTERNAL_ASSERT(ps.kind != sched::PlanStep::Kind::Kernel) << "a kernel step left";
@@ -329,6 +348,17 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
     EMBER_INTERNAL_ASSERT(k == step.outputs.size())
         << step.op->schema().name() << " returned " << k << " tensors but " << step.outputs.size()
         << " while tracing";
+    for (const auto& [v, strides] : step.check_strides) {
+      const at::Tensor& t = env[v];
+      for (int64_t d = 0; d < t.dim(); ++d) {
+        // Kernels bake the traced strides in: other ones (an ATen kernel whose layout differs
+        // from its meta function's) run the call unfused, as other input strides do.
+        if (t.size(d) > 1 && t.stride(d) != strides[d]) {
+          EMBER_INTERNAL_ASSERT(unfused_ != nullptr) << "kernels without an unfused program";
+          return unfused_->run(inputs);
+        }
+      }
+    }
     for (graph::ValueId v : step.release) env[v].reset();
   }
   if (!g.mutations.empty()) {

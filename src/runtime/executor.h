@@ -98,6 +98,9 @@ class Executor {
     std::vector<graph::ValueId> outputs;
     std::vector<int32_t> result_slots;  ///< see graph::Node::result_slots
     int kernel = -1;
+    /// Extern outputs that kernels or view steps read at their traced strides: (output value,
+    /// traced strides). A call whose result has other strides (of dims of size > 1) runs unfused.
+    std::vector<std::pair<graph::ValueId, std::vector<int64_t>>> check_strides;
     graph::ValueId view_root = -1;
     std::vector<ViewOutput> views;
     std::vector<graph::ValueId> release;  ///< values whose last use is this step
