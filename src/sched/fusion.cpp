@@ -37,6 +37,15 @@ constexpr int kMaxRecomputeCost = 3;
 constexpr int kTranscendentalCost = 5;
 // Rounds of the cost rule (each realizes the outermost offenders and rebuilds the plan).
 constexpr int kMaxCostRounds = 16;
+// Instances of one value in one kernel beyond which it is realized at once, whatever its cost:
+// inlining at many indices can grow exponentially (x.roll(1) + x, repeated), so the rounds of the
+// cost rule must not wait for a complete plan.
+constexpr int kMaxInstances = 16;
+
+// Thrown while building when a value exceeds kMaxInstances in one kernel.
+struct TooManyInstances {
+  graph::ValueId value;
+};
 
 // ViewStep: a view that something outside the kernels needs; a PlanStep::Kind::View step.
 enum class NodeClass : uint8_t { Extern, Reduction, Pointwise, View, Compute, ViewStep };
@@ -248,6 +257,7 @@ class KernelBuilder final : public ElementReader {
     std::vector<std::pair<Expr, Expr>> lets;  // (var, value), in order
     std::map<std::string, Expr> memo;         // "value@index" -> let var
     std::map<ValueId, int> num_lets;          // per value, for naming
+    std::map<ValueId, int> num_instances;     // per value, instantiations (see kMaxInstances)
     std::vector<ValueId> inputs;              // realized values read, in first-use order
     std::vector<std::pair<ValueId, Expr>> stores;
     std::vector<IndexCheck> checks;
@@ -420,6 +430,7 @@ Expr KernelBuilder::define(ValueId v, const Index& index) {
     use.broadcast |= shape_[d] > 1 && !used.count(loop_var(d));
   }
   st_.uses.push_back(use);
+  if (++st_.num_instances[v] > kMaxInstances && !s_.realized(v)) throw TooManyInstances{v};
   const int32_t ni = g_.values[v].node;
   const graph::Node& n = g_.nodes[ni];
   st_.nodes.insert(ni);
@@ -504,7 +515,7 @@ KernelGroup KernelBuilder::finish(const std::string& name, const ScheduleOptions
   }
 
   // Loop order: the innermost loop runs over the dim of the smallest stride of the first output,
-  // so its writes are sequential (Note [Loop order]); ties and size-1 dims keep dim order.
+  // so its writes are sequential; size-1 dims go outermost and ties keep dim order.
   const graph::TensorType& first = g_.type(st_.stores.front().first);
   const size_t rank = shape_.size();
   std::vector<size_t> order(rank);
@@ -802,7 +813,14 @@ Plan Scheduler::run() {
   find_demands();
   for (int round = 0;; ++round) {
     std::vector<std::pair<int, Use>> uses;
-    Plan plan = build(&uses);
+    Plan plan;
+    try {
+      plan = build(&uses);
+    } catch (const TooManyInstances& e) {
+      stored_[e.value] = true;  // at most once per value, so this terminates
+      --round;
+      continue;
+    }
     std::vector<ValueId> bad = violators(uses);
     if (bad.empty() || round == kMaxCostRounds) return plan;
     for (ValueId v : bad) stored_[v] = true;

@@ -320,6 +320,27 @@ TEST(Fusion, BroadcastOfAnExpensiveValueIsRealized) {
   EXPECT_EQ(plan.groups[0].outputs, (std::vector<ValueId>{e.id}));
 }
 
+// x = x.roll(1) + x, forty times: inlining would evaluate the first x at 2^40 indices. Values
+// read at too many indices are realized, so the plan stays small.
+TEST(Fusion, InliningAtManyIndicesIsBounded) {
+  Builder b;
+  ValueRef x = b.input(type(DType::Float32, {64}));
+  for (int k = 0; k < 40; ++k) {
+    ValueRef r = b.op("aten::roll", {"self", "shifts", "dims"},
+                      {x, std::vector<int64_t>{1}, std::vector<int64_t>{0}},
+                      type(DType::Float32, {64}));
+    x = b.op("aten::add.Tensor", {"self", "other", "alpha"}, {r, x, int64_t{1}},
+             type(DType::Float32, {64}));
+  }
+  b.g.outputs = {x.id};
+  Plan plan = schedule_graph(b.g);
+  EXPECT_GT(plan.groups.size(), 1u);
+  EXPECT_LE(plan.groups.size(), 40u);
+  for (const KernelGroup& group : plan.groups) {
+    ASSERT_TRUE(loop::verify_kernel(group.kernel).empty());
+  }
+}
+
 // The innermost loop runs over the output's stride-1 dim.
 TEST(Fusion, LoopOrderFollowsOutputStrides) {
   Builder b;
