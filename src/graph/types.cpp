@@ -1,5 +1,7 @@
 #include "graph/types.h"
 
+#include <algorithm>
+
 namespace ember::graph {
 
 std::string dtype_name(DType t) {
@@ -153,6 +155,19 @@ int64_t numel(const Dims& sizes) {
   int64_t n = 1;
   for (const DimExpr& s : sizes) n *= s.constant();
   return n;
+}
+
+std::vector<int64_t> constant_values(const Dims& dims) {
+  std::vector<int64_t> out;
+  out.reserve(dims.size());
+  for (const DimExpr& d : dims) out.push_back(d.constant());
+  return out;
+}
+
+bool TensorType::is_static() const {
+  auto constant = [](const DimExpr& d) { return d.is_constant(); };
+  return std::all_of(sizes.begin(), sizes.end(), constant) &&
+         std::all_of(strides.begin(), strides.end(), constant) && storage_offset.is_constant();
 }
 
 namespace {

@@ -84,6 +84,8 @@ using Dims = std::vector<DimExpr>;
 Dims contiguous_strides(const Dims& sizes);
 /// Number of elements.
 int64_t numel(const Dims& sizes);
+/// The values of `dims`. Requires every dim to be constant.
+std::vector<int64_t> constant_values(const Dims& dims);
 
 /// The static type of a tensor value: everything but its data.
 struct TensorType {
@@ -96,6 +98,8 @@ struct TensorType {
 
   int64_t dim() const { return static_cast<int64_t>(sizes.size()); }
   bool is_contiguous() const { return strides == contiguous_strides(sizes); }
+  /// Sizes, strides and storage offset are all constants.
+  bool is_static() const;
   bool operator==(const TensorType&) const = default;
 };
 

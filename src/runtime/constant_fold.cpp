@@ -32,21 +32,10 @@ std::vector<ValueId> tensor_reads(const graph::Node& n) {
   return out;
 }
 
-bool constant_sizes(const graph::TensorType& t) {
-  for (const graph::DimExpr& d : t.sizes) {
-    if (!d.is_constant()) return false;
-  }
-  for (const graph::DimExpr& d : t.strides) {
-    if (!d.is_constant()) return false;
-  }
-  return true;
-}
-
 // `t` with the traced sizes and strides of `type` (a copy when the kernel chose another layout).
 at::Tensor with_traced_layout(const at::Tensor& t, const graph::TensorType& type) {
-  std::vector<int64_t> sizes, strides;
-  for (const graph::DimExpr& d : type.sizes) sizes.push_back(d.constant());
-  for (const graph::DimExpr& d : type.strides) strides.push_back(d.constant());
+  const std::vector<int64_t> sizes = graph::constant_values(type.sizes);
+  const std::vector<int64_t> strides = graph::constant_values(type.strides);
   if (t.sizes() == c10::IntArrayRef(sizes) && t.strides() == c10::IntArrayRef(strides)) return t;
   at::Tensor out = at::empty_strided(sizes, strides, t.options());
   out.copy_(t);
@@ -57,20 +46,17 @@ at::Tensor with_traced_layout(const at::Tensor& t, const graph::TensorType& type
 // strides), never on their data: they fold even when those arguments are not constant.
 bool reads_only_metadata(const std::string& qualified) {
   static const std::set<std::string> ops = {
-      "aten::zeros_like", "aten::ones_like", "aten::full_like", "aten::empty_like",
-      "aten::new_zeros",  "aten::new_ones",  "aten::new_full",  "aten::new_empty",
-      "aten::new_empty_strided"};
+      "aten::zeros_like", "aten::ones_like", "aten::full_like",
+      "aten::empty_like", "aten::new_zeros", "aten::new_ones",
+      "aten::new_full",   "aten::new_empty", "aten::new_empty_strided"};
   return ops.count(qualified) > 0;
 }
 
 // A tensor with the metadata of `t` (and unspecified contents).
 at::Tensor stand_in(const graph::TensorType& t) {
-  std::vector<int64_t> sizes, strides;
-  for (const graph::DimExpr& d : t.sizes) sizes.push_back(d.constant());
-  for (const graph::DimExpr& d : t.strides) strides.push_back(d.constant());
-  return at::empty_strided(sizes, strides, at::TensorOptions()
-                                               .dtype(tracer::to_c10(t.dtype))
-                                               .device(tracer::to_c10(t.device)));
+  return at::empty_strided(
+      graph::constant_values(t.sizes), graph::constant_values(t.strides),
+      at::TensorOptions().dtype(tracer::to_c10(t.dtype)).device(tracer::to_c10(t.device)));
 }
 
 }  // namespace
@@ -97,11 +83,11 @@ int fold_constants(tracer::TracedGraph& traced, const FoldOptions& options) {
     const bool metadata_only = reads_only_metadata(g.op_of(n).qualified_name());
     bool ok = true;
     for (ValueId v : tensor_reads(n)) {
-      ok = ok && (constant[v] || (metadata_only && constant_sizes(g.type(v))));
+      ok = ok && (constant[v] || (metadata_only && g.type(v).is_static()));
     }
     for (ValueId o : n.outputs) {
       const graph::TensorType& t = g.type(o);
-      ok = ok && !kept_alive[o] && constant_sizes(t) && graph::numel(t.sizes) <= options.max_elements;
+      ok = ok && !kept_alive[o] && t.is_static() && graph::numel(t.sizes) <= options.max_elements;
     }
     if (!ok) continue;
     ExternCall call = make_extern_call(g, ni);

@@ -11,8 +11,8 @@
 
 #include "codegen/cpp/cpp_emitter.h"
 #include "runtime/constant_fold.h"
-#include "sched/memory_plan.h"
 #include "sched/fusion.h"
+#include "sched/memory_plan.h"
 #include "support/error.h"
 #include "tracer/convert.h"
 
@@ -48,22 +48,6 @@ bool returns_aliases(const c10::FunctionSchema& schema) {
     if (r.alias_info() != nullptr) return true;
   }
   return false;
-}
-
-std::vector<int64_t> constant_dims(const graph::Dims& dims) {
-  std::vector<int64_t> out;
-  for (const graph::DimExpr& d : dims) out.push_back(d.constant());
-  return out;
-}
-
-bool all_constant(const graph::TensorType& t) {
-  for (const graph::DimExpr& d : t.sizes) {
-    if (!d.is_constant()) return false;
-  }
-  for (const graph::DimExpr& d : t.strides) {
-    if (!d.is_constant()) return false;
-  }
-  return t.storage_offset.is_constant();
 }
 
 // Whether `t` has the traced layout: the same sizes, and the same strides in every dim of more
@@ -135,15 +119,16 @@ std::optional<Executor::View> Executor::view_of(const graph::Node& node,
     if (node.result_slots[i] != static_cast<int32_t>(i)) return std::nullopt;
   }
   const graph::TensorType& it = g.type(in->id);
-  if (!all_constant(it)) return std::nullopt;
+  if (!it.is_static()) return std::nullopt;
   View v;
   v.root = in->id;
-  v.root_sizes = constant_dims(it.sizes);
-  v.root_strides = constant_dims(it.strides);
+  v.root_sizes = graph::constant_values(it.sizes);
+  v.root_strides = graph::constant_values(it.strides);
   for (graph::ValueId o : node.outputs) {
     const graph::TensorType& ot = g.type(o);
-    if (!all_constant(ot) || ot.dtype != it.dtype || ot.device != it.device) return std::nullopt;
-    v.outputs.push_back(ViewOutput{o, constant_dims(ot.sizes), constant_dims(ot.strides),
+    if (!ot.is_static() || ot.dtype != it.dtype || ot.device != it.device) return std::nullopt;
+    v.outputs.push_back(ViewOutput{o, graph::constant_values(ot.sizes),
+                                   graph::constant_values(ot.strides),
                                    ot.storage_offset.constant() - it.storage_offset.constant()});
   }
   return v;
@@ -154,13 +139,14 @@ Executor::Step Executor::view_step(int32_t n, graph::ValueId root) const {
   const graph::TensorType& rt = g.type(root);
   View v;
   v.root = root;
-  v.root_sizes = constant_dims(rt.sizes);
-  v.root_strides = constant_dims(rt.strides);
-  v.description = "view " + g.op_of(g.nodes[n]).qualified_name() + " (of %" +
-                  std::to_string(root) + ")";
+  v.root_sizes = graph::constant_values(rt.sizes);
+  v.root_strides = graph::constant_values(rt.strides);
+  v.description =
+      "view " + g.op_of(g.nodes[n]).qualified_name() + " (of %" + std::to_string(root) + ")";
   for (graph::ValueId o : g.nodes[n].outputs) {
     const graph::TensorType& t = g.type(o);
-    v.outputs.push_back(ViewOutput{o, constant_dims(t.sizes), constant_dims(t.strides),
+    v.outputs.push_back(ViewOutput{o, graph::constant_values(t.sizes),
+                                   graph::constant_values(t.strides),
                                    t.storage_offset.constant() - rt.storage_offset.constant()});
   }
   Step step;
@@ -227,8 +213,8 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
         k.index_status = group.index_status;
         for (graph::ValueId v : group.inputs) {
           const graph::TensorType& t = g.type(v);
-          k.input_layouts.push_back(
-              Kernel::Output{constant_dims(t.sizes), constant_dims(t.strides), {}});
+          k.input_layouts.push_back(Kernel::Output{
+              graph::constant_values(t.sizes), graph::constant_values(t.strides), {}});
         }
         for (graph::ValueId v : group.outputs) {
           const graph::TensorType& t = g.type(v);
@@ -419,8 +405,8 @@ std::vector<std::string> Executor::describe_steps() const {
 }
 
 int Executor::num_view_steps() const {
-  return static_cast<int>(
-      std::count_if(steps_.begin(), steps_.end(), [](const Step& s) { return s.view.has_value(); }));
+  return static_cast<int>(std::count_if(steps_.begin(), steps_.end(),
+                                        [](const Step& s) { return s.view.has_value(); }));
 }
 
 int Executor::num_extern_steps() const {
@@ -477,8 +463,8 @@ bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env,
     at::Tensor& t = env[k.outputs[i]];
     if (out.arena_offset >= 0) {
       const int64_t itemsize = static_cast<int64_t>(out.options.dtype().itemsize());
-      auto impl = c10::make_intrusive<c10::TensorImpl>(
-          c10::Storage(arena.storage()), arena.key_set(), out.options.dtype());
+      auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(arena.storage()),
+                                                       arena.key_set(), out.options.dtype());
       impl->set_sizes_and_strides(out.sizes, out.strides, out.arena_offset / itemsize);
       t = at::Tensor(std::move(impl));
     } else {

@@ -115,7 +115,7 @@ class Executor {
     std::optional<ExternCall> call;
     int kernel = -1;
     std::optional<View> view;
-    bool may_alias = false;  ///< its results may share memory with its arguments
+    bool may_alias = false;               ///< its results may share memory with its arguments
     std::vector<graph::ValueId> release;  ///< values whose last use is this step
   };
 
