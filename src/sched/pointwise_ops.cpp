@@ -173,6 +173,9 @@ const std::map<std::string, Rule>& rule_table() {
     auto sub = [](P p, V x) {
       return p.is_one("alpha") ? x[0] - x[1] : x[0] - p.param("alpha") * x[1];
     };
+    auto rsub = [](P p, V x) {  // other - alpha * self
+      return p.is_one("alpha") ? x[1] - x[0] : x[1] - p.param("alpha") * x[0];
+    };
     auto mul = [](P, V x) { return x[0] * x[1]; };
     auto true_div = [](P, V x) { return div(x[0], x[1]); };
     auto div_mode = [](P p, V x) {
@@ -188,6 +191,10 @@ const std::map<std::string, Rule>& rule_table() {
     t["aten::sub.Tensor"] = {Mode::Numeric, {"self", "other"}, sub, alpha_ok};
     t["aten::sub.Scalar"] = {
         Mode::Numeric, {"self", "other"}, sub, [=](P p) { return other_scalar(p) && alpha_ok(p); }};
+    t["aten::rsub.Tensor"] = {Mode::Numeric, {"self", "other"}, rsub, alpha_ok};
+    t["aten::rsub.Scalar"] = {Mode::Numeric, {"self", "other"}, rsub, [=](P p) {
+                                return other_scalar(p) && alpha_ok(p);
+                              }};
     t["aten::mul.Tensor"] = {Mode::Numeric, {"self", "other"}, mul, {}, true};
     t["aten::mul.Scalar"] = {Mode::Numeric, {"self", "other"}, mul, other_scalar, true};
     t["aten::div.Tensor"] = {Mode::Float, {"self", "other"}, true_div, {}, true};
@@ -341,6 +348,23 @@ const std::map<std::string, Rule>& rule_table() {
         Mode::Logical, {"self", "other"}, [](P, V x) { return loop::Or::make(x[0], x[1]); }};
     t["aten::logical_xor"] = {
         Mode::Logical, {"self", "other"}, [](P, V x) { return loop::NE::make(x[0], x[1]); }};
+    // Bitwise ops of booleans are the logical ones (integer bitwise ops stay ATen calls).
+    auto all_bool = [](P p) {
+      return p.out == DType::Bool && p.operands[0].dtype == DType::Bool && p.operands[1].tensor &&
+             p.operands[1].dtype == DType::Bool;
+    };
+    t["aten::bitwise_and.Tensor"] = {Mode::Logical,
+                                     {"self", "other"},
+                                     [](P, V x) { return loop::And::make(x[0], x[1]); },
+                                     all_bool};
+    t["aten::bitwise_or.Tensor"] = {Mode::Logical,
+                                    {"self", "other"},
+                                    [](P, V x) { return loop::Or::make(x[0], x[1]); },
+                                    all_bool};
+    t["aten::bitwise_xor.Tensor"] = {Mode::Logical,
+                                     {"self", "other"},
+                                     [](P, V x) { return loop::NE::make(x[0], x[1]); },
+                                     all_bool};
     t["aten::bitwise_not"] = {Mode::Logical,
                               {"self"},
                               [](P, V x) { return loop::Not::make(x[0]); },
