@@ -219,8 +219,8 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
         for (graph::ValueId v : group.outputs) {
           const graph::TensorType& t = g.type(v);
           Kernel::Output out;
-          for (const graph::DimExpr& d : t.sizes) out.sizes.push_back(d.constant());
-          for (const graph::DimExpr& d : t.strides) out.strides.push_back(d.constant());
+          out.sizes = graph::constant_values(t.sizes);
+          out.strides = graph::constant_values(t.strides);
           out.options = at::TensorOptions().dtype(tracer::to_c10(t.dtype)).device(at::kCPU);
           k.allocations.push_back(std::move(out));
         }

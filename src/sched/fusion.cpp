@@ -75,14 +75,7 @@ std::vector<ValueId> all_reads(const graph::Node& n) {
 // A value a kernel can compute or read: on the CPU, with a loop-IR dtype and constant sizes.
 bool kernel_value(const graph::Graph& g, ValueId v) {
   const graph::TensorType& t = g.type(v);
-  if (t.device.kind != graph::DeviceKind::CPU || !to_loop_dtype(t.dtype)) return false;
-  for (const graph::DimExpr& d : t.sizes) {
-    if (!d.is_constant()) return false;
-  }
-  for (const graph::DimExpr& d : t.strides) {
-    if (!d.is_constant()) return false;
-  }
-  return t.storage_offset.is_constant();
+  return t.device.kind == graph::DeviceKind::CPU && to_loop_dtype(t.dtype) && t.is_static();
 }
 
 NodeClass classify(const graph::Graph& g, const graph::Node& n, const ScheduleOptions& options) {

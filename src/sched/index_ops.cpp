@@ -74,6 +74,16 @@ std::optional<int64_t> wrap_dim(int64_t d, int64_t rank) {
   return d < 0 ? d + r : d;
 }
 
+// Every dim of `dims` is valid for a rank-`rank` tensor and named once (after wrapping).
+bool distinct_dims(const std::vector<int64_t>& dims, int64_t rank) {
+  std::set<int64_t> seen;
+  for (int64_t d : dims) {
+    std::optional<int64_t> w = wrap_dim(d, rank);
+    if (!w || !seen.insert(*w).second) return false;
+  }
+  return true;
+}
+
 bool loop_dtype(const graph::TensorType& t) {
   return to_loop_dtype(t.dtype).has_value();
 }
@@ -397,28 +407,22 @@ const std::map<std::string, Rule>& rules() {
     t["aten::alias"] = identity;
     t["aten::detach"] = identity;
 
-    t["aten::permute"] = {
-        K::View,
-        [](const Ctx& c) {
-          const std::vector<int64_t>* dims = c.ints_arg("dims");
-          const int64_t rank = c.type(c.self()).dim();
-          if (!same_dtype_view(c) || !dims || static_cast<int64_t>(dims->size()) != rank) {
-            return false;
-          }
-          std::set<int64_t> seen;
-          for (int64_t d : *dims) {
-            std::optional<int64_t> w = wrap_dim(d, rank);
-            if (!w || !seen.insert(*w).second) return false;
-          }
-          return true;
-        },
-        [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
-          const std::vector<int64_t>& dims = *c.ints_arg("dims");
-          const int64_t rank = c.type(c.self()).dim();
-          Index in(idx.size());
-          for (size_t k = 0; k < dims.size(); ++k) in[*wrap_dim(dims[k], rank)] = idx[k];
-          return read_self(c, r, in);
-        }};
+    t["aten::permute"] = {K::View,
+                          [](const Ctx& c) {
+                            const std::vector<int64_t>* dims = c.ints_arg("dims");
+                            const int64_t rank = c.type(c.self()).dim();
+                            return same_dtype_view(c) && dims &&
+                                   static_cast<int64_t>(dims->size()) == rank &&
+                                   distinct_dims(*dims, rank);
+                          },
+                          [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
+                            const std::vector<int64_t>& dims = *c.ints_arg("dims");
+                            const int64_t rank = c.type(c.self()).dim();
+                            Index in(idx.size());
+                            for (size_t k = 0; k < dims.size(); ++k)
+                              in[*wrap_dim(dims[k], rank)] = idx[k];
+                            return read_self(c, r, in);
+                          }};
     t["aten::transpose.int"] = {
         K::View,
         [](const Ctx& c) {
@@ -693,14 +697,8 @@ const std::map<std::string, Rule>& rules() {
                        [](const Ctx& c) {
                          const std::vector<int64_t>* dims = c.ints_arg("dims");
                          const int64_t rank = c.type(c.self()).dim();
-                         if (!same_dtype_view(c) || !dims || c.sizes(c.self()) != c.sizes(c.out()))
-                           return false;
-                         std::set<int64_t> seen;
-                         for (int64_t d : *dims) {
-                           std::optional<int64_t> w = wrap_dim(d, rank);
-                           if (!w || !seen.insert(*w).second) return false;
-                         }
-                         return true;
+                         return same_dtype_view(c) && dims &&
+                                c.sizes(c.self()) == c.sizes(c.out()) && distinct_dims(*dims, rank);
                        },
                        [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
                          std::vector<int64_t> in = c.sizes(c.self());

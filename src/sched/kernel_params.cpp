@@ -6,9 +6,7 @@
 namespace ember::sched {
 
 std::vector<int64_t> sizes_of(const graph::TensorType& t) {
-  std::vector<int64_t> s;
-  for (const graph::DimExpr& d : t.sizes) s.push_back(d.constant());
-  return s;
+  return graph::constant_values(t.sizes);
 }
 
 std::map<graph::ValueId, std::string> add_group_buffers(const graph::Graph& g,

@@ -92,16 +92,10 @@ bool is_int(DType t) {
          t == DType::Int64;
 }
 
-// A CPU tensor of constant sizes and strides whose dtype the kernels handle (f16 excluded: its
-// eager numerics are not checked).
+// A CPU tensor of constant geometry whose dtype the kernels handle (f16 excluded: its eager
+// numerics are not checked).
 bool usable(const graph::TensorType& t) {
-  if (t.device.kind != graph::DeviceKind::CPU) return false;
-  for (const graph::DimExpr& d : t.sizes) {
-    if (!d.is_constant()) return false;
-  }
-  for (const graph::DimExpr& d : t.strides) {
-    if (!d.is_constant()) return false;
-  }
+  if (t.device.kind != graph::DeviceKind::CPU || !t.is_static()) return false;
   return is_float(t.dtype) || is_int(t.dtype) || t.dtype == DType::Bool;
 }
 
@@ -403,8 +397,7 @@ class Analyzer {
     s_.reduced[0] = s_.reduced[1] = false;
     // A tensor of x's shape over the view: the channel stride splits into (G, C/G).
     auto view = [&](const graph::TensorType& t) {
-      std::vector<int64_t> own;
-      for (const graph::DimExpr& d : t.strides) own.push_back(d.constant());
+      const std::vector<int64_t> own = graph::constant_values(t.strides);
       std::vector<int64_t> st = {own[0], own[1] * cg, own[1]};
       for (size_t d = 2; d < own.size(); ++d) st.push_back(own[d]);
       for (size_t d = 0; d < st.size(); ++d) {

@@ -326,9 +326,9 @@ TEST(Fusion, InliningAtManyIndicesIsBounded) {
   Builder b;
   ValueRef x = b.input(type(DType::Float32, {64}));
   for (int k = 0; k < 40; ++k) {
-    ValueRef r = b.op("aten::roll", {"self", "shifts", "dims"},
-                      {x, std::vector<int64_t>{1}, std::vector<int64_t>{0}},
-                      type(DType::Float32, {64}));
+    ValueRef r =
+        b.op("aten::roll", {"self", "shifts", "dims"},
+             {x, std::vector<int64_t>{1}, std::vector<int64_t>{0}}, type(DType::Float32, {64}));
     x = b.op("aten::add.Tensor", {"self", "other", "alpha"}, {r, x, int64_t{1}},
              type(DType::Float32, {64}));
   }
