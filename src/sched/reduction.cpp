@@ -4,8 +4,10 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "loop/simplify.h"
+#include "loop/traverse.h"
 #include "sched/kernel_params.h"
 #include "sched/pointwise.h"
 #include "sched/reduction_loops.h"
@@ -49,6 +51,17 @@ Expr div(Expr a, Expr b) {
   return bin(ExprKind::Div, std::move(a), std::move(b));
 }
 
+// The names of the variables `e` / `s` read.
+void collect_vars(const Expr& e, std::set<std::string>& out) {
+  if (const auto* v = e.as<loop::Var>()) out.insert(v->name);
+  loop::for_each_child(e, [&](const Expr& c) { collect_vars(c, out); });
+}
+void collect_vars(const Stmt& s, std::set<std::string>& out) {
+  loop::for_each_stmt_child(
+      s, [&](const Expr& e) { collect_vars(e, out); },
+      [&](const Stmt& c) { collect_vars(c, out); });
+}
+
 // The type eager computes a `t` result in: f32 for bf16/f16, else `t` itself.
 DType opmath(DType t) {
   return t == DType::BFloat16 || t == DType::Float16 ? DType::Float32 : t;
@@ -58,10 +71,39 @@ DType opmath(DType t) {
 class ProgramBuilder {
  public:
   ProgramBuilder(const graph::Graph& g, const ReductionSpec& s,
-                 const std::map<ValueId, std::string>& buffer_of)
-      : g_(g), s_(s), buffer_of_(buffer_of), space_{s.sizes, s.reduced, s.x.strides} {}
+                 const std::map<ValueId, std::string>& buffer_of, const ReductionFusion& fusion)
+      : g_(g),
+        s_(s),
+        buffer_of_(buffer_of),
+        fusion_(fusion),
+        space_{s.sizes, s.reduced, s.x.strides} {}
 
   RowProgram build() {
+    kind_program();
+    if (fusion_.x.defined()) bind_input_lets();
+    if (fusion_.epilogue.defined()) elements({fusion_.epilogue});
+    return std::move(p_);
+  }
+
+ private:
+  // Every Elements step that reads the inline input gets the lets it uses.
+  void bind_input_lets() {
+    for (RowStep& step : p_.steps) {
+      if (step.kind != RowStep::Kind::Elements) continue;
+      std::set<std::string> used;
+      collect_vars(step.body, used);
+      Stmt body = step.body;
+      for (size_t i = fusion_.x_lets.size(); i-- > 0;) {
+        const auto& [var, value] = fusion_.x_lets[i];
+        if (!used.count(var.as<loop::Var>()->name)) continue;
+        collect_vars(value, used);
+        body = loop::Let::make(var, value, body);
+      }
+      step.body = body;
+    }
+  }
+
+  void kind_program() {
     const DType xd = dtype(s_.x.value);
     switch (s_.kind) {
       case Kind::Sum:
@@ -110,7 +152,7 @@ class ProgramBuilder {
       case Kind::All: {
         ReduceOp op = s_.kind == Kind::Any ? ReduceOp::Any : ReduceOp::All;
         init("acc", op, DType::Bool);
-        elements({accumulate(op, "acc", cast(DType::Bool, load(s_.x)))});
+        elements({accumulate(op, "acc", cast(DType::Bool, x_raw()))});
         row({store(0, value("acc", DType::Bool))});
         break;
       }
@@ -132,10 +174,8 @@ class ProgramBuilder {
         normalize();
         break;
     }
-    return std::move(p_);
   }
 
- private:
   DType dtype(ValueId v) const { return *to_loop_dtype(g_.type(v).dtype); }
   int64_t n() const { return s_.reduced_numel(); }
 
@@ -151,8 +191,9 @@ class ProgramBuilder {
   Expr load(const ReductionOperand& o) const {
     return loop::Load::make(dtype(o.value), buffer_of_.at(o.value), offset(o));
   }
-  // The input element, converted to `t`.
-  Expr x(DType t) const { return cast(t, load(s_.x)); }
+  // The input element (computed inline with a prologue), converted to `t`.
+  Expr x(DType t) const { return cast(t, x_raw()); }
+  Expr x_raw() const { return fusion_.x.defined() ? fusion_.x : load(s_.x); }
   // Output `i` of the node gets `v` (converted to its dtype), when something needs it.
   Stmt store(size_t i, Expr v) const {
     const ReductionOperand& o = s_.outputs[i];
@@ -338,6 +379,7 @@ class ProgramBuilder {
   const graph::Graph& g_;
   const ReductionSpec& s_;
   const std::map<ValueId, std::string>& buffer_of_;
+  const ReductionFusion& fusion_;
   const ReductionSpace space_;
   RowProgram p_;
 };
@@ -348,16 +390,24 @@ bool is_reduction_kernel_node(const graph::Graph& g, const graph::Node& n) {
   return analyze_reduction(g, n).has_value();
 }
 
+bool supports_reduction_fusion(const graph::Graph& g, const graph::Node& n) {
+  std::optional<ReductionSpec> spec = analyze_reduction(g, n, /*coalesce=*/false);
+  return spec.has_value() && spec->kind != Kind::GroupNorm;
+}
+
 loop::Kernel build_reduction_kernel(const graph::Graph& g, const graph::Node& n,
                                     const KernelGroup& group, const std::string& name,
-                                    const ScheduleOptions& options) {
-  std::optional<ReductionSpec> spec = analyze_reduction(g, n);
+                                    const ScheduleOptions& options, const ReductionFusion& fusion) {
+  const bool fused = fusion.x.defined() || fusion.epilogue.defined();
+  std::optional<ReductionSpec> spec = analyze_reduction(g, n, /*coalesce=*/!fused);
   EMBER_INTERNAL_ASSERT(spec.has_value()) << "build_reduction_kernel: unsupported node";
   EMBER_INTERNAL_ASSERT(!group.outputs.empty()) << "build_reduction_kernel: no outputs";
+  EMBER_INTERNAL_ASSERT(!fused || spec->kind != Kind::GroupNorm)
+      << "build_reduction_kernel: group_norm takes no fusion";
   loop::Kernel k;
   k.name = name;
   const std::map<ValueId, std::string> buffer_of = add_group_buffers(g, group, k);
-  RowProgram program = ProgramBuilder(g, *spec, buffer_of).build();
+  RowProgram program = ProgramBuilder(g, *spec, buffer_of, fusion).build();
   const ReductionSpace space{spec->sizes, spec->reduced, spec->x.strides};
   k.body = build_reduction_loops(space, program, options.parallel_threshold);
   return k;

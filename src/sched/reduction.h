@@ -6,6 +6,8 @@
 #pragma once
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "graph/graph.h"
 #include "loop/stmt.h"
@@ -29,13 +31,33 @@ namespace ember::sched {
 /// verifier-valid graph.
 bool is_reduction_kernel_node(const graph::Graph& g, const graph::Node& n);
 
-/// The kernel of the one-node group `group` (nodes = {n}): buffers are group.inputs then
-/// group.outputs (a subset of n's outputs, those needed), read and written at their traced
-/// strides. Loops as build_reduction_loops (reduction_loops.h), parallel from
+/// What a reduction kernel computes besides node `n` itself (the scheduler's prologue and
+/// epilogue fusion, docs/design/scheduler.md). Expressions index the space of
+/// analyze_reduction(g, n, /*coalesce=*/false), which is the input's dims, by element_var(d)
+/// (reduction_loops.h), and name the kernel's buffers.
+///  - `x`: the input's element, computed inline (after `x_lets`, in order) instead of loaded;
+///    undefined: the input is a buffer of the group.
+///  - `epilogue`: a statement run once per element of the space after the node's own steps (it
+///    stores values of the input's shape); it may read the node's outputs, at the element's own
+///    row (reduced outputs) or element (element outputs) only. Undefined: none.
+struct ReductionFusion {
+  loop::Expr x;
+  std::vector<std::pair<loop::Expr, loop::Expr>> x_lets;
+  loop::Stmt epilogue;
+};
+
+/// True when node `n`'s kernel can take a ReductionFusion: its space is the input's dims (every
+/// kernel node but native_group_norm, whose space is a view of them).
+bool supports_reduction_fusion(const graph::Graph& g, const graph::Node& n);
+
+/// The kernel of the group `group` of node `n`: buffers are group.inputs then group.outputs (a
+/// subset of n's outputs, those needed, then whatever `fusion` stores), read and written at their
+/// traced strides. Loops as build_reduction_loops (reduction_loops.h), parallel from
 /// options.parallel_threshold elements. Requires is_reduction_kernel_node(g, n) and a non-empty
-/// group.outputs.
+/// group.outputs; with a non-empty `fusion`, supports_reduction_fusion(g, n).
 loop::Kernel build_reduction_kernel(const graph::Graph& g, const graph::Node& n,
                                     const KernelGroup& group, const std::string& name,
-                                    const ScheduleOptions& options);
+                                    const ScheduleOptions& options,
+                                    const ReductionFusion& fusion = {});
 
 }  // namespace ember::sched

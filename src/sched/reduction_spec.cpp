@@ -480,9 +480,10 @@ int64_t ReductionSpec::reduced_numel() const {
   return n;
 }
 
-std::optional<ReductionSpec> analyze_reduction(const graph::Graph& g, const graph::Node& n) {
+std::optional<ReductionSpec> analyze_reduction(const graph::Graph& g, const graph::Node& n,
+                                               bool coalesce_space) {
   std::optional<ReductionSpec> s = Analyzer(g, n).run();
-  if (s) coalesce(*s);
+  if (s && coalesce_space) coalesce(*s);
   return s;
 }
 

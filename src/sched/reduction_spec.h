@@ -69,6 +69,10 @@ struct ReductionSpec {
 /// The space comes coalesced: size-1 dims dropped, and two neighbouring dims (both reduced or
 /// both kept) merged into one wherever every operand walks them as one run, so a contiguous
 /// softmax over [B, H, S, S] is a [B*H*S, S] space.
-std::optional<ReductionSpec> analyze_reduction(const graph::Graph& g, const graph::Node& n);
+/// With `coalesce` false the space is exactly the input's dims (group_norm: its view), size-1 dims
+/// included (every operand has stride 0 there): what a kernel that computes the input inline or
+/// stores values of its shape (reduction.h, ReductionFusion) indexes by.
+std::optional<ReductionSpec> analyze_reduction(const graph::Graph& g, const graph::Node& n,
+                                               bool coalesce = true);
 
 }  // namespace ember::sched

@@ -1,0 +1,183 @@
+/// \file
+/// Internals of the fusion scheduler, shared by fusion.cpp (the Scheduler: which values are
+/// realized, the order of steps, the cost rule) and kernel_builder.cpp (the KernelBuilder: one
+/// kernel's loop IR, inlining index functions). Not part of the sched API.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "loop/bounds.h"
+#include "loop/expr.h"
+#include "loop/stmt.h"
+#include "sched/fusion.h"
+#include "sched/index_ops.h"
+
+namespace ember::sched::fusion_detail {
+
+using graph::ValueId;
+using loop::Expr;
+using loop::Stmt;
+
+// Note [Recompute or realize]
+// A value that is not realized is inlined into every read of it, at the index of that read. When
+// a kernel reads it at several different indices, or at an index that ignores a loop of the
+// kernel (a broadcast), or several kernels read it, it is computed more than once per element.
+// That is fine for cheap values: a cast, an add, a view. A value whose inlined expression costs
+// more than kMaxRecomputeCost (an op counts 1, a transcendental call such as exp or tanh counts 5,
+// views and data movement count 0, summed over the inlined producers) is realized instead: a
+// kernel of its own shape writes it once and the readers load it.
+constexpr int kMaxRecomputeCost = 3;
+constexpr int kTranscendentalCost = 5;
+// Instances of one value in one kernel beyond which it is realized at once, whatever its cost:
+// inlining at many indices can grow exponentially (x.roll(1) + x, repeated), so the rounds of the
+// cost rule must not wait for a complete plan.
+constexpr int kMaxInstances = 16;
+
+// Thrown while building when a value exceeds kMaxInstances in one kernel.
+struct TooManyInstances {
+  graph::ValueId value;
+};
+
+// ViewStep: a view that something outside the kernels needs; a PlanStep::Kind::View step.
+enum class NodeClass : uint8_t { Extern, Reduction, Pointwise, View, Compute, ViewStep };
+
+// Every tensor value a node reads, in argument order (ValueRefs only).
+std::vector<ValueId> tensor_args(const graph::Node& n);
+// Every value a node reads: ValueRefs and the items of ValueLists.
+std::vector<ValueId> all_reads(const graph::Node& n);
+
+// The kernel's loop variable of dim `d`.
+std::string loop_var(size_t d);
+// A buffer name used while building, replaced by buf<k> at the end.
+std::string value_buffer(ValueId v);
+// The flat offset of `index` in a tensor of type `t` (dims of size 1 contribute nothing: their
+// index is 0).
+Expr offset_of(const graph::TensorType& t, const Index& index);
+// `index` (of a tensor of sizes `out`) broadcast to an operand of sizes `in`: right-aligned,
+// size-1 dims read element 0.
+Index broadcast(const Index& index, const std::vector<int64_t>& in);
+// An element of an index tensor (i64 or i32) as an i64 index.
+Expr as_index(Expr e);
+void collect_vars(const Expr& e, std::set<std::string>& out);
+// What evaluating `e` once costs (Note [Recompute or realize]).
+int expression_cost(const Expr& e);
+Expr rename_buffers(const Expr& e, const std::map<std::string, std::string>& names);
+Stmt rename_buffers(const Stmt& s, const std::map<std::string, std::string>& names);
+
+// One instantiation of an inlined value in a kernel: the value at one index.
+struct Use {
+  ValueId value = -1;
+  std::string key;         // the value and its printed index
+  bool broadcast = false;  // the index ignores a loop of the kernel (extent > 1)
+};
+
+/// What a KernelBuilder asks of the scheduler about values outside the kernel.
+class FusionState {
+ public:
+  virtual ~FusionState() = default;
+  virtual const graph::Graph& graph() const = 0;
+  virtual NodeClass node_class(ValueId v) const = 0;
+  /// Lives in memory: a graph input, the output of an extern, reduction or view step, or a
+  /// kernel output.
+  virtual bool realized(ValueId v) const = 0;
+  /// An output of a view node the kernels read through.
+  virtual bool is_view(ValueId v) const = 0;
+  /// The value a view aliases at the end of its chain of views.
+  virtual ValueId view_root(ValueId v) const = 0;
+};
+
+// Builds one kernel: the values it stores (one shape, the iteration space) and everything they
+// inline. Reads go through element() (the ElementReader of index_ops.h).
+class KernelBuilder final : public ElementReader {
+ public:
+  KernelBuilder(const FusionState& s, std::vector<int64_t> shape);
+
+  const std::vector<int64_t>& shape() const { return shape_; }
+  bool stores(ValueId v) const {
+    for (const auto& [sv, var] : st_.stores) {
+      if (sv == v) return true;
+    }
+    return false;
+  }
+  /// Adds realized value `v` (of this kernel's shape) as an output. Returns false, changing
+  /// nothing, when `v` reads a value this kernel stores at another index than its own, or uses one
+  /// as an index tensor: that value must be written by an earlier kernel.
+  bool add_store(ValueId v);
+  /// The group: inputs, outputs, nodes and the loop-IR kernel named `name`.
+  KernelGroup finish(const std::string& name, const ScheduleOptions& options) const;
+  const std::vector<Use>& uses() const { return st_.uses; }
+
+  // ---- pieces for other kernels (reduction prologues and epilogues, reduction_fusion.cpp) ----
+
+  /// The value of computed value `v` (of this builder's shape) at the identity index, reading
+  /// through element(); its lets are lets().
+  Expr compute(ValueId v) { return define(v, identity()); }
+  const std::vector<std::pair<Expr, Expr>>& lets() const { return st_.lets; }
+  /// Reads of realized value `v` must be at flat offset `offset` (in the loop variables): any
+  /// other read, or a use of `v` as an index tensor, makes add_store fail.
+  void bind_reads(ValueId v, const Expr& offset);
+  /// The per-element statement: the lets, then the stores of every added value (buffers named
+  /// value_buffer(v), loop variables loop_var(d)).
+  Stmt body() const;
+  /// `body` preceded by the range checks of index tensors (see KernelGroup::index_status): adds
+  /// the status buffer to group.kernel and sets group.index_status when there are any.
+  Stmt with_index_checks(Stmt body, KernelGroup& group) const;
+  bool has_index_checks() const { return !st_.checks.empty(); }
+  const std::vector<ValueId>& inputs() const { return st_.inputs; }
+  const std::set<int32_t>& nodes() const { return st_.nodes; }
+  std::vector<ValueId> stored_values() const {
+    std::vector<ValueId> out;
+    for (const auto& [v, var] : st_.stores) out.push_back(v);
+    return out;
+  }
+
+  Expr element(ValueId v, const Index& index, bool guarded) override;
+  Expr index_element(ValueId v, const Index& index, const Expr& size, bool negative_wraps) override;
+
+ private:
+  struct IndexCheck {
+    ValueId v;
+    int64_t size;
+    bool negative_wraps;
+    bool operator==(const IndexCheck&) const = default;
+  };
+  struct State {
+    std::vector<std::pair<Expr, Expr>> lets;  // (var, value), in order
+    std::map<std::string, Expr> memo;         // "value@index" -> let var
+    std::map<ValueId, int> num_lets;          // per value, for naming
+    std::map<ValueId, int> num_instances;     // per value, instantiations (see kMaxInstances)
+    std::vector<ValueId> inputs;              // realized values read, in first-use order
+    std::vector<std::pair<ValueId, Expr>> stores;
+    std::vector<IndexCheck> checks;
+    std::set<int32_t> nodes;
+    std::vector<Use> uses;
+  };
+
+  Index simplified(const Index& index) const;
+  Index identity() const;
+  std::string key(ValueId v, const Index& index) const;
+  Expr load(ValueId buffer_value, const graph::TensorType& geometry, const Index& index,
+            int64_t base_offset);
+  Expr define(ValueId v, const Index& index);
+  void add_input(ValueId v) {
+    if (std::find(st_.inputs.begin(), st_.inputs.end(), v) == st_.inputs.end()) {
+      st_.inputs.push_back(v);
+    }
+  }
+
+  const FusionState& s_;
+  const graph::Graph& g_;
+  std::vector<int64_t> shape_;
+  loop::VarBounds bounds_;
+  State st_;
+  std::map<ValueId, Expr> bound_;  // see bind_reads
+  bool conflict_ = false;
+  int guard_depth_ = 0;
+};
+
+}  // namespace ember::sched::fusion_detail
