@@ -67,7 +67,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs) -
     try:
         graph, rebuild = trace_with_structure(gm, example_inputs, kinds, names)
         compiled = _C.CompiledGraph(graph, codegen=config.codegen(),
-                                    reductions=config.reduction_kernels())
+                                    reductions=config.reduction_kernels(),
+                                    reduction_fusion=config.reduction_fusion())
     except InternalError:
         raise
     except Unsupported as e:

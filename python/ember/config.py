@@ -14,3 +14,10 @@ def reduction_kernels() -> bool:
     """EMBER_REDUCTION_KERNELS=0 leaves reductions (softmax, layer_norm, sum, var, argmax, ...) to
     ATen instead of generating kernels for them (on by default)."""
     return os.environ.get("EMBER_REDUCTION_KERNELS", "1") != "0"
+
+
+def reduction_fusion() -> bool:
+    """EMBER_REDUCTION_FUSION=0 keeps reduction kernels to the reduction alone: their input is
+    realized by a kernel of its own and the pointwise values after them get kernels of their own
+    (prologue and epilogue fusion is on by default)."""
+    return os.environ.get("EMBER_REDUCTION_FUSION", "1") != "0"

@@ -29,10 +29,12 @@ void bind_runtime(nb::module_& m) {
                        "returns a tuple of its outputs.")
       .def(
           "__init__",
-          [](Executor* self, const tracer::TracedGraph& g, bool codegen, bool reductions) {
-            new (self) Executor(g, runtime::ExecutorOptions{codegen, reductions});
+          [](Executor* self, const tracer::TracedGraph& g, bool codegen, bool reductions,
+             bool reduction_fusion) {
+            new (self) Executor(g, runtime::ExecutorOptions{codegen, reductions, reduction_fusion});
           },
           nb::arg("graph"), nb::arg("codegen") = true, nb::arg("reductions") = true,
+          nb::arg("reduction_fusion") = true,
           "Prepares `graph` to run; with codegen, fuses pointwise nodes into generated C++ "
           "kernels (CPU graphs).")
       .def("__call__",

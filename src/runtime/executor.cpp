@@ -179,6 +179,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
   sched::ScheduleOptions sopts;
   sopts.fuse = options.codegen && all_on_cpu(g);
   sopts.reductions = options.reductions;
+  sopts.reduction_fusion = options.reduction_fusion;
   sched::Plan plan = sched::schedule_graph(g, sopts);
   if (!plan.groups.empty()) {
     try {
@@ -350,7 +351,8 @@ void Executor::plan_memory(const std::vector<int>& last_use) {
   std::vector<sched::BufferLifetime> planned;
   std::vector<int> candidate_of;
   for (size_t c = 0; c < lifetimes.size(); ++c) {
-    if (excluded[c]) continue;
+    // Empty buffers need no arena space (and an arena of 0 bytes would not be allocated).
+    if (excluded[c] || lifetimes[c].bytes == 0) continue;
     planned.push_back(lifetimes[c]);
     candidate_of.push_back(static_cast<int>(c));
   }

@@ -27,6 +27,9 @@ struct ExecutorOptions {
   bool codegen = true;
   /// Also generate kernels for reductions (see sched::ScheduleOptions::reductions).
   bool reductions = true;
+  /// Reduction kernels compute their input inline and store the values of its shape that follow
+  /// (see sched::ScheduleOptions::reduction_fusion).
+  bool reduction_fusion = true;
   /// Run the nodes that depend on no input once, at construction (runtime/constant_fold.h).
   bool fold_constants = true;
 };

@@ -11,6 +11,7 @@
 #include "sched/kernel_params.h"
 #include "sched/pointwise.h"
 #include "sched/reduction.h"
+#include "sched/reduction_spec.h"
 #include "support/error.h"
 
 namespace ember::sched {
@@ -84,6 +85,7 @@ class Scheduler final : public FusionState {
 
  private:
   void find_demands();
+  ValueId prologue_input(const graph::Node& n) const;
   Plan build(std::vector<std::pair<int, Use>>* uses);
   int cost(ValueId v, std::vector<int>& weights) const;
   std::vector<ValueId> violators(const std::vector<std::pair<int, Use>>& uses) const;
@@ -139,7 +141,8 @@ void Scheduler::find_demands() {
     if (!live_[i]) continue;
     for (ValueId v : all_reads(n)) read_live_[v] = true;
     if (cls_[i] == NodeClass::Extern || cls_[i] == NodeClass::Reduction) {
-      for (ValueId v : all_reads(n)) need[v] = true;
+      const ValueId inline_input = cls_[i] == NodeClass::Reduction ? prologue_input(n) : -1;
+      for (ValueId v : all_reads(n)) need[v] = need[v] || v != inline_input;
     } else {
       // Index tensors and as_strided's input are read from memory, and a view step is made from
       // its root: their roots must exist.
@@ -148,6 +151,25 @@ void Scheduler::find_demands() {
       if (cls_[i] == NodeClass::ViewStep) need[view_root(n.outputs[0])] = true;
     }
   }
+}
+
+// The input of reduction node `n` when its kernel may compute it inline (a prologue): a computed
+// value, or a view of one, that is no other argument of `n`; else -1.
+ValueId Scheduler::prologue_input(const graph::Node& n) const {
+  if (!options_.reduction_fusion || !supports_reduction_fusion(g_, n)) return -1;
+  std::optional<ReductionSpec> spec = analyze_reduction(g_, n, /*coalesce=*/false);
+  const ValueId x = spec->x.value;
+  int reads = 0;
+  for (ValueId v : all_reads(n)) reads += v == x;
+  if (reads != 1) return -1;
+  ValueId root = x;
+  while (g_.values[root].node >= 0 && view_node_[g_.values[root].node]) {
+    root = view_input(g_, g_.nodes[g_.values[root].node]);
+  }
+  const int32_t node = g_.values[root].node;
+  if (node < 0) return -1;
+  const NodeClass c = cls_[node];
+  return c == NodeClass::Pointwise || c == NodeClass::Compute ? x : -1;
 }
 
 // What evaluating `v` once more costs (Note [Recompute or realize]): the weights of the values
@@ -231,13 +253,21 @@ Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
   // View steps of values the open kernel writes, run right after it.
   std::vector<PlanStep> pending;
   std::set<ValueId> pending_values;
+  // Or the open reduction kernel (at most one of the two is open).
+  std::optional<ReductionGroupBuilder> open_reduction;
+  auto stores_open = [&](ValueId v) {
+    return (open && open->stores(v)) || (open_reduction && open_reduction->stores(v));
+  };
   auto close = [&] {
-    if (!open) return;
+    if (!open && !open_reduction) return;
     int gi = static_cast<int>(plan.groups.size());
-    plan.groups.push_back(open->finish("k" + std::to_string(gi), options_));
-    for (const Use& u : open->uses()) uses->emplace_back(gi, u);
+    const std::string name = "k" + std::to_string(gi);
+    plan.groups.push_back(open ? open->finish(name, options_)
+                               : open_reduction->finish(name, options_));
+    for (const Use& u : open ? open->uses() : open_reduction->uses()) uses->emplace_back(gi, u);
     plan.steps.push_back({PlanStep::Kind::Kernel, gi});
     open.reset();
+    open_reduction.reset();
     plan.steps.insert(plan.steps.end(), pending.begin(), pending.end());
     pending.clear();
     pending_values.clear();
@@ -249,7 +279,7 @@ Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
         // An extern that reads a value of the open kernel must run after it.
         bool reads_open = false;
         for (ValueId v : all_reads(n)) {
-          reads_open |= (open && open->stores(v)) || pending_values.count(v) > 0;
+          reads_open |= stores_open(v) || pending_values.count(v) > 0;
         }
         if (reads_open) close();
         plan.steps.push_back({PlanStep::Kind::Extern, ni});
@@ -259,7 +289,7 @@ Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
         // Only makes tensors aliasing its root, and kernels read through views: a view of a value
         // of the open kernel waits for it instead of closing it.
         PlanStep step{PlanStep::Kind::View, ni, view_root(n.outputs[0])};
-        if (open && open->stores(step.root)) {
+        if (stores_open(step.root)) {
           pending.push_back(step);
           pending_values.insert(n.outputs.begin(), n.outputs.end());
         } else {
@@ -270,25 +300,28 @@ Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
       case NodeClass::Reduction: {
         if (!live_[ni]) break;
         close();
-        int gi = static_cast<int>(plan.groups.size());
-        KernelGroup& group = plan.groups.emplace_back();
-        group.nodes.push_back(ni);
-        for (ValueId v : tensor_args(n)) {
-          if (std::find(group.inputs.begin(), group.inputs.end(), v) == group.inputs.end()) {
-            group.inputs.push_back(v);
+        std::vector<ValueId> outputs;
+        for (ValueId o : n.outputs) {
+          if (read_live_[o]) outputs.push_back(o);
+        }
+        open_reduction.emplace(*this, ni, std::move(outputs), options_.reduction_fusion);
+        if (open_reduction->has_prologue()) {
+          // Computed once per pass over the row: only cheap inputs are (kMaxPrologueCost).
+          std::vector<int> weights(g_.values.size(), -1);
+          if (cost(open_reduction->input(), weights) > kMaxPrologueCost) {
+            throw TooManyInstances{open_reduction->input()};
           }
         }
-        for (ValueId o : n.outputs) {
-          if (read_live_[o]) group.outputs.push_back(o);
-        }
-        group.kernel = build_reduction_kernel(g_, n, group, "k" + std::to_string(gi), options_);
-        plan.steps.push_back({PlanStep::Kind::Kernel, gi});
         break;
       }
       case NodeClass::Pointwise:
       case NodeClass::Compute: {
         ValueId v = n.outputs[0];
         if (!stored_[v]) break;
+        if (open_reduction) {
+          if (open_reduction->add_epilogue(v)) break;
+          close();
+        }
         std::vector<int64_t> shape = sizes_of(g_.type(v));
         if (open && (open->shape() != shape || !open->add_store(v))) close();
         if (!open) {

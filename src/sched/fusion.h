@@ -66,6 +66,9 @@ struct ScheduleOptions {
   /// Whether reductions (softmax, layer_norm, sum, ...) become kernels (reduction.h); false leaves
   /// them to ATen.
   bool reductions = true;
+  /// Whether reduction kernels also compute their input inline (a prologue) and store the values
+  /// of its shape that follow (epilogues); see docs/design/scheduler.md.
+  bool reduction_fusion = true;
 };
 
 /// Requires a verifier-valid graph whose tensors are all on the CPU (kernels are C++). Guarantees:

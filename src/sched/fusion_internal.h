@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -33,6 +34,9 @@ using loop::Stmt;
 // kernel of its own shape writes it once and the readers load it.
 constexpr int kMaxRecomputeCost = 3;
 constexpr int kTranscendentalCost = 5;
+// The most a reduction's input computed inline (a prologue) may cost: it is computed once per
+// pass over the row (two or three), instead of being written and read once more.
+constexpr int kMaxPrologueCost = 6;
 // Instances of one value in one kernel beyond which it is realized at once, whatever its cost:
 // inlining at many indices can grow exponentially (x.roll(1) + x, repeated), so the rounds of the
 // cost rule must not wait for a complete plan.
@@ -178,6 +182,44 @@ class KernelBuilder final : public ElementReader {
   std::map<ValueId, Expr> bound_;  // see bind_reads
   bool conflict_ = false;
   int guard_depth_ = 0;
+};
+
+/// The kernel group of one reduction node (reduction.h) with what it fuses
+/// (docs/design/scheduler.md, "Reduction prologues and epilogues"):
+///  - a prologue: when the node's input is not realized, the kernel computes it inline (a
+///    KernelBuilder over the input's shape) in every pass that reads it;
+///  - epilogues: values of the input's shape that the scheduler would store next, added while
+///    they read the node's outputs only at the element's own row (or element), stored by an extra
+///    pass over each row after the reduction. A value that cannot join closes the group.
+class ReductionGroupBuilder {
+ public:
+  /// `outputs`: the node's outputs something needs, in output order; `fuse`: whether epilogues may
+  /// join (ScheduleOptions::reduction_fusion). Requires a reduction kernel node whose input is
+  /// realized unless `fuse` and supports_reduction_fusion.
+  ReductionGroupBuilder(const FusionState& s, int32_t node, std::vector<ValueId> outputs,
+                        bool fuse);
+
+  bool has_prologue() const { return prologue_.has_value(); }
+  /// The node's input.
+  ValueId input() const { return x_value_; }
+  /// Written by this kernel: a needed output of the node, or an epilogue value.
+  bool stores(ValueId v) const;
+  /// Adds stored value `v` as an epilogue. Returns false, changing nothing, when it cannot join.
+  bool add_epilogue(ValueId v);
+  KernelGroup finish(const std::string& name, const ScheduleOptions& options) const;
+  std::vector<Use> uses() const;
+
+ private:
+  const FusionState& s_;
+  const graph::Graph& g_;
+  int32_t node_;
+  std::vector<ValueId> outputs_;
+  bool fusible_ = false;
+  ValueId x_value_ = -1;
+  std::vector<int64_t> x_sizes_;
+  std::optional<KernelBuilder> prologue_;
+  Expr x_;  // the input at the identity index (prologue)
+  std::optional<KernelBuilder> epilogue_;
 };
 
 }  // namespace ember::sched::fusion_detail

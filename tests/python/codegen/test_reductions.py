@@ -201,7 +201,7 @@ def test_full_reduction_of_a_large_tensor_splits_into_chunks():
     total = x.abs().sum().item()
     stats = run(lambda x: (x.sum(), x.amax(), x.argmin(), torch.var_mean(x), x.abs().mean()), x,
                 atol=8 * 2**-24 * total)
-    assert stats["kernels"] == 6  # abs is a pointwise kernel
+    assert stats["kernels"] == 5  # abs is computed inline by the mean (a prologue)
 
 
 def test_long_rows_sum_in_f32_cascade():
@@ -279,4 +279,4 @@ def test_reductions_between_pointwise_groups():
         return torch.softmax(z + 1, -1).sum(-1, keepdim=True) * x
 
     run(f, torch.randn(6, 32), torch.randn(32), torch.randn(32),
-        kernels=6)  # gelu | layer_norm | add | softmax | sum | mul
+        kernels=4)  # gelu | layer_norm | add + softmax | sum + mul

@@ -1,0 +1,137 @@
+// Reductions fused with their pointwise prologues and epilogues (sched/fusion.h,
+// docs/design/scheduler.md "Reduction prologues and epilogues"): plan structure, a golden kernel
+// and the interpreter against a double reference.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include "loop/eval.h"
+#include "loop/parser.h"
+#include "loop/printer.h"
+#include "loop/verifier.h"
+#include "sched/fusion.h"
+
+namespace ember::sched {
+namespace {
+
+using graph::Arg;
+using graph::DType;
+using graph::NoneArg;
+using graph::ValueRef;
+
+graph::TensorType f32(graph::Dims sizes) {
+  graph::TensorType tt;
+  tt.dtype = DType::Float32;
+  tt.strides = graph::contiguous_strides(sizes);
+  tt.sizes = std::move(sizes);
+  return tt;
+}
+
+struct Builder {
+  graph::Graph g;
+
+  ValueRef input(graph::TensorType t) { return ValueRef{g.add_input(t, graph::InputKind::User)}; }
+  ValueRef op(const std::string& qualified, std::vector<std::string> names, std::vector<Arg> args,
+              graph::TensorType out) {
+    size_t dot = qualified.find('.');
+    graph::OpInfo info{qualified.substr(0, dot),
+                       dot == std::string::npos ? "" : qualified.substr(dot + 1), names,
+                       std::vector<bool>(names.size(), false)};
+    int32_t n = g.add_node(g.intern_op(info), std::move(args), {std::move(out)});
+    return ValueRef{g.nodes[n].outputs[0]};
+  }
+  ValueRef mul(ValueRef a, ValueRef b, graph::TensorType out) {
+    return op("aten::mul.Tensor", {"self", "other"}, {a, b}, out);
+  }
+};
+
+// RMSNorm without eps: w * (x * rsqrt(mean(x^2, -1, keepdim))), x [rows, cols].
+Builder rms_norm(int64_t rows, int64_t cols, bool flip_rows = false) {
+  Builder b;
+  ValueRef x = b.input(f32({rows, cols}));
+  ValueRef w = b.input(f32({cols}));
+  ValueRef sq = b.op("aten::pow.Tensor_Scalar", {"self", "exponent"}, {x, 2.0}, f32({rows, cols}));
+  ValueRef ms = b.op("aten::mean.dim", {"self", "dim", "keepdim", "dtype"},
+                     {sq, std::vector<int64_t>{-1}, true, NoneArg{}}, f32({rows, 1}));
+  ValueRef r = b.op("aten::rsqrt", {"self"}, {ms}, f32({rows, 1}));
+  if (flip_rows)
+    r = b.op("aten::flip", {"self", "dims"}, {r, std::vector<int64_t>{0}}, f32({rows, 1}));
+  ValueRef h = b.mul(x, r, f32({rows, cols}));
+  ValueRef y = b.mul(w, h, f32({rows, cols}));
+  b.g.outputs = {y.id};
+  return b;
+}
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::vector<loop::Scalar> random_f32(size_t n) {
+  std::mt19937 rng(3);
+  std::normal_distribution<double> d(0, 1);
+  std::vector<loop::Scalar> v;
+  for (size_t i = 0; i < n; ++i) v.push_back(loop::Scalar::of_float(loop::DType::Float32, d(rng)));
+  return v;
+}
+
+TEST(ReductionFusion, RmsNormIsOneKernel) {
+  Builder b = rms_norm(6, 40);
+  Plan plan = schedule_graph(b.g);
+  ASSERT_EQ(plan.groups.size(), 1u);
+  ASSERT_EQ(plan.steps.size(), 1u);
+  EXPECT_EQ(plan.num_fused_nodes, 5);
+  const KernelGroup& group = plan.groups[0];
+  // x and w in; the mean (read by the epilogue) and y out.
+  EXPECT_EQ(group.inputs.size(), 2u);
+  EXPECT_EQ(group.outputs.size(), 2u);
+  const loop::Kernel& k = group.kernel;
+  ASSERT_TRUE(loop::verify_kernel(k).empty()) << loop::print_kernel(k);
+  std::string text = loop::print_kernel(k);
+  std::string path = std::string(EMBER_SCHED_GOLDEN_DIR) + "/rms_norm.loop";
+  if (std::getenv("EMBER_ACCEPT_GOLDEN") != nullptr) std::ofstream(path) << text;
+  EXPECT_EQ(text, read(path)) << "regenerate with EMBER_ACCEPT_GOLDEN=1 and review the diff";
+  EXPECT_EQ(loop::print_kernel(loop::parse_kernel(text)), text);
+
+  loop::BufferMap bufs;
+  bufs["buf0"] = random_f32(240);
+  bufs["buf1"] = random_f32(40);
+  bufs["buf2"].resize(6);
+  bufs["buf3"].resize(240);
+  loop::run_kernel(k, {}, bufs);
+  for (int r = 0; r < 6; ++r) {
+    double ss = 0;
+    for (int c = 0; c < 40; ++c) ss += bufs["buf0"][r * 40 + c].f * bufs["buf0"][r * 40 + c].f;
+    const double inv = 1 / std::sqrt(ss / 40);
+    EXPECT_NEAR(bufs["buf2"][r].f, ss / 40, 1e-5);
+    for (int c = 0; c < 40; ++c) {
+      double want = bufs["buf1"][c].f * (bufs["buf0"][r * 40 + c].f * inv);
+      EXPECT_NEAR(bufs["buf3"][r * 40 + c].f, want, 1e-5 * (1 + std::abs(want)));
+    }
+  }
+}
+
+TEST(ReductionFusion, EpilogueReadingAnotherRowGetsItsOwnKernel) {
+  Builder b = rms_norm(6, 40, /*flip_rows=*/true);
+  Plan plan = schedule_graph(b.g);
+  ASSERT_EQ(plan.groups.size(), 2u);
+  EXPECT_EQ(plan.groups[0].nodes.size(), 2u);  // pow (prologue) and mean
+}
+
+TEST(ReductionFusion, OptionTurnsItOff) {
+  Builder b = rms_norm(6, 40);
+  ScheduleOptions options;
+  options.reduction_fusion = false;
+  Plan plan = schedule_graph(b.g, options);
+  ASSERT_EQ(plan.groups.size(), 3u);  // pow | mean | rsqrt, mul, mul
+}
+
+}  // namespace
+}  // namespace ember::sched

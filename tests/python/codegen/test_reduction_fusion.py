@@ -1,0 +1,179 @@
+"""Reductions fused with their pointwise prologues and epilogues (docs/design/scheduler.md,
+"Reduction prologues and epilogues"): the input of a reduction computed inline, and the values of
+its shape after it stored by the same kernel. Differential against eager, with the kernel counts
+of the fused patterns (RMSNorm, softmax(x * scale + mask), layer_norm(x + residual), BERT's
+embeddings + layer_norm, manual layer_norm / softmax) asserted."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ember.testing import check_model
+
+FLOATS = [torch.float32, torch.float64, torch.bfloat16]
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+def run(fn, *args, kernels=None, **kw):
+    with torch.no_grad():
+        stats = check_model(fn, args, expect_graphs=1, expect_fallbacks=0, **kw)
+    assert stats.get("codegen_failures", 0) == 0, "a generated kernel failed to compile"
+    if kernels is not None:
+        assert stats["kernels"] == kernels, stats
+    return stats
+
+
+def t5_rms_norm(x, w):
+    variance = x.to(torch.float32).pow(2).mean(-1, keepdim=True)
+    h = x * torch.rsqrt(variance + 1e-6)
+    if w.dtype in (torch.float16, torch.bfloat16):
+        h = h.to(w.dtype)
+    return w * h
+
+
+def llama_rms_norm(x, w):
+    dtype = x.dtype
+    h = x.to(torch.float32)
+    variance = h.pow(2).mean(-1, keepdim=True)
+    h = h * torch.rsqrt(variance + 1e-5)
+    return w * h.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("norm", [t5_rms_norm, llama_rms_norm])
+def test_rms_norm_is_one_kernel(norm, dtype):
+    x = torch.randn(4, 16, 64).to(dtype)
+    w = torch.randn(64).to(dtype)
+    # f64 inputs: the variance is an f32 mean (as eager), whose rounding differs by summation order.
+    tol = dict(atol=1e-6, rtol=1e-6) if dtype == torch.float64 else {}
+    run(norm, x, w, kernels=1, **tol)
+
+
+@pytest.mark.parametrize("shape", [(4, 1, 64), (1, 1, 1), (0, 64), (3, 5, 1)])
+def test_rms_norm_edge_shapes(shape):
+    run(llama_rms_norm, torch.randn(shape), torch.randn(shape[-1]))
+
+
+def test_rms_norm_large_rows_in_parallel():
+    run(llama_rms_norm, torch.randn(64, 96, 256), torch.randn(256), kernels=1)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("mask_shape", [(2, 1, 1, 16), (2, 1, 16, 16), (16,)])
+def test_scaled_masked_softmax_is_one_kernel(mask_shape, dtype):
+    scores = torch.randn(2, 4, 16, 16).to(dtype)
+    mask = torch.where(torch.rand(mask_shape) > 0.2, 0.0, -1e9).to(dtype)
+    run(lambda s, m: torch.softmax(s * 0.125 + m, dim=-1), scores, mask, kernels=1)
+
+
+def test_softmax_prologue_over_other_dims_and_strides():
+    run(lambda s: torch.softmax(s * 2 - 1, dim=1), torch.randn(3, 40, 5), kernels=1)
+    run(lambda s: torch.log_softmax(s.transpose(-1, -2) * 3, dim=-1), torch.randn(2, 24, 8),
+        kernels=1)
+    run(lambda s: torch.softmax(s[:, ::2] + 1, dim=-1), torch.randn(6, 40), kernels=1)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_layer_norm_of_residual_add_is_one_kernel(dtype):
+    x, r = torch.randn(4, 16, 64).to(dtype), torch.randn(4, 16, 64).to(dtype)
+    w, b = torch.randn(64).to(dtype), torch.randn(64).to(dtype)
+    run(lambda x, r, w, b: F.layer_norm(x + r, (64,), w, b), x, r, w, b, kernels=1)
+
+
+def test_residual_needed_elsewhere_is_realized():
+    # The sum is an output too: a kernel writes it, and layer_norm reads it.
+    def f(x, r):
+        h = x + r
+        return h, F.layer_norm(h, (32,))
+
+    run(f, torch.randn(8, 32), torch.randn(8, 32), kernels=2)
+
+
+def bert_embeddings(ids, token_types, word, typ, pos, w, b):
+    positions = torch.arange(ids.shape[1])
+    e = F.embedding(ids, word) + F.embedding(token_types, typ) + F.embedding(positions, pos)
+    return F.layer_norm(e, (word.shape[1],), w, b, 1e-12)
+
+
+def test_bert_embeddings_and_layer_norm_are_one_kernel():
+    args = (torch.randint(0, 50, (2, 8)), torch.randint(0, 2, (2, 8)), torch.randn(50, 32),
+            torch.randn(2, 32), torch.randn(8, 32), torch.randn(32), torch.randn(32))
+    run(bert_embeddings, *args, kernels=1)
+
+
+def test_out_of_range_index_in_a_prologue_raises_as_eager():
+    args = [torch.randint(0, 50, (2, 8)), torch.randint(0, 2, (2, 8)), torch.randn(50, 32),
+            torch.randn(2, 32), torch.randn(8, 32), torch.randn(32), torch.randn(32)]
+    compiled = torch.compile(bert_embeddings, backend="ember")
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(*args), bert_embeddings(*args))
+        args[0] = args[0].clone()
+        args[0][1, 3] = 50
+        with pytest.raises(IndexError):
+            bert_embeddings(*args)
+        with pytest.raises(IndexError):
+            compiled(*args)
+
+
+def test_manual_layer_norm_is_one_kernel():
+    def f(x):
+        var, mean = torch.var_mean(x, -1, keepdim=True, correction=0)
+        return (x - mean) * torch.rsqrt(var + 1e-5)
+
+    run(f, torch.randn(16, 48), kernels=1)
+
+
+def test_manual_softmax_is_two_kernels():
+    def f(x):
+        e = (x - x.amax(-1, keepdim=True)).exp()
+        return e / e.sum(-1, keepdim=True)
+
+    run(f, torch.randn(8, 32), kernels=2)
+
+
+def test_epilogue_reading_another_row_is_not_fused():
+    # Row i reads the sum of row 7 - i: written by another row of the loop, so a kernel of its own.
+    run(lambda x: x / x.sum(-1, keepdim=True).flip(0), torch.randn(8, 16) + 4, kernels=2)
+
+
+def test_epilogue_and_prologue_over_outer_dims():
+    # The reduced dim is not the innermost: the outer (tiled) layout.
+    run(lambda x: x / (x * 2).sum(0, keepdim=True), torch.rand(16, 300) + 1, kernels=1)
+    run(lambda x: x - x.mean((0, 2), keepdim=True), torch.randn(6, 5, 7), kernels=1)
+
+
+def test_single_large_row_split_in_chunks():
+    # One row of 2^20 elements: summed in parallel chunks, then the epilogue pass.
+    run(lambda x: x / (x * x).sum(), torch.randn(1 << 20), kernels=1, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("op", ["argmax", "amax", "logsumexp", "any", "var", "prod"])
+def test_prologues_of_every_kind(op):
+    fns = {
+        "argmax": lambda x: (x.abs() - 1).argmax(-1),
+        "amax": lambda x: (x * -1).amax(1),
+        "logsumexp": lambda x: torch.logsumexp(x * 2, -1),
+        "any": lambda x: (x > 1).any(-1),
+        "var": lambda x: (x + 1).var(0),
+        "prod": lambda x: (x * 0.5 + 1).prod(-1),
+    }
+    run(fns[op], torch.randn(7, 33), kernels=1)
+
+
+def test_integer_prologue():
+    run(lambda x: (x * 3 + 1).sum(-1), torch.randint(-5, 5, (4, 9)), kernels=1)
+
+
+def test_expensive_input_is_realized_once():
+    # exp + tanh cost more than recomputing them in every pass over the row is worth.
+    run(lambda x: torch.softmax(torch.tanh(x).exp(), -1), torch.randn(8, 64), kernels=2)
+
+
+def test_fusion_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("EMBER_REDUCTION_FUSION", "0")
+    x, w = torch.randn(4, 16, 64), torch.randn(64)
+    run(llama_rms_norm, x, w, kernels=3)
