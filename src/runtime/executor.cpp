@@ -504,8 +504,29 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
   for (const auto& [value, index] : constant_slots_) env[value] = traced_.constants[index];
 
   torch::jit::Stack stack;
+  // The arena holds intermediates only (no output, mutation value or alias of one is placed in
+  // it, and extern results that alias it are cloned), so nothing references it after the call
+  // and the next call may take it over.
   at::Tensor arena;
-  if (arena_bytes_ > 0) arena = at::empty({arena_bytes_}, at::TensorOptions().dtype(at::kByte));
+  if (arena_bytes_ > 0) {
+    {
+      std::lock_guard<std::mutex> lock(arena_mu_);
+      if (!free_arenas_.empty()) {
+        arena = std::move(free_arenas_.back());
+        free_arenas_.pop_back();
+      }
+    }
+    if (!arena.defined()) arena = at::empty({arena_bytes_}, at::TensorOptions().dtype(at::kByte));
+  }
+  struct ArenaReturn {
+    const Executor& e;
+    at::Tensor& arena;
+    ~ArenaReturn() {
+      if (!arena.defined()) return;
+      std::lock_guard<std::mutex> lock(e.arena_mu_);
+      e.free_arenas_.push_back(std::move(arena));
+    }
+  } give_back{*this, arena};
   for (const Step& step : steps_) {
     if (step.kernel >= 0) {
       if (!run_kernel(kernels_[step.kernel], env, arena)) {

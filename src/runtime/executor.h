@@ -13,6 +13,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -147,6 +148,10 @@ class Executor {
   int num_folded_nodes_ = 0;
   int64_t arena_bytes_ = 0;  ///< 0: no arena
   int num_arena_buffers_ = 0;
+  /// Arenas of finished calls, kept for the next ones (one per call running at once): large
+  /// buffers freed and allocated again on every call would be page-faulted in every time.
+  mutable std::mutex arena_mu_;
+  mutable std::vector<at::Tensor> free_arenas_;
   std::string codegen_error_;
   /// The same graph without kernels, for calls whose input strides differ from the traced ones.
   std::unique_ptr<Executor> unfused_;

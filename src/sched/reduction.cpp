@@ -81,11 +81,49 @@ class ProgramBuilder {
   RowProgram build() {
     kind_program();
     if (fusion_.x.defined()) bind_input_lets();
-    if (fusion_.epilogue.defined()) elements({fusion_.epilogue});
+    if (fusion_.epilogue.defined()) epilogue();
     return std::move(p_);
   }
 
  private:
+  // The epilogue pass. Its lets that do not vary along the row (rsqrt(var + eps) of a norm, a
+  // per-row scale) become per-row values computed once per row by a Row step: computed once,
+  // and read from a scratch buffer the compiler knows no store aliases, so the element loop
+  // vectorizes (a load of an output buffer inside an OpenMP region is reloaded every iteration).
+  void epilogue() {
+    Stmt s = fusion_.epilogue;
+    std::vector<std::pair<Expr, Expr>> lets;
+    while (const auto* let = s.as<loop::Let>()) {
+      lets.emplace_back(let->var, let->value);
+      s = let->body;
+    }
+    std::set<std::string> varying;  // the reduced dims' variables and the lets that read them
+    for (size_t d = 0; d < s_.sizes.size(); ++d) {
+      if (s_.reduced[d]) varying.insert(element_var(d).as<loop::Var>()->name);
+    }
+    std::map<std::string, Expr> per_row;
+    std::vector<std::pair<Expr, Expr>> per_element;
+    for (const auto& [var, value] : lets) {
+      const std::string& name = var.as<loop::Var>()->name;
+      Expr v = loop::substitute(value, per_row);
+      std::set<std::string> used;
+      collect_vars(v, used);
+      bool varies = false;
+      for (const std::string& u : used) varies |= varying.count(u) > 0;
+      if (varies) {
+        varying.insert(name);
+        per_element.emplace_back(var, v);
+      } else {
+        per_row[name] = define("row_" + name, v);
+      }
+    }
+    Stmt body = loop::substitute(s, per_row);
+    for (size_t i = per_element.size(); i-- > 0;) {
+      body = loop::Let::make(per_element[i].first, per_element[i].second, body);
+    }
+    elements({body});
+  }
+
   // Every Elements step that reads the inline input gets the lets it uses.
   void bind_input_lets() {
     for (RowStep& step : p_.steps) {

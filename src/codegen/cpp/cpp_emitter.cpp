@@ -90,18 +90,26 @@ std::string Emitter::function() {
        << "(void* const* buffers, const int64_t* sizes) {\n";
   for (size_t i = 0; i < k_.buffers.size(); ++i) {
     const BufferParam& b = k_.buffers[i];
-    out_ << "  " << cpp_type(b.dtype) << "* __restrict__ " << buf_name(b.name) << " = static_cast<"
+    out_ << "  " << cpp_type(b.dtype) << "* const p_" << b.name << " = static_cast<"
          << cpp_type(b.dtype) << "*>(buffers[" << i << "]);\n";
   }
+  restrict_pointers(1);
   for (size_t i = 0; i < k_.size_vars.size(); ++i) {
     out_ << "  const int64_t " << size_name(k_.size_vars[i]) << " = sizes[" << i << "];\n";
   }
   // Silence unused-variable warnings for parameters a kernel does not touch.
-  for (const BufferParam& b : k_.buffers) out_ << "  (void)" << buf_name(b.name) << ";\n";
   for (const std::string& s : k_.size_vars) out_ << "  (void)" << size_name(s) << ";\n";
   stmt(k_.body, 1);
   out_ << "}\n";
   return out_.str();
+}
+
+void Emitter::restrict_pointers(int ind) {
+  for (const BufferParam& b : k_.buffers) {
+    line(ind, std::string(cpp_type(b.dtype)) + "* __restrict__ " + buf_name(b.name) + " = p_" +
+                  b.name + ";");
+  }
+  for (const BufferParam& b : k_.buffers) line(ind, "(void)" + buf_name(b.name) + ";");
 }
 
 std::string Emitter::val(const Expr& e) {
@@ -375,7 +383,13 @@ void Emitter::stmt(const Stmt& s, int ind) {
           if (parallel_depth_ == 0 && parallel_safe(f->body)) {
             line(ind, "#pragma omp parallel for schedule(static)");
             ++parallel_depth_;
-            emit_for(v, lo, hi, f->body, ind);
+            line(ind,
+                 "for (int64_t " + v + " = " + lo + "; " + v + " < " + hi + "; ++" + v + ") {");
+            // GCC drops __restrict__ from pointers an OpenMP region captures: declared again
+            // inside, its loops keep knowing that no store aliases a load (and vectorize).
+            restrict_pointers(ind + 1);
+            stmt(f->body, ind + 1);
+            line(ind, "}");
             --parallel_depth_;
             return;
           }

@@ -68,6 +68,8 @@ class Emitter {
   // (stores to it at the same index), which makes the reduction private to the iteration.
   bool parallel_safe(const Stmt& body);
   void stmt(const Stmt& s, int ind);
+  /// Declares every buffer parameter b_<name> as a __restrict__ copy of p_<name>.
+  void restrict_pointers(int ind);
   void emit_for(const std::string& v, const std::string& lo, const std::string& hi,
                 const Stmt& body, int ind);
   void accumulate(const Accumulate& a, int ind);
