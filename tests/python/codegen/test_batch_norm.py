@@ -138,3 +138,10 @@ def test_training_mode_updates_running_stats_as_eager(momentum):
                             torch.nn.ReLU()).train()
     stats = run(m, torch.randn(4, 3, 8, 8))
     assert stats["extern_steps"] >= 2, stats  # the convolution and the batch norm
+
+
+def test_batch_norm_read_at_two_indices_is_realized():
+    # Note [Recompute or realize]: its per-element terms (a sqrt, a division, ...) cost more than
+    # recomputing allows, so a kernel of its own stores it and the flip reads it back.
+    bn = randomized(torch.nn.BatchNorm1d(4))
+    run(lambda x: (lambda y: y + y.flip(-1))(bn(x)), torch.randn(2, 4, 9), kernels=2)
