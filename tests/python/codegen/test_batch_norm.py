@@ -145,3 +145,13 @@ def test_batch_norm_read_at_two_indices_is_realized():
     # recomputing allows, so a kernel of its own stores it and the flip reads it back.
     bn = randomized(torch.nn.BatchNorm1d(4))
     run(lambda x: (lambda y: y + y.flip(-1))(bn(x)), torch.randn(2, 4, 9), kernels=2)
+
+
+def test_legit_training_overload_mutates_running_stats():
+    # _native_batch_norm_legit (mutation annotations) traces as _native_batch_norm_legit_functional
+    # plus input mutations; an ATen call, the running statistics updated as eager's.
+    def f(x, rm, rv):
+        return torch.ops.aten._native_batch_norm_legit(x, None, None, rm, rv, True, 0.1,
+                                                       1e-5)[0].relu()
+
+    run(f, torch.randn(4, 3, 5), torch.randn(3), torch.rand(3) + 0.5, kernels=1)
