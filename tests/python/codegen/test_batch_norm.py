@@ -81,10 +81,11 @@ def test_channels_last_and_non_contiguous_inputs():
     run(bn3, torch.randn(2, 4, 3, 3, 3).to(memory_format=torch.channels_last_3d), kernels=1)
 
 
-def test_size_one_batch_and_channels():
+def test_size_one_and_empty_batch_and_channels():
     run(randomized(torch.nn.BatchNorm2d(5)), torch.randn(1, 5, 4, 4), kernels=1)
     run(randomized(torch.nn.BatchNorm1d(1)), torch.randn(1, 1, 7), kernels=1)
     run(randomized(torch.nn.BatchNorm1d(3)), torch.randn(1, 3), kernels=1)
+    run(randomized(torch.nn.BatchNorm2d(4)), torch.randn(0, 4, 3, 3), kernels=1)
 
 
 def test_functional_weight_or_bias_only_and_eps():
