@@ -156,3 +156,15 @@ def test_legit_training_overload_mutates_running_stats():
                                                        1e-5)[0].relu()
 
     run(f, torch.randn(4, 3, 5), torch.randn(3), torch.rand(3) + 0.5, kernels=1)
+
+
+def test_legit_training_bf16_statistics_of_another_dtype_than_traced():
+    # The meta function of bf16 _native_batch_norm_legit_functional traces f32 statistics, the CPU
+    # kernel returns bf16 ones: the kernel that converts them for the mutation reads a copy in the
+    # traced dtype, not the bf16 bytes as f32.
+    def f(x, w, b, rm, rv):
+        return torch.ops.aten._native_batch_norm_legit(x, w, b, rm, rv, True, 0.5, 1e-5)
+
+    c = 3
+    run(f, torch.randn(4, c, 5).bfloat16(), torch.randn(c).bfloat16(), torch.randn(c).bfloat16(),
+        torch.randn(c).bfloat16(), (torch.rand(c) + 0.5).bfloat16())
