@@ -214,8 +214,9 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
         k.index_status = group.index_status;
         for (graph::ValueId v : group.inputs) {
           const graph::TensorType& t = g.type(v);
-          k.input_layouts.push_back(Kernel::Output{
-              graph::constant_values(t.sizes), graph::constant_values(t.strides), {}});
+          k.input_layouts.push_back(
+              Kernel::Output{graph::constant_values(t.sizes), graph::constant_values(t.strides),
+                             at::TensorOptions().dtype(tracer::to_c10(t.dtype)).device(at::kCPU)});
         }
         for (graph::ValueId v : group.outputs) {
           const graph::TensorType& t = g.type(v);
@@ -451,10 +452,11 @@ bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env,
   for (size_t i = 0; i < k.inputs.size(); ++i) {
     at::Tensor& x = env[k.inputs[i]];
     const Kernel::Output& want = k.input_layouts[i];
-    if (!has_layout(x, want.sizes, want.strides)) {
-      // An extern op returned another layout than its meta kernel promised: copy it into the
-      // traced one, which the kernel's index math assumes.
-      at::Tensor copy = at::empty_strided(want.sizes, want.strides, x.options());
+    if (!has_layout(x, want.sizes, want.strides) || x.dtype() != want.options.dtype()) {
+      // An extern op returned another layout or dtype than its meta kernel promised (bf16
+      // _native_batch_norm_legit_functional: f32 statistics traced, bf16 returned): copy it into
+      // the traced ones, which the kernel's index math and element type assume.
+      at::Tensor copy = at::empty_strided(want.sizes, want.strides, want.options);
       copy.copy_(x);
       x = copy;
     }

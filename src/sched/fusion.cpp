@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 
+#include "sched/batch_norm.h"
 #include "sched/fusion_internal.h"
 #include "sched/index_ops.h"
 #include "sched/kernel_params.h"
@@ -153,6 +154,20 @@ void Scheduler::find_demands() {
   }
 }
 
+// Reads every element as a placeholder variable: an index function's own expression, for its
+// cost.
+class PlaceholderReader final : public ElementReader {
+ public:
+  explicit PlaceholderReader(const graph::Graph& g) : g_(g) {}
+  Expr element(ValueId v, const Index&, bool) override {
+    return loop::Var::make("x" + std::to_string(v), *to_loop_dtype(g_.type(v).dtype));
+  }
+  Expr index_element(ValueId, const Index&, const Expr&, bool) override { return loop::idx(0); }
+
+ private:
+  const graph::Graph& g_;
+};
+
 // The input of reduction node `n` when its kernel may compute it inline (a prologue): a computed
 // value, or a view of one, that is no other argument of `n`; else -1.
 ValueId Scheduler::prologue_input(const graph::Node& n) const {
@@ -196,6 +211,11 @@ int Scheduler::cost(ValueId v, std::vector<int>& weights) const {
               loop::Var::make("x" + std::to_string(in.size()), *to_loop_dtype(g_.type(a).dtype)));
         }
         weights[u] = expression_cost(lower_pointwise(g_, n, in));
+      } else if (is_batch_norm_inference(g_, n)) {  // arithmetic on its operands
+        PlaceholderReader reader(g_);
+        Index index;
+        for (size_t d = 0; d < g_.type(u).sizes.size(); ++d) index.push_back(loop::idx(0));
+        weights[u] = expression_cost(lower_batch_norm_inference(g_, n, index, reader));
       } else {  // index ops move data; a gather also loads an index
         weights[u] = index_tensor_args(g_, n).empty() ? 0 : 1;
       }

@@ -9,6 +9,7 @@
 #include <string>
 #include <string_view>
 
+#include "sched/batch_norm.h"
 #include "sched/kernel_params.h"
 #include "sched/pointwise.h"
 #include "sched/pointwise_internal.h"
@@ -1100,6 +1101,7 @@ const Rule* rule_of(const graph::Graph& g, const graph::Node& n) {
 }  // namespace
 
 std::optional<IndexOpKind> index_op_kind(const graph::Graph& g, const graph::Node& n) {
+  if (is_batch_norm_inference(g, n)) return IndexOpKind::Compute;
   const Rule* rule = rule_of(g, n);
   const graph::OpInfo& op = g.op_of(n);
   if (rule == nullptr || n.outputs.empty() || n.args.size() != op.arg_names.size()) {
@@ -1149,6 +1151,10 @@ ValueId view_input(const graph::Graph& g, const graph::Node& n) {
 
 loop::Expr lower_index_op(const graph::Graph& g, const graph::Node& n, ValueId out,
                           const Index& index, ElementReader& reader) {
+  if (is_batch_norm_inference(g, n)) {
+    EMBER_INTERNAL_ASSERT(out == n.outputs[0]) << "batch norm's statistics are not computed";
+    return lower_batch_norm_inference(g, n, index, reader);
+  }
   const Rule* rule = rule_of(g, n);
   EMBER_INTERNAL_ASSERT(rule != nullptr && rule->lower)
       << "lower_index_op of " << g.op_of(n).qualified_name();

@@ -28,7 +28,8 @@ namespace ember::sched {
 /// where eager takes them (sum and prod give int64, any/all, amax/amin, argmax/argmin,
 /// logsumexp). Every tensor must be on the CPU with constant sizes and strides. Conservative:
 /// when unsure it returns false (the node then runs as an ATen call). Never throws for a
-/// verifier-valid graph.
+/// verifier-valid graph. Batch norm is not here: in inference it is an index function
+/// (batch_norm.h), in training an ATen call (docs/design/scheduler.md, "Batch norm").
 bool is_reduction_kernel_node(const graph::Graph& g, const graph::Node& n);
 
 /// What a reduction kernel computes besides node `n` itself (the scheduler's prologue and
