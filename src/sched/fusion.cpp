@@ -15,6 +15,7 @@
 #include "sched/kernel_params.h"
 #include "sched/pointwise.h"
 #include "sched/reduction.h"
+#include "sched/scatter.h"
 #include "support/error.h"
 
 namespace ember::sched {
@@ -48,7 +49,8 @@ struct TooManyInstances {
 };
 
 // ViewStep: a view that something outside the kernels needs; a PlanStep::Kind::View step.
-enum class NodeClass : uint8_t { Extern, Reduction, Pointwise, View, Compute, ViewStep };
+// Scatter: a write at indexed positions (scatter.h), a one-node kernel group like Reduction.
+enum class NodeClass : uint8_t { Extern, Reduction, Pointwise, View, Compute, ViewStep, Scatter };
 
 // Every tensor value a node reads, in argument order (ValueRefs only).
 std::vector<ValueId> tensor_args(const graph::Node& n) {
@@ -87,6 +89,7 @@ NodeClass classify(const graph::Graph& g, const graph::Node& n, const ScheduleOp
   for (ValueId v : all_reads(n)) {
     if (!kernel_value(g, v)) return NodeClass::Extern;
   }
+  if (is_scatter_kernel_node(g, n)) return NodeClass::Scatter;
   if (n.outputs.size() == 1 && is_pointwise(g, n)) return NodeClass::Pointwise;
   std::optional<IndexOpKind> kind = index_op_kind(g, n);
   if (!kind) return NodeClass::Extern;
@@ -295,7 +298,7 @@ class Scheduler {
   bool realized(ValueId v) const {
     NodeClass c = node_class(v);
     return c == NodeClass::Extern || c == NodeClass::Reduction || c == NodeClass::ViewStep ||
-           stored_[v];
+           c == NodeClass::Scatter || stored_[v];
   }
   /// An output of a view node the kernels read through: a fusible view, or one that is also a
   /// view step because something outside the kernels needs it.
@@ -617,6 +620,9 @@ void Scheduler::find_demands() {
       case NodeClass::ViewStep:
         EMBER_INTERNAL_ASSERT(false) << "view steps are decided here";
         break;
+      case NodeClass::Scatter:
+        live_[i] = read;
+        break;
       case NodeClass::Reduction:
       case NodeClass::Pointwise:
       case NodeClass::Compute:
@@ -626,7 +632,8 @@ void Scheduler::find_demands() {
     }
     if (!live_[i]) continue;
     for (ValueId v : all_reads(n)) read_live_[v] = true;
-    if (cls_[i] == NodeClass::Extern || cls_[i] == NodeClass::Reduction) {
+    if (cls_[i] == NodeClass::Extern || cls_[i] == NodeClass::Reduction ||
+        cls_[i] == NodeClass::Scatter) {
       for (ValueId v : all_reads(n)) need[v] = true;
     } else {
       // Index tensors and as_strided's input are read from memory, and a view step is made from
@@ -770,6 +777,23 @@ Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
           if (read_live_[o]) group.outputs.push_back(o);
         }
         group.kernel = build_reduction_kernel(g_, n, group, "k" + std::to_string(gi), options_);
+        plan.steps.push_back({PlanStep::Kind::Kernel, gi});
+        break;
+      }
+      case NodeClass::Scatter: {
+        // Reads only realized values (its arguments are needed) and writes one: its own group.
+        if (!live_[ni]) break;
+        close();
+        int gi = static_cast<int>(plan.groups.size());
+        KernelGroup& group = plan.groups.emplace_back();
+        group.nodes.push_back(ni);
+        for (ValueId v : all_reads(n)) {
+          if (std::find(group.inputs.begin(), group.inputs.end(), v) == group.inputs.end()) {
+            group.inputs.push_back(v);
+          }
+        }
+        group.outputs.push_back(n.outputs[0]);
+        build_scatter_kernel(g_, n, group, "k" + std::to_string(gi), options_);
         plan.steps.push_back({PlanStep::Kind::Kernel, gi});
         break;
       }

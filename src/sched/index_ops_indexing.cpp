@@ -11,17 +11,6 @@
 
 namespace ember::sched::index_detail {
 
-namespace {
-
-// aten::index.Tensor: the indexed dims, the broadcast shape of the index tensors, and where the
-// broadcast dims sit in the output.
-struct AdvancedIndex {
-  std::vector<std::optional<ValueId>> indices;  // per self dim (trailing dims: none)
-  std::vector<int64_t> bshape;
-  size_t first = 0;  // first indexed dim (the broadcast dims replace the indexed dims there)
-  size_t last = 0;   // one past the last indexed dim
-};
-
 std::optional<AdvancedIndex> advanced_index(const Ctx& c) {
   const graph::Arg* a = c.arg("indices");
   const auto* l = a ? std::get_if<graph::ValueList>(a) : nullptr;
@@ -58,8 +47,6 @@ std::optional<AdvancedIndex> advanced_index(const Ctx& c) {
   if (!seen) return std::nullopt;
   return ai;
 }
-
-}  // namespace
 
 void add_indexing_rules(RuleTable& t) {
   using K = IndexOpKind;

@@ -107,6 +107,18 @@ bool index_dtype(const graph::TensorType& t);
 Index broadcast_index(const Index& index, const std::vector<int64_t>& in);
 bool broadcasts_to(const std::vector<int64_t>& in, const std::vector<int64_t>& out);
 
+/// aten::index.Tensor and index_put: the indexed dims, the broadcast shape of the index tensors,
+/// and where the broadcast dims sit in the output.
+struct AdvancedIndex {
+  std::vector<std::optional<ValueId>> indices;  ///< per self dim (trailing dims: none)
+  std::vector<int64_t> bshape;
+  size_t first = 0;  ///< first indexed dim (the broadcast dims replace the indexed dims there)
+  size_t last = 0;   ///< one past the last indexed dim
+};
+/// The index tensors of argument "indices": integer (int64, int32) CPU tensors on adjacent dims
+/// [first, last) of self, broadcastable together; nullopt otherwise.
+std::optional<AdvancedIndex> advanced_index(const Ctx& c);
+
 // ---- the table ----
 
 using Check = std::function<bool(const Ctx&)>;

@@ -3,7 +3,8 @@ table outside pytest).
 
 For each OpInfo of `op_db` (torch.testing._internal.common_methods_invocations) whose ATen
 lowering is in ember's pointwise table (src/sched/pointwise_ops.cpp), reduction-kernel set
-(src/sched/reduction.h) or index functions (src/sched/index_ops.h), each dtype of DTYPES the OpInfo supports on the CPU, and each forward
+(src/sched/reduction.h), index functions (src/sched/index_ops.h) or scatter kernels
+(src/sched/scatter.h), each dtype of DTYPES the OpInfo supports on the CPU, and each forward
 sample of `op.sample_inputs("cpu", dtype, requires_grad=False)`, it runs
 `ember.testing.check_model` (eager vs torch.compile(backend="ember"), under no_grad, with
 EMBER_REDUCTION_KERNELS=1) and classifies the sample:
@@ -229,7 +230,23 @@ INDEX_OPS: dict[tuple[str, str], str] = {
     ("nn.functional.embedding", ""): "aten::embedding",
 }
 
-OPS: dict[tuple[str, str], str] = {**POINTWISE_OPS, **REDUCTION_OPS, **VIEW_OPS, **INDEX_OPS}
+# Writes at indexed positions (src/sched/scatter.h): one-node kernels that copy self, then store
+# the source elements serially. scatter_reduce mean and include_self=False stay ATen calls.
+SCATTER_OPS: dict[tuple[str, str], str] = {
+    ("scatter", ""): "aten::scatter.src / aten::scatter.value",
+    ("scatter_add", ""): "aten::scatter_add",
+    ("scatter_reduce", "sum"): "aten::scatter_reduce.two",
+    ("scatter_reduce", "prod"): "aten::scatter_reduce.two",
+    ("scatter_reduce", "amax"): "aten::scatter_reduce.two",
+    ("scatter_reduce", "amin"): "aten::scatter_reduce.two",
+    ("index_put", ""): "aten::index_put",
+    ("index_add", ""): "aten::index_add",
+    ("index_copy", ""): "aten::index_copy",
+    ("index_fill", ""): "aten::index_fill.int_Scalar",
+}
+
+OPS: dict[tuple[str, str], str] = {
+    **POINTWISE_OPS, **REDUCTION_OPS, **VIEW_OPS, **INDEX_OPS, **SCATTER_OPS}
 
 # The bounded subset CI runs (at most SAMPLES_PER_CASE samples per (op, dtype)): a representative
 # op of each rule kind of the pointwise table and every reduction kernel.
@@ -282,6 +299,8 @@ CI_OPS: tuple[tuple[str, str], ...] = (
     ("index_select", ""),
     ("gather", ""),
     ("nn.functional.embedding", ""),
+    ("scatter_add", ""),
+    ("index_put", ""),
     ("max", "reduction_with_dim"),
     ("argmax", ""),
     ("any", ""),
