@@ -135,6 +135,11 @@ Interval bounds_of(const Expr& e, const VarBounds& vars) {
     case ExprKind::NE:
     case ExprKind::And:
     case ExprKind::Or:
+    case ExprKind::BitAnd:
+    case ExprKind::BitOr:
+    case ExprKind::BitXor:
+    case ExprKind::Shl:
+    case ExprKind::Shr:
     case ExprKind::Not:
     case ExprKind::Load:
     case ExprKind::Call:

@@ -84,6 +84,16 @@ Scalar binary(ExprKind k, DType t, const Scalar& a, const Scalar& b) {
       return cmp(a.i && b.i);
     case ExprKind::Or:
       return cmp(a.i || b.i);
+    case ExprKind::BitAnd:
+      return Scalar::of_int(t, a.i & b.i);
+    case ExprKind::BitOr:
+      return Scalar::of_int(t, a.i | b.i);
+    case ExprKind::BitXor:
+      return Scalar::of_int(t, a.i ^ b.i);
+    case ExprKind::Shl:
+      return Scalar::of_int(t, shl_int(t, a.i, b.i));
+    case ExprKind::Shr:
+      return Scalar::of_int(t, shr_int(t, a.i, b.i));
     default:
       break;
   }

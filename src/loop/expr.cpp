@@ -235,6 +235,18 @@ Expr operator-(Expr a, int64_t b) {
 Expr operator*(Expr a, int64_t b) {
   return Mul::make(std::move(a), idx(b));
 }
+int64_t shl_int(DType t, int64_t a, int64_t b) {
+  const int bits = dtype_bits(t);
+  if (b < 0 || b >= bits) return 0;
+  return wrap_int(t, static_cast<int64_t>(static_cast<uint64_t>(a) << b));
+}
+
+int64_t shr_int(DType t, int64_t a, int64_t b) {
+  const int max_shift = dtype_bits(t) - (t == DType::UInt8 ? 0 : 1);
+  if (b < 0 || b >= max_shift) b = max_shift;
+  return a >> b;  // a holds t's value: u8 is non-negative, so this is a logical shift there
+}
+
 Expr floordiv(Expr a, Expr b) {
   return FloorDiv::make(std::move(a), std::move(b));
 }

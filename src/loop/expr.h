@@ -147,6 +147,16 @@ using EQ = BinaryNode<ExprKind::EQ>;              ///< a == b, b8 (operands may 
 using NE = BinaryNode<ExprKind::NE>;              ///< a != b, b8 (operands may be b8)
 using And = BinaryNode<ExprKind::And>;            ///< logical and of b8 values
 using Or = BinaryNode<ExprKind::Or>;              ///< logical or of b8 values
+using BitAnd = BinaryNode<ExprKind::BitAnd>;      ///< a & b, integers (two's complement)
+using BitOr = BinaryNode<ExprKind::BitOr>;        ///< a | b, integers
+using BitXor = BinaryNode<ExprKind::BitXor>;      ///< a ^ b, integers
+/// a << b in an integer type of W bits, as torch's CPU kernel: 0 when b < 0 or b >= W, else the
+/// bits shifted out of the type are dropped (two's complement wrap).
+using Shl = BinaryNode<ExprKind::Shl>;
+/// a >> b in an integer type of W bits, as torch's CPU kernel: arithmetic (sign-filling) for
+/// signed types, logical for u8; a b < 0 or >= M, where M = W - 1 for signed types and W for u8,
+/// shifts by M (so -1 or 0 for signed types, 0 for u8).
+using Shr = BinaryNode<ExprKind::Shr>;
 
 /// The category of a binary kind; nullopt for other kinds.
 std::optional<BinaryCategory> binary_category(ExprKind k);
@@ -247,6 +257,10 @@ inline int64_t mod_i64(int64_t a, int64_t b) {
   int64_t r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
+/// Shl and Shr (see above) of the values `a` and `b` of integer type `t`; the result is wrapped
+/// to `t`.
+int64_t shl_int(DType t, int64_t a, int64_t b);
+int64_t shr_int(DType t, int64_t a, int64_t b);
 
 Expr operator+(Expr a, Expr b);
 Expr operator-(Expr a, Expr b);

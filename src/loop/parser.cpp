@@ -21,9 +21,9 @@ struct Token {
 
 /// Splits the text into names, numbers and punctuation; longest punctuation match wins.
 std::vector<Token> lex(std::string_view src) {
-  static const char* const kPuncts[] = {"//", "<=", "==", "!=", "&&", "||", "<-", "(",
-                                        ")",  "[",  "]",  "{",  "}",  ",",  ":",  "=",
-                                        "+",  "-",  "*",  "/",  "%",  "<",  ">",  "!"};
+  static const char* const kPuncts[] = {"//", "<=", "==", "!=", "&&", "||", "<-", "<<", ">>", "(",
+                                        ")",  "[",  "]",  "{",  "}",  ",",  ":",  "=",  "+",  "-",
+                                        "*",  "/",  "%",  "<",  ">",  "!",  "&",  "|",  "^"};
   std::vector<Token> out;
   int line = 1, col = 1;
   size_t i = 0;

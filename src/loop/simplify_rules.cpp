@@ -18,7 +18,9 @@ constexpr uint64_t kCompare =
     bit(ExprKind::LT) | bit(ExprKind::LE) | bit(ExprKind::EQ) | bit(ExprKind::NE);
 constexpr uint64_t kBinary = kArith | kCompare | bit(ExprKind::Div) | bit(ExprKind::FloorDiv) |
                              bit(ExprKind::Mod) | bit(ExprKind::Min) | bit(ExprKind::Max) |
-                             bit(ExprKind::And) | bit(ExprKind::Or);
+                             bit(ExprKind::And) | bit(ExprKind::Or) | bit(ExprKind::BitAnd) |
+                             bit(ExprKind::BitOr) | bit(ExprKind::BitXor) | bit(ExprKind::Shl) |
+                             bit(ExprKind::Shr);
 constexpr uint64_t kMinMax = bit(ExprKind::Min) | bit(ExprKind::Max);
 
 /// The two operands of a binary node.
@@ -77,6 +79,16 @@ Expr fold_int(const Expr& e, int64_t a, int64_t b) {
       return bool_imm(a && b);
     case ExprKind::Or:
       return bool_imm(a || b);
+    case ExprKind::BitAnd:
+      return num(u(a & b));
+    case ExprKind::BitOr:
+      return num(u(a | b));
+    case ExprKind::BitXor:
+      return num(u(a ^ b));
+    case ExprKind::Shl:
+      return num(u(shl_int(t, a, b)));
+    case ExprKind::Shr:
+      return num(u(shr_int(t, a, b)));
     default:
       return {};
   }

@@ -13,6 +13,7 @@
 #include "sched/pointwise.h"
 #include "sched/reduction.h"
 #include "sched/reduction_spec.h"
+#include "sched/scatter.h"
 #include "support/error.h"
 
 namespace ember::sched {
@@ -38,6 +39,7 @@ NodeClass classify(const graph::Graph& g, const graph::Node& n, const ScheduleOp
   for (ValueId v : all_reads(n)) {
     if (!kernel_value(g, v)) return NodeClass::Extern;
   }
+  if (is_scatter_kernel_node(g, n)) return NodeClass::Scatter;
   if (n.outputs.size() == 1 && is_pointwise(g, n)) return NodeClass::Pointwise;
   std::optional<IndexOpKind> kind = index_op_kind(g, n);
   if (!kind) return NodeClass::Extern;
@@ -69,7 +71,7 @@ class Scheduler final : public FusionState {
   bool realized(ValueId v) const override {
     NodeClass c = node_class(v);
     return c == NodeClass::Extern || c == NodeClass::Reduction || c == NodeClass::ViewStep ||
-           stored_[v];
+           c == NodeClass::Scatter || stored_[v];
   }
   /// An output of a view node the kernels read through: a fusible view, or one that is also a
   /// view step because something outside the kernels needs it.
@@ -132,6 +134,9 @@ void Scheduler::find_demands() {
       case NodeClass::ViewStep:
         EMBER_INTERNAL_ASSERT(false) << "view steps are decided here";
         break;
+      case NodeClass::Scatter:
+        live_[i] = read;
+        break;
       case NodeClass::Reduction:
       case NodeClass::Pointwise:
       case NodeClass::Compute:
@@ -141,7 +146,8 @@ void Scheduler::find_demands() {
     }
     if (!live_[i]) continue;
     for (ValueId v : all_reads(n)) read_live_[v] = true;
-    if (cls_[i] == NodeClass::Extern || cls_[i] == NodeClass::Reduction) {
+    if (cls_[i] == NodeClass::Extern || cls_[i] == NodeClass::Reduction ||
+        cls_[i] == NodeClass::Scatter) {
       const ValueId inline_input = cls_[i] == NodeClass::Reduction ? prologue_input(n) : -1;
       for (ValueId v : all_reads(n)) need[v] = need[v] || v != inline_input;
     } else {
@@ -332,6 +338,23 @@ Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
             throw TooManyInstances{open_reduction->input()};
           }
         }
+        break;
+      }
+      case NodeClass::Scatter: {
+        // Reads only realized values (its arguments are needed) and writes one: its own group.
+        if (!live_[ni]) break;
+        close();
+        int gi = static_cast<int>(plan.groups.size());
+        KernelGroup& group = plan.groups.emplace_back();
+        group.nodes.push_back(ni);
+        for (ValueId v : all_reads(n)) {
+          if (std::find(group.inputs.begin(), group.inputs.end(), v) == group.inputs.end()) {
+            group.inputs.push_back(v);
+          }
+        }
+        group.outputs.push_back(n.outputs[0]);
+        build_scatter_kernel(g_, n, group, "k" + std::to_string(gi), options_);
+        plan.steps.push_back({PlanStep::Kind::Kernel, gi});
         break;
       }
       case NodeClass::Pointwise:

@@ -48,7 +48,8 @@ struct TooManyInstances {
 };
 
 // ViewStep: a view that something outside the kernels needs; a PlanStep::Kind::View step.
-enum class NodeClass : uint8_t { Extern, Reduction, Pointwise, View, Compute, ViewStep };
+// Scatter: a write at indexed positions (scatter.h), a one-node kernel group like Reduction.
+enum class NodeClass : uint8_t { Extern, Reduction, Pointwise, View, Compute, ViewStep, Scatter };
 
 // Every tensor value a node reads, in argument order (ValueRefs only).
 std::vector<ValueId> tensor_args(const graph::Node& n);

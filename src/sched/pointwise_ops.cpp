@@ -5,6 +5,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <variant>
 
 #include "sched/pointwise_internal.h"
 
@@ -348,27 +349,55 @@ const std::map<std::string, Rule>& rule_table() {
         Mode::Logical, {"self", "other"}, [](P, V x) { return loop::Or::make(x[0], x[1]); }};
     t["aten::logical_xor"] = {
         Mode::Logical, {"self", "other"}, [](P, V x) { return loop::NE::make(x[0], x[1]); }};
-    // Bitwise ops of booleans are the logical ones (integer bitwise ops stay ATen calls).
-    auto all_bool = [](P p) {
-      return p.out == DType::Bool && p.operands[0].dtype == DType::Bool && p.operands[1].tensor &&
-             p.operands[1].dtype == DType::Bool;
+    // Bitwise ops in the output (promoted) type: of booleans the logical ones, of integers the
+    // loop IR's, whose shifts follow eager's CPU kernels (loop::Shl, loop::Shr). Eager rejects
+    // floats, and shifts of booleans. Scalars must fit the output type (no overflow question).
+    auto bits_ok = [](bool shift) {
+      return [shift](P p) {
+        if (!loop::is_int(p.out) && (shift || p.out != DType::Bool)) return false;
+        for (const Operand& o : p.operands) {
+          if (loop::is_float(o.dtype)) return false;
+          const auto* i = o.tensor ? nullptr : std::get_if<int64_t>(o.scalar);
+          if (i != nullptr && !loop::int_fits(p.out, *i)) return false;
+        }
+        return true;
+      };
     };
-    t["aten::bitwise_and.Tensor"] = {Mode::Logical,
-                                     {"self", "other"},
-                                     [](P, V x) { return loop::And::make(x[0], x[1]); },
-                                     all_bool};
-    t["aten::bitwise_or.Tensor"] = {Mode::Logical,
-                                    {"self", "other"},
-                                    [](P, V x) { return loop::Or::make(x[0], x[1]); },
-                                    all_bool};
-    t["aten::bitwise_xor.Tensor"] = {Mode::Logical,
-                                     {"self", "other"},
-                                     [](P, V x) { return loop::NE::make(x[0], x[1]); },
-                                     all_bool};
-    t["aten::bitwise_not"] = {Mode::Logical,
+    auto bitwise = [bits_ok](K int_kind, K bool_kind, bool shift) {
+      return Rule{Mode::Raw,
+                  {"self", "other"},
+                  [=](P p, V x) {
+                    Expr a = cast(p.out, x[0]), b = cast(p.out, x[1]);
+                    return loop::make_binary(p.out == DType::Bool ? bool_kind : int_kind, a, b);
+                  },
+                  bits_ok(shift)};
+    };
+    const std::tuple<const char*, const char*, K, K, bool> bitwise_ops[] = {
+        {"bitwise_and", "__and__", K::BitAnd, K::And, false},
+        {"bitwise_or", "__or__", K::BitOr, K::Or, false},
+        {"bitwise_xor", "__xor__", K::BitXor, K::NE, false},
+        {"bitwise_left_shift", "__lshift__", K::Shl, K::Shl, true},
+        {"bitwise_right_shift", "__rshift__", K::Shr, K::Shr, true}};
+    for (const auto& [name, dunder, int_kind, bool_kind, shift] : bitwise_ops) {
+      const std::string op = std::string("aten::") + name;
+      const Rule rule = bitwise(int_kind, bool_kind, shift);
+      t[op + ".Tensor"] = rule;
+      t[op + (shift ? ".Tensor_Scalar" : ".Scalar")] = rule;
+      t[op + ".Scalar_Tensor"] = rule;
+      t[std::string("aten::") + dunder + ".Tensor"] = rule;
+      t[std::string("aten::") + dunder + ".Scalar"] = rule;
+    }
+    t["aten::bitwise_not"] = {Mode::Raw,
                               {"self"},
-                              [](P, V x) { return loop::Not::make(x[0]); },
-                              [](P p) { return p.operands[0].dtype == DType::Bool; }};
+                              [](P p, V x) {
+                                if (p.out == DType::Bool) return loop::Not::make(x[0]);
+                                Expr ones = loop::IntImm::make(p.out, loop::wrap_int(p.out, -1));
+                                return loop::BitXor::make(x[0], ones);
+                              },
+                              [](P p) {
+                                return p.operands[0].dtype == p.out &&
+                                       (loop::is_int(p.out) || p.out == DType::Bool);
+                              }};
     t["aten::isnan"] = {Mode::Raw,
                         {"self"},
                         [](P, V x) {

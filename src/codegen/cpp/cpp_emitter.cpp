@@ -159,6 +159,16 @@ std::string Emitter::expr(const Expr& e) {
       return compare(e, "&&");
     case ExprKind::Or:
       return compare(e, "||");
+    case ExprKind::BitAnd:
+      return binary(e, "&");
+    case ExprKind::BitOr:
+      return binary(e, "|");
+    case ExprKind::BitXor:
+      return binary(e, "^");
+    case ExprKind::Shl:
+      return helper2(e, "ember_shl");
+    case ExprKind::Shr:
+      return helper2(e, "ember_shr");
     case ExprKind::Not:
       return "(!" + expr(e.as<Not>()->a) + ")";
     case ExprKind::Select: {

@@ -111,6 +111,30 @@ TEST(EvalExpr, FollowsTheIntegerSemantics) {
   EXPECT_THROW(ev(floordiv(idx(1), idx(0))), UserError);
 }
 
+TEST(EvalExpr, ShiftsAsTorchsCpuKernels) {
+  EvalEnv env;
+  auto ev = [&](DType t, ExprKind k, int64_t a, int64_t b) {
+    return eval_expr(make_binary(k, IntImm::make(t, a), IntImm::make(t, b)), env).i;
+  };
+  // Left: out-of-range and negative amounts give 0; bits shifted out of the type are dropped.
+  EXPECT_EQ(ev(DType::Int64, ExprKind::Shl, -3, 2), -12);
+  EXPECT_EQ(ev(DType::Int64, ExprKind::Shl, 1, 63), INT64_MIN);
+  EXPECT_EQ(ev(DType::Int64, ExprKind::Shl, 1, 64), 0);
+  EXPECT_EQ(ev(DType::Int32, ExprKind::Shl, 5, -1), 0);
+  EXPECT_EQ(ev(DType::UInt8, ExprKind::Shl, 129, 1), 2);
+  EXPECT_EQ(ev(DType::Int8, ExprKind::Shl, 127, 7), -128);
+  // Right: arithmetic for signed types; amounts out of range shift by width - 1 (u8: by 8).
+  EXPECT_EQ(ev(DType::Int64, ExprKind::Shr, -5, 1), -3);
+  EXPECT_EQ(ev(DType::Int64, ExprKind::Shr, -5, 64), -1);
+  EXPECT_EQ(ev(DType::Int16, ExprKind::Shr, 300, -2), 0);
+  EXPECT_EQ(ev(DType::Int8, ExprKind::Shr, -128, 7), -1);
+  EXPECT_EQ(ev(DType::UInt8, ExprKind::Shr, 255, 7), 1);
+  EXPECT_EQ(ev(DType::UInt8, ExprKind::Shr, 255, 8), 0);
+  EXPECT_EQ(ev(DType::Int16, ExprKind::BitAnd, -1, 0x1234), 0x1234);
+  EXPECT_EQ(ev(DType::UInt8, ExprKind::BitXor, 255, 1), 254);
+  EXPECT_EQ(ev(DType::Int32, ExprKind::BitOr, -8, 3), -5);
+}
+
 TEST(EvalExpr, FollowsTheFloatSemantics) {
   EvalEnv env;
   auto ev = [&](const Expr& e) { return eval_expr(e, env); };

@@ -35,6 +35,17 @@ TEST(ParseKernel, RoundTripsArgmaxWithPaddingAndBranches) {
   expect_round_trip(read_golden("argmax_pad.loop"));
 }
 
+TEST(ParseKernel, RoundTripsBitwiseOpsAndShifts) {
+  expect_round_trip(
+      "kernel bits(n) {\n"
+      "  input x : i32[n] strides [1]\n"
+      "  output y : i32[n] strides [1]\n"
+      "  for (i, 0, n) {\n"
+      "    y[i] = ((((x[i] & i32(12)) | (x[i] ^ i32(-1))) << i32(3)) >> x[i])\n"
+      "  }\n"
+      "}\n");
+}
+
 TEST(ParseKernel, ResolvesNamesToVarsSizesAndBuffers) {
   Kernel k = parse_kernel(read_golden("layer_norm.loop"));
   ASSERT_EQ(k.buffers.size(), 6u);
@@ -99,8 +110,8 @@ TEST(ParseKernel, ReportsSyntaxErrors) {
   EXPECT_EQ(parse_error("kernel k( {"), "line 1:11: expected size variable but found '{'");
   EXPECT_EQ(parse_error("kernel k() {\n  output y : f99[1] strides [1]\n}"),
             "line 2:14: expected a dtype but found 'f99'");
-  EXPECT_EQ(parse_error("kernel k() {\n  output y : f32[1] strides [1]\n  y[(0 ^ 1)] = f32(1)\n}"),
-            "line 3:8: unexpected character '^'");
+  EXPECT_EQ(parse_error("kernel k() {\n  output y : f32[1] strides [1]\n  y[(0 @ 1)] = f32(1)\n}"),
+            "line 3:8: unexpected character '@'");
   EXPECT_EQ(parse_error("kernel k() {\n  output y : f32[1] strides [1]\n  y[(0 ? 1)] = f32(1)\n}"),
             "line 3:8: unexpected character '?'");
   EXPECT_EQ(parse_error("kernel k() {\n  output y : f32[1] strides [1]\n  y[0] = f32(1)\n"),

@@ -46,6 +46,17 @@ TEST(Simplify, FoldsIntegerConstants) {
   EXPECT_EQ(simp("cast<b8>(f32(0.5))", "fold-constants"), "true");
 }
 
+TEST(Simplify, FoldsBitwiseOpsAndShiftsAsTorch) {
+  EXPECT_EQ(simp("((12 & 10) | (1 ^ 3))", "fold-constants"), "10");
+  EXPECT_EQ(simp("(u8(255) ^ u8(15))", "fold-constants"), "u8(240)");
+  EXPECT_EQ(simp("(i8(64) << i8(1))", "fold-constants"), "i8(-128)");
+  EXPECT_EQ(simp("(i8(1) << i8(8))", "fold-constants"), "i8(0)");
+  EXPECT_EQ(simp("(3 << -1)", "fold-constants"), "0");
+  EXPECT_EQ(simp("(i16(-9) >> i16(2))", "fold-constants"), "i16(-3)");
+  EXPECT_EQ(simp("(i32(-9) >> i32(40))", "fold-constants"), "i32(-1)");
+  EXPECT_EQ(simp("(u8(200) >> u8(8))", "fold-constants"), "u8(0)");
+}
+
 TEST(Simplify, LeavesDivisionByZeroAlone) {
   EXPECT_EQ(simp("(7 // 0)"), "(7 // 0)");
 }

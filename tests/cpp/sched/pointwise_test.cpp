@@ -301,8 +301,15 @@ TEST(IsPointwise, RejectsArgumentsOutsideTheSupportedForms) {
   EXPECT_FALSE(f.pointwise());
   f.call("aten::clamp", {"self", "min", "max"}, {x, kNaN, 1.0}, DType::Float32);
   EXPECT_FALSE(f.pointwise());
-  f.call("aten::bitwise_not", {"self"}, {i}, DType::Int64);
-  EXPECT_FALSE(f.pointwise());
+  f.call("aten::bitwise_not", {"self"}, {x}, DType::Float32);
+  EXPECT_FALSE(f.pointwise());  // eager has no bitwise ops of floats
+  f.call("aten::bitwise_and.Scalar", {"self", "other"}, {i8, int64_t{300}}, DType::Int8);
+  EXPECT_FALSE(f.pointwise());  // 300 does not fit int8
+  f.call("aten::bitwise_left_shift.Tensor", {"self", "other"}, {f.in(DType::Bool), i},
+         DType::Int64);
+  EXPECT_TRUE(f.pointwise());
+  f.call("aten::__lshift__.Scalar", {"self", "other"}, {f.in(DType::Bool), true}, DType::Bool);
+  EXPECT_FALSE(f.pointwise());  // eager has no shifts of booleans
   f.call("aten::addcdiv", {"self", "tensor1", "tensor2", "value"}, {x, i, i, 1.0}, DType::Float32);
   EXPECT_FALSE(f.pointwise());
   f.call("aten::pow.Tensor_Scalar", {"self", "exponent"}, {i, int64_t{2}}, DType::Int64);
@@ -608,6 +615,8 @@ TEST(LowerPointwise, LogicalOpsWhereAndIsnan) {
   EXPECT_EQ(f.eval({1, 1}), 0);
   f.call("aten::bitwise_not", {"self"}, {b}, DType::Bool);
   EXPECT_EQ(f.eval({1}), 0);
+  f.call("aten::bitwise_and.Tensor", {"self", "other"}, {b, b}, DType::Bool);
+  EXPECT_EQ(f.eval({1, 0}), 0);
   f.call("aten::isnan", {"self"}, {x}, DType::Bool);
   EXPECT_EQ(f.eval({kNaN}), 1);
   EXPECT_EQ(f.eval({kInf}), 0);
@@ -615,6 +624,34 @@ TEST(LowerPointwise, LogicalOpsWhereAndIsnan) {
   EXPECT_EQ(f.eval({1, 2.5, 7}), 2.5);
   EXPECT_EQ(f.eval({0, 2.5, 7}), 7);
   EXPECT_TRUE(std::isnan(f.eval({1, kNaN, 7})));
+}
+
+TEST(LowerPointwise, IntegerBitwiseOpsAndShiftsInThePromotedType) {
+  OneOp f;
+  auto u8 = f.in(DType::UInt8), i8 = f.in(DType::Int8), i = f.in(DType::Int64);
+  auto b = f.in(DType::Bool);
+  f.call("aten::bitwise_not", {"self"}, {u8}, DType::UInt8);
+  EXPECT_EQ(f.eval({5}), 250);
+  f.call("aten::bitwise_and.Tensor", {"self", "other"}, {u8, i8}, DType::Int16);
+  EXPECT_EQ(f.eval({255, -1}), 255);  // u8 & i8 promote to i16
+  f.call("aten::bitwise_or.Scalar", {"self", "other"}, {i8, int64_t{-128}}, DType::Int8);
+  EXPECT_EQ(f.eval({5}), -123);
+  f.call("aten::bitwise_xor.Scalar_Tensor", {"self", "other"}, {true, i}, DType::Int64);
+  EXPECT_EQ(f.eval({3}), 2);
+  f.call("aten::bitwise_xor.Tensor", {"self", "other"}, {b, b}, DType::Bool);
+  EXPECT_EQ(f.eval({1, 1}), 0);
+  f.call("aten::bitwise_left_shift.Tensor_Scalar", {"self", "other"}, {i8, int64_t{7}},
+         DType::Int8);
+  EXPECT_EQ(f.eval({3}), -128);
+  f.call("aten::__lshift__.Tensor", {"self", "other"}, {i, i}, DType::Int64);
+  EXPECT_EQ(f.eval({3, 64}), 0);
+  EXPECT_EQ(f.eval({3, -1}), 0);
+  f.call("aten::bitwise_right_shift.Scalar_Tensor", {"self", "other"}, {int64_t{-100}, i8},
+         DType::Int8);
+  EXPECT_EQ(f.eval({2}), -25);
+  EXPECT_EQ(f.eval({9}), -1);
+  f.call("aten::__rshift__.Scalar", {"self", "other"}, {u8, int64_t{8}}, DType::UInt8);
+  EXPECT_EQ(f.eval({255}), 0);
 }
 
 TEST(LowerPointwise, ConversionsCastLikeStaticCast) {

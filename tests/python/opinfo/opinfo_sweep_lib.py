@@ -3,7 +3,8 @@ table outside pytest).
 
 For each OpInfo of `op_db` (torch.testing._internal.common_methods_invocations) whose ATen
 lowering is in ember's pointwise table (src/sched/pointwise_ops.cpp), reduction-kernel set
-(src/sched/reduction.h) or index functions (src/sched/index_ops.h), each dtype of DTYPES the OpInfo supports on the CPU, and each forward
+(src/sched/reduction.h), index functions (src/sched/index_ops.h) or scatter kernels
+(src/sched/scatter.h), each dtype of DTYPES the OpInfo supports on the CPU, and each forward
 sample of `op.sample_inputs("cpu", dtype, requires_grad=False)`, it runs
 `ember.testing.check_model` (eager vs torch.compile(backend="ember"), under no_grad, with
 EMBER_REDUCTION_KERNELS=1) and classifies the sample:
@@ -127,9 +128,12 @@ POINTWISE_OPS: dict[tuple[str, str], str] = {
     ("logical_or", ""): "aten::logical_or",
     ("logical_xor", ""): "aten::logical_xor",
     ("rsub", ""): "aten::rsub.Tensor / aten::rsub.Scalar",
-    ("bitwise_and", ""): "aten::bitwise_and.Tensor (booleans)",
-    ("bitwise_or", ""): "aten::bitwise_or.Tensor (booleans)",
-    ("bitwise_xor", ""): "aten::bitwise_xor.Tensor (booleans)",
+    ("bitwise_and", ""): "aten::bitwise_and.Tensor / aten::bitwise_and.Scalar",
+    ("bitwise_or", ""): "aten::bitwise_or.Tensor / aten::bitwise_or.Scalar",
+    ("bitwise_xor", ""): "aten::bitwise_xor.Tensor / aten::bitwise_xor.Scalar",
+    ("bitwise_not", ""): "aten::bitwise_not",
+    ("bitwise_left_shift", ""): "aten::bitwise_left_shift.Tensor / .Tensor_Scalar",
+    ("bitwise_right_shift", ""): "aten::bitwise_right_shift.Tensor / .Tensor_Scalar",
     ("isnan", ""): "aten::isnan",
     ("where", ""): "aten::where.self",
     ("clone", ""): "aten::clone",
@@ -226,7 +230,23 @@ INDEX_OPS: dict[tuple[str, str], str] = {
     ("nn.functional.embedding", ""): "aten::embedding",
 }
 
-OPS: dict[tuple[str, str], str] = {**POINTWISE_OPS, **REDUCTION_OPS, **VIEW_OPS, **INDEX_OPS}
+# Writes at indexed positions (src/sched/scatter.h): one-node kernels that copy self, then store
+# the source elements serially. scatter_reduce mean and include_self=False stay ATen calls.
+SCATTER_OPS: dict[tuple[str, str], str] = {
+    ("scatter", ""): "aten::scatter.src / aten::scatter.value",
+    ("scatter_add", ""): "aten::scatter_add",
+    ("scatter_reduce", "sum"): "aten::scatter_reduce.two",
+    ("scatter_reduce", "prod"): "aten::scatter_reduce.two",
+    ("scatter_reduce", "amax"): "aten::scatter_reduce.two",
+    ("scatter_reduce", "amin"): "aten::scatter_reduce.two",
+    ("index_put", ""): "aten::index_put",
+    ("index_add", ""): "aten::index_add",
+    ("index_copy", ""): "aten::index_copy",
+    ("index_fill", ""): "aten::index_fill.int_Scalar",
+}
+
+OPS: dict[tuple[str, str], str] = {
+    **POINTWISE_OPS, **REDUCTION_OPS, **VIEW_OPS, **INDEX_OPS, **SCATTER_OPS}
 
 # The bounded subset CI runs (at most SAMPLES_PER_CASE samples per (op, dtype)): a representative
 # op of each rule kind of the pointwise table and every reduction kernel.
@@ -249,6 +269,7 @@ CI_OPS: tuple[tuple[str, str], ...] = (
     ("logical_and", ""),
     ("rsub", ""),
     ("bitwise_and", ""),
+    ("bitwise_left_shift", ""),
     ("where", ""),
     ("float", ""),
     ("lerp", ""),
@@ -278,6 +299,8 @@ CI_OPS: tuple[tuple[str, str], ...] = (
     ("index_select", ""),
     ("gather", ""),
     ("nn.functional.embedding", ""),
+    ("scatter_add", ""),
+    ("index_put", ""),
     ("max", "reduction_with_dim"),
     ("argmax", ""),
     ("any", ""),
