@@ -65,6 +65,8 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("num_folded_nodes", &Executor::num_folded_nodes)
       .def_prop_ro("arena_bytes", &Executor::arena_bytes)
       .def_prop_ro("num_arena_buffers", &Executor::num_arena_buffers)
+      .def_prop_ro("num_reused_buffers", &Executor::num_reused_buffers,
+                   "Kernel outputs planned to be written into a dead input's memory (in place).")
       .def("describe_steps", &Executor::describe_steps,
            "One line per step: 'kernel <name>: ops', 'view <op>' or 'extern <op>'.")
       .def_prop_ro("codegen_error", &Executor::codegen_error)

@@ -212,6 +212,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
         k.inputs = group.inputs;
         k.outputs = group.outputs;
         k.index_status = group.index_status;
+        k.reuse = group.reuse;
         for (graph::ValueId v : group.inputs) {
           const graph::TensorType& t = g.type(v);
           k.input_layouts.push_back(
@@ -293,7 +294,43 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
     int at = last_use[v];
     if (at >= 0 && at < keep) steps_[at].release.push_back(static_cast<graph::ValueId>(v));
   }
+  plan_reuse(last_use, defined_at);
   plan_memory(last_use);
+}
+
+void Executor::plan_reuse(const std::vector<int>& last_use, const std::vector<int>& defined_at) {
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    if (steps_[s].kernel < 0) continue;
+    Kernel& k = kernels_[steps_[s].kernel];
+    for (const auto& [u, v] : k.reuse) {
+      const int def = defined_at[u];
+      if (last_use[u] != static_cast<int>(s) || def < 0) continue;
+      const Step& producer = steps_[def];
+      if (!producer.call || producer.may_alias || producer.view) continue;
+      // Nothing made between the producer and this kernel may alias u and outlive it.
+      bool aliased = false;
+      for (size_t t = def + 1; t <= s && !aliased; ++t) {
+        const Step& step = steps_[t];
+        if (step.kernel >= 0) continue;
+        std::vector<graph::ValueId> outs;
+        if (!step.call) {
+          if (step.view->root != u) continue;
+          for (const ViewOutput& o : step.view->outputs) outs.push_back(o.value);
+        } else {
+          const std::vector<graph::ValueId> reads = step.call->reads();
+          if (!step.may_alias || std::find(reads.begin(), reads.end(), u) == reads.end()) continue;
+          outs = step.call->outputs;
+        }
+        for (graph::ValueId w : outs) aliased |= last_use[w] >= static_cast<int>(s);
+      }
+      if (aliased) continue;
+      auto in = std::find(k.inputs.begin(), k.inputs.end(), u);
+      auto out = std::find(k.outputs.begin(), k.outputs.end(), v);
+      if (in == k.inputs.end() || out == k.outputs.end()) continue;
+      k.allocations[out - k.outputs.begin()].reuse_input = static_cast<int>(in - k.inputs.begin());
+      ++num_reused_buffers_;
+    }
+  }
 }
 
 void Executor::plan_memory(const std::vector<int>& last_use) {
@@ -310,7 +347,8 @@ void Executor::plan_memory(const std::vector<int>& last_use) {
       const Kernel& k = kernels_[step.kernel];
       for (size_t i = 0; i < k.outputs.size(); ++i) {
         const Kernel::Output& out = k.allocations[i];
-        int64_t extent = 1;  // elements the strided layout spans
+        if (out.reuse_input >= 0) continue;  // in a dead input's memory
+        int64_t extent = 1;                  // elements the strided layout spans
         for (size_t d = 0; d < out.sizes.size(); ++d) {
           if (out.sizes[d] == 0) extent = 0;
           if (extent > 0) extent += (out.sizes[d] - 1) * out.strides[d];
@@ -465,6 +503,16 @@ bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env,
   for (size_t i = 0; i < k.outputs.size(); ++i) {
     const Kernel::Output& out = k.allocations[i];
     at::Tensor& t = env[k.outputs[i]];
+    if (out.reuse_input >= 0) {
+      // The input is dead after this kernel: when nothing else holds its memory, write there.
+      const at::Tensor& x = env[k.inputs[out.reuse_input]];
+      if (x.use_count() == 1 && x.storage().use_count() == 1 && x.dtype() == out.options.dtype() &&
+          has_layout(x, out.sizes, out.strides)) {
+        t = x;
+        buffers.push_back(t.data_ptr());
+        continue;
+      }
+    }
     if (out.arena_offset >= 0) {
       const int64_t itemsize = static_cast<int64_t>(out.options.dtype().itemsize());
       auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(arena.storage()),

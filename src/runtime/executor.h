@@ -62,6 +62,8 @@ class Executor {
   /// Memory planning: the per-call arena's size, and how many kernel outputs live in it.
   int64_t arena_bytes() const { return arena_bytes_; }
   int num_arena_buffers() const { return num_arena_buffers_; }
+  /// Kernel outputs planned to be written into a dead input's memory (in place).
+  int num_reused_buffers() const { return num_reused_buffers_; }
   /// Nodes computed once at construction by constant folding.
   int num_folded_nodes() const { return num_folded_nodes_; }
   /// Steps that are boxed ATen calls.
@@ -87,6 +89,10 @@ class Executor {
       /// Byte offset in the per-call arena (sched/memory_plan.h), or -1: its own allocation
       /// (graph outputs, values a mutation writes back, and what aliases them).
       int64_t arena_offset = -1;
+      /// Index in `inputs` of a dead input whose memory this output takes over (written in
+      /// place, see sched::KernelGroup::reuse), or -1. Checked per call: the input must be the
+      /// only reference to its storage, in the traced layout; else a fresh allocation.
+      int reuse_input = -1;
     };
     Fn fn = nullptr;
     std::vector<graph::ValueId> inputs, outputs;
@@ -97,6 +103,8 @@ class Executor {
     /// meta kernel's) is first copied into this layout.
     std::vector<Output> input_layouts;
     std::string description;  ///< "kernel <name>: <ops of its nodes>"
+    /// sched::KernelGroup::reuse: candidates, decided by plan_reuse.
+    std::vector<std::pair<graph::ValueId, graph::ValueId>> reuse;
   };
   /// Views made directly from a realized tensor's storage (a TensorImpl with the traced sizes and
   /// strides), without a dispatcher call: the outputs of a chain of views the scheduler collapsed
@@ -130,6 +138,11 @@ class Executor {
   bool run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const at::Tensor& arena) const;
   /// Places kernel outputs that only live inside a call in one arena (memory planning).
   void plan_memory(const std::vector<int>& last_use);
+  /// Lets kernel outputs take over dead inputs' memory (Kernel::Output::reuse_input): an input
+  /// that an extern step returned as fresh memory, that nothing reads after the kernel, and that
+  /// nothing aliases.
+  void plan_reuse(const std::vector<int>& last_use, const std::vector<int>& defined_at);
+  int num_reused_buffers_ = 0;
   /// Makes a view step's views. False when the root does not have the traced layout and the step
   /// is an extern view op (then the caller makes the dispatcher call); a collapsed chain then
   /// views a copy of the root in the traced layout.

@@ -85,6 +85,8 @@ void ExternCall::run(std::vector<at::Tensor>& env, torch::jit::Stack& stack) con
       for (at::Tensor t : r.toTensorList()) take(t);
     }
   }
+  // The results live in `env` only: a dead one can then be freed, or written in place, at once.
+  stack.clear();
   EMBER_INTERNAL_ASSERT(k == step.outputs.size())
       << step.op->schema().name() << " returned " << k << " tensors but " << step.outputs.size()
       << " while tracing";

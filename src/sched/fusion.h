@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "graph/graph.h"
@@ -36,6 +37,11 @@ struct KernelGroup {
   /// sets it to true, writing nothing else, when one is out of range (eager raises there); the
   /// runtime then reruns the call unfused so that the ATen op raises eager's error.
   bool index_status = false;
+  /// (input, output) pairs where the output may be written into the input's memory: same dtype,
+  /// sizes and strides, and the kernel reads the input only at the element it writes of the
+  /// output (and not as an index tensor). Whether it is, is the runtime's choice (the input must
+  /// be dead after the kernel and own its memory alone). Each value at most once.
+  std::vector<std::pair<graph::ValueId, graph::ValueId>> reuse;
 };
 
 /// One step of the program:

@@ -129,6 +129,8 @@ class KernelBuilder final : public ElementReader {
   /// The per-element statement: the lets, then the stores of every added value (buffers named
   /// value_buffer(v), loop variables loop_var(d)).
   Stmt body() const;
+  /// KernelGroup::reuse of a kernel whose loop body is `body` (before buffers are renamed).
+  std::vector<std::pair<ValueId, ValueId>> reusable_inputs(const Stmt& body) const;
   /// `body` preceded by the range checks of index tensors (see KernelGroup::index_status): adds
   /// the status buffer to group.kernel and sets group.index_status when there are any.
   Stmt with_index_checks(Stmt body, KernelGroup& group) const;

@@ -313,6 +313,45 @@ void KernelBuilder::bind_reads(ValueId v, const Expr& offset) {
   bound_[v] = loop::simplify(offset, bounds_);
 }
 
+std::vector<std::pair<ValueId, ValueId>> KernelBuilder::reusable_inputs(const Stmt& body) const {
+  // Every index each buffer is loaded at.
+  std::map<std::string, std::vector<Expr>> loads;
+  std::function<void(const Expr&)> walk = [&](const Expr& e) {
+    if (const auto* l = e.as<loop::Load>()) loads[l->buffer].push_back(l->index);
+    loop::for_each_child(e, walk);
+  };
+  std::function<void(const Stmt&)> walk_stmt = [&](const Stmt& s) {
+    loop::for_each_stmt_child(s, walk, walk_stmt);
+  };
+  walk_stmt(body);
+  std::vector<std::pair<ValueId, ValueId>> out;
+  std::set<ValueId> taken;
+  const Index id = identity();
+  for (const auto& [v, var] : st_.stores) {
+    const graph::TensorType& tv = g_.type(v);
+    const Expr at = loop::simplify(offset_of(tv, id), bounds_);
+    for (ValueId u : st_.inputs) {
+      const graph::TensorType& tu = g_.type(u);
+      if (taken.count(u) || tu.dtype != tv.dtype || tu.sizes != tv.sizes ||
+          tu.strides != tv.strides) {
+        continue;
+      }
+      bool index_tensor = false;
+      for (const IndexCheck& c : st_.checks) index_tensor |= s_.view_root(c.v) == u;
+      if (index_tensor) continue;
+      bool own_element = true;
+      for (const Expr& index : loads[value_buffer(u)]) {
+        own_element &= loop::structurally_equal(index, at);
+      }
+      if (!own_element) continue;
+      out.emplace_back(u, v);
+      taken.insert(u);
+      break;
+    }
+  }
+  return out;
+}
+
 Stmt KernelBuilder::body() const {
   std::vector<Stmt> stores;
   const Index id = identity();
@@ -384,6 +423,7 @@ KernelGroup KernelBuilder::finish(const std::string& name, const ScheduleOptions
   const std::map<ValueId, std::string> buffer_of = add_group_buffers(g_, group, k);
 
   Stmt body = this->body();
+  group.reuse = reusable_inputs(body);
 
   // Loop order: the innermost loop runs over the dim of the smallest stride of the first output,
   // so its writes are sequential; size-1 dims go outermost and ties keep dim order.

@@ -81,7 +81,16 @@ std::optional<at::Tensor> index_put_as_where(const c10::OperatorHandle& op,
 // run eagerly and their result is a real tensor, which becomes a constant if the program uses it.
 bool is_uninitialized_factory(const c10::OperatorHandle& op) {
   const std::string& name = op.schema().name();
-  return name == "aten::empty" || name == "aten::empty_strided";
+  return name == "aten::empty" || name == "aten::empty_strided" || name == "aten::empty_permuted";
+}
+
+// A factory asked for meta tensors: metadata computation (a Python meta function that the
+// functionalization of an in-place op runs, such as sigmoid_'s), never the program's values.
+bool asks_for_meta(c10::ArrayRef<c10::IValue> args) {
+  for (const c10::IValue& v : args) {
+    if (v.isDevice() && v.toDevice().is_meta()) return true;
+  }
+  return false;
 }
 
 // Calls `fn` on every tensor inside `v` (a tensor, a list of tensors or optional tensors).
@@ -278,7 +287,8 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
         << op_name << " asks for a tensor on the PrivateUse1 device, whose dispatch key ember's "
         << "tracer uses";
   }
-  if (!any_tracer && (any_real || is_uninitialized_factory(op))) {
+  if (!any_tracer && (any_real || is_uninitialized_factory(op) ||
+                      asks_for_meta(c10::ArrayRef<c10::IValue>(stack->data() + base, num_args)))) {
     // Only real tensors: a constant computation. Run it now; its result is a constant. Autograd
     // and ADInplaceOrView already ran above this kernel, so the call continues below them.
     at::AutoDispatchBelowADInplaceOrView below_autograd;

@@ -272,6 +272,23 @@ TEST(IndexOps, LayoutOpsMatchIndexArithmetic) {
 
 // A view that a graph output needs is a view step of its chain's root, after the kernel that
 // writes the root, and does not split the kernel.
+// KernelGroup::reuse: an output may take over an input read only at the element it writes.
+TEST(Fusion, InputsReadAtTheirOwnElementAreReusable) {
+  Builder b;
+  ValueRef x = b.input(type(DType::Float32, {4, 4}));
+  ValueRef y = b.input(type(DType::Float32, {4, 4}));
+  ValueRef nx = b.neg(x);
+  ValueRef yt = b.op("aten::t", {"self"}, {y}, type(DType::Float32, {4, 4}, {1, 4}));
+  ValueRef sum = b.op("aten::add.Tensor", {"self", "other", "alpha"}, {nx, yt, int64_t{1}},
+                      type(DType::Float32, {4, 4}));
+  b.g.outputs = {sum.id};
+  Plan plan = schedule_graph(b.g);
+  ASSERT_EQ(plan.groups.size(), 1u);
+  // x is read at (i, j) only; y at (j, i), which another iteration writes.
+  using Pair = std::pair<ValueId, ValueId>;
+  EXPECT_EQ(plan.groups[0].reuse, (std::vector<Pair>{{x.id, sum.id}}));
+}
+
 TEST(Fusion, ViewsNeededOutsideAreViewStepsAfterTheKernel) {
   Builder b;
   ValueRef x = b.input(type(DType::Float32, {3, 4}));
