@@ -177,3 +177,12 @@ def test_fusion_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("EMBER_REDUCTION_FUSION", "0")
     x, w = torch.randn(4, 16, 64), torch.randn(64)
     run(llama_rms_norm, x, w, kernels=3)
+
+
+def test_horizontal_siblings_of_one_input_share_a_kernel():
+    # Pointwise siblings of one shape are outputs of one loop nest; a reduction's siblings of its
+    # input's shape join its kernel as epilogues (they read x at their own element).
+    run(lambda x: (x.sin(), x.cos(), x * 2), torch.randn(8, 32), kernels=1)
+    run(lambda x: (x.sum(-1), x * 2), torch.randn(8, 32), kernels=1)
+    # softmax + exp | amax | amax - 1 (a value of the reduced shape is not an epilogue yet).
+    run(lambda x: (torch.softmax(x, -1), x.exp(), x.amax(-1) - 1), torch.randn(8, 32), kernels=3)
