@@ -5,6 +5,7 @@
         --device cuda --suite full --backends eager,inductor --mode inference --dtype bf16 --repeat 20
     python3 scripts/bench_shards.py --merge out/gpu_bf16_merged.json --text t.txt --html r.html  # re-render
     python3 scripts/bench_shards.py --merge out/gpu_bf16_shard*.json --json m.json              # shard files only
+    python3 scripts/bench_shards.py --merge first_merged.json rerun_merged.json --json m.json   # re-runs
 
 Every option the driver does not know is passed to the harness (python/ember/bench/standalone.py, which
 works without ember's C++ extension), except the ones the driver sets per shard: --only, --json, --text,
@@ -436,25 +437,50 @@ class Driver:
 # ---------------------------------------------------------------------------------------- merge
 
 
+def prefer(new, old) -> bool:
+    """Whether run `new` (from a later file) replaces `old` of the same model, mode and dtype: a
+    run that ran replaces a skipped one, and a later one replaces an earlier unless it was
+    skipped (re-runs of models not run, or not finished, before)."""
+    return new.status != "skipped" or old.status == "skipped"
+
+
+def merge_reports(bench, paths: list[str]):
+    """One Report from whole reports (merged driver reports or harness reports), in file order:
+    each model's run chosen by prefer(); meta from the first, with the sources listed."""
+    reports = [bench.Report.load(p) for p in paths]
+    best: dict[tuple[str, str, str], Any] = {}
+    source: dict[tuple[str, str, str], str] = {}
+    for path, rep in zip(paths, reports):
+        for r in rep.runs:
+            key = (r.model, r.mode, r.dtype)
+            if key not in best or prefer(r, best[key]):
+                best[key], source[key] = r, os.path.basename(path)
+    out = reports[0]
+    order = {n: i for i, n in enumerate(bench.REGISTRY)}
+    out.runs = sorted(best.values(), key=lambda r: (order.get(r.model, len(order)), r.mode, r.dtype))
+    out.meta.setdefault("merge", {})["source"] = {"/".join(k): v for k, v in source.items()}
+    return out
+
+
 def merge(bench, attempts: list[dict[str, Any]], out_dir: str, order: list[str] | None = None,
           backends: list[str] | None = None, extra_meta: dict | None = None):
     """One Report from the shard attempts; models that never reported get a run saying why."""
     from ember.bench.harness import BackendResult, ModelRun  # noqa: PLC0415
 
     reports, synthetic = [], []
-    seen: set[tuple[str, str, str]] = set()
+    best: dict[tuple[str, str, str], tuple[int, Any]] = {}  # key -> (report index, run)
     for att in attempts:
         path = os.path.join(out_dir, att["json"])
         rep = bench.Report.load(path) if os.path.exists(path) else None
         if rep is not None:
-            keep = []
             for r in rep.runs:
                 key = (r.model, r.mode, r.dtype)
-                if key not in seen:
-                    seen.add(key)
-                    keep.append(r)
-            rep.runs = keep
+                if key not in best or prefer(r, best[key][1]):
+                    best[key] = (len(reports), r)
             reports.append(rep)
+    for i, rep in enumerate(reports):
+        rep.runs = [r for r in rep.runs if best[(r.model, r.mode, r.dtype)] == (i, r)]
+    seen: set[tuple[str, str, str]] = set(best)
     # what each attempt was given but did not report
     settings = reports[0].meta.get("settings", {}) if reports else {}
     modes = settings.get("modes") or ["inference"]
@@ -610,6 +636,8 @@ def main(argv: list[str] | None = None) -> int:
                 drivers.append(f)
         if drivers and len(files) == 1:
             rep = bench.Report.load(files[0])
+        elif drivers:  # several whole reports (earlier runs and re-runs of what they left)
+            rep = merge_reports(bench, files)
         else:
             atts = attempts_from_files([f for f in files if f not in drivers])
             order = list(bench.REGISTRY)

@@ -146,3 +146,23 @@ def test_driver_device_lost_and_crash_records(shards, bench, tmp_path):
     drv.finished(att2, [0])
     assert att2.crashed_model == "nanogpt" and att2.error == "killed by SIGKILL; RuntimeError: boom"
     assert not drv.running  # no restart left: nothing started
+
+
+def test_merge_of_whole_reports_prefers_runs_over_skips(shards, bench, tmp_path):
+    from ember.bench.harness import ModelRun
+
+    first, rerun = tmp_path / "first.json", tmp_path / "rerun.json"
+    _fake_report(bench, ["BertForMaskedLM", "GPT2LMHeadModel"], ["BertForMaskedLM"], first)
+    rep = bench.Report.load(str(first))
+    rep.runs.append(ModelRun(model="GPT2LMHeadModel", family="transformers", suite="full", mode="inference",
+                             dtype="bf16", device="cuda", batch_size=4, status="skipped", note="not started"))
+    rep.meta["driver"] = {}
+    rep.to_json(str(first))
+    _fake_report(bench, ["GPT2LMHeadModel"], ["GPT2LMHeadModel"], rerun)
+    merged = shards.merge_reports(bench, [str(first), str(rerun)])
+    status = {r.model: r.status for r in merged.runs}
+    assert status == {"BertForMaskedLM": "ok", "GPT2LMHeadModel": "ok"}
+    assert merged.meta["merge"]["source"]["GPT2LMHeadModel/inference/bf16"] == "rerun.json"
+    # a later skip does not replace an earlier run
+    merged = shards.merge_reports(bench, [str(rerun), str(first)])
+    assert {r.model: r.status for r in merged.runs}["GPT2LMHeadModel"] == "ok"
