@@ -201,7 +201,9 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
       }
       std::vector<std::string> sources;
       for (const auto& ks : unit_kernels) sources.push_back(codegen::emit_cpp_unit(ks));
-      libraries_ = compile_and_load_all(sources, HostCompileOptions::from_env());
+      HostCompileOptions compile_options = HostCompileOptions::from_env();
+      compile_options.prelude = codegen::cpp_prelude();
+      libraries_ = compile_and_load_all(sources, compile_options);
       kernel_sources_ = sources;
       std::vector<int> kernel_of_group(plan.groups.size(), -1);
       for (int gi : live) {

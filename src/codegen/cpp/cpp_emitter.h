@@ -31,6 +31,10 @@ std::string emit_cpp(const loop::Kernel& k);
 /// start-up and header parsing, the larger part of compiling small kernels.
 std::string emit_cpp_unit(const std::vector<loop::Kernel>& kernels);
 
+/// The text every source of emit_cpp / emit_cpp_unit starts with (headers and helpers): the host
+/// compiler precompiles it once (HostCompileOptions::prelude).
+std::string cpp_prelude();
+
 /// The C++ identifier the emitter uses for a kernel named `name`.
 std::string cpp_kernel_symbol(const std::string& name);
 

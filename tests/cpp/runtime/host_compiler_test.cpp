@@ -4,6 +4,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "support/error.h"
 
@@ -77,6 +79,32 @@ TEST_F(HostCompiler, CompilesSeveralSourcesInParallel) {
     auto f = reinterpret_cast<int (*)()>(libs[i]->symbol("k" + std::to_string(i)));
     EXPECT_EQ(f(), i * 10);
   }
+}
+
+// Sources that start with the prelude compile their rest against the prelude precompiled once.
+TEST_F(HostCompiler, PreludeIsPrecompiledOnceAndIncluded) {
+  auto opts = HostCompileOptions::from_env();
+  opts.prelude = "#include <cmath>\ninline int ember_twice(int x) { return 2 * x; }\n";
+  const std::string a =
+      opts.prelude + "extern \"C\" int ember_f(int x) { return ember_twice(x); }\n";
+  const std::string b =
+      opts.prelude + "extern \"C\" int ember_g(int x) { return ember_twice(x) + 1; }\n";
+  HostCompilerStats before = host_compiler_stats();
+  auto la = compile_and_load(a, opts);
+  auto lb = compile_and_load(b, opts);
+  HostCompilerStats after = host_compiler_stats();
+  EXPECT_EQ(after.compiles, before.compiles + 3);  // the prelude once, then each source
+  EXPECT_EQ(reinterpret_cast<int (*)(int)>(la->symbol("ember_f"))(4), 8);
+  EXPECT_EQ(reinterpret_cast<int (*)(int)>(lb->symbol("ember_g"))(4), 9);
+  bool found = false;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir_ / "prelude")) {
+    found |= e.path().filename() == "ember_prelude.h.gch";
+  }
+  EXPECT_TRUE(found);
+  // The kept source is the whole one.
+  std::ifstream in(std::filesystem::path(cache_dir()) / (cache_key(a, opts) + ".cpp"));
+  std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(kept, a);
 }
 
 TEST_F(HostCompiler, ACompileErrorIsUnsupportedWithTheCompilerOutput) {
