@@ -738,6 +738,26 @@ def _tiny_pointwise(x: torch.Tensor) -> torch.Tensor:
     return torch.tanh(torch.relu(y) * 0.5)
 
 
+_DYNAMO_EAGER = "dynamo (backend=eager)"
+_EMBER_RUNTIME = "ember runtime (no Dynamo)"
+
+
+def _overhead_compiler(name: str):
+    if name == _DYNAMO_EAGER:
+        return lambda fn: torch.compile(fn, backend="eager")
+    if name == _EMBER_RUNTIME:
+        import ember  # noqa: PLC0415
+        from ember import _C  # noqa: PLC0415
+
+        def compile_direct(fn, args):
+            graph = ember.trace(fn, args)
+            compiled = _C.CompiledGraph(graph)
+            return lambda *a: compiled(*a)
+
+        return compile_direct
+    return resolve_backend(name)
+
+
 def measure_overhead(backends: Iterable[str], device: str, calls: int = 100, rounds: int = 7,
                      progress: Callable[[str], None] = lambda _m: None) -> dict[str, dict]:
     """Per-call time of tiny graphs (where the work is negligible, so this is the per-call overhead).
@@ -747,12 +767,17 @@ def measure_overhead(backends: Iterable[str], device: str, calls: int = 100, rou
     """
     sync = synchronizer(device)
     out: dict[str, dict] = {}
-    for b in dict.fromkeys(["eager", *backends]):
+    rows = ["eager", *backends]
+    if "ember" in backends and device == "cpu":
+        # What Dynamo costs by itself (its no-op backend), and ember's compiled graph called
+        # directly (no Dynamo): the part of ember's per-call overhead that is ember's own.
+        rows += [_DYNAMO_EAGER, _EMBER_RUNTIME]
+    for b in dict.fromkeys(rows):
         progress(f"per-call overhead: {b}")
         reset_dynamo()
         entry: dict[str, Any] = {}
         try:
-            compile_fn = resolve_backend(b)
+            compile_fn = _overhead_compiler(b)
             torch.manual_seed(SEED)
             lin = nn.Linear(16, 16).to(device)
             cases = {
@@ -762,7 +787,8 @@ def measure_overhead(backends: Iterable[str], device: str, calls: int = 100, rou
             }
             with torch.no_grad():
                 for i, (name, (fn, args)) in enumerate(cases.items()):
-                    f = compile_fn(fn) if compile_fn is not None else fn
+                    f = compile_fn(fn, args) if b == _EMBER_RUNTIME else (
+                        compile_fn(fn) if compile_fn is not None else fn)
                     dt, _ = timed(lambda: f(*args), sync)
                     if i == 0:
                         entry["startup_s"] = dt
