@@ -416,9 +416,10 @@ class ProgramBuilder {
 
   // Training-mode batch norm, as eager's CPU kernel on its contiguous path (batch_norm.cpp's
   // batch_norm_cpu_update_stats_template, cpu/batch_norm_kernel.cpp): the sum in eager's
-  // accumulation type (f64 for f32 and f64 inputs, f32 for bf16), mean = sum / n rounded to the
-  // compute type; the sum of squared deviations from it (squares in the compute type, summed in
-  // the accumulation type); both rounded to the [C] tensors' dtype p; then per channel, with
+  // accumulation type (f64 for f32 and f64 inputs, f32 for bf16; f32 for f32 channels-last),
+  // mean = sum / n rounded to the compute type; the sum of squared deviations from it (squares
+  // in the compute type, summed as the sum); both rounded to the [C] tensors' dtype p; then per
+  // channel, with
   // p's arithmetic (c10::BFloat16 rounds after every operation):
   //   save_invstd = 1 / sqrt(var_sum / n + eps) in f64 (0 when both are 0),
   //   running_mean = momentum * mean + (1 - momentum) * running_mean,
@@ -429,6 +430,9 @@ class ProgramBuilder {
     const DType xd = dtype(s_.x.value);
     const DType op = opmath(xd);
     const DType acc = xd == DType::BFloat16 ? DType::Float32 : DType::Float64;
+    // Eager's channels-last kernel sums f32 inputs in f32 (per-thread partials, combined in f64):
+    // so does the outer layout, where f32 lanes run twice as fast as f64.
+    const DType sum_t = uses_inner_layout(space_) ? acc : op;
     const DType p = param_dtype();
     const DType pm = opmath(p);
     auto in_p = [&](ExprKind k, const Expr& a, const Expr& b) {
@@ -437,15 +441,15 @@ class ProgramBuilder {
     auto p_const = [&](double v) { return cast(p, fconst(pm, v)); };
     const double count = static_cast<double>(n());
 
-    init("acc_sum", ReduceOp::Sum, acc);
-    elements({accumulate(ReduceOp::Sum, "acc_sum", x(acc))});
-    Expr mu = define("mu", cast(op, div(value("acc_sum", acc), fconst(acc, count))));
-    init("acc_m2", ReduceOp::Sum, acc);
+    init("acc_sum", ReduceOp::Sum, sum_t);
+    elements({accumulate(ReduceOp::Sum, "acc_sum", x(sum_t))});
+    Expr mu = define("mu", cast(op, div(cast(acc, value("acc_sum", sum_t)), fconst(acc, count))));
+    init("acc_m2", ReduceOp::Sum, sum_t);
     Expr dev = loop::Var::make("t_dev", op);
     elements({loop::Let::make(dev, sub(x(op), mu),
-                              accumulate(ReduceOp::Sum, "acc_m2", cast(acc, mul(dev, dev))))});
+                              accumulate(ReduceOp::Sum, "acc_m2", cast(sum_t, mul(dev, dev))))});
     Expr mean = define("mean", cast(pm, cast(p, mu)));
-    Expr var_sum = define("var_sum", cast(pm, cast(p, value("acc_m2", acc))));
+    Expr var_sum = define("var_sum", cast(pm, cast(p, value("acc_m2", sum_t))));
     const Expr var = cast(DType::Float64, in_p(ExprKind::Div, var_sum, p_const(count)));
     Expr inv = div(fconst(DType::Float64, 1),
                    call(loop::CallFn::Sqrt, add(var, fconst(DType::Float64, s_.eps))));
