@@ -112,6 +112,12 @@ Expr cast(DType t, Expr e) {
 
 }  // namespace
 
+bool batch_norm_takes_fast_path(const graph::TensorType& x, const graph::TensorType& y) {
+  std::optional<std::vector<int64_t>> out_strides = fast_path_strides(x);
+  return out_strides && y.sizes == x.sizes &&
+         same_strides(sizes_of(y), graph::constant_values(y.strides), *out_strides);
+}
+
 bool is_batch_norm_inference(const graph::Graph& g, const graph::Node& n) {
   if (n.op < 0 || n.op >= static_cast<int32_t>(g.ops.size())) return false;
   const graph::OpInfo& op = g.op_of(n);
@@ -142,12 +148,7 @@ bool is_batch_norm_inference(const graph::Graph& g, const graph::Node& n) {
     return false;
   }
   const int64_t channels = xt.sizes[1].constant();
-  // Eager's output layout must be the traced one.
-  std::optional<std::vector<int64_t>> out_strides = fast_path_strides(xt);
-  if (!out_strides ||
-      !same_strides(sizes_of(yt), graph::constant_values(yt.strides), *out_strides)) {
-    return false;
-  }
+  if (!batch_norm_takes_fast_path(xt, yt)) return false;  // eager's output layout
 
   // Parameters: [C], one dtype for all (x's, or f32 for a bf16 x).
   std::optional<graph::DType> param_dtype;

@@ -13,6 +13,12 @@
 
 namespace ember::sched {
 
+/// True when eager's CPU batch norm takes its contiguous path for input `x` (contiguous or
+/// channels-last contiguous) and `y`, output 0, has the layout that path gives it. Other inputs
+/// take eager's TensorIterator path, whose output layout and formula differ. Requires constant
+/// sizes and strides.
+bool batch_norm_takes_fast_path(const graph::TensorType& x, const graph::TensorType& y);
+
 /// True when `n` is a batch norm in inference mode that lower_batch_norm_inference supports:
 /// `native_batch_norm` with training=False or `_native_batch_norm_legit_no_training`; input of
 /// rank >= 2 (channels at dim 1) in f32, f64 or bf16; running_mean and running_var tensors of

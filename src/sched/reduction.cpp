@@ -211,6 +211,9 @@ class ProgramBuilder {
       case Kind::GroupNorm:
         normalize();
         break;
+      case Kind::BatchNorm:
+        batch_norm();
+        break;
     }
   }
 
@@ -409,6 +412,79 @@ class ProgramBuilder {
     }
     if (!stats.empty()) row(std::move(stats));
     elements({store(0, y)});
+  }
+
+  // Training-mode batch norm, as eager's CPU kernel on its contiguous path (batch_norm.cpp's
+  // batch_norm_cpu_update_stats_template, cpu/batch_norm_kernel.cpp): the sum in eager's
+  // accumulation type (f64 for f32 and f64 inputs, f32 for bf16; f32 for f32 channels-last),
+  // mean = sum / n rounded to the compute type; the sum of squared deviations from it (squares
+  // in the compute type, summed as the sum); both rounded to the [C] tensors' dtype p; then per
+  // channel, with
+  // p's arithmetic (c10::BFloat16 rounds after every operation):
+  //   save_invstd = 1 / sqrt(var_sum / n + eps) in f64 (0 when both are 0),
+  //   running_mean = momentum * mean + (1 - momentum) * running_mean,
+  //   running_var = momentum * (var_sum / (n - 1)) + (1 - momentum) * running_var (the first
+  //   product and the sum in the accumulation type; n = 1 gives NaN, as eager),
+  //   y = x * alpha + beta, alpha = invstd * w, beta = b - mean * alpha (in the compute type).
+  void batch_norm() {
+    const DType xd = dtype(s_.x.value);
+    const DType op = opmath(xd);
+    const DType acc = xd == DType::BFloat16 ? DType::Float32 : DType::Float64;
+    // Eager's channels-last kernel sums f32 inputs in f32 (per-thread partials, combined in f64):
+    // so does the outer layout, where f32 lanes run twice as fast as f64.
+    const DType sum_t = uses_inner_layout(space_) ? acc : op;
+    const DType p = param_dtype();
+    const DType pm = opmath(p);
+    auto in_p = [&](ExprKind k, const Expr& a, const Expr& b) {
+      return cast(p, bin(k, cast(pm, a), cast(pm, b)));
+    };
+    auto p_const = [&](double v) { return cast(p, fconst(pm, v)); };
+    const double count = static_cast<double>(n());
+
+    init("acc_sum", ReduceOp::Sum, sum_t);
+    elements({accumulate(ReduceOp::Sum, "acc_sum", x(sum_t))});
+    Expr mu = define("mu", cast(op, div(cast(acc, value("acc_sum", sum_t)), fconst(acc, count))));
+    init("acc_m2", ReduceOp::Sum, sum_t);
+    Expr dev = loop::Var::make("t_dev", op);
+    elements({loop::Let::make(dev, sub(x(op), mu),
+                              accumulate(ReduceOp::Sum, "acc_m2", cast(sum_t, mul(dev, dev))))});
+    Expr mean = define("mean", cast(pm, cast(p, mu)));
+    Expr var_sum = define("var_sum", cast(pm, cast(p, value("acc_m2", sum_t))));
+    const Expr var = cast(DType::Float64, in_p(ExprKind::Div, var_sum, p_const(count)));
+    Expr inv = div(fconst(DType::Float64, 1),
+                   call(loop::CallFn::Sqrt, add(var, fconst(DType::Float64, s_.eps))));
+    if (s_.eps == 0) {
+      inv = loop::Select::make(bin(ExprKind::NE, var, fconst(DType::Float64, 0)), inv,
+                               fconst(DType::Float64, 0));
+    }
+    Expr invstd = define("invstd", cast(pm, cast(p, cast(acc, inv))));
+    std::vector<Stmt> stats = {store(1, mean), store(2, invstd)};
+    if (s_.running_mean && s_.running_var) {
+      const Expr m = p_const(s_.momentum);
+      const Expr keep = in_p(ExprKind::Sub, p_const(1), m);
+      stats.push_back(store(3, in_p(ExprKind::Add, in_p(ExprKind::Mul, m, mean),
+                                    in_p(ExprKind::Mul, keep, load(*s_.running_mean)))));
+      const Expr unbiased = cast(acc, in_p(ExprKind::Div, var_sum, p_const(count - 1)));
+      stats.push_back(store(4, add(mul(cast(acc, m), unbiased),
+                                   cast(acc, in_p(ExprKind::Mul, keep, load(*s_.running_var))))));
+    }
+    row(std::move(stats));
+    if (!needed(0)) return;
+    auto param = [&](const std::optional<ReductionOperand>& o, double absent) {
+      return o ? cast(op, load(*o)) : fconst(op, absent);
+    };
+    Expr alpha = define("alpha", mul(cast(op, invstd), param(s_.weight, 1)));
+    Expr beta = define("beta", sub(param(s_.bias, 0), mul(cast(op, mean), alpha)));
+    elements({store(0, add(mul(x(op), alpha), beta))});
+  }
+
+  // The dtype of batch norm's [C] tensors in eager: that of weight, bias and the running
+  // statistics, or the input's when there are none (reduction_spec.cpp checks they agree).
+  DType param_dtype() const {
+    for (const auto* o : {&s_.weight, &s_.bias, &s_.running_mean, &s_.running_var}) {
+      if (*o) return dtype((*o)->value);
+    }
+    return dtype(s_.x.value);
   }
 
   // Longest row kept in a scratch row (f32: 32 KiB of stack per thread).

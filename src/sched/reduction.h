@@ -23,13 +23,18 @@ namespace ember::sched {
 ///    reduces every dim, except for any.dims / all.dims, which reduce none);
 ///  - aten::_softmax, aten::_log_softmax over any one dim (half_to_float false);
 ///  - aten::native_layer_norm, aten::native_group_norm (weight and bias absent, of the input's
-///    dtype, or f32).
+///    dtype, or f32);
+///  - training-mode batch norm: aten::_native_batch_norm_legit_functional (the new running
+///    statistics as outputs 3 and 4), and aten::native_batch_norm and
+///    aten::_native_batch_norm_legit.no_stats without running statistics; on eager's contiguous
+///    path only (reduction_spec.cpp, batch_norm()).
 /// Dtypes: f32, f64 and bf16 (computed in f32, as eager) everywhere; integer and bool inputs
 /// where eager takes them (sum and prod give int64, any/all, amax/amin, argmax/argmin,
 /// logsumexp). Every tensor must be on the CPU with constant sizes and strides. Conservative:
 /// when unsure it returns false (the node then runs as an ATen call). Never throws for a
-/// verifier-valid graph. Batch norm is not here: in inference it is an index function
-/// (batch_norm.h), in training an ATen call (docs/design/scheduler.md, "Batch norm").
+/// verifier-valid graph. Inference-mode batch norm is not here: it is an index function
+/// (batch_norm.h); native_batch_norm(training=True) with running statistics (which eager updates
+/// in place) stays an ATen call (docs/design/scheduler.md, "Batch norm").
 bool is_reduction_kernel_node(const graph::Graph& g, const graph::Node& n);
 
 /// What a reduction kernel computes besides node `n` itself (the scheduler's prologue and

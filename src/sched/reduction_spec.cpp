@@ -4,6 +4,7 @@
 #include <string>
 #include <string_view>
 
+#include "sched/batch_norm.h"
 #include "sched/kernel_params.h"
 #include "sched/pointwise.h"
 
@@ -79,6 +80,9 @@ const OpEntry* op_entry(const std::string& qualified) {
       {"aten::_log_softmax", {Kind::LogSoftmax, DimArg::Softmax}},
       {"aten::native_layer_norm", {Kind::LayerNorm, DimArg::Normalize}},
       {"aten::native_group_norm", {Kind::GroupNorm, DimArg::Normalize}},
+      {"aten::_native_batch_norm_legit_functional", {Kind::BatchNorm, DimArg::Normalize}},
+      {"aten::_native_batch_norm_legit.no_stats", {Kind::BatchNorm, DimArg::Normalize}},
+      {"aten::native_batch_norm", {Kind::BatchNorm, DimArg::Normalize}},
   };
   auto it = ops.find(qualified);
   return it == ops.end() ? nullptr : &it->second;
@@ -116,6 +120,31 @@ std::vector<int64_t> element_strides(const graph::TensorType& t) {
   return s;
 }
 
+// True when every use of `v` is an `aten::_to_copy` to `dtype` (none at all included): no other
+// node, graph output or mutation reads `v` itself.
+bool only_converted_to(const graph::Graph& g, ValueId v, DType dtype) {
+  for (ValueId o : g.outputs) {
+    if (o == v) return false;
+  }
+  for (const graph::Mutation& m : g.mutations) {
+    if (m.value == v) return false;
+  }
+  for (const graph::Node& n : g.nodes) {
+    bool reads = false;
+    for (const graph::Arg& a : n.args) {
+      if (const auto* r = std::get_if<graph::ValueRef>(&a)) reads |= r->id == v;
+      if (const auto* l = std::get_if<graph::ValueList>(&a)) {
+        for (const auto& item : l->items) reads |= item == v;
+      }
+    }
+    if (reads && (g.op_of(n).qualified_name() != "aten::_to_copy" || n.outputs.size() != 1 ||
+                  g.type(n.outputs[0]).dtype != dtype)) {
+      return false;
+    }
+  }
+  return true;
+}
+
 class Analyzer {
  public:
   Analyzer(const graph::Graph& g, const graph::Node& n) : g_(g), n_(n) {}
@@ -137,6 +166,7 @@ class Analyzer {
     s_.x.value = *x;
     const graph::TensorType& xt = g_.type(*x);
     if (!dtypes_ok(xt.dtype)) return std::nullopt;
+    if (s_.kind == Kind::BatchNorm) return batch_norm();
     if (entry->dims == DimArg::Normalize) {
       return s_.kind == Kind::LayerNorm ? layer_norm() : group_norm();
     }
@@ -226,6 +256,8 @@ class Analyzer {
       case Kind::GroupNorm:
         return n_.outputs.size() == 3 && is_float(x) && out(0) == x && is_float(out(1)) &&
                is_float(out(2));
+      case Kind::BatchNorm:
+        return is_float(x) && out(0) == x;  // the statistics: batch_norm()
     }
     return false;
   }
@@ -427,6 +459,81 @@ class Analyzer {
     return s_;
   }
 
+  // Training-mode batch norm of x [N, C, *]: every dim but the channels (1) reduced. save_mean,
+  // save_invstd and the new running statistics are [C], as are weight, bias and the running
+  // statistics. Only where eager's result is known exactly: its contiguous path (x contiguous
+  // or channels-last contiguous, [C] tensors contiguous, output 0 in eager's layout), every [C]
+  // tensor of one dtype (x's, or f32 for a bf16 x: eager's mixed type), a non-empty x (eager
+  // raises otherwise). `native_batch_norm` and `_native_batch_norm_legit.no_stats` only without
+  // running statistics: native_batch_norm updates them in place, which a kernel must not (the
+  // tracer records that form as `_native_batch_norm_legit_functional`).
+  std::optional<ReductionSpec> batch_norm() {
+    const std::string name = g_.op_of(n_).qualified_name();
+    const bool update = name == "aten::_native_batch_norm_legit_functional";
+    const graph::TensorType& xt = g_.type(s_.x.value);
+    s_.sizes = sizes_of(xt);
+    const size_t rank = s_.sizes.size();
+    const auto* training = std::get_if<bool>(arg_named(g_, n_, "training"));
+    const auto* momentum = std::get_if<double>(arg_named(g_, n_, "momentum"));
+    if (rank < 2 || training == nullptr || !*training || momentum == nullptr || !eps_arg() ||
+        n_.outputs.size() != (update ? 5u : 3u) ||
+        !batch_norm_takes_fast_path(xt, g_.type(n_.outputs[0]))) {
+      return std::nullopt;
+    }
+    for (int64_t size : s_.sizes) {
+      if (size == 0) return std::nullopt;
+    }
+    if (name == "aten::native_batch_norm" && (!is_none(arg_named(g_, n_, "running_mean")) ||
+                                              !is_none(arg_named(g_, n_, "running_var")))) {
+      return std::nullopt;
+    }
+    s_.momentum = *momentum;
+    s_.x.strides = element_strides(xt);
+    s_.reduced.assign(rank, true);
+    s_.reduced[1] = false;
+    const int64_t c = s_.sizes[1];
+    auto channels = [&](const graph::TensorType& t) {
+      std::vector<int64_t> st(rank, 0);
+      if (c != 1) st[1] = t.strides[0].constant();
+      return st;
+    };
+    if (!param("weight", {c}, s_.weight, channels) || !param("bias", {c}, s_.bias, channels)) {
+      return std::nullopt;
+    }
+    if (update && (!param("running_mean", {c}, s_.running_mean, channels) ||
+                   !param("running_var", {c}, s_.running_var, channels) || !s_.running_mean ||
+                   !s_.running_var)) {
+      return std::nullopt;
+    }
+    // One dtype for every [C] tensor, and contiguous ones (eager's fast path).
+    std::optional<DType> pd;
+    for (const auto* o : {&s_.weight, &s_.bias, &s_.running_mean, &s_.running_var}) {
+      if (!*o) continue;
+      const graph::TensorType& t = g_.type((*o)->value);
+      if (c != 1 && t.strides[0].constant() != 1) return std::nullopt;
+      if (pd && *pd != t.dtype) return std::nullopt;
+      pd = t.dtype;
+    }
+    const DType p = pd.value_or(xt.dtype);
+    if (p != xt.dtype && !(xt.dtype == DType::BFloat16 && p == DType::Float32)) {
+      return std::nullopt;
+    }
+    s_.outputs.push_back({n_.outputs[0], element_strides(g_.type(n_.outputs[0]))});
+    // The statistics have dtype p in eager. The meta function gives f32 for a bf16 p: the kernel
+    // then stores eager's bf16 values, exactly, in f32, which only a conversion back may read
+    // (the tracer's copy of a new running statistic into its bf16 input).
+    for (size_t i = 1; i < n_.outputs.size(); ++i) {
+      std::optional<ReductionOperand> o = reduced_output(n_.outputs[i], /*keepdim=*/false);
+      const DType t = g_.type(n_.outputs[i]).dtype;
+      if (!o || (t != p && !(p == DType::BFloat16 && t == DType::Float32 &&
+                             only_converted_to(g_, n_.outputs[i], p)))) {
+        return std::nullopt;
+      }
+      s_.outputs.push_back(*o);
+    }
+    return s_;
+  }
+
   const graph::Graph& g_;
   const graph::Node& n_;
   ReductionSpec s_;
@@ -437,6 +544,8 @@ std::vector<ReductionOperand*> operands(ReductionSpec& s) {
   std::vector<ReductionOperand*> ops = {&s.x};
   if (s.weight) ops.push_back(&*s.weight);
   if (s.bias) ops.push_back(&*s.bias);
+  if (s.running_mean) ops.push_back(&*s.running_mean);
+  if (s.running_var) ops.push_back(&*s.running_var);
   for (ReductionOperand& o : s.outputs) ops.push_back(&o);
   return ops;
 }

@@ -35,6 +35,8 @@ enum class ReductionKind : uint8_t {
   LogSoftmax,
   LayerNorm,  ///< (out, mean, rstd)
   GroupNorm,  ///< (out, mean, rstd)
+  /// Training-mode batch norm: (out, save_mean, save_invstd[, new running_mean, new running_var])
+  BatchNorm,
 };
 
 /// A tensor operand of a reduction, indexed by the iteration space: element (i_0, ..., i_k-1)
@@ -52,11 +54,14 @@ struct ReductionSpec {
   std::vector<int64_t> sizes;  ///< the iteration space (x's sizes, or its view)
   std::vector<bool> reduced;   ///< per dim of the space: reduced, or kept (one result per value)
   ReductionOperand x;          ///< the input
-  std::optional<ReductionOperand> weight, bias;  ///< layer_norm, group_norm
+  std::optional<ReductionOperand> weight, bias;  ///< layer_norm, group_norm, batch_norm
+  /// batch_norm: the running statistics that outputs 3 and 4 update (absent: no update).
+  std::optional<ReductionOperand> running_mean, running_var;
   /// Per output of the node, in order. Element outputs (softmax, the normalized output) vary
   /// with every dim, reduced outputs only with the kept ones.
   std::vector<ReductionOperand> outputs;
-  double eps = 0;         ///< layer_norm, group_norm
+  double eps = 0;         ///< layer_norm, group_norm, batch_norm
+  double momentum = 0;    ///< batch_norm
   double correction = 1;  ///< var, std, var_mean, std_mean
   bool last_dim = false;  ///< softmax, log_softmax: over the input's last dim
 

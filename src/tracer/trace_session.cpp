@@ -263,6 +263,7 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
     });
   }
 
+  if (any_tracer && record_batch_norm_update(op, stack)) return;
   if (any_tracer) {
     if (std::optional<at::Tensor> r =
             index_put_as_where(op, c10::ArrayRef<c10::IValue>(stack->data() + base, num_args))) {
@@ -436,6 +437,62 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
       stack->push_back(std::move(r));
     }
   }
+}
+
+const at::Tensor* TraceSession::functional_input_holding(const at::Tensor& t) const {
+  if (!t.defined() || as_tracer(t) == nullptr) return nullptr;
+  for (const at::Tensor& fin : functional_inputs_) {
+    if (fz::from_functional_tensor(fin).unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) {
+      return &fin;
+    }
+  }
+  return nullptr;
+}
+
+bool TraceSession::record_batch_norm_update(const c10::OperatorHandle& op,
+                                            torch::jit::Stack* stack) {
+  // Eager's CPU kernel of native_batch_norm(training=True) updates running_mean and running_var
+  // in place although its schema does not say so, so functionalization passes it through
+  // unwrapped and no mutation would be recorded. `_native_batch_norm_legit_functional` has the
+  // same arguments and returns the new running statistics as outputs 3 and 4; the inputs' wrappers
+  // take them as their values, as functionalization does for an op that mutates its arguments.
+  // Running statistics that are not inputs (constants, values made by the program) keep the op.
+  const c10::FunctionSchema& schema = op.schema();
+  if (schema.name() != "aten::native_batch_norm" || !schema.overload_name().empty() ||
+      schema.arguments().size() != 8) {
+    return false;
+  }
+  const size_t base = stack->size() - 8;
+  const c10::IValue& training = (*stack)[base + 5];
+  const c10::IValue& mean = (*stack)[base + 3];
+  const c10::IValue& var = (*stack)[base + 4];
+  if (!training.isBool() || !training.toBool() || !mean.isTensor() || !var.isTensor()) {
+    return false;
+  }
+  const at::Tensor* mean_input = functional_input_holding(mean.toTensor());
+  const at::Tensor* var_input = functional_input_holding(var.toTensor());
+  if (mean_input == nullptr || var_input == nullptr || mean_input == var_input) return false;
+  for (size_t i : {size_t{0}, size_t{1}, size_t{2}}) {
+    const c10::IValue& v = (*stack)[base + i];
+    if (v.isTensor() &&
+        (v.toTensor().is_same(mean.toTensor()) || v.toTensor().is_same(var.toTensor()))) {
+      return false;  // a running statistic that is also read as the input, weight or bias
+    }
+  }
+  static const c10::OperatorHandle functional = c10::Dispatcher::singleton().findSchemaOrThrow(
+      "aten::_native_batch_norm_legit_functional", "");
+  record(functional, stack);  // same arguments; leaves its five results
+  EMBER_INTERNAL_ASSERT(stack->size() == base + 5) << "_native_batch_norm_legit_functional results";
+  at::Tensor new_var = stack->back().toTensor();
+  stack->pop_back();
+  at::Tensor new_mean = stack->back().toTensor();
+  stack->pop_back();
+  for (auto [input, value] : {std::pair{mean_input, &new_mean}, std::pair{var_input, &new_var}}) {
+    fz::replace_(*input, *value);
+    fz::commit_update(*input);
+    fz::sync(*input);
+  }
+  return true;
 }
 
 graph::ValueId TraceSession::aliased_view_of_mutated_input(const at::Tensor& out) {

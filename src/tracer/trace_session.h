@@ -81,6 +81,14 @@ class TraceSession {
   /// If `out` (a functional tensor) is a view of an input that the trace mutates, adds an
   /// as_strided view of that input and returns it; otherwise -1.
   graph::ValueId aliased_view_of_mutated_input(const at::Tensor& out);
+  /// The graph input whose functional wrapper holds `t` (a tracer tensor) as its current value,
+  /// or nullptr.
+  const at::Tensor* functional_input_holding(const at::Tensor& t) const;
+  /// Records `native_batch_norm(training=True)` whose running statistics are the current values
+  /// of graph inputs as `_native_batch_norm_legit_functional`, and makes its new running
+  /// statistics the inputs' values (so `finish` records them as mutations). Returns false, having
+  /// done nothing, for any other call. See docs/design/tracer.md.
+  bool record_batch_norm_update(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
   graph::Graph graph_;
   std::vector<at::Tensor> constants_;

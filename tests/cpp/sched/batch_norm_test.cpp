@@ -1,5 +1,7 @@
 // Batch norm in inference mode as an index function (sched/batch_norm.h): which nodes qualify,
-// the golden kernel of batch norm -> relu, and the interpreter against eager's formula.
+// the golden kernel of batch norm -> relu, and the interpreter against eager's formula. Training
+// mode as a reduction kernel (sched/reduction.h): which forms qualify, and the interpreter
+// against eager's formulas for the outputs and the new running statistics.
 #include "sched/batch_norm.h"
 
 #include <gtest/gtest.h>
@@ -17,6 +19,8 @@
 #include "loop/printer.h"
 #include "loop/verifier.h"
 #include "sched/fusion.h"
+#include "sched/reduction.h"
+#include "sched/reduction_spec.h"
 
 namespace ember::sched {
 namespace {
@@ -138,6 +142,111 @@ TEST(BatchNorm, InferenceFusesWithReluAndMatchesEagerFormula) {
     const float beta = static_cast<float>(b[c]) - static_cast<float>(rm[c]) * alpha;
     const float want = std::max(static_cast<float>(x[i]) * alpha + beta, 0.0f);
     EXPECT_FLOAT_EQ(bufs[out][i].f, want) << i;
+  }
+}
+
+// x [2, 3, 4] (or `x_strides`) -> _native_batch_norm_legit_functional, the traced form of a
+// training-mode batch norm whose running statistics are graph inputs: outputs y, save_mean,
+// save_invstd, and the new running statistics, which the graph copies into its inputs.
+struct TrainingGraph {
+  graph::Graph g;
+  int32_t bn = -1;
+  ValueId x = -1, w = -1, b = -1, rm = -1, rv = -1;
+
+  explicit TrainingGraph(graph::Dims x_strides = {}) {
+    graph::Dims sizes{2, 3, 4};
+    x = g.add_input(type(DType::Float32, sizes, x_strides), graph::InputKind::User);
+    w = g.add_input(type(DType::Float32, {3}), graph::InputKind::Parameter);
+    b = g.add_input(type(DType::Float32, {3}), graph::InputKind::Parameter);
+    rm = g.add_input(type(DType::Float32, {3}), graph::InputKind::Buffer);
+    rv = g.add_input(type(DType::Float32, {3}), graph::InputKind::Buffer);
+    graph::OpInfo info{"aten::_native_batch_norm_legit_functional", "", kNames,
+                       std::vector<bool>(kNames.size(), false)};
+    graph::TensorType c = type(DType::Float32, {3});
+    bn = g.add_node(
+        g.intern_op(info),
+        {ValueRef{x}, ValueRef{w}, ValueRef{b}, ValueRef{rm}, ValueRef{rv}, true, 0.25, 1e-5},
+        {type(DType::Float32, sizes, x_strides), c, c, c, c});
+    const std::vector<ValueId>& outs = g.nodes[bn].outputs;
+    g.outputs = {outs[0]};
+    g.mutations = {graph::Mutation{rm, outs[3]}, graph::Mutation{rv, outs[4]}};
+  }
+  bool qualifies() const { return is_reduction_kernel_node(g, g.nodes[bn]); }
+};
+
+TEST(BatchNorm, TrainingIsAReductionInFunctionalFormOnly) {
+  EXPECT_TRUE(TrainingGraph().qualifies());
+  // Channels innermost in 3-d is not a memory format eager knows: its TensorIterator path.
+  EXPECT_FALSE(TrainingGraph({12, 1, 3}).qualifies());
+  // native_batch_norm(training=True) updates the running statistics in place: an ATen call.
+  BatchNormGraph in_place({}, /*training=*/true);
+  EXPECT_FALSE(is_reduction_kernel_node(in_place.g, in_place.g.nodes[in_place.bn]));
+  EXPECT_FALSE(in_place.qualifies());
+
+  TrainingGraph tg;
+  std::optional<ReductionSpec> spec = analyze_reduction(tg.g, tg.g.nodes[tg.bn]);
+  ASSERT_TRUE(spec.has_value());
+  EXPECT_EQ(spec->kind, ReductionKind::BatchNorm);
+  EXPECT_EQ(spec->sizes, (std::vector<int64_t>{2, 3, 4}));
+  EXPECT_EQ(spec->reduced, (std::vector<bool>{true, false, true}));
+  EXPECT_EQ(spec->outputs.size(), 5u);
+  EXPECT_EQ(spec->momentum, 0.25);
+}
+
+// The kernel's outputs against eager's formulas for f32 (batch_norm.cpp's
+// batch_norm_cpu_update_stats_template): sums in double, statistics rounded to float.
+TEST(BatchNorm, TrainingKernelMatchesEagerFormulas) {
+  TrainingGraph tg;
+  Plan plan = schedule_graph(tg.g, ScheduleOptions{.reductions = true});
+  ASSERT_EQ(plan.groups.size(), 1u);
+  ASSERT_EQ(plan.steps.size(), 1u);
+  const KernelGroup& group = plan.groups[0];
+  const loop::Kernel& k = group.kernel;
+  ASSERT_TRUE(loop::verify_kernel(k).empty()) << loop::print_kernel(k);
+  std::vector<double> x(24), w{1.5, -2.0, 0.5}, b{0.25, 1.0, -3.0}, rm{0.5, -1.0, 2.0},
+      rv{1.0, 0.25, 4.0};
+  for (int i = 0; i < 24; ++i) x[i] = std::sin(i * 1.7) * 3.0 + i * 0.1;
+  const std::map<ValueId, std::vector<double>> data = {
+      {tg.x, x}, {tg.w, w}, {tg.b, b}, {tg.rm, rm}, {tg.rv, rv}};
+  loop::BufferMap bufs;
+  for (size_t i = 0; i < group.inputs.size(); ++i) {
+    bufs["buf" + std::to_string(i)] = f32s(data.at(group.inputs[i]));
+  }
+  loop::run_kernel(k, {}, bufs);
+  auto out = [&](ValueId v) -> const std::vector<loop::Scalar>& {
+    size_t i = std::find(group.outputs.begin(), group.outputs.end(), v) - group.outputs.begin();
+    return bufs["buf" + std::to_string(group.inputs.size() + i)];
+  };
+  const std::vector<ValueId>& outs = tg.g.nodes[tg.bn].outputs;
+  const float m = 0.25f;
+  for (int c = 0; c < 3; ++c) {
+    double sum = 0;
+    for (int n = 0; n < 2; ++n) {
+      for (int i = 0; i < 4; ++i) sum += static_cast<float>(x[n * 12 + c * 4 + i]);
+    }
+    const float mean = static_cast<float>(sum / 8);
+    double var_sum_d = 0;
+    for (int n = 0; n < 2; ++n) {
+      for (int i = 0; i < 4; ++i) {
+        const float d = static_cast<float>(x[n * 12 + c * 4 + i]) - mean;
+        var_sum_d += d * d;
+      }
+    }
+    const float var_sum = static_cast<float>(var_sum_d);
+    const float invstd = static_cast<float>(1.0 / std::sqrt(double{var_sum / 8} + 1e-5));
+    EXPECT_EQ(out(outs[3])[c].f, m * mean + (1 - m) * static_cast<float>(rm[c])) << c;
+    const double unbiased = var_sum / 7;
+    EXPECT_EQ(out(outs[4])[c].f,
+              static_cast<float>(m * unbiased + (1 - m) * static_cast<float>(rv[c])))
+        << c;
+    const float alpha = invstd * static_cast<float>(w[c]);
+    const float beta = static_cast<float>(b[c]) - mean * alpha;
+    for (int n = 0; n < 2; ++n) {
+      for (int i = 0; i < 4; ++i) {
+        const int e = n * 12 + c * 4 + i;
+        EXPECT_FLOAT_EQ(out(outs[0])[e].f, static_cast<float>(x[e]) * alpha + beta) << e;
+      }
+    }
   }
 }
 

@@ -1,6 +1,6 @@
 """batch_norm in inference mode as an index function fused with its producers and consumers
 (kernel counters), differential against eager over ranks, dtypes, weight/bias None, layouts and
-size-1 batches; training mode stays an ATen call that updates the running statistics."""
+size-1 batches. Training mode: test_batch_norm_training.py."""
 
 import pytest
 import torch
@@ -129,16 +129,6 @@ def test_legit_no_training_overload():
     run(lambda x: torch.ops.aten._native_batch_norm_legit_no_training(x, w, b, rm, rv, 0.1,
                                                                      1e-5)[0].relu(),
         torch.randn(2, 4, 3), kernels=1)
-
-
-@pytest.mark.parametrize("momentum", [0.1, 0.5])
-def test_training_mode_updates_running_stats_as_eager(momentum):
-    # Training forward stays an ATen call (docs/design/scheduler.md, "Batch norm"); the running
-    # statistics and num_batches_tracked must end up as eager's after each compiled call.
-    m = torch.nn.Sequential(torch.nn.Conv2d(3, 6, 3), torch.nn.BatchNorm2d(6, momentum=momentum),
-                            torch.nn.ReLU()).train()
-    stats = run(m, torch.randn(4, 3, 8, 8))
-    assert stats["extern_steps"] >= 2, stats  # the convolution and the batch norm
 
 
 def test_batch_norm_read_at_two_indices_is_realized():
