@@ -491,6 +491,8 @@ bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env,
   buffers.reserve(k.inputs.size() + k.outputs.size() + 1);
   for (size_t i = 0; i < k.inputs.size(); ++i) {
     at::Tensor& x = env[k.inputs[i]];
+    EMBER_INTERNAL_ASSERT(x.defined())
+        << k.description << ": input " << i << " (%" << k.inputs[i] << ") is not defined";
     const Kernel::Output& want = k.input_layouts[i];
     if (!has_layout(x, want.sizes, want.strides) || x.dtype() != want.options.dtype()) {
       // An extern op returned another layout or dtype than its meta kernel promised (bf16

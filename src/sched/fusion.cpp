@@ -335,7 +335,8 @@ Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
           // Computed once per pass over the row: only cheap inputs are (kMaxPrologueCost).
           std::vector<int> weights(g_.values.size(), -1);
           if (cost(open_reduction->input(), weights) > kMaxPrologueCost) {
-            throw TooManyInstances{open_reduction->input()};
+            // Realize the computed value (a view of it is then read through, as any view).
+            throw TooManyInstances{view_root(open_reduction->input())};
           }
         }
         break;
@@ -398,6 +399,8 @@ Plan Scheduler::run() {
     try {
       plan = build(&uses);
     } catch (const TooManyInstances& e) {
+      // A view is never stored (kernels read through it): realizing its root is what helps.
+      EMBER_INTERNAL_ASSERT(!is_view(e.value)) << "realizing view %" << e.value;
       stored_[e.value] = true;  // at most once per value, so this terminates
       --round;
       continue;

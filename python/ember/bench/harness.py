@@ -804,6 +804,8 @@ def measure_overhead(backends: Iterable[str], device: str, calls: int = 100, rou
                         per_call.append((time.perf_counter() - t0) / calls * 1e6)
                     entry[name] = statistics.median(per_call)
             entry["status"] = "pass"
+            if b in (_DYNAMO_EAGER, _EMBER_RUNTIME):
+                entry["reference_only"] = True
         except Exception as e:  # noqa: BLE001
             entry["status"] = "fail_to_run"
             entry["reason"] = short_reason(e)

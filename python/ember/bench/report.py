@@ -27,8 +27,9 @@ class Report:
             for b in r.backends:
                 if b not in names:
                     names.append(b)
-        for b in self.overhead:
-            if b not in names:
+        for b, e in self.overhead.items():
+            # Overhead-only rows (Dynamo alone, ember's runtime without Dynamo) are no backends.
+            if b not in names and not e.get("reference_only"):
                 names.append(b)
         return names
 
