@@ -368,40 +368,19 @@ Stmt KernelBuilder::body() const {
 
 Stmt KernelBuilder::with_index_checks(Stmt body, KernelGroup& group) const {
   if (st_.checks.empty()) return body;
-  loop::Kernel& k = group.kernel;
   // Every index first, serially; then the loops only when all are in range.
-  loop::BufferParam status;
-  status.name = "status";
-  status.role = loop::BufferRole::Output;
-  status.dtype = loop::DType::Bool;
-  status.sizes = {loop::idx(1)};
-  status.strides = {loop::idx(1)};
-  k.buffers.push_back(status);
-  group.index_status = true;
+  add_index_status(group, group.kernel);
   std::vector<Stmt> stmts{loop::Store::make("bad", loop::idx(0), loop::bool_imm(false))};
   for (const IndexCheck& c : st_.checks) {
     const graph::TensorType& t = g_.type(c.v);
     const ValueId root = s_.view_root(c.v);
-    // Dims of stride 0 (expanded) hold no other elements: their loops are left out.
-    std::vector<int64_t> sizes = sizes_of(t);
-    Index j;
-    for (size_t d = 0; d < sizes.size(); ++d) {
-      bool repeats = sizes[d] == 1 || t.strides[d].constant() == 0;
-      j.push_back(repeats ? loop::idx(0) : loop::var("j" + std::to_string(d)));
-    }
-    Expr off = loop::idx(t.storage_offset.constant() - g_.type(root).storage_offset.constant()) +
-               offset_of(t, j);
-    Expr x = as_index(
-        loop::Load::make(*to_loop_dtype(t.dtype), value_buffer(root), loop::simplify(off)));
-    Expr lo = loop::idx(c.negative_wraps ? -c.size : 0);
-    Expr ok = loop::And::make(loop::LE::make(lo, x), loop::LT::make(x, loop::idx(c.size)));
-    Stmt s =
-        loop::Accumulate::make(loop::ReduceOp::Any, {"bad"}, loop::idx(0), {loop::Not::make(ok)});
-    for (size_t d = sizes.size(); d-- > 0;) {
-      if (!j[d].as<loop::Var>()) continue;
-      s = loop::For::make(j[d], loop::idx(0), loop::idx(sizes[d]), loop::ForKind::Serial, s);
-    }
-    stmts.push_back(s);
+    const int64_t base = t.storage_offset.constant() - g_.type(root).storage_offset.constant();
+    auto element = [&](const Index& j) {
+      Expr off = loop::idx(base) + offset_of(t, j);
+      return as_index(
+          loop::Load::make(*to_loop_dtype(t.dtype), value_buffer(root), loop::simplify(off)));
+    };
+    stmts.push_back(index_range_check(t, element, c.size, c.negative_wraps, "j"));
   }
   Stmt run =
       loop::Block::make({loop::Store::make("status", loop::idx(0), loop::bool_imm(false)), body});

@@ -31,4 +31,38 @@ std::map<graph::ValueId, std::string> add_group_buffers(const graph::Graph& g,
   return buffer_of;
 }
 
+void add_index_status(KernelGroup& group, loop::Kernel& k) {
+  loop::BufferParam status;
+  status.name = "status";
+  status.role = loop::BufferRole::Output;
+  status.dtype = loop::DType::Bool;
+  status.sizes = {loop::idx(1)};
+  status.strides = {loop::idx(1)};
+  k.buffers.push_back(status);
+  group.index_status = true;
+}
+
+loop::Stmt index_range_check(
+    const graph::TensorType& t,
+    const std::function<loop::Expr(const std::vector<loop::Expr>&)>& element, int64_t size,
+    bool negative_wraps, const std::string& prefix) {
+  const std::vector<int64_t> sizes = sizes_of(t);
+  std::vector<loop::Expr> j;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    bool repeats = sizes[d] == 1 || t.strides[d].constant() == 0;
+    j.push_back(repeats ? loop::idx(0) : loop::var(prefix + std::to_string(d)));
+  }
+  loop::Expr x = element(j);
+  if (x.dtype() != loop::DType::Int64) x = loop::Cast::make(loop::DType::Int64, x);
+  loop::Expr lo = loop::idx(negative_wraps ? -size : 0);
+  loop::Expr ok = loop::And::make(loop::LE::make(lo, x), loop::LT::make(x, loop::idx(size)));
+  loop::Stmt s =
+      loop::Accumulate::make(loop::ReduceOp::Any, {"bad"}, loop::idx(0), {loop::Not::make(ok)});
+  for (size_t d = sizes.size(); d-- > 0;) {
+    if (!j[d].as<loop::Var>()) continue;
+    s = loop::For::make(j[d], loop::idx(0), loop::idx(sizes[d]), loop::ForKind::Serial, s);
+  }
+  return s;
+}
+
 }  // namespace ember::sched

@@ -385,14 +385,7 @@ void build_scatter_kernel(const graph::Graph& g, const graph::Node& n, KernelGro
   k = loop::Kernel{};
   k.name = name;
   const std::map<ValueId, std::string> buffer_of = add_group_buffers(g, group, k);
-  loop::BufferParam status;
-  status.name = "status";
-  status.role = loop::BufferRole::Output;
-  status.dtype = loop::DType::Bool;
-  status.sizes = {loop::idx(1)};
-  status.strides = {loop::idx(1)};
-  k.buffers.push_back(status);
-  group.index_status = true;
+  add_index_status(group, k);
   const Reads reads(g, buffer_of);
   const ValueId self = c.self(), out = c.out();
   const std::string& out_buf = buffer_of.at(out);
@@ -402,25 +395,9 @@ void build_scatter_kernel(const graph::Graph& g, const graph::Node& n, KernelGro
   std::vector<Stmt> stmts{loop::Store::make("bad", loop::idx(0), loop::bool_imm(false))};
   for (size_t ci = 0; ci < s->checks.size(); ++ci) {
     const IndexCheck& check = s->checks[ci];
-    const graph::TensorType& it = g.type(check.v);
-    const std::vector<int64_t> sizes = sizes_of(it);
-    const std::string prefix = "j" + std::to_string(ci) + "_";
-    Index j;
-    for (size_t d = 0; d < sizes.size(); ++d) {
-      bool repeats = sizes[d] == 1 || it.strides[d].constant() == 0;
-      j.push_back(repeats ? loop::idx(0) : loop::var(prefix + std::to_string(d)));
-    }
-    Expr x = reads.element(check.v, j);
-    if (x.dtype() != loop::DType::Int64) x = loop::Cast::make(loop::DType::Int64, x);
-    Expr lo = loop::idx(check.wraps ? -check.size : 0);
-    Expr ok = loop::And::make(loop::LE::make(lo, x), loop::LT::make(x, loop::idx(check.size)));
-    Stmt st =
-        loop::Accumulate::make(loop::ReduceOp::Any, {"bad"}, loop::idx(0), {loop::Not::make(ok)});
-    for (size_t d = sizes.size(); d-- > 0;) {
-      if (!j[d].as<loop::Var>()) continue;
-      st = loop::For::make(j[d], loop::idx(0), loop::idx(sizes[d]), loop::ForKind::Serial, st);
-    }
-    stmts.push_back(st);
+    stmts.push_back(index_range_check(
+        g.type(check.v), [&](const Index& j) { return reads.element(check.v, j); }, check.size,
+        check.wraps, "j" + std::to_string(ci) + "_"));
   }
 
   // 2. out = self, in parallel where large. 3. The source elements in order: serial, so

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 
+#include "graph_builder.h"
 #include "loop/eval.h"
 #include "loop/parser.h"
 #include "loop/printer.h"
@@ -24,30 +25,11 @@ using graph::DType;
 using graph::NoneArg;
 using graph::ValueId;
 using graph::ValueRef;
-
-graph::TensorType type(DType t, graph::Dims sizes, graph::Dims strides = {}, int64_t offset = 0) {
-  graph::TensorType tt;
-  tt.dtype = t;
-  tt.strides = strides.empty() ? graph::contiguous_strides(sizes) : std::move(strides);
-  tt.sizes = std::move(sizes);
-  tt.storage_offset = offset;
-  return tt;
-}
+using test::expect_golden;
+using test::type;
 
 // A graph built op by op; each op has one output of the given type.
-struct Builder {
-  graph::Graph g;
-
-  ValueRef input(graph::TensorType t) { return ValueRef{g.add_input(t, graph::InputKind::User)}; }
-  ValueRef op(const std::string& qualified, std::vector<std::string> names, std::vector<Arg> args,
-              graph::TensorType out) {
-    size_t dot = qualified.find('.');
-    graph::OpInfo info{qualified.substr(0, dot),
-                       dot == std::string::npos ? "" : qualified.substr(dot + 1), names,
-                       std::vector<bool>(names.size(), false)};
-    int32_t n = g.add_node(g.intern_op(info), std::move(args), {std::move(out)});
-    return ValueRef{g.nodes[n].outputs[0]};
-  }
+struct Builder : test::Builder {
   ValueRef neg(ValueRef x) {
     graph::TensorType t = g.type(x.id);
     t.strides = graph::contiguous_strides(t.sizes);
@@ -63,22 +45,6 @@ struct Builder {
     return op("aten::view", {"self", "size"}, {x, s}, t);
   }
 };
-
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-void expect_golden(const loop::Kernel& k, const std::string& name) {
-  ASSERT_TRUE(loop::verify_kernel(k).empty()) << loop::print_kernel(k);
-  std::string text = loop::print_kernel(k);
-  std::string path = std::string(EMBER_SCHED_GOLDEN_DIR) + "/" + name;
-  if (std::getenv("EMBER_ACCEPT_GOLDEN") != nullptr) std::ofstream(path) << text;
-  EXPECT_EQ(text, read(path)) << "regenerate with EMBER_ACCEPT_GOLDEN=1 and review the diff";
-  EXPECT_EQ(loop::print_kernel(loop::parse_kernel(text)), text);
-}
 
 std::vector<loop::Scalar> iota_f32(int64_t n) {
   std::vector<loop::Scalar> v;

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 
+#include "graph_builder.h"
 #include "loop/eval.h"
 #include "loop/parser.h"
 #include "loop/printer.h"
@@ -25,26 +26,10 @@ using graph::NoneArg;
 using graph::ValueRef;
 
 graph::TensorType f32(graph::Dims sizes) {
-  graph::TensorType tt;
-  tt.dtype = DType::Float32;
-  tt.strides = graph::contiguous_strides(sizes);
-  tt.sizes = std::move(sizes);
-  return tt;
+  return test::type(DType::Float32, std::move(sizes));
 }
 
-struct Builder {
-  graph::Graph g;
-
-  ValueRef input(graph::TensorType t) { return ValueRef{g.add_input(t, graph::InputKind::User)}; }
-  ValueRef op(const std::string& qualified, std::vector<std::string> names, std::vector<Arg> args,
-              graph::TensorType out) {
-    size_t dot = qualified.find('.');
-    graph::OpInfo info{qualified.substr(0, dot),
-                       dot == std::string::npos ? "" : qualified.substr(dot + 1), names,
-                       std::vector<bool>(names.size(), false)};
-    int32_t n = g.add_node(g.intern_op(info), std::move(args), {std::move(out)});
-    return ValueRef{g.nodes[n].outputs[0]};
-  }
+struct Builder : test::Builder {
   ValueRef mul(ValueRef a, ValueRef b, graph::TensorType out) {
     return op("aten::mul.Tensor", {"self", "other"}, {a, b}, out);
   }
@@ -67,13 +52,6 @@ Builder rms_norm(int64_t rows, int64_t cols, bool flip_rows = false) {
   return b;
 }
 
-std::string read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::vector<loop::Scalar> random_f32(size_t n) {
   std::mt19937 rng(3);
   std::normal_distribution<double> d(0, 1);
@@ -94,11 +72,7 @@ TEST(ReductionFusion, RmsNormIsOneKernel) {
   EXPECT_EQ(group.outputs.size(), 2u);
   const loop::Kernel& k = group.kernel;
   ASSERT_TRUE(loop::verify_kernel(k).empty()) << loop::print_kernel(k);
-  std::string text = loop::print_kernel(k);
-  std::string path = std::string(EMBER_SCHED_GOLDEN_DIR) + "/rms_norm.loop";
-  if (std::getenv("EMBER_ACCEPT_GOLDEN") != nullptr) std::ofstream(path) << text;
-  EXPECT_EQ(text, read(path)) << "regenerate with EMBER_ACCEPT_GOLDEN=1 and review the diff";
-  EXPECT_EQ(loop::print_kernel(loop::parse_kernel(text)), text);
+  test::expect_golden(k, "rms_norm.loop");
 
   loop::BufferMap bufs;
   bufs["buf0"] = random_f32(240);
