@@ -196,3 +196,35 @@ def test_horizontal_siblings_of_one_input_share_a_kernel():
     run(lambda x: (x.sum(-1), x * 2), torch.randn(8, 32), kernels=1)
     # softmax + exp | amax | amax - 1 (a value of the reduced shape is not an epilogue yet).
     run(lambda x: (torch.softmax(x, -1), x.exp(), x.amax(-1) - 1), torch.randn(8, 32), kernels=3)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_random_prologue_reduction_epilogue(seed):
+    # Random shapes, reduced dims, layouts and reductions, with a pointwise prologue and an
+    # epilogue that reads the reduction at its own row: differential against eager.
+    g = torch.Generator().manual_seed(seed)
+    rank = int(torch.randint(1, 4, (1,), generator=g))
+    big = seed >= 14  # large enough for the parallel and chunked loop layouts
+    shape = [int(s) for s in torch.randint(1, 64 if big else 9, (rank,), generator=g)]
+    if big:
+        shape = [max(s, 40) for s in shape] if rank > 1 else [200000]
+    dims = sorted({int(d) for d in torch.randint(0, rank, (int(torch.randint(1, rank + 1, (1,), generator=g)),), generator=g)})
+    op = ["sum", "mean", "amax", "amin", "var", "logsumexp", "softmax"][seed % 7]
+    x = torch.randn(shape, generator=g)
+    b = torch.randn(shape[-1], generator=g)
+    if seed % 3 == 1 and rank >= 2:
+        x = x.transpose(0, rank - 1).contiguous().transpose(0, rank - 1)  # column-major input
+
+    def f(x, b):
+        h = x * 0.5 + b  # prologue
+        if op == "softmax":
+            r = torch.softmax(h, dims[0])
+        elif op == "var":
+            r = h.var(dims, keepdim=True)
+        elif op == "logsumexp":
+            r = torch.logsumexp(h, dims, keepdim=True)
+        else:
+            r = getattr(h, op)(dims, keepdim=True)
+        return (h - r) * 2  # epilogue: reads r at its row (or element)
+
+    run(f, x, b, kernels=1, **({"atol": 1e-4, "rtol": 1e-4} if big else {}))
