@@ -139,7 +139,7 @@ class Report:
         cases = []
         for e in self.overhead.values():
             for k in e:
-                if k not in ("status", "reason", "startup_s") and k not in cases:
+                if k not in ("status", "reason", "startup_s", "reference_only") and k not in cases:
                     cases.append(k)
         rows = [["backend", "first compile s", *[f"{c} us/call" for c in cases]]]
         for b, e in self.overhead.items():
