@@ -1,5 +1,6 @@
 #include "tracer/dispatch.h"
 
+#include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -25,6 +26,18 @@ void tracer_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
 }
 
+// Composite ops whose decomposition reads tensor data only to validate it (one_hot checks its
+// class values with .item()): traced, the decomposition would be a data-dependent graph break
+// although the result's shape is static. They are recorded whole instead (an extern call at run
+// time, which validates as eager does): the autograd kernel steps below autograd, where
+// functionalization unwraps the arguments and ember's kernel records the op.
+constexpr const char* kRecordedWhole[] = {"aten::one_hot"};
+
+void below_autograd_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  at::AutoDispatchBelowADInplaceOrView below;
+  op.callBoxed(stack);
+}
+
 }  // namespace
 
 void register_tracer_kernels() {
@@ -36,6 +49,18 @@ void register_tracer_kernels() {
     handles->push_back(dispatcher.registerFallback(
         c10::DispatchKey::PrivateUse1, c10::KernelFunction::makeFromBoxedFunction<&tracer_kernel>(),
         "ember tracer fallback"));
+    for (const char* qualified : kRecordedWhole) {
+      c10::OperatorName name(qualified, "");
+      if (!dispatcher.findOp(name)) continue;
+      handles->push_back(dispatcher.registerImpl(
+          name, c10::DispatchKey::AutogradPrivateUse1,
+          c10::KernelFunction::makeFromBoxedFunction<&below_autograd_kernel>(), std::nullopt,
+          nullptr, "ember tracer: recorded whole"));
+      handles->push_back(
+          dispatcher.registerImpl(name, c10::DispatchKey::PrivateUse1,
+                                  c10::KernelFunction::makeFromBoxedFunction<&tracer_kernel>(),
+                                  std::nullopt, nullptr, "ember tracer: recorded whole"));
+    }
     for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
       auto op = dispatcher.findOp(name);
       if (!op || !op->hasSchema()) continue;

@@ -38,6 +38,9 @@ bool is_data_dependent(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue>
     }
     return false;
   }
+  if (name == "aten::one_hot") {  // its shape depends on the data only without num_classes
+    return args.size() < 2 || !args[1].isInt() || args[1].toInt() < 0;
+  }
   if (op.hasTag(at::Tag::data_dependent_output) || op.hasTag(at::Tag::dynamic_output_shape)) {
     return true;
   }

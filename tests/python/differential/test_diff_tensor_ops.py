@@ -168,13 +168,22 @@ def test_losses(check):
     check.captured(f, (torch.randn(4, 5), torch.tensor([0, 4, 2, 1])))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ember bug: aten::one_hot is CompositeImplicit; its eager kernel validates class values with "
-    ".item() (min/max), so ember's tracer raises DataDependentError (_local_scalar_dense) and the "
-    "graph falls back, though the output shape is static; FakeTensor/meta skip those checks"))
 def test_one_hot(check):
-    # num_classes is given: the output shape does not depend on the data.
+    # num_classes is given: the output shape does not depend on the data. one_hot is recorded
+    # whole (its composite validates the classes with .item()), so it runs as an ATen call that
+    # validates as eager does.
     check.captured(lambda t: F.one_hot(t, 5).float() * 2, (torch.tensor([0, 4, 2, 1]),))
+
+
+def test_one_hot_validates_and_needs_num_classes():
+    f = torch.compile(lambda t: F.one_hot(t, 5).float() * 2, backend="ember")
+    f(torch.tensor([0, 4, 2, 1]))
+    with pytest.raises(RuntimeError, match="smaller than num_classes"):
+        f(torch.tensor([0, 7, 2, 1]))
+    # Without num_classes the shape depends on the data: the graph falls back, results as eager.
+    g = torch.compile(lambda t: F.one_hot(t) * 2, backend="ember")
+    t = torch.tensor([0, 3, 1])
+    torch.testing.assert_close(g(t), F.one_hot(t) * 2)
 
 
 _ACTIVATIONS = {
