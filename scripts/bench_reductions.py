@@ -1,6 +1,7 @@
-"""Microbenchmark of reduction kernels: eager ATen vs ember's compiled graph, one op per graph.
+"""Microbenchmark of reduction kernels: eager ATen vs ember's compiled graph, one op per graph
+(and a few reductions with their pointwise prologues and epilogues).
 
-    python scripts/bench_reductions.py [--filter SUBSTR] [--reps N] [--markdown]
+    python scripts/bench_reductions.py [--filter SUBSTR] [--reps N] [--markdown] [--inductor]
 
 Each case is traced once and compiled with reductions on (`_C.CompiledGraph`, called directly, so
 neither side pays Dynamo). Time = best of `reps` batches (~5 ms each, eager and ember batches
@@ -57,7 +58,23 @@ def cases():
     out.append(_case("sum -1", lambda x: x.sum(-1), (256, 1024), dtype=torch.bfloat16))
     out.append(_case("sum -1 int64", lambda x: x.sum(-1), (256, 1024),
                      make=lambda: [torch.randint(-100, 100, (256, 1024))]))
+    # Reductions with their pointwise prologues and epilogues (one kernel each in ember).
+    for s in [(8, 128, 512), (4096, 768)]:
+        out.append(_case("rms_norm", _rms_norm, s, s[-1:]))
+    for b, h, n in [(2, 12, 128), (1, 12, 512)]:
+        out.append(_case("softmax(x*s+mask)", lambda x, m: F.softmax(x * 0.125 + m, -1),
+                         (b, h, n, n), (b, 1, 1, n)))
+    for rows, n in [(256, 768), (2048, 1024)]:
+        out.append(_case("layer_norm(x+res)",
+                         lambda x, r, w, b, n=n: F.layer_norm(x + r, (n,), w, b),
+                         (rows, n), (rows, n), (n,), (n,)))
     return out
+
+
+def _rms_norm(x, w):  # Llama's
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)
+    return w * h.to(x.dtype)
 
 
 def batch_size(fn, args, clock, seconds=0.005):
@@ -90,6 +107,9 @@ def main():
     p.add_argument("--reps", type=int, default=40)
     p.add_argument("--markdown", action="store_true")
     p.add_argument("--threads", type=int, default=0, help="intra-op threads (0: torch's default)")
+    p.add_argument("--inductor", action="store_true",
+                   help="time eager, torch.compile(backend='inductor') and torch.compile("
+                        "backend='ember') side by side (all compiled calls pay Dynamo's guards)")
     p.add_argument("--cpu-time", action="store_true",
                    help="time with the thread's CPU clock (with --threads 1: ignores time the "
                         "thread was descheduled, for a machine shared with other work)")
@@ -109,17 +129,28 @@ def main():
             want = fn(*args)
             got = compiled(*args)[0]
             ok = torch.allclose(got.double(), want.double(), rtol=1e-2, atol=1e-3, equal_nan=True)
-            te, tc = best_times([fn, compiled], args, a.reps, clock)
-        rows.append((name, shape, te, tc, compiled.num_kernels, ok))
+            fns = [fn, compiled]
+            if a.inductor:
+                torch._dynamo.reset()
+                fns = [fn, torch.compile(fn, backend="ember"), torch.compile(fn, backend="inductor")]
+                for f in fns[1:]:
+                    f(*args)  # compile
+            times = best_times(fns, args, a.reps, clock)
+        te, tc = times[0], times[1]
+        ti = times[2] if a.inductor else None
+        rows.append((name, shape, te, tc, ti, compiled.num_kernels, ok))
         if not a.markdown:
-            print(f"{name:14s} {shape:22s} eager {te:8.4f} ms  ember {tc:8.4f} ms  "
-                  f"x{te / tc:5.2f}  kernels {compiled.num_kernels}{'' if ok else '  MISMATCH'}",
-                  flush=True)
+            ind = f"  inductor {ti:8.4f} ms x{te / ti:5.2f}" if ti else ""
+            print(f"{name:18s} {shape:22s} eager {te:8.4f} ms  ember {tc:8.4f} ms  "
+                  f"x{te / tc:5.2f}{ind}  kernels {compiled.num_kernels}"
+                  f"{'' if ok else '  MISMATCH'}", flush=True)
     if a.markdown:
-        print("| op | shape | eager ms | ember ms | speedup | kernels |")
-        print("| --- | --- | ---: | ---: | ---: | ---: |")
-        for name, shape, te, tc, k, ok in rows:
-            print(f"| {name} | {shape} | {te:.4f} | {tc:.4f} | {te / tc:.2f}x | {k} |")
+        extra = " Inductor ms | Inductor speedup |" if a.inductor else ""
+        print("| op | shape | eager ms | ember ms | speedup |" + extra + " kernels |")
+        print("| --- | --- | ---: | ---: | ---: |" + (" ---: | ---: |" if a.inductor else "") + " ---: |")
+        for name, shape, te, tc, ti, k, ok in rows:
+            ind = f" {ti:.4f} | {te / ti:.2f}x |" if ti else ""
+            print(f"| {name} | {shape} | {te:.4f} | {tc:.4f} | {te / tc:.2f}x |{ind} {k} |")
 
 
 if __name__ == "__main__":
