@@ -8,25 +8,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ember.testing import check_model
+from kernel_check import run
 
 FLOATS = [torch.float32, torch.float64, torch.bfloat16]
-
-
-@pytest.fixture(autouse=True)
-def _seed():
-    torch.manual_seed(0)
-
-
-def run(fn, *args, kernels=None, externs=None, graphs=1, **kw):
-    with torch.no_grad():
-        stats = check_model(fn, args, expect_graphs=graphs, expect_fallbacks=0, **kw)
-    assert stats.get("codegen_failures", 0) == 0, "a generated kernel failed to compile"
-    if kernels is not None:
-        assert stats["kernels"] == kernels, stats
-    if externs is not None:
-        assert stats["extern_steps"] == externs, stats
-    return stats
 
 
 def randomized(bn):

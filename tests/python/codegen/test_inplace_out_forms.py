@@ -4,26 +4,14 @@ op; one on an input becomes the functional op plus a copy back into the input at
 the scheduler sees pointwise ops, reductions, views and scatters. Differential against eager,
 with input mutations compared, and kernel counters asserted."""
 
-import pytest
 import torch
 import torch.nn.functional as F
 
-from ember.testing import check_model
-
-
-@pytest.fixture(autouse=True)
-def _seed():
-    torch.manual_seed(0)
+import kernel_check
 
 
 def run(fn, *args, kernels=None):
-    with torch.no_grad():
-        stats = check_model(fn, args, expect_graphs=1, expect_fallbacks=0)
-    assert stats.get("codegen_failures", 0) == 0
-    if kernels is not None:
-        assert stats["kernels"] == kernels, stats
-    assert stats["extern_steps"] == 0, stats  # nothing left to ATen
-    return stats
+    return kernel_check.run(fn, *args, kernels=kernels, externs=0)  # nothing left to ATen
 
 
 def test_in_place_pointwise_chain_on_an_intermediate():

@@ -9,21 +9,7 @@ import math
 import pytest
 import torch
 
-from ember.testing import check_model
-
-
-@pytest.fixture(autouse=True)
-def _seed():
-    torch.manual_seed(0)  # inputs do not depend on which tests ran before
-
-
-def run(fn, *args, kernels=None, **kw):
-    with torch.no_grad():
-        stats = check_model(fn, args, expect_graphs=1, expect_fallbacks=0, **kw)
-    assert stats.get("codegen_failures", 0) == 0, "a generated kernel failed to compile"
-    if kernels is not None:
-        assert stats["kernels"] == kernels, stats
-    return stats
+from kernel_check import run
 
 
 def make(shape, dtype):
