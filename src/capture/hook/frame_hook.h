@@ -1,0 +1,112 @@
+/// \file
+/// The PEP 523 frame hook: which frames ember sees, the per-code-object cache, and how a cached
+/// entry runs in place of a frame. Version-neutral C++; every CPython internal it needs comes
+/// from the per-minor compatibility layer (compat.h). No torch here.
+///
+/// Flow of one intercepted frame (only while some CompiledFunction call is active on the thread):
+///  1. throwflag, generator-owned or already-started frames, and code the skip rules exclude
+///     run with the default evaluator (the hook stays active for their callees);
+///  2. the code object's cache (co_extra) is searched, most recently used first: the first entry
+///     of the active compiler whose check() passes runs, and its result is the frame's result
+///     (the original frame is never evaluated);
+///  3. on a miss the active compiler's compile() is called with the hook disabled on the thread;
+///     a returned entry is cached and run; otherwise the frame runs with the default evaluator.
+///     Past the cache-size limit of a code object the frame runs eagerly, with one warning.
+#pragma once
+
+#include <Python.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ember::capture {
+
+/// A read-only view of a frame that has not started: arguments are bound, other locals are
+/// unbound (nullptr), argument cells still hold the raw value, free variables are read through
+/// the function's closure.
+struct FrameView {
+  PyCodeObject* code = nullptr;
+  PyObject* function = nullptr;  ///< borrowed; the frame's function object
+  PyObject* globals = nullptr;   ///< borrowed
+  PyObject* builtins = nullptr;  ///< borrowed
+  PyObject* const* localsplus = nullptr;
+  int nlocalsplus = 0;
+  PyObject* closure = nullptr;  ///< borrowed tuple of cells, or nullptr
+
+  /// Slot `i` of localsplus as the code sees it at its start: for a free variable the cell
+  /// itself (from the closure, as LOAD_CLOSURE would read it), for others the slot's object.
+  /// Borrowed; nullptr when unbound.
+  PyObject* local(int i) const;
+  /// The value a LOAD_FAST / LOAD_DEREF of slot `i` would read at the start of the frame: an
+  /// argument's value (for argument cells too), a free variable's cell contents. Borrowed;
+  /// nullptr when unbound.
+  PyObject* value(int i) const;
+};
+
+class FrameCompiler;
+
+/// One compiled version of a code object: its guards and what runs when they pass.
+class CacheEntry {
+ public:
+  virtual ~CacheEntry() = default;
+  /// 1: the guards pass; 0: they fail; -1: error (a Python exception is set).
+  virtual int check(const FrameView& f) = 0;
+  /// Produces the frame's return value: a new reference, or nullptr with an exception set.
+  /// Runs with the hook active (frames it calls are intercepted).
+  virtual PyObject* run(const FrameView& f) = 0;
+  /// A description of the first guard that fails for `f` (for EMBER_LOGS=recompiles); empty
+  /// when none fails or the entry cannot tell.
+  virtual std::string first_failure(const FrameView& f) { return {}; }
+};
+
+/// What a compiler decided for a frame.
+struct CompileResult {
+  enum class Action {
+    Run,      ///< cache `entry` and run it
+    Eager,    ///< run this call with the default evaluator; try again on the next call
+    SkipCode  ///< never intercept this code object again (callees still are)
+  };
+  Action action = Action::Eager;
+  std::unique_ptr<CacheEntry> entry;
+  std::string reason;  ///< why not Run (for logs)
+};
+
+/// Compiles frames. One instance per ember.compile call (it carries that call's options);
+/// cache entries remember their compiler and match only while it is the active one.
+class FrameCompiler {
+ public:
+  virtual ~FrameCompiler() = default;
+  /// Called with the hook disabled on this thread. May raise a Python exception: return Eager
+  /// with the exception set to propagate it to the caller of the frame.
+  virtual CompileResult compile(const FrameView& f) = 0;
+};
+
+/// Creates `ember.<module>.CompiledFunction(fn)`: a callable that calls `fn` with `compiler`
+/// active on the calling thread. The frame of `top_code` (fn's code, or a module's forward) is
+/// eligible even where the skip rules would exclude it. New reference.
+PyObject* make_compiled_function(PyObject* fn, PyObject* top_code,
+                                 std::shared_ptr<FrameCompiler> compiler);
+
+/// Frames whose co_filename starts with one of these are not intercepted (their callees are).
+void set_skip_prefixes(std::vector<std::string> prefixes);
+/// Most entries per code object (default 8, EMBER_CACHE_SIZE_LIMIT).
+void set_cache_size_limit(int limit);
+
+/// Counters, for tests and ember.metrics.
+struct HookStats {
+  int64_t frames_seen = 0;    ///< frames the hook was called for while active
+  int64_t cache_hits = 0;     ///< entries run
+  int64_t compiles = 0;       ///< compile() calls
+  int64_t recompiles = 0;     ///< compile() calls for a code object that already had entries
+  int64_t eager_frames = 0;   ///< frames run with the default evaluator after a miss
+  int64_t cache_limit_hits = 0;
+};
+HookStats hook_stats();
+void reset_hook_stats();
+
+/// Drops every cache entry of `code` (all codes when nullptr).
+void clear_cache(PyCodeObject* code);
+
+}  // namespace ember::capture
