@@ -7,15 +7,20 @@
 ///  - EXTENDED_ARG is folded into `arg`; CACHE units are dropped.
 ///  - Jumps carry `target` (an instruction index), never an offset. Direction-specific 3.11
 ///    opcodes become one op: POP_JUMP_{FORWARD,BACKWARD}_IF_X -> POP_JUMP_IF_X; JUMP_FORWARD and
-///    JUMP_BACKWARD -> JUMP. The assembler picks the direction from the layout.
+///    JUMP_BACKWARD -> JUMP; JUMP_BACKWARD_NO_INTERRUPT -> JUMP_NO_INTERRUPT (CPython's own pseudo
+///    op: JUMP_FORWARD or JUMP_BACKWARD_NO_INTERRUPT). The assembler picks the direction from the
+///    layout: forward when the target comes after the jump. `arg` of a jump is 0.
+///    A jump to a folded KW_NAMES/PRECALL targets the CALL it was folded into.
 ///  - Packed flag bits leave `arg` for `flags`: LOAD_GLOBAL (bit 0: push NULL), 3.12+ LOAD_ATTR
-///    (bit 0: method load; a method load becomes LOAD_METHOD), COMPARE_OP (3.12: low 4 bits,
+///    (bit 0: method load; a method load becomes LOAD_METHOD, whose flags are 0 on every version),
+///    COMPARE_OP (3.11: none; 3.12: low 4 bits,
 ///    3.13: low 5 bits; `arg` is then the comparison, Py_LT..Py_GE), LOAD_SUPER_ATTR (low 2 bits).
 ///  - Calls: 3.11's PRECALL is dropped and KW_NAMES (3.11, 3.12) is folded into the CALL that
-///    follows it (`kwnames` = its co_consts index). 3.13's CALL_KW stays an op of its own (its
-///    names tuple is on the stack).
+///    follows it (`kwnames` = its co_consts index, `kwnames_pos` = its position). 3.13's CALL_KW
+///    stays an op of its own (its names tuple is on the stack).
 ///  - 3.13's super-instructions (LOAD_FAST_LOAD_FAST, STORE_FAST_LOAD_FAST, STORE_FAST_STORE_FAST)
-///    are split into their halves.
+///    are split into their halves. Both halves keep the pair's `offset`; the assembler fuses two
+///    adjacent instructions again only when they share an offset (>= 0) and still qualify.
 /// Everything else keeps CPython's opcode name and oparg. Local, cell and free-variable opargs
 /// are localsplus indices (as CPython stores them on 3.11+).
 #pragma once
@@ -45,13 +50,16 @@ struct Position {
 
 struct Instr {
   Op op = Op::NOP;
-  int32_t arg = 0;        ///< the oparg, normalised (see the file comment); 0 for ops without one
-  uint8_t flags = 0;      ///< flag bits the version packs into the oparg (see the file comment)
-  int32_t kwnames = -1;   ///< CALL: co_consts index of the keyword-name tuple, or -1
-  int32_t target = -1;    ///< jumps, FOR_ITER, SEND, ...: index of the target instruction
-  int32_t handler = -1;   ///< index into Code::handlers of the entry covering it, or -1
-  int32_t offset = -1;    ///< code-unit offset in the decoded code; -1 for a new instruction
+  int32_t arg = 0;       ///< the oparg, normalised (see the file comment); 0 for ops without one
+  uint8_t flags = 0;     ///< flag bits the version packs into the oparg (see the file comment)
+  int32_t kwnames = -1;  ///< CALL: co_consts index of the keyword-name tuple, or -1
+  int32_t target = -1;   ///< jumps, FOR_ITER, SEND, ...: index of the target instruction
+  int32_t handler = -1;  ///< index into Code::handlers of the entry covering it, or -1
+  int32_t offset = -1;   ///< code-unit offset in the decoded code (of its first EXTENDED_ARG,
+                         ///< where jumps land); -1 for a new instruction
   Position pos;
+  Position kwnames_pos;  ///< CALL with kwnames on 3.11/3.12: the position of its KW_NAMES
+                         ///< (line -1: use `pos`)
 };
 
 /// One exception-table entry, shared by the instructions it covers (Instr::handler).
