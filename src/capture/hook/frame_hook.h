@@ -96,17 +96,22 @@ void set_cache_size_limit(int limit);
 
 /// Counters, for tests and ember.metrics.
 struct HookStats {
-  int64_t frames_seen = 0;    ///< frames the hook was called for while active
-  int64_t cache_hits = 0;     ///< entries run
-  int64_t compiles = 0;       ///< compile() calls
-  int64_t recompiles = 0;     ///< compile() calls for a code object that already had entries
-  int64_t eager_frames = 0;   ///< frames run with the default evaluator after a miss
+  int64_t frames_seen = 0;   ///< frames the hook was called for while active
+  int64_t cache_hits = 0;    ///< cached entries whose check() passed and that ran
+  int64_t compiles = 0;      ///< compile() calls
+  int64_t recompiles = 0;    ///< compile() calls for a code object that already had entries
+  int64_t eager_frames = 0;  ///< frames run with the default evaluator after a miss
   int64_t cache_limit_hits = 0;
 };
 HookStats hook_stats();
 void reset_hook_stats();
 
-/// Drops every cache entry of `code` (all codes when nullptr).
+/// Whether ember's eval function is the interpreter's eval function now (it is installed only
+/// while some thread is inside a CompiledFunction call).
+bool hook_installed();
+
+/// Drops every cache entry of `code` (all codes when nullptr), and forgets SkipCode decisions and
+/// cache-limit warnings for it.
 void clear_cache(PyCodeObject* code);
 
 }  // namespace ember::capture

@@ -1,0 +1,395 @@
+/// \file
+/// The PEP 523 eval function, the per-code-object cache in co_extra, the skip rules and the hook
+/// statistics (the flow is in frame_hook.h; the thread model in hook_state.h). Version-neutral:
+/// every interpreter internal comes from compat.h.
+#include "capture/hook/frame_hook.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <unordered_set>
+#include <utility>
+
+#include "capture/hook/compat.h"
+#include "capture/hook/hook_state.h"
+#include "support/error.h"
+
+namespace ember::capture {
+namespace {
+
+using detail::thread_state;
+using detail::ThreadState;
+
+constexpr int kGeneratorFlags = CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR;
+
+/// One cached entry and the compiler that made it. `owner` is compared with the active compiler;
+/// `owner_ref` tells whether that compiler still exists (while it does, no other compiler can have
+/// its address), so an entry never matches a later compiler allocated at the same address.
+struct Entry {
+  std::shared_ptr<CacheEntry> entry;
+  FrameCompiler* owner = nullptr;
+  std::weak_ptr<FrameCompiler> owner_ref;
+};
+
+/// What ember keeps on a code object (its co_extra slot); freed with the code object.
+struct ExtraState {
+  std::vector<Entry> entries;    ///< most recently used first
+  bool skip_code = false;        ///< a compiler answered SkipCode
+  bool warned_limit = false;     ///< the cache-size-limit warning was issued
+  uint64_t skip_generation = 0;  ///< the skip-prefix generation `file_skipped` was computed for
+  bool file_skipped = false;
+};
+
+struct Globals {
+  Py_ssize_t extra_index = -1;
+  bool extra_index_failed = false;
+  std::unordered_set<ExtraState*> states;  ///< every live ExtraState, for clear_cache(nullptr)
+  std::vector<std::string> skip_prefixes;
+  uint64_t skip_generation = 1;
+  int cache_size_limit = 8;
+  HookStats stats;
+  int active_threads = 0;
+
+  Globals() {
+    if (const char* env = std::getenv("EMBER_CACHE_SIZE_LIMIT")) {
+      int v = std::atoi(env);
+      if (v >= 0) cache_size_limit = v;
+    }
+  }
+};
+
+// Never destroyed: code objects (and their ExtraState) can die during interpreter finalisation,
+// after static destructors would have run.
+Globals& globals() {
+  static Globals* g = new Globals;
+  return *g;
+}
+
+void destroy_extra(void* p) {
+  auto* state = static_cast<ExtraState*>(p);
+  globals().states.erase(state);
+  delete state;
+}
+
+Py_ssize_t extra_index() {
+  Globals& g = globals();
+  if (g.extra_index < 0 && !g.extra_index_failed) {
+    g.extra_index = ember_compat_request_code_extra_index(destroy_extra);
+    g.extra_index_failed = g.extra_index < 0;  // the interpreter's table of users is full
+  }
+  return g.extra_index;
+}
+
+ExtraState* find_extra(PyCodeObject* code) {
+  Py_ssize_t index = extra_index();
+  if (index < 0) return nullptr;
+  void* p = nullptr;
+  if (ember_compat_get_code_extra(reinterpret_cast<PyObject*>(code), index, &p) < 0) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  return static_cast<ExtraState*>(p);
+}
+
+// The code's ExtraState, created on first use; nullptr when co_extra is unavailable (the frame
+// then runs eagerly).
+ExtraState* extra_state(PyCodeObject* code) {
+  if (ExtraState* s = find_extra(code)) return s;
+  Py_ssize_t index = extra_index();
+  if (index < 0) return nullptr;
+  auto* s = new ExtraState;
+  if (ember_compat_set_code_extra(reinterpret_cast<PyObject*>(code), index, s) < 0) {
+    PyErr_Clear();
+    delete s;
+    return nullptr;
+  }
+  globals().states.insert(s);
+  return s;
+}
+
+bool file_skipped(PyCodeObject* code, ExtraState* s) {
+  Globals& g = globals();
+  if (s->skip_generation == g.skip_generation) return s->file_skipped;
+  s->skip_generation = g.skip_generation;
+  s->file_skipped = false;
+  Py_ssize_t n = 0;
+  const char* name = PyUnicode_AsUTF8AndSize(code->co_filename, &n);
+  if (name == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  for (const std::string& prefix : g.skip_prefixes) {
+    if (static_cast<size_t>(n) >= prefix.size() &&
+        std::memcmp(name, prefix.data(), prefix.size()) == 0) {
+      s->file_skipped = true;
+      break;
+    }
+  }
+  return s->file_skipped;
+}
+
+/// Disables the hook on this thread for a scope (compile(), check(), warnings, entry
+/// destruction): frames called from there run with the previous evaluator.
+class HookDisabled {
+ public:
+  explicit HookDisabled(ThreadState& st) : st_(st), saved_(st.compiler) { st.compiler = nullptr; }
+  ~HookDisabled() { st_.compiler = saved_; }
+  HookDisabled(const HookDisabled&) = delete;
+  HookDisabled& operator=(const HookDisabled&) = delete;
+
+ private:
+  ThreadState& st_;
+  const std::shared_ptr<FrameCompiler>* saved_;
+};
+
+// Turns the C++ exception being handled into a Python exception (keeping one already set).
+void set_python_error_from_exception() {
+  if (PyErr_Occurred()) return;
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  } catch (...) {
+    PyErr_SetString(PyExc_RuntimeError, "ember: unknown C++ exception in the frame hook");
+  }
+}
+
+// The frame will not be evaluated: release it and propagate the exception that is set.
+PyObject* fail(PyThreadState* ts, _PyInterpreterFrame* frame) {
+  ember_compat_abandon_frame(ts, frame);
+  return nullptr;
+}
+
+PyObject* eval_default(PyThreadState* ts, _PyInterpreterFrame* frame) {
+  return ember_compat_eval_default(ts, frame, 0);
+}
+
+int check_entry(CacheEntry& e, const FrameView& f) {
+  try {
+    int r = e.check(f);
+    if (r < 0 && !PyErr_Occurred()) {
+      PyErr_SetString(PyExc_SystemError,
+                      "ember: a cache entry's check failed without an exception");
+    }
+    return r;
+  } catch (...) {
+    set_python_error_from_exception();
+    return -1;
+  }
+}
+
+// Runs `e` in place of the frame (hook active) and abandons the frame.
+PyObject* run_entry(PyThreadState* ts, _PyInterpreterFrame* frame, CacheEntry& e,
+                    const FrameView& f) {
+  // Entries can recurse into the hook without any frame reaching the default evaluator (a run()
+  // calling a function answered by an entry calling ...), so the recursion limit is checked here.
+  if (Py_EnterRecursiveCall(" while running an ember cache entry") != 0) return fail(ts, frame);
+  PyObject* result = nullptr;
+  try {
+    result = e.run(f);
+  } catch (...) {
+    set_python_error_from_exception();
+    result = nullptr;
+  }
+  Py_LeaveRecursiveCall();
+  if (result == nullptr && !PyErr_Occurred()) {
+    PyErr_SetString(PyExc_SystemError,
+                    "ember: a cache entry's run returned NULL without an exception");
+  } else if (result != nullptr && PyErr_Occurred()) {
+    Py_CLEAR(result);  // as CPython treats a result with an exception set: an error
+  }
+  ember_compat_abandon_frame(ts, frame);
+  return result;
+}
+
+void move_to_front(ExtraState* s, const CacheEntry* e) {
+  auto it = std::find_if(s->entries.begin(), s->entries.end(),
+                         [e](const Entry& x) { return x.entry.get() == e; });
+  if (it != s->entries.end()) std::rotate(s->entries.begin(), it, it + 1);
+}
+
+// Drops entries whose compiler is gone. Their destructors may run Python code: the caller
+// disables the hook around this.
+void purge_dead_entries(ExtraState* s) {
+  std::vector<Entry> dead;
+  auto keep = std::stable_partition(s->entries.begin(), s->entries.end(),
+                                    [](const Entry& x) { return !x.owner_ref.expired(); });
+  std::move(keep, s->entries.end(), std::back_inserter(dead));
+  s->entries.erase(keep, s->entries.end());
+}
+
+PyObject* on_miss(PyThreadState* ts, _PyInterpreterFrame* frame, ThreadState& st, ExtraState* s,
+                  const FrameView& f) {
+  Globals& g = globals();
+  const std::shared_ptr<FrameCompiler>& compiler = *st.compiler;
+  {
+    HookDisabled off(st);
+    purge_dead_entries(s);
+  }
+  if (static_cast<int64_t>(s->entries.size()) >= g.cache_size_limit) {
+    ++g.stats.cache_limit_hits;
+    ++g.stats.eager_frames;
+    if (!s->warned_limit) {
+      s->warned_limit = true;
+      HookDisabled off(st);
+      if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
+                           "ember: %S (%S:%d) reached the cache size limit (%d entries); calls "
+                           "that miss the cache run eagerly",
+                           f.code->co_qualname, f.code->co_filename, f.code->co_firstlineno,
+                           g.cache_size_limit) < 0) {
+        return fail(ts, frame);
+      }
+    }
+    return eval_default(ts, frame);
+  }
+
+  ++g.stats.compiles;
+  if (!s->entries.empty()) ++g.stats.recompiles;
+  CompileResult result;
+  {
+    HookDisabled off(st);
+    try {
+      result = compiler->compile(f);
+    } catch (...) {
+      set_python_error_from_exception();
+    }
+  }
+  if (PyErr_Occurred()) return fail(ts, frame);
+  switch (result.action) {
+    case CompileResult::Action::Run: {
+      if (result.entry == nullptr) {
+        PyErr_SetString(PyExc_SystemError, "ember: a compiler returned Run without an entry");
+        return fail(ts, frame);
+      }
+      std::shared_ptr<CacheEntry> entry(std::move(result.entry));
+      s->entries.insert(s->entries.begin(), Entry{entry, compiler.get(), compiler});
+      return run_entry(ts, frame, *entry, f);
+    }
+    case CompileResult::Action::SkipCode:
+      s->skip_code = true;
+      ++g.stats.eager_frames;
+      return eval_default(ts, frame);
+    case CompileResult::Action::Eager:
+      break;
+  }
+  ++g.stats.eager_frames;
+  return eval_default(ts, frame);
+}
+
+PyObject* intercept(PyThreadState* ts, _PyInterpreterFrame* frame, ThreadState& st, ExtraState* s) {
+  EmberFrameInfo info;
+  ember_compat_frame_info(frame, &info);
+  FrameView f;
+  f.code = info.code;
+  f.function = info.function;
+  f.globals = info.globals;
+  f.builtins = info.builtins;
+  f.localsplus = info.localsplus;
+  f.nlocalsplus = info.nlocalsplus;
+  f.closure = (info.function != nullptr && PyFunction_Check(info.function))
+                  ? PyFunction_GET_CLOSURE(info.function)
+                  : nullptr;
+
+  FrameCompiler* active = st.compiler->get();
+  std::shared_ptr<CacheEntry> hit;
+  {
+    HookDisabled off(st);
+    // By index: a guard that runs Python code may let another thread add entries.
+    for (size_t i = 0; i < s->entries.size(); ++i) {
+      const Entry& candidate = s->entries[i];
+      if (candidate.owner != active || candidate.owner_ref.expired()) continue;
+      std::shared_ptr<CacheEntry> entry = candidate.entry;  // alive through check and run
+      int ok = check_entry(*entry, f);
+      if (ok < 0) return fail(ts, frame);
+      if (ok > 0) {
+        if (i != 0) move_to_front(s, entry.get());
+        hit = std::move(entry);
+        break;
+      }
+    }
+  }
+  if (hit != nullptr) {
+    ++globals().stats.cache_hits;
+    return run_entry(ts, frame, *hit, f);
+  }
+  return on_miss(ts, frame, st, s, f);
+}
+
+PyObject* eval_frame(PyThreadState* ts, _PyInterpreterFrame* frame, int throwflag) {
+  ThreadState& st = thread_state;
+  if (st.compiler == nullptr) return ember_compat_eval_default(ts, frame, throwflag);
+  Globals& g = globals();
+  ++g.stats.frames_seen;
+  // Generator resumptions, gen.throw/close, frames of trace callbacks: never ours.
+  if (throwflag != 0 || !ember_compat_frame_is_fresh_call(frame) ||
+      ember_compat_tstate_tracing(ts)) {
+    return ember_compat_eval_default(ts, frame, throwflag);
+  }
+  PyCodeObject* code = ember_compat_frame_code(frame);
+  // The creation call of a generator or coroutine function: left alone.
+  if ((code->co_flags & kGeneratorFlags) != 0) return eval_default(ts, frame);
+  ExtraState* s = extra_state(code);
+  if (s == nullptr || s->skip_code) return eval_default(ts, frame);
+  if (reinterpret_cast<PyObject*>(code) != st.top_code && file_skipped(code, s)) {
+    return eval_default(ts, frame);
+  }
+  return intercept(ts, frame, st, s);
+}
+
+}  // namespace
+
+namespace detail {
+
+void activate_thread() {
+  if (globals().active_threads++ == 0) ember_compat_install(eval_frame);
+}
+
+void deactivate_thread() {
+  if (--globals().active_threads == 0) ember_compat_uninstall(eval_frame);
+}
+
+}  // namespace detail
+
+void set_skip_prefixes(std::vector<std::string> prefixes) {
+  Globals& g = globals();
+  g.skip_prefixes = std::move(prefixes);
+  ++g.skip_generation;
+}
+
+void set_cache_size_limit(int limit) {
+  EMBER_CHECK(limit >= 0) << "the cache size limit must be >= 0, got " << limit;
+  globals().cache_size_limit = limit;
+}
+
+bool hook_installed() {
+  return ember_compat_is_installed(eval_frame) != 0;
+}
+
+HookStats hook_stats() {
+  return globals().stats;
+}
+
+void reset_hook_stats() {
+  globals().stats = HookStats{};
+}
+
+void clear_cache(PyCodeObject* code) {
+  std::vector<Entry> dropped;  // destroyed after the walk: destructors may run Python code
+  auto clear_one = [&dropped](ExtraState* s) {
+    std::move(s->entries.begin(), s->entries.end(), std::back_inserter(dropped));
+    s->entries.clear();
+    s->skip_code = false;
+    s->warned_limit = false;
+  };
+  if (code != nullptr) {
+    if (ExtraState* s = find_extra(code)) clear_one(s);
+  } else {
+    for (ExtraState* s : globals().states) clear_one(s);
+  }
+  ThreadState& st = thread_state;
+  HookDisabled off(st);
+  dropped.clear();
+}
+
+}  // namespace ember::capture
