@@ -230,6 +230,20 @@ class DecoderTest(unittest.TestCase):
                 self.assertEqual(flags, 1)
                 break
 
+    def test_specialised_and_instrumented_code_decodes_the_same(self):
+        f = programs.loop_sum
+        before = cc.instructions(f.__code__)
+        for _ in range(2000):  # warm up: the adaptive interpreter specialises in place
+            f(range(5))
+        self.assertEqual(cc.instructions(f.__code__), before)
+        sys.settrace(lambda *a: None)  # 3.12+: instruments the code objects it sees
+        try:
+            f(range(3))
+            self.assertEqual(cc.instructions(f.__code__), before)
+            self.assertEqual(cc.roundtrip(f.__code__).co_code, f.__code__.co_code)
+        finally:
+            sys.settrace(None)
+
     def test_positions_cover_every_instruction(self):
         for line in (i[7] for i in cc.instructions(programs.add.__code__)):
             self.assertGreaterEqual(line, programs.add.__code__.co_firstlineno)
