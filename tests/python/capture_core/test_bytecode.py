@@ -230,6 +230,20 @@ class DecoderTest(unittest.TestCase):
                 self.assertEqual(flags, 1)
                 break
 
+    def test_specialised_and_instrumented_code_decodes_the_same(self):
+        f = programs.loop_sum
+        before = cc.instructions(f.__code__)
+        for _ in range(2000):  # warm up: the adaptive interpreter specialises in place
+            f(range(5))
+        self.assertEqual(cc.instructions(f.__code__), before)
+        sys.settrace(lambda *a: None)  # 3.12+: instruments the code objects it sees
+        try:
+            f(range(3))
+            self.assertEqual(cc.instructions(f.__code__), before)
+            self.assertEqual(cc.roundtrip(f.__code__).co_code, f.__code__.co_code)
+        finally:
+            sys.settrace(None)
+
     def test_positions_cover_every_instruction(self):
         for line in (i[7] for i in cc.instructions(programs.add.__code__)):
             self.assertGreaterEqual(line, programs.add.__code__.co_firstlineno)
@@ -262,6 +276,182 @@ class PrinterTest(unittest.TestCase):
         self.assertIn("(s)", text)  # a local
         self.assertIn("('-')", text)  # a constant
         self.assertIn("handler", cc.decode_print(programs.try_except_finally.__code__))
+
+
+def roundtrip_deep(co):
+    """roundtrip() of `co` and, recursively, of the code objects in its constants."""
+    new = cc.roundtrip(co)
+    consts = tuple(roundtrip_deep(c) if isinstance(c, types.CodeType) else c for c in co.co_consts)
+    return new.replace(co_consts=consts)
+
+
+def rebuild(f, code):
+    g = types.FunctionType(code, f.__globals__, f.__name__, f.__defaults__, f.__closure__)
+    g.__kwdefaults__ = f.__kwdefaults__
+    return g
+
+
+def run_coroutine(c):
+    try:
+        c.send(None)
+    except StopIteration as e:
+        return e.value
+    raise AssertionError("coroutine did not finish")
+
+
+def drive_generator(g):
+    out = [next(g)]
+    out.append(g.send(10))
+    out.extend(g)
+    return out
+
+
+# (function, call) pairs: call(f) runs the function under test and returns something comparable.
+RUN_CASES = [
+    (programs.add, lambda f: (f(2, 3), f("a", "b"))),
+    (programs.loop_sum, lambda f: f(range(50))),
+    (programs.try_except_finally, lambda f: (f(0), f(2))),
+    (programs.with_block, lambda f: (f(1), f(5))),
+    (programs.calls, lambda f: f("a, bb ,c")),
+    (programs.closure, lambda f: f(3)),
+    (programs.generator, lambda f: (list(f(5)), drive_generator(f(3)))),
+    (programs.comprehensions, lambda f: f(range(10))),
+    (programs.compare_chain, lambda f: (f(1, 2, 3), f(3, 2, 1), f(1, 1, 1))),
+    (programs.nested_try, lambda f: (f([1, 2, 0, 5]), f([5, 5]))),
+    (programs.star_calls, lambda f: f(1, 2, a=3)),
+    (programs.fstrings, lambda f: f("x", 3.14159)),
+    (programs.slices, lambda f: f(list(range(10)))),
+    (programs.method_calls, lambda f: f(3)),
+    (programs.unpacking, lambda f: f([(1, 2), 3, 4])),
+    (programs.coroutine, lambda f: run_coroutine(f(1))),
+    (programs.yield_from, lambda f: list(f(4))),
+    (programs.many_locals, lambda f: f(10)),
+    (programs.Child.norm2, lambda f: f(programs.Child(2, 3))),
+    (programs.Point.scaled, lambda f: f(programs.Point(1, 2), 3)),
+]
+
+
+def generated_function():
+    """The EXTENDED_ARG-heavy `big` of generated_codes() as a function, with its globals."""
+    glb = {f"g{i}": (lambda v, **kw: v + len(kw)) for i in range(40)}
+    exec(generated_codes()[0], glb)
+    return glb["big"]
+
+
+class RoundTripTest(unittest.TestCase):
+    def test_stdlib_code_is_identical(self):
+        codes = all_codes()
+        for co in codes:
+            new = cc.roundtrip(co)
+            where = f"{co.co_name} ({co.co_filename}:{co.co_firstlineno})"
+            self.assertEqual(new.co_code, co.co_code, where)
+            self.assertEqual(new.co_exceptiontable, co.co_exceptiontable, where)
+            self.assertEqual(new.co_linetable, co.co_linetable, where)
+            self.assertEqual(new.co_stacksize, co.co_stacksize, where)
+            self.assertEqual(list(new.co_positions()), list(co.co_positions()), where)
+            self.assertEqual(new, co, where)
+
+    def test_extended_args_are_exercised(self):
+        big = generated_codes()[1]
+        self.assertEqual(big.co_name, "big")
+        self.assertIn(dis.opmap["EXTENDED_ARG"], big.co_code[::2])
+        self.assertEqual(cc.roundtrip(big).co_code, big.co_code)
+
+    def test_round_tripped_functions_run(self):
+        for f, call in RUN_CASES:
+            g = rebuild(f, roundtrip_deep(f.__code__))
+            self.assertIsNot(g.__code__, f.__code__)
+            self.assertEqual(call(g), call(f), f.__qualname__)
+        big = generated_function()
+        self.assertEqual(rebuild(big, cc.roundtrip(big.__code__))(1.0), big(1.0))
+
+    def test_traceback_lines_survive(self):
+        def line_of_error(f):
+            try:
+                f(1, None)
+            except TypeError as e:
+                tb = e.__traceback__
+                while tb.tb_next is not None:
+                    tb = tb.tb_next
+                return tb.tb_lineno
+            raise AssertionError("no error")
+
+        f = programs.add
+        self.assertEqual(line_of_error(rebuild(f, cc.roundtrip(f.__code__))), line_of_error(f))
+
+
+def with_nops(co, count):
+    """The decoded instructions of `co` with `count` NOPs before every jump (targets remapped)."""
+    ins, hs, pos = cc.instructions(co), cc.handlers(co), cc.positions(co)
+    new, new_pos, index_of = [], [], {}
+    for i, t in enumerate(ins):
+        if t[4] >= 0:
+            for _ in range(count):
+                new.append(("NOP", 0, 0, -1, -1, t[5], -1, t[7]))
+                new_pos.append(pos[i])
+        index_of[i] = len(new)
+        new.append(t)
+        new_pos.append(pos[i])
+    new = [(*t[:4], index_of[t[4]] if t[4] >= 0 else -1, *t[5:]) for t in new]
+    hs = [(index_of[target], depth, lasti) for target, depth, lasti in hs]
+    return new, hs, new_pos
+
+
+class AssembleTest(unittest.TestCase):
+    def test_long_jumps_need_extended_args_and_still_run(self):
+        for f, call in RUN_CASES:
+            co = f.__code__
+            instrs, hs, pos = with_nops(co, 150)
+            new = cc.assemble(co, instrs, hs, positions=pos)
+            self.assertEqual(new.co_stacksize, co.co_stacksize, f.__qualname__)
+            if f is programs.loop_sum:  # its loops jump back over other jumps' NOPs
+                self.assertIn(dis.opmap["EXTENDED_ARG"], new.co_code[::2])
+            self.assertEqual(call(rebuild(f, new)), call(f), f.__qualname__)
+            # Decoding the result gives back the edited IR, positions included.
+            got = [(*t[:5], t[5], t[7]) for t in cc.instructions(new)]
+            self.assertEqual(got, [(*t[:5], t[5], t[7]) for t in instrs], f.__qualname__)
+            self.assertEqual([tuple(p) for p in cc.positions(new)], [tuple(p) for p in pos])
+
+    def test_overrides(self):
+        co = programs.loop_sum.__code__
+        ins, hs, pos = cc.instructions(co), cc.handlers(co), cc.positions(co)
+        new = cc.assemble(co, ins, hs, positions=pos, name="renamed", firstlineno=co.co_firstlineno - 5)
+        self.assertEqual((new.co_name, new.co_qualname), ("renamed", "renamed"))
+        self.assertEqual(new.co_firstlineno, co.co_firstlineno - 5)
+        self.assertEqual(list(new.co_positions()), list(co.co_positions()))
+        self.assertEqual(rebuild(programs.loop_sum, new)(range(9)), programs.loop_sum(range(9)))
+
+    def test_new_instructions_without_offsets(self):
+        # A hand-written function: return a + b * 2, with an always-taken forward jump over junk.
+        base = programs.add.__code__
+        line = base.co_firstlineno
+        consts = base.co_consts + (2,)
+        two = len(consts) - 1
+        resume = [t for t in cc.instructions(base) if t[0] == "RESUME"][0]
+        instrs = [
+            resume,
+            ("JUMP", 0, 0, -1, 3, -1, -1, line),
+            ("LOAD_CONST", 0, 0, -1, -1, -1, -1, line),  # dead
+            ("LOAD_FAST", 0, 0, -1, -1, -1, -1, line),
+            ("LOAD_FAST", 1, 0, -1, -1, -1, -1, line),
+            ("LOAD_CONST", two, 0, -1, -1, -1, -1, line),
+            ("BINARY_OP", 5, 0, -1, -1, -1, -1, line),  # *
+            ("BINARY_OP", 0, 0, -1, -1, -1, -1, line),  # +
+            ("RETURN_VALUE", 0, 0, -1, -1, -1, -1, line),
+        ]
+        new = cc.assemble(base, instrs, [], consts=consts)
+        self.assertEqual(new.co_stacksize, 3)
+        self.assertEqual(rebuild(programs.add, new)(1, 4), 9)
+        self.assertEqual([t[0] for t in cc.instructions(new)][3:5], ["LOAD_FAST", "LOAD_FAST"])
+
+    @unittest.skipIf(MINOR < 12, "3.11 has backward conditional jumps")
+    def test_backward_conditional_jump_is_rejected(self):
+        co = programs.loop_sum.__code__
+        ins = [list(t) for t in cc.instructions(co)]
+        i = next(n for n, t in enumerate(ins) if t[0].startswith("POP_JUMP_IF"))
+        ins[i][4] = 0
+        with self.assertRaisesRegex(Exception, "cannot jump backward"):
+            cc.assemble(co, [tuple(t) for t in ins], cc.handlers(co))
 
 
 if __name__ == "__main__":
