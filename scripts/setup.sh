@@ -21,4 +21,9 @@ if ! "$PY" -c "import torch, sys; v = tuple(int(p) for p in torch.__version__.sp
 fi
 "$PY" -m pip install -q nanobind scikit-build-core pytest expecttest "transformers==5.17.0"
 "$PY" -m pip install -q --no-build-isolation -e .
+# The torch-free capture core is also tested on pyenv's 3.12 and 3.13 (scripts/test.sh).
+for v in 3.12 3.13; do
+  other=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/$v.*/bin/python$v 2>/dev/null | tail -1 || true)
+  [ -n "$other" ] && "$other" -m pip install -q nanobind || true
+done
 echo "ember installed: $("$PY" -c 'import ember, torch; print(ember.__version__, "with torch", torch.__version__)')"

@@ -16,3 +16,15 @@ else
 fi
 
 "$PY" -m pytest tests/python -q "$@"
+
+# The torch-free capture core (frame hook, bytecode) on the other supported CPythons, where pyenv
+# has them (their torch-free tests; tests/python/capture_core).
+for v in 3.12 3.13; do
+  other=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/$v.*/bin/python$v 2>/dev/null | tail -1 || true)
+  if [ -n "$other" ] && "$other" -c 'import nanobind' 2>/dev/null; then
+    echo "capture core on $("$other" -V)"
+    scripts/test_capture_core.sh "$other" -q
+  else
+    echo "skipping the capture core tests on Python $v (not installed, or no nanobind)"
+  fi
+done

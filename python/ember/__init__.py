@@ -11,11 +11,14 @@ import torch  # noqa: F401  (loads libtorch before ember._C)
 from . import errors, metrics
 from . import _C  # noqa: F401
 from .backend import backend
+from .capture import compile, explain
 from .errors import CompileError, DataDependentError, InternalError, Unsupported
 from .tracing import Graph, trace
 
 __all__ = [
     "backend",
+    "compile",
+    "explain",
     "trace",
     "Graph",
     "errors",

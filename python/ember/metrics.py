@@ -10,6 +10,9 @@
   view_steps    views made directly from a realized tensor (one per chain of views that an
                 output or an ATen call needs)
   folded_nodes  nodes computed once at compile time by constant folding (they depend on no input)
+  captured_frames  frames ember.compile captured whole (each is one graph, counted in graphs)
+  eager_frames     frames ember.compile could not capture; they run eagerly, each with a reason
+                   in `fallback_reasons`
 """
 
 from __future__ import annotations
@@ -20,14 +23,22 @@ counters: collections.Counter = collections.Counter()
 fallback_reasons: list[str] = []
 
 
+def _sync() -> None:
+    from . import capture  # the capture compilers report their compiles when metrics are read
+    capture.sync_metrics()
+
+
 def reset() -> None:
+    _sync()
     counters.clear()
     fallback_reasons.clear()
 
 
 def snapshot() -> dict:
     """A copy of the counters, with every key present."""
+    _sync()
     out = {"graphs": 0, "nodes": 0, "fallbacks": 0, "kernels": 0, "fused_nodes": 0,
-           "extern_steps": 0, "view_steps": 0, "folded_nodes": 0}
+           "extern_steps": 0, "view_steps": 0, "folded_nodes": 0, "captured_frames": 0,
+           "eager_frames": 0}
     out.update(counters)
     return out

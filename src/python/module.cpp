@@ -11,4 +11,5 @@ NB_MODULE(_C, m) {
   ember::python::bind_graph(m);
   ember::python::bind_tracer(m);
   ember::python::bind_runtime(m);
+  ember::python::bind_capture(m);
 }

@@ -230,6 +230,9 @@ graph::ValueId TraceSession::add_constant(const at::Tensor& t) {
   auto it = constant_ids_.find(t.unsafeGetTensorImpl());
   if (it != constant_ids_.end()) return it->second;
   EMBER_UNSUPPORTED(!fz::isFunctionalTensor(t)) << "a functional tensor from outside the trace";
+  EMBER_UNSUPPORTED(!strict_constants_ || t.unsafeGetTensorImpl()->is_wrapped_number())
+      << "a tensor that is not an input of the captured function reached the graph (read by "
+      << "library code, or from an object the capture does not follow)";
   graph::ValueId v = graph_.add_input(tensor_type(t), graph::InputKind::Constant);
   constants_.push_back(t);
   constant_ids_.emplace(t.unsafeGetTensorImpl(), v);

@@ -66,6 +66,11 @@ class TraceSession {
 
   const graph::Graph& graph() const { return graph_; }
 
+  /// When set, a real tensor reaching the trace (one that is not a graph input) is unsupported,
+  /// except a wrapped Python number. Capture sets it: every tensor its program reads from
+  /// outside is made an input, so another real tensor was read where capture could not see it.
+  void set_strict_constants(bool strict) { strict_constants_ = strict; }
+
   /// The first ember error raised inside the trace. PyTorch's Python bindings turn exceptions
   /// that cross them into RuntimeError; the caller rethrows this one to keep its type.
   void note_error(std::exception_ptr e) {
@@ -99,6 +104,7 @@ class TraceSession {
   TraceSession* outer_session_ = nullptr;
   bool active_ = false;
   bool finished_ = false;
+  bool strict_constants_ = false;
   std::exception_ptr pending_error_;
 };
 

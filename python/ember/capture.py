@@ -1,0 +1,221 @@
+"""ember.compile: capture by Python bytecode analysis, in C++ (the TorchDynamo part of ember).
+
+    model = ember.compile(model)            # an nn.Module, or any function
+    @ember.compile
+    def f(x): ...
+
+A PEP 523 frame hook (ember._C, src/capture/hook) sees the frames of the compiled function and of
+the user functions it calls. Each frame is interpreted symbolically (src/capture/interpreter.cpp):
+tensor operations run on tracer tensors and become an ATen-level graph, user functions and module
+forwards are inlined, and what the frame read is guarded. The graph is compiled by ember's
+compiler, and later calls whose guards pass run it from C++ without evaluating the frame. A frame
+that cannot be captured whole runs eagerly with the reason logged (EMBER_LOGS=graph_breaks) and
+counted in ember.metrics; its callees are still captured. See docs/design/capture.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+import sys
+import sysconfig
+import warnings
+from typing import Any, Callable
+
+import torch
+
+from . import _C, config, metrics
+from .errors import CompileError
+
+_prefixes_set = False
+
+
+def library_prefixes() -> list[str]:
+    """File prefixes of code that is not captured but runs as it is: torch, ember itself and the
+    standard library (its site-packages excluded)."""
+    prefixes = [os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep, "<frozen "]
+    stdlib = sysconfig.get_paths()["stdlib"]
+    try:
+        names = os.listdir(stdlib)
+    except OSError:
+        names = []
+    for name in sorted(names):
+        if name in ("site-packages", "dist-packages"):
+            continue
+        path = os.path.join(stdlib, name)
+        prefixes.append(path + os.sep if os.path.isdir(path) else path)
+    return prefixes
+
+
+def _setup() -> None:
+    global _prefixes_set
+    if not _prefixes_set:
+        _C.set_capture_skip_prefixes(library_prefixes())
+        limit = os.environ.get("EMBER_CACHE_SIZE_LIMIT")
+        if limit:
+            _C.set_capture_cache_size_limit(int(limit))
+        _prefixes_set = True
+
+
+class CompiledModule(torch.nn.Module):
+    """What ember.compile returns for an nn.Module: calls go through ember's capture; attributes,
+    parameters and state_dict are the original module's (`_orig_mod`)."""
+
+    def __init__(self, mod: torch.nn.Module, compiled: Callable):
+        super().__init__()
+        self._orig_mod = mod
+        self.__dict__["_ember_compiled"] = compiled
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.__dict__["_ember_compiled"](*args, **kwargs)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self.__dict__["_ember_compiled"](*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "_orig_mod":
+            return self._modules["_orig_mod"]
+        return getattr(self._modules["_orig_mod"], name)
+
+
+def _record_metrics(compiler: Any, seen: list) -> None:
+    records = compiler.records()
+    for r in records[seen[0]:]:
+        if r["captured"]:
+            metrics.counters["captured_frames"] += 1
+            metrics.counters["graphs"] += 1
+            metrics.counters["nodes"] += r["nodes"]
+            metrics.counters["kernels"] += r["kernels"]
+            metrics.counters["extern_steps"] += r["extern_steps"]
+        else:
+            metrics.counters["eager_frames"] += 1
+            metrics.fallback_reasons.append(f"{r['code']}: {r['reason']}")
+    seen[0] = len(records)
+
+
+def compile(model: Any = None, *, backend: Any = "ember", fullgraph: bool = False,
+            dynamic: bool | None = None, mode: str | None = None, options: dict | None = None) -> Any:
+    """Compiles a function or nn.Module by capturing its Python bytecode (like torch.compile).
+
+    backend: "ember" (ember's compiler). fullgraph=True: a frame that cannot be captured whole
+    raises ember.Unsupported naming the reason and the source line, instead of running eagerly.
+    dynamic: shapes are static in this version (dynamic=True warns and compiles static).
+    mode: accepted for torch.compile compatibility ("default", "reduce-overhead",
+    "max-autotune"); the CPU compiler has one mode.
+    """
+    if model is None:
+        return functools.partial(compile, backend=backend, fullgraph=fullgraph, dynamic=dynamic,
+                                 mode=mode, options=options)
+    return _compile(model, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode)[0]
+
+
+def _compile(model: Any, *, backend: Any, fullgraph: bool, dynamic: bool | None,
+             mode: str | None) -> tuple[Any, Any]:
+    """compile(), returning the capture compiler too (for explain)."""
+    if backend != "ember":
+        raise CompileError(f"ember.compile: backend={backend!r} is not supported yet; use "
+                           "backend='ember' (or torch.compile for other backends)")
+    if mode not in (None, "default", "reduce-overhead", "max-autotune",
+                    "max-autotune-no-cudagraphs"):
+        raise CompileError(f"ember.compile: unknown mode {mode!r}")
+    if dynamic:
+        warnings.warn("ember.compile: dynamic shapes are not supported yet; compiling with static "
+                      "shapes (a new shape recompiles)", stacklevel=2)
+    if not callable(model):
+        raise CompileError(f"ember.compile: expected a function or nn.Module, got "
+                           f"{type(model).__name__}")
+    _setup()
+    compiler = _C.CaptureCompiler(fullgraph=fullgraph, codegen=config.codegen(),
+                                  reductions=config.reduction_kernels(),
+                                  reduction_fusion=config.reduction_fusion(),
+                                  library_prefixes=library_prefixes())
+    if isinstance(model, torch.nn.Module):
+        forward = type(model).forward
+        top = getattr(forward, "__code__", None)
+        compiled = _C.capture_function(model, top, compiler)
+        out = CompiledModule(model, compiled)
+    else:
+        fn = getattr(model, "__func__", model)
+        top = getattr(fn, "__code__", None)
+        out = _C.capture_function(model, top, compiler)
+    _COMPILERS.append((compiler, [0]))
+    return out, compiler
+
+
+# Compilers made in this process, for ember.metrics (records are read when metrics are read).
+_COMPILERS: list = []
+
+
+def sync_metrics() -> None:
+    """Adds what the capture compilers did since the last call to ember.metrics.counters."""
+    for compiler, seen in _COMPILERS:
+        _record_metrics(compiler, seen)
+
+
+def records() -> list[dict]:
+    """Every frame compile of every ember.compile in this process."""
+    out = []
+    for compiler, _ in _COMPILERS:
+        out.extend(compiler.records())
+    return out
+
+
+@dataclasses.dataclass
+class ExplainOutput:
+    """What ember.explain reports: one entry per frame compile."""
+
+    graph_count: int
+    graph_break_count: int
+    break_reasons: list[str]
+    graphs: list[str]
+    ops_per_graph: list[list[str]]
+    guards: list[str]
+    compile_seconds: float
+
+    def __str__(self) -> str:
+        lines = [f"Graph count: {self.graph_count}",
+                 f"Graph break count: {self.graph_break_count}",
+                 f"Op count: {sum(len(ops) for ops in self.ops_per_graph)}"]
+        if self.break_reasons:
+            lines.append("Break reasons:")
+            lines += [f"  {i + 1}. {r}" for i, r in enumerate(self.break_reasons)]
+        for i, ops in enumerate(self.ops_per_graph):
+            lines.append(f"Ops per graph {i + 1}: " + ", ".join(ops))
+        for i, g in enumerate(self.guards):
+            lines.append(f"Guards of graph {i + 1}:")
+            lines += ["  " + line for line in g.splitlines()]
+        return "\n".join(lines)
+
+
+def _ops_of(graph_text: str) -> list[str]:
+    ops = []
+    for line in graph_text.splitlines():
+        m = re.search(r"= ([A-Za-z_][\w.]*)\(", line)
+        if m:
+            ops.append(m.group(1))
+    return ops
+
+
+def explain(fn: Any, **compile_kwargs: Any) -> Callable[..., ExplainOutput]:
+    """`ember.explain(fn)(*args)`: runs `fn` once through a fresh ember.compile and reports the
+    graphs, their ops, the frames that ran eagerly (graph breaks) with their reasons and source
+    lines, and the guards."""
+
+    def run(*args: Any, **kwargs: Any) -> ExplainOutput:
+        compiled, compiler = _compile(fn, backend=compile_kwargs.get("backend", "ember"),
+                                      fullgraph=compile_kwargs.get("fullgraph", False),
+                                      dynamic=compile_kwargs.get("dynamic"),
+                                      mode=compile_kwargs.get("mode"))
+        compiled(*args, **kwargs)
+        recs = compiler.records()
+        captured = [r for r in recs if r["captured"]]
+        breaks = [f"{r['code']}: {r['reason']}" for r in recs if not r["captured"]]
+        return ExplainOutput(graph_count=len(captured), graph_break_count=len(breaks),
+                             break_reasons=breaks, graphs=[r["graph"] for r in captured],
+                             ops_per_graph=[_ops_of(r["graph"]) for r in captured],
+                             guards=[r["guard_text"] for r in captured],
+                             compile_seconds=sum(r["seconds"] for r in recs))
+
+    return run

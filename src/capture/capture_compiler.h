@@ -1,0 +1,58 @@
+/// \file
+/// ember's FrameCompiler: captures a whole frame with the symbolic interpreter, traces it into a
+/// graph, compiles that graph with the Executor, and returns a CompiledFrame guarded by what the
+/// capture read. A frame it cannot capture whole runs eagerly (this slice has no graph breaks):
+/// the reason is logged and counted, and the code object is not tried again.
+#pragma once
+
+#include <Python.h>
+
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capture/hook/frame_hook.h"
+#include "runtime/executor.h"
+
+namespace ember::capture {
+
+struct CaptureOptions {
+  bool fullgraph = false;  ///< an unsupported frame raises ember.Unsupported instead
+  runtime::ExecutorOptions executor;
+  std::vector<std::string> library_prefixes;  ///< code that runs for real, not inlined
+};
+
+/// What the capture did, for ember.metrics and ember.explain.
+struct CaptureRecord {
+  std::string code;  ///< "file:line (name)" of the frame
+  bool captured = false;
+  std::string reason;  ///< why not, when not
+  int nodes = 0;
+  int kernels = 0;
+  int extern_steps = 0;
+  int guards = 0;
+  int inputs = 0;
+  double seconds = 0;
+  std::string graph;       ///< the graph, printed
+  std::string guard_text;  ///< the guards, one per line
+};
+
+class CaptureCompiler final : public FrameCompiler {
+ public:
+  explicit CaptureCompiler(CaptureOptions options) : options_(std::move(options)) {}
+  CompileResult compile(const FrameView& f) override;
+
+  /// Every compile of this compiler, in order.
+  const std::vector<CaptureRecord>& records() const { return records_; }
+
+  /// Sets the Python error for a C++ exception (ember's error types); installed by the bindings.
+  using ErrorSetter = void (*)(const std::exception_ptr&);
+  static void set_error_setter(ErrorSetter s);
+
+ private:
+  CaptureOptions options_;
+  std::vector<CaptureRecord> records_;
+};
+
+}  // namespace ember::capture

@@ -1,0 +1,115 @@
+#include "capture/compiled_frame.h"
+
+#include <torch/csrc/autograd/python_variable.h>
+
+#include "support/error.h"
+
+namespace nb = nanobind;
+
+namespace ember::capture {
+
+thread_local std::vector<nb::object>* CompiledFrame::values_ = nullptr;
+thread_local const CompiledFrame* CompiledFrame::checked_ = nullptr;
+
+CompiledFrame::CompiledFrame(SourceTable sources, GuardSet guards, std::vector<int> input_sources,
+                             std::unique_ptr<runtime::Executor> executor, OutputTemplate output)
+    : sources_(std::move(sources)),
+      guards_(std::move(guards)),
+      input_sources_(std::move(input_sources)),
+      executor_(std::move(executor)),
+      output_(std::move(output)) {}
+
+int CompiledFrame::check(const FrameView& f) {
+  checked_ = nullptr;
+  if (values_ == nullptr) values_ = new std::vector<nb::object>();
+  std::vector<nb::object>& values = *values_;
+  if (sources_.evaluate(f, values) >= 0 || !guards_.check(values)) {
+    for (auto& v : values) v.reset();
+    return 0;
+  }
+  checked_ = this;
+  return 1;
+}
+
+std::string CompiledFrame::first_failure(const FrameView& f) {
+  std::vector<nb::object> values;
+  int failed = sources_.evaluate(f, values);
+  if (failed >= 0) return sources_.name(failed) + " could not be read";
+  return guards_.first_failure(values, sources_);
+}
+
+nb::object CompiledFrame::build(const OutputTemplate& t, const std::vector<at::Tensor>& outs,
+                                const std::vector<nb::object>& values) const {
+  switch (t.kind) {
+    case OutputTemplate::Kind::Tensor:
+      return nb::steal(THPVariable_Wrap(outs[static_cast<size_t>(t.index)]));
+    case OutputTemplate::Kind::Constant:
+      return t.value;
+    case OutputTemplate::Kind::Source:
+      return values[static_cast<size_t>(t.index)];
+    case OutputTemplate::Kind::Tuple:
+    case OutputTemplate::Kind::List: {
+      Py_ssize_t n = static_cast<Py_ssize_t>(t.items.size());
+      nb::object seq =
+          nb::steal(t.kind == OutputTemplate::Kind::Tuple ? PyTuple_New(n) : PyList_New(n));
+      if (!seq.is_valid()) throw nb::python_error();
+      for (Py_ssize_t i = 0; i < n; ++i) {
+        nb::object item = build(t.items[static_cast<size_t>(i)], outs, values);
+        if (t.kind == OutputTemplate::Kind::Tuple) {
+          PyTuple_SET_ITEM(seq.ptr(), i, item.release().ptr());
+        } else {
+          PyList_SET_ITEM(seq.ptr(), i, item.release().ptr());
+        }
+      }
+      return seq;
+    }
+    case OutputTemplate::Kind::Dict: {
+      nb::object d = nb::steal(PyDict_New());
+      for (size_t i = 0; i < t.items.size(); ++i) {
+        nb::object item = build(t.items[i], outs, values);
+        if (PyDict_SetItem(d.ptr(), PyTuple_GET_ITEM(t.value.ptr(), static_cast<Py_ssize_t>(i)),
+                           item.ptr()) < 0) {
+          throw nb::python_error();
+        }
+      }
+      return d;
+    }
+  }
+  return nb::none();
+}
+
+PyObject* CompiledFrame::run(const FrameView& f) {
+  try {
+    if (checked_ != this) {
+      if (check(f) != 1) {
+        PyErr_SetString(PyExc_RuntimeError, "ember: a compiled frame ran without its guards");
+        return nullptr;
+      }
+    }
+    checked_ = nullptr;
+    std::vector<at::Tensor> inputs;
+    inputs.reserve(input_sources_.size());
+    std::vector<nb::object>& values = *values_;
+    for (int s : input_sources_) {
+      inputs.push_back(THPVariable_Unpack(values[static_cast<size_t>(s)].ptr()));
+    }
+    std::vector<at::Tensor> outs;
+    try {
+      outs = executor_->run(inputs);
+    } catch (...) {
+      for (auto& v : values) v.reset();
+      throw;
+    }
+    nb::object result = build(output_, outs, values);
+    for (auto& v : values) v.reset();
+    return result.release().ptr();
+  } catch (nb::python_error& e) {
+    e.restore();
+    return nullptr;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+
+}  // namespace ember::capture

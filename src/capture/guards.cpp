@@ -1,0 +1,259 @@
+#include "capture/guards.h"
+
+#include <nanobind/stl/string.h>
+
+#include <ATen/autocast_mode.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "support/error.h"
+
+namespace nb = nanobind;
+
+namespace ember::capture {
+
+namespace {
+
+TensorMeta meta_of(const at::Tensor& t) {
+  TensorMeta m;
+  m.dtype = t.scalar_type();
+  m.device = t.device();
+  m.sizes = t.sizes().vec();
+  m.strides = t.strides().vec();
+  m.requires_grad = t.requires_grad();
+  m.keys = t.key_set();
+  return m;
+}
+
+bool tensor_matches(PyObject* obj, const TensorMeta& m) {
+  if (!THPVariable_CheckExact(obj) && !THPVariable_Check(obj)) return false;
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  if (t.scalar_type() != m.dtype || t.device() != m.device) return false;
+  if (t.requires_grad() != m.requires_grad || t.key_set() != m.keys) return false;
+  c10::IntArrayRef sizes = t.sizes();
+  c10::IntArrayRef strides = t.strides();
+  if (sizes.size() != m.sizes.size()) return false;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] != m.sizes[i]) return false;
+    // Strides of size-1 dimensions do not change the layout.
+    if (sizes[i] != 1 && strides[i] != m.strides[i]) return false;
+  }
+  return true;
+}
+
+bool values_equal(PyObject* a, PyObject* b) {
+  if (Py_TYPE(a) != Py_TYPE(b)) return false;
+  if (a == b) return true;
+  if (PyTuple_CheckExact(a)) {
+    Py_ssize_t n = PyTuple_GET_SIZE(a);
+    if (PyTuple_GET_SIZE(b) != n) return false;
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      if (!values_equal(PyTuple_GET_ITEM(a, i), PyTuple_GET_ITEM(b, i))) return false;
+    }
+    return true;
+  }
+  if (PyFloat_CheckExact(a)) {
+    // NaN == NaN for guards; 0.0 and -0.0 differ.
+    double x = PyFloat_AS_DOUBLE(a);
+    double y = PyFloat_AS_DOUBLE(b);
+    if (x != x && y != y) return true;
+    return x == y && std::signbit(x) == std::signbit(y);
+  }
+  int r = PyObject_RichCompareBool(a, b, Py_EQ);
+  if (r < 0) {
+    PyErr_Clear();
+    return false;
+  }
+  return r == 1;
+}
+
+std::string short_repr(PyObject* o) {
+  nb::object r = nb::steal(PyObject_Repr(o));
+  if (!r.is_valid()) {
+    PyErr_Clear();
+    return "<?>";
+  }
+  std::string s = nb::cast<std::string>(r);
+  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+}
+
+std::string meta_text(const TensorMeta& m) {
+  std::ostringstream os;
+  os << c10::toString(m.dtype) << " " << m.device << " sizes=" << c10::IntArrayRef(m.sizes)
+     << " strides=" << c10::IntArrayRef(m.strides) << " requires_grad=" << m.requires_grad;
+  return os.str();
+}
+
+}  // namespace
+
+GlobalState GlobalState::current() {
+  GlobalState s;
+  s.grad_enabled = at::GradMode::is_enabled();
+  s.autocast_cpu = at::autocast::is_autocast_enabled(at::kCPU);
+  s.autocast_cuda = at::autocast::is_autocast_enabled(at::kCUDA);
+  return s;
+}
+
+bool is_guardable_constant(PyObject* obj) {
+  if (obj == Py_None || PyBool_Check(obj) || PyLong_CheckExact(obj) || PyFloat_CheckExact(obj) ||
+      PyUnicode_CheckExact(obj) || PyBytes_CheckExact(obj) || obj == Py_Ellipsis) {
+    return true;
+  }
+  if (PyTuple_CheckExact(obj)) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(obj); ++i) {
+      if (!is_guardable_constant(PyTuple_GET_ITEM(obj, i))) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
+void GuardSet::add_tensor(int source, PyObject* tensor) {
+  EMBER_INTERNAL_ASSERT(THPVariable_Check(tensor)) << "a tensor guard on a non-tensor";
+  Guard g;
+  g.kind = GuardKind::TensorMatch;
+  g.source = source;
+  g.tensor = meta_of(THPVariable_Unpack(tensor));
+  guards_.push_back(std::move(g));
+}
+
+void GuardSet::add_id(int source, PyObject* obj) {
+  Guard g;
+  g.kind = GuardKind::IdMatch;
+  g.source = source;
+  g.expected = nb::borrow(obj);
+  guards_.push_back(std::move(g));
+}
+
+void GuardSet::add_equals(int source, PyObject* value) {
+  Guard g;
+  g.kind = GuardKind::Equals;
+  g.source = source;
+  g.expected = nb::borrow(value);
+  guards_.push_back(std::move(g));
+}
+
+void GuardSet::add_len(int source, PyObject* container) {
+  Py_ssize_t n = PyObject_Length(container);
+  if (n < 0) {
+    PyErr_Clear();
+    EMBER_UNSUPPORTED(false) << "the length of a " << Py_TYPE(container)->tp_name
+                             << " can not be read";
+  }
+  Guard g;
+  g.kind = GuardKind::Len;
+  g.source = source;
+  g.expected = nb::borrow(reinterpret_cast<PyObject*>(Py_TYPE(container)));
+  g.length = n;
+  guards_.push_back(std::move(g));
+}
+
+void GuardSet::add_same(int source, int other) {
+  Guard g;
+  g.kind = GuardKind::Same;
+  g.source = source;
+  g.other = other;
+  guards_.push_back(std::move(g));
+}
+
+bool GuardSet::passes(const Guard& g, const std::vector<nb::object>& values) const {
+  PyObject* v = values[static_cast<size_t>(g.source)].ptr();
+  if (v == nullptr) return false;
+  switch (g.kind) {
+    case GuardKind::TensorMatch:
+      return tensor_matches(v, g.tensor);
+    case GuardKind::IdMatch:
+      return v == g.expected.ptr();
+    case GuardKind::Equals:
+      return values_equal(v, g.expected.ptr());
+    case GuardKind::Len: {
+      if (reinterpret_cast<PyObject*>(Py_TYPE(v)) != g.expected.ptr()) return false;
+      Py_ssize_t n = PyObject_Length(v);
+      if (n < 0) {
+        PyErr_Clear();
+        return false;
+      }
+      return n == g.length;
+    }
+    case GuardKind::Same:
+      return v == values[static_cast<size_t>(g.other)].ptr();
+  }
+  return false;
+}
+
+bool GuardSet::check(const std::vector<nb::object>& values) const {
+  if (!(GlobalState::current() == state_)) return false;
+  for (const Guard& g : guards_) {
+    if (!passes(g, values)) return false;
+  }
+  return true;
+}
+
+std::string GuardSet::first_failure(const std::vector<nb::object>& values,
+                                    const SourceTable& sources) const {
+  GlobalState now = GlobalState::current();
+  if (!(now == state_)) {
+    std::ostringstream os;
+    os << "global state: grad_enabled " << state_.grad_enabled << " -> " << now.grad_enabled
+       << ", autocast cpu " << state_.autocast_cpu << " -> " << now.autocast_cpu << ", cuda "
+       << state_.autocast_cuda << " -> " << now.autocast_cuda;
+    return os.str();
+  }
+  for (const Guard& g : guards_) {
+    if (passes(g, values)) continue;
+    std::string name = sources.name(g.source);
+    PyObject* v = values[static_cast<size_t>(g.source)].ptr();
+    if (v == nullptr) return name + " could not be read";
+    switch (g.kind) {
+      case GuardKind::TensorMatch: {
+        std::string now_text = "not a tensor";
+        if (THPVariable_Check(v)) now_text = meta_text(meta_of(THPVariable_Unpack(v)));
+        return name + ": expected a tensor " + meta_text(g.tensor) + ", got " + now_text;
+      }
+      case GuardKind::IdMatch:
+        return name + " is not the object seen when compiling (" + short_repr(g.expected.ptr()) +
+               ")";
+      case GuardKind::Equals:
+        return name + " == " + short_repr(g.expected.ptr()) + " failed (now " + short_repr(v) + ")";
+      case GuardKind::Len:
+        return "len(" + name + ") == " + std::to_string(g.length) + " failed";
+      case GuardKind::Same:
+        return name + " is not " + sources.name(g.other);
+    }
+  }
+  return {};
+}
+
+std::string GuardSet::describe(const SourceTable& sources) const {
+  std::ostringstream os;
+  os << "global state: grad_enabled=" << state_.grad_enabled
+     << " autocast_cpu=" << state_.autocast_cpu << " autocast_cuda=" << state_.autocast_cuda
+     << "\n";
+  for (const Guard& g : guards_) {
+    std::string name = sources.name(g.source);
+    switch (g.kind) {
+      case GuardKind::TensorMatch:
+        os << "TENSOR_MATCH " << name << ": " << meta_text(g.tensor) << "\n";
+        break;
+      case GuardKind::IdMatch:
+        os << "ID_MATCH " << name << " is " << short_repr(g.expected.ptr()) << "\n";
+        break;
+      case GuardKind::Equals:
+        os << "EQUALS " << name << " == " << short_repr(g.expected.ptr()) << "\n";
+        break;
+      case GuardKind::Len:
+        os << "LEN " << name << ": " << reinterpret_cast<PyTypeObject*>(g.expected.ptr())->tp_name
+           << " of length " << g.length << "\n";
+        break;
+      case GuardKind::Same:
+        os << "SAME " << name << " is " << sources.name(g.other) << "\n";
+        break;
+    }
+  }
+  return os.str();
+}
+
+}  // namespace ember::capture

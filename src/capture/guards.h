@@ -1,0 +1,89 @@
+/// \file
+/// Guards: the checks that decide whether a compiled frame may run for a call. Each guard reads
+/// one evaluated source (source.h). They run in C++ on every call, in the order they were
+/// added, and stop at the first failure.
+///
+///   TensorMatch  a tensor with the traced dtype, device, sizes, strides, requires_grad and
+///                dispatch key set
+///   IdMatch      the very object seen while tracing (modules, functions, classes, objects)
+///   Equals       a value of the same exact type that compares equal (None, bool, int, float,
+///                str, bytes, and tuples of these)
+///   Len          a list, tuple or container of the traced type and length
+///   Same         the same object as another source (two inputs that were one tensor)
+/// Plus the global state read once per call: grad mode and the autocast state.
+#pragma once
+
+#include <Python.h>
+#include <c10/core/Device.h>
+#include <c10/core/DispatchKeySet.h>
+#include <c10/core/ScalarType.h>
+#include <nanobind/nanobind.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "capture/source.h"
+
+namespace ember::capture {
+
+enum class GuardKind : uint8_t { TensorMatch, IdMatch, Equals, Len, Same };
+
+struct TensorMeta {
+  c10::ScalarType dtype = c10::ScalarType::Undefined;
+  c10::Device device = c10::Device(c10::DeviceType::CPU);
+  std::vector<int64_t> sizes;
+  std::vector<int64_t> strides;
+  bool requires_grad = false;
+  c10::DispatchKeySet keys;
+};
+
+struct Guard {
+  GuardKind kind = GuardKind::IdMatch;
+  int source = -1;
+  nanobind::object expected;  ///< IdMatch, Equals: the object; Len: its type
+  int64_t length = 0;         ///< Len
+  int other = -1;             ///< Same: the other source
+  TensorMeta tensor;          ///< TensorMatch
+};
+
+/// The global state a trace depends on.
+struct GlobalState {
+  bool grad_enabled = false;
+  bool autocast_cpu = false;
+  bool autocast_cuda = false;
+  static GlobalState current();
+  bool operator==(const GlobalState&) const = default;
+};
+
+class GuardSet {
+ public:
+  void add_tensor(int source, PyObject* tensor);
+  void add_id(int source, PyObject* obj);
+  void add_equals(int source, PyObject* value);
+  void add_len(int source, PyObject* container);
+  void add_same(int source, int other);
+  void set_global_state(GlobalState s) { state_ = s; }
+
+  /// Whether every guard passes on `values` (SourceTable::evaluate of the call's frame).
+  bool check(const std::vector<nanobind::object>& values) const;
+  /// The first failing guard, described (for EMBER_LOGS=recompiles); empty when all pass.
+  std::string first_failure(const std::vector<nanobind::object>& values,
+                            const SourceTable& sources) const;
+  /// One line per guard.
+  std::string describe(const SourceTable& sources) const;
+
+  size_t size() const { return guards_.size(); }
+
+ private:
+  bool passes(const Guard& g, const std::vector<nanobind::object>& values) const;
+
+  std::vector<Guard> guards_;
+  GlobalState state_;
+};
+
+/// Whether `obj` is a value Equals can guard (None, bool, int, float, str, bytes, and tuples of
+/// these).
+bool is_guardable_constant(PyObject* obj);
+
+}  // namespace ember::capture

@@ -1,0 +1,856 @@
+/// \file
+/// The interpreter's loop: one handler per normalised opcode (bytecode/instruction.h).
+#include "capture/interpreter.h"
+
+#include <mutex>
+#include <unordered_map>
+
+#include "capture/bytecode/decoder.h"
+#include "capture/interpreter_internal.h"
+
+namespace nb = nanobind;
+
+namespace ember::capture {
+
+using bytecode::Instr;
+using bytecode::Op;
+
+std::shared_ptr<const bytecode::Code> decoded(PyCodeObject* code) {
+  // Guarded by the GIL. Entries keep their code object alive.
+  // Never destroyed: its objects must not be released after the interpreter is finalized.
+  static auto& cache =
+      *new std::unordered_map<PyObject*,
+                              std::pair<nb::object, std::shared_ptr<const bytecode::Code>>>();
+  auto it = cache.find(reinterpret_cast<PyObject*>(code));
+  if (it != cache.end()) return it->second.second;
+  auto bc = std::make_shared<const bytecode::Code>(bytecode::decode(code));
+  cache.emplace(reinterpret_cast<PyObject*>(code),
+                std::make_pair(nb::borrow(reinterpret_cast<PyObject*>(code)), bc));
+  return bc;
+}
+
+namespace {
+
+constexpr bool kNullBeforeCallable = PY_MINOR_VERSION < 13;
+
+// BINARY_OP's oparg (CPython's NB_* values, the same on 3.11-3.13; opcode.h is not included
+// because its opcode macros clash with Op's names).
+enum BinaryOp {
+  NB_ADD,
+  NB_AND,
+  NB_FLOOR_DIVIDE,
+  NB_LSHIFT,
+  NB_MATRIX_MULTIPLY,
+  NB_MULTIPLY,
+  NB_REMAINDER,
+  NB_OR,
+  NB_POWER,
+  NB_RSHIFT,
+  NB_SUBTRACT,
+  NB_TRUE_DIVIDE,
+  NB_XOR,
+  NB_INPLACE_ADD,
+  NB_INPLACE_AND,
+  NB_INPLACE_FLOOR_DIVIDE,
+  NB_INPLACE_LSHIFT,
+  NB_INPLACE_MATRIX_MULTIPLY,
+  NB_INPLACE_MULTIPLY,
+  NB_INPLACE_REMAINDER,
+  NB_INPLACE_OR,
+  NB_INPLACE_POWER,
+  NB_INPLACE_RSHIFT,
+  NB_INPLACE_SUBTRACT,
+  NB_INPLACE_TRUE_DIVIDE,
+  NB_INPLACE_XOR
+};
+
+nb::object pop(Interpreter::Frame& fr) {
+  EMBER_INTERNAL_ASSERT(!fr.stack.empty()) << "stack underflow";
+  nb::object v = std::move(fr.stack.back());
+  fr.stack.pop_back();
+  return v;
+}
+
+nb::object& peek(Interpreter::Frame& fr, size_t n = 1) {
+  EMBER_INTERNAL_ASSERT(fr.stack.size() >= n) << "stack underflow";
+  return fr.stack[fr.stack.size() - n];
+}
+
+std::vector<nb::object> pop_n(Interpreter::Frame& fr, size_t n) {
+  EMBER_INTERNAL_ASSERT(fr.stack.size() >= n) << "stack underflow";
+  std::vector<nb::object> out(n);
+  for (size_t i = n; i > 0; --i) out[i - 1] = pop(fr);
+  return out;
+}
+
+PyObject* binary_op(int op, PyObject* a, PyObject* b) {
+  switch (op) {
+    case NB_ADD:
+      return PyNumber_Add(a, b);
+    case NB_AND:
+      return PyNumber_And(a, b);
+    case NB_FLOOR_DIVIDE:
+      return PyNumber_FloorDivide(a, b);
+    case NB_LSHIFT:
+      return PyNumber_Lshift(a, b);
+    case NB_MATRIX_MULTIPLY:
+      return PyNumber_MatrixMultiply(a, b);
+    case NB_MULTIPLY:
+      return PyNumber_Multiply(a, b);
+    case NB_REMAINDER:
+      return PyNumber_Remainder(a, b);
+    case NB_OR:
+      return PyNumber_Or(a, b);
+    case NB_POWER:
+      return PyNumber_Power(a, b, Py_None);
+    case NB_RSHIFT:
+      return PyNumber_Rshift(a, b);
+    case NB_SUBTRACT:
+      return PyNumber_Subtract(a, b);
+    case NB_TRUE_DIVIDE:
+      return PyNumber_TrueDivide(a, b);
+    case NB_XOR:
+      return PyNumber_Xor(a, b);
+    case NB_INPLACE_ADD:
+      return PyNumber_InPlaceAdd(a, b);
+    case NB_INPLACE_AND:
+      return PyNumber_InPlaceAnd(a, b);
+    case NB_INPLACE_FLOOR_DIVIDE:
+      return PyNumber_InPlaceFloorDivide(a, b);
+    case NB_INPLACE_LSHIFT:
+      return PyNumber_InPlaceLshift(a, b);
+    case NB_INPLACE_MATRIX_MULTIPLY:
+      return PyNumber_InPlaceMatrixMultiply(a, b);
+    case NB_INPLACE_MULTIPLY:
+      return PyNumber_InPlaceMultiply(a, b);
+    case NB_INPLACE_REMAINDER:
+      return PyNumber_InPlaceRemainder(a, b);
+    case NB_INPLACE_OR:
+      return PyNumber_InPlaceOr(a, b);
+    case NB_INPLACE_POWER:
+      return PyNumber_InPlacePower(a, b, Py_None);
+    case NB_INPLACE_RSHIFT:
+      return PyNumber_InPlaceRshift(a, b);
+    case NB_INPLACE_SUBTRACT:
+      return PyNumber_InPlaceSubtract(a, b);
+    case NB_INPLACE_TRUE_DIVIDE:
+      return PyNumber_InPlaceTrueDivide(a, b);
+    case NB_INPLACE_XOR:
+      return PyNumber_InPlaceXor(a, b);
+    default:
+      break;
+  }
+  EMBER_UNSUPPORTED(false) << "binary operator " << op;
+  return nullptr;
+}
+
+nb::object const_at(PyCodeObject* co, int i) {
+  return nb::borrow(PyTuple_GET_ITEM(co->co_consts, i));
+}
+
+PyObject* name_at(PyCodeObject* co, int i) {
+  return PyTuple_GET_ITEM(co->co_names, i);
+}
+
+int code_line(PyCodeObject* co, const Instr& in) {
+  return in.pos.line >= 0 ? in.pos.line : co->co_firstlineno;
+}
+
+}  // namespace
+
+Interpreter::Interpreter(tracer::TraceSession& session, SourceTable& sources, GuardSet& guards,
+                         InterpreterOptions options)
+    : session_(session), sources_(sources), guards_(guards), options_(std::move(options)) {}
+
+Interpreter::~Interpreter() = default;
+
+std::string Interpreter::location() const {
+  std::string out;
+  for (auto it = frames_.rbegin(); it != frames_.rend(); ++it) {
+    const Frame* fr = *it;
+    if (!out.empty()) out += " <- ";
+    out += nb::cast<std::string>(nb::handle(fr->code->co_filename)) + ":" +
+           std::to_string(fr->line) + " (" + nb::cast<std::string>(nb::handle(fr->code->co_name)) +
+           ")";
+  }
+  return out;
+}
+
+nb::object Interpreter::run(const FrameView& f) {
+  Frame fr;
+  fr.code_obj = nb::borrow(reinterpret_cast<PyObject*>(f.code));
+  fr.code = f.code;
+  fr.bc = decoded(f.code);
+  fr.globals = nb::borrow(f.globals);
+  fr.builtins = nb::borrow(f.builtins);
+  fr.closure = f.closure != nullptr ? nb::borrow(f.closure) : nb::none();
+  fr.top = true;
+  fr.locals.resize(static_cast<size_t>(std::max(f.nlocalsplus, 0)));
+  PyCodeObject* co = f.code;
+  int nargs = co->co_argcount + co->co_kwonlyargcount + ((co->co_flags & CO_VARARGS) ? 1 : 0) +
+              ((co->co_flags & CO_VARKEYWORDS) ? 1 : 0);
+  for (int i = 0; i < nargs && i < f.nlocalsplus; ++i) {
+    PyObject* v = f.value(i);
+    if (v == nullptr) continue;
+    fr.locals[static_cast<size_t>(i)] = wrap(v, sources_.local(i, local_name(co, i)));
+  }
+  if (f.closure != nullptr) {
+    Py_ssize_t nfree = PyTuple_GET_SIZE(f.closure);
+    for (Py_ssize_t j = 0; j < nfree; ++j) {
+      int slot = f.nlocalsplus - static_cast<int>(nfree) + static_cast<int>(j);
+      cell_origin_[PyTuple_GET_ITEM(f.closure, j)] = {-1, slot};
+    }
+  }
+  return run_frame(fr);
+}
+
+nb::object Interpreter::run_frame(Frame& fr) {
+  frames_.push_back(&fr);
+  struct Pop {
+    std::vector<Frame*>& frames;
+    ~Pop() { frames.pop_back(); }
+  } pop_frame{frames_};
+  const std::vector<Instr>& instrs = fr.bc->instrs;
+  bool returned = false;
+  nb::object result;
+  while (!returned) {
+    EMBER_INTERNAL_ASSERT(fr.pc < instrs.size()) << "ran off the end of the bytecode";
+    const Instr& in = instrs[fr.pc++];
+    fr.line = code_line(fr.code, in);
+    ++instructions_;
+    step(fr, in, returned, result);
+  }
+  return result;
+}
+
+nb::object Interpreter::load_global(Frame& fr, PyObject* name) {
+  // The top frame's globals are the frame's own (FrameView::globals); an inlined function's
+  // are its module's dict, which the source table holds.
+  PyObject* v = PyDict_GetItemWithError(fr.globals.ptr(), name);
+  if (v != nullptr) {
+    return wrap(v, fr.top ? sources_.global(name)
+                          : sources_.item(sources_.constant(fr.globals.ptr()), name));
+  }
+  if (PyErr_Occurred()) throw nb::python_error();
+  v = PyDict_GetItemWithError(fr.builtins.ptr(), name);
+  if (v != nullptr) {
+    return wrap(v, fr.top ? sources_.builtin(name)
+                          : sources_.item(sources_.constant(fr.builtins.ptr()), name));
+  }
+  if (PyErr_Occurred()) throw nb::python_error();
+  PyErr_Format(PyExc_NameError, "name '%U' is not defined", name);
+  throw nb::python_error();
+}
+
+nb::object Interpreter::load_attr(nb::handle obj, PyObject* name) {
+  nb::object v = checked(PyObject_GetAttr(obj.ptr(), name));
+  if (is_tensor(obj)) return v;
+  int source = source_of(obj);
+  if (source < 0) return v;
+  if (PyModule_Check(obj.ptr())) {
+    // Attributes of torch's own modules (torch.nn.functional.relu, torch.float32) are taken as
+    // they are now, without a guard each.
+    const char* mod = PyModule_GetName(obj.ptr());
+    if (mod == nullptr) throw nb::python_error();
+    std::string_view m(mod);
+    if (m == "torch" || m.substr(0, 6) == "torch.") return v;
+  }
+  return wrap(v, sources_.attr(source, name));
+}
+
+nb::object Interpreter::load_deref(Frame& fr, int slot) {
+  nb::object cell = fr.locals[static_cast<size_t>(slot)];
+  EMBER_UNSUPPORTED(cell.is_valid() && PyCell_Check(cell.ptr()))
+      << "a closure variable that is not a cell at " << location();
+  PyObject* v = PyCell_GET(cell.ptr());
+  if (v == nullptr) {
+    PyErr_Format(PyExc_NameError, "free variable '%U' referenced before assignment",
+                 local_name(fr.code, slot));
+    throw nb::python_error();
+  }
+  if (is_fresh(cell)) return nb::borrow(v);
+  auto origin = cell_origin_.find(cell.ptr());
+  EMBER_UNSUPPORTED(origin != cell_origin_.end())
+      << "closure variable '" << nb::cast<std::string>(nb::handle(local_name(fr.code, slot)))
+      << "' of a function of unknown origin, at " << location();
+  auto [fn_source, index] = origin->second;
+  int source;
+  if (fn_source < 0) {
+    source = sources_.local(index, local_name(fr.code, slot));
+  } else {
+    nb::object closure_name = nb::steal(PyUnicode_FromString("__closure__"));
+    nb::object contents_name = nb::steal(PyUnicode_FromString("cell_contents"));
+    nb::object key = nb::steal(PyLong_FromLong(index));
+    source = sources_.attr(sources_.item(sources_.attr(fn_source, closure_name.ptr()), key.ptr()),
+                           contents_name.ptr());
+  }
+  return wrap(v, source);
+}
+
+nb::object Interpreter::subscr(nb::handle obj, nb::handle key) {
+  int source = source_of(obj);
+  if (source >= 0 && is_guardable_constant(key.ptr())) {
+    nb::object v = checked(PyObject_GetItem(obj.ptr(), key.ptr()));
+    return wrap(v, sources_.item(source, key.ptr()));
+  }
+  EMBER_UNSUPPORTED(is_plain_value(obj) || is_fresh(obj))
+      << "indexing a " << type_name_of(obj) << " at " << location();
+  return checked(PyObject_GetItem(obj.ptr(), key.ptr()));
+}
+
+bool Interpreter::truth(nb::handle v) {
+  EMBER_UNSUPPORTED(!is_tensor(v))
+      << "control flow on tensor data (a tensor used as a bool) at " << location();
+  if (!is_plain_value(v)) {
+    PyTypeObject* t = Py_TYPE(v.ptr());
+    bool has_bool = t->tp_as_number != nullptr && t->tp_as_number->nb_bool != nullptr;
+    bool has_len = (t->tp_as_mapping != nullptr && t->tp_as_mapping->mp_length != nullptr) ||
+                   (t->tp_as_sequence != nullptr && t->tp_as_sequence->sq_length != nullptr);
+    if (has_bool || has_len) {
+      int source = source_of(v);
+      EMBER_UNSUPPORTED(source >= 0 && has_len && !has_bool && is_nn_module(v))
+          << "the truth value of a " << type_name_of(v) << " at " << location();
+      guards_.add_len(source, v.ptr());
+    }
+  }
+  int r = PyObject_IsTrue(v.ptr());
+  if (r < 0) throw nb::python_error();
+  return r == 1;
+}
+
+nb::object Interpreter::make_function(Frame& fr, const Instr& in) {
+  nb::object code = pop(fr);
+  EMBER_UNSUPPORTED(PyCode_Check(code.ptr())) << "MAKE_FUNCTION without a code object";
+  nb::object fn = checked(PyFunction_New(code.ptr(), fr.globals.ptr()));
+#if PY_MINOR_VERSION < 13
+  int flags = in.arg;
+  if (flags & 0x08) {
+    nb::object closure = pop(fr);
+    if (PyFunction_SetClosure(fn.ptr(), closure.ptr()) < 0) throw nb::python_error();
+  }
+  if (flags & 0x04) pop(fr);  // annotations
+  if (flags & 0x02) {
+    nb::object kwdefaults = pop(fr);
+    if (PyFunction_SetKwDefaults(fn.ptr(), kwdefaults.ptr()) < 0) throw nb::python_error();
+  }
+  if (flags & 0x01) {
+    nb::object defaults = pop(fr);
+    if (PyFunction_SetDefaults(fn.ptr(), defaults.ptr()) < 0) throw nb::python_error();
+  }
+#endif
+  return fresh(fn);
+}
+
+void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& result) {
+  PyCodeObject* co = fr.code;
+  auto& st = fr.stack;
+  switch (in.op) {
+    case Op::NOP:
+    case Op::RESUME:
+    case Op::CACHE:
+    case Op::EXTENDED_ARG:
+    case Op::PRECALL:
+    case Op::KW_NAMES:
+      return;
+    case Op::POP_TOP:
+      pop(fr);
+      return;
+    case Op::PUSH_NULL:
+      st.emplace_back();
+      return;
+    case Op::COPY:
+      st.push_back(peek(fr, static_cast<size_t>(in.arg)));
+      return;
+    case Op::SWAP:
+      std::swap(peek(fr, 1), peek(fr, static_cast<size_t>(in.arg)));
+      return;
+    case Op::END_FOR:
+#if PY_MINOR_VERSION == 12
+      pop(fr);
+#endif
+      pop(fr);
+      return;
+    case Op::LOAD_CONST:
+      st.push_back(const_at(co, in.arg));
+      return;
+    case Op::RETURN_VALUE:
+      result = pop(fr);
+      returned = true;
+      return;
+#if PY_MINOR_VERSION >= 12
+    case Op::RETURN_CONST:
+      result = const_at(co, in.arg);
+      returned = true;
+      return;
+#endif
+    case Op::LOAD_FAST:
+    case Op::LOAD_FAST_CHECK: {
+      nb::object v = fr.locals[static_cast<size_t>(in.arg)];
+      if (!v.is_valid()) {
+        PyErr_Format(PyExc_UnboundLocalError,
+                     "cannot access local variable '%U' where it is not associated with a value",
+                     local_name(co, in.arg));
+        throw nb::python_error();
+      }
+      st.push_back(std::move(v));
+      return;
+    }
+    case Op::LOAD_FAST_AND_CLEAR:
+      st.push_back(std::move(fr.locals[static_cast<size_t>(in.arg)]));
+      fr.locals[static_cast<size_t>(in.arg)] = nb::object();
+      return;
+    case Op::STORE_FAST:
+      fr.locals[static_cast<size_t>(in.arg)] = pop(fr);
+      return;
+    case Op::DELETE_FAST:
+      fr.locals[static_cast<size_t>(in.arg)] = nb::object();
+      return;
+    case Op::MAKE_CELL: {
+      nb::object& slot = fr.locals[static_cast<size_t>(in.arg)];
+      slot = fresh(checked(PyCell_New(slot.ptr())));
+      return;
+    }
+    case Op::COPY_FREE_VARS: {
+      EMBER_INTERNAL_ASSERT(!fr.closure.is_none()) << "COPY_FREE_VARS without a closure";
+      int n = in.arg;
+      int base = static_cast<int>(fr.locals.size()) - n;
+      for (int j = 0; j < n; ++j) {
+        PyObject* cell = PyTuple_GET_ITEM(fr.closure.ptr(), j);
+        fr.locals[static_cast<size_t>(base + j)] = nb::borrow(cell);
+        if (!fr.top && !is_fresh(cell) && fr.function_source >= 0) {
+          cell_origin_.emplace(cell, std::make_pair(fr.function_source, j));
+        }
+      }
+      return;
+    }
+    case Op::LOAD_CLOSURE:
+      st.push_back(fr.locals[static_cast<size_t>(in.arg)]);
+      return;
+    case Op::LOAD_DEREF:
+      st.push_back(load_deref(fr, in.arg));
+      return;
+    case Op::STORE_DEREF: {
+      nb::object cell = fr.locals[static_cast<size_t>(in.arg)];
+      EMBER_UNSUPPORTED(is_fresh(cell))
+          << "assigning a closure variable of an enclosing function at " << location();
+      nb::object v = pop(fr);
+      if (PyCell_Set(cell.ptr(), v.ptr()) < 0) throw nb::python_error();
+      return;
+    }
+    case Op::LOAD_GLOBAL: {
+      nb::object v = load_global(fr, name_at(co, in.arg));
+      bool null = (in.flags & 1) != 0;
+      if (null && kNullBeforeCallable) st.emplace_back();
+      st.push_back(std::move(v));
+      if (null && !kNullBeforeCallable) st.emplace_back();
+      return;
+    }
+    case Op::LOAD_ATTR: {
+      nb::object obj = pop(fr);
+      st.push_back(load_attr(obj, name_at(co, in.arg)));
+      return;
+    }
+    case Op::LOAD_METHOD: {
+      nb::object obj = pop(fr);
+      nb::object m = load_attr(obj, name_at(co, in.arg));
+      if (kNullBeforeCallable) st.emplace_back();
+      st.push_back(std::move(m));
+      if (!kNullBeforeCallable) st.emplace_back();
+      return;
+    }
+    case Op::STORE_ATTR: {
+      nb::object obj = pop(fr);
+      nb::object v = pop(fr);
+      EMBER_UNSUPPORTED(is_fresh(obj))
+          << "setting attribute '" << nb::cast<std::string>(nb::handle(name_at(co, in.arg)))
+          << "' of a " << type_name_of(obj) << " at " << location();
+      if (PyObject_SetAttr(obj.ptr(), name_at(co, in.arg), v.ptr()) < 0) throw nb::python_error();
+      return;
+    }
+    case Op::BINARY_OP: {
+      nb::object b = pop(fr);
+      nb::object a = pop(fr);
+      EMBER_UNSUPPORTED(is_plain_value(a) && is_plain_value(b))
+          << "operator on a " << type_name_of(a) << " and a " << type_name_of(b) << " at "
+          << location();
+      bool inplace = in.arg >= NB_INPLACE_ADD;
+      EMBER_UNSUPPORTED(!inplace || is_tensor(a) || is_fresh(a) || !PyList_CheckExact(a.ptr()))
+          << "an in-place operator on a list from outside the function at " << location();
+      st.push_back(checked(binary_op(in.arg, a.ptr(), b.ptr())));
+      if (inplace && PyList_CheckExact(st.back().ptr())) fresh(st.back());
+      return;
+    }
+    case Op::UNARY_NEGATIVE:
+    case Op::UNARY_INVERT:
+    case Op::UNARY_NOT:
+#if PY_MINOR_VERSION == 11
+    case Op::UNARY_POSITIVE:
+#endif
+    {
+      nb::object a = pop(fr);
+      if (in.op == Op::UNARY_NOT) {
+        st.push_back(nb::borrow(truth(a) ? Py_False : Py_True));
+        return;
+      }
+      EMBER_UNSUPPORTED(is_plain_value(a))
+          << "operator on a " << type_name_of(a) << " at " << location();
+      PyObject* r = in.op == Op::UNARY_NEGATIVE ? PyNumber_Negative(a.ptr())
+                    : in.op == Op::UNARY_INVERT ? PyNumber_Invert(a.ptr())
+                                                : PyNumber_Positive(a.ptr());
+      st.push_back(checked(r));
+      return;
+    }
+#if PY_MINOR_VERSION >= 12
+    case Op::CALL_INTRINSIC_1: {
+      nb::object a = pop(fr);
+      if (in.arg == 5) {  // INTRINSIC_UNARY_POSITIVE
+        EMBER_UNSUPPORTED(is_plain_value(a)) << "operator on a " << type_name_of(a);
+        st.push_back(checked(PyNumber_Positive(a.ptr())));
+      } else if (in.arg == 6) {  // INTRINSIC_LIST_TO_TUPLE
+        st.push_back(checked(PyList_AsTuple(a.ptr())));
+      } else {
+        EMBER_UNSUPPORTED(false) << "CALL_INTRINSIC_1 " << in.arg << " at " << location();
+      }
+      return;
+    }
+#endif
+    case Op::COMPARE_OP: {
+      nb::object b = pop(fr);
+      nb::object a = pop(fr);
+      EMBER_UNSUPPORTED(is_plain_value(a) && is_plain_value(b))
+          << "comparing a " << type_name_of(a) << " and a " << type_name_of(b) << " at "
+          << location();
+      nb::object r = checked(PyObject_RichCompare(a.ptr(), b.ptr(), in.arg));
+#if PY_MINOR_VERSION >= 13
+      if (in.flags & 0x10) r = nb::borrow(truth(r) ? Py_True : Py_False);
+#endif
+      st.push_back(std::move(r));
+      return;
+    }
+    case Op::IS_OP: {
+      nb::object b = pop(fr);
+      nb::object a = pop(fr);
+      bool same = (a.ptr() == b.ptr()) != (in.arg != 0);
+      st.push_back(nb::borrow(same ? Py_True : Py_False));
+      return;
+    }
+    case Op::CONTAINS_OP: {
+      nb::object container = pop(fr);
+      nb::object item = pop(fr);
+      EMBER_UNSUPPORTED(is_plain_value(container) && !is_tensor(container))
+          << "'in' on a " << type_name_of(container) << " at " << location();
+      int r = PySequence_Contains(container.ptr(), item.ptr());
+      if (r < 0) throw nb::python_error();
+      st.push_back(nb::borrow((r == 1) != (in.arg != 0) ? Py_True : Py_False));
+      return;
+    }
+    case Op::BINARY_SUBSCR: {
+      nb::object key = pop(fr);
+      nb::object obj = pop(fr);
+      st.push_back(subscr(obj, key));
+      return;
+    }
+#if PY_MINOR_VERSION >= 12
+    case Op::BINARY_SLICE: {
+      nb::object stop = pop(fr);
+      nb::object start = pop(fr);
+      nb::object obj = pop(fr);
+      nb::object key = checked(PySlice_New(start.ptr(), stop.ptr(), nullptr));
+      st.push_back(subscr(obj, key));
+      return;
+    }
+    case Op::STORE_SLICE: {
+      nb::object stop = pop(fr);
+      nb::object start = pop(fr);
+      nb::object obj = pop(fr);
+      nb::object v = pop(fr);
+      EMBER_UNSUPPORTED(is_tensor(obj) || is_fresh(obj))
+          << "assigning a slice of a " << type_name_of(obj) << " at " << location();
+      nb::object key = checked(PySlice_New(start.ptr(), stop.ptr(), nullptr));
+      if (PyObject_SetItem(obj.ptr(), key.ptr(), v.ptr()) < 0) throw nb::python_error();
+      return;
+    }
+#endif
+    case Op::STORE_SUBSCR: {
+      nb::object key = pop(fr);
+      nb::object obj = pop(fr);
+      nb::object v = pop(fr);
+      EMBER_UNSUPPORTED(is_tensor(obj) || is_fresh(obj))
+          << "assigning an item of a " << type_name_of(obj) << " at " << location();
+      if (PyObject_SetItem(obj.ptr(), key.ptr(), v.ptr()) < 0) throw nb::python_error();
+      return;
+    }
+    case Op::DELETE_SUBSCR: {
+      nb::object key = pop(fr);
+      nb::object obj = pop(fr);
+      EMBER_UNSUPPORTED(is_fresh(obj))
+          << "deleting an item of a " << type_name_of(obj) << " at " << location();
+      if (PyObject_DelItem(obj.ptr(), key.ptr()) < 0) throw nb::python_error();
+      return;
+    }
+    case Op::BUILD_SLICE: {
+      nb::object step = in.arg == 3 ? pop(fr) : nb::object();
+      nb::object stop = pop(fr);
+      nb::object start = pop(fr);
+      st.push_back(checked(PySlice_New(start.ptr(), stop.ptr(), step.ptr())));
+      return;
+    }
+    case Op::BUILD_TUPLE:
+    case Op::BUILD_LIST:
+    case Op::BUILD_SET: {
+      std::vector<nb::object> items = pop_n(fr, static_cast<size_t>(in.arg));
+      nb::object list = checked(PyList_New(static_cast<Py_ssize_t>(items.size())));
+      for (size_t i = 0; i < items.size(); ++i) {
+        PyList_SET_ITEM(list.ptr(), static_cast<Py_ssize_t>(i), items[i].release().ptr());
+      }
+      if (in.op == Op::BUILD_TUPLE) {
+        st.push_back(checked(PyList_AsTuple(list.ptr())));
+      } else if (in.op == Op::BUILD_LIST) {
+        st.push_back(fresh(list));
+      } else {
+        st.push_back(fresh(checked(PySet_New(list.ptr()))));
+      }
+      return;
+    }
+    case Op::BUILD_MAP: {
+      std::vector<nb::object> kv = pop_n(fr, static_cast<size_t>(2 * in.arg));
+      nb::object d = fresh(checked(PyDict_New()));
+      for (size_t i = 0; i < kv.size(); i += 2) {
+        if (PyDict_SetItem(d.ptr(), kv[i].ptr(), kv[i + 1].ptr()) < 0) throw nb::python_error();
+      }
+      st.push_back(d);
+      return;
+    }
+    case Op::BUILD_CONST_KEY_MAP: {
+      nb::object keys = pop(fr);
+      std::vector<nb::object> values = pop_n(fr, static_cast<size_t>(in.arg));
+      nb::object d = fresh(checked(PyDict_New()));
+      for (size_t i = 0; i < values.size(); ++i) {
+        if (PyDict_SetItem(d.ptr(), PyTuple_GET_ITEM(keys.ptr(), static_cast<Py_ssize_t>(i)),
+                           values[i].ptr()) < 0) {
+          throw nb::python_error();
+        }
+      }
+      st.push_back(d);
+      return;
+    }
+    case Op::BUILD_STRING: {
+      std::vector<nb::object> parts = pop_n(fr, static_cast<size_t>(in.arg));
+      nb::object tuple = checked(PyTuple_New(static_cast<Py_ssize_t>(parts.size())));
+      for (size_t i = 0; i < parts.size(); ++i) {
+        PyTuple_SET_ITEM(tuple.ptr(), static_cast<Py_ssize_t>(i), parts[i].release().ptr());
+      }
+      nb::object empty = checked(PyUnicode_FromString(""));
+      st.push_back(checked(PyUnicode_Join(empty.ptr(), tuple.ptr())));
+      return;
+    }
+    case Op::LIST_APPEND:
+    case Op::SET_ADD:
+    case Op::LIST_EXTEND:
+    case Op::SET_UPDATE:
+    case Op::DICT_UPDATE:
+    case Op::DICT_MERGE: {
+      nb::object v = pop(fr);
+      nb::handle target = peek(fr, static_cast<size_t>(in.arg));
+      int r = 0;
+      switch (in.op) {
+        case Op::LIST_APPEND:
+          r = PyList_Append(target.ptr(), v.ptr());
+          break;
+        case Op::SET_ADD:
+          r = PySet_Add(target.ptr(), v.ptr());
+          break;
+        case Op::LIST_EXTEND: {
+          std::vector<nb::object> items;
+          if (!materialize(v, items)) {
+            EMBER_UNSUPPORTED(is_plain_value(v) || is_fresh(v))
+                << "unpacking a " << type_name_of(v) << " at " << location();
+            nb::object fast = checked(PySequence_Fast(v.ptr(), "cannot unpack"));
+            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast.ptr()); ++i) {
+              items.push_back(nb::borrow(PySequence_Fast_GET_ITEM(fast.ptr(), i)));
+            }
+          }
+          for (auto& item : items) {
+            if (PyList_Append(target.ptr(), item.ptr()) < 0) throw nb::python_error();
+          }
+          break;
+        }
+        case Op::SET_UPDATE: {
+          nb::object res = checked(PyObject_CallMethod(target.ptr(), "update", "O", v.ptr()));
+          break;
+        }
+        default:
+          EMBER_UNSUPPORTED(PyDict_CheckExact(v.ptr()))
+              << "unpacking a " << type_name_of(v) << " as keyword arguments at " << location();
+          r = PyDict_Update(target.ptr(), v.ptr());
+          break;
+      }
+      if (r < 0) throw nb::python_error();
+      return;
+    }
+    case Op::MAP_ADD: {
+      nb::object value = pop(fr);
+      nb::object key = pop(fr);
+      if (PyDict_SetItem(peek(fr, static_cast<size_t>(in.arg)).ptr(), key.ptr(), value.ptr()) < 0) {
+        throw nb::python_error();
+      }
+      return;
+    }
+#if PY_MINOR_VERSION == 11
+    case Op::LIST_TO_TUPLE: {
+      nb::object list = pop(fr);
+      st.push_back(checked(PyList_AsTuple(list.ptr())));
+      return;
+    }
+#endif
+    case Op::UNPACK_SEQUENCE: {
+      nb::object seq = pop(fr);
+      std::vector<nb::object> items;
+      if (!materialize(seq, items)) {
+        EMBER_UNSUPPORTED(is_plain_value(seq) || is_fresh(seq))
+            << "unpacking a " << type_name_of(seq) << " at " << location();
+        nb::object fast = checked(PySequence_Fast(seq.ptr(), "cannot unpack"));
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast.ptr()); ++i) {
+          items.push_back(nb::borrow(PySequence_Fast_GET_ITEM(fast.ptr(), i)));
+        }
+      }
+      if (static_cast<int>(items.size()) != in.arg) {
+        PyErr_Format(PyExc_ValueError, "cannot unpack %zd values into %d",
+                     static_cast<Py_ssize_t>(items.size()), in.arg);
+        throw nb::python_error();
+      }
+      for (auto it = items.rbegin(); it != items.rend(); ++it) st.push_back(*it);
+      return;
+    }
+    case Op::GET_ITER: {
+      nb::object v = pop(fr);
+      std::vector<nb::object> items;
+      if (materialize(v, items)) {
+        nb::object list = fresh(checked(PyList_New(0)));
+        for (auto& item : items) {
+          if (PyList_Append(list.ptr(), item.ptr()) < 0) throw nb::python_error();
+        }
+        v = list;
+      }
+      EMBER_UNSUPPORTED(is_plain_value(v) || is_fresh(v) || PyIter_Check(v.ptr()))
+          << "iterating over a " << type_name_of(v) << " at " << location();
+      st.push_back(fresh(checked(PyObject_GetIter(v.ptr()))));
+      return;
+    }
+    case Op::FOR_ITER: {
+      nb::handle it = peek(fr);
+      EMBER_UNSUPPORTED(is_fresh(it)) << "FOR_ITER over an iterator from outside the function";
+      PyObject* next = PyIter_Next(it.ptr());
+      if (next != nullptr) {
+        st.push_back(nb::steal(next));
+        return;
+      }
+      if (PyErr_Occurred()) throw nb::python_error();
+#if PY_MINOR_VERSION == 11
+      pop(fr);
+#else
+      st.push_back(nb::none());  // END_FOR (3.12) or END_FOR + POP_TOP (3.13) pop both
+#endif
+      fr.pc = static_cast<size_t>(in.target);
+      return;
+    }
+    case Op::JUMP:
+    case Op::JUMP_FORWARD:
+    case Op::JUMP_BACKWARD:
+    case Op::JUMP_BACKWARD_NO_INTERRUPT:
+    case Op::JUMP_NO_INTERRUPT:
+      fr.pc = static_cast<size_t>(in.target);
+      return;
+    case Op::POP_JUMP_IF_TRUE:
+    case Op::POP_JUMP_IF_FALSE: {
+      nb::object v = pop(fr);
+      if (truth(v) == (in.op == Op::POP_JUMP_IF_TRUE)) fr.pc = static_cast<size_t>(in.target);
+      return;
+    }
+    case Op::POP_JUMP_IF_NONE:
+    case Op::POP_JUMP_IF_NOT_NONE: {
+      nb::object v = pop(fr);
+      if (v.is_none() == (in.op == Op::POP_JUMP_IF_NONE)) fr.pc = static_cast<size_t>(in.target);
+      return;
+    }
+#if PY_MINOR_VERSION == 11
+    case Op::JUMP_IF_TRUE_OR_POP:
+    case Op::JUMP_IF_FALSE_OR_POP: {
+      bool t = truth(peek(fr));
+      if (t == (in.op == Op::JUMP_IF_TRUE_OR_POP)) {
+        fr.pc = static_cast<size_t>(in.target);
+      } else {
+        pop(fr);
+      }
+      return;
+    }
+#endif
+#if PY_MINOR_VERSION >= 13
+    case Op::TO_BOOL: {
+      nb::object v = pop(fr);
+      st.push_back(nb::borrow(truth(v) ? Py_True : Py_False));
+      return;
+    }
+#endif
+    case Op::MAKE_FUNCTION:
+      st.push_back(make_function(fr, in));
+      return;
+    case Op::CALL: {
+      size_t argc = static_cast<size_t>(in.arg);
+      std::vector<nb::object> args = pop_n(fr, argc);
+      nb::object b = pop(fr);
+      nb::object a = pop(fr);
+      nb::object callable;
+      if (kNullBeforeCallable) {
+        if (a.is_valid()) {
+          callable = a;
+          args.insert(args.begin(), b);
+        } else {
+          callable = b;
+        }
+      } else {
+        callable = a;
+        if (b.is_valid()) args.insert(args.begin(), b);
+      }
+      nb::object kwnames = in.kwnames >= 0 ? const_at(co, in.kwnames) : nb::object();
+      st.push_back(call(callable, std::move(args), kwnames));
+      return;
+    }
+    case Op::CALL_FUNCTION_EX: {
+      nb::object kwargs = (in.arg & 1) ? pop(fr) : nb::object();
+      nb::object posargs = pop(fr);
+      nb::object b = pop(fr);
+      nb::object a = pop(fr);
+      nb::object callable = kNullBeforeCallable ? b : a;
+      EMBER_UNSUPPORTED(PyTuple_CheckExact(posargs.ptr()) || PyList_CheckExact(posargs.ptr()))
+          << "f(*args) with args a " << type_name_of(posargs) << " at " << location();
+      std::vector<nb::object> args;
+      nb::object fast = checked(PySequence_Fast(posargs.ptr(), "*args"));
+      for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast.ptr()); ++i) {
+        args.push_back(nb::borrow(PySequence_Fast_GET_ITEM(fast.ptr(), i)));
+      }
+      nb::object kwnames;
+      if (kwargs.is_valid() && PyDict_GET_SIZE(kwargs.ptr()) > 0) {
+        EMBER_UNSUPPORTED(PyDict_CheckExact(kwargs.ptr()))
+            << "f(**kwargs) with kwargs a " << type_name_of(kwargs) << " at " << location();
+        nb::object names = checked(PyList_New(0));
+        PyObject* key = nullptr;
+        PyObject* value = nullptr;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(kwargs.ptr(), &pos, &key, &value)) {
+          if (PyList_Append(names.ptr(), key) < 0) throw nb::python_error();
+          args.push_back(nb::borrow(value));
+        }
+        kwnames = checked(PyList_AsTuple(names.ptr()));
+      }
+      st.push_back(call(callable, std::move(args), kwnames));
+      return;
+    }
+    default:
+      break;
+  }
+  EMBER_UNSUPPORTED(false) << "the instruction " << bytecode::op_name(in.op) << " at "
+                           << location();
+}
+
+}  // namespace ember::capture

@@ -1,0 +1,126 @@
+/// \file
+/// The symbolic interpreter: runs a frame's normalised bytecode (bytecode/instruction.h) at
+/// capture time, with tensors replaced by tracer tensors, so that every tensor operation is
+/// recorded by a TraceSession as an ATen node.
+///
+/// The model. Values on the interpreter's stack are real Python objects: tracer tensors, objects
+/// the frame reads (modules, functions, constants), and containers the interpreter builds. What
+/// makes it symbolic is bookkeeping around them:
+///  - every value read from outside the frame (its arguments and free variables, globals,
+///    builtins, attributes and items of those) gets a Source (source.h) and a guard (guards.h):
+///    tensors become graph inputs (TensorMatch), constants are guarded by value (Equals),
+///    other objects by identity (IdMatch), containers by type and length with their items
+///    read one by one;
+///  - user functions and nn.Module forwards are inlined (interpreted, not called);
+///  - torch functions, Tensor methods and an allow-list of builtins run for real on tracer
+///    tensors and on the interpreter's own values;
+///  - objects the frame did not create are never mutated: a store into one is unsupported.
+/// Anything else (an unknown opcode or callable, control flow on tensor data, a side effect)
+/// throws ember::Unsupported with the reason and the source line. An exception the program
+/// itself raises propagates as a Python error (nanobind::python_error).
+#pragma once
+
+#include <Python.h>
+#include <nanobind/nanobind.h>
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "capture/bytecode/instruction.h"
+#include "capture/guards.h"
+#include "capture/hook/frame_hook.h"
+#include "capture/source.h"
+#include "tracer/trace_session.h"
+
+namespace ember::capture {
+
+struct InterpreterOptions {
+  int max_inline_depth = 32;
+  /// co_filename prefixes of code that runs for real instead of being inlined (torch, the
+  /// standard library). Inlined: everything else.
+  std::vector<std::string> library_prefixes;
+};
+
+class Interpreter {
+ public:
+  Interpreter(tracer::TraceSession& session, SourceTable& sources, GuardSet& guards,
+              InterpreterOptions options);
+  ~Interpreter();
+  Interpreter(const Interpreter&) = delete;
+  Interpreter& operator=(const Interpreter&) = delete;
+
+  /// Interprets frame `f` to its return value (tracer tensors in place of tensors). The trace
+  /// session must be entered.
+  nanobind::object run(const FrameView& f);
+
+  /// The source each graph input reads, in input order.
+  const std::vector<int>& input_sources() const { return input_sources_; }
+  /// Number of instructions interpreted and functions inlined (for logs).
+  int64_t instructions() const { return instructions_; }
+  int64_t inlined_calls() const { return inlined_calls_; }
+
+  /// "file:line (function)" of the instruction being interpreted, innermost frame first.
+  std::string location() const;
+
+  struct Frame;
+
+ private:
+  // interpreter.cpp: the loop and the stack, name and container ops.
+  nanobind::object run_frame(Frame& fr);
+  void step(Frame& fr, const bytecode::Instr& in, bool& returned, nanobind::object& result);
+  nanobind::object load_global(Frame& fr, PyObject* name);
+  nanobind::object load_attr(nanobind::handle obj, PyObject* name);
+  nanobind::object load_deref(Frame& fr, int slot);
+  nanobind::object subscr(nanobind::handle obj, nanobind::handle key);
+  bool truth(nanobind::handle v);
+  nanobind::object make_function(Frame& fr, const bytecode::Instr& in);
+
+  // interpreter_values.cpp: sources, guards, graph inputs and freshness.
+  /// Registers `v`, read from `source`: installs its guard and returns what the frame sees (a
+  /// tracer tensor for a tensor, a wrapped copy for a list, tuple or dict).
+  nanobind::object wrap(nanobind::handle v, int source);
+  int source_of(nanobind::handle v) const;
+  nanobind::object fresh(nanobind::object v);  ///< marks a value the frame created
+  bool is_fresh(nanobind::handle v) const;
+  /// The items of an nn.ModuleList, Sequential or ParameterList read from a source, each
+  /// wrapped with its item source (and the container's length guarded). False for others.
+  bool materialize(nanobind::handle v, std::vector<nanobind::object>& items);
+
+  // interpreter_calls.cpp: the call policy and inlining.
+  nanobind::object call(nanobind::handle callable, std::vector<nanobind::object> args,
+                        nanobind::handle kwnames);
+  nanobind::object call_module(nanobind::handle module, std::vector<nanobind::object> args,
+                               nanobind::handle kwnames);
+  nanobind::object call_real(nanobind::handle callable, std::vector<nanobind::object> args,
+                             nanobind::handle kwnames);
+  nanobind::object call_builtin(nanobind::handle fn, std::vector<nanobind::object> args,
+                                nanobind::handle kwnames);
+  nanobind::object inline_function(nanobind::handle fn, std::vector<nanobind::object> args,
+                                   nanobind::handle kwnames);
+  bool is_library_code(PyCodeObject* code) const;
+  bool runs_for_real(nanobind::handle callable) const;
+
+  tracer::TraceSession& session_;
+  SourceTable& sources_;
+  GuardSet& guards_;
+  InterpreterOptions options_;
+
+  std::vector<Frame*> frames_;  ///< the inlining stack, outermost first
+  std::vector<int> input_sources_;
+  std::unordered_map<PyObject*, int> source_of_;        ///< non-constant objects read from sources
+  std::unordered_map<PyObject*, PyObject*> tracer_of_;  ///< real tensor -> its tracer tensor
+  std::unordered_map<PyObject*, int> tensor_source_;    ///< real tensor -> its first source
+  std::unordered_map<int, nanobind::object> wrapped_;   ///< source -> what wrap() returned
+  /// Cells of closures from outside the frame -> (source of the function, index in its
+  /// closure); the function source is -1 for the top frame, whose index is a localsplus slot.
+  std::unordered_map<PyObject*, std::pair<int, int>> cell_origin_;
+  std::unordered_set<PyObject*> fresh_;      ///< objects the frame created
+  std::vector<nanobind::object> keepalive_;  ///< keeps the maps' keys alive
+  int64_t instructions_ = 0;
+  int64_t inlined_calls_ = 0;
+};
+
+}  // namespace ember::capture

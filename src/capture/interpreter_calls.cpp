@@ -1,0 +1,535 @@
+/// \file
+/// The interpreter's call policy: which callables are inlined, which run for real, which are
+/// unsupported; and inlining itself (argument binding, a new Frame).
+#include <string_view>
+
+#include "capture/interpreter_internal.h"
+
+namespace nb = nanobind;
+
+namespace ember::capture {
+
+namespace {
+
+std::string str_of(nb::handle o) {
+  nb::object s = nb::steal(PyObject_Str(o.ptr()));
+  if (!s.is_valid()) {
+    PyErr_Clear();
+    return "?";
+  }
+  return nb::cast<std::string>(s);
+}
+
+/// The `__module__` of a callable, or "".
+std::string module_of(nb::handle c) {
+  PyObject* m = PyObject_GetAttrString(c.ptr(), "__module__");
+  if (m == nullptr) {
+    PyErr_Clear();
+    return {};
+  }
+  nb::object mod = nb::steal(m);
+  return PyUnicode_Check(m) ? std::string(PyUnicode_AsUTF8(m)) : std::string();
+}
+
+std::string name_of(nb::handle c) {
+  PyObject* n = PyObject_GetAttrString(c.ptr(), "__qualname__");
+  if (n == nullptr) {
+    PyErr_Clear();
+    n = PyObject_GetAttrString(c.ptr(), "__name__");
+    if (n == nullptr) {
+      PyErr_Clear();
+      return type_name_of(c);
+    }
+  }
+  nb::object name = nb::steal(n);
+  return PyUnicode_Check(n) ? std::string(PyUnicode_AsUTF8(n)) : type_name_of(c);
+}
+
+bool starts_with(std::string_view s, std::string_view p) {
+  return s.substr(0, p.size()) == p;
+}
+
+/// torch functions that change global state or leave the program: never run at capture time.
+bool is_denied_torch_function(std::string_view name) {
+  static constexpr std::string_view kDenied[] = {"manual_seed",
+                                                 "seed",
+                                                 "set_grad_enabled",
+                                                 "_set_grad_enabled",
+                                                 "set_default_dtype",
+                                                 "set_default_device",
+                                                 "use_deterministic_algorithms",
+                                                 "backward",
+                                                 "grad",
+                                                 "compile",
+                                                 "save",
+                                                 "load",
+                                                 "set_num_threads",
+                                                 "set_printoptions",
+                                                 "register_buffer",
+                                                 "register_parameter",
+                                                 "add_module",
+                                                 "register_module",
+                                                 "requires_grad_",
+                                                 "retain_grad",
+                                                 "register_hook",
+                                                 "tolist",
+                                                 "numpy",
+                                                 "item",
+                                                 "_assert_async",
+                                                 "cuda",
+                                                 "synchronize"};
+  for (std::string_view d : kDenied) {
+    if (name == d || (name.size() > d.size() && name[name.size() - d.size() - 1] == '.' &&
+                      name.substr(name.size() - d.size()) == d)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+/// Methods of list, dict and set that mutate their object.
+bool is_mutating_method(std::string_view name) {
+  static constexpr std::string_view kMutating[] = {"append",
+                                                   "extend",
+                                                   "insert",
+                                                   "pop",
+                                                   "remove",
+                                                   "clear",
+                                                   "sort",
+                                                   "reverse",
+                                                   "update",
+                                                   "setdefault",
+                                                   "popitem",
+                                                   "add",
+                                                   "discard",
+                                                   "__setitem__",
+                                                   "__delitem__",
+                                                   "__iadd__",
+                                                   "difference_update",
+                                                   "intersection_update",
+                                                   "symmetric_difference_update"};
+  for (std::string_view m : kMutating) {
+    if (name == m) return true;
+  }
+  return false;
+}
+
+/// Builtins that are safe to run for real on the interpreter's values.
+bool is_safe_builtin(std::string_view name) {
+  static constexpr std::string_view kSafe[] = {
+      "len", "isinstance", "issubclass", "callable", "hasattr", "min",  "max",  "sum",    "abs",
+      "all", "any",        "round",      "divmod",   "pow",     "iter", "next", "format", "repr",
+      "chr", "ord",        "hash",       "sorted",   "ascii",   "bin",  "hex",  "oct"};
+  for (std::string_view s : kSafe) {
+    if (name == s) return true;
+  }
+  return false;
+}
+
+/// Builtin types whose constructors are safe to run for real.
+bool is_safe_builtin_type(PyObject* t) {
+  static PyObject* const kTypes[] = {
+      reinterpret_cast<PyObject*>(&PyLong_Type),      reinterpret_cast<PyObject*>(&PyFloat_Type),
+      reinterpret_cast<PyObject*>(&PyBool_Type),      reinterpret_cast<PyObject*>(&PyUnicode_Type),
+      reinterpret_cast<PyObject*>(&PyTuple_Type),     reinterpret_cast<PyObject*>(&PyList_Type),
+      reinterpret_cast<PyObject*>(&PyDict_Type),      reinterpret_cast<PyObject*>(&PySet_Type),
+      reinterpret_cast<PyObject*>(&PyFrozenSet_Type), reinterpret_cast<PyObject*>(&PySlice_Type),
+      reinterpret_cast<PyObject*>(&PyRange_Type),     reinterpret_cast<PyObject*>(&PyEnum_Type),
+      reinterpret_cast<PyObject*>(&PyReversed_Type),  reinterpret_cast<PyObject*>(&PyZip_Type),
+      reinterpret_cast<PyObject*>(&PyMap_Type),       reinterpret_cast<PyObject*>(&PyFilter_Type),
+      reinterpret_cast<PyObject*>(&PyComplex_Type),   reinterpret_cast<PyObject*>(&PySuper_Type)};
+  for (PyObject* k : kTypes) {
+    if (t == k) return true;
+  }
+  return false;
+}
+
+PyObject* builtins_dict_of(PyObject* globals) {
+  PyObject* b = PyDict_GetItemString(globals, "__builtins__");
+  if (b != nullptr && PyModule_Check(b)) return PyModule_GetDict(b);
+  if (b != nullptr && PyDict_Check(b)) return b;
+  return PyEval_GetBuiltins();
+}
+
+}  // namespace
+
+bool Interpreter::is_library_code(PyCodeObject* code) const {
+  std::string_view file = PyUnicode_AsUTF8(code->co_filename);
+  for (const std::string& p : options_.library_prefixes) {
+    if (starts_with(file, p)) return true;
+  }
+  return false;
+}
+
+bool Interpreter::runs_for_real(nb::handle callable) const {
+  std::string module = module_of(callable);
+  if (!(module == "torch" || starts_with(module, "torch.") || module == "math" ||
+        module == "_operator" || module == "operator")) {
+    return false;
+  }
+  return !is_denied_torch_function(name_of(callable));
+}
+
+nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
+                             nb::handle kwnames) {
+  PyObject* c = callable.ptr();
+  EMBER_UNSUPPORTED(c != nullptr) << "calling NULL at " << location();
+  if (is_nn_module(callable)) return call_module(callable, std::move(args), kwnames);
+  if (PyMethod_Check(c)) {
+    PyObject* self = PyMethod_GET_SELF(c);
+    PyObject* fn = PyMethod_GET_FUNCTION(c);
+    if (PyFunction_Check(fn) &&
+        !is_library_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn)))) {
+      args.insert(args.begin(), nb::borrow(self));
+      return inline_function(fn, std::move(args), kwnames);
+    }
+    EMBER_UNSUPPORTED(!is_nn_module(self))
+        << "calling nn.Module method " << name_of(fn) << " at " << location();
+    EMBER_UNSUPPORTED(runs_for_real(fn) || is_tensor(self))
+        << "calling " << name_of(fn) << " (a library method) at " << location();
+    return call_real(callable, std::move(args), kwnames);
+  }
+  if (PyFunction_Check(c)) {
+    if (!is_library_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(c)))) {
+      return inline_function(callable, std::move(args), kwnames);
+    }
+    EMBER_UNSUPPORTED(runs_for_real(callable))
+        << "calling " << module_of(callable) << "." << name_of(callable) << " at " << location();
+    return call_real(callable, std::move(args), kwnames);
+  }
+  if (PyCFunction_Check(c)) {
+    PyObject* self = PyCFunction_GET_SELF(c);
+    std::string name = name_of(callable);
+    if (self != nullptr && PyModule_Check(self) &&
+        std::string_view(PyModule_GetName(self)) == "builtins") {
+      return call_builtin(callable, std::move(args), kwnames);
+    }
+    if (self != nullptr && is_tensor(self)) {
+      EMBER_UNSUPPORTED(!is_denied_torch_function(name))
+          << "Tensor." << name << " at " << location();
+      return call_real(callable, std::move(args), kwnames);
+    }
+    if (self != nullptr && is_plain_value(self)) {
+      bool mutable_container = PyList_Check(self) || PyDict_Check(self) || PySet_Check(self);
+      EMBER_UNSUPPORTED(!mutable_container || is_fresh(self) || !is_mutating_method(name))
+          << "calling " << type_name_of(self) << "." << name
+          << " on a container from outside the function at " << location();
+      return call_real(callable, std::move(args), kwnames);
+    }
+    EMBER_UNSUPPORTED(runs_for_real(callable))
+        << "calling " << module_of(callable) << "." << name << " at " << location();
+    return call_real(callable, std::move(args), kwnames);
+  }
+  if (PyType_Check(c)) {
+    if (c == reinterpret_cast<PyObject*>(&PySuper_Type) && args.empty()) {
+      // Zero-argument super(): the __class__ cell and the first argument of the current frame.
+      Frame& fr = *frames_.back();
+      PyCodeObject* co = fr.code;
+      nb::object cls;
+      for (int i = 0; i < static_cast<int>(fr.locals.size()); ++i) {
+        PyObject* n = local_name(co, i);
+        if (n != nullptr && PyUnicode_CompareWithASCIIString(n, "__class__") == 0 &&
+            fr.locals[static_cast<size_t>(i)].is_valid() &&
+            PyCell_Check(fr.locals[static_cast<size_t>(i)].ptr())) {
+          cls = nb::borrow(PyCell_GET(fr.locals[static_cast<size_t>(i)].ptr()));
+        }
+      }
+      EMBER_UNSUPPORTED(cls.is_valid() && co->co_argcount > 0 && fr.locals[0].is_valid())
+          << "super() outside a method at " << location();
+      nb::object self = fr.locals[0];
+      if (PyCell_Check(self.ptr())) self = nb::borrow(PyCell_GET(self.ptr()));
+      args = {cls, self};
+      return call_real(callable, std::move(args), kwnames);
+    }
+    if (is_safe_builtin_type(c)) {
+      for (auto& a : args) {
+        std::vector<nb::object> items;
+        if (materialize(a, items)) {
+          nb::object list = fresh(checked(PyList_New(0)));
+          for (auto& item : items) {
+            if (PyList_Append(list.ptr(), item.ptr()) < 0) throw nb::python_error();
+          }
+          a = list;
+        }
+        EMBER_UNSUPPORTED(!a.is_valid() || is_plain_value(a) || is_fresh(a) ||
+                          PyIter_Check(a.ptr()) || PyFunction_Check(a.ptr()) ||
+                          PyCFunction_Check(a.ptr()))
+            << "calling " << name_of(callable) << " on a " << type_name_of(a) << " at "
+            << location();
+      }
+      if (c == reinterpret_cast<PyObject*>(&PyMap_Type) ||
+          c == reinterpret_cast<PyObject*>(&PyFilter_Type)) {
+        EMBER_UNSUPPORTED(!args.empty() && !PyFunction_Check(args[0].ptr()))
+            << name_of(callable) << " with a Python function at " << location();
+      }
+      return call_real(callable, std::move(args), kwnames);
+    }
+    if (PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(c),
+                         reinterpret_cast<PyTypeObject*>(PyExc_BaseException))) {
+      return call_real(callable, std::move(args), kwnames);
+    }
+    EMBER_UNSUPPORTED(runs_for_real(callable))
+        << "constructing a " << name_of(callable) << " at " << location();
+    return call_real(callable, std::move(args), kwnames);
+  }
+  std::string tname = type_name_of(callable);
+  if (tname == "functools.partial") {
+    nb::object fn = checked(PyObject_GetAttrString(c, "func"));
+    nb::object pargs = checked(PyObject_GetAttrString(c, "args"));
+    nb::object pkw = checked(PyObject_GetAttrString(c, "keywords"));
+    EMBER_UNSUPPORTED(PyDict_GET_SIZE(pkw.ptr()) == 0 || !kwnames.is_valid() ||
+                      PyTuple_GET_SIZE(kwnames.ptr()) == 0)
+        << "a functools.partial with keywords called with keywords at " << location();
+    std::vector<nb::object> all;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(pargs.ptr()); ++i) {
+      all.push_back(nb::borrow(PyTuple_GET_ITEM(pargs.ptr(), i)));
+    }
+    for (auto& a : args) all.push_back(a);
+    nb::object names = kwnames.is_valid() ? nb::borrow(kwnames) : nb::object();
+    if (PyDict_GET_SIZE(pkw.ptr()) > 0) {
+      nb::object list = checked(PyList_New(0));
+      PyObject* key = nullptr;
+      PyObject* value = nullptr;
+      Py_ssize_t pos = 0;
+      while (PyDict_Next(pkw.ptr(), &pos, &key, &value)) {
+        if (PyList_Append(list.ptr(), key) < 0) throw nb::python_error();
+        all.push_back(nb::borrow(value));
+      }
+      names = checked(PyList_AsTuple(list.ptr()));
+    }
+    return call(fn, std::move(all), names);
+  }
+  if (tname == "method_descriptor" || tname == "wrapper_descriptor" || tname == "method-wrapper" ||
+      tname == "builtin_function_or_method" || starts_with(tname, "torch._ops.") ||
+      tname == "OpOverloadPacket" || tname == "OpOverload") {
+    PyObject* self = nullptr;
+    if (tname == "method-wrapper") {
+      nb::object s = checked(PyObject_GetAttrString(c, "__self__"));
+      self = s.ptr();
+      EMBER_UNSUPPORTED(is_tensor(s) || (is_plain_value(s) && !PyList_Check(self) &&
+                                         !PyDict_Check(self) && !PySet_Check(self)))
+          << "calling " << name_of(callable) << " of a " << type_name_of(s) << " at " << location();
+      return call_real(callable, std::move(args), kwnames);
+    }
+    if (tname == "method_descriptor" || tname == "wrapper_descriptor") {
+      nb::object owner = checked(PyObject_GetAttrString(c, "__objclass__"));
+      std::string owner_name = reinterpret_cast<PyTypeObject*>(owner.ptr())->tp_name;
+      bool tensor_method = starts_with(owner_name, "torch._C.") || owner_name == "TensorBase";
+      bool immutable = owner.ptr() == reinterpret_cast<PyObject*>(&PyUnicode_Type) ||
+                       owner.ptr() == reinterpret_cast<PyObject*>(&PyTuple_Type) ||
+                       owner.ptr() == reinterpret_cast<PyObject*>(&PyLong_Type) ||
+                       owner.ptr() == reinterpret_cast<PyObject*>(&PyFloat_Type);
+      EMBER_UNSUPPORTED((tensor_method && !is_denied_torch_function(name_of(callable))) ||
+                        immutable)
+          << "calling " << owner_name << "." << name_of(callable) << " at " << location();
+      return call_real(callable, std::move(args), kwnames);
+    }
+    EMBER_UNSUPPORTED(runs_for_real(callable) || starts_with(tname, "torch._ops."))
+        << "calling " << name_of(callable) << " at " << location();
+    return call_real(callable, std::move(args), kwnames);
+  }
+  EMBER_UNSUPPORTED(false) << "calling a " << tname << " (" << str_of(callable) << ") at "
+                           << location();
+  return {};
+}
+
+nb::object Interpreter::call_real(nb::handle callable, std::vector<nb::object> args,
+                                  nb::handle kwnames) {
+  size_t nkw = kwnames.is_valid() ? static_cast<size_t>(PyTuple_GET_SIZE(kwnames.ptr())) : 0;
+  std::vector<PyObject*> raw(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    EMBER_UNSUPPORTED(args[i].is_valid()) << "a NULL argument at " << location();
+    raw[i] = args[i].ptr();
+  }
+  nb::object r = checked(PyObject_Vectorcall(callable.ptr(), raw.data(), args.size() - nkw,
+                                             nkw > 0 ? kwnames.ptr() : nullptr));
+  // A container nobody else holds was made by this call: the frame owns it.
+  if ((PyList_CheckExact(r.ptr()) || PyDict_CheckExact(r.ptr()) || PySet_CheckExact(r.ptr())) &&
+      Py_REFCNT(r.ptr()) == 1) {
+    fresh(r);
+  }
+  if (PyIter_Check(r.ptr()) && !is_tensor(r)) fresh(r);
+  return r;
+}
+
+nb::object Interpreter::call_builtin(nb::handle fn, std::vector<nb::object> args,
+                                     nb::handle kwnames) {
+  std::string name = name_of(fn);
+  size_t nkw = kwnames.is_valid() ? static_cast<size_t>(PyTuple_GET_SIZE(kwnames.ptr())) : 0;
+  if (name == "getattr" && nkw == 0 && (args.size() == 2 || args.size() == 3) &&
+      PyUnicode_Check(args[1].ptr())) {
+    if (args.size() == 2) return load_attr(args[0], args[1].ptr());
+    try {
+      return load_attr(args[0], args[1].ptr());
+    } catch (nb::python_error& e) {
+      if (!e.matches(PyExc_AttributeError)) throw;
+      return args[2];
+    }
+  }
+  EMBER_UNSUPPORTED(is_safe_builtin(name)) << "calling builtin " << name << " at " << location();
+  if (name == "len" && args.size() == 1 && source_of(args[0]) >= 0 && is_nn_module(args[0])) {
+    guards_.add_len(source_of(args[0]), args[0].ptr());
+  }
+  if (name != "len" && name != "isinstance" && name != "issubclass" && name != "callable" &&
+      name != "hasattr") {
+    for (auto& a : args) {
+      std::vector<nb::object> items;
+      if (materialize(a, items)) {
+        nb::object list = fresh(checked(PyList_New(0)));
+        for (auto& item : items) {
+          if (PyList_Append(list.ptr(), item.ptr()) < 0) throw nb::python_error();
+        }
+        a = list;
+      }
+    }
+  }
+  return call_real(fn, std::move(args), kwnames);
+}
+
+nb::object Interpreter::call_module(nb::handle module, std::vector<nb::object> args,
+                                    nb::handle kwnames) {
+  static const char* const kHooks[] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
+                                       "_backward_pre_hooks"};
+  for (const char* h : kHooks) {
+    PyObject* d = PyObject_GetAttrString(module.ptr(), h);
+    if (d == nullptr) {
+      PyErr_Clear();
+      continue;
+    }
+    nb::object hooks = nb::steal(d);
+    EMBER_UNSUPPORTED(PyObject_Length(d) == 0)
+        << "a module with " << h << " (" << type_name_of(module) << ") at " << location();
+  }
+  static PyObject* global_hooks = [] {
+    nb::object m = checked(PyImport_ImportModule("torch.nn.modules.module"));
+    nb::object list = checked(PyList_New(0));
+    for (const char* n : {"_global_forward_hooks", "_global_forward_pre_hooks",
+                          "_global_backward_hooks", "_global_backward_pre_hooks"}) {
+      PyObject* d = PyObject_GetAttrString(m.ptr(), n);
+      if (d == nullptr) {
+        PyErr_Clear();
+        continue;
+      }
+      PyList_Append(list.ptr(), d);
+      Py_DECREF(d);
+    }
+    return list.release().ptr();
+  }();
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(global_hooks); ++i) {
+    EMBER_UNSUPPORTED(PyObject_Length(PyList_GET_ITEM(global_hooks, i)) == 0)
+        << "global nn.Module hooks are registered";
+  }
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(module.ptr()));
+  static PyObject* module_call = [] {
+    nb::object m = checked(PyImport_ImportModule("torch.nn"));
+    nb::object cls = checked(PyObject_GetAttrString(m.ptr(), "Module"));
+    return checked(PyObject_GetAttrString(cls.ptr(), "__call__")).release().ptr();
+  }();
+  nb::object call_attr = checked(PyObject_GetAttrString(type, "__call__"));
+  EMBER_UNSUPPORTED(call_attr.ptr() == module_call)
+      << type_name_of(module) << " overrides __call__ at " << location();
+  PyObject* dict = PyObject_GenericGetDict(module.ptr(), nullptr);
+  if (dict != nullptr) {
+    nb::object d = nb::steal(dict);
+    EMBER_UNSUPPORTED(PyDict_GetItemString(dict, "forward") == nullptr)
+        << type_name_of(module) << " has an instance attribute 'forward' at " << location();
+  } else {
+    PyErr_Clear();
+  }
+  nb::object forward = checked(PyObject_GetAttrString(type, "forward"));
+  EMBER_UNSUPPORTED(PyFunction_Check(forward.ptr()))
+      << type_name_of(module) << ".forward is a " << type_name_of(forward) << " at " << location();
+  int source = source_of(module);
+  if (source >= 0 && PyFunction_GET_CLOSURE(forward.ptr()) != nullptr) {
+    nb::object cls_name = nb::steal(PyUnicode_FromString("__class__"));
+    nb::object fwd_name = nb::steal(PyUnicode_FromString("forward"));
+    forward = wrap(forward, sources_.attr(sources_.attr(source, cls_name.ptr()), fwd_name.ptr()));
+  }
+  args.insert(args.begin(), nb::borrow(module));
+  return inline_function(forward, std::move(args), kwnames);
+}
+
+nb::object Interpreter::inline_function(nb::handle fn, std::vector<nb::object> args,
+                                        nb::handle kwnames) {
+  EMBER_UNSUPPORTED(static_cast<int>(frames_.size()) < options_.max_inline_depth)
+      << "calls nested deeper than " << options_.max_inline_depth << " at " << location();
+  PyCodeObject* co = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn.ptr()));
+  EMBER_UNSUPPORTED((co->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) == 0)
+      << "calling generator or coroutine " << name_of(fn) << " at " << location();
+  ++inlined_calls_;
+  Frame fr;
+  fr.code_obj = nb::borrow(reinterpret_cast<PyObject*>(co));
+  fr.code = co;
+  fr.bc = decoded(co);
+  fr.globals = nb::borrow(PyFunction_GET_GLOBALS(fn.ptr()));
+  fr.builtins = nb::borrow(builtins_dict_of(fr.globals.ptr()));
+  PyObject* closure = PyFunction_GET_CLOSURE(fn.ptr());
+  fr.closure = closure != nullptr ? nb::borrow(closure) : nb::none();
+  fr.function_source = source_of(fn);
+  fr.locals.resize(static_cast<size_t>(co->co_nlocalsplus));
+
+  // Bind the arguments as CPython does (positional, keywords, defaults, *args, **kwargs).
+  size_t nkw = kwnames.is_valid() ? static_cast<size_t>(PyTuple_GET_SIZE(kwnames.ptr())) : 0;
+  size_t npos = args.size() - nkw;
+  int argcount = co->co_argcount;
+  int kwonly = co->co_kwonlyargcount;
+  bool varargs = (co->co_flags & CO_VARARGS) != 0;
+  bool varkw = (co->co_flags & CO_VARKEYWORDS) != 0;
+  auto fail = [&](const char* what) {
+    PyErr_Format(PyExc_TypeError, "%U() %s", co->co_qualname, what);
+    throw nb::python_error();
+  };
+  for (size_t i = 0; i < npos && i < static_cast<size_t>(argcount); ++i) fr.locals[i] = args[i];
+  if (varargs) {
+    size_t extra = npos > static_cast<size_t>(argcount) ? npos - argcount : 0;
+    nb::object t = checked(PyTuple_New(static_cast<Py_ssize_t>(extra)));
+    for (size_t i = 0; i < extra; ++i) {
+      PyTuple_SET_ITEM(t.ptr(), static_cast<Py_ssize_t>(i), args[argcount + i].inc_ref().ptr());
+    }
+    fr.locals[static_cast<size_t>(argcount + kwonly)] = t;
+  } else if (npos > static_cast<size_t>(argcount)) {
+    fail("got too many positional arguments");
+  }
+  nb::object kwdict;
+  if (varkw) {
+    kwdict = fresh(checked(PyDict_New()));
+    fr.locals[static_cast<size_t>(argcount + kwonly + (varargs ? 1 : 0))] = kwdict;
+  }
+  for (size_t j = 0; j < nkw; ++j) {
+    PyObject* name = PyTuple_GET_ITEM(kwnames.ptr(), static_cast<Py_ssize_t>(j));
+    int slot = -1;
+    for (int i = co->co_posonlyargcount; i < argcount + kwonly; ++i) {
+      if (PyUnicode_Compare(local_name(co, i), name) == 0) {
+        slot = i;
+        break;
+      }
+    }
+    if (slot >= 0) {
+      if (fr.locals[static_cast<size_t>(slot)].is_valid())
+        fail("got multiple values for an argument");
+      fr.locals[static_cast<size_t>(slot)] = args[npos + j];
+    } else if (varkw) {
+      if (PyDict_SetItem(kwdict.ptr(), name, args[npos + j].ptr()) < 0) throw nb::python_error();
+    } else {
+      fail("got an unexpected keyword argument");
+    }
+  }
+  PyObject* defaults = PyFunction_GET_DEFAULTS(fn.ptr());
+  int ndefaults = defaults != nullptr ? static_cast<int>(PyTuple_GET_SIZE(defaults)) : 0;
+  for (int i = 0; i < argcount; ++i) {
+    if (fr.locals[static_cast<size_t>(i)].is_valid()) continue;
+    int d = i - (argcount - ndefaults);
+    if (d < 0) fail("missing a required argument");
+    fr.locals[static_cast<size_t>(i)] = nb::borrow(PyTuple_GET_ITEM(defaults, d));
+  }
+  PyObject* kwdefaults = PyFunction_GET_KW_DEFAULTS(fn.ptr());
+  for (int i = argcount; i < argcount + kwonly; ++i) {
+    if (fr.locals[static_cast<size_t>(i)].is_valid()) continue;
+    PyObject* v = kwdefaults != nullptr ? PyDict_GetItem(kwdefaults, local_name(co, i)) : nullptr;
+    if (v == nullptr) fail("missing a required keyword-only argument");
+    fr.locals[static_cast<size_t>(i)] = nb::borrow(v);
+  }
+  return run_frame(fr);
+}
+
+}  // namespace ember::capture

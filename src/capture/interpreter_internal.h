@@ -1,0 +1,64 @@
+/// \file
+/// What interpreter.cpp, interpreter_values.cpp and interpreter_calls.cpp share.
+#pragma once
+
+#include <Python.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "capture/bytecode/instruction.h"
+#include "capture/interpreter.h"
+#include "support/error.h"
+
+namespace ember::capture {
+
+/// One Python frame being interpreted: the top frame or an inlined call.
+struct Interpreter::Frame {
+  nanobind::object code_obj;
+  PyCodeObject* code = nullptr;
+  std::shared_ptr<const bytecode::Code> bc;
+  nanobind::object globals;
+  nanobind::object builtins;
+  nanobind::object closure;  ///< tuple of cells, or none
+  int function_source = -1;  ///< source of the function object (for its closure cells), or -1
+  bool top = false;
+  std::vector<nanobind::object> locals;  ///< localsplus; null = unbound
+  std::vector<nanobind::object> stack;   ///< null entries model CPython's NULL
+  size_t pc = 0;
+  int line = -1;
+};
+
+/// The decoded bytecode of `code`, cached per code object.
+std::shared_ptr<const bytecode::Code> decoded(PyCodeObject* code);
+
+/// Throws nanobind::python_error if `o` is null (a Python error is set); returns it stolen.
+inline nanobind::object checked(PyObject* o) {
+  if (o == nullptr) throw nanobind::python_error();
+  return nanobind::steal(o);
+}
+
+inline bool is_tensor(nanobind::handle v) {
+  return v.ptr() != nullptr && THPVariable_Check(v.ptr());
+}
+
+/// The type's name, for messages.
+inline std::string type_name_of(nanobind::handle v) {
+  return v.ptr() == nullptr ? "NULL" : Py_TYPE(v.ptr())->tp_name;
+}
+
+/// Whether `v` is of a type whose operators and methods are safe to run for real at capture
+/// time: tensors, numbers, strings, builtin containers, slices, torch.Size, dtype and device.
+bool is_plain_value(nanobind::handle v);
+
+/// Whether `m` is an nn.Module instance.
+bool is_nn_module(nanobind::handle m);
+
+/// The name of `co`'s localsplus slot `i`.
+PyObject* local_name(PyCodeObject* co, int i);
+
+}  // namespace ember::capture

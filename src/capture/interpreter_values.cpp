@@ -1,0 +1,184 @@
+/// \file
+/// The interpreter's bookkeeping of values: sources, guards, graph inputs and freshness.
+#include "capture/interpreter_internal.h"
+
+#include <ATen/core/grad_mode.h>
+
+namespace nb = nanobind;
+
+namespace ember::capture {
+
+namespace {
+
+PyObject* torch_attr(const char* module, const char* name) {
+  nb::object m = checked(PyImport_ImportModule(module));
+  return checked(PyObject_GetAttrString(m.ptr(), name)).release().ptr();  // kept for the process
+}
+
+PyObject* parameter_type() {
+  static PyObject* t = torch_attr("torch.nn", "Parameter");
+  return t;
+}
+
+PyObject* module_type() {
+  static PyObject* t = torch_attr("torch.nn", "Module");
+  return t;
+}
+
+PyObject* size_type() {
+  static PyObject* t = torch_attr("torch", "Size");
+  return t;
+}
+
+bool isinstance(nb::handle v, PyObject* type) {
+  int r = PyObject_IsInstance(v.ptr(), type);
+  if (r < 0) throw nb::python_error();
+  return r == 1;
+}
+
+/// nn containers whose items the capture reads one by one, by index.
+bool is_indexed_nn_container(nb::handle v) {
+  const char* name = Py_TYPE(v.ptr())->tp_name;
+  std::string_view n(name);
+  return is_nn_module(v) && (n == "ModuleList" || n == "Sequential" || n == "ParameterList");
+}
+
+}  // namespace
+
+bool is_nn_module(nb::handle m) {
+  return m.ptr() != nullptr && isinstance(m, module_type());
+}
+
+bool is_plain_value(nb::handle v) {
+  PyObject* o = v.ptr();
+  if (o == nullptr) return false;
+  if (THPVariable_Check(o) || o == Py_None || o == Py_Ellipsis || o == Py_NotImplemented)
+    return true;
+  if (PyBool_Check(o) || PyLong_CheckExact(o) || PyFloat_CheckExact(o) || PyComplex_CheckExact(o) ||
+      PyUnicode_CheckExact(o) || PyBytes_CheckExact(o) || PyTuple_CheckExact(o) ||
+      PyList_CheckExact(o) || PyDict_CheckExact(o) || PySet_CheckExact(o) ||
+      PyFrozenSet_CheckExact(o) || PySlice_Check(o) || PyRange_Check(o)) {
+    return true;
+  }
+  if (Py_TYPE(o) == reinterpret_cast<PyTypeObject*>(size_type())) return true;
+  std::string_view n(Py_TYPE(o)->tp_name);
+  return n == "torch.dtype" || n == "torch.device" || n == "torch.layout" ||
+         n == "torch.memory_format";
+}
+
+PyObject* local_name(PyCodeObject* co, int i) {
+  PyObject* names = co->co_localsplusnames;
+  if (names == nullptr || i < 0 || i >= PyTuple_GET_SIZE(names)) return nullptr;
+  return PyTuple_GET_ITEM(names, i);
+}
+
+nb::object Interpreter::fresh(nb::object v) {
+  if (v.is_valid() && !v.is_none()) {
+    fresh_.insert(v.ptr());
+    keepalive_.push_back(v);
+  }
+  return v;
+}
+
+bool Interpreter::is_fresh(nb::handle v) const {
+  return fresh_.count(v.ptr()) != 0;
+}
+
+int Interpreter::source_of(nb::handle v) const {
+  auto it = source_of_.find(v.ptr());
+  return it == source_of_.end() ? -1 : it->second;
+}
+
+nb::object Interpreter::wrap(nb::handle v, int source) {
+  auto cached = wrapped_.find(source);
+  if (cached != wrapped_.end() && cached->second.ptr() != nullptr) return cached->second;
+  nb::object out;
+  PyObject* o = v.ptr();
+  if (THPVariable_Check(o)) {
+    auto known = tracer_of_.find(o);
+    if (known != tracer_of_.end()) {
+      guards_.add_same(source, tensor_source_.at(o));
+      out = nb::borrow(known->second);
+    } else {
+      const at::Tensor& real = THPVariable_Unpack(o);
+      EMBER_UNSUPPORTED(real.layout() == c10::kStrided && !real.is_quantized() && !real.is_nested())
+          << sources_.name(source) << " is a " << real.layout() << " tensor; only strided "
+          << "tensors are supported";
+      EMBER_UNSUPPORTED(!(real.requires_grad() && at::GradMode::is_enabled()))
+          << sources_.name(source) << " requires grad and grad mode is on: training graphs are "
+          << "not captured yet (run under torch.no_grad() or torch.inference_mode())";
+      guards_.add_tensor(source, o);
+      graph::InputKind kind =
+          isinstance(v, parameter_type()) ? graph::InputKind::Parameter : graph::InputKind::User;
+      session_.exit();
+      at::Tensor tracer;
+      try {
+        tracer = session_.add_input(real, kind, sources_.name(source));
+      } catch (...) {
+        session_.enter();
+        throw;
+      }
+      session_.enter();
+      out = nb::steal(THPVariable_Wrap(tracer));
+      input_sources_.push_back(source);
+      tracer_of_[o] = out.ptr();
+      tensor_source_[o] = source;
+      keepalive_.push_back(nb::borrow(v));
+    }
+  } else if (is_guardable_constant(o)) {
+    guards_.add_equals(source, o);
+    out = nb::borrow(v);
+  } else if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {
+    // A copy whose items are wrapped; the frame may not mutate it (it is not fresh).
+    guards_.add_len(source, o);
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
+    nb::object copy = checked(PyList_New(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      nb::object key = checked(PyLong_FromSsize_t(i));
+      nb::object item = wrap(PySequence_Fast_GET_ITEM(o, i), sources_.item(source, key.ptr()));
+      PyList_SET_ITEM(copy.ptr(), i, item.release().ptr());
+    }
+    out = PyTuple_CheckExact(o) ? checked(PyList_AsTuple(copy.ptr())) : copy;
+  } else if (PyDict_CheckExact(o)) {
+    guards_.add_len(source, o);
+    out = checked(PyDict_New());
+    PyObject* key = nullptr;
+    PyObject* value = nullptr;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(o, &pos, &key, &value)) {
+      EMBER_UNSUPPORTED(is_guardable_constant(key))
+          << sources_.name(source) << " has a key of type " << Py_TYPE(key)->tp_name;
+      nb::object item = wrap(value, sources_.item(source, key));
+      if (PyDict_SetItem(out.ptr(), key, item.ptr()) < 0) throw nb::python_error();
+    }
+  } else if (PyMethod_Check(o)) {
+    nb::object name = nb::steal(PyUnicode_FromString("__func__"));
+    guards_.add_id(sources_.attr(source, name.ptr()), PyMethod_GET_FUNCTION(o));
+    out = nb::borrow(v);
+    source_of_.emplace(o, source);
+  } else {
+    guards_.add_id(source, o);
+    out = nb::borrow(v);
+    source_of_.emplace(o, source);
+  }
+  keepalive_.push_back(out);
+  wrapped_[source] = out;
+  return out;
+}
+
+bool Interpreter::materialize(nb::handle v, std::vector<nb::object>& items) {
+  int source = source_of(v);
+  if (source < 0 || !is_indexed_nn_container(v)) return false;
+  guards_.add_len(source, v.ptr());
+  Py_ssize_t n = PyObject_Length(v.ptr());
+  if (n < 0) throw nb::python_error();
+  items.clear();
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    nb::object key = checked(PyLong_FromSsize_t(i));
+    nb::object item = checked(PyObject_GetItem(v.ptr(), key.ptr()));
+    items.push_back(wrap(item, sources_.item(source, key.ptr())));
+  }
+  return true;
+}
+
+}  // namespace ember::capture

@@ -1,0 +1,148 @@
+#include "capture/source.h"
+
+#include <nanobind/stl/string.h>
+
+#include "support/error.h"
+
+namespace nb = nanobind;
+
+namespace ember::capture {
+
+namespace {
+
+std::string repr(PyObject* o) {
+  nb::object r = nb::steal(PyObject_Repr(o));
+  if (!r.is_valid()) {
+    PyErr_Clear();
+    return "<?>";
+  }
+  return nb::cast<std::string>(r);
+}
+
+}  // namespace
+
+int SourceTable::add(SourceKind kind, int parent, int index, PyObject* key) {
+  std::string key_text = key == nullptr ? "" : repr(key);
+  if (key != nullptr) key_text = std::string(Py_TYPE(key)->tp_name) + ":" + key_text;
+  auto k = std::make_tuple(static_cast<int>(kind), parent, index, key_text);
+  auto it = dedup_.find(k);
+  if (it != dedup_.end()) return it->second;
+  Source s;
+  s.kind = kind;
+  s.parent = parent;
+  s.index = index;
+  if (key != nullptr) s.key = nb::borrow(key);
+  nodes_.push_back(std::move(s));
+  local_names_.emplace_back();
+  int id = static_cast<int>(nodes_.size()) - 1;
+  dedup_.emplace(k, id);
+  return id;
+}
+
+int SourceTable::local(int slot, PyObject* name) {
+  int id = add(SourceKind::Local, -1, slot, nullptr);
+  if (local_names_[static_cast<size_t>(id)].empty() && name != nullptr && PyUnicode_Check(name)) {
+    local_names_[static_cast<size_t>(id)] = PyUnicode_AsUTF8(name);
+  }
+  return id;
+}
+
+int SourceTable::global(PyObject* name) {
+  return add(SourceKind::Global, -1, 0, name);
+}
+int SourceTable::builtin(PyObject* name) {
+  return add(SourceKind::Builtin, -1, 0, name);
+}
+
+int SourceTable::constant(PyObject* obj) {
+  // Keyed by identity: two dicts may print the same.
+  auto k = std::make_tuple(static_cast<int>(SourceKind::Const), -1, 0,
+                           std::to_string(reinterpret_cast<uintptr_t>(obj)));
+  auto it = dedup_.find(k);
+  if (it != dedup_.end()) return it->second;
+  Source s;
+  s.kind = SourceKind::Const;
+  s.key = nb::borrow(obj);
+  nodes_.push_back(std::move(s));
+  local_names_.emplace_back();
+  int id = static_cast<int>(nodes_.size()) - 1;
+  dedup_.emplace(k, id);
+  return id;
+}
+
+int SourceTable::attr(int parent, PyObject* name) {
+  EMBER_INTERNAL_ASSERT(parent >= 0 && parent < size()) << "attr of a missing source";
+  return add(SourceKind::Attr, parent, 0, name);
+}
+
+int SourceTable::item(int parent, PyObject* key) {
+  EMBER_INTERNAL_ASSERT(parent >= 0 && parent < size()) << "item of a missing source";
+  return add(SourceKind::Item, parent, 0, key);
+}
+
+std::string SourceTable::name(int id) const {
+  const Source& s = at(id);
+  switch (s.kind) {
+    case SourceKind::Local: {
+      const std::string& n = local_names_[static_cast<size_t>(id)];
+      return "L['" + (n.empty() ? std::to_string(s.index) : n) + "']";
+    }
+    case SourceKind::Global:
+      return "G[" + repr(s.key.ptr()) + "]";
+    case SourceKind::Builtin:
+      return "B[" + repr(s.key.ptr()) + "]";
+    case SourceKind::Attr:
+      return name(s.parent) + "." + nb::cast<std::string>(nb::str(s.key));
+    case SourceKind::Item:
+      return name(s.parent) + "[" + repr(s.key.ptr()) + "]";
+    case SourceKind::Const:
+      if (PyDict_Check(s.key.ptr())) {
+        PyObject* mod = PyDict_GetItemString(s.key.ptr(), "__name__");
+        if (mod != nullptr && PyUnicode_Check(mod)) {
+          return std::string("globals of ") + PyUnicode_AsUTF8(mod);
+        }
+      }
+      return "<" + std::string(Py_TYPE(s.key.ptr())->tp_name) + " object>";
+  }
+  return "?";
+}
+
+int SourceTable::evaluate(const FrameView& f, std::vector<nb::object>& out) const {
+  out.resize(nodes_.size());
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Source& s = nodes_[i];
+    PyObject* v = nullptr;
+    switch (s.kind) {
+      case SourceKind::Local:
+        v = f.value(s.index);
+        Py_XINCREF(v);
+        break;
+      case SourceKind::Global:
+      case SourceKind::Builtin: {
+        PyObject* dict = s.kind == SourceKind::Global ? f.globals : f.builtins;
+        v = PyDict_GetItemWithError(dict, s.key.ptr());  // borrowed
+        Py_XINCREF(v);
+        break;
+      }
+      case SourceKind::Attr:
+        v = PyObject_GetAttr(out[static_cast<size_t>(s.parent)].ptr(), s.key.ptr());
+        break;
+      case SourceKind::Item:
+        v = PyObject_GetItem(out[static_cast<size_t>(s.parent)].ptr(), s.key.ptr());
+        break;
+      case SourceKind::Const:
+        v = s.key.ptr();
+        Py_INCREF(v);
+        break;
+    }
+    if (v == nullptr) {
+      PyErr_Clear();
+      for (size_t j = i; j < nodes_.size(); ++j) out[j].reset();
+      return static_cast<int>(i);
+    }
+    out[i] = nb::steal(v);
+  }
+  return -1;
+}
+
+}  // namespace ember::capture

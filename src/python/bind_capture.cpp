@@ -1,0 +1,102 @@
+/// \file
+/// Python view of capture: ember._C.CaptureCompiler (one per ember.compile call) and
+/// capture_function, which wraps a callable so that its frames are captured by a compiler.
+#include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "capture/capture_compiler.h"
+#include "capture/hook/frame_hook.h"
+#include "python/bindings.h"
+
+namespace nb = nanobind;
+
+namespace ember::python {
+
+namespace {
+
+nb::dict record_dict(const capture::CaptureRecord& r) {
+  nb::dict d;
+  d["code"] = r.code;
+  d["captured"] = r.captured;
+  d["reason"] = r.reason;
+  d["nodes"] = r.nodes;
+  d["kernels"] = r.kernels;
+  d["extern_steps"] = r.extern_steps;
+  d["guards"] = r.guards;
+  d["inputs"] = r.inputs;
+  d["seconds"] = r.seconds;
+  d["graph"] = r.graph;
+  d["guard_text"] = r.guard_text;
+  return d;
+}
+
+}  // namespace
+
+void bind_capture(nb::module_& m) {
+  capture::CaptureCompiler::set_error_setter(&set_python_error);
+  using capture::CaptureCompiler;
+  nb::class_<CaptureCompiler>(m, "CaptureCompiler",
+                              "Captures frames by bytecode analysis and compiles them (one per "
+                              "ember.compile call).")
+      .def(
+          "__init__",
+          [](CaptureCompiler* self, bool fullgraph, bool codegen, bool reductions,
+             bool reduction_fusion, std::vector<std::string> library_prefixes) {
+            capture::CaptureOptions o;
+            o.fullgraph = fullgraph;
+            o.executor.codegen = codegen;
+            o.executor.reductions = reductions;
+            o.executor.reduction_fusion = reduction_fusion;
+            o.library_prefixes = std::move(library_prefixes);
+            new (self) CaptureCompiler(std::move(o));
+          },
+          nb::arg("fullgraph") = false, nb::arg("codegen") = true, nb::arg("reductions") = true,
+          nb::arg("reduction_fusion") = true,
+          nb::arg("library_prefixes") = std::vector<std::string>{})
+      .def(
+          "records",
+          [](const CaptureCompiler& c) {
+            nb::list out;
+            for (const auto& r : c.records()) out.append(record_dict(r));
+            return out;
+          },
+          "One dict per frame compile, in order: code, captured, reason, nodes, kernels, "
+          "extern_steps, guards, inputs, seconds, graph, guard_text.");
+  m.def(
+      "capture_function",
+      [](nb::object fn, nb::object top_code, std::shared_ptr<CaptureCompiler> compiler) {
+        PyObject* code = top_code.is_none() ? nullptr : top_code.ptr();
+        PyObject* f = capture::make_compiled_function(fn.ptr(), code, std::move(compiler));
+        if (f == nullptr) throw nb::python_error();
+        return nb::steal(f);
+      },
+      nb::arg("fn"), nb::arg("top_code").none(), nb::arg("compiler"),
+      "A callable that calls `fn` with `compiler` capturing its frames.");
+  m.def("set_capture_skip_prefixes", &capture::set_skip_prefixes, nb::arg("prefixes"));
+  m.def("set_capture_cache_size_limit", &capture::set_cache_size_limit, nb::arg("limit"));
+  m.def(
+      "capture_hook_stats",
+      [] {
+        capture::HookStats s = capture::hook_stats();
+        nb::dict d;
+        d["frames_seen"] = s.frames_seen;
+        d["cache_hits"] = s.cache_hits;
+        d["compiles"] = s.compiles;
+        d["recompiles"] = s.recompiles;
+        d["eager_frames"] = s.eager_frames;
+        d["cache_limit_hits"] = s.cache_limit_hits;
+        return d;
+      },
+      "Counters of the frame hook.");
+  m.def("reset_capture_hook_stats", &capture::reset_hook_stats);
+  m.def(
+      "clear_capture_cache",
+      [](nb::object code) {
+        capture::clear_cache(code.is_none() ? nullptr
+                                            : reinterpret_cast<PyCodeObject*>(code.ptr()));
+      },
+      nb::arg("code").none() = nb::none());
+}
+
+}  // namespace ember::python
