@@ -83,6 +83,9 @@ class CompiledModule(torch.nn.Module):
 def _record_metrics(compiler: Any, seen: list) -> None:
     records = compiler.records()
     for r in records[seen[0]:]:
+        if r["graph_break"]:
+            metrics.counters["graph_breaks"] += 1
+            metrics.fallback_reasons.append(f"{r['code']}: graph break: {r['reason']}")
         if r["captured"]:
             metrics.counters["captured_frames"] += 1
             metrics.counters["graphs"] += 1
@@ -192,7 +195,7 @@ class ExplainOutput:
 def _ops_of(graph_text: str) -> list[str]:
     ops = []
     for line in graph_text.splitlines():
-        m = re.search(r"= ([A-Za-z_][\w.]*)\(", line)
+        m = re.search(r"= ([A-Za-z_][\w.:]*)\(", line)
         if m:
             ops.append(m.group(1))
     return ops
@@ -211,7 +214,8 @@ def explain(fn: Any, **compile_kwargs: Any) -> Callable[..., ExplainOutput]:
         compiled(*args, **kwargs)
         recs = compiler.records()
         captured = [r for r in recs if r["captured"]]
-        breaks = [f"{r['code']}: {r['reason']}" for r in recs if not r["captured"]]
+        breaks = [f"{r['code']}: {'graph break: ' if r['captured'] else 'runs eagerly: '}"
+                  f"{r['reason']}" for r in recs if r["graph_break"] or not r["captured"]]
         return ExplainOutput(graph_count=len(captured), graph_break_count=len(breaks),
                              break_reasons=breaks, graphs=[r["graph"] for r in captured],
                              ops_per_graph=[_ops_of(r["graph"]) for r in captured],

@@ -10,7 +10,10 @@
   view_steps    views made directly from a realized tensor (one per chain of views that an
                 output or an ATen call needs)
   folded_nodes  nodes computed once at compile time by constant folding (they depend on no input)
-  captured_frames  frames ember.compile captured whole (each is one graph, counted in graphs)
+  captured_frames  frames ember.compile captured (each is one graph, counted in graphs): whole,
+                   or up to a graph break (the rest of the frame is a resume function, captured
+                   as a frame of its own)
+  graph_breaks     graph breaks taken, each with a reason in `fallback_reasons`
   eager_frames     frames ember.compile could not capture; they run eagerly, each with a reason
                    in `fallback_reasons`
 """
@@ -39,6 +42,6 @@ def snapshot() -> dict:
     _sync()
     out = {"graphs": 0, "nodes": 0, "fallbacks": 0, "kernels": 0, "fused_nodes": 0,
            "extern_steps": 0, "view_steps": 0, "folded_nodes": 0, "captured_frames": 0,
-           "eager_frames": 0}
+           "graph_breaks": 0, "eager_frames": 0}
     out.update(counters)
     return out

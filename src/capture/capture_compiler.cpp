@@ -7,10 +7,13 @@
 #include <chrono>
 #include <cstdlib>
 #include <sstream>
+#include <unordered_set>
 
 #include "capture/compiled_frame.h"
+#include "capture/graph_break.h"
 #include "capture/guards.h"
 #include "capture/interpreter.h"
+#include "capture/interpreter_internal.h"
 #include "capture/source.h"
 #include "graph/printer.h"
 #include "support/error.h"
@@ -70,41 +73,15 @@ std::string frame_name(const FrameView& f) {
          nb::cast<std::string>(nb::handle(f.code->co_qualname)) + ")";
 }
 
-/// Collects the tensors of the returned value and describes how to rebuild it.
-OutputTemplate flatten(nb::handle v, std::vector<at::Tensor>& tensors) {
-  OutputTemplate t;
-  PyObject* o = v.ptr();
-  if (THPVariable_Check(o)) {
-    t.kind = OutputTemplate::Kind::Tensor;
-    t.index = static_cast<int>(tensors.size());
-    tensors.push_back(THPVariable_Unpack(o));
-  } else if (PyTuple_CheckExact(o) || PyList_CheckExact(o)) {
-    t.kind = PyTuple_CheckExact(o) ? OutputTemplate::Kind::Tuple : OutputTemplate::Kind::List;
-    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i) {
-      t.items.push_back(flatten(PySequence_Fast_GET_ITEM(o, i), tensors));
-    }
-  } else if (PyDict_CheckExact(o)) {
-    t.kind = OutputTemplate::Kind::Dict;
-    nb::object keys = nb::steal(PyList_New(0));
-    PyObject* key = nullptr;
-    PyObject* value = nullptr;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(o, &pos, &key, &value)) {
-      PyList_Append(keys.ptr(), key);
-      t.items.push_back(flatten(value, tensors));
-    }
-    t.value = nb::steal(PyList_AsTuple(keys.ptr()));
-  } else {
-    EMBER_UNSUPPORTED(is_guardable_constant(o) || PyType_Check(o) || PyModule_Check(o) ||
-                      PyFunction_Check(o) ||
-                      std::string_view(Py_TYPE(o)->tp_name) == "torch.dtype" ||
-                      std::string_view(Py_TYPE(o)->tp_name) == "torch.device" ||
-                      std::string_view(Py_TYPE(o)->tp_name) == "torch.Size")
-        << "the frame returns a " << Py_TYPE(o)->tp_name;
-    t.kind = OutputTemplate::Kind::Constant;
-    t.value = nb::borrow(v);
-  }
-  return t;
+void fill_record(CaptureRecord& rec, const runtime::Executor& executor, const GuardSet& guards,
+                 const SourceTable& sources, size_t inputs) {
+  rec.nodes = static_cast<int>(executor.graph().nodes.size());
+  rec.kernels = executor.num_kernels();
+  rec.extern_steps = executor.num_extern_steps();
+  rec.guards = static_cast<int>(guards.size());
+  rec.inputs = static_cast<int>(inputs);
+  rec.graph = graph::print_graph(executor.graph());
+  rec.guard_text = guards.describe(sources);
 }
 
 /// The data-access messages of PyTorch for a tensor without storage (a tracer tensor).
@@ -122,11 +99,75 @@ void CaptureCompiler::set_error_setter(ErrorSetter s) {
   error_setter = s;
 }
 
+namespace {
+
+/// One run of the interpreter over a frame, with what it recorded.
+struct Attempt {
+  SourceTable sources;
+  GuardSet guards;
+  std::unique_ptr<tracer::TraceSession> session = std::make_unique<tracer::TraceSession>();
+  std::unique_ptr<Interpreter> interp;
+  nb::object value;  ///< the frame's return value (None when stopped)
+};
+
+std::unique_ptr<Attempt> run_attempt(const FrameView& f, const InterpreterOptions& iopts,
+                                     int stop_at) {
+  auto a = std::make_unique<Attempt>();
+  a->guards.set_global_state(GlobalState::current());
+  a->session->set_strict_constants(true);
+  a->interp = std::make_unique<Interpreter>(*a->session, a->sources, a->guards, iopts);
+  a->session->enter();
+  try {
+    try {
+      a->value = a->interp->run(f, stop_at);
+    } catch (nb::python_error&) {
+      a->session->rethrow_pending_error();
+      throw;
+    }
+  } catch (...) {
+    a->session->exit();
+    throw;
+  }
+  return a;
+}
+
+/// Compiles the attempt's graph with `tensors` as its outputs.
+std::unique_ptr<runtime::Executor> finish(Attempt& a, const std::vector<at::Tensor>& tensors,
+                                          const runtime::ExecutorOptions& options) {
+  tracer::TracedGraph traced;
+  try {
+    traced = a.session->finish(tensors);
+  } catch (...) {
+    a.session->exit();
+    throw;
+  }
+  a.session->exit();
+  return std::make_unique<runtime::Executor>(std::move(traced), options);
+}
+
+int num_args(PyCodeObject* co) {
+  return co->co_argcount + co->co_kwonlyargcount + ((co->co_flags & CO_VARARGS) ? 1 : 0) +
+         ((co->co_flags & CO_VARKEYWORDS) ? 1 : 0);
+}
+
+/// Code objects made by graph breaks; the hook must run them as they are.
+std::unordered_set<PyObject*>& generated_codes() {
+  static auto* s = new std::unordered_set<PyObject*>();
+  return *s;
+}
+
+}  // namespace
+
 CompileResult CaptureCompiler::compile(const FrameView& f) {
   auto t0 = std::chrono::steady_clock::now();
   CaptureRecord rec;
   rec.code = frame_name(f);
   CompileResult result;
+  if (generated_codes().count(reinterpret_cast<PyObject*>(f.code)) != 0) {
+    result.action = CompileResult::Action::SkipCode;
+    result.reason = "code generated by a graph break";
+    return result;
+  }
   auto give_up = [&](CompileResult::Action action, const std::string& reason) {
     rec.reason = reason;
     result.action = action;
@@ -135,77 +176,82 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
       log_warning("ember: " + rec.code + " runs eagerly: " + reason);
     }
   };
-  try {
-    SourceTable sources;
-    GuardSet guards;
-    guards.set_global_state(GlobalState::current());
-    tracer::TraceSession session;
-    session.set_strict_constants(true);
-    InterpreterOptions iopts;
-    iopts.library_prefixes = options_.library_prefixes;
-    Interpreter interp(session, sources, guards, iopts);
-    std::vector<at::Tensor> tensors;
-    OutputTemplate output;
-    tracer::TracedGraph traced;
-    session.enter();
-    try {
-      nb::object value;
-      try {
-        value = interp.run(f);
-      } catch (nb::python_error&) {
-        session.rethrow_pending_error();
-        throw;
-      }
-      output = flatten(value, tensors);
-      traced = session.finish(tensors);
-    } catch (...) {
-      session.exit();
-      throw;
+  auto unsupported = [&](const std::string& reason) {
+    if (options_.fullgraph) {
+      set_python_error(std::current_exception());
+      give_up(CompileResult::Action::Eager, reason);
+    } else {
+      give_up(CompileResult::Action::SkipCode, reason);
     }
-    session.exit();
-    auto executor = std::make_unique<runtime::Executor>(std::move(traced), options_.executor);
-    if (executor->has_mutations()) {
-      std::vector<nb::object> values;
-      EMBER_INTERNAL_ASSERT(sources.evaluate(f, values) < 0) << "a source failed to evaluate";
-      std::vector<at::Tensor> inputs;
-      for (int s : interp.input_sources()) {
-        inputs.push_back(THPVariable_Unpack(values[static_cast<size_t>(s)].ptr()));
+  };
+  InterpreterOptions iopts;
+  iopts.library_prefixes = options_.library_prefixes;
+  try {
+    std::unique_ptr<Attempt> a;
+    std::unique_ptr<runtime::Executor> executor;
+    std::string break_reason;
+    try {
+      a = run_attempt(f, iopts, -1);
+    } catch (const GraphBreak& b) {
+      if (options_.fullgraph) throw Unsupported(b.what());
+      break_reason = b.what();
+      a = run_attempt(f, iopts, b.pc());
+    }
+    std::vector<at::Tensor> tensors;
+    if (break_reason.empty()) {
+      OutputTemplate output = value_template(a->value, *a->interp, tensors);
+      executor = finish(*a, tensors, options_.executor);
+      if (executor->has_mutations()) {
+        std::vector<nb::object> values;
+        EMBER_INTERNAL_ASSERT(a->sources.evaluate(f, values) < 0) << "a source failed";
+        std::vector<at::Tensor> inputs;
+        for (int s : a->interp->input_sources()) {
+          inputs.push_back(THPVariable_Unpack(values[static_cast<size_t>(s)].ptr()));
+        }
+        if (executor->mutated_inputs_alias(inputs)) {
+          give_up(CompileResult::Action::Eager,
+                  "an input that the graph mutates shares memory with another input");
+          records_.push_back(rec);
+          return result;
+        }
       }
-      if (executor->mutated_inputs_alias(inputs)) {
-        give_up(CompileResult::Action::Eager,
-                "an input that the graph mutates shares memory with another input");
-        records_.push_back(rec);
-        return result;
+      fill_record(rec, *executor, a->guards, a->sources, a->interp->input_sources().size());
+      result.entry =
+          std::make_unique<CompiledFrame>(a->sources, a->guards, a->interp->input_sources(),
+                                          std::move(executor), std::move(output));
+    } else {
+      const StopState& state = a->interp->stop_state();
+      std::vector<OutputTemplate> templates = state_templates(state, *a->interp, tensors);
+      executor = finish(*a, tensors, options_.executor);
+      EMBER_UNSUPPORTED(!executor->has_mutations())
+          << "a graph break after an input mutation (" << break_reason << ")";
+      fill_record(rec, *executor, a->guards, a->sources, a->interp->input_sources().size());
+      auto segment = std::make_shared<Segment>();
+      segment->sources = a->sources;
+      segment->input_sources = a->interp->input_sources();
+      segment->executor = std::move(executor);
+      segment->values = std::move(templates);
+      segment->code = nb::borrow(reinterpret_cast<PyObject*>(f.code));
+      segment->globals = nb::borrow(f.globals);
+      segment->builtins = nb::borrow(f.builtins);
+      segment->nargs = num_args(f.code);
+      nb::object callable = make_segment_callable(segment);
+      BreakCode code = build_break_code(f.code, f.globals, *decoded(f.code), state, callable);
+      generated_codes().insert(code.code.ptr());
+      rec.graph_break = true;
+      rec.reason = break_reason;
+      if (log_enabled("graph_breaks") || log_enabled("breaks")) {
+        log_warning("ember: graph break in " + rec.code + ": " + break_reason);
       }
+      result.entry =
+          std::make_unique<BreakFrame>(a->sources, a->guards, code.code, num_args(f.code));
     }
     rec.captured = true;
-    rec.nodes = static_cast<int>(executor->graph().nodes.size());
-    rec.kernels = executor->num_kernels();
-    rec.extern_steps = executor->num_extern_steps();
-    rec.guards = static_cast<int>(guards.size());
-    rec.inputs = static_cast<int>(interp.input_sources().size());
-    rec.graph = graph::print_graph(executor->graph());
-    rec.guard_text = guards.describe(sources);
     if (log_enabled("guards")) log_warning("ember: guards of " + rec.code + "\n" + rec.guard_text);
     if (log_enabled("graph")) log_warning("ember: graph of " + rec.code + "\n" + rec.graph);
     result.action = CompileResult::Action::Run;
-    result.entry = std::make_unique<CompiledFrame>(std::move(sources), std::move(guards),
-                                                   interp.input_sources(), std::move(executor),
-                                                   std::move(output));
-  } catch (const DataDependentError& e) {
-    if (options_.fullgraph) {
-      set_python_error(std::current_exception());
-      give_up(CompileResult::Action::Eager, e.what());
-    } else {
-      give_up(CompileResult::Action::SkipCode, e.what());
-    }
   } catch (const Unsupported& e) {
-    if (options_.fullgraph) {
-      set_python_error(std::current_exception());
-      give_up(CompileResult::Action::Eager, e.what());
-    } else {
-      give_up(CompileResult::Action::SkipCode, e.what());
-    }
+    unsupported(e.what());
   } catch (nb::python_error& e) {
     std::string msg = e.what();
     if (is_data_access_error(msg)) {

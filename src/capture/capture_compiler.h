@@ -25,9 +25,10 @@ struct CaptureOptions {
 
 /// What the capture did, for ember.metrics and ember.explain.
 struct CaptureRecord {
-  std::string code;  ///< "file:line (name)" of the frame
-  bool captured = false;
-  std::string reason;  ///< why not, when not
+  std::string code;          ///< "file:line (name)" of the frame
+  bool captured = false;     ///< a graph was made (the whole frame, or up to a graph break)
+  bool graph_break = false;  ///< the graph ends at a break; the rest runs in a resume function
+  std::string reason;        ///< why the frame runs eagerly, or why it breaks
   int nodes = 0;
   int kernels = 0;
   int extern_steps = 0;

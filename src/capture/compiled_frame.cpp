@@ -38,8 +38,8 @@ std::string CompiledFrame::first_failure(const FrameView& f) {
   return guards_.first_failure(values, sources_);
 }
 
-nb::object CompiledFrame::build(const OutputTemplate& t, const std::vector<at::Tensor>& outs,
-                                const std::vector<nb::object>& values) const {
+nb::object build_output(const OutputTemplate& t, const std::vector<at::Tensor>& outs,
+                        const std::vector<nb::object>& values) {
   switch (t.kind) {
     case OutputTemplate::Kind::Tensor:
       return nb::steal(THPVariable_Wrap(outs[static_cast<size_t>(t.index)]));
@@ -47,6 +47,12 @@ nb::object CompiledFrame::build(const OutputTemplate& t, const std::vector<at::T
       return t.value;
     case OutputTemplate::Kind::Source:
       return values[static_cast<size_t>(t.index)];
+    case OutputTemplate::Kind::BoundMethod: {
+      nb::object self = build_output(t.items[0], outs, values);
+      PyObject* m = PyObject_GetAttr(self.ptr(), t.value.ptr());
+      if (m == nullptr) throw nb::python_error();
+      return nb::steal(m);
+    }
     case OutputTemplate::Kind::Tuple:
     case OutputTemplate::Kind::List: {
       Py_ssize_t n = static_cast<Py_ssize_t>(t.items.size());
@@ -54,7 +60,7 @@ nb::object CompiledFrame::build(const OutputTemplate& t, const std::vector<at::T
           nb::steal(t.kind == OutputTemplate::Kind::Tuple ? PyTuple_New(n) : PyList_New(n));
       if (!seq.is_valid()) throw nb::python_error();
       for (Py_ssize_t i = 0; i < n; ++i) {
-        nb::object item = build(t.items[static_cast<size_t>(i)], outs, values);
+        nb::object item = build_output(t.items[static_cast<size_t>(i)], outs, values);
         if (t.kind == OutputTemplate::Kind::Tuple) {
           PyTuple_SET_ITEM(seq.ptr(), i, item.release().ptr());
         } else {
@@ -66,7 +72,7 @@ nb::object CompiledFrame::build(const OutputTemplate& t, const std::vector<at::T
     case OutputTemplate::Kind::Dict: {
       nb::object d = nb::steal(PyDict_New());
       for (size_t i = 0; i < t.items.size(); ++i) {
-        nb::object item = build(t.items[i], outs, values);
+        nb::object item = build_output(t.items[i], outs, values);
         if (PyDict_SetItem(d.ptr(), PyTuple_GET_ITEM(t.value.ptr(), static_cast<Py_ssize_t>(i)),
                            item.ptr()) < 0) {
           throw nb::python_error();
@@ -100,7 +106,7 @@ PyObject* CompiledFrame::run(const FrameView& f) {
       for (auto& v : values) v.reset();
       throw;
     }
-    nb::object result = build(output_, outs, values);
+    nb::object result = build_output(output_, outs, values);
     for (auto& v : values) v.reset();
     return result.release().ptr();
   } catch (nb::python_error& e) {
@@ -110,6 +116,29 @@ PyObject* CompiledFrame::run(const FrameView& f) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
     return nullptr;
   }
+}
+
+int BreakFrame::check(const FrameView& f) {
+  std::vector<nb::object> values;
+  if (sources_.evaluate(f, values) >= 0) return 0;
+  return guards_.check(values) ? 1 : 0;
+}
+
+std::string BreakFrame::first_failure(const FrameView& f) {
+  std::vector<nb::object> values;
+  int failed = sources_.evaluate(f, values);
+  if (failed >= 0) return sources_.name(failed) + " could not be read";
+  return guards_.first_failure(values, sources_);
+}
+
+PyObject* BreakFrame::run(const FrameView& f) {
+  if (!fn_.is_valid() || globals_.ptr() != f.globals) {
+    PyObject* fn = PyFunction_New(code_.ptr(), f.globals);
+    if (fn == nullptr) return nullptr;
+    fn_ = nb::steal(fn);
+    globals_ = nb::borrow(f.globals);
+  }
+  return PyObject_Vectorcall(fn_.ptr(), f.localsplus, static_cast<size_t>(nargs_), nullptr);
 }
 
 }  // namespace ember::capture

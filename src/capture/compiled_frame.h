@@ -20,12 +20,16 @@ namespace ember::capture {
 
 /// How the return value is rebuilt from the graph's outputs.
 struct OutputTemplate {
-  enum class Kind : uint8_t { Tensor, Constant, Tuple, List, Dict, Source };
+  enum class Kind : uint8_t { Tensor, Constant, Tuple, List, Dict, Source, BoundMethod };
   Kind kind = Kind::Constant;
-  int index = -1;          ///< Tensor: graph output; Source: the source read
-  nanobind::object value;  ///< Constant: the value; Dict: the keys tuple
-  std::vector<OutputTemplate> items;
+  int index = -1;                     ///< Tensor: graph output; Source: the source read
+  nanobind::object value;             ///< Constant: the value; Dict: the keys tuple
+  std::vector<OutputTemplate> items;  ///< Tuple, List, Dict: the items; BoundMethod: its self
 };
+
+/// Builds the value `t` describes, from the graph's outputs and the call's source values.
+nanobind::object build_output(const OutputTemplate& t, const std::vector<at::Tensor>& outs,
+                              const std::vector<nanobind::object>& values);
 
 class CompiledFrame final : public CacheEntry {
  public:
@@ -41,9 +45,6 @@ class CompiledFrame final : public CacheEntry {
   const runtime::Executor& executor() const { return *executor_; }
 
  private:
-  nanobind::object build(const OutputTemplate& t, const std::vector<at::Tensor>& outs,
-                         const std::vector<nanobind::object>& values) const;
-
   SourceTable sources_;
   GuardSet guards_;
   std::vector<int> input_sources_;
@@ -53,6 +54,30 @@ class CompiledFrame final : public CacheEntry {
   /// (Allocated per thread and never freed: no Python object is released at thread exit.)
   static thread_local std::vector<nanobind::object>* values_;
   static thread_local const CompiledFrame* checked_;
+};
+
+/// A frame with a graph break: its guards, and transformed code that runs the graph before the
+/// break, the unsupported instruction and a resume function (graph_break.h). run() calls the
+/// transformed code with the frame's arguments (the frame's own bytecode never runs).
+class BreakFrame final : public CacheEntry {
+ public:
+  BreakFrame(SourceTable sources, GuardSet guards, nanobind::object code, int nargs)
+      : sources_(std::move(sources)),
+        guards_(std::move(guards)),
+        code_(std::move(code)),
+        nargs_(nargs) {}
+
+  int check(const FrameView& f) override;
+  PyObject* run(const FrameView& f) override;
+  std::string first_failure(const FrameView& f) override;
+
+ private:
+  SourceTable sources_;
+  GuardSet guards_;
+  nanobind::object code_;
+  nanobind::object fn_;       ///< the transformed code as a function of the frame's globals
+  nanobind::object globals_;  ///< those globals
+  int nargs_ = 0;
 };
 
 }  // namespace ember::capture

@@ -176,7 +176,8 @@ std::string Interpreter::location() const {
   return out;
 }
 
-nb::object Interpreter::run(const FrameView& f) {
+nb::object Interpreter::run(const FrameView& f, int stop_at) {
+  stop_at_ = stop_at;
   Frame fr;
   fr.code_obj = nb::borrow(reinterpret_cast<PyObject*>(f.code));
   fr.code = f.code;
@@ -204,6 +205,43 @@ nb::object Interpreter::run(const FrameView& f) {
   return run_frame(fr);
 }
 
+namespace {
+
+/// Whether the top frame can take a graph break at `in`: the break code (graph_break.cpp) knows
+/// its stack effect, and the frame can be resumed after it.
+bool breakable(const Interpreter::Frame& fr, const Instr& in) {
+  if (in.handler >= 0) return false;  // inside a try block or a with block
+  if (fr.code->co_ncellvars > 0 || fr.code->co_nfreevars > 0) return false;
+  switch (in.op) {
+    case Op::CALL:
+    case Op::CALL_FUNCTION_EX:
+    case Op::POP_JUMP_IF_TRUE:
+    case Op::POP_JUMP_IF_FALSE:
+    case Op::STORE_ATTR:
+    case Op::STORE_SUBSCR:
+    case Op::DELETE_SUBSCR:
+    case Op::BINARY_OP:
+    case Op::COMPARE_OP:
+    case Op::BINARY_SUBSCR:
+    case Op::LOAD_ATTR:
+    case Op::GET_ITER:
+      return true;
+    default:
+      return false;
+  }
+}
+
+/// The data-access messages of PyTorch for a tensor without storage (a tracer tensor).
+bool reads_tensor_data(const std::string& msg) {
+  for (const char* m : {"unallocated storage", "doesn't have storage", "does not have storage",
+                        "Cannot access data pointer"}) {
+    if (msg.find(m) != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 nb::object Interpreter::run_frame(Frame& fr) {
   frames_.push_back(&fr);
   struct Pop {
@@ -215,10 +253,43 @@ nb::object Interpreter::run_frame(Frame& fr) {
   nb::object result;
   while (!returned) {
     EMBER_INTERNAL_ASSERT(fr.pc < instrs.size()) << "ran off the end of the bytecode";
+    if (fr.top && static_cast<int>(fr.pc) == stop_at_) {
+      stop_.pc = stop_at_;
+      stop_.stack = fr.stack;
+      stop_.locals = fr.locals;
+      return nb::none();
+    }
+    size_t pc = fr.pc;
     const Instr& in = instrs[fr.pc++];
     fr.line = code_line(fr.code, in);
     ++instructions_;
-    step(fr, in, returned, result);
+    if (!fr.top) {
+      step(fr, in, returned, result);
+      continue;
+    }
+    std::string reason;
+    try {
+      step(fr, in, returned, result);
+      continue;
+    } catch (const GraphBreak&) {
+      throw;
+    } catch (const Unsupported& e) {
+      reason = e.what();
+    } catch (nb::python_error& e) {
+      // A data-dependent call (.item(), .tolist(), bool of a tensor) raises through PyTorch's
+      // bindings; ember's own error is the session's pending one.
+      std::string msg = e.what();
+      try {
+        session_.rethrow_pending_error();
+      } catch (const Unsupported& pending) {
+        msg = pending.what();
+        reason = msg;
+      }
+      if (reason.empty() && !reads_tensor_data(msg)) throw;
+      if (reason.empty()) reason = "the program reads the data of a traced tensor (" + msg + ")";
+    }
+    if (breakable(fr, in)) throw GraphBreak(reason, static_cast<int>(pc));
+    throw Unsupported(reason);
   }
   return result;
 }

@@ -33,9 +33,31 @@
 #include "capture/guards.h"
 #include "capture/hook/frame_hook.h"
 #include "capture/source.h"
+#include "support/error.h"
 #include "tracer/trace_session.h"
 
 namespace ember::capture {
+
+/// Thrown by Interpreter::run when the top frame meets what it cannot capture at instruction
+/// `pc`, where a graph break may be taken: the frame can resume after that instruction (the
+/// instruction is not inside a try block, the frame has no cells, the instruction is one whose
+/// stack effect the break code knows). Inside an inlined call, the break is at the top frame's
+/// CALL. The caller re-runs the capture with stop_at = pc (graph_break.h).
+class GraphBreak : public Unsupported {
+ public:
+  GraphBreak(const std::string& reason, int pc) : Unsupported(reason), pc_(pc) {}
+  int pc() const { return pc_; }
+
+ private:
+  int pc_;
+};
+
+/// The top frame's state when the interpreter stopped before instruction `pc` (stop_at).
+struct StopState {
+  int pc = -1;
+  std::vector<nanobind::object> stack;   ///< null entries are NULL
+  std::vector<nanobind::object> locals;  ///< null entries are unbound
+};
 
 struct InterpreterOptions {
   int max_inline_depth = 32;
@@ -53,8 +75,21 @@ class Interpreter {
   Interpreter& operator=(const Interpreter&) = delete;
 
   /// Interprets frame `f` to its return value (tracer tensors in place of tensors). The trace
-  /// session must be entered.
-  nanobind::object run(const FrameView& f);
+  /// session must be entered. With `stop_at` >= 0, stops when the top frame is about to run
+  /// instruction `stop_at` and returns None; stop_state() then holds the frame's state.
+  nanobind::object run(const FrameView& f, int stop_at = -1);
+  const StopState& stop_state() const { return stop_; }
+
+  /// Whether `v` was created by the frame (a container it built, a cell, a function).
+  bool created_here(nanobind::handle v) const { return is_fresh(v); }
+  /// The source `v` was read from, or -1. For the frame's copy of a list, tuple or dict read
+  /// from a source, that source.
+  int source_of_value(nanobind::handle v) const {
+    int s = source_of(v);
+    if (s >= 0) return s;
+    auto it = copy_source_.find(v.ptr());
+    return it == copy_source_.end() ? -1 : it->second;
+  }
 
   /// The source each graph input reads, in input order.
   const std::vector<int>& input_sources() const { return input_sources_; }
@@ -114,11 +149,14 @@ class Interpreter {
   std::unordered_map<PyObject*, PyObject*> tracer_of_;  ///< real tensor -> its tracer tensor
   std::unordered_map<PyObject*, int> tensor_source_;    ///< real tensor -> its first source
   std::unordered_map<int, nanobind::object> wrapped_;   ///< source -> what wrap() returned
+  std::unordered_map<PyObject*, int> copy_source_;      ///< wrapped copy -> its container's source
   /// Cells of closures from outside the frame -> (source of the function, index in its
   /// closure); the function source is -1 for the top frame, whose index is a localsplus slot.
   std::unordered_map<PyObject*, std::pair<int, int>> cell_origin_;
   std::unordered_set<PyObject*> fresh_;      ///< objects the frame created
   std::vector<nanobind::object> keepalive_;  ///< keeps the maps' keys alive
+  int stop_at_ = -1;
+  StopState stop_;
   int64_t instructions_ = 0;
   int64_t inlined_calls_ = 0;
 };

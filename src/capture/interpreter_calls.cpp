@@ -206,7 +206,7 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
     }
     if (self != nullptr && is_tensor(self)) {
       EMBER_UNSUPPORTED(!is_denied_torch_function(name))
-          << "Tensor." << name << " at " << location();
+          << "calling " << name << " at " << location();
       return call_real(callable, std::move(args), kwnames);
     }
     if (self != nullptr && is_plain_value(self)) {

@@ -139,6 +139,7 @@ nb::object Interpreter::wrap(nb::handle v, int source) {
       PyList_SET_ITEM(copy.ptr(), i, item.release().ptr());
     }
     out = PyTuple_CheckExact(o) ? checked(PyList_AsTuple(copy.ptr())) : copy;
+    copy_source_[out.ptr()] = source;
   } else if (PyDict_CheckExact(o)) {
     guards_.add_len(source, o);
     out = checked(PyDict_New());
@@ -151,6 +152,7 @@ nb::object Interpreter::wrap(nb::handle v, int source) {
       nb::object item = wrap(value, sources_.item(source, key));
       if (PyDict_SetItem(out.ptr(), key, item.ptr()) < 0) throw nb::python_error();
     }
+    copy_source_[out.ptr()] = source;
   } else if (PyMethod_Check(o)) {
     nb::object name = nb::steal(PyUnicode_FromString("__func__"));
     guards_.add_id(sources_.attr(source, name.ptr()), PyMethod_GET_FUNCTION(o));

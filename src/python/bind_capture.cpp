@@ -19,6 +19,7 @@ nb::dict record_dict(const capture::CaptureRecord& r) {
   nb::dict d;
   d["code"] = r.code;
   d["captured"] = r.captured;
+  d["graph_break"] = r.graph_break;
   d["reason"] = r.reason;
   d["nodes"] = r.nodes;
   d["kernels"] = r.kernels;

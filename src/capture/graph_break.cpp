@@ -1,0 +1,429 @@
+#include "capture/graph_break.h"
+
+#include <nanobind/stl/string.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <unordered_map>
+#include <unordered_set>
+
+#include "capture/bytecode/assembler.h"
+#include "support/error.h"
+
+namespace nb = nanobind;
+
+namespace ember::capture {
+
+using bytecode::Instr;
+using bytecode::Op;
+
+namespace {
+
+constexpr bool kNullBeforeCallable = PY_MINOR_VERSION < 13;
+
+struct TemplateBuilder {
+  const Interpreter& interp;
+  std::vector<at::Tensor>& tensors;
+  std::unordered_map<const c10::TensorImpl*, int> tensor_index;
+  std::unordered_set<PyObject*> containers;  ///< frame-made containers seen (no aliasing)
+
+  OutputTemplate of(nb::handle v) {
+    OutputTemplate t;
+    PyObject* o = v.ptr();
+    if (THPVariable_Check(o)) {
+      const at::Tensor& tensor = THPVariable_Unpack(o);
+      auto it = tensor_index.find(tensor.unsafeGetTensorImpl());
+      t.kind = OutputTemplate::Kind::Tensor;
+      if (it != tensor_index.end()) {
+        t.index = it->second;
+      } else {
+        t.index = static_cast<int>(tensors.size());
+        tensor_index.emplace(tensor.unsafeGetTensorImpl(), t.index);
+        tensors.push_back(tensor);
+      }
+      return t;
+    }
+    if (is_guardable_constant(o)) {
+      t.kind = OutputTemplate::Kind::Constant;
+      t.value = nb::borrow(v);
+      return t;
+    }
+    int source = interp.source_of_value(v);
+    if (source >= 0) {
+      t.kind = OutputTemplate::Kind::Source;
+      t.index = source;
+      return t;
+    }
+    if (PyTuple_CheckExact(o) || PyList_CheckExact(o) || PyDict_CheckExact(o)) {
+      EMBER_UNSUPPORTED(PyTuple_CheckExact(o) || containers.insert(o).second)
+          << "a list or dict the frame made is referenced twice";
+      if (PyDict_CheckExact(o)) {
+        t.kind = OutputTemplate::Kind::Dict;
+        nb::object keys = nb::steal(PyList_New(0));
+        PyObject* key = nullptr;
+        PyObject* value = nullptr;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(o, &pos, &key, &value)) {
+          EMBER_UNSUPPORTED(is_guardable_constant(key))
+              << "a dict with a key of type " << Py_TYPE(key)->tp_name;
+          PyList_Append(keys.ptr(), key);
+          t.items.push_back(of(value));
+        }
+        t.value = nb::steal(PyList_AsTuple(keys.ptr()));
+      } else {
+        t.kind = PyTuple_CheckExact(o) ? OutputTemplate::Kind::Tuple : OutputTemplate::Kind::List;
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i) {
+          t.items.push_back(of(PySequence_Fast_GET_ITEM(o, i)));
+        }
+      }
+      return t;
+    }
+    if (PyMethod_Check(o) || (PyCFunction_Check(o) && PyCFunction_GET_SELF(o) != nullptr &&
+                              !PyModule_Check(PyCFunction_GET_SELF(o)))) {
+      PyObject* self = PyMethod_Check(o) ? PyMethod_GET_SELF(o) : PyCFunction_GET_SELF(o);
+      nb::object name = nb::steal(PyObject_GetAttrString(o, "__name__"));
+      if (!name.is_valid()) throw nb::python_error();
+      t.kind = OutputTemplate::Kind::BoundMethod;
+      t.value = name;
+      t.items.push_back(of(self));
+      return t;
+    }
+    bool stateless = PyModule_Check(o) || PyType_Check(o) || PyCFunction_Check(o) ||
+                     (PyFunction_Check(o) && !interp.created_here(v));
+    std::string_view tname(Py_TYPE(o)->tp_name);
+    stateless = stateless || tname == "torch.dtype" || tname == "torch.device" ||
+                tname == "torch.Size" || tname == "method_descriptor" ||
+                tname == "wrapper_descriptor";
+    EMBER_UNSUPPORTED(stateless) << "a " << Py_TYPE(o)->tp_name
+                                 << " in the frame's state at the graph break can not be rebuilt";
+    t.kind = OutputTemplate::Kind::Constant;
+    t.value = nb::borrow(v);
+    return t;
+  }
+};
+
+// --- The segment callable -----------------------------------------------------------------
+
+PyObject* segment_call(PyObject* capsule, PyObject* const* args, Py_ssize_t nargs) {
+  auto* seg =
+      static_cast<std::shared_ptr<Segment>*>(PyCapsule_GetPointer(capsule, "ember.segment"));
+  if (seg == nullptr) return nullptr;
+  const Segment& s = **seg;
+  try {
+    if (nargs != s.nargs) {
+      PyErr_Format(PyExc_RuntimeError, "ember: a graph segment got %zd arguments, expected %d",
+                   nargs, s.nargs);
+      return nullptr;
+    }
+    FrameView f;
+    f.code = reinterpret_cast<PyCodeObject*>(s.code.ptr());
+    f.globals = s.globals.ptr();
+    f.builtins = s.builtins.ptr();
+    f.localsplus = args;
+    f.nlocalsplus = static_cast<int>(nargs);
+    std::vector<nb::object> values;
+    int failed = s.sources.evaluate(f, values);
+    if (failed >= 0) {
+      PyErr_Format(PyExc_RuntimeError, "ember: %s could not be read by a graph segment",
+                   s.sources.name(failed).c_str());
+      return nullptr;
+    }
+    std::vector<at::Tensor> inputs;
+    inputs.reserve(s.input_sources.size());
+    for (int i : s.input_sources) {
+      inputs.push_back(THPVariable_Unpack(values[static_cast<size_t>(i)].ptr()));
+    }
+    std::vector<at::Tensor> outs = s.executor->run(inputs);
+    nb::object tuple = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(s.values.size())));
+    for (size_t i = 0; i < s.values.size(); ++i) {
+      PyTuple_SET_ITEM(tuple.ptr(), static_cast<Py_ssize_t>(i),
+                       build_output(s.values[i], outs, values).release().ptr());
+    }
+    return tuple.release().ptr();
+  } catch (nb::python_error& e) {
+    e.restore();
+    return nullptr;
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+
+PyMethodDef segment_def = {
+    "ember_graph_segment",
+    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(segment_call)), METH_FASTCALL,
+    "Runs a captured graph and rebuilds the frame's state."};
+
+void segment_free(PyObject* capsule) {
+  delete static_cast<std::shared_ptr<Segment>*>(PyCapsule_GetPointer(capsule, "ember.segment"));
+}
+
+// --- Bytecode ------------------------------------------------------------------------------
+
+/// Appends constants to a code object's co_consts; returns their indices.
+struct Consts {
+  nb::object list;
+  explicit Consts(PyObject* base) : list(nb::steal(PySequence_List(base))) {}
+  int add(nb::handle v) {
+    Py_ssize_t i = PyList_GET_SIZE(list.ptr());
+    PyList_Append(list.ptr(), v.ptr());
+    return static_cast<int>(i);
+  }
+  int add_int(int v) { return add(nb::steal(PyLong_FromLong(v))); }
+  nb::object tuple() const { return nb::steal(PyList_AsTuple(list.ptr())); }
+};
+
+Instr make(Op op, int arg, const bytecode::Position& pos) {
+  Instr in;
+  in.op = op;
+  in.arg = arg;
+  in.pos = pos;
+  return in;
+}
+
+/// Stack depth after `in` runs, given the depth before (falls through / jumps alike).
+int depth_after(const Instr& in, int depth) {
+  switch (in.op) {
+    case Op::CALL:
+      return depth - (in.arg + 2) + 1;
+    case Op::CALL_FUNCTION_EX:
+      return depth - (3 + (in.arg & 1)) + 1;
+    case Op::POP_JUMP_IF_TRUE:
+    case Op::POP_JUMP_IF_FALSE:
+      return depth - 1;
+    case Op::STORE_ATTR:
+      return depth - 2;
+    case Op::STORE_SUBSCR:
+      return depth - 3;
+    case Op::DELETE_SUBSCR:
+      return depth - 2;
+    case Op::BINARY_OP:
+    case Op::COMPARE_OP:
+    case Op::BINARY_SUBSCR:
+      return depth - 1;
+    case Op::LOAD_ATTR:
+    case Op::GET_ITER:
+      return depth;
+    default:
+      break;
+  }
+  EMBER_INTERNAL_ASSERT(false) << "no graph break at " << bytecode::op_name(in.op);
+  return 0;
+}
+
+PyObject* tuple_of_strings(const std::vector<std::string>& v) {
+  PyObject* t = PyTuple_New(static_cast<Py_ssize_t>(v.size()));
+  for (size_t i = 0; i < v.size(); ++i) {
+    PyTuple_SET_ITEM(t, static_cast<Py_ssize_t>(i), PyUnicode_FromString(v[i].c_str()));
+  }
+  return t;
+}
+
+bool is_local_op(Op op) {
+  return op == Op::LOAD_FAST || op == Op::LOAD_FAST_CHECK || op == Op::LOAD_FAST_AND_CLEAR ||
+         op == Op::STORE_FAST || op == Op::DELETE_FAST;
+}
+
+/// The resume function continuing `bc` at instruction `target` with `depth` stack values.
+nb::object build_resume(PyCodeObject* co, PyObject* globals, const bytecode::Code& bc,
+                        const StopState& state, int target, int depth) {
+  std::vector<std::string> names;
+  std::vector<int> new_slot(state.locals.size(), -1);
+  for (int i = 0; i < depth; ++i) names.push_back("__ember_stack" + std::to_string(i));
+  std::vector<int> bound;
+  for (size_t j = 0; j < state.locals.size(); ++j) {
+    if (state.locals[j].is_valid()) bound.push_back(static_cast<int>(j));
+  }
+  auto local_name = [&](size_t j) {
+    return std::string(
+        PyUnicode_AsUTF8(PyTuple_GET_ITEM(co->co_localsplusnames, static_cast<Py_ssize_t>(j))));
+  };
+  for (int j : bound) {
+    new_slot[static_cast<size_t>(j)] = static_cast<int>(names.size());
+    names.push_back(local_name(static_cast<size_t>(j)));
+  }
+  for (size_t j = 0; j < state.locals.size(); ++j) {
+    if (new_slot[j] < 0) {
+      new_slot[j] = static_cast<int>(names.size());
+      names.push_back(local_name(j));
+    }
+  }
+  bytecode::Position pos = bc.instrs[static_cast<size_t>(target)].pos;
+  bytecode::Code out;
+  out.minor = bc.minor;
+  out.instrs.push_back(make(Op::RESUME, 0, pos));
+  for (int i = 0; i < depth; ++i) out.instrs.push_back(make(Op::LOAD_FAST, i, pos));
+  const int prefix = static_cast<int>(out.instrs.size()) + 1;
+  Instr jump = make(Op::JUMP, 0, pos);
+  jump.target = target + prefix;
+  out.instrs.push_back(jump);
+  for (const Instr& orig : bc.instrs) {
+    Instr in = orig;
+    if (in.target >= 0) in.target += prefix;
+    if (is_local_op(in.op)) in.arg = new_slot[static_cast<size_t>(in.arg)];
+    if (in.op == Op::RESUME && in.arg == 0) in.op = Op::NOP;
+    out.instrs.push_back(in);
+  }
+  out.handlers = bc.handlers;
+  for (auto& h : out.handlers) h.target += prefix;
+  nb::object varnames = nb::steal(tuple_of_strings(names));
+  bytecode::AssembleOptions opts;
+  opts.varnames = varnames.ptr();
+  opts.argcount = depth + static_cast<int>(bound.size());
+  opts.posonlyargcount = 0;
+  opts.kwonlyargcount = 0;
+  opts.flags = co->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);
+  std::string name = std::string("__ember_resume_") + PyUnicode_AsUTF8(co->co_name) + "_at_" +
+                     std::to_string(pos.line);
+  opts.name = name;
+  opts.qualname = name;
+  nb::object code = nb::steal(bytecode::assemble(out, co, opts));
+  if (!code.is_valid()) throw nb::python_error();
+  nb::object fn = nb::steal(PyFunction_New(code.ptr(), globals));
+  if (!fn.is_valid()) throw nb::python_error();
+  return fn;
+}
+
+}  // namespace
+
+std::vector<OutputTemplate> state_templates(const StopState& state, const Interpreter& interp,
+                                            std::vector<at::Tensor>& tensors) {
+  TemplateBuilder b{interp, tensors, {}, {}};
+  std::vector<OutputTemplate> out;
+  for (const nb::object& v : state.stack) {
+    if (v.is_valid()) out.push_back(b.of(v));
+  }
+  for (const nb::object& v : state.locals) {
+    if (v.is_valid()) out.push_back(b.of(v));
+  }
+  return out;
+}
+
+OutputTemplate value_template(nb::handle v, const Interpreter& interp,
+                              std::vector<at::Tensor>& tensors) {
+  TemplateBuilder b{interp, tensors, {}, {}};
+  return b.of(v);
+}
+
+nb::object make_segment_callable(std::shared_ptr<Segment> segment) {
+  auto* holder = new std::shared_ptr<Segment>(std::move(segment));
+  nb::object capsule = nb::steal(PyCapsule_New(holder, "ember.segment", &segment_free));
+  if (!capsule.is_valid()) {
+    delete holder;
+    throw nb::python_error();
+  }
+  nb::object fn = nb::steal(PyCFunction_New(&segment_def, capsule.ptr()));
+  if (!fn.is_valid()) throw nb::python_error();
+  return fn;
+}
+
+BreakCode build_break_code(PyCodeObject* co, PyObject* globals, const bytecode::Code& bc,
+                           const StopState& state, nb::handle segment) {
+  const Instr& brk = bc.instrs[static_cast<size_t>(state.pc)];
+  const bytecode::Position pos = brk.pos;
+  const int depth = static_cast<int>(state.stack.size());
+  const int after = depth_after(brk, depth);
+  // NULLs left on the stack after the instruction can not be passed to the resume function.
+  const bool pushes =
+      !(brk.op == Op::POP_JUMP_IF_TRUE || brk.op == Op::POP_JUMP_IF_FALSE ||
+        brk.op == Op::STORE_ATTR || brk.op == Op::STORE_SUBSCR || brk.op == Op::DELETE_SUBSCR);
+  const int kept = after - (pushes ? 1 : 0);
+  for (int i = 0; i < kept; ++i) {
+    EMBER_UNSUPPORTED(state.stack[static_cast<size_t>(i)].is_valid())
+        << "a graph break with a pending call below it on the stack";
+  }
+  const bool is_jump = brk.op == Op::POP_JUMP_IF_TRUE || brk.op == Op::POP_JUMP_IF_FALSE;
+  BreakCode result;
+  result.resumes.push_back(build_resume(co, globals, bc, state, state.pc + 1, after));
+  if (is_jump) result.resumes.push_back(build_resume(co, globals, bc, state, brk.target, after));
+
+  const int nargs = co->co_argcount + co->co_kwonlyargcount +
+                    ((co->co_flags & CO_VARARGS) ? 1 : 0) +
+                    ((co->co_flags & CO_VARKEYWORDS) ? 1 : 0);
+  const int tmp = static_cast<int>(state.locals.size());  // a new local after the others
+  Consts consts(co->co_consts);
+  const int segment_const = consts.add(segment);
+  bytecode::Code out;
+  out.minor = bc.minor;
+  auto emit = [&](Op op, int arg = 0) {
+    out.instrs.push_back(make(op, arg, pos));
+    return static_cast<int>(out.instrs.size()) - 1;
+  };
+  emit(Op::RESUME, 0);
+  if (kNullBeforeCallable) emit(Op::PUSH_NULL);
+  emit(Op::LOAD_CONST, segment_const);
+  if (!kNullBeforeCallable) emit(Op::PUSH_NULL);
+  for (int i = 0; i < nargs; ++i) emit(Op::LOAD_FAST, i);
+  emit(Op::CALL, nargs);
+  emit(Op::STORE_FAST, tmp);
+  int k = 0;
+  for (const nb::object& v : state.stack) {
+    if (!v.is_valid()) {
+      emit(Op::PUSH_NULL);
+      continue;
+    }
+    emit(Op::LOAD_FAST, tmp);
+    emit(Op::LOAD_CONST, consts.add_int(k++));
+    emit(Op::BINARY_SUBSCR);
+  }
+  std::vector<int> bound;
+  for (size_t j = 0; j < state.locals.size(); ++j) {
+    if (state.locals[j].is_valid()) {
+      bound.push_back(static_cast<int>(j));
+      emit(Op::LOAD_FAST, tmp);
+      emit(Op::LOAD_CONST, consts.add_int(k++));
+      emit(Op::BINARY_SUBSCR);
+      emit(Op::STORE_FAST, static_cast<int>(j));
+    } else if (static_cast<int>(j) < nargs) {
+      emit(Op::DELETE_FAST, static_cast<int>(j));
+    }
+  }
+  emit(Op::DELETE_FAST, tmp);
+  Instr again = brk;
+  again.handler = -1;
+  out.instrs.push_back(again);
+  const int jump_index = static_cast<int>(out.instrs.size()) - 1;
+  auto tail = [&](nb::handle resume) {
+    int first = emit(Op::BUILD_TUPLE, after);
+    for (int j : bound) emit(Op::LOAD_FAST, j);
+    emit(Op::BUILD_TUPLE, static_cast<int>(bound.size()));
+    emit(Op::BINARY_OP, 0);  // NB_ADD: stack values + locals
+    int fn = consts.add(resume);
+    if (kNullBeforeCallable) {
+      emit(Op::PUSH_NULL);
+      emit(Op::SWAP, 2);
+      emit(Op::LOAD_CONST, fn);
+      emit(Op::SWAP, 2);
+    } else {
+      emit(Op::LOAD_CONST, fn);
+      emit(Op::SWAP, 2);
+      emit(Op::PUSH_NULL);
+      emit(Op::SWAP, 2);
+    }
+    emit(Op::CALL_FUNCTION_EX, 0);
+    emit(Op::RETURN_VALUE);
+    return first;
+  };
+  tail(result.resumes[0]);
+  if (is_jump) out.instrs[static_cast<size_t>(jump_index)].target = tail(result.resumes[1]);
+
+  std::vector<std::string> names;
+  for (size_t j = 0; j < state.locals.size(); ++j) {
+    names.emplace_back(
+        PyUnicode_AsUTF8(PyTuple_GET_ITEM(co->co_localsplusnames, static_cast<Py_ssize_t>(j))));
+  }
+  names.push_back("__ember_tmp");
+  nb::object varnames = nb::steal(tuple_of_strings(names));
+  nb::object const_tuple = consts.tuple();
+  bytecode::AssembleOptions opts;
+  opts.consts = const_tuple.ptr();
+  opts.varnames = varnames.ptr();
+  opts.argcount = nargs;
+  opts.posonlyargcount = 0;
+  opts.kwonlyargcount = 0;
+  opts.flags = co->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);
+  result.code = nb::steal(bytecode::assemble(out, co, opts));
+  if (!result.code.is_valid()) throw nb::python_error();
+  return result;
+}
+
+}  // namespace ember::capture
