@@ -99,6 +99,14 @@ void CaptureCompiler::set_error_setter(ErrorSetter s) {
   error_setter = s;
 }
 
+bool CaptureCompiler::is_library(PyCodeObject* code) const {
+  std::string_view file = PyUnicode_AsUTF8(code->co_filename);
+  for (const std::string& p : options_.library_prefixes) {
+    if (file.substr(0, p.size()) == p) return true;
+  }
+  return false;
+}
+
 namespace {
 
 /// One run of the interpreter over a frame, with what it recorded.
@@ -176,9 +184,26 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
       log_warning("ember: " + rec.code + " runs eagerly: " + reason);
     }
   };
+  // A frame that cannot be captured runs eagerly from then on. The hook's SkipCode is per code
+  // object for every compiler, so it is used only for the user's own code and reasons that do
+  // not depend on the call; otherwise this compiler remembers the decision for the current
+  // global state (a later call under no_grad may capture what grad mode prevented).
+  PyObject* code_key = reinterpret_cast<PyObject*>(f.code);
+  GlobalState state_now = GlobalState::current();
+  auto memo = eager_memo_.find(code_key);
+  if (memo != eager_memo_.end() && memo->second == state_now) {
+    result.action = CompileResult::Action::Eager;
+    result.reason = "runs eagerly (decided before)";
+    return result;
+  }
+  const bool library_code = is_library(f.code);
   auto unsupported = [&](const std::string& reason) {
     if (options_.fullgraph) {
       set_python_error(std::current_exception());
+      give_up(CompileResult::Action::Eager, reason);
+    } else if (library_code || reason.find("requires grad") != std::string::npos) {
+      eager_memo_[code_key] = state_now;
+      memo_keepalive_.push_back(nb::borrow(code_key));
       give_up(CompileResult::Action::Eager, reason);
     } else {
       give_up(CompileResult::Action::SkipCode, reason);
@@ -193,6 +218,7 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
     try {
       a = run_attempt(f, iopts, -1);
     } catch (const GraphBreak& b) {
+      if (options_.fullgraph && b.data_dependent()) throw DataDependentError(b.what());
       if (options_.fullgraph) throw Unsupported(b.what());
       break_reason = b.what();
       a = run_attempt(f, iopts, b.pc());
@@ -216,15 +242,22 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
         }
       }
       fill_record(rec, *executor, a->guards, a->sources, a->interp->input_sources().size());
-      result.entry =
+      auto entry =
           std::make_unique<CompiledFrame>(a->sources, a->guards, a->interp->input_sources(),
                                           std::move(executor), std::move(output));
+      entry->prime(f);
+      result.entry = std::move(entry);
     } else {
       const StopState& state = a->interp->stop_state();
-      std::vector<OutputTemplate> templates = state_templates(state, *a->interp, tensors);
+      std::vector<OutputTemplate> templates;
+      try {
+        templates = state_templates(state, *a->interp, tensors);
+      } catch (const Unsupported& e) {
+        throw Unsupported(break_reason + " (no graph break there: " + e.what() + ")");
+      }
       executor = finish(*a, tensors, options_.executor);
       EMBER_UNSUPPORTED(!executor->has_mutations())
-          << "a graph break after an input mutation (" << break_reason << ")";
+          << break_reason << " (no graph break there: the graph before it mutates an input)";
       fill_record(rec, *executor, a->guards, a->sources, a->interp->input_sources().size());
       auto segment = std::make_shared<Segment>();
       segment->sources = a->sources;
@@ -236,7 +269,12 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
       segment->builtins = nb::borrow(f.builtins);
       segment->nargs = num_args(f.code);
       nb::object callable = make_segment_callable(segment);
-      BreakCode code = build_break_code(f.code, f.globals, *decoded(f.code), state, callable);
+      BreakCode code;
+      try {
+        code = build_break_code(f.code, f.globals, *decoded(f.code), state, callable);
+      } catch (const Unsupported& e) {
+        throw Unsupported(break_reason + " (no graph break there: " + e.what() + ")");
+      }
       generated_codes().insert(code.code.ptr());
       rec.graph_break = true;
       rec.reason = break_reason;

@@ -12,6 +12,11 @@
 #include <string>
 #include <vector>
 
+#include <nanobind/nanobind.h>
+
+#include <unordered_map>
+
+#include "capture/guards.h"
 #include "capture/hook/frame_hook.h"
 #include "runtime/executor.h"
 
@@ -52,8 +57,13 @@ class CaptureCompiler final : public FrameCompiler {
   static void set_error_setter(ErrorSetter s);
 
  private:
+  bool is_library(PyCodeObject* code) const;
+
   CaptureOptions options_;
   std::vector<CaptureRecord> records_;
+  /// Code objects this compiler runs eagerly, with the global state that decided it.
+  std::unordered_map<PyObject*, GlobalState> eager_memo_;
+  std::vector<nanobind::object> memo_keepalive_;
 };
 
 }  // namespace ember::capture

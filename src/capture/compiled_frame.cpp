@@ -86,29 +86,26 @@ nb::object build_output(const OutputTemplate& t, const std::vector<at::Tensor>& 
 
 PyObject* CompiledFrame::run(const FrameView& f) {
   try {
-    if (checked_ != this) {
-      if (check(f) != 1) {
-        PyErr_SetString(PyExc_RuntimeError, "ember: a compiled frame ran without its guards");
-        return nullptr;
-      }
+    // The values of this call's sources: those check() just read, or (for the call that
+    // compiled the entry, which the hook runs without a check) read now. They are moved into a
+    // local first: reading a source or rebuilding the result may run Python code that the hook
+    // intercepts, which may check another entry on this thread.
+    std::vector<nb::object> values;
+    if (checked_ == this && values_ != nullptr) {
+      values = std::move(*values_);
+    } else if (int failed = sources_.evaluate(f, values); failed >= 0) {
+      PyErr_Format(PyExc_RuntimeError, "ember: %s could not be read for a compiled frame",
+                   sources_.name(failed).c_str());
+      return nullptr;
     }
     checked_ = nullptr;
     std::vector<at::Tensor> inputs;
     inputs.reserve(input_sources_.size());
-    std::vector<nb::object>& values = *values_;
     for (int s : input_sources_) {
       inputs.push_back(THPVariable_Unpack(values[static_cast<size_t>(s)].ptr()));
     }
-    std::vector<at::Tensor> outs;
-    try {
-      outs = executor_->run(inputs);
-    } catch (...) {
-      for (auto& v : values) v.reset();
-      throw;
-    }
-    nb::object result = build_output(output_, outs, values);
-    for (auto& v : values) v.reset();
-    return result.release().ptr();
+    std::vector<at::Tensor> outs = executor_->run(inputs);
+    return build_output(output_, outs, values).release().ptr();
   } catch (nb::python_error& e) {
     e.restore();
     return nullptr;

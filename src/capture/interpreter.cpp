@@ -264,15 +264,25 @@ nb::object Interpreter::run_frame(Frame& fr) {
     fr.line = code_line(fr.code, in);
     ++instructions_;
     if (!fr.top) {
-      step(fr, in, returned, result);
+      try {
+        step(fr, in, returned, result);
+      } catch (nb::python_error& e) {
+        if (in.handler < 0) throw;
+        throw Unsupported(std::string("an exception the program catches (") + e.what() + ") at " +
+                          location());
+      }
       continue;
     }
     std::string reason;
+    bool data_dependent = false;
     try {
       step(fr, in, returned, result);
       continue;
     } catch (const GraphBreak&) {
       throw;
+    } catch (const DataDependentError& e) {
+      reason = e.what();
+      data_dependent = true;
     } catch (const Unsupported& e) {
       reason = e.what();
     } catch (nb::python_error& e) {
@@ -281,14 +291,25 @@ nb::object Interpreter::run_frame(Frame& fr) {
       std::string msg = e.what();
       try {
         session_.rethrow_pending_error();
+      } catch (const DataDependentError& pending) {
+        reason = std::string(pending.what()) + " at " + location();
+        data_dependent = true;
       } catch (const Unsupported& pending) {
-        msg = pending.what();
-        reason = msg;
+        reason = std::string(pending.what()) + " at " + location();
       }
-      if (reason.empty() && !reads_tensor_data(msg)) throw;
-      if (reason.empty()) reason = "the program reads the data of a traced tensor (" + msg + ")";
+      if (reason.empty() && reads_tensor_data(msg)) {
+        reason = "the program reads the data of a traced tensor (" + msg + ")";
+        data_dependent = true;
+      }
+      if (reason.empty()) {
+        if (in.handler >= 0) {
+          throw Unsupported("an exception the program catches (" + msg + ") at " + location());
+        }
+        throw;
+      }
     }
-    if (breakable(fr, in)) throw GraphBreak(reason, static_cast<int>(pc));
+    if (breakable(fr, in)) throw GraphBreak(reason, static_cast<int>(pc), data_dependent);
+    if (data_dependent) throw DataDependentError(reason);
     throw Unsupported(reason);
   }
   return result;
@@ -364,14 +385,25 @@ nb::object Interpreter::subscr(nb::handle obj, nb::handle key) {
     nb::object v = checked(PyObject_GetItem(obj.ptr(), key.ptr()));
     return wrap(v, sources_.item(source, key.ptr()));
   }
+  std::vector<nb::object> items;
+  if (PySlice_Check(key.ptr()) && materialize(obj, items)) {
+    // A slice of a ModuleList or Sequential: a list of its modules (read one by one).
+    nb::object list = fresh(checked(PyList_New(0)));
+    for (auto& item : items) {
+      if (PyList_Append(list.ptr(), item.ptr()) < 0) throw nb::python_error();
+    }
+    return fresh(checked(PyObject_GetItem(list.ptr(), key.ptr())));
+  }
   EMBER_UNSUPPORTED(is_plain_value(obj) || is_fresh(obj))
       << "indexing a " << type_name_of(obj) << " at " << location();
   return checked(PyObject_GetItem(obj.ptr(), key.ptr()));
 }
 
 bool Interpreter::truth(nb::handle v) {
-  EMBER_UNSUPPORTED(!is_tensor(v))
-      << "control flow on tensor data (a tensor used as a bool) at " << location();
+  if (is_tensor(v)) {
+    throw DataDependentError("control flow on tensor data (a tensor used as a bool) at " +
+                             location());
+  }
   if (!is_plain_value(v)) {
     PyTypeObject* t = Py_TYPE(v.ptr());
     bool has_bool = t->tp_as_number != nullptr && t->tp_as_number->nb_bool != nullptr;
@@ -791,6 +823,44 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
         throw nb::python_error();
       }
       for (auto it = items.rbegin(); it != items.rend(); ++it) st.push_back(*it);
+      return;
+    }
+    case Op::FORMAT_VALUE: {
+      nb::object spec = (in.arg & 0x04) ? pop(fr) : nb::object();
+      nb::object v = pop(fr);
+      EMBER_UNSUPPORTED(!is_tensor(v) && is_plain_value(v))
+          << "formatting a " << type_name_of(v) << " at " << location();
+      int conv = in.arg & 0x03;
+      if (conv == 1) v = checked(PyObject_Str(v.ptr()));
+      if (conv == 2) v = checked(PyObject_Repr(v.ptr()));
+      if (conv == 3) v = checked(PyObject_ASCII(v.ptr()));
+      st.push_back(checked(PyObject_Format(v.ptr(), spec.is_valid() ? spec.ptr() : nullptr)));
+      return;
+    }
+    case Op::UNPACK_EX: {
+      nb::object seq = pop(fr);
+      std::vector<nb::object> items;
+      if (!materialize(seq, items)) {
+        EMBER_UNSUPPORTED(is_plain_value(seq) || is_fresh(seq))
+            << "unpacking a " << type_name_of(seq) << " at " << location();
+        nb::object fast = checked(PySequence_Fast(seq.ptr(), "cannot unpack"));
+        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast.ptr()); ++i) {
+          items.push_back(nb::borrow(PySequence_Fast_GET_ITEM(fast.ptr(), i)));
+        }
+      }
+      size_t before = static_cast<size_t>(in.arg & 0xff);
+      size_t after = static_cast<size_t>(in.arg >> 8);
+      if (items.size() < before + after) {
+        PyErr_Format(PyExc_ValueError, "not enough values to unpack");
+        throw nb::python_error();
+      }
+      nb::object rest = fresh(checked(PyList_New(0)));
+      for (size_t i = before; i < items.size() - after; ++i) {
+        if (PyList_Append(rest.ptr(), items[i].ptr()) < 0) throw nb::python_error();
+      }
+      for (size_t i = items.size(); i > items.size() - after; --i) st.push_back(items[i - 1]);
+      st.push_back(rest);
+      for (size_t i = before; i > 0; --i) st.push_back(items[i - 1]);
       return;
     }
     case Op::GET_ITER: {

@@ -25,6 +25,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -45,11 +46,15 @@ namespace ember::capture {
 /// CALL. The caller re-runs the capture with stop_at = pc (graph_break.h).
 class GraphBreak : public Unsupported {
  public:
-  GraphBreak(const std::string& reason, int pc) : Unsupported(reason), pc_(pc) {}
+  GraphBreak(const std::string& reason, int pc, bool data_dependent)
+      : Unsupported(reason), pc_(pc), data_dependent_(data_dependent) {}
   int pc() const { return pc_; }
+  /// The reason is a read of tensor data (.item(), a tensor used as a bool).
+  bool data_dependent() const { return data_dependent_; }
 
  private:
   int pc_;
+  bool data_dependent_;
 };
 
 /// The top frame's state when the interpreter stopped before instruction `pc` (stop_at).
@@ -135,6 +140,10 @@ class Interpreter {
                                 nanobind::handle kwnames);
   nanobind::object inline_function(nanobind::handle fn, std::vector<nanobind::object> args,
                                    nanobind::handle kwnames);
+  /// items() / keys() / values() of a ModuleDict read from a source, as a list whose modules
+  /// are wrapped with their item sources (the keys are guarded through Len and the items).
+  nanobind::object module_dict_view(nanobind::object module, std::string_view what,
+                                    const std::string& where);
   bool is_library_code(PyCodeObject* code) const;
   bool runs_for_real(nanobind::handle callable) const;
 

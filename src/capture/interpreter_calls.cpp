@@ -3,6 +3,8 @@
 /// unsupported; and inlining itself (argument binding, a new Frame).
 #include <string_view>
 
+#include <ATen/FunctionalTensorWrapper.h>
+
 #include "capture/interpreter_internal.h"
 
 namespace nb = nanobind;
@@ -87,8 +89,31 @@ bool is_denied_torch_function(std::string_view name) {
   return false;
 }
 
+/// Tensor methods that read a tensor's data into Python.
+bool is_data_read(std::string_view name) {
+  size_t dot = name.rfind('.');
+  if (dot != std::string_view::npos) name = name.substr(dot + 1);
+  return name == "item" || name == "tolist" || name == "numpy" || name == "__bool__" ||
+         name == "__int__" || name == "__float__" || name == "__index__";
+}
+
+/// Whether `v` is Python data made of numbers (a number, or lists / tuples of them): what
+/// torch.tensor(data) turns into a constant.
+bool is_number_data(PyObject* v) {
+  if (PyBool_Check(v) || PyLong_CheckExact(v) || PyFloat_CheckExact(v)) return true;
+  if (PyList_CheckExact(v) || PyTuple_CheckExact(v)) {
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(v); ++i) {
+      if (!is_number_data(PySequence_Fast_GET_ITEM(v, i))) return false;
+    }
+    return true;
+  }
+  return false;
+}
+
 /// Methods of list, dict and set that mutate their object.
 bool is_mutating_method(std::string_view name) {
+  size_t dot = name.rfind('.');
+  if (dot != std::string_view::npos) name = name.substr(dot + 1);
   static constexpr std::string_view kMutating[] = {"append",
                                                    "extend",
                                                    "insert",
@@ -183,8 +208,19 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
       args.insert(args.begin(), nb::borrow(self));
       return inline_function(fn, std::move(args), kwnames);
     }
-    EMBER_UNSUPPORTED(!is_nn_module(self))
-        << "calling nn.Module method " << name_of(fn) << " at " << location();
+    if (is_nn_module(self) && PyFunction_Check(fn)) {
+      std::string fname = name_of(fn);
+      std::string_view leaf = fname.substr(fname.rfind('.') + 1);
+      if (leaf == "items" || leaf == "keys" || leaf == "values") {
+        return module_dict_view(nb::borrow(self), leaf, location());
+      }
+      // A method of a torch.nn module (super().forward, _conv_forward): inlined like forward;
+      // what it would mutate is refused by the store rules.
+      EMBER_UNSUPPORTED(module_of(fn).rfind("torch.nn.", 0) == 0)
+          << "calling nn.Module method " << fname << " at " << location();
+      args.insert(args.begin(), nb::borrow(self));
+      return inline_function(fn, std::move(args), kwnames);
+    }
     EMBER_UNSUPPORTED(runs_for_real(fn) || is_tensor(self))
         << "calling " << name_of(fn) << " (a library method) at " << location();
     return call_real(callable, std::move(args), kwnames);
@@ -205,6 +241,9 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
       return call_builtin(callable, std::move(args), kwnames);
     }
     if (self != nullptr && is_tensor(self)) {
+      if (is_data_read(name)) {
+        throw DataDependentError("calling " + name + " reads tensor data, at " + location());
+      }
       EMBER_UNSUPPORTED(!is_denied_torch_function(name))
           << "calling " << name << " at " << location();
       return call_real(callable, std::move(args), kwnames);
@@ -218,9 +257,48 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
     }
     EMBER_UNSUPPORTED(runs_for_real(callable))
         << "calling " << module_of(callable) << "." << name << " at " << location();
+    std::string_view leaf = std::string_view(name).substr(name.rfind('.') + 1);
+    if ((leaf == "tensor" || leaf == "as_tensor") && !args.empty() &&
+        is_number_data(args[0].ptr())) {
+      // Its data is written in the program: the tensor it makes is a constant of the graph.
+      session_.set_strict_constants(false);
+      nb::object r;
+      try {
+        r = call_real(callable, std::move(args), kwnames);
+      } catch (...) {
+        session_.set_strict_constants(true);
+        throw;
+      }
+      session_.set_strict_constants(true);
+      if (is_tensor(r) && !is_tracer(r)) {
+        // torch.tensor makes a real tensor: it becomes a constant of the graph.
+        at::Tensor real = THPVariable_Unpack(r.ptr());
+        if (at::functionalization::impl::isFunctionalTensor(real)) {
+          real = at::functionalization::impl::from_functional_tensor(real);
+        }
+        session_.exit();
+        at::Tensor tracer;
+        try {
+          tracer = session_.add_constant_tensor(real);
+        } catch (...) {
+          session_.enter();
+          throw;
+        }
+        session_.enter();
+        r = nb::steal(THPVariable_Wrap(tracer));
+      }
+      return r;
+    }
     return call_real(callable, std::move(args), kwnames);
   }
   if (PyType_Check(c)) {
+    if (c == reinterpret_cast<PyObject*>(&PyType_Type) && args.size() == 1) {
+      return call_real(callable, std::move(args), kwnames);
+    }
+    if (type_name_of(callable) == "type" &&
+        std::string_view(reinterpret_cast<PyTypeObject*>(c)->tp_name) == "functools.partial") {
+      return fresh(call_real(callable, std::move(args), kwnames));
+    }
     if (c == reinterpret_cast<PyObject*>(&PySuper_Type) && args.empty()) {
       // Zero-argument super(): the __class__ cell and the first argument of the current frame.
       Frame& fr = *frames_.back();
@@ -331,6 +409,32 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
   EMBER_UNSUPPORTED(false) << "calling a " << tname << " (" << str_of(callable) << ") at "
                            << location();
   return {};
+}
+
+nb::object Interpreter::module_dict_view(nb::object module, std::string_view what,
+                                         const std::string& where) {
+  int source = source_of(module);
+  EMBER_UNSUPPORTED(source >= 0 && std::string_view(Py_TYPE(module.ptr())->tp_name) == "ModuleDict")
+      << "calling " << what << "() of a " << type_name_of(module) << " at " << where;
+  guards_.add_len(source, module.ptr());
+  nb::object keys = checked(PySequence_List(module.ptr()));  // ModuleDict iterates its keys
+  nb::object out = fresh(checked(PyList_New(0)));
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.ptr()); ++i) {
+    PyObject* key = PyList_GET_ITEM(keys.ptr(), i);
+    EMBER_UNSUPPORTED(PyUnicode_CheckExact(key)) << "a ModuleDict key that is not a str";
+    nb::object item = checked(PyObject_GetItem(module.ptr(), key));
+    nb::object value = wrap(item, sources_.item(source, key));
+    nb::object entry;
+    if (what == "keys") {
+      entry = nb::borrow(key);
+    } else if (what == "values") {
+      entry = value;
+    } else {
+      entry = checked(PyTuple_Pack(2, key, value.ptr()));
+    }
+    if (PyList_Append(out.ptr(), entry.ptr()) < 0) throw nb::python_error();
+  }
+  return out;
 }
 
 nb::object Interpreter::call_real(nb::handle callable, std::vector<nb::object> args,

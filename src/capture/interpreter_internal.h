@@ -46,6 +46,9 @@ inline bool is_tensor(nanobind::handle v) {
   return v.ptr() != nullptr && THPVariable_Check(v.ptr());
 }
 
+/// Whether `v` is a tensor of the trace (a functional wrapper of a tracer tensor).
+bool is_tracer(nanobind::handle v);
+
 /// The type's name, for messages.
 inline std::string type_name_of(nanobind::handle v) {
   return v.ptr() == nullptr ? "NULL" : Py_TYPE(v.ptr())->tp_name;

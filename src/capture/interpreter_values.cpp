@@ -1,7 +1,9 @@
 /// \file
 /// The interpreter's bookkeeping of values: sources, guards, graph inputs and freshness.
 #include "capture/interpreter_internal.h"
+#include "tracer/tracer_tensor.h"
 
+#include <ATen/FunctionalTensorWrapper.h>
 #include <ATen/core/grad_mode.h>
 
 namespace nb = nanobind;
@@ -45,6 +47,16 @@ bool is_indexed_nn_container(nb::handle v) {
 
 }  // namespace
 
+bool is_tracer(nb::handle v) {
+  if (!is_tensor(v)) return false;
+  at::Tensor t = THPVariable_Unpack(v.ptr());
+  if (at::functionalization::impl::isFunctionalTensor(t)) {
+    at::functionalization::impl::sync(t);
+    t = at::functionalization::impl::from_functional_tensor(t);
+  }
+  return tracer::as_tracer(t) != nullptr;
+}
+
 bool is_nn_module(nb::handle m) {
   return m.ptr() != nullptr && isinstance(m, module_type());
 }
@@ -62,8 +74,10 @@ bool is_plain_value(nb::handle v) {
   }
   if (Py_TYPE(o) == reinterpret_cast<PyTypeObject*>(size_type())) return true;
   std::string_view n(Py_TYPE(o)->tp_name);
+  if (n.substr(0, 19) == "torch.return_types.") return true;  // (values, indices) structseqs
   return n == "torch.dtype" || n == "torch.device" || n == "torch.layout" ||
-         n == "torch.memory_format";
+         n == "torch.memory_format" || n == "dict_keys" || n == "dict_values" ||
+         n == "dict_items" || n == "torch.finfo" || n == "torch.iinfo";
 }
 
 PyObject* local_name(PyCodeObject* co, int i) {

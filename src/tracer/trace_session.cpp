@@ -199,7 +199,18 @@ at::Tensor TraceSession::add_input(const at::Tensor& example, graph::InputKind k
   at::Tensor tracer = make_tracer(this, v, std::move(meta), example.device());
   at::Tensor functional = fz::to_functional_tensor(tracer);
   functional_inputs_.push_back(functional);
+  functional_input_index_.push_back(graph_.inputs.size() - 1);
   return functional;
+}
+
+at::Tensor TraceSession::add_constant_tensor(const at::Tensor& t) {
+  EMBER_INTERNAL_ASSERT(!active_) << "add_constant_tensor while the trace is entered";
+  bool strict = strict_constants_;
+  strict_constants_ = false;
+  graph::ValueId v = add_constant(t);
+  strict_constants_ = strict;
+  at::Tensor tracer = make_tracer(this, v, meta_like(t), t.device());
+  return fz::to_functional_tensor(tracer);
 }
 
 void TraceSession::enter() {
@@ -230,7 +241,10 @@ graph::ValueId TraceSession::add_constant(const at::Tensor& t) {
   auto it = constant_ids_.find(t.unsafeGetTensorImpl());
   if (it != constant_ids_.end()) return it->second;
   EMBER_UNSUPPORTED(!fz::isFunctionalTensor(t)) << "a functional tensor from outside the trace";
-  EMBER_UNSUPPORTED(!strict_constants_ || t.unsafeGetTensorImpl()->is_wrapped_number())
+  // A 0-dim tensor is a scalar the op made from a Python number (x[i] = 5.0 makes one that is
+  // not marked as a wrapped number).
+  EMBER_UNSUPPORTED(!strict_constants_ || t.unsafeGetTensorImpl()->is_wrapped_number() ||
+                    t.dim() == 0)
       << "a tensor that is not an input of the captured function reached the graph (read by "
       << "library code, or from an object the capture does not follow)";
   graph::ValueId v = graph_.add_input(tensor_type(t), graph::InputKind::Constant);
@@ -510,7 +524,7 @@ graph::ValueId TraceSession::aliased_view_of_mutated_input(const at::Tensor& out
   for (size_t i = 0; i < functional_inputs_.size(); ++i) {
     const at::Tensor& fin = functional_inputs_[i];
     if (fin.unsafeGetTensorImpl()->unsafe_storage().unsafeGetStorageImpl() != storage) continue;
-    graph::ValueId input = graph_.inputs[i].value;
+    graph::ValueId input = graph_.inputs[functional_input_index_[i]].value;
     bool mutated = false;
     for (const graph::Mutation& m : graph_.mutations) mutated |= m.input == input;
     if (!mutated) return -1;
@@ -540,7 +554,7 @@ TracedGraph TraceSession::finish(const std::vector<at::Tensor>& outputs) {
   // Inputs: bring each functional input up to date; a changed value is a mutation.
   for (size_t i = 0; i < functional_inputs_.size(); ++i) {
     const at::Tensor& fin = functional_inputs_[i];
-    const graph::Input& input = graph_.inputs[i];
+    const graph::Input& input = graph_.inputs[functional_input_index_[i]];
     fz::sync(fin);
     auto* wrapper = fz::unsafeGetFunctionalWrapper(fin);
     EMBER_UNSUPPORTED(!wrapper->has_metadata_mutation())
@@ -564,7 +578,7 @@ TracedGraph TraceSession::finish(const std::vector<at::Tensor>& outputs) {
     graph::ValueId v = -1;
     for (size_t i = 0; i < functional_inputs_.size() && v < 0; ++i) {
       if (functional_inputs_[i].unsafeGetTensorImpl() == out.unsafeGetTensorImpl()) {
-        v = graph_.inputs[i].value;  // the input itself, after its mutations
+        v = graph_.inputs[functional_input_index_[i]].value;  // the input, after its mutations
       }
     }
     if (v < 0 && fz::isFunctionalTensor(out)) {

@@ -43,6 +43,10 @@ class TraceSession {
   /// (a real tensor; its data is never read). Call before enter().
   at::Tensor add_input(const at::Tensor& example, graph::InputKind kind, const std::string& name);
 
+  /// A tracer tensor standing for the real tensor `t` as a constant of the graph (data the
+  /// program wrote, as torch.tensor([1.0, 2.0]) makes). Call while the trace is not entered.
+  at::Tensor add_constant_tensor(const at::Tensor& t);
+
   /// Routes ATen ops on this thread to the tracer until exit(). Not reentrant.
   void enter();
   void exit();
@@ -67,8 +71,9 @@ class TraceSession {
   const graph::Graph& graph() const { return graph_; }
 
   /// When set, a real tensor reaching the trace (one that is not a graph input) is unsupported,
-  /// except a wrapped Python number. Capture sets it: every tensor its program reads from
-  /// outside is made an input, so another real tensor was read where capture could not see it.
+  /// except a wrapped Python number or a 0-dim tensor (a scalar an op made from a number). Capture
+  /// sets it: every tensor its program reads from outside is made an input, so another real tensor
+  /// was read where capture could not see it.
   void set_strict_constants(bool strict) { strict_constants_ = strict; }
 
   /// The first ember error raised inside the trace. PyTorch's Python bindings turn exceptions
@@ -99,6 +104,9 @@ class TraceSession {
   std::vector<at::Tensor> constants_;
   std::unordered_map<const c10::TensorImpl*, graph::ValueId> constant_ids_;
   std::vector<at::Tensor> functional_inputs_;
+  /// Index in graph_.inputs of each functional input (constants may come between them when
+  /// inputs are added during the trace, as capture does).
+  std::vector<size_t> functional_input_index_;
   std::optional<c10::impl::LocalDispatchKeySet> outer_tls_;  ///< set while entered
   bool outer_reapply_views_ = false;
   TraceSession* outer_session_ = nullptr;

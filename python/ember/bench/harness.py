@@ -301,11 +301,16 @@ def resolve_backend(name: str) -> Callable[[nn.Module], Callable] | None:
 
     "inductor" is torch.compile's default; "inductor-reduce-overhead" / "inductor-max-autotune" /
     "inductor-max-autotune-no-cudagraphs" pick a torch.compile mode; "ember" is the ember backend (the
-    registered torch.compile backend, or ember.backend imported directly); any other name must be a
-    registered torch.compile backend (torch._dynamo.list_backends()).
+    registered torch.compile backend, or ember.backend imported directly); "ember-capture" is
+    ember.compile (ember's own bytecode capture, no Dynamo); any other name must be a registered
+    torch.compile backend (torch._dynamo.list_backends()).
     """
     if name == "eager":
         return None
+    if name == "ember-capture":
+        import ember  # noqa: PLC0415
+
+        return lambda m: ember.compile(m)
     if name == "inductor":
         return lambda m: torch.compile(m)
     if name.startswith("inductor-"):
@@ -582,7 +587,7 @@ def run_model(spec: M.ModelSpec, mode: str, dtype: str, s: Settings,
                 free_memory(s.device)
                 base_mem = torch.cuda.memory_allocated() if cuda else 0
                 reset_dynamo_counters_only()
-                if b == "ember":
+                if b in ("ember", "ember-capture"):
                     ember_metrics(reset=True)
                 inst = Instance(base, wl, mode, dtype, s.device, compile_fn)
                 dt, _ = timed(inst.step, sync)
@@ -622,9 +627,14 @@ def run_model(spec: M.ModelSpec, mode: str, dtype: str, s: Settings,
                     inst.step()
                 sync()
                 graphs, breaks = dynamo_counters()
+                if b == "ember-capture":
+                    m = ember_metrics() or {}
+                    # ember's own capture: graphs it made, and breaks plus frames run eagerly.
+                    graphs = m.get("graphs", 0)
+                    breaks = m.get("graph_breaks", 0) + m.get("eager_frames", 0)
                 if b != "eager":
                     r.graphs, r.graph_breaks = graphs, breaks
-                if b == "ember":
+                if b in ("ember", "ember-capture"):
                     m = ember_metrics()
                     if m is not None:
                         r.extra["ember_metrics"] = m
@@ -770,8 +780,9 @@ def measure_overhead(backends: Iterable[str], device: str, calls: int = 100, rou
     rows = ["eager", *backends]
     if "ember" in backends and device == "cpu":
         # What Dynamo costs by itself (its no-op backend), and ember's compiled graph called
-        # directly (no Dynamo): the part of ember's per-call overhead that is ember's own.
-        rows += [_DYNAMO_EAGER, _EMBER_RUNTIME]
+        # directly (no Dynamo): the part of ember's per-call overhead that is ember's own. And
+        # ember's own capture (ember.compile), which replaces Dynamo.
+        rows += [_DYNAMO_EAGER, _EMBER_RUNTIME, "ember-capture"]
     for b in dict.fromkeys(rows):
         progress(f"per-call overhead: {b}")
         reset_dynamo()

@@ -97,8 +97,11 @@ def test_summary_and_outputs(report, tmp_path):
     assert any("geomean speedup" in line for line in lines)
     # With ember on the CPU: also Dynamo alone, and ember's compiled graph called without Dynamo.
     assert set(report.overhead) == set(BACKENDS) | {"dynamo (backend=eager)",
-                                                     "ember runtime (no Dynamo)"}
+                                                     "ember runtime (no Dynamo)",
+                                                     "ember-capture"}
     assert report.overhead["ember runtime (no Dynamo)"]["status"] == "pass"
+    # And ember.compile (ember's own capture, no Dynamo).
+    assert report.overhead["ember-capture"]["status"] == "pass"
     assert report.overhead["eager"]["status"] == "pass"
     assert report.overhead["aot_eager"]["status"] == "pass"
     text = report.render_text()

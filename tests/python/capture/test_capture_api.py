@@ -1,0 +1,286 @@
+"""fullgraph=True, ember.explain, threads and exceptions raised by the program."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+import torch
+
+from capture_check import check, expect_frames, line_of, same
+
+import ember
+import ember.errors
+
+
+def r(*shape):
+    return torch.randn(*shape)
+
+
+def test_fullgraph_supported_program():
+    def f(x, y):
+        return (x @ y).relu() + 1
+    check(f, r(2, 3), r(3, 4), fullgraph=True, atol=1e-4)
+
+
+def test_fullgraph_print_raises_unsupported_with_location():
+    def f(x):
+        y = x + 1
+        print("side effect")
+        return y
+    c = ember.compile(f, fullgraph=True)
+    with pytest.raises(ember.Unsupported) as info:
+        c(r(3))
+    msg = str(info.value)
+    assert "print" in msg
+    assert os.path.basename(__file__) in msg
+    assert str(line_of(f, 'print("side effect")')) in msg
+
+
+def test_fullgraph_item_raises_data_dependent_error():
+    def f(x):
+        return x * x.sum().item()
+    c = ember.compile(f, fullgraph=True)
+    with pytest.raises(ember.errors.DataDependentError) as info:
+        c(r(3))
+    msg = str(info.value)
+    assert "item" in msg
+    assert os.path.basename(__file__) in msg
+    assert str(line_of(f, ".item()")) in msg
+
+
+def test_fullgraph_tensor_condition_raises_data_dependent_error():
+    def f(x):
+        if x.sum() > 0:
+            return x
+        return -x
+    c = ember.compile(f, fullgraph=True)
+    with pytest.raises(ember.errors.DataDependentError) as info:
+        c(r(3))
+    assert str(line_of(f, "if x.sum() > 0")) in str(info.value)
+
+
+def test_fullgraph_unsupported_in_callee_names_callee_line():
+    def helper(x):
+        print("inside helper")
+        return x
+
+    def f(x):
+        return helper(x) + 1
+    c = ember.compile(f, fullgraph=True)
+    with pytest.raises(ember.Unsupported) as info:
+        c(r(3))
+    msg = str(info.value)
+    assert "print" in msg
+    assert str(line_of(helper, 'print("inside helper")')) in msg
+
+
+def test_fullgraph_unsupported_is_compile_error():
+    def f(x):
+        return torch.from_numpy(x.numpy())
+    c = ember.compile(f, fullgraph=True)
+    with pytest.raises(ember.CompileError):
+        c(r(3))
+
+
+def test_fullgraph_module():
+    lin = torch.nn.Linear(4, 2)
+    with torch.no_grad():
+        check(lin, r(3, 4), fullgraph=True)
+
+
+def test_explain_captured_program():
+    def f(x):
+        return x.sin() + x.cos()
+    out = ember.explain(f)(r(3))
+    assert out.graph_count == 1
+    assert out.graph_break_count == 0
+    assert out.break_reasons == []
+    assert len(out.ops_per_graph) == 1 and out.ops_per_graph[0]
+    assert "Graph count: 1" in str(out)
+
+
+def test_explain_eager_frame_with_captured_callee():
+    def g(x):
+        return x * 2
+
+    def f(x):
+        print("break")
+        return g(x)
+    out = ember.explain(f)(r(3))
+    assert out.graph_count >= 1  # g (or, with graph breaks, the rest of f after the print)
+    assert out.graph_break_count == 1
+    assert any("print" in reason for reason in out.break_reasons)
+
+
+def test_explain_reports_item_reason():
+    def f(x):
+        return x + x.mean().item()
+    out = ember.explain(f)(r(3))
+    assert out.graph_break_count == 1
+    assert "item" in out.break_reasons[0]
+    # the frame runs eagerly (no graphs), or breaks at .item() into a graph before and one after
+    assert out.graph_count == (2 if "graph break" in out.break_reasons[0] else 0)
+
+
+def test_explain_guards_mention_inputs():
+    def f(x, n):
+        return x * n
+    out = ember.explain(f)(r(3), 4)
+    assert out.graph_count == 1
+    assert len(out.guards) == 1 and out.guards[0]
+
+
+def test_threads_call_same_compiled_function():
+    def f(x, y):
+        return (x * y).sum(1) + x.mean()
+    c = ember.compile(f)
+    ember.metrics.reset()
+    inputs = [(r(4, 5), r(4, 5)) for _ in range(8)]
+    results = [None] * len(inputs)
+    errors = []
+    barrier = threading.Barrier(2)
+
+    def worker(k):
+        try:
+            barrier.wait()
+            for i in range(k, len(inputs), 2):
+                results[i] = c(*inputs[i])
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    for (x, y), got in zip(inputs, results):
+        torch.testing.assert_close(got, f(x, y))
+    snap = ember.metrics.snapshot()
+    assert snap["eager_frames"] == 0, ember.metrics.fallback_reasons
+
+
+def test_threads_with_different_shapes():
+    def f(x):
+        return x.softmax(-1) * 2
+    c = ember.compile(f)
+    results = {}
+
+    def worker(n):
+        outs = []
+        for _ in range(3):
+            x = r(n, 3)
+            outs.append((x, c(x)))
+        results[n] = outs
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in (2, 5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for outs in results.values():
+        for x, got in outs:
+            torch.testing.assert_close(got, f(x))
+
+
+def test_program_raises_value_error():
+    def f(x, n):
+        if n < 0:
+            raise ValueError(f"negative n: {n}")
+        return x * n
+    c = ember.compile(f)
+    with pytest.raises(ValueError, match="negative n"):
+        c(r(3), -1)
+    x = r(3)
+    torch.testing.assert_close(c(x, 2), x * 2)
+    with pytest.raises(ValueError):
+        c(r(3), -5)
+
+
+def test_program_raises_value_error_after_capture():
+    """The frame is captured for n >= 0 first; a later call with n < 0 must still raise."""
+    def f(x, n):
+        if n < 0:
+            raise ValueError("negative")
+        return x + n
+    c = ember.compile(f)
+    x = r(3)
+    torch.testing.assert_close(c(x, 1), x + 1)
+    with pytest.raises(ValueError, match="negative"):
+        c(x, -1)
+    torch.testing.assert_close(c(x, 1), x + 1)
+
+
+def test_program_raises_in_helper():
+    def check_shape(x):
+        if x.dim() != 2:
+            raise ValueError("expected 2-d")
+        return x
+
+    def f(x):
+        return check_shape(x) * 2
+    c = ember.compile(f)
+    x = r(2, 2)
+    torch.testing.assert_close(c(x), x * 2)
+    with pytest.raises(ValueError, match="expected 2-d"):
+        c(r(3))
+
+
+def test_torch_error_propagates():
+    def f(x, y):
+        return x @ y
+    c = ember.compile(f)
+    with pytest.raises(RuntimeError):
+        c(r(2, 3), r(2, 3))
+    x, y = r(2, 3), r(3, 2)
+    torch.testing.assert_close(c(x, y), x @ y)
+
+
+def test_key_error_and_index_error_propagate():
+    def f(d, xs, x):
+        return x * d["k"] + xs[5]
+    c = ember.compile(f)
+    with pytest.raises(KeyError):
+        c({}, [1] * 6, r(2))
+    with pytest.raises(IndexError):
+        c({"k": 1}, [1], r(2))
+
+
+def test_assert_statement_on_python_value():
+    def f(x, n):
+        assert n > 0, "n must be positive"
+        return x * n
+    c = ember.compile(f)
+    x = r(2)
+    torch.testing.assert_close(c(x, 3), x * 3)
+    with pytest.raises(AssertionError, match="positive"):
+        c(x, 0)
+
+
+def test_compile_as_decorator_and_with_options():
+    @ember.compile
+    def f(x):
+        return x * 2
+
+    g = ember.compile(fullgraph=True)(lambda x: x + 1)
+    x = r(3)
+    torch.testing.assert_close(f(x), x * 2)
+    torch.testing.assert_close(g(x), x + 1)
+
+
+def test_compile_rejects_unknown_backend():
+    with pytest.raises(ember.CompileError):
+        ember.compile(lambda x: x, backend="nope")
+
+
+def test_metrics_nodes_and_graphs_counted():
+    def f(x):
+        return x.exp() + 1
+    c = ember.compile(f)
+    ember.metrics.reset()
+    same(c, f, r(3))
+    snap = ember.metrics.snapshot()
+    assert snap["graphs"] == 1 and snap["nodes"] >= 1
+    expect_frames(1, 0)

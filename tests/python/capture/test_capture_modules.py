@@ -1,0 +1,424 @@
+"""nn.Module programs under ember.compile (inference: under torch.no_grad)."""
+
+from __future__ import annotations
+
+import pytest
+import json
+import subprocess
+import sys
+import textwrap
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from capture_check import check, expect_frames, same
+
+import ember
+
+
+def r(*shape):
+    return torch.randn(*shape)
+
+
+def mcheck(mod, *args, **kw):
+    with torch.no_grad():
+        return check(mod.eval() if kw.pop("eval", True) else mod, *args, **kw)
+
+
+class MLP(nn.Module):
+    def __init__(self, d=8, h=16):
+        super().__init__()
+        self.fc1 = nn.Linear(d, h)
+        self.fc2 = nn.Linear(h, d)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.mlp = MLP(d)
+
+    def forward(self, x):
+        return x + self.mlp(self.norm(x))
+
+
+class Net(nn.Module):
+    def __init__(self, d=8, n=2):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(d) for _ in range(n)])
+        self.head = nn.Linear(d, 3)
+
+    def forward(self, x):
+        for block in self.blocks:
+            x = block(x)
+        return self.head(x)
+
+
+def test_linear():
+    mcheck(nn.Linear(8, 4), r(2, 8))
+
+
+def test_linear_without_bias():
+    mcheck(nn.Linear(8, 4, bias=False), r(3, 8))
+
+
+def test_conv2d():
+    mcheck(nn.Conv2d(3, 4, 3, padding=1), r(1, 3, 6, 6), atol=1e-4, rtol=1e-4)
+
+
+def test_batchnorm2d_eval():
+    bn = nn.BatchNorm2d(3)
+    bn.running_mean.copy_(r(3))
+    bn.running_var.copy_(r(3).abs() + 0.5)
+    mcheck(bn, r(2, 3, 4, 4), atol=1e-4, rtol=1e-4)
+
+
+def test_layernorm():
+    mcheck(nn.LayerNorm(8), r(2, 3, 8), atol=1e-4, rtol=1e-4)
+
+
+def test_embedding():
+    mcheck(nn.Embedding(10, 4), torch.tensor([[1, 2, 9], [0, 0, 3]]))
+
+
+def test_dropout_eval_is_identity():
+    mcheck(nn.Dropout(0.5), r(4, 4))
+
+
+def test_activation_modules():
+    mcheck(nn.Sequential(nn.ReLU(), nn.GELU(), nn.Tanh(), nn.SiLU()), r(4, 4))
+
+
+def test_sequential():
+    mcheck(nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4)), r(2, 8))
+
+
+def test_custom_mlp():
+    mcheck(MLP(), r(2, 8))
+
+
+def test_nested_custom_modules_and_module_list_loop():
+    mcheck(Net(), r(2, 8), atol=1e-4, rtol=1e-4)
+
+
+class Stack3(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+        self.norms = nn.ModuleList([nn.LayerNorm(4) for _ in range(3)])
+
+
+def test_module_list_enumerate():
+    class M(Stack3):
+        def forward(self, x):
+            for i, layer in enumerate(self.layers):
+                x = layer(x) * (i + 1)
+            return x
+    mcheck(M(), r(2, 4), atol=1e-4, rtol=1e-4)
+
+
+def test_module_list_int_index():
+    class M(Stack3):
+        def forward(self, x):
+            return self.layers[0](x) + self.layers[-1](x)
+    mcheck(M(), r(2, 4), atol=1e-4, rtol=1e-4)
+
+
+def test_module_list_len():
+    class M(Stack3):
+        def forward(self, x):
+            return x * len(self.layers)
+    mcheck(M(), r(2, 4))
+
+
+def test_module_list_zip():
+    class M(Stack3):
+        def forward(self, x):
+            for lin, norm in zip(self.layers, self.norms):
+                x = norm(lin(x))
+            return x
+    mcheck(M(), r(2, 4), atol=1e-4, rtol=1e-4)
+
+
+def test_module_list_slice():
+    class M(Stack3):
+        def forward(self, x):
+            for lin in self.layers[1:]:
+                x = lin(x)
+            return x
+    mcheck(M(), r(2, 4), atol=1e-4, rtol=1e-4)
+
+
+def test_module_int_attribute_and_parameters():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.k = 3
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.lin(x) * self.k
+    mcheck(M(), r(2, 4))
+
+
+def test_module_dict_access():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.heads = nn.ModuleDict({"a": nn.Linear(4, 2), "b": nn.Linear(4, 3)})
+
+        def forward(self, x, which):
+            return self.heads[which](x)
+    mcheck(M(), r(2, 4), "a")
+    mcheck(M(), r(2, 4), "b")
+
+
+def test_module_dict_items_loop():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.heads = nn.ModuleDict({"a": nn.Linear(4, 2), "b": nn.Linear(4, 3)})
+
+        def forward(self, x):
+            return {name: head(x) for name, head in self.heads.items()}
+    mcheck(M(), r(2, 4))
+
+
+def test_module_with_buffer():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("mean", torch.randn(4))
+            self.register_buffer("scale", torch.rand(4) + 0.5)
+
+        def forward(self, x):
+            return (x - self.mean) * self.scale
+    mcheck(M(), r(3, 4))
+
+
+def test_module_parameter_used_directly():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(4, 4))
+            self.alpha = 0.5
+
+        def forward(self, x):
+            return x @ self.w * self.alpha
+    mcheck(M(), r(2, 4), atol=1e-4, rtol=1e-4)
+
+
+class Branchy(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    def forward(self, x):
+        if self.training:
+            return self.lin(x) * 2
+        return self.lin(x) * 3
+
+
+def test_training_flag_branch_eval():
+    mcheck(Branchy(), r(2, 4))
+
+
+def test_training_flag_toggled_recompiles():
+    m = Branchy()
+    c = ember.compile(m)
+    ember.metrics.reset()
+    x = r(2, 4)
+    with torch.no_grad():
+        m.eval()
+        same(c, m, x)
+        m.train()
+        same(c, m, x)
+        m.eval()
+        same(c, m, x)
+    expect_frames(2, 0)
+
+
+def test_super_forward_in_subclass():
+    class Base(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.lin(x).relu()
+
+    class Child(Base):
+        def forward(self, x):
+            return super().forward(x) + 1
+
+    mcheck(Child(), r(2, 4))
+
+
+def test_subclass_of_linear_calls_super_forward():
+    class MyLinear(nn.Linear):
+        def forward(self, x):
+            return super().forward(x) * 2
+    mcheck(MyLinear(4, 3), r(2, 4))
+
+
+def test_tied_weights():
+    class Tied(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb = nn.Embedding(10, 4)
+            self.out = nn.Linear(4, 10, bias=False)
+            self.out.weight = self.emb.weight
+
+        def forward(self, idx):
+            return self.out(self.emb(idx))
+    mcheck(Tied(), torch.tensor([[1, 2, 3]]), atol=1e-4, rtol=1e-4)
+
+
+def test_same_submodule_used_twice():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.lin(self.lin(x))
+    mcheck(M(), r(2, 4))
+
+
+def test_parameter_updated_in_place_between_calls():
+    m = nn.Linear(4, 3)
+    c = ember.compile(m)
+    ember.metrics.reset()
+    x = r(2, 4)
+    with torch.no_grad():
+        same(c, m, x)
+        for p in m.parameters():
+            p.add_(1)
+        out = same(c, m, x)
+        torch.testing.assert_close(out, x @ m.weight.t() + m.bias)
+    expect_frames(1, 0)
+
+
+def test_parameter_replaced_between_calls():
+    m = nn.Linear(4, 3)
+    c = ember.compile(m)
+    ember.metrics.reset()
+    x = r(2, 4)
+    with torch.no_grad():
+        same(c, m, x)
+        m.weight = nn.Parameter(torch.randn(3, 4))
+        same(c, m, x)
+    assert ember.metrics.snapshot()["eager_frames"] == 0
+
+
+def test_module_called_from_function():
+    lin = nn.Linear(4, 4)
+
+    def f(x):
+        return lin(x).sigmoid() + lin.weight.sum()
+    with torch.no_grad():
+        check(f, r(2, 4))
+
+
+def test_module_passed_as_argument():
+    def f(mod, x):
+        return mod(x) * 2
+    with torch.no_grad():
+        check(f, MLP(4, 8), r(2, 4))
+
+
+def test_forward_with_kwargs_and_defaults():
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x, scale=1.0, *, residual=True):
+            y = self.lin(x) * scale
+            return y + x if residual else y
+    mcheck(M(), r(2, 4))
+    mcheck(M(), r(2, 4), scale=2.0, residual=False)
+
+
+def test_compiled_module_attributes_and_state_dict():
+    m = MLP()
+    c = ember.compile(m)
+    assert c.fc1 is m.fc1
+    assert set(c._orig_mod.state_dict()) == set(m.state_dict())
+
+
+def test_transformer_like_block():
+    class Attn(nn.Module):
+        def __init__(self, d=8, heads=2):
+            super().__init__()
+            self.heads = heads
+            self.qkv = nn.Linear(d, 3 * d)
+            self.proj = nn.Linear(d, d)
+
+        def forward(self, x):
+            b, t, d = x.shape
+            q, k, v = self.qkv(x).chunk(3, dim=-1)
+            q, k, v = [z.view(b, t, self.heads, d // self.heads).transpose(1, 2) for z in (q, k, v)]
+            att = (q @ k.transpose(-2, -1)) * (1.0 / (d // self.heads) ** 0.5)
+            att = att.softmax(dim=-1)
+            y = (att @ v).transpose(1, 2).reshape(b, t, d)
+            return self.proj(y)
+    mcheck(Attn(), r(2, 3, 8), atol=1e-4, rtol=1e-4)
+
+
+class Scale(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        return x * self.w
+
+
+def test_grad_mode_with_parameters_requiring_grad_is_eager():
+    """Parameters require grad: under grad mode the frame is not captured (inference only)."""
+    check(Scale(), r(2, 4), captured=0, eager=1, reason="grad")
+
+
+def _frames_in_subprocess(code):
+    """Runs `code` in a fresh interpreter (these programs can leave torch code objects marked
+    eager for the rest of the process) and returns what it prints: a JSON value."""
+    prelude = "import json, torch, ember, torch.nn as nn\nx = torch.randn(2, 4)\n"
+    out = subprocess.run([sys.executable, "-c", prelude + textwrap.dedent(code)],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_grad_mode_linear_reason():
+    snap, reasons = _frames_in_subprocess("""
+        ember.compile(nn.Linear(4, 3))(x)
+        print(json.dumps([ember.metrics.snapshot(), ember.metrics.fallback_reasons]))
+    """)
+    assert snap["eager_frames"] == 1
+    assert any("grad" in r for r in reasons), reasons
+
+
+def test_eager_under_grad_mode_does_not_poison_later_compiles():
+    snap = _frames_in_subprocess("""
+        ember.compile(nn.Linear(4, 3))(x)
+        ember.metrics.reset()
+        with torch.no_grad():
+            ember.compile(nn.Linear(4, 3))(x)
+        print(json.dumps(ember.metrics.snapshot()))
+    """)
+    assert (snap["captured_frames"], snap["eager_frames"]) == (1, 0), snap
+
+
+def test_eager_under_grad_mode_user_module_then_no_grad():
+    class Scale2(Scale):
+        def forward(self, x):
+            return x * self.w + 1
+    ember.compile(Scale2())(r(2, 4))  # grad mode: not captured
+    ember.metrics.reset()
+    with torch.no_grad():
+        check(Scale2(), r(2, 4))
