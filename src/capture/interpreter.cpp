@@ -361,6 +361,11 @@ nb::object Interpreter::load_deref(Frame& fr, int slot) {
     throw nb::python_error();
   }
   if (is_fresh(cell)) return nb::borrow(v);
+  PyObject* name = local_name(fr.code, slot);
+  if (PyType_Check(v) && name != nullptr &&
+      PyUnicode_CompareWithASCIIString(name, "__class__") == 0) {
+    return nb::borrow(v);  // the class of a method (zero-argument super): fixed with the function
+  }
   auto origin = cell_origin_.find(cell.ptr());
   EMBER_UNSUPPORTED(origin != cell_origin_.end())
       << "closure variable '" << nb::cast<std::string>(nb::handle(local_name(fr.code, slot)))
@@ -561,6 +566,27 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
       if (!kNullBeforeCallable) st.emplace_back();
       return;
     }
+#if PY_MINOR_VERSION >= 12
+    case Op::LOAD_SUPER_ATTR: {
+      // super().name: [super, __class__, self] -> super(__class__, self).name
+      nb::object self = pop(fr);
+      nb::object cls = pop(fr);
+      nb::object super_fn = pop(fr);
+      EMBER_UNSUPPORTED(super_fn.ptr() == reinterpret_cast<PyObject*>(&PySuper_Type))
+          << "LOAD_SUPER_ATTR with a " << type_name_of(super_fn) << " at " << location();
+      nb::object sup = fresh(
+          checked(PyObject_CallFunctionObjArgs(super_fn.ptr(), cls.ptr(), self.ptr(), nullptr)));
+      nb::object v = load_attr(sup, name_at(co, in.arg));
+      if (in.flags & 1) {  // a method load: [NULL, bound] (3.12) or [bound, NULL] (3.13)
+        if (kNullBeforeCallable) st.emplace_back();
+        st.push_back(std::move(v));
+        if (!kNullBeforeCallable) st.emplace_back();
+      } else {
+        st.push_back(std::move(v));
+      }
+      return;
+    }
+#endif
     case Op::STORE_ATTR: {
       nb::object obj = pop(fr);
       nb::object v = pop(fr);

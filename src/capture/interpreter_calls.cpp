@@ -205,6 +205,13 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
     PyObject* fn = PyMethod_GET_FUNCTION(c);
     if (PyFunction_Check(fn) &&
         !is_library_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn)))) {
+      int method_source = source_of(callable);
+      if (method_source >= 0 && source_of(fn) < 0) {
+        // Its closure cells are read through the method's source: m.__func__.__closure__[i].
+        nb::object func_name = nb::steal(PyUnicode_FromString("__func__"));
+        source_of_.emplace(fn, sources_.attr(method_source, func_name.ptr()));
+        keepalive_.push_back(nb::borrow(fn));
+      }
       args.insert(args.begin(), nb::borrow(self));
       return inline_function(fn, std::move(args), kwnames);
     }
