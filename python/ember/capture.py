@@ -33,9 +33,15 @@ _prefixes_set = False
 
 
 def library_prefixes() -> list[str]:
-    """File prefixes of code that is not captured but runs as it is: torch, ember itself and the
-    standard library (its site-packages excluded)."""
-    prefixes = [os.path.dirname(torch.__file__) + os.sep, os.path.dirname(__file__) + os.sep, "<frozen "]
+    """File prefixes of code that is not captured but runs as it is: torch, ember itself (its
+    benchmark models excluded) and the standard library (its site-packages excluded)."""
+    prefixes = [os.path.dirname(torch.__file__) + os.sep, "<frozen "]
+    # ember itself, but not the models of its benchmark suite (ember/bench), which are user code.
+    here = os.path.dirname(__file__)
+    for name in sorted(os.listdir(here)):
+        if name != "bench":
+            path = os.path.join(here, name)
+            prefixes.append(path + os.sep if os.path.isdir(path) else path)
     stdlib = sysconfig.get_paths()["stdlib"]
     try:
         names = os.listdir(stdlib)

@@ -195,6 +195,10 @@ nb::object Interpreter::run(const FrameView& f, int stop_at) {
     if (v == nullptr) continue;
     fr.locals[static_cast<size_t>(i)] = wrap(v, sources_.local(i, local_name(co, i)));
   }
+  if (co->co_flags & CO_VARKEYWORDS) {
+    // The **kwargs dict is made for this call: the frame may change it (kwargs.pop(...)).
+    fresh(fr.locals[static_cast<size_t>(nargs - 1)]);
+  }
   if (f.closure != nullptr) {
     Py_ssize_t nfree = PyTuple_GET_SIZE(f.closure);
     for (Py_ssize_t j = 0; j < nfree; ++j) {
@@ -666,7 +670,10 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
     case Op::CONTAINS_OP: {
       nb::object container = pop(fr);
       nb::object item = pop(fr);
-      EMBER_UNSUPPORTED(is_plain_value(container) && !is_tensor(container))
+      EMBER_UNSUPPORTED(
+          (is_plain_value(container) && !is_tensor(container)) ||
+          (PyDict_Check(container.ptr()) && Py_TYPE(container.ptr())->tp_as_sequence->sq_contains ==
+                                                PyDict_Type.tp_as_sequence->sq_contains))
           << "'in' on a " << type_name_of(container) << " at " << location();
       int r = PySequence_Contains(container.ptr(), item.ptr());
       if (r < 0) throw nb::python_error();
@@ -959,6 +966,41 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
       return;
     }
 #endif
+    case Op::IMPORT_NAME: {
+      // `import m` / `from m import x` of a module that is already imported: no side effect.
+      nb::object fromlist = pop(fr);
+      nb::object level = pop(fr);
+      PyObject* name = name_at(co, in.arg);
+      EMBER_UNSUPPORTED(PyLong_AsLong(level.ptr()) == 0) << "a relative import at " << location();
+      PyObject* modules = PyImport_GetModuleDict();
+      PyObject* mod = PyDict_GetItemWithError(modules, name);
+      EMBER_UNSUPPORTED(mod != nullptr) << "importing a module that is not imported yet ("
+                                        << PyUnicode_AsUTF8(name) << ") at " << location();
+      if (fromlist.is_none()) {
+        // `import a.b` binds the top package.
+        nb::object top = checked(
+            PyImport_ImportModuleLevelObject(name, fr.globals.ptr(), nullptr, fromlist.ptr(), 0));
+        st.push_back(top);
+      } else {
+        st.push_back(nb::borrow(mod));
+      }
+      return;
+    }
+    case Op::IMPORT_FROM: {
+      nb::handle mod = peek(fr);
+      st.push_back(checked(PyObject_GetAttr(mod.ptr(), name_at(co, in.arg))));
+      return;
+    }
+    case Op::RETURN_GENERATOR:
+      EMBER_UNSUPPORTED(fr.yields != nullptr) << "a generator frame at " << location();
+      st.push_back(nb::none());
+      return;
+    case Op::YIELD_VALUE: {
+      EMBER_UNSUPPORTED(fr.yields != nullptr) << "yield in a captured frame at " << location();
+      fr.yields->push_back(pop(fr));
+      st.push_back(nb::none());  // what send() would give back: next() sends None
+      return;
+    }
     case Op::MAKE_FUNCTION:
       st.push_back(make_function(fr, in));
       return;

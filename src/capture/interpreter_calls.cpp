@@ -565,8 +565,12 @@ nb::object Interpreter::inline_function(nb::handle fn, std::vector<nb::object> a
   EMBER_UNSUPPORTED(static_cast<int>(frames_.size()) < options_.max_inline_depth)
       << "calls nested deeper than " << options_.max_inline_depth << " at " << location();
   PyCodeObject* co = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn.ptr()));
-  EMBER_UNSUPPORTED((co->co_flags & (CO_GENERATOR | CO_COROUTINE | CO_ASYNC_GENERATOR)) == 0)
-      << "calling generator or coroutine " << name_of(fn) << " at " << location();
+  EMBER_UNSUPPORTED((co->co_flags & (CO_COROUTINE | CO_ASYNC_GENERATOR)) == 0)
+      << "calling coroutine " << name_of(fn) << " at " << location();
+  // A generator (a generator expression, mostly) runs to completion here, and the call returns
+  // an iterator over what it yielded. Its body can have no side effect capture would miss (the
+  // store rules hold inside it), so running it ahead of its consumer gives the same values.
+  const bool generator = (co->co_flags & CO_GENERATOR) != 0;
   ++inlined_calls_;
   Frame fr;
   fr.code_obj = nb::borrow(reinterpret_cast<PyObject*>(co));
@@ -640,7 +644,16 @@ nb::object Interpreter::inline_function(nb::handle fn, std::vector<nb::object> a
     if (v == nullptr) fail("missing a required keyword-only argument");
     fr.locals[static_cast<size_t>(i)] = nb::borrow(v);
   }
-  return run_frame(fr);
+  if (!generator) return run_frame(fr);
+  std::vector<nb::object> yields;
+  fr.yields = &yields;
+  run_frame(fr);
+  nb::object list = checked(PyList_New(static_cast<Py_ssize_t>(yields.size())));
+  for (size_t i = 0; i < yields.size(); ++i) {
+    PyList_SET_ITEM(list.ptr(), static_cast<Py_ssize_t>(i), yields[i].release().ptr());
+  }
+  keepalive_.push_back(list);
+  return fresh(checked(PyObject_GetIter(list.ptr())));
 }
 
 }  // namespace ember::capture

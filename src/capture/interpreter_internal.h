@@ -31,6 +31,8 @@ struct Interpreter::Frame {
   std::vector<nanobind::object> stack;   ///< null entries model CPython's NULL
   size_t pc = 0;
   int line = -1;
+  /// A generator function being run to completion: what it yields (see inline_function).
+  std::vector<nanobind::object>* yields = nullptr;
 };
 
 /// The decoded bytecode of `code`, cached per code object.

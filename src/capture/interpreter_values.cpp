@@ -75,6 +75,11 @@ bool is_plain_value(nb::handle v) {
   if (Py_TYPE(o) == reinterpret_cast<PyTypeObject*>(size_type())) return true;
   std::string_view n(Py_TYPE(o)->tp_name);
   if (n.substr(0, 19) == "torch.return_types.") return true;  // (values, indices) structseqs
+  static PyObject* enum_type = [] {
+    nb::object m = checked(PyImport_ImportModule("enum"));
+    return checked(PyObject_GetAttrString(m.ptr(), "Enum")).release().ptr();
+  }();
+  if (PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(enum_type))) return true;
   return n == "torch.dtype" || n == "torch.device" || n == "torch.layout" ||
          n == "torch.memory_format" || n == "dict_keys" || n == "dict_values" ||
          n == "dict_items" || n == "torch.finfo" || n == "torch.iinfo";
