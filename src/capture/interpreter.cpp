@@ -64,25 +64,6 @@ enum BinaryOp {
   NB_INPLACE_XOR
 };
 
-nb::object pop(Interpreter::Frame& fr) {
-  EMBER_INTERNAL_ASSERT(!fr.stack.empty()) << "stack underflow";
-  nb::object v = std::move(fr.stack.back());
-  fr.stack.pop_back();
-  return v;
-}
-
-nb::object& peek(Interpreter::Frame& fr, size_t n = 1) {
-  EMBER_INTERNAL_ASSERT(fr.stack.size() >= n) << "stack underflow";
-  return fr.stack[fr.stack.size() - n];
-}
-
-std::vector<nb::object> pop_n(Interpreter::Frame& fr, size_t n) {
-  EMBER_INTERNAL_ASSERT(fr.stack.size() >= n) << "stack underflow";
-  std::vector<nb::object> out(n);
-  for (size_t i = n; i > 0; --i) out[i - 1] = pop(fr);
-  return out;
-}
-
 PyObject* binary_op(int op, PyObject* a, PyObject* b) {
   switch (op) {
     case NB_ADD:
@@ -142,10 +123,6 @@ PyObject* binary_op(int op, PyObject* a, PyObject* b) {
   }
   EMBER_UNSUPPORTED(false) << "binary operator " << op;
   return nullptr;
-}
-
-nb::object const_at(PyCodeObject* co, int i) {
-  return nb::borrow(PyTuple_GET_ITEM(co->co_consts, i));
 }
 
 PyObject* name_at(PyCodeObject* co, int i) {
@@ -724,178 +701,6 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
       if (PyObject_DelItem(obj.ptr(), key.ptr()) < 0) throw nb::python_error();
       return;
     }
-    case Op::BUILD_SLICE: {
-      nb::object step = in.arg == 3 ? pop(fr) : nb::object();
-      nb::object stop = pop(fr);
-      nb::object start = pop(fr);
-      st.push_back(checked(PySlice_New(start.ptr(), stop.ptr(), step.ptr())));
-      return;
-    }
-    case Op::BUILD_TUPLE:
-    case Op::BUILD_LIST:
-    case Op::BUILD_SET: {
-      std::vector<nb::object> items = pop_n(fr, static_cast<size_t>(in.arg));
-      nb::object list = checked(PyList_New(static_cast<Py_ssize_t>(items.size())));
-      for (size_t i = 0; i < items.size(); ++i) {
-        PyList_SET_ITEM(list.ptr(), static_cast<Py_ssize_t>(i), items[i].release().ptr());
-      }
-      if (in.op == Op::BUILD_TUPLE) {
-        st.push_back(checked(PyList_AsTuple(list.ptr())));
-      } else if (in.op == Op::BUILD_LIST) {
-        st.push_back(fresh(list));
-      } else {
-        st.push_back(fresh(checked(PySet_New(list.ptr()))));
-      }
-      return;
-    }
-    case Op::BUILD_MAP: {
-      std::vector<nb::object> kv = pop_n(fr, static_cast<size_t>(2 * in.arg));
-      nb::object d = fresh(checked(PyDict_New()));
-      for (size_t i = 0; i < kv.size(); i += 2) {
-        if (PyDict_SetItem(d.ptr(), kv[i].ptr(), kv[i + 1].ptr()) < 0) throw nb::python_error();
-      }
-      st.push_back(d);
-      return;
-    }
-    case Op::BUILD_CONST_KEY_MAP: {
-      nb::object keys = pop(fr);
-      std::vector<nb::object> values = pop_n(fr, static_cast<size_t>(in.arg));
-      nb::object d = fresh(checked(PyDict_New()));
-      for (size_t i = 0; i < values.size(); ++i) {
-        if (PyDict_SetItem(d.ptr(), PyTuple_GET_ITEM(keys.ptr(), static_cast<Py_ssize_t>(i)),
-                           values[i].ptr()) < 0) {
-          throw nb::python_error();
-        }
-      }
-      st.push_back(d);
-      return;
-    }
-    case Op::BUILD_STRING: {
-      std::vector<nb::object> parts = pop_n(fr, static_cast<size_t>(in.arg));
-      nb::object tuple = checked(PyTuple_New(static_cast<Py_ssize_t>(parts.size())));
-      for (size_t i = 0; i < parts.size(); ++i) {
-        PyTuple_SET_ITEM(tuple.ptr(), static_cast<Py_ssize_t>(i), parts[i].release().ptr());
-      }
-      nb::object empty = checked(PyUnicode_FromString(""));
-      st.push_back(checked(PyUnicode_Join(empty.ptr(), tuple.ptr())));
-      return;
-    }
-    case Op::LIST_APPEND:
-    case Op::SET_ADD:
-    case Op::LIST_EXTEND:
-    case Op::SET_UPDATE:
-    case Op::DICT_UPDATE:
-    case Op::DICT_MERGE: {
-      nb::object v = pop(fr);
-      nb::handle target = peek(fr, static_cast<size_t>(in.arg));
-      int r = 0;
-      switch (in.op) {
-        case Op::LIST_APPEND:
-          r = PyList_Append(target.ptr(), v.ptr());
-          break;
-        case Op::SET_ADD:
-          r = PySet_Add(target.ptr(), v.ptr());
-          break;
-        case Op::LIST_EXTEND: {
-          std::vector<nb::object> items;
-          if (!materialize(v, items)) {
-            EMBER_UNSUPPORTED(is_plain_value(v) || is_fresh(v))
-                << "unpacking a " << type_name_of(v) << " at " << location();
-            nb::object fast = checked(PySequence_Fast(v.ptr(), "cannot unpack"));
-            for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast.ptr()); ++i) {
-              items.push_back(nb::borrow(PySequence_Fast_GET_ITEM(fast.ptr(), i)));
-            }
-          }
-          for (auto& item : items) {
-            if (PyList_Append(target.ptr(), item.ptr()) < 0) throw nb::python_error();
-          }
-          break;
-        }
-        case Op::SET_UPDATE: {
-          nb::object res = checked(PyObject_CallMethod(target.ptr(), "update", "O", v.ptr()));
-          break;
-        }
-        default:
-          EMBER_UNSUPPORTED(PyDict_CheckExact(v.ptr()))
-              << "unpacking a " << type_name_of(v) << " as keyword arguments at " << location();
-          r = PyDict_Update(target.ptr(), v.ptr());
-          break;
-      }
-      if (r < 0) throw nb::python_error();
-      return;
-    }
-    case Op::MAP_ADD: {
-      nb::object value = pop(fr);
-      nb::object key = pop(fr);
-      if (PyDict_SetItem(peek(fr, static_cast<size_t>(in.arg)).ptr(), key.ptr(), value.ptr()) < 0) {
-        throw nb::python_error();
-      }
-      return;
-    }
-#if PY_MINOR_VERSION == 11
-    case Op::LIST_TO_TUPLE: {
-      nb::object list = pop(fr);
-      st.push_back(checked(PyList_AsTuple(list.ptr())));
-      return;
-    }
-#endif
-    case Op::UNPACK_SEQUENCE: {
-      nb::object seq = pop(fr);
-      std::vector<nb::object> items;
-      if (!materialize(seq, items)) {
-        EMBER_UNSUPPORTED(is_plain_value(seq) || is_fresh(seq))
-            << "unpacking a " << type_name_of(seq) << " at " << location();
-        nb::object fast = checked(PySequence_Fast(seq.ptr(), "cannot unpack"));
-        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast.ptr()); ++i) {
-          items.push_back(nb::borrow(PySequence_Fast_GET_ITEM(fast.ptr(), i)));
-        }
-      }
-      if (static_cast<int>(items.size()) != in.arg) {
-        PyErr_Format(PyExc_ValueError, "cannot unpack %zd values into %d",
-                     static_cast<Py_ssize_t>(items.size()), in.arg);
-        throw nb::python_error();
-      }
-      for (auto it = items.rbegin(); it != items.rend(); ++it) st.push_back(*it);
-      return;
-    }
-    case Op::FORMAT_VALUE: {
-      nb::object spec = (in.arg & 0x04) ? pop(fr) : nb::object();
-      nb::object v = pop(fr);
-      EMBER_UNSUPPORTED(!is_tensor(v) && is_plain_value(v))
-          << "formatting a " << type_name_of(v) << " at " << location();
-      int conv = in.arg & 0x03;
-      if (conv == 1) v = checked(PyObject_Str(v.ptr()));
-      if (conv == 2) v = checked(PyObject_Repr(v.ptr()));
-      if (conv == 3) v = checked(PyObject_ASCII(v.ptr()));
-      st.push_back(checked(PyObject_Format(v.ptr(), spec.is_valid() ? spec.ptr() : nullptr)));
-      return;
-    }
-    case Op::UNPACK_EX: {
-      nb::object seq = pop(fr);
-      std::vector<nb::object> items;
-      if (!materialize(seq, items)) {
-        EMBER_UNSUPPORTED(is_plain_value(seq) || is_fresh(seq))
-            << "unpacking a " << type_name_of(seq) << " at " << location();
-        nb::object fast = checked(PySequence_Fast(seq.ptr(), "cannot unpack"));
-        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast.ptr()); ++i) {
-          items.push_back(nb::borrow(PySequence_Fast_GET_ITEM(fast.ptr(), i)));
-        }
-      }
-      size_t before = static_cast<size_t>(in.arg & 0xff);
-      size_t after = static_cast<size_t>(in.arg >> 8);
-      if (items.size() < before + after) {
-        PyErr_Format(PyExc_ValueError, "not enough values to unpack");
-        throw nb::python_error();
-      }
-      nb::object rest = fresh(checked(PyList_New(0)));
-      for (size_t i = before; i < items.size() - after; ++i) {
-        if (PyList_Append(rest.ptr(), items[i].ptr()) < 0) throw nb::python_error();
-      }
-      for (size_t i = items.size(); i > items.size() - after; --i) st.push_back(items[i - 1]);
-      st.push_back(rest);
-      for (size_t i = before; i > 0; --i) st.push_back(items[i - 1]);
-      return;
-    }
     case Op::GET_ITER: {
       nb::object v = pop(fr);
       std::vector<nb::object> items;
@@ -1056,6 +861,7 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
       return;
     }
     default:
+      if (step_data(fr, in)) return;
       break;
   }
   EMBER_UNSUPPORTED(false) << "the instruction " << bytecode::op_name(in.op) << " at "

@@ -111,6 +111,9 @@ class Interpreter {
   // interpreter.cpp: the loop and the stack, name and container ops.
   nanobind::object run_frame(Frame& fr);
   void step(Frame& fr, const bytecode::Instr& in, bool& returned, nanobind::object& result);
+  /// interpreter_data.cpp: the value-building ops (BUILD_*, unpacking, formatting); false for
+  /// any other op.
+  bool step_data(Frame& fr, const bytecode::Instr& in);
   nanobind::object load_global(Frame& fr, PyObject* name);
   nanobind::object load_attr(nanobind::handle obj, PyObject* name);
   nanobind::object load_deref(Frame& fr, int slot);

@@ -35,6 +35,26 @@ struct Interpreter::Frame {
   std::vector<nanobind::object>* yields = nullptr;
 };
 
+// The operand stack of a frame.
+inline nanobind::object pop(Interpreter::Frame& fr) {
+  EMBER_INTERNAL_ASSERT(!fr.stack.empty()) << "stack underflow";
+  nanobind::object v = std::move(fr.stack.back());
+  fr.stack.pop_back();
+  return v;
+}
+
+inline nanobind::object& peek(Interpreter::Frame& fr, size_t n = 1) {
+  EMBER_INTERNAL_ASSERT(fr.stack.size() >= n) << "stack underflow";
+  return fr.stack[fr.stack.size() - n];
+}
+
+inline std::vector<nanobind::object> pop_n(Interpreter::Frame& fr, size_t n) {
+  EMBER_INTERNAL_ASSERT(fr.stack.size() >= n) << "stack underflow";
+  std::vector<nanobind::object> out(n);
+  for (size_t i = n; i > 0; --i) out[i - 1] = pop(fr);
+  return out;
+}
+
 /// The decoded bytecode of `code`, cached per code object.
 std::shared_ptr<const bytecode::Code> decoded(PyCodeObject* code);
 
@@ -62,6 +82,11 @@ bool is_plain_value(nanobind::handle v);
 
 /// Whether `m` is an nn.Module instance.
 bool is_nn_module(nanobind::handle m);
+
+/// co_consts[i] and co_names[i] of `co`.
+inline nanobind::object const_at(PyCodeObject* co, int i) {
+  return nanobind::borrow(PyTuple_GET_ITEM(co->co_consts, i));
+}
 
 /// The name of `co`'s localsplus slot `i`.
 PyObject* local_name(PyCodeObject* co, int i);
