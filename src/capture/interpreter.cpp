@@ -702,15 +702,7 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
       return;
     }
     case Op::GET_ITER: {
-      nb::object v = pop(fr);
-      std::vector<nb::object> items;
-      if (materialize(v, items)) {
-        nb::object list = fresh(checked(PyList_New(0)));
-        for (auto& item : items) {
-          if (PyList_Append(list.ptr(), item.ptr()) < 0) throw nb::python_error();
-        }
-        v = list;
-      }
+      nb::object v = materialized(pop(fr));
       EMBER_UNSUPPORTED(is_plain_value(v) || is_fresh(v) || PyIter_Check(v.ptr()))
           << "iterating over a " << type_name_of(v) << " at " << location();
       st.push_back(fresh(checked(PyObject_GetIter(v.ptr()))));

@@ -131,6 +131,10 @@ class Interpreter {
   /// The items of an nn.ModuleList, Sequential or ParameterList read from a source, each
   /// wrapped with its item source (and the container's length guarded). False for others.
   bool materialize(nanobind::handle v, std::vector<nanobind::object>& items);
+  /// `v`, or for an nn container read from a source, a new list of its wrapped modules.
+  nanobind::object materialized(nanobind::object v);
+  /// The items of `v` for unpacking (a plain value, one the frame made, or an nn container).
+  std::vector<nanobind::object> unpack_items(nanobind::handle v);
 
   // interpreter_calls.cpp: the call policy and inlining.
   nanobind::object call(nanobind::handle callable, std::vector<nanobind::object> args,

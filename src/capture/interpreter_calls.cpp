@@ -328,14 +328,7 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
     }
     if (is_safe_builtin_type(c)) {
       for (auto& a : args) {
-        std::vector<nb::object> items;
-        if (materialize(a, items)) {
-          nb::object list = fresh(checked(PyList_New(0)));
-          for (auto& item : items) {
-            if (PyList_Append(list.ptr(), item.ptr()) < 0) throw nb::python_error();
-          }
-          a = list;
-        }
+        a = materialized(a);
         EMBER_UNSUPPORTED(!a.is_valid() || is_plain_value(a) || is_fresh(a) ||
                           PyIter_Check(a.ptr()) || PyFunction_Check(a.ptr()) ||
                           PyCFunction_Check(a.ptr()))
@@ -483,16 +476,7 @@ nb::object Interpreter::call_builtin(nb::handle fn, std::vector<nb::object> args
   }
   if (name != "len" && name != "isinstance" && name != "issubclass" && name != "callable" &&
       name != "hasattr") {
-    for (auto& a : args) {
-      std::vector<nb::object> items;
-      if (materialize(a, items)) {
-        nb::object list = fresh(checked(PyList_New(0)));
-        for (auto& item : items) {
-          if (PyList_Append(list.ptr(), item.ptr()) < 0) throw nb::python_error();
-        }
-        a = list;
-      }
-    }
+    for (auto& a : args) a = materialized(a);
   }
   return call_real(fn, std::move(args), kwnames);
 }

@@ -131,15 +131,7 @@ bool Interpreter::step_data(Frame& fr, const Instr& in) {
 #endif
     case Op::UNPACK_SEQUENCE: {
       nb::object seq = pop(fr);
-      std::vector<nb::object> items;
-      if (!materialize(seq, items)) {
-        EMBER_UNSUPPORTED(is_plain_value(seq) || is_fresh(seq))
-            << "unpacking a " << type_name_of(seq) << " at " << location();
-        nb::object fast = checked(PySequence_Fast(seq.ptr(), "cannot unpack"));
-        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast.ptr()); ++i) {
-          items.push_back(nb::borrow(PySequence_Fast_GET_ITEM(fast.ptr(), i)));
-        }
-      }
+      std::vector<nb::object> items = unpack_items(seq);
       if (static_cast<int>(items.size()) != in.arg) {
         PyErr_Format(PyExc_ValueError, "cannot unpack %zd values into %d",
                      static_cast<Py_ssize_t>(items.size()), in.arg);
@@ -162,15 +154,7 @@ bool Interpreter::step_data(Frame& fr, const Instr& in) {
     }
     case Op::UNPACK_EX: {
       nb::object seq = pop(fr);
-      std::vector<nb::object> items;
-      if (!materialize(seq, items)) {
-        EMBER_UNSUPPORTED(is_plain_value(seq) || is_fresh(seq))
-            << "unpacking a " << type_name_of(seq) << " at " << location();
-        nb::object fast = checked(PySequence_Fast(seq.ptr(), "cannot unpack"));
-        for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast.ptr()); ++i) {
-          items.push_back(nb::borrow(PySequence_Fast_GET_ITEM(fast.ptr(), i)));
-        }
-      }
+      std::vector<nb::object> items = unpack_items(seq);
       size_t before = static_cast<size_t>(in.arg & 0xff);
       size_t after = static_cast<size_t>(in.arg >> 8);
       if (items.size() < before + after) {

@@ -202,4 +202,26 @@ bool Interpreter::materialize(nb::handle v, std::vector<nb::object>& items) {
   return true;
 }
 
+nb::object Interpreter::materialized(nb::object v) {
+  std::vector<nb::object> items;
+  if (!materialize(v, items)) return v;
+  nb::object list = fresh(checked(PyList_New(0)));
+  for (auto& item : items) {
+    if (PyList_Append(list.ptr(), item.ptr()) < 0) throw nb::python_error();
+  }
+  return list;
+}
+
+std::vector<nb::object> Interpreter::unpack_items(nb::handle v) {
+  std::vector<nb::object> items;
+  if (materialize(v, items)) return items;
+  EMBER_UNSUPPORTED(is_plain_value(v) || is_fresh(v))
+      << "unpacking a " << type_name_of(v) << " at " << location();
+  nb::object fast = checked(PySequence_Fast(v.ptr(), "cannot unpack"));
+  for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(fast.ptr()); ++i) {
+    items.push_back(nb::borrow(PySequence_Fast_GET_ITEM(fast.ptr(), i)));
+  }
+  return items;
+}
+
 }  // namespace ember::capture
