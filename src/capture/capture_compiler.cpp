@@ -215,13 +215,20 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
     std::unique_ptr<Attempt> a;
     std::unique_ptr<runtime::Executor> executor;
     std::string break_reason;
+    auto capture_start = std::chrono::steady_clock::now();
+    auto capture_done = [&] {
+      rec.capture_seconds =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - capture_start).count();
+    };
     try {
       a = run_attempt(f, iopts, -1);
+      capture_done();
     } catch (const GraphBreak& b) {
       if (options_.fullgraph && b.data_dependent()) throw DataDependentError(b.what());
       if (options_.fullgraph) throw Unsupported(b.what());
       break_reason = b.what();
       a = run_attempt(f, iopts, b.pc());
+      capture_done();
     }
     std::vector<at::Tensor> tensors;
     if (break_reason.empty()) {

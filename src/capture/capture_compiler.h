@@ -39,9 +39,10 @@ struct CaptureRecord {
   int extern_steps = 0;
   int guards = 0;
   int inputs = 0;
-  double seconds = 0;
-  std::string graph;       ///< the graph, printed
-  std::string guard_text;  ///< the guards, one per line
+  double seconds = 0;          ///< the whole compile
+  double capture_seconds = 0;  ///< the interpreter's run(s) over the bytecode (the trace)
+  std::string graph;           ///< the graph, printed
+  std::string guard_text;      ///< the guards, one per line
 };
 
 class CaptureCompiler final : public FrameCompiler {

@@ -27,6 +27,7 @@ nb::dict record_dict(const capture::CaptureRecord& r) {
   d["guards"] = r.guards;
   d["inputs"] = r.inputs;
   d["seconds"] = r.seconds;
+  d["capture_seconds"] = r.capture_seconds;
   d["graph"] = r.graph;
   d["guard_text"] = r.guard_text;
   return d;
@@ -63,7 +64,7 @@ void bind_capture(nb::module_& m) {
             return out;
           },
           "One dict per frame compile, in order: code, captured, reason, nodes, kernels, "
-          "extern_steps, guards, inputs, seconds, graph, guard_text.");
+          "extern_steps, guards, inputs, seconds, capture_seconds, graph, guard_text.");
   m.def(
       "capture_function",
       [](nb::object fn, nb::object top_code, std::shared_ptr<CaptureCompiler> compiler) {
