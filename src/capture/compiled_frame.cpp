@@ -93,7 +93,12 @@ PyObject* CompiledFrame::run(const FrameView& f) {
     std::vector<nb::object> values;
     if (checked_ == this && values_ != nullptr) {
       values = std::move(*values_);
-    } else if (int failed = sources_.evaluate(f, values); failed >= 0) {
+    } else if (int failed =
+                   [&] {
+                     HookPause pause;
+                     return sources_.evaluate(f, values);
+                   }();
+               failed >= 0) {
       PyErr_Format(PyExc_RuntimeError, "ember: %s could not be read for a compiled frame",
                    sources_.name(failed).c_str());
       return nullptr;

@@ -121,7 +121,11 @@ PyObject* segment_call(PyObject* capsule, PyObject* const* args, Py_ssize_t narg
     f.localsplus = args;
     f.nlocalsplus = static_cast<int>(nargs);
     std::vector<nb::object> values;
-    int failed = s.sources.evaluate(f, values);
+    int failed;
+    {
+      HookPause pause;  // reading sources runs no code of the program's worth capturing
+      failed = s.sources.evaluate(f, values);
+    }
     if (failed >= 0) {
       PyErr_Format(PyExc_RuntimeError, "ember: %s could not be read by a graph segment",
                    s.sources.name(failed).c_str());

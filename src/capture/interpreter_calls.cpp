@@ -331,6 +331,7 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
         a = materialized(a);
         EMBER_UNSUPPORTED(!a.is_valid() || is_plain_value(a) || is_fresh(a) ||
                           PyIter_Check(a.ptr()) || PyFunction_Check(a.ptr()) ||
+                          PyType_Check(a.ptr()) || PyModule_Check(a.ptr()) ||
                           PyCFunction_Check(a.ptr()))
             << "calling " << name_of(callable) << " on a " << type_name_of(a) << " at "
             << location();
@@ -384,10 +385,20 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
     if (tname == "method-wrapper") {
       nb::object s = checked(PyObject_GetAttrString(c, "__self__"));
       self = s.ptr();
+      std::string mname = name_of(callable);
+      if (mname.size() >= 16 && mname.substr(mname.size() - 16) == "__getattribute__" &&
+          args.size() == 1 && PyUnicode_Check(args[0].ptr()) && !kwnames.is_valid()) {
+        return load_attr(s, args[0].ptr());  // super().__getattribute__(name): an attribute read
+      }
       EMBER_UNSUPPORTED(is_tensor(s) || (is_plain_value(s) && !PyList_Check(self) &&
                                          !PyDict_Check(self) && !PySet_Check(self)))
           << "calling " << name_of(callable) << " of a " << type_name_of(s) << " at " << location();
       return call_real(callable, std::move(args), kwnames);
+    }
+    if (tname == "wrapper_descriptor" && name_of(callable) == "object.__getattribute__" &&
+        args.size() == 2 && PyUnicode_Check(args[1].ptr()) && !kwnames.is_valid()) {
+      // object.__getattribute__(obj, name): an attribute read, with its source and guard.
+      return load_attr(args[0], args[1].ptr());
     }
     if (tname == "method_descriptor" || tname == "wrapper_descriptor") {
       nb::object owner = checked(PyObject_GetAttrString(c, "__objclass__"));

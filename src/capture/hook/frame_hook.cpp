@@ -143,6 +143,18 @@ class HookDisabled {
   const std::shared_ptr<FrameCompiler>* saved_;
 };
 
+}  // namespace
+
+HookPause::HookPause() : saved_(detail::thread_state.compiler) {
+  detail::thread_state.compiler = nullptr;
+}
+
+HookPause::~HookPause() {
+  detail::thread_state.compiler = static_cast<const std::shared_ptr<FrameCompiler>*>(saved_);
+}
+
+namespace {
+
 // Turns the C++ exception being handled into a Python exception (keeping one already set).
 void set_python_error_from_exception() {
   if (PyErr_Occurred()) return;

@@ -89,6 +89,19 @@ class FrameCompiler {
 PyObject* make_compiled_function(PyObject* fn, PyObject* top_code,
                                  std::shared_ptr<FrameCompiler> compiler);
 
+/// While alive, frames started on this thread are not intercepted (as during compile() and
+/// check()): for code a cache entry runs that is not the program's (reading sources).
+class HookPause {
+ public:
+  HookPause();
+  ~HookPause();
+  HookPause(const HookPause&) = delete;
+  HookPause& operator=(const HookPause&) = delete;
+
+ private:
+  const void* saved_;
+};
+
 /// Frames whose co_filename starts with one of these are not intercepted (their callees are).
 void set_skip_prefixes(std::vector<std::string> prefixes);
 /// Most entries per code object (default 8, EMBER_CACHE_SIZE_LIMIT).

@@ -328,3 +328,19 @@ def test_callee_compiled_separately_also_works():
     x = r(3)
     check(f, x)
     torch.testing.assert_close(cg(x), g(x))
+
+
+def test_object_getattribute_is_an_attribute_read():
+    """object.__getattribute__(obj, name) and str(a type) read state like getattr does."""
+    class Config:
+        def __init__(self):
+            self.scale = 3
+
+    cfg = Config()
+
+    def f(x, c):
+        n = object.__getattribute__(c, "scale")
+        tag = str(type(c))
+        return x * n if tag else x
+
+    check(f, torch.randn(4), cfg)
