@@ -308,7 +308,11 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
         give_up(CompileResult::Action::SkipCode, reason);
       }
     } else {
-      // The program raised while it was captured: run it eagerly, where it raises again.
+      // The program raised while it was captured: run it eagerly, where it raises again (or
+      // catches it). This compiler keeps running the code eagerly under this global state
+      // rather than tracing it again on every call.
+      eager_memo_[code_key] = state_now;
+      memo_keepalive_.push_back(nb::borrow(code_key));
       give_up(CompileResult::Action::Eager, "the program raised " + msg);
     }
   } catch (const UserError&) {
