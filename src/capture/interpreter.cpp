@@ -328,6 +328,22 @@ nb::object Interpreter::load_attr(nb::handle obj, PyObject* name) {
     std::string_view m(mod);
     if (m == "torch" || m.substr(0, 6) == "torch.") return v;
   }
+  if (is_nn_module(obj)) {
+    // A parameter, buffer or submodule: read from its registry dict on each call, not through
+    // nn.Module.__getattr__, when that gives the same object (nothing on the type or in the
+    // instance dict shadows it).
+    PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(obj.ptr()));
+    bool on_type = PyObject_HasAttr(type, name) == 1;
+    for (int registry = 0; registry < 3 && !on_type; ++registry) {
+      PyObject* member = module_member_of(obj.ptr(), name, registry);
+      if (member == nullptr) {
+        PyErr_Clear();
+        continue;
+      }
+      Py_DECREF(member);
+      if (member == v.ptr()) return wrap(v, sources_.module_member(source, name, registry));
+    }
+  }
   return wrap(v, sources_.attr(source, name));
 }
 

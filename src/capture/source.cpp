@@ -21,6 +21,28 @@ std::string repr(PyObject* o) {
 
 }  // namespace
 
+PyObject* module_member_of(PyObject* module, PyObject* name, int registry) {
+  static PyObject* const kRegistries[] = {PyUnicode_InternFromString("_parameters"),
+                                          PyUnicode_InternFromString("_buffers"),
+                                          PyUnicode_InternFromString("_modules")};
+  PyObject* dict = PyObject_GenericGetDict(module, nullptr);
+  if (dict == nullptr) return nullptr;
+  PyObject* v = nullptr;
+  // An instance attribute of that name would shadow the registry (getattr looks there first).
+  if (PyDict_GetItemWithError(dict, name) == nullptr && !PyErr_Occurred()) {
+    PyObject* reg = PyDict_GetItemWithError(dict, kRegistries[registry]);
+    if (reg != nullptr && PyDict_Check(reg)) {
+      v = PyDict_GetItemWithError(reg, name);
+      Py_XINCREF(v);
+    }
+  }
+  Py_DECREF(dict);
+  if (v == nullptr && !PyErr_Occurred()) {
+    PyErr_SetObject(PyExc_AttributeError, name);
+  }
+  return v;
+}
+
 int SourceTable::add(SourceKind kind, int parent, int index, PyObject* key) {
   std::string key_text = key == nullptr ? "" : repr(key);
   if (key != nullptr) key_text = std::string(Py_TYPE(key)->tp_name) + ":" + key_text;
@@ -70,6 +92,12 @@ int SourceTable::constant(PyObject* obj) {
   return id;
 }
 
+int SourceTable::module_member(int parent, PyObject* name, int registry) {
+  EMBER_INTERNAL_ASSERT(parent >= 0 && parent < size() && registry >= 0 && registry < 3)
+      << "a module member of a missing source";
+  return add(SourceKind::ModuleMember, parent, registry, name);
+}
+
 int SourceTable::attr(int parent, PyObject* name) {
   EMBER_INTERNAL_ASSERT(parent >= 0 && parent < size()) << "attr of a missing source";
   return add(SourceKind::Attr, parent, 0, name);
@@ -92,6 +120,7 @@ std::string SourceTable::name(int id) const {
     case SourceKind::Builtin:
       return "B[" + repr(s.key.ptr()) + "]";
     case SourceKind::Attr:
+    case SourceKind::ModuleMember:
       return name(s.parent) + "." + nb::cast<std::string>(nb::str(s.key));
     case SourceKind::Item:
       return name(s.parent) + "[" + repr(s.key.ptr()) + "]";
@@ -133,6 +162,9 @@ int SourceTable::evaluate(const FrameView& f, std::vector<nb::object>& out) cons
       case SourceKind::Const:
         v = s.key.ptr();
         Py_INCREF(v);
+        break;
+      case SourceKind::ModuleMember:
+        v = module_member_of(out[static_cast<size_t>(s.parent)].ptr(), s.key.ptr(), s.index);
         break;
     }
     if (v == nullptr) {

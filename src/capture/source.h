@@ -27,6 +27,10 @@ enum class SourceKind : uint8_t {
   Attr,     ///< getattr(parent, key)
   Item,     ///< parent[key]
   Const,    ///< `key` itself: an object the table holds (the globals dict of an inlined function)
+  /// getattr(parent, key) for an nn.Module whose attribute lives in one of its registries, read
+  /// from that dict directly (`index`: 0 _parameters, 1 _buffers, 2 _modules) instead of through
+  /// nn.Module.__getattr__ (Python): two dict lookups per call.
+  ModuleMember,
 };
 
 struct Source {
@@ -36,6 +40,10 @@ struct Source {
   nanobind::object key;  ///< a str for Global, Builtin, Attr; the key object for Item
 };
 
+/// `module`'s member `name` from registry `registry` (see SourceKind::ModuleMember); a new
+/// reference, or nullptr with an AttributeError when it is not there.
+PyObject* module_member_of(PyObject* module, PyObject* name, int registry);
+
 class SourceTable {
  public:
   int local(int slot, PyObject* name);
@@ -44,6 +52,7 @@ class SourceTable {
   int attr(int parent, PyObject* name);
   int item(int parent, PyObject* key);
   int constant(PyObject* obj);
+  int module_member(int parent, PyObject* name, int registry);
 
   int size() const { return static_cast<int>(nodes_.size()); }
   const Source& at(int id) const { return nodes_[static_cast<size_t>(id)]; }

@@ -422,3 +422,29 @@ def test_eager_under_grad_mode_user_module_then_no_grad():
     ember.metrics.reset()
     with torch.no_grad():
         check(Scale2(), r(2, 4))
+
+
+def test_replaced_parameter_and_submodule_are_seen():
+    """Parameters and submodules are read from the module's registries on every call (not
+    through nn.Module.__getattr__): a replaced weight or submodule is what the next call uses."""
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(4, 4)
+            self.b = torch.nn.Linear(4, 4)
+
+        def forward(self, x):
+            return self.b(torch.relu(self.a(x)))
+
+    m = M().eval()
+    cm = ember.compile(m)
+    x = torch.randn(2, 4)
+    with torch.no_grad():
+        torch.testing.assert_close(cm(x), m(x))
+        m.a.weight = torch.nn.Parameter(torch.randn(4, 4))
+        torch.testing.assert_close(cm(x), m(x))
+        m.b = torch.nn.Linear(4, 4)
+        torch.testing.assert_close(cm(x), m(x))
+        del m.b.bias
+        m.b.bias = None  # not a parameter any more: the guards see it
+        torch.testing.assert_close(cm(x), m(x))
