@@ -12,6 +12,7 @@
 #include "capture/compiled_frame.h"
 #include "capture/graph_break.h"
 #include "capture/guards.h"
+#include "capture/hook/logs.h"
 #include "capture/interpreter.h"
 #include "capture/interpreter_internal.h"
 #include "capture/source.h"
@@ -39,34 +40,6 @@ void set_python_error(const std::exception_ptr& e) {
   }
 }
 
-bool log_enabled(const char* what) {
-  const char* env = std::getenv("EMBER_LOGS");
-  if (env == nullptr) return false;
-  std::string logs = std::string(",") + env + ",";
-  return logs.find(std::string(",") + what + ",") != std::string::npos ||
-         logs.find(",all,") != std::string::npos;
-}
-
-/// Logs through Python's logging module, logger "ember".
-void log_warning(const std::string& msg) {
-  PyObject* type = nullptr;
-  PyObject* value = nullptr;
-  PyObject* tb = nullptr;
-  PyErr_Fetch(&type, &value, &tb);
-  PyObject* logging = PyImport_ImportModule("logging");
-  if (logging != nullptr) {
-    PyObject* logger = PyObject_CallMethod(logging, "getLogger", "s", "ember");
-    if (logger != nullptr) {
-      PyObject* r = PyObject_CallMethod(logger, "warning", "s", msg.c_str());
-      Py_XDECREF(r);
-      Py_DECREF(logger);
-    }
-    Py_DECREF(logging);
-  }
-  PyErr_Clear();
-  PyErr_Restore(type, value, tb);
-}
-
 std::string frame_name(const FrameView& f) {
   return nb::cast<std::string>(nb::handle(f.code->co_filename)) + ":" +
          std::to_string(f.code->co_firstlineno) + " (" +
@@ -84,27 +57,10 @@ void fill_record(CaptureRecord& rec, const runtime::Executor& executor, const Gu
   rec.guard_text = guards.describe(sources);
 }
 
-/// The data-access messages of PyTorch for a tensor without storage (a tracer tensor).
-bool is_data_access_error(const std::string& msg) {
-  for (const char* m : {"unallocated storage", "doesn't have storage", "does not have storage",
-                        "Cannot access data pointer"}) {
-    if (msg.find(m) != std::string::npos) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 void CaptureCompiler::set_error_setter(ErrorSetter s) {
   error_setter = s;
-}
-
-bool CaptureCompiler::is_library(PyCodeObject* code) const {
-  std::string_view file = PyUnicode_AsUTF8(code->co_filename);
-  for (const std::string& p : options_.library_prefixes) {
-    if (file.substr(0, p.size()) == p) return true;
-  }
-  return false;
 }
 
 namespace {
@@ -153,11 +109,6 @@ std::unique_ptr<runtime::Executor> finish(Attempt& a, const std::vector<at::Tens
   return std::make_unique<runtime::Executor>(std::move(traced), options);
 }
 
-int num_args(PyCodeObject* co) {
-  return co->co_argcount + co->co_kwonlyargcount + ((co->co_flags & CO_VARARGS) ? 1 : 0) +
-         ((co->co_flags & CO_VARKEYWORDS) ? 1 : 0);
-}
-
 /// Code objects made by graph breaks; the hook must run them as they are.
 std::unordered_set<PyObject*>& generated_codes() {
   static auto* s = new std::unordered_set<PyObject*>();
@@ -196,7 +147,7 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
     result.reason = "runs eagerly (decided before)";
     return result;
   }
-  const bool library_code = is_library(f.code);
+  const bool library_code = in_files(f.code, options_.library_prefixes);
   auto unsupported = [&](const std::string& reason) {
     if (options_.fullgraph) {
       set_python_error(std::current_exception());
@@ -274,7 +225,7 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
       segment->code = nb::borrow(reinterpret_cast<PyObject*>(f.code));
       segment->globals = nb::borrow(f.globals);
       segment->builtins = nb::borrow(f.builtins);
-      segment->nargs = num_args(f.code);
+      segment->nargs = num_arg_slots(f.code);
       nb::object callable = make_segment_callable(segment);
       BreakCode code;
       try {
@@ -289,7 +240,7 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
         log_warning("ember: graph break in " + rec.code + ": " + break_reason);
       }
       result.entry =
-          std::make_unique<BreakFrame>(a->sources, a->guards, code.code, num_args(f.code));
+          std::make_unique<BreakFrame>(a->sources, a->guards, code.code, num_arg_slots(f.code));
     }
     rec.captured = true;
     if (log_enabled("guards")) log_warning("ember: guards of " + rec.code + "\n" + rec.guard_text);
@@ -299,7 +250,7 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
     unsupported(e.what());
   } catch (nb::python_error& e) {
     std::string msg = e.what();
-    if (is_data_access_error(msg)) {
+    if (reads_tensor_data(msg)) {
       std::string reason = "the program reads the data of a traced tensor (" + msg + ")";
       if (options_.fullgraph) {
         set_python_error(std::make_exception_ptr(DataDependentError(reason)));

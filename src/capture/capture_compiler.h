@@ -58,8 +58,6 @@ class CaptureCompiler final : public FrameCompiler {
   static void set_error_setter(ErrorSetter s);
 
  private:
-  bool is_library(PyCodeObject* code) const;
-
   CaptureOptions options_;
   std::vector<CaptureRecord> records_;
   /// Code objects this compiler runs eagerly, with the global state that decided it.

@@ -340,9 +340,7 @@ BreakCode build_break_code(PyCodeObject* co, PyObject* globals, const bytecode::
   result.resumes.push_back(build_resume(co, globals, bc, state, state.pc + 1, after));
   if (is_jump) result.resumes.push_back(build_resume(co, globals, bc, state, brk.target, after));
 
-  const int nargs = co->co_argcount + co->co_kwonlyargcount +
-                    ((co->co_flags & CO_VARARGS) ? 1 : 0) +
-                    ((co->co_flags & CO_VARKEYWORDS) ? 1 : 0);
+  const int nargs = num_arg_slots(co);
   const int tmp = static_cast<int>(state.locals.size());  // a new local after the others
   Consts consts(co->co_consts);
   const int segment_const = consts.add(segment);

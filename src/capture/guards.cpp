@@ -120,19 +120,11 @@ void GuardSet::add_tensor(int source, PyObject* tensor) {
   guards_.push_back(std::move(g));
 }
 
-void GuardSet::add_id(int source, PyObject* obj) {
+void GuardSet::add_object(GuardKind kind, int source, PyObject* obj) {
   Guard g;
-  g.kind = GuardKind::IdMatch;
+  g.kind = kind;
   g.source = source;
   g.expected = nb::borrow(obj);
-  guards_.push_back(std::move(g));
-}
-
-void GuardSet::add_equals(int source, PyObject* value) {
-  Guard g;
-  g.kind = GuardKind::Equals;
-  g.source = source;
-  g.expected = nb::borrow(value);
   guards_.push_back(std::move(g));
 }
 

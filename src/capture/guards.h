@@ -59,8 +59,8 @@ struct GlobalState {
 class GuardSet {
  public:
   void add_tensor(int source, PyObject* tensor);
-  void add_id(int source, PyObject* obj);
-  void add_equals(int source, PyObject* value);
+  void add_id(int source, PyObject* obj) { add_object(GuardKind::IdMatch, source, obj); }
+  void add_equals(int source, PyObject* value) { add_object(GuardKind::Equals, source, value); }
   void add_len(int source, PyObject* container);
   void add_same(int source, int other);
   void set_global_state(GlobalState s) { state_ = s; }
@@ -77,6 +77,7 @@ class GuardSet {
 
  private:
   bool passes(const Guard& g, const std::vector<nanobind::object>& values) const;
+  void add_object(GuardKind kind, int source, PyObject* obj);
 
   std::vector<Guard> guards_;
   GlobalState state_;

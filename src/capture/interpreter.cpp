@@ -135,6 +135,27 @@ int code_line(PyCodeObject* co, const Instr& in) {
 
 }  // namespace
 
+bool reads_tensor_data(const std::string& msg) {
+  for (const char* m : {"unallocated storage", "doesn't have storage", "does not have storage",
+                        "Cannot access data pointer"}) {
+    if (msg.find(m) != std::string::npos) return true;
+  }
+  return false;
+}
+
+int num_arg_slots(PyCodeObject* co) {
+  return co->co_argcount + co->co_kwonlyargcount + ((co->co_flags & CO_VARARGS) ? 1 : 0) +
+         ((co->co_flags & CO_VARKEYWORDS) ? 1 : 0);
+}
+
+bool in_files(PyCodeObject* co, const std::vector<std::string>& prefixes) {
+  std::string_view file = PyUnicode_AsUTF8(co->co_filename);
+  for (const std::string& p : prefixes) {
+    if (file.substr(0, p.size()) == p) return true;
+  }
+  return false;
+}
+
 Interpreter::Interpreter(tracer::TraceSession& session, SourceTable& sources, GuardSet& guards,
                          InterpreterOptions options)
     : session_(session), sources_(sources), guards_(guards), options_(std::move(options)) {}
@@ -165,8 +186,7 @@ nb::object Interpreter::run(const FrameView& f, int stop_at) {
   fr.top = true;
   fr.locals.resize(static_cast<size_t>(std::max(f.nlocalsplus, 0)));
   PyCodeObject* co = f.code;
-  int nargs = co->co_argcount + co->co_kwonlyargcount + ((co->co_flags & CO_VARARGS) ? 1 : 0) +
-              ((co->co_flags & CO_VARKEYWORDS) ? 1 : 0);
+  int nargs = num_arg_slots(co);
   for (int i = 0; i < nargs && i < f.nlocalsplus; ++i) {
     PyObject* v = f.value(i);
     if (v == nullptr) continue;
@@ -210,15 +230,6 @@ bool breakable(const Interpreter::Frame& fr, const Instr& in) {
     default:
       return false;
   }
-}
-
-/// The data-access messages of PyTorch for a tensor without storage (a tracer tensor).
-bool reads_tensor_data(const std::string& msg) {
-  for (const char* m : {"unallocated storage", "doesn't have storage", "does not have storage",
-                        "Cannot access data pointer"}) {
-    if (msg.find(m) != std::string::npos) return true;
-  }
-  return false;
 }
 
 }  // namespace

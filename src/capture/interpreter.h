@@ -64,6 +64,16 @@ struct StopState {
   std::vector<nanobind::object> locals;  ///< null entries are unbound
 };
 
+/// Whether `msg` is PyTorch's error for reading the data of a tensor without storage (a tracer
+/// tensor: .tolist(), .numpy(), data_ptr()).
+bool reads_tensor_data(const std::string& msg);
+
+/// The localsplus slots that hold arguments: positional, keyword-only, *args, **kwargs.
+int num_arg_slots(PyCodeObject* co);
+
+/// Whether `co`'s file starts with one of `prefixes`.
+bool in_files(PyCodeObject* co, const std::vector<std::string>& prefixes);
+
 struct InterpreterOptions {
   int max_inline_depth = 32;
   /// co_filename prefixes of code that runs for real instead of being inlined (torch, the

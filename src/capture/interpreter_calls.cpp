@@ -179,11 +179,7 @@ PyObject* builtins_dict_of(PyObject* globals) {
 }  // namespace
 
 bool Interpreter::is_library_code(PyCodeObject* code) const {
-  std::string_view file = PyUnicode_AsUTF8(code->co_filename);
-  for (const std::string& p : options_.library_prefixes) {
-    if (starts_with(file, p)) return true;
-  }
-  return false;
+  return in_files(code, options_.library_prefixes);
 }
 
 bool Interpreter::runs_for_real(nb::handle callable) const {

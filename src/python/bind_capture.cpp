@@ -8,6 +8,7 @@
 #include "capture/capture_compiler.h"
 #include "capture/hook/frame_hook.h"
 #include "python/bindings.h"
+#include "python/capture_core/capture_core.h"
 
 namespace nb = nanobind;
 
@@ -77,20 +78,7 @@ void bind_capture(nb::module_& m) {
       "A callable that calls `fn` with `compiler` capturing its frames.");
   m.def("set_capture_skip_prefixes", &capture::set_skip_prefixes, nb::arg("prefixes"));
   m.def("set_capture_cache_size_limit", &capture::set_cache_size_limit, nb::arg("limit"));
-  m.def(
-      "capture_hook_stats",
-      [] {
-        capture::HookStats s = capture::hook_stats();
-        nb::dict d;
-        d["frames_seen"] = s.frames_seen;
-        d["cache_hits"] = s.cache_hits;
-        d["compiles"] = s.compiles;
-        d["recompiles"] = s.recompiles;
-        d["eager_frames"] = s.eager_frames;
-        d["cache_limit_hits"] = s.cache_limit_hits;
-        return d;
-      },
-      "Counters of the frame hook.");
+  m.def("capture_hook_stats", &hook_stats_dict, "Counters of the frame hook.");
   m.def("reset_capture_hook_stats", &capture::reset_hook_stats);
   m.def(
       "clear_capture_cache",

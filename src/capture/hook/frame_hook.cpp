@@ -3,6 +3,7 @@
 /// statistics (the flow is in frame_hook.h; the thread model in hook_state.h). Version-neutral:
 /// every interpreter internal comes from compat.h.
 #include "capture/hook/frame_hook.h"
+#include "capture/hook/logs.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -234,36 +235,16 @@ void purge_dead_entries(ExtraState* s) {
 /// EMBER_LOGS=recompiles (or all): the first guard that failed for the entries of `owner` on this
 /// code object, through Python's logging (logger "ember").
 void log_recompile(const FrameView& f, ExtraState& s, const FrameCompiler* owner) {
-  const char* env = std::getenv("EMBER_LOGS");
-  if (env == nullptr) return;
-  std::string logs = std::string(",") + env + ",";
-  if (logs.find(",recompiles,") == std::string::npos && logs.find(",all,") == std::string::npos) {
-    return;
-  }
+  if (!log_enabled("recompiles")) return;
   std::string why;
   for (auto& e : s.entries) {
     if (e.owner != owner || e.entry == nullptr) continue;
     why = e.entry->first_failure(f);
     break;
   }
-  PyObject *type, *value, *tb;
-  PyErr_Fetch(&type, &value, &tb);
-  PyObject* logging = PyImport_ImportModule("logging");
-  PyObject* logger = logging ? PyObject_CallMethod(logging, "getLogger", "s", "ember") : nullptr;
-  if (logger != nullptr) {
-    PyObject* msg = PyUnicode_FromFormat("ember: recompiling %U (%U:%d): %s", f.code->co_qualname,
-                                         f.code->co_filename, f.code->co_firstlineno,
-                                         why.empty() ? "no guard failed" : why.c_str());
-    if (msg != nullptr) {
-      PyObject* r = PyObject_CallMethod(logger, "warning", "O", msg);
-      Py_XDECREF(r);
-      Py_DECREF(msg);
-    }
-  }
-  Py_XDECREF(logger);
-  Py_XDECREF(logging);
-  PyErr_Clear();
-  PyErr_Restore(type, value, tb);
+  log_warning("ember: recompiling " + std::string(PyUnicode_AsUTF8(f.code->co_qualname)) + " (" +
+              PyUnicode_AsUTF8(f.code->co_filename) + ":" + std::to_string(f.code->co_firstlineno) +
+              "): " + (why.empty() ? std::string("no guard failed") : why));
 }
 
 PyObject* on_miss(PyThreadState* ts, _PyInterpreterFrame* frame, ThreadState& st, ExtraState* s,

@@ -179,17 +179,7 @@ void bind_frame_hook(nb::module_& m) {
       "A CompiledFunction calling `fn` with `compiler` active on the calling thread");
   m.def("set_skip_prefixes", &capture::set_skip_prefixes, nb::arg("prefixes"));
   m.def("set_cache_size_limit", &capture::set_cache_size_limit, nb::arg("limit"));
-  m.def("hook_stats", []() {
-    capture::HookStats s = capture::hook_stats();
-    nb::dict d;
-    d["frames_seen"] = s.frames_seen;
-    d["cache_hits"] = s.cache_hits;
-    d["compiles"] = s.compiles;
-    d["recompiles"] = s.recompiles;
-    d["eager_frames"] = s.eager_frames;
-    d["cache_limit_hits"] = s.cache_limit_hits;
-    return d;
-  });
+  m.def("hook_stats", &hook_stats_dict);
   m.def(
       "_datastack_top", []() { return ember_compat_datastack_top(PyThreadState_Get()); },
       "The thread's data-stack top as an address (leak tests)");
