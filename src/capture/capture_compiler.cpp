@@ -183,7 +183,8 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
     }
     std::vector<at::Tensor> tensors;
     if (break_reason.empty()) {
-      OutputTemplate output = value_template(a->value, *a->interp, tensors);
+      std::vector<AttrStore> stores;
+      OutputTemplate output = value_template(a->value, *a->interp, tensors, stores);
       executor = finish(*a, tensors, options_.executor);
       if (executor->has_mutations()) {
         std::vector<nb::object> values;
@@ -203,13 +204,15 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
       auto entry =
           std::make_unique<CompiledFrame>(a->sources, a->guards, a->interp->input_sources(),
                                           std::move(executor), std::move(output));
+      entry->set_stores(std::move(stores));
       entry->prime(f);
       result.entry = std::move(entry);
     } else {
       const StopState& state = a->interp->stop_state();
       std::vector<OutputTemplate> templates;
+      std::vector<AttrStore> stores;
       try {
-        templates = state_templates(state, *a->interp, tensors);
+        templates = state_templates(state, *a->interp, tensors, stores);
       } catch (const Unsupported& e) {
         throw Unsupported(break_reason + " (no graph break there: " + e.what() + ")");
       }
@@ -222,6 +225,7 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
       segment->input_sources = a->interp->input_sources();
       segment->executor = std::move(executor);
       segment->values = std::move(templates);
+      segment->stores = std::move(stores);
       segment->code = nb::borrow(reinterpret_cast<PyObject*>(f.code));
       segment->globals = nb::borrow(f.globals);
       segment->builtins = nb::borrow(f.builtins);

@@ -38,52 +38,6 @@ std::string CompiledFrame::first_failure(const FrameView& f) {
   return guards_.first_failure(values, sources_);
 }
 
-nb::object build_output(const OutputTemplate& t, const std::vector<at::Tensor>& outs,
-                        const std::vector<nb::object>& values) {
-  switch (t.kind) {
-    case OutputTemplate::Kind::Tensor:
-      return nb::steal(THPVariable_Wrap(outs[static_cast<size_t>(t.index)]));
-    case OutputTemplate::Kind::Constant:
-      return t.value;
-    case OutputTemplate::Kind::Source:
-      return values[static_cast<size_t>(t.index)];
-    case OutputTemplate::Kind::BoundMethod: {
-      nb::object self = build_output(t.items[0], outs, values);
-      PyObject* m = PyObject_GetAttr(self.ptr(), t.value.ptr());
-      if (m == nullptr) throw nb::python_error();
-      return nb::steal(m);
-    }
-    case OutputTemplate::Kind::Tuple:
-    case OutputTemplate::Kind::List: {
-      Py_ssize_t n = static_cast<Py_ssize_t>(t.items.size());
-      nb::object seq =
-          nb::steal(t.kind == OutputTemplate::Kind::Tuple ? PyTuple_New(n) : PyList_New(n));
-      if (!seq.is_valid()) throw nb::python_error();
-      for (Py_ssize_t i = 0; i < n; ++i) {
-        nb::object item = build_output(t.items[static_cast<size_t>(i)], outs, values);
-        if (t.kind == OutputTemplate::Kind::Tuple) {
-          PyTuple_SET_ITEM(seq.ptr(), i, item.release().ptr());
-        } else {
-          PyList_SET_ITEM(seq.ptr(), i, item.release().ptr());
-        }
-      }
-      return seq;
-    }
-    case OutputTemplate::Kind::Dict: {
-      nb::object d = nb::steal(PyDict_New());
-      for (size_t i = 0; i < t.items.size(); ++i) {
-        nb::object item = build_output(t.items[i], outs, values);
-        if (PyDict_SetItem(d.ptr(), PyTuple_GET_ITEM(t.value.ptr(), static_cast<Py_ssize_t>(i)),
-                           item.ptr()) < 0) {
-          throw nb::python_error();
-        }
-      }
-      return d;
-    }
-  }
-  return nb::none();
-}
-
 PyObject* CompiledFrame::run(const FrameView& f) {
   try {
     // The values of this call's sources: those check() just read, or (for the call that
@@ -110,6 +64,7 @@ PyObject* CompiledFrame::run(const FrameView& f) {
       inputs.push_back(THPVariable_Unpack(values[static_cast<size_t>(s)].ptr()));
     }
     std::vector<at::Tensor> outs = executor_->run(inputs);
+    apply_stores(stores_, outs, values);
     return build_output(output_, outs, values).release().ptr();
   } catch (nb::python_error& e) {
     e.restore();

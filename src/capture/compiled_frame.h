@@ -13,23 +13,12 @@
 
 #include "capture/guards.h"
 #include "capture/hook/frame_hook.h"
+#include "capture/output_template.h"
+#include "capture/side_effects.h"
 #include "capture/source.h"
 #include "runtime/executor.h"
 
 namespace ember::capture {
-
-/// How the return value is rebuilt from the graph's outputs.
-struct OutputTemplate {
-  enum class Kind : uint8_t { Tensor, Constant, Tuple, List, Dict, Source, BoundMethod };
-  Kind kind = Kind::Constant;
-  int index = -1;                     ///< Tensor: graph output; Source: the source read
-  nanobind::object value;             ///< Constant: the value; Dict: the keys tuple
-  std::vector<OutputTemplate> items;  ///< Tuple, List, Dict: the items; BoundMethod: its self
-};
-
-/// Builds the value `t` describes, from the graph's outputs and the call's source values.
-nanobind::object build_output(const OutputTemplate& t, const std::vector<at::Tensor>& outs,
-                              const std::vector<nanobind::object>& values);
 
 class CompiledFrame final : public CacheEntry {
  public:
@@ -42,6 +31,8 @@ class CompiledFrame final : public CacheEntry {
   /// Reads the sources for the call that compiled the entry (which the hook runs without a
   /// check), so that run() need not read them with the hook active.
   void prime(const FrameView& f) { check(f); }
+  /// Attribute stores to replay after the graph (side_effects.h).
+  void set_stores(std::vector<AttrStore> stores) { stores_ = std::move(stores); }
 
   const SourceTable& sources() const { return sources_; }
   const GuardSet& guards() const { return guards_; }
@@ -53,6 +44,7 @@ class CompiledFrame final : public CacheEntry {
   std::vector<int> input_sources_;
   std::unique_ptr<runtime::Executor> executor_;
   OutputTemplate output_;
+  std::vector<AttrStore> stores_;
   /// The source values of the last check() on this thread, reused by the run() that follows.
   /// (Allocated per thread and never freed: no Python object is released at thread exit.)
   static thread_local std::vector<nanobind::object>* values_;

@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "capture/bytecode/assembler.h"
+#include "capture/interpreter_internal.h"
 #include "support/error.h"
 
 namespace nb = nanobind;
@@ -25,6 +26,63 @@ struct TemplateBuilder {
   std::vector<at::Tensor>& tensors;
   std::unordered_map<const c10::TensorImpl*, int> tensor_index;
   std::unordered_set<PyObject*> containers;  ///< frame-made containers seen (no aliasing)
+
+  /// The interpreter's stores to objects from outside the frame, with templates of their values.
+  std::vector<AttrStore> stores() {
+    std::vector<AttrStore> out;
+    for (const Interpreter::Store& s : interp.stores()) {
+      out.push_back(AttrStore{s.source, s.name, of(s.value)});
+    }
+    return out;
+  }
+
+  /// A Dict template of the items of `d` (a dict, or an object whose items() a dict makes).
+  OutputTemplate dict_of(nb::handle d) {
+    OutputTemplate t;
+    t.kind = OutputTemplate::Kind::Dict;
+    nb::object keys = nb::steal(PyList_New(0));
+    PyObject* key = nullptr;
+    PyObject* value = nullptr;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(d.ptr(), &pos, &key, &value)) {
+      EMBER_UNSUPPORTED(is_guardable_constant(key))
+          << "a dict with a key of type " << Py_TYPE(key)->tp_name;
+      PyList_Append(keys.ptr(), key);
+      t.items.push_back(of(value));
+    }
+    t.value = nb::steal(PyList_AsTuple(keys.ptr()));
+    return t;
+  }
+
+  /// An Object template of `v`, an object of a plain class whose static base is `base`.
+  OutputTemplate object_of(nb::handle v, PyTypeObject* base) {
+    EMBER_UNSUPPORTED(containers.insert(v.ptr()).second)
+        << "a " << Py_TYPE(v.ptr())->tp_name << " the frame made is referenced twice";
+    OutputTemplate t;
+    t.kind = OutputTemplate::Kind::Object;
+    t.value = nb::borrow(reinterpret_cast<PyObject*>(Py_TYPE(v.ptr())));
+    nb::object attrs = nb::steal(PyObject_GenericGetDict(v.ptr(), nullptr));
+    if (!attrs.is_valid()) throw nb::python_error();
+    t.items.push_back(dict_of(attrs));
+    if (base != &PyBaseObject_Type) {
+      // Its items in its own order (an OrderedDict's may differ from the dict's).
+      nb::object items = nb::steal(PyDict_New());
+      nb::object pairs =
+          nb::steal(PyObject_CallMethod(reinterpret_cast<PyObject*>(base), "items", "O", v.ptr()));
+      if (!items.is_valid() || !pairs.is_valid()) throw nb::python_error();
+      nb::object it = nb::steal(PyObject_GetIter(pairs.ptr()));
+      if (!it.is_valid()) throw nb::python_error();
+      while (PyObject* pair = PyIter_Next(it.ptr())) {
+        nb::object p = nb::steal(pair);
+        if (PyDict_SetItem(items.ptr(), PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1)) < 0) {
+          throw nb::python_error();
+        }
+      }
+      if (PyErr_Occurred()) throw nb::python_error();
+      t.items.push_back(dict_of(items));
+    }
+    return t;
+  }
 
   OutputTemplate of(nb::handle v) {
     OutputTemplate t;
@@ -57,18 +115,7 @@ struct TemplateBuilder {
       EMBER_UNSUPPORTED(PyTuple_CheckExact(o) || containers.insert(o).second)
           << "a list or dict the frame made is referenced twice";
       if (PyDict_CheckExact(o)) {
-        t.kind = OutputTemplate::Kind::Dict;
-        nb::object keys = nb::steal(PyList_New(0));
-        PyObject* key = nullptr;
-        PyObject* value = nullptr;
-        Py_ssize_t pos = 0;
-        while (PyDict_Next(o, &pos, &key, &value)) {
-          EMBER_UNSUPPORTED(is_guardable_constant(key))
-              << "a dict with a key of type " << Py_TYPE(key)->tp_name;
-          PyList_Append(keys.ptr(), key);
-          t.items.push_back(of(value));
-        }
-        t.value = nb::steal(PyList_AsTuple(keys.ptr()));
+        t = dict_of(v);
       } else {
         t.kind = PyTuple_CheckExact(o) ? OutputTemplate::Kind::Tuple : OutputTemplate::Kind::List;
         for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i) {
@@ -76,6 +123,9 @@ struct TemplateBuilder {
         }
       }
       return t;
+    }
+    if (interp.created_here(v)) {
+      if (PyTypeObject* base = rebuildable_object_type(v)) return object_of(v, base);
     }
     if (PyMethod_Check(o) || (PyCFunction_Check(o) && PyCFunction_GET_SELF(o) != nullptr &&
                               !PyModule_Check(PyCFunction_GET_SELF(o)))) {
@@ -137,6 +187,7 @@ PyObject* segment_call(PyObject* capsule, PyObject* const* args, Py_ssize_t narg
       inputs.push_back(THPVariable_Unpack(values[static_cast<size_t>(i)].ptr()));
     }
     std::vector<at::Tensor> outs = s.executor->run(inputs);
+    apply_stores(s.stores, outs, values);
     nb::object tuple = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(s.values.size())));
     for (size_t i = 0; i < s.values.size(); ++i) {
       PyTuple_SET_ITEM(tuple.ptr(), static_cast<Py_ssize_t>(i),
@@ -290,7 +341,8 @@ nb::object build_resume(PyCodeObject* co, PyObject* globals, const bytecode::Cod
 }  // namespace
 
 std::vector<OutputTemplate> state_templates(const StopState& state, const Interpreter& interp,
-                                            std::vector<at::Tensor>& tensors) {
+                                            std::vector<at::Tensor>& tensors,
+                                            std::vector<AttrStore>& stores) {
   TemplateBuilder b{interp, tensors, {}, {}};
   std::vector<OutputTemplate> out;
   for (const nb::object& v : state.stack) {
@@ -299,13 +351,16 @@ std::vector<OutputTemplate> state_templates(const StopState& state, const Interp
   for (const nb::object& v : state.locals) {
     if (v.is_valid()) out.push_back(b.of(v));
   }
+  stores = b.stores();
   return out;
 }
 
 OutputTemplate value_template(nb::handle v, const Interpreter& interp,
-                              std::vector<at::Tensor>& tensors) {
+                              std::vector<at::Tensor>& tensors, std::vector<AttrStore>& stores) {
   TemplateBuilder b{interp, tensors, {}, {}};
-  return b.of(v);
+  OutputTemplate t = b.of(v);
+  stores = b.stores();
+  return t;
 }
 
 nb::object make_segment_callable(std::shared_ptr<Segment> segment) {

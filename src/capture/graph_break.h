@@ -32,6 +32,7 @@
 #include "capture/bytecode/instruction.h"
 #include "capture/compiled_frame.h"
 #include "capture/interpreter.h"
+#include "capture/side_effects.h"
 
 namespace ember::capture {
 
@@ -42,20 +43,23 @@ struct Segment {
   std::vector<int> input_sources;
   std::unique_ptr<runtime::Executor> executor;
   std::vector<OutputTemplate> values;  ///< the tuple it returns: stack bottom-up, then locals
+  std::vector<AttrStore> stores;       ///< replayed after the graph
   nanobind::object code;               ///< the original code object
   nanobind::object globals;
   nanobind::object builtins;
   int nargs = 0;
 };
 
-/// Builds the per-value templates of `state` (graph outputs appended to `tensors`).
-/// Throws Unsupported for a value that cannot be rebuilt.
+/// Builds the per-value templates of `state` (graph outputs appended to `tensors`), and of the
+/// interpreter's attribute stores into `stores`. Throws Unsupported for a value that cannot be
+/// rebuilt.
 std::vector<OutputTemplate> state_templates(const StopState& state, const Interpreter& interp,
-                                            std::vector<at::Tensor>& tensors);
+                                            std::vector<at::Tensor>& tensors,
+                                            std::vector<AttrStore>& stores);
 
-/// The template of one value (a frame's return value).
+/// The template of one value (a frame's return value), and those of the stores.
 OutputTemplate value_template(nanobind::handle v, const Interpreter& interp,
-                              std::vector<at::Tensor>& tensors);
+                              std::vector<at::Tensor>& tensors, std::vector<AttrStore>& stores);
 
 /// A Python callable running `segment` (it owns it).
 nanobind::object make_segment_callable(std::shared_ptr<Segment> segment);

@@ -2,6 +2,8 @@
 /// The interpreter's loop: one handler per normalised opcode (bytecode/instruction.h).
 #include "capture/interpreter.h"
 
+#include <ATen/core/grad_mode.h>
+
 #include <mutex>
 #include <unordered_map>
 
@@ -176,6 +178,15 @@ std::string Interpreter::location() const {
 
 nb::object Interpreter::run(const FrameView& f, int stop_at) {
   stop_at_ = stop_at;
+  // With blocks change grad mode for real; an interrupted capture must not leave it changed.
+  struct RestoreGradMode {
+    bool enabled = at::GradMode::is_enabled();
+    ~RestoreGradMode() { at::GradMode::set_enabled(enabled); }
+  } restore_grad_mode;
+  struct UndoStores {
+    Interpreter& interp;
+    ~UndoStores() { interp.undo_stores(); }
+  } undo_stores{*this};
   Frame fr;
   fr.code_obj = nb::borrow(reinterpret_cast<PyObject*>(f.code));
   fr.code = f.code;
@@ -255,16 +266,6 @@ nb::object Interpreter::run_frame(Frame& fr) {
     const Instr& in = instrs[fr.pc++];
     fr.line = code_line(fr.code, in);
     ++instructions_;
-    if (!fr.top) {
-      try {
-        step(fr, in, returned, result);
-      } catch (nb::python_error& e) {
-        if (in.handler < 0) throw;
-        throw Unsupported(std::string("an exception the program catches (") + e.what() + ") at " +
-                          location());
-      }
-      continue;
-    }
     std::string reason;
     bool data_dependent = false;
     try {
@@ -273,11 +274,19 @@ nb::object Interpreter::run_frame(Frame& fr) {
     } catch (const GraphBreak&) {
       throw;
     } catch (const DataDependentError& e) {
+      if (!fr.top) throw;
       reason = e.what();
       data_dependent = true;
     } catch (const Unsupported& e) {
+      if (!fr.top) throw;
       reason = e.what();
     } catch (nb::python_error& e) {
+      if (is_program_exception(e)) {
+        if (in.handler < 0) throw;  // to the caller's handler, or out of the capture
+        catch_exception(fr, in, e);
+        continue;
+      }
+      if (!fr.top) throw;
       // A data-dependent call (.item(), .tolist(), bool of a tensor) raises through PyTorch's
       // bindings; ember's own error is the session's pending one.
       std::string msg = e.what();
@@ -293,12 +302,7 @@ nb::object Interpreter::run_frame(Frame& fr) {
         reason = "the program reads the data of a traced tensor (" + msg + ")";
         data_dependent = true;
       }
-      if (reason.empty()) {
-        if (in.handler >= 0) {
-          throw Unsupported("an exception the program catches (" + msg + ") at " + location());
-        }
-        throw;
-      }
+      if (reason.empty()) throw;
     }
     if (breakable(fr, in)) throw GraphBreak(reason, static_cast<int>(pc), data_dependent);
     if (data_dependent) throw DataDependentError(reason);
@@ -327,6 +331,9 @@ nb::object Interpreter::load_global(Frame& fr, PyObject* name) {
 }
 
 nb::object Interpreter::load_attr(nb::handle obj, PyObject* name) {
+  if (!stores_.empty()) {
+    if (const Store* s = find_store(obj, name)) return s->value;
+  }
   nb::object v = checked(PyObject_GetAttr(obj.ptr(), name));
   if (is_tensor(obj)) return v;
   int source = source_of(obj);
@@ -356,6 +363,55 @@ nb::object Interpreter::load_attr(nb::handle obj, PyObject* name) {
     }
   }
   return wrap(v, sources_.attr(source, name));
+}
+
+const Interpreter::Store* Interpreter::find_store(nb::handle obj, PyObject* name) const {
+  for (const Store& s : stores_) {
+    if (s.obj.ptr() == obj.ptr() && PyUnicode_Compare(s.name.ptr(), name) == 0) return &s;
+  }
+  return nullptr;
+}
+
+void Interpreter::store_attr_outside(nb::handle obj, PyObject* name, nb::handle value) {
+  // Only a store that lands in the instance dict (no data descriptor, no __setattr__) and whose
+  // object the compiled frame can find again (it has a source) can be replayed.
+  PyTypeObject* t = Py_TYPE(obj.ptr());
+  PyObject* descr = _PyType_Lookup(t, name);
+  int source = source_of(obj);
+  nb::object dict = nb::steal(PyObject_GenericGetDict(obj.ptr(), nullptr));
+  if (!dict.is_valid()) PyErr_Clear();
+  EMBER_UNSUPPORTED(source >= 0 && t->tp_setattro == PyObject_GenericSetAttr &&
+                    (descr == nullptr || Py_TYPE(descr)->tp_descr_set == nullptr) &&
+                    dict.is_valid() && !PyType_Check(obj.ptr()) && !PyModule_Check(obj.ptr()))
+      << "setting attribute '" << nb::cast<std::string>(nb::handle(name)) << "' of a "
+      << type_name_of(obj) << " at " << location();
+  Store* s = const_cast<Store*>(find_store(obj, name));
+  if (s == nullptr) {
+    Store added;
+    added.obj = nb::borrow(obj);
+    added.name = nb::borrow(name);
+    PyObject* original = PyDict_GetItemWithError(dict.ptr(), name);
+    if (original == nullptr && PyErr_Occurred()) throw nb::python_error();
+    added.original = original != nullptr ? nb::borrow(original) : nb::object();
+    added.source = source;
+    stores_.push_back(std::move(added));
+    s = &stores_.back();
+  }
+  s->value = nb::borrow(value);
+  if (PyDict_SetItem(dict.ptr(), name, value.ptr()) < 0) throw nb::python_error();
+}
+
+void Interpreter::undo_stores() {
+  for (auto it = stores_.rbegin(); it != stores_.rend(); ++it) {
+    nb::object dict = nb::steal(PyObject_GenericGetDict(it->obj.ptr(), nullptr));
+    if (!dict.is_valid()) {
+      PyErr_Clear();
+      continue;
+    }
+    int r = it->original.is_valid() ? PyDict_SetItem(dict.ptr(), it->name.ptr(), it->original.ptr())
+                                    : PyDict_DelItem(dict.ptr(), it->name.ptr());
+    if (r < 0) PyErr_Clear();
+  }
 }
 
 nb::object Interpreter::load_deref(Frame& fr, int slot) {
@@ -397,6 +453,10 @@ nb::object Interpreter::subscr(nb::handle obj, nb::handle key) {
   if (source >= 0 && is_guardable_constant(key.ptr())) {
     nb::object v = checked(PyObject_GetItem(obj.ptr(), key.ptr()));
     return wrap(v, sources_.item(source, key.ptr()));
+  }
+  if (is_fresh(obj)) {
+    if (nb::object m = special_method(obj, "__getitem__"); m.is_valid())
+      return call(m, {nb::borrow(key)}, {});
   }
   std::vector<nb::object> items;
   if (PySlice_Check(key.ptr()) && materialize(obj, items)) {
@@ -598,9 +658,14 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
     case Op::STORE_ATTR: {
       nb::object obj = pop(fr);
       nb::object v = pop(fr);
-      EMBER_UNSUPPORTED(is_fresh(obj))
-          << "setting attribute '" << nb::cast<std::string>(nb::handle(name_at(co, in.arg)))
-          << "' of a " << type_name_of(obj) << " at " << location();
+      if (!is_fresh(obj)) {
+        store_attr_outside(obj, name_at(co, in.arg), v);
+        return;
+      }
+      if (nb::object m = special_method(obj, "__setattr__"); m.is_valid()) {
+        call(m, {nb::borrow(name_at(co, in.arg)), v}, {});
+        return;
+      }
       if (PyObject_SetAttr(obj.ptr(), name_at(co, in.arg), v.ptr()) < 0) throw nb::python_error();
       return;
     }
@@ -674,6 +739,10 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
     case Op::CONTAINS_OP: {
       nb::object container = pop(fr);
       nb::object item = pop(fr);
+      if (nb::object m = special_method(container, "__contains__"); m.is_valid()) {
+        st.push_back(nb::borrow(truth(call(m, {item}, {})) != (in.arg != 0) ? Py_True : Py_False));
+        return;
+      }
       EMBER_UNSUPPORTED(
           (is_plain_value(container) && !is_tensor(container)) ||
           (PyDict_Check(container.ptr()) && Py_TYPE(container.ptr())->tp_as_sequence->sq_contains ==
@@ -717,6 +786,10 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
       nb::object v = pop(fr);
       EMBER_UNSUPPORTED(is_tensor(obj) || is_fresh(obj))
           << "assigning an item of a " << type_name_of(obj) << " at " << location();
+      if (nb::object m = special_method(obj, "__setitem__"); m.is_valid()) {
+        call(m, {key, v}, {});
+        return;
+      }
       if (PyObject_SetItem(obj.ptr(), key.ptr(), v.ptr()) < 0) throw nb::python_error();
       return;
     }
@@ -725,6 +798,10 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
       nb::object obj = pop(fr);
       EMBER_UNSUPPORTED(is_fresh(obj))
           << "deleting an item of a " << type_name_of(obj) << " at " << location();
+      if (nb::object m = special_method(obj, "__delitem__"); m.is_valid()) {
+        call(m, {key}, {});
+        return;
+      }
       if (PyObject_DelItem(obj.ptr(), key.ptr()) < 0) throw nb::python_error();
       return;
     }
@@ -880,7 +957,7 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
       return;
     }
     default:
-      if (step_data(fr, in)) return;
+      if (step_data(fr, in) || step_exceptions(fr, in)) return;
       break;
   }
   EMBER_UNSUPPORTED(false) << "the instruction " << bytecode::op_name(in.op) << " at "

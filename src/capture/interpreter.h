@@ -106,6 +106,17 @@ class Interpreter {
     return it == copy_source_.end() ? -1 : it->second;
   }
 
+  /// A store to an attribute of an object from outside the frame (side_effects.h): done for
+  /// real while the interpreter runs, undone when it stops.
+  struct Store {
+    nanobind::object obj;
+    nanobind::object name;
+    nanobind::object original;  ///< the instance dict's entry before the first store, or null
+    nanobind::object value;     ///< the last value stored
+    int source = -1;            ///< the object's source
+  };
+  const std::vector<Store>& stores() const { return stores_; }
+
   /// The source each graph input reads, in input order.
   const std::vector<int>& input_sources() const { return input_sources_; }
   /// Number of instructions interpreted and functions inlined (for logs).
@@ -124,9 +135,23 @@ class Interpreter {
   /// interpreter_data.cpp: the value-building ops (BUILD_*, unpacking, formatting); false for
   /// any other op.
   bool step_data(Frame& fr, const bytecode::Instr& in);
+  /// interpreter_exceptions.cpp: raise, except clauses and with blocks; false for other ops.
+  bool step_exceptions(Frame& fr, const bytecode::Instr& in);
+  /// Whether `e` was raised by the program (not ember's error, nor a read of traced data).
+  bool is_program_exception(nanobind::python_error& e) const;
+  /// Jumps to the handler of `in` (which has one) with `e` on the stack, as CPython does.
+  void catch_exception(Frame& fr, const bytecode::Instr& in, nanobind::python_error& e);
+  /// `exc`, or an instance of it if it is an exception class.
+  nanobind::object exception_instance(nanobind::object exc);
+  /// Whether a with block over `mgr` enters it for real (grad mode managers, nullcontext).
+  bool enters_for_real(nanobind::handle mgr) const;
   nanobind::object load_global(Frame& fr, PyObject* name);
   nanobind::object load_attr(nanobind::handle obj, PyObject* name);
   nanobind::object load_deref(Frame& fr, int slot);
+  /// STORE_ATTR on an object the frame did not make (side_effects.h).
+  void store_attr_outside(nanobind::handle obj, PyObject* name, nanobind::handle value);
+  const Store* find_store(nanobind::handle obj, PyObject* name) const;
+  void undo_stores();
   nanobind::object subscr(nanobind::handle obj, nanobind::handle key);
   bool truth(nanobind::handle v);
   nanobind::object make_function(Frame& fr, const bytecode::Instr& in);
@@ -149,8 +174,10 @@ class Interpreter {
   // interpreter_calls.cpp: the call policy and inlining.
   nanobind::object call(nanobind::handle callable, std::vector<nanobind::object> args,
                         nanobind::handle kwnames);
+  /// A call of an nn.Module: its forward inlined (after its hooks are checked), or a __call__
+  /// of the program's inlined; `plain_call`: nn.Module.__call__ itself (super().__call__).
   nanobind::object call_module(nanobind::handle module, std::vector<nanobind::object> args,
-                               nanobind::handle kwnames);
+                               nanobind::handle kwnames, bool plain_call = false);
   nanobind::object call_real(nanobind::handle callable, std::vector<nanobind::object> args,
                              nanobind::handle kwnames);
   nanobind::object call_builtin(nanobind::handle fn, std::vector<nanobind::object> args,
@@ -162,6 +189,15 @@ class Interpreter {
   nanobind::object module_dict_view(nanobind::object module, std::string_view what,
                                     const std::string& where);
   bool is_library_code(PyCodeObject* code) const;
+  // interpreter_objects.cpp: objects of the program's classes.
+  /// Whether `cls` is a plain class of the program that the frame may construct.
+  bool constructible(nanobind::handle cls) const;
+  /// A new object of `cls` (fresh), with its __init__ inlined.
+  nanobind::object construct(nanobind::handle cls, std::vector<nanobind::object> args,
+                             nanobind::handle kwnames);
+  /// `obj`'s special method `name` bound to it, when its class defines it in program code
+  /// (to be inlined); a null object otherwise.
+  nanobind::object special_method(nanobind::handle obj, const char* name) const;
   bool runs_for_real(nanobind::handle callable) const;
 
   tracer::TraceSession& session_;
@@ -183,6 +219,9 @@ class Interpreter {
   std::vector<nanobind::object> keepalive_;  ///< keeps the maps' keys alive
   int stop_at_ = -1;
   StopState stop_;
+  nanobind::object handled_exc_;  ///< the exception an except clause handles (sys.exc_info)
+  bool grad_inputs_ = false;      ///< a graph input requires grad
+  std::vector<Store> stores_;
   int64_t instructions_ = 0;
   int64_t inlined_calls_ = 0;
 };

@@ -169,6 +169,29 @@ bool is_safe_builtin_type(PyObject* t) {
   return false;
 }
 
+/// Functions of the standard library that read their arguments and return a new value, with
+/// no side effect and no call into program code: they run for real.
+bool is_pure_library_function(std::string_view module, std::string_view name) {
+  if (module == "contextlib") {
+    return name == "nullcontext" || name == "nullcontext.__init__" ||
+           name == "nullcontext.__enter__" || name == "nullcontext.__exit__";
+  }
+  if (module == "dataclasses") return name == "fields" || name == "is_dataclass";
+  if (module == "inspect") {
+    return name == "signature" || name == "isclass" || name == "isfunction" || name == "ismethod";
+  }
+  if (module == "typing") return name == "cast";
+  return false;
+}
+
+/// torch's "is compiling" predicates: true inside a captured frame, as under torch.compile, so
+/// that programs take the paths they keep for compilation.
+bool is_compiling_predicate(std::string_view module, std::string_view name) {
+  if (name != "is_compiling" && name != "is_dynamo_compiling") return false;
+  return module == "torch.compiler" || module == "torch._utils" ||
+         module == "torch._dynamo.external_utils";
+}
+
 PyObject* builtins_dict_of(PyObject* globals) {
   PyObject* b = PyDict_GetItemString(globals, "__builtins__");
   if (b != nullptr && PyModule_Check(b)) return PyModule_GetDict(b);
@@ -179,11 +202,19 @@ PyObject* builtins_dict_of(PyObject* globals) {
 }  // namespace
 
 bool Interpreter::is_library_code(PyCodeObject* code) const {
-  return in_files(code, options_.library_prefixes);
+  if (!in_files(code, options_.library_prefixes)) return false;
+  // The abstract collections' mixin methods (Mapping.__contains__, get, ...) are inlined: they
+  // only call the program's own special methods.
+  std::string_view file = PyUnicode_AsUTF8(code->co_filename);
+  constexpr std::string_view kAbc = "_collections_abc";
+  size_t at = file.find(kAbc);
+  return !(at != std::string_view::npos &&
+           (file.substr(at) == "_collections_abc.py" || file.substr(at) == "_collections_abc>"));
 }
 
 bool Interpreter::runs_for_real(nb::handle callable) const {
   std::string module = module_of(callable);
+  if (is_pure_library_function(module, name_of(callable))) return true;
   if (!(module == "torch" || starts_with(module, "torch.") || module == "math" ||
         module == "_operator" || module == "operator")) {
     return false;
@@ -213,6 +244,9 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
     }
     if (is_nn_module(self) && PyFunction_Check(fn)) {
       std::string fname = name_of(fn);
+      if (fname == "Module._wrapped_call_impl" || fname == "Module._call_impl") {
+        return call_module(self, std::move(args), kwnames, true);  // super().__call__(...)
+      }
       std::string_view leaf = fname.substr(fname.rfind('.') + 1);
       if (leaf == "items" || leaf == "keys" || leaf == "values") {
         return module_dict_view(nb::borrow(self), leaf, location());
@@ -229,6 +263,9 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
     return call_real(callable, std::move(args), kwnames);
   }
   if (PyFunction_Check(c)) {
+    if (args.empty() && is_compiling_predicate(module_of(callable), name_of(callable))) {
+      return nb::borrow(Py_True);
+    }
     if (!is_library_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(c)))) {
       return inline_function(callable, std::move(args), kwnames);
     }
@@ -250,6 +287,9 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
       EMBER_UNSUPPORTED(!is_denied_torch_function(name))
           << "calling " << name << " at " << location();
       return call_real(callable, std::move(args), kwnames);
+    }
+    if (self != nullptr && is_fresh(self) && rebuildable_object_type(self) != nullptr) {
+      return call_real(callable, std::move(args), kwnames);  // dict methods of a new object
     }
     if (self != nullptr && is_plain_value(self)) {
       bool mutable_container = PyList_Check(self) || PyDict_Check(self) || PySet_Check(self);
@@ -343,6 +383,7 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
                          reinterpret_cast<PyTypeObject*>(PyExc_BaseException))) {
       return call_real(callable, std::move(args), kwnames);
     }
+    if (constructible(callable)) return construct(callable, std::move(args), kwnames);
     EMBER_UNSUPPORTED(runs_for_real(callable))
         << "constructing a " << name_of(callable) << " at " << location();
     return call_real(callable, std::move(args), kwnames);
@@ -386,8 +427,9 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
           args.size() == 1 && PyUnicode_Check(args[0].ptr()) && !kwnames.is_valid()) {
         return load_attr(s, args[0].ptr());  // super().__getattribute__(name): an attribute read
       }
-      EMBER_UNSUPPORTED(is_tensor(s) || (is_plain_value(s) && !PyList_Check(self) &&
-                                         !PyDict_Check(self) && !PySet_Check(self)))
+      EMBER_UNSUPPORTED(
+          is_tensor(s) || is_fresh(s) ||
+          (is_plain_value(s) && !PyList_Check(self) && !PyDict_Check(self) && !PySet_Check(self)))
           << "calling " << name_of(callable) << " of a " << type_name_of(s) << " at " << location();
       return call_real(callable, std::move(args), kwnames);
     }
@@ -489,7 +531,7 @@ nb::object Interpreter::call_builtin(nb::handle fn, std::vector<nb::object> args
 }
 
 nb::object Interpreter::call_module(nb::handle module, std::vector<nb::object> args,
-                                    nb::handle kwnames) {
+                                    nb::handle kwnames, bool plain_call) {
   static const char* const kHooks[] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
                                        "_backward_pre_hooks"};
   for (const char* h : kHooks) {
@@ -528,8 +570,15 @@ nb::object Interpreter::call_module(nb::handle module, std::vector<nb::object> a
     return checked(PyObject_GetAttrString(cls.ptr(), "__call__")).release().ptr();
   }();
   nb::object call_attr = checked(PyObject_GetAttrString(type, "__call__"));
-  EMBER_UNSUPPORTED(call_attr.ptr() == module_call)
-      << type_name_of(module) << " overrides __call__ at " << location();
+  if (call_attr.ptr() != module_call && !plain_call) {
+    // A __call__ of the program's (one that ends in super().__call__): inlined.
+    EMBER_UNSUPPORTED(
+        PyFunction_Check(call_attr.ptr()) &&
+        !is_library_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(call_attr.ptr()))))
+        << type_name_of(module) << " overrides __call__ at " << location();
+    args.insert(args.begin(), nb::borrow(module));
+    return inline_function(call_attr, std::move(args), kwnames);
+  }
   PyObject* dict = PyObject_GenericGetDict(module.ptr(), nullptr);
   if (dict != nullptr) {
     nb::object d = nb::steal(dict);

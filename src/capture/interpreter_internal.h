@@ -80,8 +80,15 @@ inline std::string type_name_of(nanobind::handle v) {
 /// time: tensors, numbers, strings, builtin containers, slices, torch.Size, dtype and device.
 bool is_plain_value(nanobind::handle v);
 
+/// torch.nn.Module.
+PyObject* module_type();
+
 /// Whether `m` is an nn.Module instance.
 bool is_nn_module(nanobind::handle m);
+
+/// If `v` is an object of a plain class (interpreter_objects.cpp) that a template can rebuild,
+/// the class's static base (object, dict or OrderedDict); else nullptr.
+PyTypeObject* rebuildable_object_type(nanobind::handle v);
 
 /// co_consts[i] and co_names[i] of `co`.
 inline nanobind::object const_at(PyCodeObject* co, int i) {

@@ -22,11 +22,6 @@ PyObject* parameter_type() {
   return t;
 }
 
-PyObject* module_type() {
-  static PyObject* t = torch_attr("torch.nn", "Module");
-  return t;
-}
-
 PyObject* size_type() {
   static PyObject* t = torch_attr("torch", "Size");
   return t;
@@ -57,6 +52,11 @@ bool is_tracer(nb::handle v) {
   return tracer::as_tracer(t) != nullptr;
 }
 
+PyObject* module_type() {
+  static PyObject* t = torch_attr("torch.nn", "Module");
+  return t;
+}
+
 bool is_nn_module(nb::handle m) {
   return m.ptr() != nullptr && isinstance(m, module_type());
 }
@@ -82,7 +82,8 @@ bool is_plain_value(nb::handle v) {
   if (PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(enum_type))) return true;
   return n == "torch.dtype" || n == "torch.device" || n == "torch.layout" ||
          n == "torch.memory_format" || n == "dict_keys" || n == "dict_values" ||
-         n == "dict_items" || n == "torch.finfo" || n == "torch.iinfo";
+         n == "dict_items" || n == "odict_keys" || n == "odict_values" || n == "odict_items" ||
+         n == "torch.finfo" || n == "torch.iinfo";
 }
 
 PyObject* local_name(PyCodeObject* co, int i) {
@@ -127,6 +128,7 @@ nb::object Interpreter::wrap(nb::handle v, int source) {
           << sources_.name(source) << " requires grad and grad mode is on: training graphs are "
           << "not captured yet (run under torch.no_grad() or torch.inference_mode())";
       guards_.add_tensor(source, o);
+      if (real.requires_grad()) grad_inputs_ = true;
       graph::InputKind kind =
           isinstance(v, parameter_type()) ? graph::InputKind::Parameter : graph::InputKind::User;
       session_.exit();

@@ -81,6 +81,7 @@ class TraceSession {
   void note_error(std::exception_ptr e) {
     if (!pending_error_) pending_error_ = e;
   }
+  bool has_pending_error() const { return pending_error_ != nullptr; }
   void rethrow_pending_error() {
     if (pending_error_) std::rethrow_exception(pending_error_);
   }

@@ -49,6 +49,11 @@ def assert_same(actual, expected, atol=1e-5, rtol=1e-5, path="out"):
         assert list(actual) == list(expected), f"{path}: keys {list(actual)} != {list(expected)}"
         for k in expected:
             assert_same(actual[k], expected[k], atol, rtol, f"{path}[{k!r}]")
+        if type(expected) is not dict and hasattr(expected, "__dict__"):
+            assert_same(vars(actual), vars(expected), atol, rtol, f"vars({path})")
+    elif _is_plain_object(expected):
+        assert type(actual) is type(expected), f"{path}: {type(actual)} != {type(expected)}"
+        assert_same(vars(actual), vars(expected), atol, rtol, f"vars({path})")
     elif isinstance(expected, float) and not isinstance(actual, torch.Tensor):
         assert type(actual) is float, f"{path}: {type(actual)} != float"
         assert math.isclose(actual, expected, rel_tol=rtol, abs_tol=atol) or (
@@ -58,6 +63,12 @@ def assert_same(actual, expected, atol=1e-5, rtol=1e-5, path="out"):
     else:
         assert type(actual) is type(expected), f"{path}: {type(actual)} != {type(expected)}"
         assert actual == expected, f"{path}: {actual!r} != {expected!r}"
+
+
+def _is_plain_object(obj) -> bool:
+    """An object of a program's class (compared by its attributes)."""
+    return (hasattr(obj, "__dict__") and not isinstance(obj, (type, torch.nn.Module))
+            and not callable(obj) and type(obj).__module__ not in ("builtins", "types"))
 
 
 def _fresh(obj):

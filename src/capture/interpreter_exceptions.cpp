@@ -1,0 +1,168 @@
+/// \file
+/// The interpreter's exception handling and with blocks: the exception table (an exception the
+/// program raises inside a try block jumps to its handler, as in CPython), raise, the except
+/// clause's opcodes, and the entry and exceptional exit of `with` (the rest of the loop is in
+/// interpreter.cpp).
+///
+/// An exception is a program exception when ember did not cause it: no ember error is pending
+/// in the trace session and it is not PyTorch's error for reading a traced tensor's data. Only
+/// program exceptions reach handlers; ember's own errors end the capture as before.
+#include <ATen/core/grad_mode.h>
+
+#include "capture/interpreter_internal.h"
+
+namespace nb = nanobind;
+
+namespace ember::capture {
+
+using bytecode::Instr;
+using bytecode::Op;
+
+namespace {
+
+/// Sets `exc` (an exception instance) as the raised exception and throws it.
+[[noreturn]] void raise_instance(nb::handle exc) {
+  PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())), exc.ptr());
+  throw nb::python_error();
+}
+
+std::string attr_string(nb::handle o, const char* name) {
+  PyObject* v = PyObject_GetAttrString(o.ptr(), name);
+  if (v == nullptr) {
+    PyErr_Clear();
+    return {};
+  }
+  nb::object s = nb::steal(v);
+  return PyUnicode_Check(v) ? std::string(PyUnicode_AsUTF8(v)) : std::string();
+}
+
+}  // namespace
+
+bool Interpreter::is_program_exception(nb::python_error& e) const {
+  if (session_.has_pending_error()) return false;
+  if (e.matches(PyExc_RuntimeError) || e.matches(PyExc_NotImplementedError)) {
+    return !reads_tensor_data(e.what());
+  }
+  return true;
+}
+
+void Interpreter::catch_exception(Frame& fr, const Instr& in, nb::python_error& e) {
+  const bytecode::Handler& h = fr.bc->handlers[static_cast<size_t>(in.handler)];
+  EMBER_INTERNAL_ASSERT(fr.stack.size() >= static_cast<size_t>(h.depth))
+      << "exception handler deeper than the stack at " << location();
+  fr.stack.resize(static_cast<size_t>(h.depth));
+  if (h.lasti) fr.stack.push_back(checked(PyLong_FromLong(std::max(in.offset, 0))));
+  fr.stack.push_back(nb::borrow(e.value()));
+  fr.pc = static_cast<size_t>(h.target);
+}
+
+nb::object Interpreter::exception_instance(nb::object exc) {
+  if (PyExceptionClass_Check(exc.ptr())) exc = call(exc, {}, nb::handle());
+  if (!PyExceptionInstance_Check(exc.ptr())) {
+    PyErr_SetString(PyExc_TypeError, "exceptions must derive from BaseException");
+    throw nb::python_error();
+  }
+  return exc;
+}
+
+bool Interpreter::enters_for_real(nb::handle mgr) const {
+  nb::handle type = reinterpret_cast<PyObject*>(Py_TYPE(mgr.ptr()));
+  std::string module = attr_string(type, "__module__");
+  std::string name = attr_string(type, "__qualname__");
+  if (module == "torch.autograd.grad_mode") return name == "no_grad" || name == "enable_grad";
+  return module == "contextlib" && name == "nullcontext";
+}
+
+bool Interpreter::step_exceptions(Frame& fr, const Instr& in) {
+  auto& st = fr.stack;
+  switch (in.op) {
+    case Op::PUSH_EXC_INFO: {
+      nb::object exc = pop(fr);
+      st.push_back(handled_exc_.is_valid() ? handled_exc_ : nb::none());
+      handled_exc_ = exc;
+      st.push_back(std::move(exc));
+      return true;
+    }
+    case Op::POP_EXCEPT: {
+      nb::object exc = pop(fr);
+      handled_exc_ = exc.is_none() ? nb::object() : exc;
+      return true;
+    }
+    case Op::CHECK_EXC_MATCH: {
+      nb::object type = pop(fr);
+      if (PyTuple_Check(type.ptr())) {
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(type.ptr()); ++i) {
+          EMBER_UNSUPPORTED(PyExceptionClass_Check(PyTuple_GET_ITEM(type.ptr(), i)))
+              << "except with a tuple of non-exception types at " << location();
+        }
+      } else {
+        EMBER_UNSUPPORTED(PyExceptionClass_Check(type.ptr()))
+            << "except with a " << type_name_of(type) << " at " << location();
+      }
+      bool match = PyErr_GivenExceptionMatches(peek(fr).ptr(), type.ptr()) != 0;
+      st.push_back(nb::borrow(match ? Py_True : Py_False));
+      return true;
+    }
+    case Op::RERAISE: {
+      nb::object exc = pop(fr);
+      raise_instance(exc);
+    }
+    case Op::RAISE_VARARGS: {
+      if (in.arg == 0) {
+        if (!handled_exc_.is_valid()) {
+          PyErr_SetString(PyExc_RuntimeError, "No active exception to reraise");
+          throw nb::python_error();
+        }
+        raise_instance(handled_exc_);
+      }
+      nb::object cause = in.arg == 2 ? pop(fr) : nb::object();
+      nb::object exc = exception_instance(pop(fr));
+      if (cause.is_valid()) {
+        if (!cause.is_none()) cause = exception_instance(cause);
+        PyException_SetCause(exc.ptr(), cause.is_none() ? nullptr : cause.inc_ref().ptr());
+        if (cause.is_none())
+          reinterpret_cast<PyBaseExceptionObject*>(exc.ptr())->suppress_context = 1;
+      }
+      raise_instance(exc);
+    }
+    case Op::LOAD_ASSERTION_ERROR:
+      st.push_back(nb::borrow(PyExc_AssertionError));
+      return true;
+    case Op::BEFORE_WITH: {
+      // [mgr] -> [bound __exit__, mgr.__enter__()]. Grad-mode managers and nullcontext run for
+      // real (the interpreter restores grad mode when it stops); a manager whose __enter__ is
+      // program code is inlined like any method.
+      nb::object mgr = pop(fr);
+      bool real = enters_for_real(mgr);
+      nb::object enter = checked(PyObject_GetAttrString(mgr.ptr(), "__enter__"));
+      nb::object exit = checked(PyObject_GetAttrString(mgr.ptr(), "__exit__"));
+      if (!real) {
+        PyObject* fn = PyMethod_Check(enter.ptr()) ? PyMethod_GET_FUNCTION(enter.ptr()) : nullptr;
+        EMBER_UNSUPPORTED(
+            fn != nullptr && PyFunction_Check(fn) &&
+            !is_library_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn))))
+            << "a with block over a " << type_name_of(mgr) << " at " << location();
+      }
+      nb::object result = real ? checked(PyObject_CallNoArgs(enter.ptr())) : call(enter, {}, {});
+      EMBER_UNSUPPORTED(!(grad_inputs_ && at::GradMode::is_enabled()))
+          << "a with block that enables grad mode with inputs that require grad at " << location();
+      st.push_back(std::move(exit));
+      st.push_back(std::move(result));
+      return true;
+    }
+    case Op::WITH_EXCEPT_START: {
+      // [exit, lasti, prev_exc, exc] -> [..., exit(type(exc), exc, tb)]
+      nb::object exc = peek(fr, 1);
+      nb::object exit = peek(fr, 4);
+      nb::object type = nb::borrow(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())));
+      nb::object tb = nb::steal(PyException_GetTraceback(exc.ptr()));
+      if (!tb.is_valid()) tb = nb::none();
+      st.push_back(call(exit, {type, exc, tb}, {}));
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
+}  // namespace ember::capture

@@ -1,0 +1,120 @@
+/// \file
+/// Objects of the program's own classes: constructing them in the frame (a new object, then
+/// its __init__ inlined), and the Python-level special methods (__setitem__, __setattr__,
+/// __contains__, ...) that the interpreter inlines in place of the C slot that would run them.
+///
+/// Only "plain" classes are constructed: a class the program defines (its __init__ is program
+/// code or inherited from object, dict or OrderedDict), whose instances hold all their state in
+/// their __dict__ and, for dict subclasses, their items. That is also what lets an object the
+/// frame made be rebuilt from a template when the graph returns it (rebuildable_object_type).
+#include <string_view>
+
+#include "capture/interpreter_internal.h"
+
+namespace nb = nanobind;
+
+namespace ember::capture {
+
+namespace {
+
+PyTypeObject* ordered_dict_type() {
+  static PyTypeObject* t = [] {
+    nb::object m = checked(PyImport_ImportModule("collections"));
+    return reinterpret_cast<PyTypeObject*>(
+        checked(PyObject_GetAttrString(m.ptr(), "OrderedDict")).release().ptr());
+  }();
+  return t;
+}
+
+/// The first base of `t` that is not a class defined in Python.
+PyTypeObject* static_base_of(PyTypeObject* t) {
+  while (t != nullptr && PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE)) t = t->tp_base;
+  return t;
+}
+
+bool defines_slots(PyTypeObject* t) {
+  for (; t != nullptr && PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE); t = t->tp_base) {
+    if (PyDict_GetItemString(t->tp_dict, "__slots__") != nullptr) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+/// The static base of `t` if `t` is a plain class (see the file comment), else nullptr.
+PyTypeObject* plain_class_base(PyTypeObject* t) {
+  if (!PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE)) return nullptr;
+  if (Py_TYPE(reinterpret_cast<PyObject*>(t))->tp_call != PyType_Type.tp_call) {
+    return nullptr;  // a metaclass with its own __call__
+  }
+  PyTypeObject* base = static_base_of(t);
+  if (base != &PyBaseObject_Type && base != &PyDict_Type && base != ordered_dict_type()) {
+    return nullptr;
+  }
+  if (t->tp_new != base->tp_new || defines_slots(t)) return nullptr;  // a Python __new__
+  if (PyType_IsSubtype(t, reinterpret_cast<PyTypeObject*>(PyExc_BaseException))) return nullptr;
+  return base;
+}
+
+PyTypeObject* rebuildable_object_type(nb::handle v) {
+  if (PyType_Check(v.ptr()) || is_nn_module(v)) return nullptr;
+  return plain_class_base(Py_TYPE(v.ptr()));
+}
+
+nb::object Interpreter::special_method(nb::handle obj, const char* name) const {
+  PyTypeObject* t = Py_TYPE(obj.ptr());
+  if (!PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE)) return {};
+  nb::object key = nb::steal(PyUnicode_InternFromString(name));
+  PyObject* fn = _PyType_Lookup(t, key.ptr());
+  if (fn == nullptr || !PyFunction_Check(fn)) return {};
+  if (is_library_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn)))) return {};
+  return checked(PyMethod_New(fn, obj.ptr()));
+}
+
+bool Interpreter::constructible(nb::handle cls) const {
+  PyTypeObject* t = reinterpret_cast<PyTypeObject*>(cls.ptr());
+  if (plain_class_base(t) == nullptr) return false;
+  if (PyObject_IsSubclass(cls.ptr(), module_type()) != 0) {
+    PyErr_Clear();
+    return false;  // modules made in the frame are not captured
+  }
+  nb::object init_name = nb::steal(PyUnicode_InternFromString("__init__"));
+  PyObject* init = _PyType_Lookup(t, init_name.ptr());
+  if (init != nullptr && PyFunction_Check(init)) {
+    return !is_library_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(init)));
+  }
+  // No __init__ of its own: the class must be the program's, not one torch defines.
+  PyObject* module = PyDict_GetItemString(t->tp_dict, "__module__");
+  if (module == nullptr || !PyUnicode_Check(module)) return true;
+  std::string_view m(PyUnicode_AsUTF8(module));
+  return !(m == "torch" || m.substr(0, 6) == "torch.");
+}
+
+nb::object Interpreter::construct(nb::handle cls, std::vector<nb::object> args,
+                                  nb::handle kwnames) {
+  PyTypeObject* t = reinterpret_cast<PyTypeObject*>(cls.ptr());
+  nb::object empty = checked(PyTuple_New(0));
+  nb::object obj = fresh(checked(t->tp_new(t, empty.ptr(), nullptr)));
+  nb::object init_name = nb::steal(PyUnicode_InternFromString("__init__"));
+  PyObject* init = _PyType_Lookup(t, init_name.ptr());
+  if (init != nullptr && PyFunction_Check(init)) {
+    args.insert(args.begin(), obj);
+    nb::object r = inline_function(init, std::move(args), kwnames);
+    if (!r.is_none()) {
+      PyErr_Format(PyExc_TypeError, "__init__() should return None, not '%s'",
+                   Py_TYPE(r.ptr())->tp_name);
+      throw nb::python_error();
+    }
+    return obj;
+  }
+  // object.__init__, dict.__init__ or OrderedDict.__init__: run for real on the new object.
+  for (auto& a : args) {
+    EMBER_UNSUPPORTED(is_plain_value(a) || is_fresh(a))
+        << "constructing a " << t->tp_name << " from a " << type_name_of(a) << " at " << location();
+  }
+  args.insert(args.begin(), obj);
+  call_real(nb::handle(init), std::move(args), kwnames);
+  return obj;
+}
+
+}  // namespace ember::capture

@@ -1,0 +1,81 @@
+#include "capture/output_template.h"
+
+#include <torch/csrc/autograd/python_variable.h>
+
+#include "capture/interpreter_internal.h"
+
+namespace nb = nanobind;
+
+namespace ember::capture {
+
+nb::object build_output(const OutputTemplate& t, const std::vector<at::Tensor>& outs,
+                        const std::vector<nb::object>& values) {
+  switch (t.kind) {
+    case OutputTemplate::Kind::Tensor:
+      return nb::steal(THPVariable_Wrap(outs[static_cast<size_t>(t.index)]));
+    case OutputTemplate::Kind::Constant:
+      return t.value;
+    case OutputTemplate::Kind::Source:
+      return values[static_cast<size_t>(t.index)];
+    case OutputTemplate::Kind::BoundMethod: {
+      nb::object self = build_output(t.items[0], outs, values);
+      PyObject* m = PyObject_GetAttr(self.ptr(), t.value.ptr());
+      if (m == nullptr) throw nb::python_error();
+      return nb::steal(m);
+    }
+    case OutputTemplate::Kind::Tuple:
+    case OutputTemplate::Kind::List: {
+      Py_ssize_t n = static_cast<Py_ssize_t>(t.items.size());
+      nb::object seq =
+          nb::steal(t.kind == OutputTemplate::Kind::Tuple ? PyTuple_New(n) : PyList_New(n));
+      if (!seq.is_valid()) throw nb::python_error();
+      for (Py_ssize_t i = 0; i < n; ++i) {
+        nb::object item = build_output(t.items[static_cast<size_t>(i)], outs, values);
+        if (t.kind == OutputTemplate::Kind::Tuple) {
+          PyTuple_SET_ITEM(seq.ptr(), i, item.release().ptr());
+        } else {
+          PyList_SET_ITEM(seq.ptr(), i, item.release().ptr());
+        }
+      }
+      return seq;
+    }
+    case OutputTemplate::Kind::Object: {
+      // A new object of a plain class, its state set without running its methods: its
+      // attributes into its __dict__, its items through its static base's item assignment.
+      auto* type = reinterpret_cast<PyTypeObject*>(t.value.ptr());
+      nb::object empty = nb::steal(PyTuple_New(0));
+      nb::object obj = nb::steal(type->tp_new(type, empty.ptr(), nullptr));
+      if (!obj.is_valid()) throw nb::python_error();
+      nb::object attrs = build_output(t.items[0], outs, values);
+      nb::object dict = nb::steal(PyObject_GenericGetDict(obj.ptr(), nullptr));
+      if (!dict.is_valid() || PyDict_Update(dict.ptr(), attrs.ptr()) < 0) throw nb::python_error();
+      if (t.items.size() > 1) {
+        PyTypeObject* base = rebuildable_object_type(obj);
+        nb::object items = build_output(t.items[1], outs, values);
+        PyObject* key = nullptr;
+        PyObject* value = nullptr;
+        Py_ssize_t pos = 0;
+        while (PyDict_Next(items.ptr(), &pos, &key, &value)) {
+          if (base->tp_as_mapping->mp_ass_subscript(obj.ptr(), key, value) < 0) {
+            throw nb::python_error();
+          }
+        }
+      }
+      return obj;
+    }
+    case OutputTemplate::Kind::Dict: {
+      nb::object d = nb::steal(PyDict_New());
+      for (size_t i = 0; i < t.items.size(); ++i) {
+        nb::object item = build_output(t.items[i], outs, values);
+        if (PyDict_SetItem(d.ptr(), PyTuple_GET_ITEM(t.value.ptr(), static_cast<Py_ssize_t>(i)),
+                           item.ptr()) < 0) {
+          throw nb::python_error();
+        }
+      }
+      return d;
+    }
+  }
+  return nb::none();
+}
+
+}  // namespace ember::capture

@@ -1,0 +1,31 @@
+/// \file
+/// Output templates: how a value the frame produced (its return value, its state at a graph
+/// break, a value it stored) is rebuilt on each call from the graph's outputs, the call's
+/// source values and constants.
+#pragma once
+
+#include <Python.h>
+#include <nanobind/nanobind.h>
+
+#include <ATen/core/Tensor.h>
+
+#include <vector>
+
+namespace ember::capture {
+
+/// How the return value is rebuilt from the graph's outputs.
+struct OutputTemplate {
+  enum class Kind : uint8_t { Tensor, Constant, Tuple, List, Dict, Source, BoundMethod, Object };
+  Kind kind = Kind::Constant;
+  int index = -1;          ///< Tensor: graph output; Source: the source read
+  nanobind::object value;  ///< Constant: the value; Dict: the keys tuple; Object: its class
+  /// Tuple, List, Dict: the items; BoundMethod: its self; Object: a Dict of its attributes,
+  /// then (for a dict subclass) a Dict of its items.
+  std::vector<OutputTemplate> items;
+};
+
+/// Builds the value `t` describes, from the graph's outputs and the call's source values.
+nanobind::object build_output(const OutputTemplate& t, const std::vector<at::Tensor>& outs,
+                              const std::vector<nanobind::object>& values);
+
+}  // namespace ember::capture
