@@ -64,8 +64,10 @@ PyObject* CompiledFrame::run(const FrameView& f) {
       inputs.push_back(THPVariable_Unpack(values[static_cast<size_t>(s)].ptr()));
     }
     std::vector<at::Tensor> outs = executor_->run(inputs);
-    apply_stores(stores_, outs, values);
-    return build_output(output_, outs, values).release().ptr();
+    std::vector<nb::object> memo;
+    nb::object result = build_output(output_, outs, values, memo);
+    apply_stores(stores_, outs, values, memo);
+    return result.release().ptr();
   } catch (nb::python_error& e) {
     e.restore();
     return nullptr;

@@ -25,7 +25,20 @@ struct TemplateBuilder {
   const Interpreter& interp;
   std::vector<at::Tensor>& tensors;
   std::unordered_map<const c10::TensorImpl*, int> tensor_index;
-  std::unordered_set<PyObject*> containers;  ///< frame-made containers seen (no aliasing)
+  std::unordered_map<PyObject*, int> slots;  ///< frame-made containers and objects seen
+  int next_slot = 0;
+
+  /// An Alias template if `o` was seen before; else gives it a slot in `t`.
+  bool alias(PyObject* o, OutputTemplate& t) {
+    auto [it, added] = slots.emplace(o, next_slot);
+    if (!added) {
+      t.kind = OutputTemplate::Kind::Alias;
+      t.slot = it->second;
+      return true;
+    }
+    t.slot = next_slot++;
+    return false;
+  }
 
   /// The interpreter's stores to objects from outside the frame, with templates of their values.
   std::vector<AttrStore> stores() {
@@ -37,9 +50,10 @@ struct TemplateBuilder {
   }
 
   /// A Dict template of the items of `d` (a dict, or an object whose items() a dict makes).
-  OutputTemplate dict_of(nb::handle d) {
+  OutputTemplate dict_of(nb::handle d, int slot = -1) {
     OutputTemplate t;
     t.kind = OutputTemplate::Kind::Dict;
+    t.slot = slot;
     nb::object keys = nb::steal(PyList_New(0));
     PyObject* key = nullptr;
     PyObject* value = nullptr;
@@ -56,9 +70,8 @@ struct TemplateBuilder {
 
   /// An Object template of `v`, an object of a plain class whose static base is `base`.
   OutputTemplate object_of(nb::handle v, PyTypeObject* base) {
-    EMBER_UNSUPPORTED(containers.insert(v.ptr()).second)
-        << "a " << Py_TYPE(v.ptr())->tp_name << " the frame made is referenced twice";
     OutputTemplate t;
+    if (alias(v.ptr(), t)) return t;
     t.kind = OutputTemplate::Kind::Object;
     t.value = nb::borrow(reinterpret_cast<PyObject*>(Py_TYPE(v.ptr())));
     nb::object attrs = nb::steal(PyObject_GenericGetDict(v.ptr(), nullptr));
@@ -112,10 +125,9 @@ struct TemplateBuilder {
       return t;
     }
     if (PyTuple_CheckExact(o) || PyList_CheckExact(o) || PyDict_CheckExact(o)) {
-      EMBER_UNSUPPORTED(PyTuple_CheckExact(o) || containers.insert(o).second)
-          << "a list or dict the frame made is referenced twice";
+      if (!PyTuple_CheckExact(o) && alias(o, t)) return t;
       if (PyDict_CheckExact(o)) {
-        t = dict_of(v);
+        t = dict_of(v, t.slot);
       } else {
         t.kind = PyTuple_CheckExact(o) ? OutputTemplate::Kind::Tuple : OutputTemplate::Kind::List;
         for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i) {
@@ -187,12 +199,13 @@ PyObject* segment_call(PyObject* capsule, PyObject* const* args, Py_ssize_t narg
       inputs.push_back(THPVariable_Unpack(values[static_cast<size_t>(i)].ptr()));
     }
     std::vector<at::Tensor> outs = s.executor->run(inputs);
-    apply_stores(s.stores, outs, values);
+    std::vector<nb::object> memo;
     nb::object tuple = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(s.values.size())));
     for (size_t i = 0; i < s.values.size(); ++i) {
       PyTuple_SET_ITEM(tuple.ptr(), static_cast<Py_ssize_t>(i),
-                       build_output(s.values[i], outs, values).release().ptr());
+                       build_output(s.values[i], outs, values, memo).release().ptr());
     }
+    apply_stores(s.stores, outs, values, memo);
     return tuple.release().ptr();
   } catch (nb::python_error& e) {
     e.restore();
@@ -273,9 +286,12 @@ PyObject* tuple_of_strings(const std::vector<std::string>& v) {
   return t;
 }
 
+/// Ops whose oparg is a localsplus slot.
 bool is_local_op(Op op) {
   return op == Op::LOAD_FAST || op == Op::LOAD_FAST_CHECK || op == Op::LOAD_FAST_AND_CLEAR ||
-         op == Op::STORE_FAST || op == Op::DELETE_FAST;
+         op == Op::STORE_FAST || op == Op::DELETE_FAST || op == Op::LOAD_DEREF ||
+         op == Op::STORE_DEREF || op == Op::DELETE_DEREF || op == Op::LOAD_CLOSURE ||
+         op == Op::MAKE_CELL;
 }
 
 /// The resume function continuing `bc` at instruction `target` with `depth` stack values.
@@ -305,6 +321,14 @@ nb::object build_resume(PyCodeObject* co, PyObject* globals, const bytecode::Cod
   bytecode::Position pos = bc.instrs[static_cast<size_t>(target)].pos;
   bytecode::Code out;
   out.minor = bc.minor;
+  // The frame's cell variables are cells again (their contents are arguments, or unbound).
+  std::vector<std::string> cells;
+  for (size_t j = 0; j < state.locals.size(); ++j) {
+    if (is_cell_slot(co, static_cast<int>(j))) {
+      out.instrs.push_back(make(Op::MAKE_CELL, new_slot[j], pos));
+      cells.push_back(local_name(j));
+    }
+  }
   out.instrs.push_back(make(Op::RESUME, 0, pos));
   for (int i = 0; i < depth; ++i) out.instrs.push_back(make(Op::LOAD_FAST, i, pos));
   const int prefix = static_cast<int>(out.instrs.size()) + 1;
@@ -315,14 +339,16 @@ nb::object build_resume(PyCodeObject* co, PyObject* globals, const bytecode::Cod
     Instr in = orig;
     if (in.target >= 0) in.target += prefix;
     if (is_local_op(in.op)) in.arg = new_slot[static_cast<size_t>(in.arg)];
-    if (in.op == Op::RESUME && in.arg == 0) in.op = Op::NOP;
+    if ((in.op == Op::RESUME && in.arg == 0) || orig.op == Op::MAKE_CELL) in.op = Op::NOP;
     out.instrs.push_back(in);
   }
   out.handlers = bc.handlers;
   for (auto& h : out.handlers) h.target += prefix;
   nb::object varnames = nb::steal(tuple_of_strings(names));
+  nb::object cellvars = nb::steal(tuple_of_strings(cells));
   bytecode::AssembleOptions opts;
   opts.varnames = varnames.ptr();
+  opts.cellvars = cellvars.ptr();
   opts.argcount = depth + static_cast<int>(bound.size());
   opts.posonlyargcount = 0;
   opts.kwonlyargcount = 0;

@@ -221,9 +221,9 @@ namespace {
 
 /// Whether the top frame can take a graph break at `in`: the break code (graph_break.cpp) knows
 /// its stack effect, and the frame can be resumed after it.
-bool breakable(const Interpreter::Frame& fr, const Instr& in) {
+bool breakable(const Interpreter::Frame& fr, const Instr& in, bool cells_captured) {
   if (in.handler >= 0) return false;  // inside a try block or a with block
-  if (fr.code->co_ncellvars > 0 || fr.code->co_nfreevars > 0) return false;
+  if (fr.code->co_nfreevars > 0 || cells_captured) return false;
   switch (in.op) {
     case Op::CALL:
     case Op::CALL_FUNCTION_EX:
@@ -245,6 +245,26 @@ bool breakable(const Interpreter::Frame& fr, const Instr& in) {
 
 }  // namespace
 
+bool is_cell_slot(PyCodeObject* co, int i) {
+  constexpr unsigned char kCell = 0x40;  // CO_FAST_CELL (internal/pycore_code.h, 3.11-3.13)
+  return (static_cast<unsigned char>(PyBytes_AS_STRING(co->co_localspluskinds)[i]) & kCell) != 0;
+}
+
+bool Interpreter::cells_captured(const Frame& fr) const {
+  // A function the frame made that closes over one of its cells would keep the old cell when
+  // the resume function makes new ones.
+  for (PyObject* o : fresh_) {
+    if (!PyFunction_Check(o) || PyFunction_GET_CLOSURE(o) == nullptr) continue;
+    PyObject* closure = PyFunction_GET_CLOSURE(o);
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(closure); ++k) {
+      for (size_t j = 0; j < fr.locals.size(); ++j) {
+        if (fr.locals[j].ptr() == PyTuple_GET_ITEM(closure, k)) return true;
+      }
+    }
+  }
+  return false;
+}
+
 nb::object Interpreter::run_frame(Frame& fr) {
   frames_.push_back(&fr);
   struct Pop {
@@ -260,6 +280,14 @@ nb::object Interpreter::run_frame(Frame& fr) {
       stop_.pc = stop_at_;
       stop_.stack = fr.stack;
       stop_.locals = fr.locals;
+      for (size_t j = 0; j < stop_.locals.size(); ++j) {
+        // A cell variable is passed on as its contents (the resume function makes a new cell).
+        nb::object& v = stop_.locals[j];
+        if (is_cell_slot(fr.code, static_cast<int>(j)) && v.is_valid() && PyCell_Check(v.ptr())) {
+          PyObject* contents = PyCell_GET(v.ptr());
+          v = contents != nullptr ? nb::borrow(contents) : nb::object();
+        }
+      }
       return nb::none();
     }
     size_t pc = fr.pc;
@@ -304,7 +332,9 @@ nb::object Interpreter::run_frame(Frame& fr) {
       }
       if (reason.empty()) throw;
     }
-    if (breakable(fr, in)) throw GraphBreak(reason, static_cast<int>(pc), data_dependent);
+    if (breakable(fr, in, fr.code->co_ncellvars > 0 && cells_captured(fr))) {
+      throw GraphBreak(reason, static_cast<int>(pc), data_dependent);
+    }
     if (data_dependent) throw DataDependentError(reason);
     throw Unsupported(reason);
   }
@@ -932,7 +962,7 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
       nb::object b = pop(fr);
       nb::object a = pop(fr);
       nb::object callable = kNullBeforeCallable ? b : a;
-      EMBER_UNSUPPORTED(PyTuple_CheckExact(posargs.ptr()) || PyList_CheckExact(posargs.ptr()))
+      EMBER_UNSUPPORTED(PyTuple_Check(posargs.ptr()) || PyList_CheckExact(posargs.ptr()))
           << "f(*args) with args a " << type_name_of(posargs) << " at " << location();
       std::vector<nb::object> args;
       nb::object fast = checked(PySequence_Fast(posargs.ptr(), "*args"));

@@ -41,9 +41,10 @@ namespace ember::capture {
 
 /// Thrown by Interpreter::run when the top frame meets what it cannot capture at instruction
 /// `pc`, where a graph break may be taken: the frame can resume after that instruction (the
-/// instruction is not inside a try block, the frame has no cells, the instruction is one whose
-/// stack effect the break code knows). Inside an inlined call, the break is at the top frame's
-/// CALL. The caller re-runs the capture with stop_at = pc (graph_break.h).
+/// instruction is not inside a try block, the frame has no free variables and no function it
+/// made closes over its cells, the instruction is one whose stack effect the break code knows).
+/// Inside an inlined call, the break is at the top frame's CALL. The caller re-runs the capture
+/// with stop_at = pc (graph_break.h).
 class GraphBreak : public Unsupported {
  public:
   GraphBreak(const std::string& reason, int pc, bool data_dependent)
@@ -61,12 +62,15 @@ class GraphBreak : public Unsupported {
 struct StopState {
   int pc = -1;
   std::vector<nanobind::object> stack;   ///< null entries are NULL
-  std::vector<nanobind::object> locals;  ///< null entries are unbound
+  std::vector<nanobind::object> locals;  ///< null entries are unbound; a cell: its contents
 };
 
 /// Whether `msg` is PyTorch's error for reading the data of a tensor without storage (a tracer
 /// tensor: .tolist(), .numpy(), data_ptr()).
 bool reads_tensor_data(const std::string& msg);
+
+/// Whether localsplus slot `i` of `co` is a cell variable (CO_FAST_CELL).
+bool is_cell_slot(PyCodeObject* co, int i);
 
 /// The localsplus slots that hold arguments: positional, keyword-only, *args, **kwargs.
 int num_arg_slots(PyCodeObject* co);
@@ -131,6 +135,8 @@ class Interpreter {
  private:
   // interpreter.cpp: the loop and the stack, name and container ops.
   nanobind::object run_frame(Frame& fr);
+  /// Whether a function the interpreter made closes over a cell of `fr`.
+  bool cells_captured(const Frame& fr) const;
   void step(Frame& fr, const bytecode::Instr& in, bool& returned, nanobind::object& result);
   /// interpreter_data.cpp: the value-building ops (BUILD_*, unpacking, formatting); false for
   /// any other op.

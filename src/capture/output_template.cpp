@@ -8,8 +8,24 @@ namespace nb = nanobind;
 
 namespace ember::capture {
 
+namespace {
+
+void remember(std::vector<nb::object>& memo, int slot, nb::handle obj) {
+  if (slot < 0) return;
+  if (memo.size() <= static_cast<size_t>(slot)) memo.resize(static_cast<size_t>(slot) + 1);
+  memo[static_cast<size_t>(slot)] = nb::borrow(obj);
+}
+
+}  // namespace
+
 nb::object build_output(const OutputTemplate& t, const std::vector<at::Tensor>& outs,
                         const std::vector<nb::object>& values) {
+  std::vector<nb::object> memo;
+  return build_output(t, outs, values, memo);
+}
+
+nb::object build_output(const OutputTemplate& t, const std::vector<at::Tensor>& outs,
+                        const std::vector<nb::object>& values, std::vector<nb::object>& memo) {
   switch (t.kind) {
     case OutputTemplate::Kind::Tensor:
       return nb::steal(THPVariable_Wrap(outs[static_cast<size_t>(t.index)]));
@@ -18,7 +34,7 @@ nb::object build_output(const OutputTemplate& t, const std::vector<at::Tensor>& 
     case OutputTemplate::Kind::Source:
       return values[static_cast<size_t>(t.index)];
     case OutputTemplate::Kind::BoundMethod: {
-      nb::object self = build_output(t.items[0], outs, values);
+      nb::object self = build_output(t.items[0], outs, values, memo);
       PyObject* m = PyObject_GetAttr(self.ptr(), t.value.ptr());
       if (m == nullptr) throw nb::python_error();
       return nb::steal(m);
@@ -29,8 +45,9 @@ nb::object build_output(const OutputTemplate& t, const std::vector<at::Tensor>& 
       nb::object seq =
           nb::steal(t.kind == OutputTemplate::Kind::Tuple ? PyTuple_New(n) : PyList_New(n));
       if (!seq.is_valid()) throw nb::python_error();
+      remember(memo, t.slot, seq);
       for (Py_ssize_t i = 0; i < n; ++i) {
-        nb::object item = build_output(t.items[static_cast<size_t>(i)], outs, values);
+        nb::object item = build_output(t.items[static_cast<size_t>(i)], outs, values, memo);
         if (t.kind == OutputTemplate::Kind::Tuple) {
           PyTuple_SET_ITEM(seq.ptr(), i, item.release().ptr());
         } else {
@@ -39,6 +56,8 @@ nb::object build_output(const OutputTemplate& t, const std::vector<at::Tensor>& 
       }
       return seq;
     }
+    case OutputTemplate::Kind::Alias:
+      return memo.at(static_cast<size_t>(t.slot));
     case OutputTemplate::Kind::Object: {
       // A new object of a plain class, its state set without running its methods: its
       // attributes into its __dict__, its items through its static base's item assignment.
@@ -46,12 +65,13 @@ nb::object build_output(const OutputTemplate& t, const std::vector<at::Tensor>& 
       nb::object empty = nb::steal(PyTuple_New(0));
       nb::object obj = nb::steal(type->tp_new(type, empty.ptr(), nullptr));
       if (!obj.is_valid()) throw nb::python_error();
-      nb::object attrs = build_output(t.items[0], outs, values);
+      remember(memo, t.slot, obj);
+      nb::object attrs = build_output(t.items[0], outs, values, memo);
       nb::object dict = nb::steal(PyObject_GenericGetDict(obj.ptr(), nullptr));
       if (!dict.is_valid() || PyDict_Update(dict.ptr(), attrs.ptr()) < 0) throw nb::python_error();
       if (t.items.size() > 1) {
         PyTypeObject* base = rebuildable_object_type(obj);
-        nb::object items = build_output(t.items[1], outs, values);
+        nb::object items = build_output(t.items[1], outs, values, memo);
         PyObject* key = nullptr;
         PyObject* value = nullptr;
         Py_ssize_t pos = 0;
@@ -65,8 +85,10 @@ nb::object build_output(const OutputTemplate& t, const std::vector<at::Tensor>& 
     }
     case OutputTemplate::Kind::Dict: {
       nb::object d = nb::steal(PyDict_New());
+      if (!d.is_valid()) throw nb::python_error();
+      remember(memo, t.slot, d);
       for (size_t i = 0; i < t.items.size(); ++i) {
-        nb::object item = build_output(t.items[i], outs, values);
+        nb::object item = build_output(t.items[i], outs, values, memo);
         if (PyDict_SetItem(d.ptr(), PyTuple_GET_ITEM(t.value.ptr(), static_cast<Py_ssize_t>(i)),
                            item.ptr()) < 0) {
           throw nb::python_error();

@@ -15,9 +15,22 @@ namespace ember::capture {
 
 /// How the return value is rebuilt from the graph's outputs.
 struct OutputTemplate {
-  enum class Kind : uint8_t { Tensor, Constant, Tuple, List, Dict, Source, BoundMethod, Object };
+  enum class Kind : uint8_t {
+    Tensor,
+    Constant,
+    Tuple,
+    List,
+    Dict,
+    Source,
+    BoundMethod,
+    Object,
+    Alias  ///< the object an earlier List, Dict or Object template with the same slot built
+  };
   Kind kind = Kind::Constant;
-  int index = -1;          ///< Tensor: graph output; Source: the source read
+  int index = -1;  ///< Tensor: graph output; Source: the source read
+  /// List, Dict, Object made by the frame, and Alias: the slot of the built object in the
+  /// call's memo, so that an object the frame's values share is built once; -1: none.
+  int slot = -1;
   nanobind::object value;  ///< Constant: the value; Dict: the keys tuple; Object: its class
   /// Tuple, List, Dict: the items; BoundMethod: its self; Object: a Dict of its attributes,
   /// then (for a dict subclass) a Dict of its items.
@@ -25,6 +38,13 @@ struct OutputTemplate {
 };
 
 /// Builds the value `t` describes, from the graph's outputs and the call's source values.
+/// `memo` holds the objects built so far for this call by slot: templates built for one call
+/// share it.
+nanobind::object build_output(const OutputTemplate& t, const std::vector<at::Tensor>& outs,
+                              const std::vector<nanobind::object>& values,
+                              std::vector<nanobind::object>& memo);
+
+/// The same with a memo of its own.
 nanobind::object build_output(const OutputTemplate& t, const std::vector<at::Tensor>& outs,
                               const std::vector<nanobind::object>& values);
 

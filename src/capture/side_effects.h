@@ -26,8 +26,8 @@ struct AttrStore {
 };
 
 /// Replays `stores` in order, after a graph that returned `outs`, with the call's source
-/// values `values`.
+/// values `values` and the call's template memo (output_template.h).
 void apply_stores(const std::vector<AttrStore>& stores, const std::vector<at::Tensor>& outs,
-                  const std::vector<nanobind::object>& values);
+                  const std::vector<nanobind::object>& values, std::vector<nanobind::object>& memo);
 
 }  // namespace ember::capture

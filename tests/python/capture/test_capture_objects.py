@@ -290,20 +290,48 @@ def test_ordered_dict_subclass_output():
     assert list(out.keys()) == ["last"] and out.extra is None
 
 
-def test_object_returned_twice_is_not_captured():
+def test_shared_objects_are_built_once():
     class Box:
         def __init__(self, v):
             self.v = v
 
     def f(x):
         b = Box(x + 1)
-        return b, b
+        items = [x * 2]
+        return b, b, items, {"same": items}
+    c = check(f, r(3))
+    a, b, items, d = c(r(3))
+    assert a is b and d["same"] is items
+
+
+def test_nested_output_held_as_attribute_and_item():
+    """Like CLIP's output: a nested ModelOutput is both an attribute and an item."""
+    def f(x):
+        inner = DataOutput(last=x + 1)
+        return DataOutput(last=x * 2, extra=None), inner, ModelOutputLike(inner=inner)
+    c = check(f, r(3))
+    _, inner, outer = c(r(3))
+    assert outer["inner"] is inner and outer.inner is inner
+
+
+def test_shared_list_across_a_graph_break():
+    def f(x):
+        acc = [x + 1]
+        alias = acc
+        print("break")
+        alias.append(x * 2)
+        return acc
     c = ember.compile(f)
-    ember.metrics.reset()
     x = r(3)
-    a, b = c(x)
-    assert a is b
-    torch.testing.assert_close(a.v, x + 1)
+    out = c(x)
+    assert len(out) == 2
+    torch.testing.assert_close(out[1], x * 2)
+
+
+def test_star_call_with_a_size():
+    def f(x):
+        return x.new_zeros(*x.shape) + x.view(*x.size())
+    check(f, r(2, 3))
 
 
 class Registry(Mapping):
