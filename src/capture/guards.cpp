@@ -1,5 +1,7 @@
 #include "capture/guards.h"
 
+#include "capture/plain_data.h"
+
 #include <nanobind/stl/string.h>
 
 #include <ATen/autocast_mode.h>
@@ -44,6 +46,25 @@ bool tensor_matches(PyObject* obj, const TensorMeta& m) {
   return true;
 }
 
+std::string short_repr(PyObject* o) {
+  nb::object r = nb::steal(PyObject_Repr(o));
+  if (!r.is_valid()) {
+    PyErr_Clear();
+    return "<?>";
+  }
+  std::string s = nb::cast<std::string>(r);
+  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+}
+
+std::string meta_text(const TensorMeta& m) {
+  std::ostringstream os;
+  os << c10::toString(m.dtype) << " " << m.device << " sizes=" << c10::IntArrayRef(m.sizes)
+     << " strides=" << c10::IntArrayRef(m.strides) << " requires_grad=" << m.requires_grad;
+  return os.str();
+}
+
+}  // namespace
+
 bool values_equal(PyObject* a, PyObject* b) {
   if (Py_TYPE(a) != Py_TYPE(b)) return false;
   if (a == b) return true;
@@ -69,25 +90,6 @@ bool values_equal(PyObject* a, PyObject* b) {
   }
   return r == 1;
 }
-
-std::string short_repr(PyObject* o) {
-  nb::object r = nb::steal(PyObject_Repr(o));
-  if (!r.is_valid()) {
-    PyErr_Clear();
-    return "<?>";
-  }
-  std::string s = nb::cast<std::string>(r);
-  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
-}
-
-std::string meta_text(const TensorMeta& m) {
-  std::ostringstream os;
-  os << c10::toString(m.dtype) << " " << m.device << " sizes=" << c10::IntArrayRef(m.sizes)
-     << " strides=" << c10::IntArrayRef(m.strides) << " requires_grad=" << m.requires_grad;
-  return os.str();
-}
-
-}  // namespace
 
 GlobalState GlobalState::current() {
   GlobalState s;
@@ -172,6 +174,8 @@ bool GuardSet::passes(const Guard& g, const std::vector<nb::object>& values) con
     }
     case GuardKind::Same:
       return v == values[static_cast<size_t>(g.other)].ptr();
+    case GuardKind::StateEquals:
+      return plain_data_equal(v, g.expected.ptr());
   }
   return false;
 }
@@ -214,6 +218,8 @@ std::string GuardSet::first_failure(const std::vector<nb::object>& values,
         return "len(" + name + ") == " + std::to_string(g.length) + " failed";
       case GuardKind::Same:
         return name + " is not " + sources.name(g.other);
+      case GuardKind::StateEquals:
+        return "the state of " + name + " changed since compiling";
     }
   }
   return {};
@@ -242,6 +248,10 @@ std::string GuardSet::describe(const SourceTable& sources) const {
         break;
       case GuardKind::Same:
         os << "SAME " << name << " is " << sources.name(g.other) << "\n";
+        break;
+      case GuardKind::StateEquals:
+        os << "STATE_EQUALS " << name << " (a " << Py_TYPE(g.expected.ptr())->tp_name
+           << " and everything it holds)\n";
         break;
     }
   }

@@ -10,6 +10,8 @@
 ///                str, bytes, and tuples of these)
 ///   Len          a list, tuple or container of the traced type and length
 ///   Same         the same object as another source (two inputs that were one tensor)
+///   StateEquals  plain data (plain_data.h) structurally equal to a snapshot: what a
+///                copy.deepcopy at capture time read
 /// Plus the global state read once per call: grad mode and the autocast state.
 #pragma once
 
@@ -27,7 +29,7 @@
 
 namespace ember::capture {
 
-enum class GuardKind : uint8_t { TensorMatch, IdMatch, Equals, Len, Same };
+enum class GuardKind : uint8_t { TensorMatch, IdMatch, Equals, Len, Same, StateEquals };
 
 struct TensorMeta {
   c10::ScalarType dtype = c10::ScalarType::Undefined;
@@ -61,6 +63,10 @@ class GuardSet {
   void add_tensor(int source, PyObject* tensor);
   void add_id(int source, PyObject* obj) { add_object(GuardKind::IdMatch, source, obj); }
   void add_equals(int source, PyObject* value) { add_object(GuardKind::Equals, source, value); }
+  /// `snapshot`: a deep copy of the source's value at capture time.
+  void add_state_equals(int source, PyObject* snapshot) {
+    add_object(GuardKind::StateEquals, source, snapshot);
+  }
   void add_len(int source, PyObject* container);
   void add_same(int source, int other);
   void set_global_state(GlobalState s) { state_ = s; }
@@ -82,6 +88,9 @@ class GuardSet {
   std::vector<Guard> guards_;
   GlobalState state_;
 };
+
+/// Equals' comparison: the same exact type and ==, with NaN equal to NaN and 0.0 unequal to -0.0.
+bool values_equal(PyObject* a, PyObject* b);
 
 /// Whether `obj` is a value Equals can guard (None, bool, int, float, str, bytes, and tuples of
 /// these).

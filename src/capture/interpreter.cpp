@@ -366,6 +366,7 @@ nb::object Interpreter::load_attr(nb::handle obj, PyObject* name) {
   }
   nb::object v = checked(PyObject_GetAttr(obj.ptr(), name));
   if (is_tensor(obj)) return v;
+  if (is_fresh(obj) && PyUnicode_CompareWithASCIIString(name, "__dict__") == 0) return fresh(v);
   int source = source_of(obj);
   if (source < 0) return v;
   if (PyModule_Check(obj.ptr())) {
@@ -400,6 +401,18 @@ const Interpreter::Store* Interpreter::find_store(nb::handle obj, PyObject* name
     if (s.obj.ptr() == obj.ptr() && PyUnicode_Compare(s.name.ptr(), name) == 0) return &s;
   }
   return nullptr;
+}
+
+void Interpreter::store_attr(nb::handle obj, PyObject* name, nb::handle value) {
+  if (!is_fresh(obj)) {
+    store_attr_outside(obj, name, value);
+    return;
+  }
+  if (nb::object m = special_method(obj, "__setattr__"); m.is_valid()) {
+    call(m, {nb::borrow(name), nb::borrow(value)}, {});
+    return;
+  }
+  if (PyObject_SetAttr(obj.ptr(), name, value.ptr()) < 0) throw nb::python_error();
 }
 
 void Interpreter::store_attr_outside(nb::handle obj, PyObject* name, nb::handle value) {
@@ -688,15 +701,7 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
     case Op::STORE_ATTR: {
       nb::object obj = pop(fr);
       nb::object v = pop(fr);
-      if (!is_fresh(obj)) {
-        store_attr_outside(obj, name_at(co, in.arg), v);
-        return;
-      }
-      if (nb::object m = special_method(obj, "__setattr__"); m.is_valid()) {
-        call(m, {nb::borrow(name_at(co, in.arg)), v}, {});
-        return;
-      }
-      if (PyObject_SetAttr(obj.ptr(), name_at(co, in.arg), v.ptr()) < 0) throw nb::python_error();
+      store_attr(obj, name_at(co, in.arg), v);
       return;
     }
     case Op::BINARY_OP: {

@@ -154,6 +154,12 @@ class Interpreter {
   nanobind::object load_global(Frame& fr, PyObject* name);
   nanobind::object load_attr(nanobind::handle obj, PyObject* name);
   nanobind::object load_deref(Frame& fr, int slot);
+  /// STORE_ATTR and setattr(): on an object the frame made, directly or through its class's
+  /// __setattr__ (inlined); on another, store_attr_outside.
+  void store_attr(nanobind::handle obj, PyObject* name, nanobind::handle value);
+  /// copy.deepcopy(v) of plain data (plain_data.h): copied for real, the copy is the frame's;
+  /// v's state is guarded unless the frame made all of it.
+  nanobind::object deep_copy(nanobind::handle v);
   /// STORE_ATTR on an object the frame did not make (side_effects.h).
   void store_attr_outside(nanobind::handle obj, PyObject* name, nanobind::handle value);
   const Store* find_store(nanobind::handle obj, PyObject* name) const;
@@ -203,7 +209,7 @@ class Interpreter {
                              nanobind::handle kwnames);
   /// `obj`'s special method `name` bound to it, when its class defines it in program code
   /// (to be inlined); a null object otherwise.
-  nanobind::object special_method(nanobind::handle obj, const char* name) const;
+  nanobind::object special_method(nanobind::handle obj, const char* name);
   bool runs_for_real(nanobind::handle callable) const;
 
   tracer::TraceSession& session_;

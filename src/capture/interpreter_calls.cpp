@@ -266,6 +266,10 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
     if (args.empty() && is_compiling_predicate(module_of(callable), name_of(callable))) {
       return nb::borrow(Py_True);
     }
+    if (args.size() == 1 && !kwnames.is_valid() && module_of(callable) == "copy" &&
+        name_of(callable) == "deepcopy") {
+      return deep_copy(args[0]);
+    }
     if (!is_library_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(c)))) {
       return inline_function(callable, std::move(args), kwnames);
     }
@@ -433,6 +437,16 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
           << "calling " << name_of(callable) << " of a " << type_name_of(s) << " at " << location();
       return call_real(callable, std::move(args), kwnames);
     }
+    if (tname == "wrapper_descriptor" && name_of(callable) == "object.__setattr__" &&
+        args.size() == 3 && PyUnicode_Check(args[1].ptr()) && !kwnames.is_valid()) {
+      // object.__setattr__(obj, name, value): a store that bypasses obj's class __setattr__.
+      if (!is_fresh(args[0])) {
+        store_attr_outside(args[0], args[1].ptr(), args[2]);
+      } else if (PyObject_GenericSetAttr(args[0].ptr(), args[1].ptr(), args[2].ptr()) < 0) {
+        throw nb::python_error();
+      }
+      return nb::none();
+    }
     if (tname == "wrapper_descriptor" && name_of(callable) == "object.__getattribute__" &&
         args.size() == 2 && PyUnicode_Check(args[1].ptr()) && !kwnames.is_valid()) {
       // object.__getattribute__(obj, name): an attribute read, with its source and guard.
@@ -509,6 +523,16 @@ nb::object Interpreter::call_builtin(nb::handle fn, std::vector<nb::object> args
                                      nb::handle kwnames) {
   std::string name = name_of(fn);
   size_t nkw = kwnames.is_valid() ? static_cast<size_t>(PyTuple_GET_SIZE(kwnames.ptr())) : 0;
+  if (name == "setattr" && nkw == 0 && args.size() == 3 && PyUnicode_Check(args[1].ptr())) {
+    store_attr(args[0], args[1].ptr(), args[2]);
+    return nb::none();
+  }
+  if (name == "delattr" && nkw == 0 && args.size() == 2 && PyUnicode_Check(args[1].ptr())) {
+    EMBER_UNSUPPORTED(is_fresh(args[0]) && !special_method(args[0], "__delattr__").is_valid())
+        << "delattr on a " << type_name_of(args[0]) << " at " << location();
+    if (PyObject_DelAttr(args[0].ptr(), args[1].ptr()) < 0) throw nb::python_error();
+    return nb::none();
+  }
   if (name == "getattr" && nkw == 0 && (args.size() == 2 || args.size() == 3) &&
       PyUnicode_Check(args[1].ptr())) {
     if (args.size() == 2) return load_attr(args[0], args[1].ptr());

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "capture/interpreter_internal.h"
+#include "capture/plain_data.h"
 
 namespace nb = nanobind;
 
@@ -32,9 +33,17 @@ PyTypeObject* static_base_of(PyTypeObject* t) {
   return t;
 }
 
+/// Whether instances of `t` keep state outside their __dict__ (non-empty __slots__, or no
+/// __dict__ at all).
 bool defines_slots(PyTypeObject* t) {
-  for (; t != nullptr && PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE); t = t->tp_base) {
-    if (PyDict_GetItemString(t->tp_dict, "__slots__") != nullptr) return true;
+  if (t->tp_dictoffset == 0) return true;
+  PyObject* mro = t->tp_mro;
+  for (Py_ssize_t i = 0; mro != nullptr && i < PyTuple_GET_SIZE(mro); ++i) {
+    auto* base = reinterpret_cast<PyTypeObject*>(PyTuple_GET_ITEM(mro, i));
+    if (!PyType_HasFeature(base, Py_TPFLAGS_HEAPTYPE)) continue;
+    PyObject* slots = PyDict_GetItemString(base->tp_dict, "__slots__");
+    if (slots == nullptr) continue;
+    if (PyUnicode_Check(slots) || PyObject_Length(slots) != 0) return true;
   }
   return false;
 }
@@ -61,13 +70,18 @@ PyTypeObject* rebuildable_object_type(nb::handle v) {
   return plain_class_base(Py_TYPE(v.ptr()));
 }
 
-nb::object Interpreter::special_method(nb::handle obj, const char* name) const {
+nb::object Interpreter::special_method(nb::handle obj, const char* name) {
   PyTypeObject* t = Py_TYPE(obj.ptr());
   if (!PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE)) return {};
   nb::object key = nb::steal(PyUnicode_InternFromString(name));
   PyObject* fn = _PyType_Lookup(t, key.ptr());
   if (fn == nullptr || !PyFunction_Check(fn)) return {};
   if (is_library_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn)))) return {};
+  if (PyFunction_GET_CLOSURE(fn) != nullptr && source_of(fn) < 0) {
+    // Its closure cells (a decorator's wrapper) are read through the function: guarded.
+    source_of_.emplace(fn, sources_.constant(fn));
+    keepalive_.push_back(nb::borrow(fn));
+  }
   return checked(PyMethod_New(fn, obj.ptr()));
 }
 
@@ -115,6 +129,28 @@ nb::object Interpreter::construct(nb::handle cls, std::vector<nb::object> args,
   args.insert(args.begin(), obj);
   call_real(nb::handle(init), std::move(args), kwnames);
   return obj;
+}
+
+nb::object Interpreter::deep_copy(nb::handle v) {
+  int budget = 100000;
+  EMBER_UNSUPPORTED(is_plain_data(v.ptr(), budget))
+      << "copy.deepcopy of a " << type_name_of(v) << " that is not plain data at " << location();
+  static PyObject* deepcopy = [] {
+    nb::object m = checked(PyImport_ImportModule("copy"));
+    return checked(PyObject_GetAttrString(m.ptr(), "deepcopy")).release().ptr();
+  }();
+  bool all_fresh = true;
+  for_each_mutable(v.ptr(), [&](PyObject* o) { all_fresh = all_fresh && is_fresh(o); });
+  if (!all_fresh) {
+    // What the copy holds is read from outside: its whole state is guarded.
+    int source = source_of_value(v);
+    EMBER_UNSUPPORTED(source >= 0)
+        << "copy.deepcopy of a " << type_name_of(v) << " of unknown origin at " << location();
+    guards_.add_state_equals(source, checked(PyObject_CallOneArg(deepcopy, v.ptr())).ptr());
+  }
+  nb::object copy = checked(PyObject_CallOneArg(deepcopy, v.ptr()));
+  for_each_mutable(copy.ptr(), [&](PyObject* o) { fresh(nb::borrow(o)); });
+  return copy;
 }
 
 }  // namespace ember::capture

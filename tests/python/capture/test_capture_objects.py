@@ -3,7 +3,9 @@ the frame: captured whole, differential against eager."""
 
 from __future__ import annotations
 
+import abc
 import contextlib
+import copy
 import dataclasses
 from collections import OrderedDict
 from collections.abc import Mapping
@@ -460,3 +462,93 @@ def test_store_undone_when_capture_fails():
     x = r(3)
     torch.testing.assert_close(c(x), x + 41)
     assert STATE.calls == 41
+
+
+# --- copy.deepcopy of plain data, setattr / delattr ---------------------------------------
+
+class Config:
+    def __init__(self):
+        self.hidden = 4
+        self.layers = ["full", "sliding"]
+        self.extra = {"scale": 2.0}
+
+
+CONFIG = Config()
+
+
+def test_deepcopy_of_an_outside_config_is_guarded_by_its_state():
+    def f(x):
+        cfg = copy.deepcopy(CONFIG)
+        cfg.extra["scale"] = 3.0  # the copy is the frame's: CONFIG is untouched
+        setattr(cfg, "renamed", cfg.hidden)
+        delattr(cfg, "hidden")
+        return x * cfg.renamed * cfg.extra["scale"] * len(cfg.layers)
+    c = check(f, r(3))
+    assert CONFIG.extra["scale"] == 2.0 and CONFIG.hidden == 4
+    x = r(3)
+    CONFIG.layers.append("full")  # deep in the state: the guard sees it
+    try:
+        torch.testing.assert_close(c(x), f(x))
+    finally:
+        CONFIG.layers.pop()
+
+
+def test_deepcopy_of_tensors_is_not_captured():
+    def f(x):
+        d = copy.deepcopy({"t": x})
+        return d["t"] + 1
+    c = ember.compile(f)
+    ember.metrics.reset()
+    x = r(3)
+    torch.testing.assert_close(c(x), x + 1)
+    expect_frames(0, 1)
+
+
+class Layer(abc.ABC):
+    """An ABC (empty __slots__) with a program __init__: constructed in the frame."""
+
+    def __init__(self, **kwargs):
+        self.keys = None
+        self.kwargs = kwargs
+
+    @abc.abstractmethod
+    def update(self, k): ...
+
+
+class CatLayer(Layer):
+    def update(self, k):
+        self.keys = k if self.keys is None else torch.cat([self.keys, k])
+        return self.keys
+
+
+def test_abc_subclass_constructed_and_updated():
+    def f(x):
+        layer = CatLayer(window=3)
+        layer.update(x)
+        return layer.update(x * 2), layer
+    check(f, r(2))
+
+
+def wrap_setattr(cls):
+    """A decorator whose __setattr__ closes over the original (like huggingface_hub's strict
+    dataclasses)."""
+    original_setattr = cls.__setattr__
+
+    def __setattr__(self, name, value):
+        original_setattr(self, name, value)
+    cls.__setattr__ = __setattr__
+    return cls
+
+
+@wrap_setattr
+class Strict:
+    def __init__(self, v):
+        self.v = v
+
+
+def test_setattr_of_a_class_decorator_closure():
+    def f(x):
+        s = Strict(x + 1)
+        s.w = 2
+        return s.v * s.w
+    check(f, r(3))
