@@ -8,9 +8,10 @@ A PEP 523 frame hook (ember._C, src/capture/hook) sees the frames of the compile
 the user functions it calls. Each frame is interpreted symbolically (src/capture/interpreter.cpp):
 tensor operations run on tracer tensors and become an ATen-level graph, user functions and module
 forwards are inlined, and what the frame read is guarded. The graph is compiled by ember's
-compiler, and later calls whose guards pass run it from C++ without evaluating the frame. A frame
-that cannot be captured whole runs eagerly with the reason logged (EMBER_LOGS=graph_breaks) and
-counted in ember.metrics; its callees are still captured. See docs/design/capture.md.
+compiler (or by another backend, given a torch.fx.GraphModule of it), and later calls whose guards
+pass run it from C++ without evaluating the frame. A frame that cannot be captured whole runs
+eagerly with the reason logged (EMBER_LOGS=graph_breaks) and counted in ember.metrics; its callees
+are still captured. See docs/design/capture.md.
 """
 
 from __future__ import annotations
@@ -108,8 +109,14 @@ def compile(model: Any = None, *, backend: Any = "ember", fullgraph: bool = Fals
             dynamic: bool | None = None, mode: str | None = None, options: dict | None = None) -> Any:
     """Compiles a function or nn.Module by capturing its Python bytecode (like torch.compile).
 
-    backend: "ember" (ember's compiler). fullgraph=True: a frame that cannot be captured whole
-    raises ember.Unsupported naming the reason and the source line, instead of running eagerly.
+    backend: "ember" (ember's compiler, the default), "inductor" (PyTorch's Inductor), "eager"
+    (the captured graph's torch.fx.GraphModule runs as it is), or any callable
+    `backend(gm, example_inputs) -> callable` (torch.compile's convention): each captured graph
+    becomes a GraphModule of ATen ops (`torch.ops.aten.*` calls), the backend gets it with the
+    graph's inputs of the first call, and the callable it returns runs the graph on later calls
+    (inputs as positional tensors, returning a tuple or list of output tensors).
+    fullgraph=True: a frame that cannot be captured whole raises ember.Unsupported naming the
+    reason and the source line, instead of running eagerly.
     dynamic: shapes are static in this version (dynamic=True warns and compiles static).
     mode: accepted for torch.compile compatibility ("default", "reduce-overhead",
     "max-autotune"); the CPU compiler has one mode.
@@ -123,9 +130,7 @@ def compile(model: Any = None, *, backend: Any = "ember", fullgraph: bool = Fals
 def _compile(model: Any, *, backend: Any, fullgraph: bool, dynamic: bool | None,
              mode: str | None) -> tuple[Any, Any]:
     """compile(), returning the capture compiler too (for explain)."""
-    if backend != "ember":
-        raise CompileError(f"ember.compile: backend={backend!r} is not supported yet; use "
-                           "backend='ember' (or torch.compile for other backends)")
+    graph_backend = _graph_backend(backend)
     if mode not in (None, "default", "reduce-overhead", "max-autotune",
                     "max-autotune-no-cudagraphs"):
         raise CompileError(f"ember.compile: unknown mode {mode!r}")
@@ -139,7 +144,7 @@ def _compile(model: Any, *, backend: Any, fullgraph: bool, dynamic: bool | None,
     compiler = _C.CaptureCompiler(fullgraph=fullgraph, codegen=config.codegen(),
                                   reductions=config.reduction_kernels(),
                                   reduction_fusion=config.reduction_fusion(),
-                                  library_prefixes=library_prefixes())
+                                  library_prefixes=library_prefixes(), backend=graph_backend)
     if isinstance(model, torch.nn.Module):
         forward = type(model).forward
         top = getattr(forward, "__code__", None)
@@ -151,6 +156,27 @@ def _compile(model: Any, *, backend: Any, fullgraph: bool, dynamic: bool | None,
         out = _C.capture_function(model, top, compiler)
     _COMPILERS.append((compiler, [0]))
     return out, compiler
+
+
+def _eager_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+    """backend="eager": the captured graph's GraphModule runs as it is."""
+    return gm
+
+
+def _graph_backend(backend: Any) -> Callable | None:
+    """The callable that compiles each captured graph for `backend`; None for ember's compiler."""
+    if isinstance(backend, str):
+        if backend == "ember":
+            return None
+        if backend == "eager":
+            return _eager_backend
+        if backend == "inductor":
+            from torch._inductor.compile_fx import compile_fx
+            return compile_fx
+    elif callable(backend):
+        return backend
+    raise CompileError(f"ember.compile: unknown backend {backend!r}; expected 'ember', "
+                       "'inductor', 'eager' or a callable(gm, example_inputs) -> callable")
 
 
 # Compilers made in this process, for ember.metrics (records are read when metrics are read).

@@ -1,7 +1,8 @@
 """Counters of what the ember backend did, for tests and reports.
 
 `counters` holds:
-  graphs        graphs compiled by ember (traced and run by ember's runtime)
+  graphs        graphs compiled by ember (traced and run by ember's runtime, or, under
+                ember.compile(backend=...), by that backend)
   nodes         ATen nodes in those graphs
   fallbacks     graphs that run eagerly instead, each with a reason in `fallback_reasons`
   kernels       generated C++ kernels in compiled graphs (fused groups)

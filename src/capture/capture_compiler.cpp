@@ -11,6 +11,7 @@
 
 #include "capture/compiled_frame.h"
 #include "capture/graph_break.h"
+#include "capture/graph_runner.h"
 #include "capture/guards.h"
 #include "capture/hook/logs.h"
 #include "capture/interpreter.h"
@@ -46,14 +47,14 @@ std::string frame_name(const FrameView& f) {
          nb::cast<std::string>(nb::handle(f.code->co_qualname)) + ")";
 }
 
-void fill_record(CaptureRecord& rec, const runtime::Executor& executor, const GuardSet& guards,
+void fill_record(CaptureRecord& rec, const GraphRunner& runner, const GuardSet& guards,
                  const SourceTable& sources, size_t inputs) {
-  rec.nodes = static_cast<int>(executor.graph().nodes.size());
-  rec.kernels = executor.num_kernels();
-  rec.extern_steps = executor.num_extern_steps();
+  rec.nodes = static_cast<int>(runner.graph().nodes.size());
+  rec.kernels = runner.num_kernels();
+  rec.extern_steps = runner.num_extern_steps();
   rec.guards = static_cast<int>(guards.size());
   rec.inputs = static_cast<int>(inputs);
-  rec.graph = graph::print_graph(executor.graph());
+  rec.graph = graph::print_graph(runner.graph());
   rec.guard_text = guards.describe(sources);
 }
 
@@ -95,9 +96,21 @@ std::unique_ptr<Attempt> run_attempt(const FrameView& f, const InterpreterOption
   return a;
 }
 
-/// Compiles the attempt's graph with `tensors` as its outputs.
-std::unique_ptr<runtime::Executor> finish(Attempt& a, const std::vector<at::Tensor>& tensors,
-                                          const runtime::ExecutorOptions& options) {
+/// The graph inputs of the attempt for this call of frame `f`, in order.
+std::vector<at::Tensor> graph_inputs(const Attempt& a, const FrameView& f) {
+  std::vector<nb::object> values;
+  EMBER_INTERNAL_ASSERT(a.sources.evaluate(f, values) < 0) << "a source failed";
+  std::vector<at::Tensor> inputs;
+  for (int s : a.interp->input_sources()) {
+    inputs.push_back(THPVariable_Unpack(values[static_cast<size_t>(s)].ptr()));
+  }
+  return inputs;
+}
+
+/// Compiles the attempt's graph with `tensors` as its outputs: with ember's Executor, or with
+/// the options' backend, which gets the graph inputs of this call of `f` as example inputs.
+std::unique_ptr<GraphRunner> finish(Attempt& a, const std::vector<at::Tensor>& tensors,
+                                    const CaptureOptions& options, const FrameView& f) {
   tracer::TracedGraph traced;
   try {
     traced = a.session->finish(tensors);
@@ -106,7 +119,8 @@ std::unique_ptr<runtime::Executor> finish(Attempt& a, const std::vector<at::Tens
     throw;
   }
   a.session->exit();
-  return std::make_unique<runtime::Executor>(std::move(traced), options);
+  if (!options.backend.is_valid()) return make_executor_runner(std::move(traced), options.executor);
+  return make_backend_runner(std::move(traced), options.backend, graph_inputs(a, f));
 }
 
 /// Code objects made by graph breaks; the hook must run them as they are.
@@ -164,7 +178,7 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
   iopts.library_prefixes = options_.library_prefixes;
   try {
     std::unique_ptr<Attempt> a;
-    std::unique_ptr<runtime::Executor> executor;
+    std::unique_ptr<GraphRunner> runner;
     std::string break_reason;
     auto capture_start = std::chrono::steady_clock::now();
     auto capture_done = [&] {
@@ -185,25 +199,18 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
     if (break_reason.empty()) {
       std::vector<AttrStore> stores;
       OutputTemplate output = value_template(a->value, *a->interp, tensors, stores);
-      executor = finish(*a, tensors, options_.executor);
-      if (executor->has_mutations()) {
-        std::vector<nb::object> values;
-        EMBER_INTERNAL_ASSERT(a->sources.evaluate(f, values) < 0) << "a source failed";
-        std::vector<at::Tensor> inputs;
-        for (int s : a->interp->input_sources()) {
-          inputs.push_back(THPVariable_Unpack(values[static_cast<size_t>(s)].ptr()));
-        }
-        if (executor->mutated_inputs_alias(inputs)) {
+      runner = finish(*a, tensors, options_, f);
+      if (runner->has_mutations()) {
+        if (runner->mutated_inputs_alias(graph_inputs(*a, f))) {
           give_up(CompileResult::Action::Eager,
                   "an input that the graph mutates shares memory with another input");
           records_.push_back(rec);
           return result;
         }
       }
-      fill_record(rec, *executor, a->guards, a->sources, a->interp->input_sources().size());
-      auto entry =
-          std::make_unique<CompiledFrame>(a->sources, a->guards, a->interp->input_sources(),
-                                          std::move(executor), std::move(output));
+      fill_record(rec, *runner, a->guards, a->sources, a->interp->input_sources().size());
+      auto entry = std::make_unique<CompiledFrame>(
+          a->sources, a->guards, a->interp->input_sources(), std::move(runner), std::move(output));
       entry->set_stores(std::move(stores));
       entry->prime(f);
       result.entry = std::move(entry);
@@ -216,14 +223,14 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
       } catch (const Unsupported& e) {
         throw Unsupported(break_reason + " (no graph break there: " + e.what() + ")");
       }
-      executor = finish(*a, tensors, options_.executor);
-      EMBER_UNSUPPORTED(!executor->has_mutations())
+      runner = finish(*a, tensors, options_, f);
+      EMBER_UNSUPPORTED(!runner->has_mutations())
           << break_reason << " (no graph break there: the graph before it mutates an input)";
-      fill_record(rec, *executor, a->guards, a->sources, a->interp->input_sources().size());
+      fill_record(rec, *runner, a->guards, a->sources, a->interp->input_sources().size());
       auto segment = std::make_shared<Segment>();
       segment->sources = a->sources;
       segment->input_sources = a->interp->input_sources();
-      segment->executor = std::move(executor);
+      segment->runner = std::move(runner);
       segment->values = std::move(templates);
       segment->stores = std::move(stores);
       segment->code = nb::borrow(reinterpret_cast<PyObject*>(f.code));

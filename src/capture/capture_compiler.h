@@ -1,8 +1,9 @@
 /// \file
 /// ember's FrameCompiler: captures a whole frame with the symbolic interpreter, traces it into a
-/// graph, compiles that graph with the Executor, and returns a CompiledFrame guarded by what the
-/// capture read. A frame it cannot capture whole runs eagerly (this slice has no graph breaks):
-/// the reason is logged and counted, and the code object is not tried again.
+/// graph, compiles that graph (with ember's Executor, or with a foreign backend: graph_runner.h),
+/// and returns a CompiledFrame guarded by what the capture read. A frame it cannot capture whole
+/// runs eagerly (this slice has no graph breaks): the reason is logged and counted, and the code
+/// object is not tried again.
 #pragma once
 
 #include <Python.h>
@@ -25,6 +26,9 @@ namespace ember::capture {
 struct CaptureOptions {
   bool fullgraph = false;  ///< an unsupported frame raises ember.Unsupported instead
   runtime::ExecutorOptions executor;
+  /// A foreign backend (torch's convention, graph_runner.h) that compiles every graph instead of
+  /// ember's Executor; unset: the Executor.
+  nanobind::object backend;
   std::vector<std::string> library_prefixes;  ///< code that runs for real, not inlined
 };
 

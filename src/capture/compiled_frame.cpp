@@ -12,11 +12,11 @@ thread_local std::vector<nb::object>* CompiledFrame::values_ = nullptr;
 thread_local const CompiledFrame* CompiledFrame::checked_ = nullptr;
 
 CompiledFrame::CompiledFrame(SourceTable sources, GuardSet guards, std::vector<int> input_sources,
-                             std::unique_ptr<runtime::Executor> executor, OutputTemplate output)
+                             std::unique_ptr<GraphRunner> runner, OutputTemplate output)
     : sources_(std::move(sources)),
       guards_(std::move(guards)),
       input_sources_(std::move(input_sources)),
-      executor_(std::move(executor)),
+      runner_(std::move(runner)),
       output_(std::move(output)) {}
 
 int CompiledFrame::check(const FrameView& f) {
@@ -63,7 +63,7 @@ PyObject* CompiledFrame::run(const FrameView& f) {
     for (int s : input_sources_) {
       inputs.push_back(THPVariable_Unpack(values[static_cast<size_t>(s)].ptr()));
     }
-    std::vector<at::Tensor> outs = executor_->run(inputs);
+    std::vector<at::Tensor> outs = runner_->run(inputs);
     std::vector<nb::object> memo;
     nb::object result = build_output(output_, outs, values, memo);
     apply_stores(stores_, outs, values, memo);

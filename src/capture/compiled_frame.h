@@ -1,7 +1,7 @@
 /// \file
 /// A compiled frame: what runs in place of a Python frame whose whole body was captured as one
 /// graph. Its call path is C++ only: evaluate the sources, check the guards, gather the graph
-/// inputs, run the Executor, rebuild the return value.
+/// inputs, run the graph (graph_runner.h), rebuild the return value.
 #pragma once
 
 #include <Python.h>
@@ -11,19 +11,19 @@
 #include <string>
 #include <vector>
 
+#include "capture/graph_runner.h"
 #include "capture/guards.h"
 #include "capture/hook/frame_hook.h"
 #include "capture/output_template.h"
 #include "capture/side_effects.h"
 #include "capture/source.h"
-#include "runtime/executor.h"
 
 namespace ember::capture {
 
 class CompiledFrame final : public CacheEntry {
  public:
   CompiledFrame(SourceTable sources, GuardSet guards, std::vector<int> input_sources,
-                std::unique_ptr<runtime::Executor> executor, OutputTemplate output);
+                std::unique_ptr<GraphRunner> runner, OutputTemplate output);
 
   int check(const FrameView& f) override;
   PyObject* run(const FrameView& f) override;
@@ -36,13 +36,13 @@ class CompiledFrame final : public CacheEntry {
 
   const SourceTable& sources() const { return sources_; }
   const GuardSet& guards() const { return guards_; }
-  const runtime::Executor& executor() const { return *executor_; }
+  const GraphRunner& runner() const { return *runner_; }
 
  private:
   SourceTable sources_;
   GuardSet guards_;
   std::vector<int> input_sources_;
-  std::unique_ptr<runtime::Executor> executor_;
+  std::unique_ptr<GraphRunner> runner_;
   OutputTemplate output_;
   std::vector<AttrStore> stores_;
   /// The source values of the last check() on this thread, reused by the run() that follows.

@@ -198,7 +198,7 @@ PyObject* segment_call(PyObject* capsule, PyObject* const* args, Py_ssize_t narg
     for (int i : s.input_sources) {
       inputs.push_back(THPVariable_Unpack(values[static_cast<size_t>(i)].ptr()));
     }
-    std::vector<at::Tensor> outs = s.executor->run(inputs);
+    std::vector<at::Tensor> outs = s.runner->run(inputs);
     std::vector<nb::object> memo;
     nb::object tuple = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(s.values.size())));
     for (size_t i = 0; i < s.values.size(); ++i) {

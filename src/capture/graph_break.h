@@ -41,7 +41,7 @@ namespace ember::capture {
 struct Segment {
   SourceTable sources;
   std::vector<int> input_sources;
-  std::unique_ptr<runtime::Executor> executor;
+  std::unique_ptr<GraphRunner> runner;
   std::vector<OutputTemplate> values;  ///< the tuple it returns: stack bottom-up, then locals
   std::vector<AttrStore> stores;       ///< replayed after the graph
   nanobind::object code;               ///< the original code object

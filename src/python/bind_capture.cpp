@@ -45,9 +45,10 @@ void bind_capture(nb::module_& m) {
       .def(
           "__init__",
           [](CaptureCompiler* self, bool fullgraph, bool codegen, bool reductions,
-             bool reduction_fusion, std::vector<std::string> library_prefixes) {
+             bool reduction_fusion, std::vector<std::string> library_prefixes, nb::object backend) {
             capture::CaptureOptions o;
             o.fullgraph = fullgraph;
+            if (!backend.is_none()) o.backend = std::move(backend);
             o.executor.codegen = codegen;
             o.executor.reductions = reductions;
             o.executor.reduction_fusion = reduction_fusion;
@@ -56,7 +57,10 @@ void bind_capture(nb::module_& m) {
           },
           nb::arg("fullgraph") = false, nb::arg("codegen") = true, nb::arg("reductions") = true,
           nb::arg("reduction_fusion") = true,
-          nb::arg("library_prefixes") = std::vector<std::string>{})
+          nb::arg("library_prefixes") = std::vector<std::string>{},
+          nb::arg("backend").none() = nb::none(),
+          "backend: None (ember's compiler) or a callable(gm, example_inputs) -> callable, "
+          "torch.compile's backend convention (src/capture/graph_runner.h).")
       .def(
           "records",
           [](const CaptureCompiler& c) {

@@ -119,11 +119,12 @@ def expect_frames(captured, eager, reason=None):
 
 
 def check(fn, *args, captured=1, eager=0, reason=None, calls=2, fresh=True, atol=1e-5,
-          rtol=1e-5, fullgraph=False, **kwargs):
-    """Runs `fn` eagerly and through ember.compile `calls` times on clones of `args`/`kwargs`
-    (then once on fresh random float values of the same shapes when `fresh`), compares outputs
-    and mutated inputs, and asserts the frame counters. Returns the compiled callable."""
-    compiled = ember.compile(fn, fullgraph=fullgraph)
+          rtol=1e-5, fullgraph=False, backend="ember", **kwargs):
+    """Runs `fn` eagerly and through ember.compile (with `backend`) `calls` times on clones of
+    `args`/`kwargs` (then once on fresh random float values of the same shapes when `fresh`),
+    compares outputs and mutated inputs, and asserts the frame counters. Returns the compiled
+    callable."""
+    compiled = ember.compile(fn, fullgraph=fullgraph, backend=backend)
     ember.metrics.reset()
     for _ in range(calls):
         same(compiled, fn, *args, atol=atol, rtol=rtol, **kwargs)
