@@ -247,7 +247,7 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
       if (fname == "Module._wrapped_call_impl" || fname == "Module._call_impl") {
         return call_module(self, std::move(args), kwnames, true);  // super().__call__(...)
       }
-      std::string_view leaf = fname.substr(fname.rfind('.') + 1);
+      std::string leaf = fname.substr(fname.rfind('.') + 1);
       if (leaf == "items" || leaf == "keys" || leaf == "values") {
         return module_dict_view(nb::borrow(self), leaf, location());
       }
@@ -477,7 +477,13 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
 nb::object Interpreter::module_dict_view(nb::object module, std::string_view what,
                                          const std::string& where) {
   int source = source_of(module);
-  EMBER_UNSUPPORTED(source >= 0 && std::string_view(Py_TYPE(module.ptr())->tp_name) == "ModuleDict")
+  static PyObject* module_dict = [] {
+    nb::object m = checked(PyImport_ImportModule("torch.nn"));
+    return checked(PyObject_GetAttrString(m.ptr(), "ModuleDict")).release().ptr();
+  }();
+  int is_dict = PyObject_IsInstance(module.ptr(), module_dict);
+  if (is_dict < 0) throw nb::python_error();
+  EMBER_UNSUPPORTED(source >= 0 && is_dict == 1)
       << "calling " << what << "() of a " << type_name_of(module) << " at " << where;
   guards_.add_len(source, module.ptr());
   nb::object keys = checked(PySequence_List(module.ptr()));  // ModuleDict iterates its keys

@@ -34,10 +34,26 @@ bool isinstance(nb::handle v, PyObject* type) {
 }
 
 /// nn containers whose items the capture reads one by one, by index.
+/// An nn.ModuleList, Sequential or ParameterList, or a subclass that indexes, iterates and
+/// measures itself as they do.
 bool is_indexed_nn_container(nb::handle v) {
-  const char* name = Py_TYPE(v.ptr())->tp_name;
-  std::string_view n(name);
-  return is_nn_module(v) && (n == "ModuleList" || n == "Sequential" || n == "ParameterList");
+  static PyObject* const kBases[] = {torch_attr("torch.nn", "ModuleList"),
+                                     torch_attr("torch.nn", "Sequential"),
+                                     torch_attr("torch.nn", "ParameterList")};
+  PyTypeObject* t = Py_TYPE(v.ptr());
+  for (PyObject* base : kBases) {
+    if (reinterpret_cast<PyObject*>(t) == base) return true;
+    if (!PyType_IsSubtype(t, reinterpret_cast<PyTypeObject*>(base))) continue;
+    for (const char* name : {"__iter__", "__getitem__", "__len__"}) {
+      nb::object key = nb::steal(PyUnicode_InternFromString(name));
+      if (_PyType_Lookup(t, key.ptr()) !=
+          _PyType_Lookup(reinterpret_cast<PyTypeObject*>(base), key.ptr())) {
+        return false;
+      }
+    }
+    return true;
+  }
+  return false;
 }
 
 }  // namespace

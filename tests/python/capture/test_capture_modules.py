@@ -448,3 +448,43 @@ def test_replaced_parameter_and_submodule_are_seen():
         del m.b.bias
         m.b.bias = None  # not a parameter any more: the guards see it
         torch.testing.assert_close(cm(x), m(x))
+
+
+class _ConvBlock(nn.Sequential):
+    """A Sequential subclass (like torchvision's Conv2dNormActivation)."""
+
+    def __init__(self):
+        super().__init__(nn.Linear(4, 4), nn.ReLU())
+
+
+class _DenseBlock(nn.ModuleDict):
+    """A ModuleDict subclass iterated with items() (like torchvision's DenseNet blocks)."""
+
+    def __init__(self):
+        super().__init__({"a": nn.Linear(4, 4), "b": nn.Linear(4, 4)})
+
+    def forward(self, x):
+        feats = [x]
+        for _, layer in self.items():
+            feats.append(layer(feats[-1]))
+        return torch.cat(feats, 1)
+
+
+class _Reversed(nn.Sequential):
+    """Iterates itself in its own way: not read item by item."""
+
+    def __iter__(self):
+        return reversed(list(self._modules.values()))
+
+
+def test_container_subclasses_are_followed():
+    m = nn.Sequential(_ConvBlock(), _DenseBlock()).eval()
+    with torch.no_grad():
+        check(m, r(2, 4))
+
+
+def test_container_subclass_with_own_iter_is_not_indexed():
+    m = _Reversed(nn.Linear(4, 4), nn.Linear(4, 4)).eval()
+    with torch.no_grad():
+        out = ember.compile(m)(torch.ones(2, 4))
+        torch.testing.assert_close(out, m(torch.ones(2, 4)))
