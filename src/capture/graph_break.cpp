@@ -21,12 +21,28 @@ namespace {
 
 constexpr bool kNullBeforeCallable = PY_MINOR_VERSION < 13;
 
+/// Iterators of builtin types, whose remaining items can be read without running program code.
+bool is_builtin_iterator(PyObject* o) {
+  if (PyGen_Check(o)) return false;
+  std::string_view n(Py_TYPE(o)->tp_name);
+  for (std::string_view k : {"list_iterator", "list_reverseiterator", "tuple_iterator",
+                             "range_iterator", "longrange_iterator", "enumerate", "zip", "reversed",
+                             "dict_keyiterator", "dict_valueiterator", "dict_itemiterator",
+                             "str_ascii_iterator", "str_iterator", "set_iterator"}) {
+    if (n == k) return true;
+  }
+  return false;
+}
+
 struct TemplateBuilder {
   const Interpreter& interp;
   std::vector<at::Tensor>& tensors;
   std::unordered_map<const c10::TensorImpl*, int> tensor_index;
   std::unordered_map<PyObject*, int> slots;  ///< frame-made containers and objects seen
   int next_slot = 0;
+  /// A break's state: a builtin iterator becomes the list of what it has left (build_resume
+  /// iterates it again). Elsewhere (a return value, a stored value) it can not be rebuilt.
+  bool iterators_as_lists = false;
 
   /// An Alias template if `o` was seen before; else gives it a slot in `t`.
   bool alias(PyObject* o, OutputTemplate& t) {
@@ -124,6 +140,15 @@ struct TemplateBuilder {
       t.index = source;
       return t;
     }
+    if (PyTuple_Check(o) && !PyTuple_CheckExact(o) && interp.created_here(v) &&
+        is_namedtuple_class(reinterpret_cast<PyObject*>(Py_TYPE(o)))) {
+      t.kind = OutputTemplate::Kind::Tuple;
+      t.value = nb::borrow(reinterpret_cast<PyObject*>(Py_TYPE(o)));
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i) {
+        t.items.push_back(of(PyTuple_GET_ITEM(o, i)));
+      }
+      return t;
+    }
     if (PyTuple_CheckExact(o) || PyList_CheckExact(o) || PyDict_CheckExact(o)) {
       if (!PyTuple_CheckExact(o) && alias(o, t)) return t;
       if (PyDict_CheckExact(o)) {
@@ -147,6 +172,18 @@ struct TemplateBuilder {
       t.kind = OutputTemplate::Kind::BoundMethod;
       t.value = name;
       t.items.push_back(of(self));
+      return t;
+    }
+    if (iterators_as_lists && interp.created_here(v) && is_builtin_iterator(o)) {
+      // A loop's iterator: the list of what it has left (consumed here: the capture's own
+      // iterator is not used again); the resume function iterates over it (build_resume).
+      EMBER_UNSUPPORTED(alias(o, t) == false) << "an iterator the frame's state holds twice";
+      nb::object rest = nb::steal(PySequence_List(o));
+      if (!rest.is_valid()) throw nb::python_error();
+      t.kind = OutputTemplate::Kind::List;
+      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(rest.ptr()); ++i) {
+        t.items.push_back(of(PyList_GET_ITEM(rest.ptr(), i)));
+      }
       return t;
     }
     bool stateless = PyModule_Check(o) || PyType_Check(o) || PyCFunction_Check(o) ||
@@ -296,7 +333,7 @@ bool is_local_op(Op op) {
 
 /// The resume function continuing `bc` at instruction `target` with `depth` stack values.
 nb::object build_resume(PyCodeObject* co, PyObject* globals, const bytecode::Code& bc,
-                        const StopState& state, int target, int depth) {
+                        const StopState& state, int target, int depth, int kept) {
   std::vector<std::string> names;
   std::vector<int> new_slot(state.locals.size(), -1);
   for (int i = 0; i < depth; ++i) names.push_back("__ember_stack" + std::to_string(i));
@@ -330,7 +367,21 @@ nb::object build_resume(PyCodeObject* co, PyObject* globals, const bytecode::Cod
     }
   }
   out.instrs.push_back(make(Op::RESUME, 0, pos));
-  for (int i = 0; i < depth; ++i) out.instrs.push_back(make(Op::LOAD_FAST, i, pos));
+  // A loop's iterator arrives as the list of what it had left (TemplateBuilder): iterate it.
+  for (size_t j = 0; j < state.locals.size(); ++j) {
+    if (state.locals[j].is_valid() && is_builtin_iterator(state.locals[j].ptr())) {
+      out.instrs.push_back(make(Op::LOAD_FAST, new_slot[j], pos));
+      out.instrs.push_back(make(Op::GET_ITER, 0, pos));
+      out.instrs.push_back(make(Op::STORE_FAST, new_slot[j], pos));
+    }
+  }
+  for (int i = 0; i < depth; ++i) {
+    out.instrs.push_back(make(Op::LOAD_FAST, i, pos));
+    if (i < kept && state.stack[static_cast<size_t>(i)].is_valid() &&
+        is_builtin_iterator(state.stack[static_cast<size_t>(i)].ptr())) {
+      out.instrs.push_back(make(Op::GET_ITER, 0, pos));
+    }
+  }
   const int prefix = static_cast<int>(out.instrs.size()) + 1;
   Instr jump = make(Op::JUMP, 0, pos);
   jump.target = target + prefix;
@@ -353,8 +404,9 @@ nb::object build_resume(PyCodeObject* co, PyObject* globals, const bytecode::Cod
   opts.posonlyargcount = 0;
   opts.kwonlyargcount = 0;
   opts.flags = co->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);
-  std::string name = std::string("__ember_resume_") + PyUnicode_AsUTF8(co->co_name) + "_at_" +
-                     std::to_string(pos.line);
+  std::string name =
+      std::string("__ember_resume_") + PyUnicode_AsUTF8(co->co_name) + "_at_" +
+      std::to_string(pos.line >= 0 ? pos.line : bc.instrs[static_cast<size_t>(state.pc)].pos.line);
   opts.name = name;
   opts.qualname = name;
   nb::object code = nb::steal(bytecode::assemble(out, co, opts));
@@ -371,12 +423,14 @@ std::vector<OutputTemplate> state_templates(const StopState& state, const Interp
                                             std::vector<AttrStore>& stores) {
   TemplateBuilder b{interp, tensors, {}, {}};
   std::vector<OutputTemplate> out;
+  b.iterators_as_lists = true;
   for (const nb::object& v : state.stack) {
     if (v.is_valid()) out.push_back(b.of(v));
   }
   for (const nb::object& v : state.locals) {
     if (v.is_valid()) out.push_back(b.of(v));
   }
+  b.iterators_as_lists = false;
   stores = b.stores();
   return out;
 }
@@ -418,8 +472,10 @@ BreakCode build_break_code(PyCodeObject* co, PyObject* globals, const bytecode::
   }
   const bool is_jump = brk.op == Op::POP_JUMP_IF_TRUE || brk.op == Op::POP_JUMP_IF_FALSE;
   BreakCode result;
-  result.resumes.push_back(build_resume(co, globals, bc, state, state.pc + 1, after));
-  if (is_jump) result.resumes.push_back(build_resume(co, globals, bc, state, brk.target, after));
+  result.resumes.push_back(build_resume(co, globals, bc, state, state.pc + 1, after, kept));
+  if (is_jump) {
+    result.resumes.push_back(build_resume(co, globals, bc, state, brk.target, after, kept));
+  }
 
   const int nargs = num_arg_slots(co);
   const int tmp = static_cast<int>(state.locals.size());  // a new local after the others

@@ -388,6 +388,7 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
       return call_real(callable, std::move(args), kwnames);
     }
     if (constructible(callable)) return construct(callable, std::move(args), kwnames);
+    if (is_namedtuple_class(c)) return fresh(call_real(callable, std::move(args), kwnames));
     EMBER_UNSUPPORTED(runs_for_real(callable))
         << "constructing a " << name_of(callable) << " at " << location();
     return call_real(callable, std::move(args), kwnames);

@@ -90,6 +90,9 @@ bool is_nn_module(nanobind::handle m);
 /// the class's static base (object, dict or OrderedDict); else nullptr.
 PyTypeObject* rebuildable_object_type(nanobind::handle v);
 
+/// Whether `cls` is a class collections.namedtuple (or typing.NamedTuple) made.
+bool is_namedtuple_class(PyObject* cls);
+
 /// co_consts[i] and co_names[i] of `co`.
 inline nanobind::object const_at(PyCodeObject* co, int i) {
   return nanobind::borrow(PyTuple_GET_ITEM(co->co_consts, i));

@@ -65,6 +65,26 @@ PyTypeObject* plain_class_base(PyTypeObject* t) {
   return base;
 }
 
+bool is_namedtuple_class(PyObject* cls) {
+  if (!PyType_Check(cls)) return false;
+  auto* t = reinterpret_cast<PyTypeObject*>(cls);
+  if (!PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE) || t->tp_base != &PyTuple_Type) return false;
+  if (Py_TYPE(cls)->tp_call != PyType_Type.tp_call) return false;
+  // The __new__ collections.namedtuple writes: it only calls tuple.__new__.
+  PyObject* fn = PyDict_GetItemString(t->tp_dict, "__new__");
+  if (fn != nullptr && Py_IS_TYPE(fn, &PyStaticMethod_Type))
+    fn = PyStaticMethod_Type.tp_descr_get(fn, cls, cls);
+  else if (fn != nullptr)
+    Py_INCREF(fn);
+  if (fn == nullptr) return false;
+  nb::object new_fn = nb::steal(fn);
+  if (!PyFunction_Check(fn)) return false;
+  PyObject* module = PyFunction_GET_MODULE(fn);
+  return module != nullptr && PyUnicode_Check(module) &&
+         PyUnicode_Tailmatch(module, nb::str("namedtuple_").ptr(), 0, 11, -1) == 1 &&
+         PyDict_GetItemString(PyFunction_GET_GLOBALS(fn), "_tuple_new") != nullptr;
+}
+
 PyTypeObject* rebuildable_object_type(nb::handle v) {
   if (PyType_Check(v.ptr()) || is_nn_module(v)) return nullptr;
   return plain_class_base(Py_TYPE(v.ptr()));

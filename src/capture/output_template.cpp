@@ -54,6 +54,14 @@ nb::object build_output(const OutputTemplate& t, const std::vector<at::Tensor>& 
           PyList_SET_ITEM(seq.ptr(), i, item.release().ptr());
         }
       }
+      if (t.kind == OutputTemplate::Kind::Tuple && t.value.is_valid()) {
+        // A namedtuple: tuple.__new__(its class, items).
+        nb::object args = nb::steal(PyTuple_Pack(1, seq.ptr()));
+        auto* type = reinterpret_cast<PyTypeObject*>(t.value.ptr());
+        PyObject* named = PyTuple_Type.tp_new(type, args.ptr(), nullptr);
+        if (named == nullptr) throw nb::python_error();
+        return nb::steal(named);
+      }
       return seq;
     }
     case OutputTemplate::Kind::Alias:

@@ -31,7 +31,9 @@ struct OutputTemplate {
   /// List, Dict, Object made by the frame, and Alias: the slot of the built object in the
   /// call's memo, so that an object the frame's values share is built once; -1: none.
   int slot = -1;
-  nanobind::object value;  ///< Constant: the value; Dict: the keys tuple; Object: its class
+  /// Constant: the value; Dict: the keys tuple; Object: its class; Tuple: a namedtuple's class
+  /// (none for a tuple).
+  nanobind::object value;
   /// Tuple, List, Dict: the items; BoundMethod: its self; Object: a Dict of its attributes,
   /// then (for a dict subclass) a Dict of its items.
   std::vector<OutputTemplate> items;

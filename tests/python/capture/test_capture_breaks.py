@@ -56,3 +56,38 @@ def test_closure_made_before_the_break_keeps_the_frame_whole():
     assert out.graph_break_count == 1 and "runs eagerly" in out.break_reasons[0]
     assert "print" in out.break_reasons[0]
     torch.testing.assert_close(ember.compile(f)(x), x * 5)
+
+
+def test_break_inside_a_loop_resumes_the_loop():
+    """A data-dependent branch in a loop body: one break per iteration (as Dynamo), the loop's
+    iterator passed on as the list of what it has left."""
+    def f(x, n):
+        acc = x
+        for i, k in enumerate(range(n)):
+            acc = acc * 2 + k
+            if acc.sum() > 1e9:
+                acc = acc - 1
+        return acc
+    x = r(3)
+    assert counts(f, x, 3) == (4, 3)
+    c = ember.compile(f)
+    for _ in range(2):
+        torch.testing.assert_close(c(x, 3), f(x, 3))
+        big = torch.full((3,), 1e9)
+        torch.testing.assert_close(c(big, 3), f(big, 3))
+
+
+LAYERS = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(3)]).eval()
+
+
+def test_break_in_a_loop_over_modules():
+    def f(x):
+        for layer in LAYERS:
+            x = layer(x)
+            print("layer")
+        return x
+    x = r(2, 4)
+    with torch.no_grad():
+        graphs, breaks = counts(f, x)
+        assert breaks == 3 and graphs == 4
+        torch.testing.assert_close(ember.compile(f)(x), f(x))

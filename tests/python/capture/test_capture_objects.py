@@ -9,6 +9,7 @@ import copy
 import dataclasses
 from collections import OrderedDict
 from collections.abc import Mapping
+from typing import NamedTuple
 
 import pytest
 import torch
@@ -552,3 +553,19 @@ def test_setattr_of_a_class_decorator_closure():
         s.w = 2
         return s.v * s.w
     check(f, r(3))
+
+
+class Collected(NamedTuple):
+    x_j: torch.Tensor
+    index: torch.Tensor
+    size: int = 3
+
+
+def test_namedtuple_constructed_read_and_returned():
+    def f(x):
+        args = Collected(x + 1, x * 2)
+        a, b, n = args
+        return Collected(args.x_j * n, b, size=n + 1), a
+    c = check(f, r(3))
+    out, _ = c(r(3))
+    assert type(out) is Collected and out.size == 4
