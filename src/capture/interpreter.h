@@ -210,6 +210,9 @@ class Interpreter {
   /// `obj`'s special method `name` bound to it, when its class defines it in program code
   /// (to be inlined); a null object otherwise.
   nanobind::object special_method(nanobind::handle obj, const char* name);
+  /// Gives `fn`, a function taken from a class, a constant source if it has closure cells (so
+  /// that they are read through it, guarded) and no source yet.
+  void give_closure_source(PyObject* fn);
   bool runs_for_real(nanobind::handle callable) const;
 
   tracer::TraceSession& session_;

@@ -607,6 +607,7 @@ nb::object Interpreter::call_module(nb::handle module, std::vector<nb::object> a
         PyFunction_Check(call_attr.ptr()) &&
         !is_library_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(call_attr.ptr()))))
         << type_name_of(module) << " overrides __call__ at " << location();
+    give_closure_source(call_attr.ptr());
     args.insert(args.begin(), nb::borrow(module));
     return inline_function(call_attr, std::move(args), kwnames);
   }

@@ -97,12 +97,15 @@ nb::object Interpreter::special_method(nb::handle obj, const char* name) {
   PyObject* fn = _PyType_Lookup(t, key.ptr());
   if (fn == nullptr || !PyFunction_Check(fn)) return {};
   if (is_library_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn)))) return {};
-  if (PyFunction_GET_CLOSURE(fn) != nullptr && source_of(fn) < 0) {
-    // Its closure cells (a decorator's wrapper) are read through the function: guarded.
-    source_of_.emplace(fn, sources_.constant(fn));
-    keepalive_.push_back(nb::borrow(fn));
-  }
+  give_closure_source(fn);
   return checked(PyMethod_New(fn, obj.ptr()));
+}
+
+void Interpreter::give_closure_source(PyObject* fn) {
+  if (PyFunction_GET_CLOSURE(fn) == nullptr || source_of(fn) >= 0) return;
+  // Its closure cells (a decorator's wrapper) are read through the function: guarded.
+  source_of_.emplace(fn, sources_.constant(fn));
+  keepalive_.push_back(nb::borrow(fn));
 }
 
 bool Interpreter::constructible(nb::handle cls) const {

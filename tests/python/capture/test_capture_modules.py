@@ -488,3 +488,28 @@ def test_container_subclass_with_own_iter_is_not_indexed():
     with torch.no_grad():
         out = ember.compile(m)(torch.ones(2, 4))
         torch.testing.assert_close(out, m(torch.ones(2, 4)))
+
+
+def _checked_call(func):
+    """A decorator whose wrapper closes over the function (like torch_geometric's
+    disable_dynamic_shapes on Aggregation.__call__)."""
+    def wrapper(*args, **kwargs):
+        return func(*args, **kwargs)
+    return wrapper
+
+
+class _Aggregation(nn.Module):
+    @_checked_call
+    def __call__(self, x, dim=0):
+        return super().__call__(x, dim=dim)
+
+    def forward(self, x, dim=0):
+        return x.sum(dim)
+
+
+def test_decorated_call_override_with_closure():
+    agg = _Aggregation()
+
+    def f(x):
+        return agg(x, dim=1) * 2
+    check(f, r(3, 4))
