@@ -189,8 +189,13 @@ struct TemplateBuilder {
     bool stateless = PyModule_Check(o) || PyType_Check(o) || PyCFunction_Check(o) ||
                      (PyFunction_Check(o) && !interp.created_here(v));
     std::string_view tname(Py_TYPE(o)->tp_name);
-    stateless = stateless || tname == "torch.dtype" || tname == "torch.device" ||
-                tname == "torch.Size" || tname == "method_descriptor" ||
+    if (PySlice_Check(o)) {
+      auto* sl = reinterpret_cast<PySliceObject*>(o);
+      stateless = is_guardable_constant(sl->start) && is_guardable_constant(sl->stop) &&
+                  is_guardable_constant(sl->step);
+    }
+    stateless = stateless || PyRange_Check(o) || tname == "torch.dtype" ||
+                tname == "torch.device" || tname == "torch.Size" || tname == "method_descriptor" ||
                 tname == "wrapper_descriptor";
     EMBER_UNSUPPORTED(stateless) << "a " << Py_TYPE(o)->tp_name
                                  << " in the frame's state at the graph break can not be rebuilt";
