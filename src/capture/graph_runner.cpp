@@ -24,17 +24,7 @@ bool GraphRunner::mutated_inputs_alias(const std::vector<at::Tensor>& inputs) co
     }
     ++position;
   }
-  for (size_t m : mutated) {
-    if (m >= inputs.size() || !inputs[m].has_storage()) continue;
-    const c10::StorageImpl* storage = inputs[m].storage().unsafeGetStorageImpl();
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (i != m && inputs[i].defined() && inputs[i].has_storage() &&
-          inputs[i].storage().unsafeGetStorageImpl() == storage) {
-        return true;
-      }
-    }
-  }
-  return false;
+  return runtime::any_shares_storage(inputs, mutated);
 }
 
 namespace {

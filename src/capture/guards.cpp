@@ -161,6 +161,8 @@ bool GuardSet::passes(const Guard& g, const std::vector<nb::object>& values) con
       return tensor_matches(v, g.tensor);
     case GuardKind::IdMatch:
       return v == g.expected.ptr();
+    case GuardKind::TypeMatch:
+      return reinterpret_cast<PyObject*>(Py_TYPE(v)) == g.expected.ptr();
     case GuardKind::Equals:
       return values_equal(v, g.expected.ptr());
     case GuardKind::Len: {
@@ -212,6 +214,10 @@ std::string GuardSet::first_failure(const std::vector<nb::object>& values,
       case GuardKind::IdMatch:
         return name + " is not the object seen when compiling (" + short_repr(g.expected.ptr()) +
                ")";
+      case GuardKind::TypeMatch:
+        return "type(" + name + ") is " +
+               reinterpret_cast<PyTypeObject*>(g.expected.ptr())->tp_name + " failed (now " +
+               Py_TYPE(v)->tp_name + ")";
       case GuardKind::Equals:
         return name + " == " + short_repr(g.expected.ptr()) + " failed (now " + short_repr(v) + ")";
       case GuardKind::Len:
@@ -238,6 +244,10 @@ std::string GuardSet::describe(const SourceTable& sources) const {
         break;
       case GuardKind::IdMatch:
         os << "ID_MATCH " << name << " is " << short_repr(g.expected.ptr()) << "\n";
+        break;
+      case GuardKind::TypeMatch:
+        os << "TYPE_MATCH " << name << ": "
+           << reinterpret_cast<PyTypeObject*>(g.expected.ptr())->tp_name << "\n";
         break;
       case GuardKind::Equals:
         os << "EQUALS " << name << " == " << short_repr(g.expected.ptr()) << "\n";

@@ -6,6 +6,8 @@
 ///   TensorMatch  a tensor with the traced dtype, device, sizes, strides, requires_grad and
 ///                dispatch key set
 ///   IdMatch      the very object seen while tracing (modules, functions, classes, objects)
+///   TypeMatch    an object of the exact type seen (an argument of a program's plain class:
+///                its attributes are guarded one by one as they are read)
 ///   Equals       a value of the same exact type that compares equal (None, bool, int, float,
 ///                str, bytes, and tuples of these)
 ///   Len          a list, tuple or container of the traced type and length
@@ -29,7 +31,7 @@
 
 namespace ember::capture {
 
-enum class GuardKind : uint8_t { TensorMatch, IdMatch, Equals, Len, Same, StateEquals };
+enum class GuardKind : uint8_t { TensorMatch, IdMatch, TypeMatch, Equals, Len, Same, StateEquals };
 
 struct TensorMeta {
   c10::ScalarType dtype = c10::ScalarType::Undefined;
@@ -43,7 +45,7 @@ struct TensorMeta {
 struct Guard {
   GuardKind kind = GuardKind::IdMatch;
   int source = -1;
-  nanobind::object expected;  ///< IdMatch, Equals: the object; Len: its type
+  nanobind::object expected;  ///< IdMatch, Equals: the object; Len, TypeMatch: its type
   int64_t length = 0;         ///< Len
   int other = -1;             ///< Same: the other source
   TensorMeta tensor;          ///< TensorMatch
@@ -62,6 +64,9 @@ class GuardSet {
  public:
   void add_tensor(int source, PyObject* tensor);
   void add_id(int source, PyObject* obj) { add_object(GuardKind::IdMatch, source, obj); }
+  void add_type(int source, PyObject* obj) {
+    add_object(GuardKind::TypeMatch, source, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
+  }
   void add_equals(int source, PyObject* value) { add_object(GuardKind::Equals, source, value); }
   /// `snapshot`: a deep copy of the source's value at capture time.
   void add_state_equals(int source, PyObject* snapshot) {

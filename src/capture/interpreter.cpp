@@ -2,6 +2,7 @@
 /// The interpreter's loop: one handler per normalised opcode (bytecode/instruction.h).
 #include "capture/interpreter.h"
 
+#include <ATen/autocast_mode.h>
 #include <ATen/core/grad_mode.h>
 
 #include <mutex>
@@ -178,11 +179,22 @@ std::string Interpreter::location() const {
 
 nb::object Interpreter::run(const FrameView& f, int stop_at) {
   stop_at_ = stop_at;
-  // With blocks change grad mode for real; an interrupted capture must not leave it changed.
-  struct RestoreGradMode {
-    bool enabled = at::GradMode::is_enabled();
-    ~RestoreGradMode() { at::GradMode::set_enabled(enabled); }
-  } restore_grad_mode;
+  // With blocks change grad mode and autocast for real; an interrupted capture must not leave
+  // them changed.
+  struct RestoreGlobalState {
+    bool grad = at::GradMode::is_enabled();
+    bool autocast_cpu = at::autocast::is_autocast_enabled(at::kCPU);
+    bool autocast_cuda = at::autocast::is_autocast_enabled(at::kCUDA);
+    at::ScalarType dtype_cpu = at::autocast::get_autocast_dtype(at::kCPU);
+    at::ScalarType dtype_cuda = at::autocast::get_autocast_dtype(at::kCUDA);
+    ~RestoreGlobalState() {
+      at::GradMode::set_enabled(grad);
+      at::autocast::set_autocast_enabled(at::kCPU, autocast_cpu);
+      at::autocast::set_autocast_enabled(at::kCUDA, autocast_cuda);
+      at::autocast::set_autocast_dtype(at::kCPU, dtype_cpu);
+      at::autocast::set_autocast_dtype(at::kCUDA, dtype_cuda);
+    }
+  } restore_global_state;
   struct UndoStores {
     Interpreter& interp;
     ~UndoStores() { interp.undo_stores(); }
@@ -492,6 +504,7 @@ nb::object Interpreter::load_deref(Frame& fr, int slot) {
 }
 
 nb::object Interpreter::subscr(nb::handle obj, nb::handle key) {
+  pin_identity(key);
   int source = source_of(obj);
   if (source >= 0 && is_guardable_constant(key.ptr())) {
     nb::object v = checked(PyObject_GetItem(obj.ptr(), key.ptr()));
@@ -767,6 +780,10 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
     case Op::IS_OP: {
       nb::object b = pop(fr);
       nb::object a = pop(fr);
+      if (!is_guardable_constant(a.ptr()) && !is_guardable_constant(b.ptr())) {
+        pin_identity(a);
+        pin_identity(b);
+      }
       bool same = (a.ptr() == b.ptr()) != (in.arg != 0);
       st.push_back(nb::borrow(same ? Py_True : Py_False));
       return;
@@ -774,6 +791,7 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
     case Op::CONTAINS_OP: {
       nb::object container = pop(fr);
       nb::object item = pop(fr);
+      pin_identity(item);
       if (nb::object m = special_method(container, "__contains__"); m.is_valid()) {
         st.push_back(nb::borrow(truth(call(m, {item}, {})) != (in.arg != 0) ? Py_True : Py_False));
         return;
@@ -819,6 +837,7 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
       nb::object key = pop(fr);
       nb::object obj = pop(fr);
       nb::object v = pop(fr);
+      pin_identity(key);
       EMBER_UNSUPPORTED(is_tensor(obj) || is_fresh(obj))
           << "assigning an item of a " << type_name_of(obj) << " at " << location();
       if (nb::object m = special_method(obj, "__setitem__"); m.is_valid()) {

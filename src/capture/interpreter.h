@@ -149,8 +149,11 @@ class Interpreter {
   void catch_exception(Frame& fr, const bytecode::Instr& in, nanobind::python_error& e);
   /// `exc`, or an instance of it if it is an exception class.
   nanobind::object exception_instance(nanobind::object exc);
-  /// Whether a with block over `mgr` enters it for real (grad mode managers, nullcontext).
+  /// Whether a with block over `mgr` enters it for real (grad mode managers, autocast,
+  /// nullcontext).
   bool enters_for_real(nanobind::handle mgr) const;
+  /// Whether `mgr` is a torch.inference_mode() object (entered as no_grad).
+  bool is_inference_mode(nanobind::handle mgr) const;
   nanobind::object load_global(Frame& fr, PyObject* name);
   nanobind::object load_attr(nanobind::handle obj, PyObject* name);
   nanobind::object load_deref(Frame& fr, int slot);
@@ -173,6 +176,10 @@ class Interpreter {
   /// tracer tensor for a tensor, a wrapped copy for a list, tuple or dict).
   nanobind::object wrap(nanobind::handle v, int source);
   int source_of(nanobind::handle v) const;
+  /// An object guarded by type only (see wrap) whose identity the trace now depends on (`is`,
+  /// `in`, a key, id() or hash()): guarded by identity from here on.
+  void pin_identity(nanobind::handle v);
+  void pin_identities(const std::vector<nanobind::object>& values);
   nanobind::object fresh(nanobind::object v);  ///< marks a value the frame created
   bool is_fresh(nanobind::handle v) const;
   /// The items of an nn.ModuleList, Sequential or ParameterList read from a source, each
@@ -237,6 +244,8 @@ class Interpreter {
   nanobind::object handled_exc_;  ///< the exception an except clause handles (sys.exc_info)
   bool grad_inputs_ = false;      ///< a graph input requires grad
   std::vector<Store> stores_;
+  /// TypeMatch-guarded objects -> the sources they were read from.
+  std::unordered_map<PyObject*, std::vector<int>> identity_free_;
   int64_t instructions_ = 0;
   int64_t inlined_calls_ = 0;
 };

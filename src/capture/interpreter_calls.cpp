@@ -296,6 +296,7 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
       return call_real(callable, std::move(args), kwnames);  // dict methods of a new object
     }
     if (self != nullptr && is_plain_value(self)) {
+      pin_identities(args);  // dict.get(obj), set.add(obj), list.index(obj), ...
       bool mutable_container = PyList_Check(self) || PyDict_Check(self) || PySet_Check(self);
       EMBER_UNSUPPORTED(!mutable_container || is_fresh(self) || !is_mutating_method(name))
           << "calling " << type_name_of(self) << "." << name
@@ -551,6 +552,10 @@ nb::object Interpreter::call_builtin(nb::handle fn, std::vector<nb::object> args
     }
   }
   EMBER_UNSUPPORTED(is_safe_builtin(name)) << "calling builtin " << name << " at " << location();
+  if (name != "len" && name != "isinstance" && name != "issubclass" && name != "callable" &&
+      name != "hasattr" && name != "repr" && name != "format" && name != "ascii") {
+    pin_identities(args);  // id(), hash(), min/max/sorted over objects, ...
+  }
   if (name == "len" && args.size() == 1 && source_of(args[0]) >= 0 && is_nn_module(args[0])) {
     guards_.add_len(source_of(args[0]), args[0].ptr());
   }

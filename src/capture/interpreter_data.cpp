@@ -13,6 +13,10 @@ using bytecode::Op;
 
 bool Interpreter::step_data(Frame& fr, const Instr& in) {
   auto& st = fr.stack;
+  if (in.op == Op::BUILD_SET || in.op == Op::BUILD_MAP || in.op == Op::BUILD_CONST_KEY_MAP ||
+      in.op == Op::SET_ADD || in.op == Op::MAP_ADD || in.op == Op::SET_UPDATE) {
+    pin_identities(st);  // objects that become keys or set members: hashed by identity
+  }
   switch (in.op) {
     case Op::BUILD_SLICE: {
       nb::object step = in.arg == 3 ? pop(fr) : nb::object();

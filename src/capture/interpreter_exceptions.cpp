@@ -70,7 +70,18 @@ bool Interpreter::enters_for_real(nb::handle mgr) const {
   std::string module = attr_string(type, "__module__");
   std::string name = attr_string(type, "__qualname__");
   if (module == "torch.autograd.grad_mode") return name == "no_grad" || name == "enable_grad";
+  // autocast: the casts it inserts are recorded as ops of the graph.
+  if (module == "torch.amp.autocast_mode" || module == "torch.cpu.amp.autocast_mode" ||
+      module == "torch.cuda.amp.autocast_mode") {
+    return name == "autocast";
+  }
   return module == "contextlib" && name == "nullcontext";
+}
+
+bool Interpreter::is_inference_mode(nb::handle mgr) const {
+  nb::handle type = reinterpret_cast<PyObject*>(Py_TYPE(mgr.ptr()));
+  return attr_string(type, "__module__") == "torch.autograd.grad_mode" &&
+         attr_string(type, "__qualname__") == "inference_mode";
 }
 
 bool Interpreter::step_exceptions(Frame& fr, const Instr& in) {
@@ -133,6 +144,16 @@ bool Interpreter::step_exceptions(Frame& fr, const Instr& in) {
       // real (the interpreter restores grad mode when it stops); a manager whose __enter__ is
       // program code is inlined like any method.
       nb::object mgr = pop(fr);
+      if (is_inference_mode(mgr)) {
+        // inference_mode(True) is entered as no_grad: the same values; the graph's outputs are
+        // ordinary tensors (not inference tensors).
+        nb::object mode = checked(PyObject_GetAttrString(mgr.ptr(), "mode"));
+        EMBER_UNSUPPORTED(mode.ptr() == Py_True)
+            << "a with block over inference_mode(False) at " << location();
+        nb::object m = checked(PyImport_ImportModule("torch"));
+        nb::object no_grad = checked(PyObject_GetAttrString(m.ptr(), "no_grad"));
+        mgr = checked(PyObject_CallNoArgs(no_grad.ptr()));
+      }
       bool real = enters_for_real(mgr);
       nb::object enter = checked(PyObject_GetAttrString(mgr.ptr(), "__enter__"));
       nb::object exit = checked(PyObject_GetAttrString(mgr.ptr(), "__exit__"));

@@ -195,6 +195,20 @@ nb::object Interpreter::wrap(nb::handle v, int source) {
     guards_.add_id(sources_.attr(source, name.ptr()), PyMethod_GET_FUNCTION(o));
     out = nb::borrow(v);
     source_of_.emplace(o, source);
+  } else if (sources_.at(source).kind == SourceKind::Local && rebuildable_object_type(v) &&
+             !PyType_Check(o)) {
+    // An argument of a program's plain class (a ModelOutput a caller made): its type, not its
+    // identity, so a new object per call does not recompile; what the frame reads of it is
+    // guarded as read. Anything that depends on its identity pins it (pin_identity).
+    guards_.add_type(source, o);
+    // Read before through another source: what the trace reads of it is guarded through that
+    // one, so this source must hold the same object.
+    if (auto known = source_of_.find(o); known != source_of_.end()) {
+      guards_.add_same(source, known->second);
+    }
+    identity_free_[o].push_back(source);
+    out = nb::borrow(v);
+    source_of_.emplace(o, source);
   } else {
     guards_.add_id(source, o);
     out = nb::borrow(v);
@@ -240,6 +254,19 @@ std::vector<nb::object> Interpreter::unpack_items(nb::handle v) {
     items.push_back(nb::borrow(PySequence_Fast_GET_ITEM(fast.ptr(), i)));
   }
   return items;
+}
+
+void Interpreter::pin_identity(nb::handle v) {
+  if (identity_free_.empty() || !v.is_valid()) return;
+  auto it = identity_free_.find(v.ptr());
+  if (it == identity_free_.end()) return;
+  for (int source : it->second) guards_.add_id(source, v.ptr());
+  identity_free_.erase(it);
+}
+
+void Interpreter::pin_identities(const std::vector<nb::object>& values) {
+  if (identity_free_.empty()) return;
+  for (const nb::object& v : values) pin_identity(v);
 }
 
 }  // namespace ember::capture

@@ -407,8 +407,8 @@ void Executor::plan_memory(const std::vector<int>& last_use) {
   num_arena_buffers_ = static_cast<int>(planned.size());
 }
 
-bool Executor::mutated_inputs_alias(const std::vector<at::Tensor>& inputs) const {
-  for (size_t m : mutated_input_positions_) {
+bool any_shares_storage(const std::vector<at::Tensor>& inputs, const std::vector<size_t>& which) {
+  for (size_t m : which) {
     if (m >= inputs.size() || !inputs[m].has_storage()) continue;
     const c10::StorageImpl* storage = inputs[m].storage().unsafeGetStorageImpl();
     for (size_t i = 0; i < inputs.size(); ++i) {
@@ -419,6 +419,10 @@ bool Executor::mutated_inputs_alias(const std::vector<at::Tensor>& inputs) const
     }
   }
   return false;
+}
+
+bool Executor::mutated_inputs_alias(const std::vector<at::Tensor>& inputs) const {
+  return any_shares_storage(inputs, mutated_input_positions_);
 }
 
 bool Executor::strides_match(const std::vector<at::Tensor>& inputs) const {

@@ -35,6 +35,9 @@ struct ExecutorOptions {
   bool fold_constants = true;
 };
 
+/// Whether an input at one of the positions `which` shares its storage with another input.
+bool any_shares_storage(const std::vector<at::Tensor>& inputs, const std::vector<size_t>& which);
+
 class Executor {
  public:
   /// Resolves every extern node's operator, pre-builds constant arguments, and (with codegen)

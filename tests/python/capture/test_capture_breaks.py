@@ -91,3 +91,54 @@ def test_break_in_a_loop_over_modules():
         graphs, breaks = counts(f, x)
         assert breaks == 3 and graphs == 4
         torch.testing.assert_close(ember.compile(f)(x), f(x))
+
+
+class Out:
+    def __init__(self, h):
+        self.h = h
+
+
+def _encoder(x):
+    return Out(x * 2)
+
+
+def test_object_made_per_call_does_not_recompile_the_resume_function():
+    """The resume function gets a new object of a plain class on every call: it is guarded by
+    type (and its attributes as read), not by identity, so it compiles once."""
+    def f(x):
+        out = _encoder(x)
+        print("break")
+        return out.h + 1
+    c = ember.compile(f)
+    ember.metrics.reset()
+    for _ in range(4):
+        x = r(3)
+        torch.testing.assert_close(c(x), f(x))
+    snap = ember.metrics.snapshot()
+    assert snap["graph_breaks"] == 1 and snap["eager_frames"] == 0
+
+
+def test_identity_of_a_type_guarded_object_is_pinned():
+    shared = Out(1.0)
+
+    def g(a, b):
+        return 2 if a is b else 3
+
+    def f(x, a, b):
+        print("break")  # f's resume function gets a and b as arguments
+        return x * g(a, b)
+    c = ember.compile(f)
+    x = r(3)
+    for a, b in [(shared, shared), (shared, Out(1.0)), (Out(1.0), Out(1.0))]:
+        torch.testing.assert_close(c(x, a, b), f(x, a, b))
+
+
+def test_one_object_through_two_arguments_stays_one():
+    def f(x, a, b):
+        print("break")
+        return x * a.h + b.h
+    c = ember.compile(f)
+    x = r(3)
+    shared = Out(2.0)
+    for a, b in [(shared, shared), (shared, Out(5.0)), (Out(3.0), Out(7.0))]:
+        torch.testing.assert_close(c(x, a, b), f(x, a, b))
