@@ -70,11 +70,6 @@ bool Interpreter::enters_for_real(nb::handle mgr) const {
   std::string module = attr_string(type, "__module__");
   std::string name = attr_string(type, "__qualname__");
   if (module == "torch.autograd.grad_mode") return name == "no_grad" || name == "enable_grad";
-  // autocast: the casts it inserts are recorded as ops of the graph.
-  if (module == "torch.amp.autocast_mode" || module == "torch.cpu.amp.autocast_mode" ||
-      module == "torch.cuda.amp.autocast_mode") {
-    return name == "autocast";
-  }
   return module == "contextlib" && name == "nullcontext";
 }
 
