@@ -1,0 +1,72 @@
+/// \file
+/// The interpreter's attribute stores: on objects the frame made (directly, or through their
+/// class's __setattr__, inlined), and on objects from outside it, done for real, recorded for
+/// replay and undone when the interpreter stops (side_effects.h).
+#include "capture/interpreter_internal.h"
+
+namespace nb = nanobind;
+
+namespace ember::capture {
+
+const Interpreter::Store* Interpreter::find_store(nb::handle obj, PyObject* name) const {
+  for (const Store& s : stores_) {
+    if (s.obj.ptr() == obj.ptr() && PyUnicode_Compare(s.name.ptr(), name) == 0) return &s;
+  }
+  return nullptr;
+}
+
+void Interpreter::store_attr(nb::handle obj, PyObject* name, nb::handle value) {
+  if (!is_fresh(obj)) {
+    store_attr_outside(obj, name, value);
+    return;
+  }
+  if (nb::object m = special_method(obj, "__setattr__"); m.is_valid()) {
+    call(m, {nb::borrow(name), nb::borrow(value)}, {});
+    return;
+  }
+  if (PyObject_SetAttr(obj.ptr(), name, value.ptr()) < 0) throw nb::python_error();
+}
+
+void Interpreter::store_attr_outside(nb::handle obj, PyObject* name, nb::handle value) {
+  // Only a store that lands in the instance dict (no data descriptor, no __setattr__) and whose
+  // object the compiled frame can find again (it has a source) can be replayed.
+  PyTypeObject* t = Py_TYPE(obj.ptr());
+  PyObject* descr = _PyType_Lookup(t, name);
+  int source = source_of(obj);
+  nb::object dict = nb::steal(PyObject_GenericGetDict(obj.ptr(), nullptr));
+  if (!dict.is_valid()) PyErr_Clear();
+  EMBER_UNSUPPORTED(source >= 0 && t->tp_setattro == PyObject_GenericSetAttr &&
+                    (descr == nullptr || Py_TYPE(descr)->tp_descr_set == nullptr) &&
+                    dict.is_valid() && !PyType_Check(obj.ptr()) && !PyModule_Check(obj.ptr()))
+      << "setting attribute '" << nb::cast<std::string>(nb::handle(name)) << "' of a "
+      << type_name_of(obj) << " at " << location();
+  Store* s = const_cast<Store*>(find_store(obj, name));
+  if (s == nullptr) {
+    Store added;
+    added.obj = nb::borrow(obj);
+    added.name = nb::borrow(name);
+    PyObject* original = PyDict_GetItemWithError(dict.ptr(), name);
+    if (original == nullptr && PyErr_Occurred()) throw nb::python_error();
+    added.original = original != nullptr ? nb::borrow(original) : nb::object();
+    added.source = source;
+    stores_.push_back(std::move(added));
+    s = &stores_.back();
+  }
+  s->value = nb::borrow(value);
+  if (PyDict_SetItem(dict.ptr(), name, value.ptr()) < 0) throw nb::python_error();
+}
+
+void Interpreter::undo_stores() {
+  for (auto it = stores_.rbegin(); it != stores_.rend(); ++it) {
+    nb::object dict = nb::steal(PyObject_GenericGetDict(it->obj.ptr(), nullptr));
+    if (!dict.is_valid()) {
+      PyErr_Clear();
+      continue;
+    }
+    int r = it->original.is_valid() ? PyDict_SetItem(dict.ptr(), it->name.ptr(), it->original.ptr())
+                                    : PyDict_DelItem(dict.ptr(), it->name.ptr());
+    if (r < 0) PyErr_Clear();
+  }
+}
+
+}  // namespace ember::capture
