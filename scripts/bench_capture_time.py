@@ -6,7 +6,8 @@ eager's first call. ember.compile: graphs, and breaks counted as ember.explain c
 (graph breaks plus frames run eagerly), from the compile records of its first call; capture
 time is the time its interpreter spends tracing the frames (`capture_seconds`; ember's own
 compile of the graph, kernels included, is not counted, as Dynamo's eager backend compiles
-nothing). Every model runs in inference under torch.no_grad().
+nothing; the tracer's meta-result cache is emptied before each model). Every model runs in
+inference under torch.no_grad().
 
     python scripts/bench_capture_time.py [--only mlp,nanogpt,...] [--size small|full]
         [--device cpu|cuda] [--json out.json]
@@ -49,6 +50,8 @@ def measure(name: str, size: str, device: str) -> dict:
     torch._dynamo.reset()
     dyn = first_call(torch.compile(wl.model, backend="eager"), wl.args, wl.kwargs) - eager
     torch._dynamo.reset()
+    if hasattr(ember._C, "clear_meta_cache"):
+        ember._C.clear_meta_cache()  # per model: no meta results from the models before it
     before = len(ember.capture.records())
     first_call(ember.compile(wl.model), wl.args, wl.kwargs)
     recs = ember.capture.records()[before:]

@@ -7,6 +7,7 @@
 #include "python/torch_caster.h"
 #include "support/error.h"
 #include "tracer/dispatch.h"
+#include "tracer/meta_cache.h"
 #include "tracer/trace_session.h"
 
 namespace nb = nanobind;
@@ -27,6 +28,9 @@ graph::InputKind parse_kind(const std::string& kind) {
 
 void bind_tracer(nb::module_& m) {
   tracer::register_tracer_kernels();
+  m.def("clear_meta_cache", &tracer::clear_meta_cache,
+        "Empties the tracer's cache of meta-kernel results (for measurements).");
+  m.def("meta_cache_size", &tracer::meta_cache_size, "Entries in the meta-kernel result cache.");
   using tracer::TraceSession;
   nb::class_<TraceSession>(m, "TraceSession",
                            "Records the ATen ops run on tracer tensors into a Graph. Use:\n"

@@ -14,6 +14,7 @@
 #include "graph/verifier.h"
 #include "support/error.h"
 #include "tracer/convert.h"
+#include "tracer/meta_cache.h"
 #include "tracer/tracer_tensor.h"
 
 namespace ember::tracer {
@@ -410,7 +411,7 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
   {
     at::AutoDispatchBelowADInplaceOrView below_autograd;
     try {
-      op.callBoxed(&meta_stack);
+      call_meta_cached(op, meta_stack);
     } catch (const c10::NotImplementedError&) {
       meta_stack = run_on_zeros(op, c10::ArrayRef<c10::IValue>(stack->data() + base, num_args));
     }
