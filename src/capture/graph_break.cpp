@@ -109,6 +109,7 @@ struct TemplateBuilder {
       }
       if (PyErr_Occurred()) throw nb::python_error();
       t.items.push_back(dict_of(items));
+      t.base = nb::borrow(reinterpret_cast<PyObject*>(base));
     }
     return t;
   }

@@ -479,10 +479,7 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
 nb::object Interpreter::module_dict_view(nb::object module, std::string_view what,
                                          const std::string& where) {
   int source = source_of(module);
-  static PyObject* module_dict = [] {
-    nb::object m = checked(PyImport_ImportModule("torch.nn"));
-    return checked(PyObject_GetAttrString(m.ptr(), "ModuleDict")).release().ptr();
-  }();
+  static PyObject* module_dict = imported("torch.nn", "ModuleDict");
   int is_dict = PyObject_IsInstance(module.ptr(), module_dict);
   if (is_dict < 0) throw nb::python_error();
   EMBER_UNSUPPORTED(source >= 0 && is_dict == 1)

@@ -145,9 +145,8 @@ bool Interpreter::step_exceptions(Frame& fr, const Instr& in) {
         nb::object mode = checked(PyObject_GetAttrString(mgr.ptr(), "mode"));
         EMBER_UNSUPPORTED(mode.ptr() == Py_True)
             << "a with block over inference_mode(False) at " << location();
-        nb::object m = checked(PyImport_ImportModule("torch"));
-        nb::object no_grad = checked(PyObject_GetAttrString(m.ptr(), "no_grad"));
-        mgr = checked(PyObject_CallNoArgs(no_grad.ptr()));
+        static PyObject* no_grad = imported("torch", "no_grad");
+        mgr = checked(PyObject_CallNoArgs(no_grad));
       }
       bool real = enters_for_real(mgr);
       nb::object enter = checked(PyObject_GetAttrString(mgr.ptr(), "__enter__"));

@@ -80,8 +80,15 @@ inline std::string type_name_of(nanobind::handle v) {
 /// time: tensors, numbers, strings, builtin containers, slices, torch.Size, dtype and device.
 bool is_plain_value(nanobind::handle v);
 
+/// `module`.`name`, imported once and kept for the process (a type or function capture
+/// compares against).
+PyObject* imported(const char* module, const char* name);
+
 /// torch.nn.Module.
 PyObject* module_type();
+
+/// Whether `v` is an enum member (enum.Enum).
+bool is_enum_member(nanobind::handle v);
 
 /// Whether `m` is an nn.Module instance.
 bool is_nn_module(nanobind::handle m);

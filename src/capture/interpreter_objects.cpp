@@ -19,11 +19,7 @@ namespace ember::capture {
 namespace {
 
 PyTypeObject* ordered_dict_type() {
-  static PyTypeObject* t = [] {
-    nb::object m = checked(PyImport_ImportModule("collections"));
-    return reinterpret_cast<PyTypeObject*>(
-        checked(PyObject_GetAttrString(m.ptr(), "OrderedDict")).release().ptr());
-  }();
+  static auto* t = reinterpret_cast<PyTypeObject*>(imported("collections", "OrderedDict"));
   return t;
 }
 
@@ -158,10 +154,7 @@ nb::object Interpreter::deep_copy(nb::handle v) {
   int budget = 100000;
   EMBER_UNSUPPORTED(is_plain_data(v.ptr(), budget))
       << "copy.deepcopy of a " << type_name_of(v) << " that is not plain data at " << location();
-  static PyObject* deepcopy = [] {
-    nb::object m = checked(PyImport_ImportModule("copy"));
-    return checked(PyObject_GetAttrString(m.ptr(), "deepcopy")).release().ptr();
-  }();
+  static PyObject* deepcopy = imported("copy", "deepcopy");
   bool all_fresh = true;
   for_each_mutable(v.ptr(), [&](PyObject* o) { all_fresh = all_fresh && is_fresh(o); });
   if (!all_fresh) {

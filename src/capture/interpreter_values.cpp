@@ -10,20 +10,25 @@ namespace nb = nanobind;
 
 namespace ember::capture {
 
-namespace {
-
-PyObject* torch_attr(const char* module, const char* name) {
+PyObject* imported(const char* module, const char* name) {
   nb::object m = checked(PyImport_ImportModule(module));
   return checked(PyObject_GetAttrString(m.ptr(), name)).release().ptr();  // kept for the process
 }
 
+bool is_enum_member(nb::handle v) {
+  static PyObject* enum_type = imported("enum", "Enum");
+  return PyObject_TypeCheck(v.ptr(), reinterpret_cast<PyTypeObject*>(enum_type));
+}
+
+namespace {
+
 PyObject* parameter_type() {
-  static PyObject* t = torch_attr("torch.nn", "Parameter");
+  static PyObject* t = imported("torch.nn", "Parameter");
   return t;
 }
 
 PyObject* size_type() {
-  static PyObject* t = torch_attr("torch", "Size");
+  static PyObject* t = imported("torch", "Size");
   return t;
 }
 
@@ -37,9 +42,9 @@ bool isinstance(nb::handle v, PyObject* type) {
 /// An nn.ModuleList, Sequential or ParameterList, or a subclass that indexes, iterates and
 /// measures itself as they do.
 bool is_indexed_nn_container(nb::handle v) {
-  static PyObject* const kBases[] = {torch_attr("torch.nn", "ModuleList"),
-                                     torch_attr("torch.nn", "Sequential"),
-                                     torch_attr("torch.nn", "ParameterList")};
+  static PyObject* const kBases[] = {imported("torch.nn", "ModuleList"),
+                                     imported("torch.nn", "Sequential"),
+                                     imported("torch.nn", "ParameterList")};
   PyTypeObject* t = Py_TYPE(v.ptr());
   for (PyObject* base : kBases) {
     if (reinterpret_cast<PyObject*>(t) == base) return true;
@@ -69,7 +74,7 @@ bool is_tracer(nb::handle v) {
 }
 
 PyObject* module_type() {
-  static PyObject* t = torch_attr("torch.nn", "Module");
+  static PyObject* t = imported("torch.nn", "Module");
   return t;
 }
 
@@ -91,11 +96,7 @@ bool is_plain_value(nb::handle v) {
   if (Py_TYPE(o) == reinterpret_cast<PyTypeObject*>(size_type())) return true;
   std::string_view n(Py_TYPE(o)->tp_name);
   if (n.substr(0, 19) == "torch.return_types.") return true;  // (values, indices) structseqs
-  static PyObject* enum_type = [] {
-    nb::object m = checked(PyImport_ImportModule("enum"));
-    return checked(PyObject_GetAttrString(m.ptr(), "Enum")).release().ptr();
-  }();
-  if (PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(enum_type))) return true;
+  if (is_enum_member(v)) return true;
   return n == "torch.dtype" || n == "torch.device" || n == "torch.layout" ||
          n == "torch.memory_format" || n == "dict_keys" || n == "dict_values" ||
          n == "dict_items" || n == "odict_keys" || n == "odict_values" || n == "odict_items" ||

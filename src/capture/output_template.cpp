@@ -2,8 +2,6 @@
 
 #include <torch/csrc/autograd/python_variable.h>
 
-#include "capture/interpreter_internal.h"
-
 namespace nb = nanobind;
 
 namespace ember::capture {
@@ -78,7 +76,7 @@ nb::object build_output(const OutputTemplate& t, const std::vector<at::Tensor>& 
       nb::object dict = nb::steal(PyObject_GenericGetDict(obj.ptr(), nullptr));
       if (!dict.is_valid() || PyDict_Update(dict.ptr(), attrs.ptr()) < 0) throw nb::python_error();
       if (t.items.size() > 1) {
-        PyTypeObject* base = rebuildable_object_type(obj);
+        auto* base = reinterpret_cast<PyTypeObject*>(t.base.ptr());
         nb::object items = build_output(t.items[1], outs, values, memo);
         PyObject* key = nullptr;
         PyObject* value = nullptr;

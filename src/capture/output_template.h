@@ -37,6 +37,9 @@ struct OutputTemplate {
   /// Tuple, List, Dict: the items; BoundMethod: its self; Object: a Dict of its attributes,
   /// then (for a dict subclass) a Dict of its items.
   std::vector<OutputTemplate> items;
+  /// Object of a dict subclass: its static base (dict or OrderedDict), whose item assignment
+  /// sets the items without running the class's own __setitem__.
+  nanobind::object base;
 };
 
 /// Builds the value `t` describes, from the graph's outputs and the call's source values.

@@ -28,14 +28,6 @@ bool is_identity_atom(PyObject* v) {
   return PyType_Check(v) || PyFunction_Check(v) || PyCFunction_Check(v) || PyModule_Check(v);
 }
 
-bool is_enum_member(PyObject* v) {
-  static PyObject* enum_type = [] {
-    nb::object m = checked(PyImport_ImportModule("enum"));
-    return checked(PyObject_GetAttrString(m.ptr(), "Enum")).release().ptr();
-  }();
-  return PyObject_TypeCheck(v, reinterpret_cast<PyTypeObject*>(enum_type));
-}
-
 /// A plain class's instance that copies like any object (no copy or pickle hooks of its own).
 bool is_plain_object(PyObject* v) {
   if (rebuildable_object_type(v) != &PyBaseObject_Type) return false;
