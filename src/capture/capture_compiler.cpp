@@ -76,7 +76,7 @@ struct Attempt {
 };
 
 std::unique_ptr<Attempt> run_attempt(const FrameView& f, const InterpreterOptions& iopts,
-                                     int stop_at) {
+                                     int stop_at, int64_t stop_count = -1) {
   auto a = std::make_unique<Attempt>();
   a->guards.set_global_state(GlobalState::current());
   a->session->set_strict_constants(true);
@@ -84,7 +84,7 @@ std::unique_ptr<Attempt> run_attempt(const FrameView& f, const InterpreterOption
   a->session->enter();
   try {
     try {
-      a->value = a->interp->run(f, stop_at);
+      a->value = a->interp->run(f, stop_at, stop_count);
     } catch (nb::python_error&) {
       a->session->rethrow_pending_error();
       throw;
@@ -200,7 +200,9 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
       if (options_.fullgraph && b.data_dependent()) throw DataDependentError(b.what());
       if (options_.fullgraph) throw Unsupported(b.what());
       break_reason = b.what();
-      a = run_attempt(f, iopts, b.pc());
+      a = b.nested() ? run_attempt(f, iopts, -1, b.count()) : run_attempt(f, iopts, b.pc());
+      EMBER_INTERNAL_ASSERT(a->interp->stop_state().pc >= 0)
+          << "the capture did not stop at its graph break";
       capture_done();
     }
     std::vector<at::Tensor> tensors;
@@ -253,6 +255,10 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
         throw Unsupported(break_reason + " (no graph break there: " + e.what() + ")");
       }
       generated_codes().insert(code.code.ptr());
+      for (const nb::object& c : code.generated) {
+        generated_codes().insert(c.ptr());
+        memo_keepalive_.push_back(c);
+      }
       rec.graph_break = true;
       rec.reason = break_reason;
       if (log_enabled("graph_breaks") || log_enabled("breaks")) {

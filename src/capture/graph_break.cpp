@@ -337,15 +337,22 @@ bool is_local_op(Op op) {
          op == Op::MAKE_CELL;
 }
 
-/// The resume function continuing `bc` at instruction `target` with `depth` stack values.
-nb::object build_resume(PyCodeObject* co, PyObject* globals, const bytecode::Code& bc,
-                        const StopState& state, int target, int depth, int kept) {
+/// The resume function continuing `bc` at instruction `target` with `depth` stack values, of
+/// which the bottom `kept` are `stack`'s (a NULL among them is pushed by the resume function,
+/// not passed) and the rest are passed; then the bound `locals`. `stop_pc`: where it stopped.
+nb::object build_resume(PyCodeObject* co, PyObject* globals, const bytecode::Code& bc, int stop_pc,
+                        const std::vector<nb::object>& stack, const std::vector<nb::object>& locals,
+                        int target, int depth, int kept) {
+  auto is_null = [&](int i) { return i < kept && !stack[static_cast<size_t>(i)].is_valid(); };
   std::vector<std::string> names;
-  std::vector<int> new_slot(state.locals.size(), -1);
-  for (int i = 0; i < depth; ++i) names.push_back("__ember_stack" + std::to_string(i));
+  std::vector<int> new_slot(locals.size(), -1);
+  for (int i = 0; i < depth; ++i) {
+    if (!is_null(i)) names.push_back("__ember_stack" + std::to_string(i));
+  }
+  const int passed = static_cast<int>(names.size());
   std::vector<int> bound;
-  for (size_t j = 0; j < state.locals.size(); ++j) {
-    if (state.locals[j].is_valid()) bound.push_back(static_cast<int>(j));
+  for (size_t j = 0; j < locals.size(); ++j) {
+    if (locals[j].is_valid()) bound.push_back(static_cast<int>(j));
   }
   auto local_name = [&](size_t j) {
     return std::string(
@@ -355,7 +362,7 @@ nb::object build_resume(PyCodeObject* co, PyObject* globals, const bytecode::Cod
     new_slot[static_cast<size_t>(j)] = static_cast<int>(names.size());
     names.push_back(local_name(static_cast<size_t>(j)));
   }
-  for (size_t j = 0; j < state.locals.size(); ++j) {
+  for (size_t j = 0; j < locals.size(); ++j) {
     if (new_slot[j] < 0) {
       new_slot[j] = static_cast<int>(names.size());
       names.push_back(local_name(j));
@@ -366,7 +373,7 @@ nb::object build_resume(PyCodeObject* co, PyObject* globals, const bytecode::Cod
   out.minor = bc.minor;
   // The frame's cell variables are cells again (their contents are arguments, or unbound).
   std::vector<std::string> cells;
-  for (size_t j = 0; j < state.locals.size(); ++j) {
+  for (size_t j = 0; j < locals.size(); ++j) {
     if (is_cell_slot(co, static_cast<int>(j))) {
       out.instrs.push_back(make(Op::MAKE_CELL, new_slot[j], pos));
       cells.push_back(local_name(j));
@@ -374,17 +381,20 @@ nb::object build_resume(PyCodeObject* co, PyObject* globals, const bytecode::Cod
   }
   out.instrs.push_back(make(Op::RESUME, 0, pos));
   // A loop's iterator arrives as the list of what it had left (TemplateBuilder): iterate it.
-  for (size_t j = 0; j < state.locals.size(); ++j) {
-    if (state.locals[j].is_valid() && is_builtin_iterator(state.locals[j].ptr())) {
+  for (size_t j = 0; j < locals.size(); ++j) {
+    if (locals[j].is_valid() && is_builtin_iterator(locals[j].ptr())) {
       out.instrs.push_back(make(Op::LOAD_FAST, new_slot[j], pos));
       out.instrs.push_back(make(Op::GET_ITER, 0, pos));
       out.instrs.push_back(make(Op::STORE_FAST, new_slot[j], pos));
     }
   }
-  for (int i = 0; i < depth; ++i) {
-    out.instrs.push_back(make(Op::LOAD_FAST, i, pos));
-    if (i < kept && state.stack[static_cast<size_t>(i)].is_valid() &&
-        is_builtin_iterator(state.stack[static_cast<size_t>(i)].ptr())) {
+  for (int i = 0, arg = 0; i < depth; ++i) {
+    if (is_null(i)) {
+      out.instrs.push_back(make(Op::PUSH_NULL, 0, pos));
+      continue;
+    }
+    out.instrs.push_back(make(Op::LOAD_FAST, arg++, pos));
+    if (i < kept && is_builtin_iterator(stack[static_cast<size_t>(i)].ptr())) {
       out.instrs.push_back(make(Op::GET_ITER, 0, pos));
     }
   }
@@ -406,13 +416,13 @@ nb::object build_resume(PyCodeObject* co, PyObject* globals, const bytecode::Cod
   bytecode::AssembleOptions opts;
   opts.varnames = varnames.ptr();
   opts.cellvars = cellvars.ptr();
-  opts.argcount = depth + static_cast<int>(bound.size());
+  opts.argcount = passed + static_cast<int>(bound.size());
   opts.posonlyargcount = 0;
   opts.kwonlyargcount = 0;
   opts.flags = co->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);
   std::string name =
       std::string("__ember_resume_") + PyUnicode_AsUTF8(co->co_name) + "_at_" +
-      std::to_string(pos.line >= 0 ? pos.line : bc.instrs[static_cast<size_t>(state.pc)].pos.line);
+      std::to_string(pos.line >= 0 ? pos.line : bc.instrs[static_cast<size_t>(stop_pc)].pos.line);
   opts.name = name;
   opts.qualname = name;
   nb::object code = nb::steal(bytecode::assemble(out, co, opts));
@@ -420,6 +430,233 @@ nb::object build_resume(PyCodeObject* co, PyObject* globals, const bytecode::Cod
   nb::object fn = nb::steal(PyFunction_New(code.ptr(), globals));
   if (!fn.is_valid()) throw nb::python_error();
   return fn;
+}
+
+/// Emits the break instruction `brk` (run by CPython), then for each continuation (one; two
+/// for a conditional jump) a tail that returns resume(*stack, *locals): the `after` values on
+/// the stack, then the locals in slots `local_slots`.
+void emit_break_and_tails(bytecode::Code& out, Consts& consts, const Instr& brk, int after,
+                          const std::vector<int>& local_slots,
+                          const std::vector<nb::object>& resumes) {
+  const bytecode::Position pos = brk.pos;
+  auto emit = [&](Op op, int arg = 0) {
+    out.instrs.push_back(make(op, arg, pos));
+    return static_cast<int>(out.instrs.size()) - 1;
+  };
+  Instr again = brk;
+  again.handler = -1;
+  out.instrs.push_back(again);
+  const int jump_index = static_cast<int>(out.instrs.size()) - 1;
+  auto tail = [&](nb::handle resume) {
+    int first = emit(Op::BUILD_TUPLE, after);
+    for (int j : local_slots) emit(Op::LOAD_FAST, j);
+    emit(Op::BUILD_TUPLE, static_cast<int>(local_slots.size()));
+    emit(Op::BINARY_OP, 0);  // NB_ADD: stack values + locals
+    int fn = consts.add(resume);
+    if (kNullBeforeCallable) {
+      emit(Op::PUSH_NULL);
+      emit(Op::SWAP, 2);
+      emit(Op::LOAD_CONST, fn);
+      emit(Op::SWAP, 2);
+    } else {
+      emit(Op::LOAD_CONST, fn);
+      emit(Op::SWAP, 2);
+      emit(Op::PUSH_NULL);
+      emit(Op::SWAP, 2);
+    }
+    emit(Op::CALL_FUNCTION_EX, 0);
+    emit(Op::RETURN_VALUE);
+    return first;
+  };
+  tail(resumes[0]);
+  if (resumes.size() > 1) out.instrs[static_cast<size_t>(jump_index)].target = tail(resumes[1]);
+}
+
+/// The stack depth after the break instruction of a frame stopped with `depth` values, and how
+/// many of them stay below its result; refuses a NULL among those (a resume function's
+/// arguments can not be NULL).
+std::pair<int, int> depth_after_break(const Instr& brk, const std::vector<nb::object>& stack) {
+  const int after = depth_after(brk, static_cast<int>(stack.size()));
+  const bool pushes =
+      !(brk.op == Op::POP_JUMP_IF_TRUE || brk.op == Op::POP_JUMP_IF_FALSE ||
+        brk.op == Op::STORE_ATTR || brk.op == Op::STORE_SUBSCR || brk.op == Op::DELETE_SUBSCR);
+  const int kept = after - (pushes ? 1 : 0);
+  for (int i = 0; i < kept; ++i) {
+    EMBER_UNSUPPORTED(stack[static_cast<size_t>(i)].is_valid())
+        << "a graph break with a pending call below it on the stack";
+  }
+  return {after, kept};
+}
+
+/// The resume functions after the break instruction of a frame stopped at `pc`.
+std::vector<nb::object> break_resumes(PyCodeObject* co, PyObject* globals, const bytecode::Code& bc,
+                                      int pc, const std::vector<nb::object>& stack,
+                                      const std::vector<nb::object>& locals) {
+  const Instr& brk = bc.instrs[static_cast<size_t>(pc)];
+  auto [after, kept] = depth_after_break(brk, stack);
+  std::vector<nb::object> resumes;
+  resumes.push_back(build_resume(co, globals, bc, pc, stack, locals, pc + 1, after, kept));
+  if (brk.op == Op::POP_JUMP_IF_TRUE || brk.op == Op::POP_JUMP_IF_FALSE) {
+    resumes.push_back(build_resume(co, globals, bc, pc, stack, locals, brk.target, after, kept));
+  }
+  return resumes;
+}
+
+/// The name of a function made from `co` for a break at `line`.
+std::string generated_name(const char* what, PyCodeObject* co, int line) {
+  return std::string(what) + PyUnicode_AsUTF8(co->co_name) + "_at_" + std::to_string(line);
+}
+
+/// The innermost frame of a nested break, as a function of its stack (NULLs pushed, not passed)
+/// and bound locals: runs the break instruction, then returns what the resume function after it
+/// returns (the frame's return value). It is made from the frame's own code object (its names
+/// and constants) and must run as it is: `generated` receives its code.
+nb::object build_trampoline(const FrameState& s, BreakCode& result) {
+  PyCodeObject* co = reinterpret_cast<PyCodeObject*>(s.code.ptr());
+  const bytecode::Code& bc = *decoded(co);
+  const Instr& brk = bc.instrs[static_cast<size_t>(s.pc)];
+  const int after = depth_after_break(brk, s.stack).first;
+  std::vector<nb::object> resumes = break_resumes(co, s.globals.ptr(), bc, s.pc, s.stack, s.locals);
+  std::vector<std::string> names;
+  for (size_t i = 0; i < s.stack.size(); ++i) {
+    if (s.stack[i].is_valid()) names.push_back("__ember_stack" + std::to_string(i));
+  }
+  std::vector<int> local_slots;
+  for (size_t j = 0; j < s.locals.size(); ++j) {
+    if (!s.locals[j].is_valid()) continue;
+    local_slots.push_back(static_cast<int>(names.size()));
+    names.emplace_back(
+        PyUnicode_AsUTF8(PyTuple_GET_ITEM(co->co_localsplusnames, static_cast<Py_ssize_t>(j))));
+  }
+  bytecode::Code out;
+  out.minor = bc.minor;
+  out.instrs.push_back(make(Op::RESUME, 0, brk.pos));
+  for (size_t i = 0, arg = 0; i < s.stack.size(); ++i) {
+    out.instrs.push_back(s.stack[i].is_valid()
+                             ? make(Op::LOAD_FAST, static_cast<int>(arg++), brk.pos)
+                             : make(Op::PUSH_NULL, 0, brk.pos));
+  }
+  Consts consts(co->co_consts);
+  emit_break_and_tails(out, consts, brk, after, local_slots, resumes);
+  nb::object varnames = nb::steal(tuple_of_strings(names));
+  nb::object none = nb::steal(PyTuple_New(0));
+  nb::object const_tuple = consts.tuple();
+  bytecode::AssembleOptions opts;
+  opts.consts = const_tuple.ptr();
+  opts.varnames = varnames.ptr();
+  opts.cellvars = none.ptr();
+  opts.freevars = none.ptr();
+  opts.argcount = static_cast<int>(names.size());
+  opts.posonlyargcount = 0;
+  opts.kwonlyargcount = 0;
+  opts.flags = co->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);
+  std::string name = generated_name("__ember_break_", co, brk.pos.line);
+  opts.name = name;
+  opts.qualname = name;
+  nb::object code = nb::steal(bytecode::assemble(out, co, opts));
+  if (!code.is_valid()) throw nb::python_error();
+  nb::object fn = nb::steal(PyFunction_New(code.ptr(), s.globals.ptr()));
+  if (!fn.is_valid()) throw nb::python_error();
+  result.generated.push_back(code);
+  for (auto& r : resumes) result.resumes.push_back(r);
+  return fn;
+}
+
+/// build_break_code for a nested stop: the segment, then the innermost frame's trampoline, then
+/// each caller's resume function after its CALL with the callee's return value, innermost
+/// caller first; the top frame returns what its own resume function returns.
+BreakCode build_nested_break_code(PyCodeObject* co, PyObject* globals, const bytecode::Code& bc,
+                                  const StopState& state, nb::handle segment) {
+  std::vector<FrameState> levels;
+  levels.push_back(FrameState{nb::borrow(reinterpret_cast<PyObject*>(co)), nb::borrow(globals),
+                              state.pc, state.stack, state.locals});
+  for (const FrameState& s : state.inner) levels.push_back(s);
+  BreakCode result;
+  nb::object trampoline = build_trampoline(levels.back(), result);
+  std::vector<nb::object> continuations(levels.size());
+  for (size_t i = 0; i + 1 < levels.size(); ++i) {
+    const FrameState& s = levels[i];
+    auto* c = reinterpret_cast<PyCodeObject*>(s.code.ptr());
+    const int below = static_cast<int>(s.stack.size());
+    continuations[i] = build_resume(c, s.globals.ptr(), *decoded(c), s.pc, s.stack, s.locals,
+                                    s.pc + 1, below + 1, below);
+    result.resumes.push_back(continuations[i]);
+  }
+  continuations.back() = trampoline;
+  // Each level's values in the segment's tuple (state_templates' order).
+  std::vector<int> first(levels.size());
+  for (size_t i = 0, k = 0; i < levels.size(); ++i) {
+    first[i] = static_cast<int>(k);
+    for (const auto& v : levels[i].stack) k += v.is_valid() ? 1 : 0;
+    for (const auto& v : levels[i].locals) k += v.is_valid() ? 1 : 0;
+  }
+
+  const bytecode::Position pos = bc.instrs[static_cast<size_t>(state.pc)].pos;
+  const int nargs = num_arg_slots(co);
+  const int tmp = static_cast<int>(state.locals.size());
+  const int ret = tmp + 1;
+  Consts consts(co->co_consts);
+  bytecode::Code out;
+  out.minor = bc.minor;
+  auto emit = [&](Op op, int arg = 0) { out.instrs.push_back(make(op, arg, pos)); };
+  auto push_callable = [&](nb::handle fn) {
+    if (kNullBeforeCallable) emit(Op::PUSH_NULL);
+    emit(Op::LOAD_CONST, consts.add(fn));
+    if (!kNullBeforeCallable) emit(Op::PUSH_NULL);
+  };
+  auto push_item = [&](int k) {
+    emit(Op::LOAD_FAST, tmp);
+    emit(Op::LOAD_CONST, consts.add_int(k));
+    emit(Op::BINARY_SUBSCR);
+  };
+  emit(Op::RESUME, 0);
+  push_callable(segment);
+  for (int i = 0; i < nargs; ++i) emit(Op::LOAD_FAST, i);
+  emit(Op::CALL, nargs);
+  emit(Op::STORE_FAST, tmp);
+  for (size_t i = levels.size(); i-- > 0;) {
+    const FrameState& s = levels[i];
+    const bool innermost = i + 1 == levels.size();
+    push_callable(continuations[i]);
+    int k = first[i];
+    int argc = 0;
+    for (const auto& v : s.stack) {
+      if (!v.is_valid()) continue;
+      push_item(k++);
+      ++argc;
+    }
+    if (!innermost) {
+      emit(Op::LOAD_FAST, ret);
+      ++argc;
+    }
+    for (const auto& v : s.locals) {
+      if (!v.is_valid()) continue;
+      push_item(k++);
+      ++argc;
+    }
+    emit(Op::CALL, argc);
+    emit(i == 0 ? Op::RETURN_VALUE : Op::STORE_FAST, i == 0 ? 0 : ret);
+  }
+
+  std::vector<std::string> names;
+  for (size_t j = 0; j < state.locals.size(); ++j) {
+    names.emplace_back(
+        PyUnicode_AsUTF8(PyTuple_GET_ITEM(co->co_localsplusnames, static_cast<Py_ssize_t>(j))));
+  }
+  names.push_back("__ember_tmp");
+  names.push_back("__ember_ret");
+  nb::object varnames = nb::steal(tuple_of_strings(names));
+  nb::object const_tuple = consts.tuple();
+  bytecode::AssembleOptions opts;
+  opts.consts = const_tuple.ptr();
+  opts.varnames = varnames.ptr();
+  opts.argcount = nargs;
+  opts.posonlyargcount = 0;
+  opts.kwonlyargcount = 0;
+  opts.flags = co->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);
+  result.code = nb::steal(bytecode::assemble(out, co, opts));
+  if (!result.code.is_valid()) throw nb::python_error();
+  return result;
 }
 
 }  // namespace
@@ -435,6 +672,14 @@ std::vector<OutputTemplate> state_templates(const StopState& state, const Interp
   }
   for (const nb::object& v : state.locals) {
     if (v.is_valid()) out.push_back(b.of(v));
+  }
+  for (const FrameState& level : state.inner) {
+    for (const nb::object& v : level.stack) {
+      if (v.is_valid()) out.push_back(b.of(v));
+    }
+    for (const nb::object& v : level.locals) {
+      if (v.is_valid()) out.push_back(b.of(v));
+    }
   }
   b.iterators_as_lists = false;
   stores = b.stores();
@@ -463,25 +708,12 @@ nb::object make_segment_callable(std::shared_ptr<Segment> segment) {
 
 BreakCode build_break_code(PyCodeObject* co, PyObject* globals, const bytecode::Code& bc,
                            const StopState& state, nb::handle segment) {
+  if (!state.inner.empty()) return build_nested_break_code(co, globals, bc, state, segment);
   const Instr& brk = bc.instrs[static_cast<size_t>(state.pc)];
   const bytecode::Position pos = brk.pos;
-  const int depth = static_cast<int>(state.stack.size());
-  const int after = depth_after(brk, depth);
-  // NULLs left on the stack after the instruction can not be passed to the resume function.
-  const bool pushes =
-      !(brk.op == Op::POP_JUMP_IF_TRUE || brk.op == Op::POP_JUMP_IF_FALSE ||
-        brk.op == Op::STORE_ATTR || brk.op == Op::STORE_SUBSCR || brk.op == Op::DELETE_SUBSCR);
-  const int kept = after - (pushes ? 1 : 0);
-  for (int i = 0; i < kept; ++i) {
-    EMBER_UNSUPPORTED(state.stack[static_cast<size_t>(i)].is_valid())
-        << "a graph break with a pending call below it on the stack";
-  }
-  const bool is_jump = brk.op == Op::POP_JUMP_IF_TRUE || brk.op == Op::POP_JUMP_IF_FALSE;
+  const int after = depth_after_break(brk, state.stack).first;
   BreakCode result;
-  result.resumes.push_back(build_resume(co, globals, bc, state, state.pc + 1, after, kept));
-  if (is_jump) {
-    result.resumes.push_back(build_resume(co, globals, bc, state, brk.target, after, kept));
-  }
+  result.resumes = break_resumes(co, globals, bc, state.pc, state.stack, state.locals);
 
   const int nargs = num_arg_slots(co);
   const int tmp = static_cast<int>(state.locals.size());  // a new local after the others
@@ -523,33 +755,7 @@ BreakCode build_break_code(PyCodeObject* co, PyObject* globals, const bytecode::
     }
   }
   emit(Op::DELETE_FAST, tmp);
-  Instr again = brk;
-  again.handler = -1;
-  out.instrs.push_back(again);
-  const int jump_index = static_cast<int>(out.instrs.size()) - 1;
-  auto tail = [&](nb::handle resume) {
-    int first = emit(Op::BUILD_TUPLE, after);
-    for (int j : bound) emit(Op::LOAD_FAST, j);
-    emit(Op::BUILD_TUPLE, static_cast<int>(bound.size()));
-    emit(Op::BINARY_OP, 0);  // NB_ADD: stack values + locals
-    int fn = consts.add(resume);
-    if (kNullBeforeCallable) {
-      emit(Op::PUSH_NULL);
-      emit(Op::SWAP, 2);
-      emit(Op::LOAD_CONST, fn);
-      emit(Op::SWAP, 2);
-    } else {
-      emit(Op::LOAD_CONST, fn);
-      emit(Op::SWAP, 2);
-      emit(Op::PUSH_NULL);
-      emit(Op::SWAP, 2);
-    }
-    emit(Op::CALL_FUNCTION_EX, 0);
-    emit(Op::RETURN_VALUE);
-    return first;
-  };
-  tail(result.resumes[0]);
-  if (is_jump) out.instrs[static_cast<size_t>(jump_index)].target = tail(result.resumes[1]);
+  emit_break_and_tails(out, consts, brk, after, bound, result.resumes);
 
   std::vector<std::string> names;
   for (size_t j = 0; j < state.locals.size(); ++j) {

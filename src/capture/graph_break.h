@@ -69,6 +69,7 @@ nanobind::object make_segment_callable(std::shared_ptr<Segment> segment);
 struct BreakCode {
   nanobind::object code;
   std::vector<nanobind::object> resumes;
+  std::vector<nanobind::object> generated;  ///< code objects that must run as they are
 };
 BreakCode build_break_code(PyCodeObject* co, PyObject* globals, const bytecode::Code& bc,
                            const StopState& state, nanobind::handle segment);

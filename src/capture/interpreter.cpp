@@ -177,8 +177,14 @@ std::string Interpreter::location() const {
   return out;
 }
 
-nb::object Interpreter::run(const FrameView& f, int stop_at) {
+namespace {
+/// Unwinds the interpreter from a nested stop (record_nested_stop) to run().
+struct NestedStop {};
+}  // namespace
+
+nb::object Interpreter::run(const FrameView& f, int stop_at, int64_t stop_count) {
   stop_at_ = stop_at;
+  stop_count_ = stop_count;
   // With blocks change grad mode and autocast for real; an interrupted capture must not leave
   // them changed.
   struct RestoreGlobalState {
@@ -226,55 +232,11 @@ nb::object Interpreter::run(const FrameView& f, int stop_at) {
       cell_origin_[PyTuple_GET_ITEM(f.closure, j)] = {-1, slot};
     }
   }
-  return run_frame(fr);
-}
-
-namespace {
-
-/// Whether the top frame can take a graph break at `in`: the break code (graph_break.cpp) knows
-/// its stack effect, and the frame can be resumed after it.
-bool breakable(const Interpreter::Frame& fr, const Instr& in, bool cells_captured) {
-  if (in.handler >= 0) return false;  // inside a try block or a with block
-  if (fr.code->co_nfreevars > 0 || cells_captured) return false;
-  switch (in.op) {
-    case Op::CALL:
-    case Op::CALL_FUNCTION_EX:
-    case Op::POP_JUMP_IF_TRUE:
-    case Op::POP_JUMP_IF_FALSE:
-    case Op::STORE_ATTR:
-    case Op::STORE_SUBSCR:
-    case Op::DELETE_SUBSCR:
-    case Op::BINARY_OP:
-    case Op::COMPARE_OP:
-    case Op::BINARY_SUBSCR:
-    case Op::LOAD_ATTR:
-    case Op::GET_ITER:
-      return true;
-    default:
-      return false;
+  try {
+    return run_frame(fr);
+  } catch (const NestedStop&) {
+    return nb::none();
   }
-}
-
-}  // namespace
-
-bool is_cell_slot(PyCodeObject* co, int i) {
-  constexpr unsigned char kCell = 0x40;  // CO_FAST_CELL (internal/pycore_code.h, 3.11-3.13)
-  return (static_cast<unsigned char>(PyBytes_AS_STRING(co->co_localspluskinds)[i]) & kCell) != 0;
-}
-
-bool Interpreter::cells_captured(const Frame& fr) const {
-  // A function the frame made that closes over one of its cells would keep the old cell when
-  // the resume function makes new ones.
-  for (PyObject* o : fresh_) {
-    if (!PyFunction_Check(o) || PyFunction_GET_CLOSURE(o) == nullptr) continue;
-    PyObject* closure = PyFunction_GET_CLOSURE(o);
-    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(closure); ++k) {
-      for (size_t j = 0; j < fr.locals.size(); ++j) {
-        if (fr.locals[j].ptr() == PyTuple_GET_ITEM(closure, k)) return true;
-      }
-    }
-  }
-  return false;
 }
 
 nb::object Interpreter::run_frame(Frame& fr) {
@@ -291,21 +253,18 @@ nb::object Interpreter::run_frame(Frame& fr) {
     if (fr.top && static_cast<int>(fr.pc) == stop_at_) {
       stop_.pc = stop_at_;
       stop_.stack = fr.stack;
-      stop_.locals = fr.locals;
-      for (size_t j = 0; j < stop_.locals.size(); ++j) {
-        // A cell variable is passed on as its contents (the resume function makes a new cell).
-        nb::object& v = stop_.locals[j];
-        if (is_cell_slot(fr.code, static_cast<int>(j)) && v.is_valid() && PyCell_Check(v.ptr())) {
-          PyObject* contents = PyCell_GET(v.ptr());
-          v = contents != nullptr ? nb::borrow(contents) : nb::object();
-        }
-      }
+      stop_.locals = stopped_locals(fr);
       return nb::none();
+    }
+    if (instructions_ == stop_count_) {
+      EMBER_UNSUPPORTED(!fr.top) << "the capture did not repeat itself up to a nested break";
+      record_nested_stop();
+      throw NestedStop{};
     }
     size_t pc = fr.pc;
     const Instr& in = instrs[fr.pc++];
     fr.line = code_line(fr.code, in);
-    ++instructions_;
+    const int64_t count = instructions_++;
     std::string reason;
     bool data_dependent = false;
     try {
@@ -314,11 +273,11 @@ nb::object Interpreter::run_frame(Frame& fr) {
     } catch (const GraphBreak&) {
       throw;
     } catch (const DataDependentError& e) {
-      if (!fr.top) throw;
+      if (!fr.top && !nestable(fr, in)) throw;
       reason = e.what();
       data_dependent = true;
     } catch (const Unsupported& e) {
-      if (!fr.top) throw;
+      if (!fr.top && !nestable(fr, in)) throw;
       reason = e.what();
     } catch (nb::python_error& e) {
       if (is_program_exception(e)) {
@@ -326,7 +285,7 @@ nb::object Interpreter::run_frame(Frame& fr) {
         catch_exception(fr, in, e);
         continue;
       }
-      if (!fr.top) throw;
+      if (!fr.top && !nestable(fr, in)) throw;
       // A data-dependent call (.item(), .tolist(), bool of a tensor) raises through PyTorch's
       // bindings; ember's own error is the session's pending one.
       std::string msg = e.what();
@@ -344,6 +303,7 @@ nb::object Interpreter::run_frame(Frame& fr) {
       }
       if (reason.empty()) throw;
     }
+    if (!fr.top) throw GraphBreak(reason, static_cast<int>(pc), data_dependent, count);
     if (breakable(fr, in, fr.code->co_ncellvars > 0 && cells_captured(fr))) {
       throw GraphBreak(reason, static_cast<int>(pc), data_dependent);
     }
@@ -916,7 +876,7 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
         if (b.is_valid()) args.insert(args.begin(), b);
       }
       nb::object kwnames = in.kwnames >= 0 ? const_at(co, in.kwnames) : nb::object();
-      st.push_back(call(callable, std::move(args), kwnames));
+      st.push_back(call_from(fr, callable, std::move(args), kwnames));
       return;
     }
     case Op::CALL_FUNCTION_EX: {
@@ -946,7 +906,7 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
         }
         kwnames = checked(PyList_AsTuple(names.ptr()));
       }
-      st.push_back(call(callable, std::move(args), kwnames));
+      st.push_back(call_from(fr, callable, std::move(args), kwnames));
       return;
     }
     default:

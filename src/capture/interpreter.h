@@ -39,30 +39,49 @@
 
 namespace ember::capture {
 
-/// Thrown by Interpreter::run when the top frame meets what it cannot capture at instruction
-/// `pc`, where a graph break may be taken: the frame can resume after that instruction (the
+/// Thrown by Interpreter::run when a frame meets what it cannot capture at instruction `pc`,
+/// where a graph break may be taken: the frame can resume after that instruction (the
 /// instruction is not inside a try block, the frame has no free variables and no function it
 /// made closes over its cells, the instruction is one whose stack effect the break code knows).
-/// Inside an inlined call, the break is at the top frame's CALL. The caller re-runs the capture
-/// with stop_at = pc (graph_break.h).
+///
+/// In the top frame the caller re-runs the capture with stop_at = pc. Inside inlined calls the
+/// break is nested (`nested()`) when every caller up to the top frame is waiting at a plain
+/// CALL whose result is the callee's return value, under the same conditions; the caller then
+/// re-runs the capture to stop after `count()` instructions, with every frame's state
+/// (StopState::inner). Otherwise the break is at the top frame's CALL.
 class GraphBreak : public Unsupported {
  public:
-  GraphBreak(const std::string& reason, int pc, bool data_dependent)
-      : Unsupported(reason), pc_(pc), data_dependent_(data_dependent) {}
+  GraphBreak(const std::string& reason, int pc, bool data_dependent, int64_t count = -1)
+      : Unsupported(reason), pc_(pc), data_dependent_(data_dependent), count_(count) {}
   int pc() const { return pc_; }
   /// The reason is a read of tensor data (.item(), a tensor used as a bool).
   bool data_dependent() const { return data_dependent_; }
+  bool nested() const { return count_ >= 0; }
+  /// Instructions interpreted before the one that breaks (a nested break).
+  int64_t count() const { return count_; }
 
  private:
   int pc_;
   bool data_dependent_;
+  int64_t count_;
 };
 
-/// The top frame's state when the interpreter stopped before instruction `pc` (stop_at).
+/// One frame's state where the interpreter stopped.
+struct FrameState {
+  nanobind::object code;     ///< the code object
+  nanobind::object globals;  ///< its globals
+  int pc = -1;               ///< the instruction it stopped before; a caller: the CALL it waits at
+  std::vector<nanobind::object> stack;   ///< null entries are NULL; a caller's: below the call
+  std::vector<nanobind::object> locals;  ///< null entries are unbound; a cell: its contents
+};
+
+/// The top frame's state when the interpreter stopped before instruction `pc` (stop_at); for a
+/// nested stop, the CALL it waits at, and the inlined frames below it, outermost first.
 struct StopState {
   int pc = -1;
   std::vector<nanobind::object> stack;   ///< null entries are NULL
   std::vector<nanobind::object> locals;  ///< null entries are unbound; a cell: its contents
+  std::vector<FrameState> inner;
 };
 
 /// Whether `msg` is PyTorch's error for reading the data of a tensor without storage (a tracer
@@ -95,8 +114,10 @@ class Interpreter {
 
   /// Interprets frame `f` to its return value (tracer tensors in place of tensors). The trace
   /// session must be entered. With `stop_at` >= 0, stops when the top frame is about to run
-  /// instruction `stop_at` and returns None; stop_state() then holds the frame's state.
-  nanobind::object run(const FrameView& f, int stop_at = -1);
+  /// instruction `stop_at` and returns None; stop_state() then holds the frame's state. With
+  /// `stop_count` >= 0, stops likewise after that many instructions, inside inlined calls (a
+  /// nested GraphBreak's count()).
+  nanobind::object run(const FrameView& f, int stop_at = -1, int64_t stop_count = -1);
   const StopState& stop_state() const { return stop_; }
 
   /// Whether `v` was created by the frame (a container it built, a cell, a function).
@@ -137,6 +158,10 @@ class Interpreter {
   nanobind::object run_frame(Frame& fr);
   /// Whether a function the interpreter made closes over a cell of `fr`.
   bool cells_captured(const Frame& fr) const;
+  /// Whether the innermost frame `fr` can take a nested graph break at `in` (GraphBreak).
+  bool nestable(const Frame& fr, const bytecode::Instr& in) const;
+  /// Records every frame's state in stop_ (a nested stop).
+  void record_nested_stop();
   void step(Frame& fr, const bytecode::Instr& in, bool& returned, nanobind::object& result);
   /// interpreter_data.cpp: the value-building ops (BUILD_*, unpacking, formatting); false for
   /// any other op.
@@ -193,6 +218,9 @@ class Interpreter {
   // interpreter_calls.cpp: the call policy and inlining.
   nanobind::object call(nanobind::handle callable, std::vector<nanobind::object> args,
                         nanobind::handle kwnames);
+  /// call() for frame `fr`'s CALL instruction: a function inlined for it is a passthrough frame.
+  nanobind::object call_from(Frame& fr, nanobind::handle callable,
+                             std::vector<nanobind::object> args, nanobind::handle kwnames);
   /// A call of an nn.Module: its forward inlined (after its hooks are checked), or a __call__
   /// of the program's inlined; `plain_call`: nn.Module.__call__ itself (super().__call__).
   nanobind::object call_module(nanobind::handle module, std::vector<nanobind::object> args,
@@ -240,7 +268,12 @@ class Interpreter {
   std::unordered_set<PyObject*> fresh_;      ///< objects the frame created
   std::vector<nanobind::object> keepalive_;  ///< keeps the maps' keys alive
   int stop_at_ = -1;
+  int64_t stop_count_ = -1;
   StopState stop_;
+  /// The frame whose CALL is calling `direct_callable_` now: the function inlined for it
+  /// returns the call's result (Frame::passthrough).
+  Frame* direct_caller_ = nullptr;
+  PyObject* direct_callable_ = nullptr;
   nanobind::object handled_exc_;  ///< the exception an except clause handles (sys.exc_info)
   bool grad_inputs_ = false;      ///< a graph input requires grad
   std::vector<Store> stores_;

@@ -222,6 +222,20 @@ bool Interpreter::runs_for_real(nb::handle callable) const {
   return !is_denied_torch_function(name_of(callable));
 }
 
+nb::object Interpreter::call_from(Frame& fr, nb::handle callable, std::vector<nb::object> args,
+                                  nb::handle kwnames) {
+  struct Direct {
+    Interpreter& interp;
+    ~Direct() {
+      interp.direct_caller_ = nullptr;
+      interp.direct_callable_ = nullptr;
+    }
+  } direct{*this};
+  direct_caller_ = &fr;
+  direct_callable_ = callable.ptr();
+  return call(callable, std::move(args), kwnames);
+}
+
 nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
                              nb::handle kwnames) {
   PyObject* c = callable.ptr();
@@ -647,6 +661,17 @@ nb::object Interpreter::inline_function(nb::handle fn, std::vector<nb::object> a
   const bool generator = (co->co_flags & CO_GENERATOR) != 0;
   ++inlined_calls_;
   Frame fr;
+  if (direct_caller_ != nullptr) {
+    // The function a CALL calls (itself, a method's function, a module's forward or __call__)
+    // returns the call's result; a class's __init__ or a builtin's callback does not.
+    PyObject* c = direct_callable_;
+    fr.passthrough = !generator && !frames_.empty() && direct_caller_ == frames_.back() &&
+                     (c == fn.ptr() || is_nn_module(c) ||
+                      (PyMethod_Check(c) && (PyMethod_GET_FUNCTION(c) == fn.ptr() ||
+                                             is_nn_module(PyMethod_GET_SELF(c)))));
+    direct_caller_ = nullptr;
+    direct_callable_ = nullptr;
+  }
   fr.code_obj = nb::borrow(reinterpret_cast<PyObject*>(co));
   fr.code = co;
   fr.bc = decoded(co);

@@ -33,6 +33,9 @@ struct Interpreter::Frame {
   int line = -1;
   /// A generator function being run to completion: what it yields (see inline_function).
   std::vector<nanobind::object>* yields = nullptr;
+  /// Inlined for its caller's CALL, whose result is this frame's return value (a nested graph
+  /// break can resume the caller with it).
+  bool passthrough = false;
 };
 
 // The operand stack of a frame.
@@ -96,6 +99,14 @@ bool is_nn_module(nanobind::handle m);
 /// If `v` is an object of a plain class (interpreter_objects.cpp) that a template can rebuild,
 /// the class's static base (object, dict or OrderedDict); else nullptr.
 PyTypeObject* rebuildable_object_type(nanobind::handle v);
+
+/// Whether frame `fr` can take a graph break at `in` (interpreter_breaks.cpp): the break code
+/// (graph_break.cpp) knows its stack effect, and the frame can be resumed after it.
+bool breakable(const Interpreter::Frame& fr, const bytecode::Instr& in, bool cells_captured);
+
+/// A frame's locals for a stop state: a cell variable as its contents (the resume function
+/// makes a new cell).
+std::vector<nanobind::object> stopped_locals(const Interpreter::Frame& fr);
 
 /// Whether `cls` is a class collections.namedtuple (or typing.NamedTuple) made.
 bool is_namedtuple_class(PyObject* cls);

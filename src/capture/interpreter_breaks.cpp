@@ -1,0 +1,101 @@
+/// \file
+/// Where the interpreter may take a graph break (top frame and nested), and the frames' state
+/// it records when it stops there (graph_break.h turns that state into code).
+#include "capture/interpreter.h"
+#include "capture/interpreter_internal.h"
+
+namespace nb = nanobind;
+
+namespace ember::capture {
+
+using bytecode::Instr;
+using bytecode::Op;
+
+bool breakable(const Interpreter::Frame& fr, const Instr& in, bool cells_captured) {
+  if (in.handler >= 0) return false;  // inside a try block or a with block
+  if (fr.code->co_nfreevars > 0 || cells_captured) return false;
+  switch (in.op) {
+    case Op::CALL:
+    case Op::CALL_FUNCTION_EX:
+    case Op::POP_JUMP_IF_TRUE:
+    case Op::POP_JUMP_IF_FALSE:
+    case Op::STORE_ATTR:
+    case Op::STORE_SUBSCR:
+    case Op::DELETE_SUBSCR:
+    case Op::BINARY_OP:
+    case Op::COMPARE_OP:
+    case Op::BINARY_SUBSCR:
+    case Op::LOAD_ATTR:
+    case Op::GET_ITER:
+      return true;
+    default:
+      return false;
+  }
+}
+
+bool is_cell_slot(PyCodeObject* co, int i) {
+  constexpr unsigned char kCell = 0x40;  // CO_FAST_CELL (internal/pycore_code.h, 3.11-3.13)
+  return (static_cast<unsigned char>(PyBytes_AS_STRING(co->co_localspluskinds)[i]) & kCell) != 0;
+}
+
+bool Interpreter::cells_captured(const Frame& fr) const {
+  // A function the frame made that closes over one of its cells would keep the old cell when
+  // the resume function makes new ones.
+  for (PyObject* o : fresh_) {
+    if (!PyFunction_Check(o) || PyFunction_GET_CLOSURE(o) == nullptr) continue;
+    PyObject* closure = PyFunction_GET_CLOSURE(o);
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(closure); ++k) {
+      for (size_t j = 0; j < fr.locals.size(); ++j) {
+        if (fr.locals[j].ptr() == PyTuple_GET_ITEM(closure, k)) return true;
+      }
+    }
+  }
+  return false;
+}
+
+bool Interpreter::nestable(const Frame& fr, const Instr& in) const {
+  if (fr.top || frames_.empty() || frames_.back() != &fr || fr.yields != nullptr) return false;
+  if (!breakable(fr, in, fr.code->co_ncellvars > 0 && cells_captured(fr))) return false;
+  for (size_t i = frames_.size() - 1; i-- > 0;) {
+    const Frame& caller = *frames_[i];
+    if (!frames_[i + 1]->passthrough || caller.yields != nullptr || caller.pc == 0) return false;
+    const Instr& call = caller.bc->instrs[caller.pc - 1];
+    if (call.op != Op::CALL && call.op != Op::CALL_FUNCTION_EX) return false;
+    if (call.handler >= 0 || caller.code->co_nfreevars > 0) return false;
+    if (caller.code->co_ncellvars > 0 && cells_captured(caller)) return false;
+  }
+  return true;
+}
+
+std::vector<nb::object> stopped_locals(const Interpreter::Frame& fr) {
+  std::vector<nb::object> locals = fr.locals;
+  for (size_t j = 0; j < locals.size(); ++j) {
+    nb::object& v = locals[j];
+    if (is_cell_slot(fr.code, static_cast<int>(j)) && v.is_valid() && PyCell_Check(v.ptr())) {
+      PyObject* contents = PyCell_GET(v.ptr());
+      v = contents != nullptr ? nb::borrow(contents) : nb::object();
+    }
+  }
+  return locals;
+}
+
+void Interpreter::record_nested_stop() {
+  EMBER_INTERNAL_ASSERT(frames_.size() > 1) << "a nested stop in the top frame";
+  const Frame& top = *frames_.front();
+  stop_.pc = static_cast<int>(top.pc) - 1;
+  stop_.stack = top.stack;
+  stop_.locals = stopped_locals(top);
+  stop_.inner.clear();
+  for (size_t i = 1; i < frames_.size(); ++i) {
+    const Frame& fr = *frames_[i];
+    FrameState s;
+    s.code = fr.code_obj;
+    s.globals = fr.globals;
+    s.pc = static_cast<int>(fr.pc) - (i + 1 < frames_.size() ? 1 : 0);
+    s.stack = fr.stack;
+    s.locals = stopped_locals(fr);
+    stop_.inner.push_back(std::move(s));
+  }
+}
+
+}  // namespace ember::capture
