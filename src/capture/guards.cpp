@@ -91,11 +91,22 @@ bool values_equal(PyObject* a, PyObject* b) {
   return r == 1;
 }
 
+namespace {
+
+/// "0", or "1 (BFloat16)": an autocast state as guard text.
+std::string autocast_text(bool on, c10::ScalarType dtype) {
+  return on ? std::string("1 (") + c10::toString(dtype) + ")" : std::string("0");
+}
+
+}  // namespace
+
 GlobalState GlobalState::current() {
   GlobalState s;
   s.grad_enabled = at::GradMode::is_enabled();
   s.autocast_cpu = at::autocast::is_autocast_enabled(at::kCPU);
   s.autocast_cuda = at::autocast::is_autocast_enabled(at::kCUDA);
+  if (s.autocast_cpu) s.autocast_cpu_dtype = at::autocast::get_autocast_dtype(at::kCPU);
+  if (s.autocast_cuda) s.autocast_cuda_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
   return s;
 }
 
@@ -196,8 +207,10 @@ std::string GuardSet::first_failure(const std::vector<nb::object>& values,
   if (!(now == state_)) {
     std::ostringstream os;
     os << "global state: grad_enabled " << state_.grad_enabled << " -> " << now.grad_enabled
-       << ", autocast cpu " << state_.autocast_cpu << " -> " << now.autocast_cpu << ", cuda "
-       << state_.autocast_cuda << " -> " << now.autocast_cuda;
+       << ", autocast cpu " << autocast_text(state_.autocast_cpu, state_.autocast_cpu_dtype)
+       << " -> " << autocast_text(now.autocast_cpu, now.autocast_cpu_dtype) << ", cuda "
+       << autocast_text(state_.autocast_cuda, state_.autocast_cuda_dtype) << " -> "
+       << autocast_text(now.autocast_cuda, now.autocast_cuda_dtype);
     return os.str();
   }
   for (const Guard& g : guards_) {
@@ -234,7 +247,8 @@ std::string GuardSet::first_failure(const std::vector<nb::object>& values,
 std::string GuardSet::describe(const SourceTable& sources) const {
   std::ostringstream os;
   os << "global state: grad_enabled=" << state_.grad_enabled
-     << " autocast_cpu=" << state_.autocast_cpu << " autocast_cuda=" << state_.autocast_cuda
+     << " autocast_cpu=" << autocast_text(state_.autocast_cpu, state_.autocast_cpu_dtype)
+     << " autocast_cuda=" << autocast_text(state_.autocast_cuda, state_.autocast_cuda_dtype)
      << "\n";
   for (const Guard& g : guards_) {
     std::string name = sources.name(g.source);

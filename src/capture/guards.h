@@ -14,7 +14,8 @@
 ///   Same         the same object as another source (two inputs that were one tensor)
 ///   StateEquals  plain data (plain_data.h) structurally equal to a snapshot: what a
 ///                copy.deepcopy at capture time read
-/// Plus the global state read once per call: grad mode and the autocast state.
+/// Plus the global state read once per call: grad mode and the autocast state (on or off, and
+/// its dtype, per device).
 #pragma once
 
 #include <Python.h>
@@ -56,6 +57,9 @@ struct GlobalState {
   bool grad_enabled = false;
   bool autocast_cpu = false;
   bool autocast_cuda = false;
+  /// The autocast dtype of a device where autocast is on; Undefined where it is off.
+  c10::ScalarType autocast_cpu_dtype = c10::ScalarType::Undefined;
+  c10::ScalarType autocast_cuda_dtype = c10::ScalarType::Undefined;
   static GlobalState current();
   bool operator==(const GlobalState&) const = default;
 };

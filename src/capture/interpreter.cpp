@@ -186,19 +186,28 @@ nb::object Interpreter::run(const FrameView& f, int stop_at, int64_t stop_count)
   stop_at_ = stop_at;
   stop_count_ = stop_count;
   // With blocks change grad mode and autocast for real; an interrupted capture must not leave
-  // them changed.
+  // them changed. Autocast's cache of casts may hold tracer tensors afterwards: emptied.
   struct RestoreGlobalState {
     bool grad = at::GradMode::is_enabled();
     bool autocast_cpu = at::autocast::is_autocast_enabled(at::kCPU);
     bool autocast_cuda = at::autocast::is_autocast_enabled(at::kCUDA);
     at::ScalarType dtype_cpu = at::autocast::get_autocast_dtype(at::kCPU);
     at::ScalarType dtype_cuda = at::autocast::get_autocast_dtype(at::kCUDA);
+    bool cache = at::autocast::is_autocast_cache_enabled();
+    int nesting = at::autocast::increment_nesting() - 1;
+    RestoreGlobalState() { at::autocast::decrement_nesting(); }
     ~RestoreGlobalState() {
       at::GradMode::set_enabled(grad);
       at::autocast::set_autocast_enabled(at::kCPU, autocast_cpu);
       at::autocast::set_autocast_enabled(at::kCUDA, autocast_cuda);
       at::autocast::set_autocast_dtype(at::kCPU, dtype_cpu);
       at::autocast::set_autocast_dtype(at::kCUDA, dtype_cuda);
+      at::autocast::set_autocast_cache_enabled(cache);
+      int now = at::autocast::increment_nesting() - 1;
+      at::autocast::decrement_nesting();
+      for (; now > nesting; --now) at::autocast::decrement_nesting();
+      for (; now < nesting; ++now) at::autocast::increment_nesting();
+      at::autocast::clear_cache();
     }
   } restore_global_state;
   struct UndoStores {

@@ -174,8 +174,8 @@ class Interpreter {
   void catch_exception(Frame& fr, const bytecode::Instr& in, nanobind::python_error& e);
   /// `exc`, or an instance of it if it is an exception class.
   nanobind::object exception_instance(nanobind::object exc);
-  /// Whether a with block over `mgr` enters it for real (grad mode managers, nullcontext).
-  /// Not autocast: the tracer's tensors do not see its casts, so it is unsupported.
+  /// Whether a with block over `mgr` enters it for real (grad mode managers, nullcontext,
+  /// torch.autocast).
   bool enters_for_real(nanobind::handle mgr) const;
   /// Whether `mgr` is a torch.inference_mode() object (entered as no_grad).
   bool is_inference_mode(nanobind::handle mgr) const;

@@ -70,7 +70,11 @@ bool Interpreter::enters_for_real(nb::handle mgr) const {
   std::string module = attr_string(type, "__module__");
   std::string name = attr_string(type, "__qualname__");
   if (module == "torch.autograd.grad_mode") return name == "no_grad" || name == "enable_grad";
-  return module == "contextlib" && name == "nullcontext";
+  if (module == "contextlib") return name == "nullcontext";
+  // torch.autocast (and its torch.cpu.amp / torch.cuda.amp subclasses): ops traced inside see
+  // its casts, as in eager (the tracer's tensors carry the autocast key of their device).
+  static PyObject* autocast = imported("torch.amp.autocast_mode", "autocast");
+  return PyObject_IsInstance(mgr.ptr(), autocast) == 1;
 }
 
 bool Interpreter::is_inference_mode(nb::handle mgr) const {

@@ -232,7 +232,14 @@ void TraceSession::enter() {
 
 void TraceSession::exit() {
   if (!active_) return;
-  c10::impl::_force_tls_local_dispatch_key_set(*outer_tls_);
+  // The state from before enter(), except autocast's keys: the traced program may have turned
+  // autocast on or off (a with block), and that outlives an exit() and enter() around add_input.
+  c10::impl::LocalDispatchKeySet now = c10::impl::tls_local_dispatch_key_set();
+  c10::impl::LocalDispatchKeySet restored = *outer_tls_;
+  const c10::DispatchKeySet autocast = c10::autocast_dispatch_keyset;
+  restored.included_ = (restored.included_ - autocast) | (now.included_ & autocast);
+  restored.excluded_ = (restored.excluded_ - autocast) | (now.excluded_ & autocast);
+  c10::impl::_force_tls_local_dispatch_key_set(restored);
   fz::setFunctionalizationReapplyViewsTLS(outer_reapply_views_);
   tls_current = outer_session_;
   active_ = false;

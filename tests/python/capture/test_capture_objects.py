@@ -578,14 +578,3 @@ def test_inference_mode_block_is_captured_as_no_grad():
         return y + 1
     check(f, r(3))
     assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
-
-
-def test_autocast_block_runs_eagerly_with_its_dtypes():
-    """The tracer's tensors do not see autocast's casts: such a frame runs eagerly."""
-    w = r(8, 8)
-
-    def f(x):
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            return x @ w
-    out = check(f, r(4, 8), captured=0, eager=1, reason="autocast")(r(4, 8))
-    assert out.dtype == torch.bfloat16 and not torch.is_autocast_enabled("cpu")

@@ -1,0 +1,114 @@
+"""torch.autocast inside a captured frame: the with block is entered for real, so the ops
+traced inside see its casts (the graph holds the _to_copy nodes), and autocast is off again
+after the block, after the capture and after a failed capture. Differential against eager,
+with dtypes compared and frame counters asserted."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from capture_check import check
+
+import ember
+
+
+def r(*shape):
+    return torch.randn(*shape)
+
+
+def _autocast_off():
+    return not torch.is_autocast_enabled("cpu")
+
+
+def test_block_is_captured_with_its_casts():
+    w = r(8, 8)
+
+    def f(x):
+        y = x + 1
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            z = y @ w
+            q = z.relu()
+        return q, q.float() * 2
+    c = check(f, r(4, 8), atol=1e-2, rtol=1e-2)
+    out = c(r(4, 8))
+    assert out[0].dtype == torch.bfloat16 and out[1].dtype == torch.float32
+    ops = ember.explain(f)(r(4, 8)).ops_per_graph[0]
+    assert ops.count("aten::_to_copy") >= 2 and "aten::mm" in ops
+    assert _autocast_off()
+
+
+def test_parameters_read_inside_the_block_are_cast():
+    """A module's weights become graph inputs when first read, inside the block: the tracer's
+    exit and enter around the new input keep autocast on."""
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(8, 8)
+    conv = torch.nn.Conv2d(3, 4, 3)
+
+    def f(x, img):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            a = lin(x)
+            b = conv(img)
+            with torch.autocast("cpu", enabled=False):
+                c = a.float() @ a.float().t()
+            d = torch.softmax(a, -1)
+        return a, b, c, d, a + 1
+    x, img = r(4, 8), r(1, 3, 8, 8)
+    with torch.no_grad():
+        ref = f(x, img)
+        c = check(f, x, img, atol=1e-2, rtol=1e-2)
+        out = c(x, img)
+    assert [o.dtype for o in out] == [t.dtype for t in ref]
+    assert [o.dtype for o in out] == [torch.bfloat16, torch.bfloat16, torch.float32,
+                                      torch.bfloat16, torch.bfloat16]
+    assert _autocast_off()
+
+
+def test_outer_autocast_dtype_is_guarded():
+    """Autocast on at call time is part of the guards, dtype included: a call under another
+    dtype recompiles rather than reuse the bf16 graph."""
+    w = r(8, 8)
+
+    def f(x):
+        return x @ w
+    c = ember.compile(f)
+    x = r(4, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert c(x).dtype == torch.bfloat16
+    with torch.autocast("cpu", dtype=torch.float16):
+        out = c(x)
+        ref = f(x)
+    assert out.dtype == ref.dtype == torch.float16
+    assert c(x).dtype == torch.float32
+
+
+def test_graph_break_inside_the_block_runs_the_frame_eagerly():
+    def f(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = x @ x.t()
+            print("inside")  # no graph break inside a with block
+            z = y.relu()
+        return z
+    c = check(f, r(4, 4), captured=0, eager=1, reason="print", atol=1e-2, rtol=1e-2)
+    assert c(r(4, 4)).dtype == torch.bfloat16 and _autocast_off()
+
+
+class Boom(Exception):
+    pass
+
+
+def test_exception_inside_the_block_leaves_autocast_off():
+    def f(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = x * 2
+            if y.shape[0] == 3:
+                raise Boom("three")
+        return y
+    c = ember.compile(f)
+    for _ in range(2):
+        with pytest.raises(Boom):
+            c(r(3))
+        assert _autocast_off()
+    x = r(2)
+    torch.testing.assert_close(c(x), f(x))
+    assert _autocast_off()
