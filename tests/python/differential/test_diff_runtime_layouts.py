@@ -134,6 +134,7 @@ def test_memory_planning_reuses_intermediate_kernel_outputs():
         c = (b - 1).tanh() @ w         # kernel output 3
         return (c * 3).relu(), (a * 0.5).t()  # the outputs get their own memory
 
+    torch.manual_seed(0)
     x, w = torch.randn(16, 16), torch.randn(16, 16)
     g = _compile(fn, [x, w])
     # Three intermediate kernel outputs: in the arena, or written into the dead matmul result
@@ -143,7 +144,8 @@ def test_memory_planning_reuses_intermediate_kernel_outputs():
     for _ in range(2):  # a second call reuses nothing from the first
         outs = g(x, w)
         for got, want in zip(outs, fn(x, w)):
-            torch.testing.assert_close(got, want)
+            # Three matmuls through sin/cos/tanh: a last-bit difference in one grows to ~1e-5.
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-5)
 
 
 def test_memory_planning_keeps_buffers_aliased_by_outputs_apart():
