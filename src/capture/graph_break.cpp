@@ -62,6 +62,19 @@ struct TemplateBuilder {
     for (const Interpreter::Store& s : interp.stores()) {
       out.push_back(AttrStore{s.source, s.name, of(s.value)});
     }
+    for (const auto& [copy, source] : interp.mutated_containers()) {
+      // The copy's items, as a new list or dict, written into the original.
+      OutputTemplate t;
+      if (PyDict_CheckExact(copy.ptr())) {
+        t = dict_of(copy);
+      } else {
+        t.kind = OutputTemplate::Kind::List;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(copy.ptr()); ++i) {
+          t.items.push_back(of(PyList_GET_ITEM(copy.ptr(), i)));
+        }
+      }
+      out.push_back(AttrStore{source, nb::object(), std::move(t)});
+    }
     return out;
   }
 

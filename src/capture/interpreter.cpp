@@ -632,10 +632,12 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
           << "operator on a " << type_name_of(a) << " and a " << type_name_of(b) << " at "
           << location();
       bool inplace = in.arg >= NB_INPLACE_ADD;
-      EMBER_UNSUPPORTED(!inplace || is_tensor(a) || is_fresh(a) || !PyList_CheckExact(a.ptr()))
+      const bool outside = inplace && PyList_CheckExact(a.ptr()) && mutates_outside(a);
+      EMBER_UNSUPPORTED(!inplace || is_tensor(a) || is_fresh(a) || outside ||
+                        !PyList_CheckExact(a.ptr()))
           << "an in-place operator on a list from outside the function at " << location();
       st.push_back(checked(binary_op(in.arg, a.ptr(), b.ptr())));
-      if (inplace && PyList_CheckExact(st.back().ptr())) fresh(st.back());
+      if (inplace && !outside && PyList_CheckExact(st.back().ptr())) fresh(st.back());
       return;
     }
     case Op::UNARY_NEGATIVE:
@@ -734,7 +736,7 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
       nb::object start = pop(fr);
       nb::object obj = pop(fr);
       nb::object v = pop(fr);
-      EMBER_UNSUPPORTED(is_tensor(obj) || is_fresh(obj))
+      EMBER_UNSUPPORTED(is_tensor(obj) || is_fresh(obj) || mutates_outside(obj))
           << "assigning a slice of a " << type_name_of(obj) << " at " << location();
       nb::object key = checked(PySlice_New(start.ptr(), stop.ptr(), nullptr));
       if (PyObject_SetItem(obj.ptr(), key.ptr(), v.ptr()) < 0) throw nb::python_error();
@@ -746,7 +748,7 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
       nb::object obj = pop(fr);
       nb::object v = pop(fr);
       pin_identity(key);
-      EMBER_UNSUPPORTED(is_tensor(obj) || is_fresh(obj))
+      EMBER_UNSUPPORTED(is_tensor(obj) || is_fresh(obj) || mutates_outside(obj))
           << "assigning an item of a " << type_name_of(obj) << " at " << location();
       if (nb::object m = special_method(obj, "__setitem__"); m.is_valid()) {
         call(m, {key, v}, {});
@@ -758,7 +760,7 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
     case Op::DELETE_SUBSCR: {
       nb::object key = pop(fr);
       nb::object obj = pop(fr);
-      EMBER_UNSUPPORTED(is_fresh(obj))
+      EMBER_UNSUPPORTED(is_fresh(obj) || mutates_outside(obj))
           << "deleting an item of a " << type_name_of(obj) << " at " << location();
       if (nb::object m = special_method(obj, "__delitem__"); m.is_valid()) {
         call(m, {key}, {});

@@ -142,6 +142,13 @@ class Interpreter {
   };
   const std::vector<Store>& stores() const { return stores_; }
 
+  /// The frame's copies of lists and dicts from outside it that it mutated, with the source of
+  /// each original: the compiled frame writes each copy's final items back into the original
+  /// (side_effects.h).
+  const std::vector<std::pair<nanobind::object, int>>& mutated_containers() const {
+    return mutated_containers_;
+  }
+
   /// The source each graph input reads, in input order.
   const std::vector<int>& input_sources() const { return input_sources_; }
   /// Number of instructions interpreted and functions inlined (for logs).
@@ -205,6 +212,9 @@ class Interpreter {
   /// `in`, a key, id() or hash()): guarded by identity from here on.
   void pin_identity(nanobind::handle v);
   void pin_identities(const std::vector<nanobind::object>& values);
+  /// Whether `v` is the frame's copy of a list or dict from outside it (wrap); if so, the frame
+  /// may mutate it, and it is recorded to be written back (mutated_containers()).
+  bool mutates_outside(nanobind::handle v);
   nanobind::object fresh(nanobind::object v);  ///< marks a value the frame created
   bool is_fresh(nanobind::handle v) const;
   /// The items of an nn.ModuleList, Sequential or ParameterList read from a source, each
@@ -262,6 +272,9 @@ class Interpreter {
   std::unordered_map<PyObject*, int> tensor_source_;    ///< real tensor -> its first source
   std::unordered_map<int, nanobind::object> wrapped_;   ///< source -> what wrap() returned
   std::unordered_map<PyObject*, int> copy_source_;      ///< wrapped copy -> its container's source
+  std::unordered_map<PyObject*, nanobind::object> copy_of_;  ///< list or dict -> the frame's copy
+  std::vector<std::pair<nanobind::object, int>> mutated_containers_;
+  std::unordered_set<PyObject*> mutated_set_;
   /// Cells of closures from outside the frame -> (source of the function, index in its
   /// closure); the function source is -1 for the top frame, whose index is a localsplus slot.
   std::unordered_map<PyObject*, std::pair<int, int>> cell_origin_;

@@ -312,7 +312,8 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
     if (self != nullptr && is_plain_value(self)) {
       pin_identities(args);  // dict.get(obj), set.add(obj), list.index(obj), ...
       bool mutable_container = PyList_Check(self) || PyDict_Check(self) || PySet_Check(self);
-      EMBER_UNSUPPORTED(!mutable_container || is_fresh(self) || !is_mutating_method(name))
+      EMBER_UNSUPPORTED(!mutable_container || is_fresh(self) || !is_mutating_method(name) ||
+                        mutates_outside(self))
           << "calling " << type_name_of(self) << "." << name
           << " on a container from outside the function at " << location();
       return call_real(callable, std::move(args), kwnames);

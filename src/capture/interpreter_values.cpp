@@ -166,8 +166,14 @@ nb::object Interpreter::wrap(nb::handle v, int source) {
   } else if (is_guardable_constant(o)) {
     guards_.add_equals(source, o);
     out = nb::borrow(v);
+  } else if (auto copy = copy_of_.find(o); copy != copy_of_.end()) {
+    // A list or dict read before through another source: the same copy (mutations through one
+    // path are seen through the other), and the call must give both the same object.
+    guards_.add_same(source, copy_source_.at(copy->second.ptr()));
+    out = copy->second;
   } else if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {
-    // A copy whose items are wrapped; the frame may not mutate it (it is not fresh).
+    // A copy whose items are wrapped. A mutation of it is written back to the original after
+    // the graph (mutates_outside).
     guards_.add_len(source, o);
     Py_ssize_t n = PySequence_Fast_GET_SIZE(o);
     nb::object copy = checked(PyList_New(n));
@@ -178,6 +184,7 @@ nb::object Interpreter::wrap(nb::handle v, int source) {
     }
     out = PyTuple_CheckExact(o) ? checked(PyList_AsTuple(copy.ptr())) : copy;
     copy_source_[out.ptr()] = source;
+    if (PyList_CheckExact(o)) copy_of_.emplace(o, out);
   } else if (PyDict_CheckExact(o)) {
     guards_.add_len(source, o);
     out = checked(PyDict_New());
@@ -191,6 +198,7 @@ nb::object Interpreter::wrap(nb::handle v, int source) {
       if (PyDict_SetItem(out.ptr(), key, item.ptr()) < 0) throw nb::python_error();
     }
     copy_source_[out.ptr()] = source;
+    copy_of_.emplace(o, out);
   } else if (PyMethod_Check(o)) {
     nb::object name = nb::steal(PyUnicode_FromString("__func__"));
     guards_.add_id(sources_.attr(source, name.ptr()), PyMethod_GET_FUNCTION(o));
@@ -255,6 +263,16 @@ std::vector<nb::object> Interpreter::unpack_items(nb::handle v) {
     items.push_back(nb::borrow(PySequence_Fast_GET_ITEM(fast.ptr(), i)));
   }
   return items;
+}
+
+bool Interpreter::mutates_outside(nb::handle v) {
+  if (!(PyList_CheckExact(v.ptr()) || PyDict_CheckExact(v.ptr()))) return false;
+  auto it = copy_source_.find(v.ptr());
+  if (it == copy_source_.end()) return false;
+  if (mutated_set_.insert(v.ptr()).second) {
+    mutated_containers_.emplace_back(nb::borrow(v), it->second);
+  }
+  return true;
 }
 
 void Interpreter::pin_identity(nb::handle v) {

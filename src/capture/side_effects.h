@@ -1,5 +1,6 @@
 /// \file
-/// Side effects of a captured frame on objects from outside it: attribute stores.
+/// Side effects of a captured frame on objects from outside it: attribute stores, and mutations
+/// of lists and dicts.
 ///
 /// While the interpreter runs, a store to an attribute of an object read from a source is done
 /// for real (so that everything the frame reads afterwards sees it) and recorded with the
@@ -7,6 +8,10 @@
 /// compiled frame replays them after its graph runs: each recorded (object source, attribute)
 /// gets the last value the frame stored, rebuilt from a template. Replaying after the graph is
 /// what eager does, up to order: the graph reads no attribute.
+///
+/// A list or dict read from a source is a copy in the frame (Interpreter::wrap); the frame
+/// mutates its copy, and the compiled frame writes the copy's final items into the original
+/// (`lst[:] = items`; `d.clear(); d.update(items)`), keeping the original's identity.
 #pragma once
 
 #include <Python.h>
@@ -18,7 +23,8 @@
 
 namespace ember::capture {
 
-/// One attribute store to replay: `values[object_source].name = <value>`.
+/// One attribute store to replay: `values[object_source].name = <value>`; without a name, the
+/// items of a list or dict to write into `values[object_source]`.
 struct AttrStore {
   int object_source = -1;
   nanobind::object name;

@@ -141,65 +141,6 @@ def test_setattr_on_argument_object():
     expect_frames(1, 0)
 
 
-def test_append_to_argument_list():
-    def f(xs, x):
-        xs.append(x * 2)
-        return x + 1
-    c = ember.compile(f)
-    ember.metrics.reset()
-    log = []
-    x = r(3)
-    torch.testing.assert_close(c(log, x), x + 1)
-    torch.testing.assert_close(c(log, x), x + 1)
-    assert len(log) == 2
-    torch.testing.assert_close(log[0], x * 2)
-    expect_frames(0, 1)
-
-
-def test_setitem_and_pop_on_argument_list():
-    def f(xs, x):
-        xs[0] = x * 2
-        xs.pop()
-        return x + 1
-    c = ember.compile(f)
-    ember.metrics.reset()
-    log = [1, 2, 3]
-    x = r(3)
-    torch.testing.assert_close(c(log, x), x + 1)
-    assert len(log) == 2
-    torch.testing.assert_close(log[0], x * 2)
-    expect_frames(0, 1)
-
-
-def test_extend_argument_list_in_callee():
-    def record(log, v):
-        log.extend([v, v + 1])
-
-    def f(xs, x):
-        record(xs, x)
-        return x * 2
-    c = ember.compile(f)
-    ember.metrics.reset()
-    log = []
-    x = r(3)
-    torch.testing.assert_close(c(log, x), x * 2)
-    assert len(log) == 2
-    expect_frames(0, 1)
-
-
-def test_store_into_argument_dict():
-    def f(d, x):
-        d["out"] = x * 2
-        return x
-    c = ember.compile(f)
-    ember.metrics.reset()
-    d = {}
-    x = r(3)
-    c(d, x)
-    torch.testing.assert_close(d["out"], x * 2)
-    expect_frames(0, 1)
-
-
 def test_try_except_catching_program_exception():
     def f(x, d):
         try:
