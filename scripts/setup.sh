@@ -19,7 +19,8 @@ PY=${PYTHON:-python3}
 if ! "$PY" -c "import torch, sys; v = tuple(int(p) for p in torch.__version__.split('+')[0].split('.')[:2]); sys.exit(v < (2, 11))" 2>/dev/null; then
   "$PY" -m pip install -q torch==2.13.0
 fi
-"$PY" -m pip install -q nanobind scikit-build-core pytest expecttest "transformers==5.17.0"
+"$PY" -m pip install -q nanobind scikit-build-core pytest expecttest "transformers==5.17.0" \
+  "triton==3.6.0"
 "$PY" -m pip install -q --no-build-isolation -e .
 # The torch-free capture core is also tested on pyenv's 3.12 and 3.13 (scripts/test.sh).
 for v in 3.12 3.13; do

@@ -13,6 +13,7 @@ void bind_graph(nanobind::module_& m);
 void bind_tracer(nanobind::module_& m);
 void bind_runtime(nanobind::module_& m);
 void bind_capture(nanobind::module_& m);
+void bind_codegen(nanobind::module_& m);
 
 /// Sets the Python error for a C++ exception: ember's error tiers become ember.errors classes,
 /// c10 errors the Python types torch uses, anything else RuntimeError. errors.cpp.

@@ -12,4 +12,5 @@ NB_MODULE(_C, m) {
   ember::python::bind_tracer(m);
   ember::python::bind_runtime(m);
   ember::python::bind_capture(m);
+  ember::python::bind_codegen(m);
 }

@@ -14,6 +14,12 @@ import os
 import pytest
 import torch
 
+# Without a GPU, Triton kernels run in Triton's interpreter (tests/python/triton). It must be on
+# before anything imports triton: triton.language's own jit functions (tl.sum, ...) are made at
+# import, interpreted or not.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 BACKEND = os.environ.get("EMBER_TEST_BACKEND", "ember")
 
 if BACKEND == "ember":

@@ -1,0 +1,800 @@
+#include "codegen/triton/triton_emitter.h"
+
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "support/error.h"
+
+namespace ember::codegen {
+
+using namespace loop;
+
+namespace {
+
+/// Why a kernel has no Triton form; caught by emit_triton.
+struct NoTritonForm {
+  std::string why;
+};
+
+[[noreturn]] void refuse(const std::string& why) {
+  throw NoTritonForm{why};
+}
+
+const char* tl_dtype(DType t) {
+  switch (t) {
+    case DType::UInt8:
+      return "tl.uint8";
+    case DType::Int8:
+      return "tl.int8";
+    case DType::Int16:
+      return "tl.int16";
+    case DType::Int32:
+      return "tl.int32";
+    case DType::Int64:
+      return "tl.int64";
+    case DType::Float16:
+      return "tl.float16";
+    case DType::Float32:
+      return "tl.float32";
+    case DType::Float64:
+      return "tl.float64";
+    case DType::Bool:
+      return "tl.int1";
+    case DType::BFloat16:
+      return "tl.bfloat16";
+  }
+  return "tl.float32";
+}
+
+bool is_half(DType t) {
+  return t == DType::Float16 || t == DType::BFloat16;
+}
+
+/// Whether `e` reads a Var named in `vars`.
+bool uses_any(const Expr& e, const std::set<std::string>& vars) {
+  if (!e.defined() || vars.empty()) return false;
+  switch (e.kind()) {
+    case ExprKind::IntImm:
+    case ExprKind::FloatImm:
+    case ExprKind::SizeVar:
+      return false;
+    case ExprKind::Var:
+      return vars.count(e.as<Var>()->name) != 0;
+    case ExprKind::Not:
+      return uses_any(e.as<Not>()->a, vars);
+    case ExprKind::Select: {
+      const auto* s = e.as<Select>();
+      return uses_any(s->cond, vars) || uses_any(s->t, vars) || uses_any(s->f, vars);
+    }
+    case ExprKind::Cast:
+      return uses_any(e.as<Cast>()->value, vars);
+    case ExprKind::Load:
+      return uses_any(e.as<Load>()->index, vars);
+    case ExprKind::Call:
+      for (const Expr& a : e.as<Call>()->args) {
+        if (uses_any(a, vars)) return true;
+      }
+      return false;
+    default:
+      break;
+  }
+#define EMBER_LOOP_BINARY(Name, Symbol, Cat)             \
+  if (e.kind() == ExprKind::Name) {                      \
+    const auto* b = e.as<BinaryNode<ExprKind::Name>>();  \
+    return uses_any(b->a, vars) || uses_any(b->b, vars); \
+  }
+#include "loop/nodes.def"
+  return false;
+}
+
+/// Float literal text that round-trips (Triton takes a Python float as f32 beside an f32 block).
+std::string float_text(double v) {
+  if (std::isnan(v)) return "float(\"nan\")";
+  if (std::isinf(v)) return v > 0 ? "float(\"inf\")" : "float(\"-inf\")";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  std::string s = buf;
+  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
+  return s;
+}
+
+const char* call_text(CallFn fn) {
+  switch (fn) {
+    case CallFn::Abs:
+      return "tl.abs";
+    case CallFn::Exp:
+      return "tl.exp";
+    case CallFn::Exp2:
+      return "tl.exp2";
+    case CallFn::Log:
+      return "tl.log";
+    case CallFn::Log2:
+      return "tl.log2";
+    case CallFn::Sqrt:
+      return "tl.sqrt_rn";
+    case CallFn::Rsqrt:
+      return "tl.rsqrt";
+    case CallFn::Sin:
+      return "tl.sin";
+    case CallFn::Cos:
+      return "tl.cos";
+    case CallFn::Erf:
+      return "tl.erf";
+    case CallFn::Floor:
+      return "tl.floor";
+    case CallFn::Ceil:
+      return "tl.ceil";
+    case CallFn::Expm1:
+      return "libdevice.expm1";
+    case CallFn::Log10:
+      return "libdevice.log10";
+    case CallFn::Log1p:
+      return "libdevice.log1p";
+    case CallFn::Tan:
+      return "libdevice.tan";
+    case CallFn::Asin:
+      return "libdevice.asin";
+    case CallFn::Acos:
+      return "libdevice.acos";
+    case CallFn::Atan:
+      return "libdevice.atan";
+    case CallFn::Sinh:
+      return "libdevice.sinh";
+    case CallFn::Cosh:
+      return "libdevice.cosh";
+    case CallFn::Tanh:
+      return "libdevice.tanh";
+    case CallFn::Asinh:
+      return "libdevice.asinh";
+    case CallFn::Acosh:
+      return "libdevice.acosh";
+    case CallFn::Atanh:
+      return "libdevice.atanh";
+    case CallFn::Erfc:
+      return "libdevice.erfc";
+    case CallFn::Round:
+      return "libdevice.nearbyint";
+    case CallFn::Trunc:
+      return "libdevice.trunc";
+    case CallFn::Pow:
+      return "libdevice.pow";
+    case CallFn::Atan2:
+      return "libdevice.atan2";
+    case CallFn::Fmod:
+      return "libdevice.fmod";
+    default:
+      return nullptr;
+  }
+}
+
+/// What reduce helper and identity an accumulator op uses.
+struct ReduceText {
+  const char* combine;  ///< a jit helper taking (a, b)
+  const char* reduce;   ///< a jit helper taking (block) -> scalar
+};
+
+ReduceText reduce_text(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum:
+      return {"_ember_add", "_ember_sum"};
+    case ReduceOp::Prod:
+      return {"_ember_mul", "_ember_prod"};
+    case ReduceOp::Max:
+      return {"_ember_max", "_ember_amax"};
+    case ReduceOp::Min:
+      return {"_ember_min", "_ember_amin"};
+    case ReduceOp::Any:
+      return {"_ember_or", "_ember_any"};
+    case ReduceOp::All:
+      return {"_ember_and", "_ember_all"};
+    default:
+      refuse(std::string("the ") + reduce_op_name(op) + " reduction");
+  }
+}
+
+constexpr const char* kPrelude = R"(import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+
+@triton.jit
+def _ember_floordiv(a, b):
+    q = a // b
+    return tl.where(((a % b) != 0) & ((a < 0) != (b < 0)), q - 1, q)
+
+
+@triton.jit
+def _ember_mod(a, b):
+    r = a % b
+    return tl.where((r != 0) & ((r < 0) != (b < 0)), r + b, r)
+
+
+@triton.jit
+def _ember_add(a, b):
+    return a + b
+
+
+@triton.jit
+def _ember_mul(a, b):
+    return a * b
+
+
+@triton.jit
+def _ember_max(a, b):
+    return tl.maximum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _ember_min(a, b):
+    return tl.minimum(a, b, propagate_nan=tl.PropagateNan.ALL)
+
+
+@triton.jit
+def _ember_or(a, b):
+    return a | b
+
+
+@triton.jit
+def _ember_and(a, b):
+    return a & b
+
+
+@triton.jit
+def _ember_sum(x):
+    return tl.sum(x, 0)
+
+
+@triton.jit
+def _ember_prod(x):
+    return tl.reduce(x, 0, _ember_mul)
+
+
+@triton.jit
+def _ember_amax(x):
+    return tl.reduce(x, 0, _ember_max)
+
+
+@triton.jit
+def _ember_amin(x):
+    return tl.reduce(x, 0, _ember_min)
+
+
+@triton.jit
+def _ember_any(x):
+    return tl.max(x.to(tl.int8), 0) != 0
+
+
+@triton.jit
+def _ember_all(x):
+    return tl.min(x.to(tl.int8), 0) != 0
+)";
+
+class Emitter {
+ public:
+  explicit Emitter(const Kernel& k) : k_(k) {}
+
+  TritonKernel run();
+
+ private:
+  // --- expressions ---
+  std::string expr(const Expr& e);
+  std::string binary(const Expr& e);
+  std::string load(const Load& l);
+  /// `s` computed in f32 and rounded to `t` when `t` is f16 or bf16.
+  std::string half_wrap(DType t, const std::string& s) const {
+    return is_half(t) ? "(" + s + ").to(" + tl_dtype(t) + ")" : s;
+  }
+  std::string operand(const Expr& e) {
+    std::string s = expr(e);
+    return is_half(e.dtype()) ? "(" + s + ").to(tl.float32)" : s;
+  }
+  /// The mask a memory access uses here: the block's, and the Select arms it is under.
+  std::string mask() const {
+    std::string m;
+    if (!block_mask_.empty()) m = block_mask_;
+    for (const std::string& g : guards_) m = m.empty() ? g : "(" + m + ") & (" + g + ")";
+    return m;
+  }
+
+  // --- statements ---
+  void line(const std::string& s) { body_ << std::string(indent_ * 4, ' ') << s << "\n"; }
+  /// Straight-line statements at program level (Rows) or in the flattened body (Flat).
+  void stmt(const Stmt& s);
+  /// An inner loop run as a loop over blocks.
+  void block_loop(const For& f);
+  void block_stmt(const Stmt& s, const std::string& rmask);
+  /// The accumulators (buffer, index) of the loop body updated at an element that does not
+  /// depend on the loop variable, in first-seen order.
+  void collect_row_accumulators(const Stmt& s, const std::string& var);
+
+  std::string fresh(const std::string& base) { return base + std::to_string(counter_++); }
+  static std::string var_name(const std::string& n) { return "v_" + n; }
+  static std::string buf_name(const std::string& n) { return "b_" + n; }
+
+  const Kernel& k_;
+  std::ostringstream body_;
+  int indent_ = 1;
+  int counter_ = 0;
+  std::string block_mask_;            ///< the current block's mask ("" at scalar level)
+  std::vector<std::string> guards_;   ///< Select conditions the current expression is under
+  std::set<std::string> block_vars_;  ///< variables that are blocks (loop variables, their Lets)
+  std::map<std::string, std::string> scalars_;  ///< one-element Allocates -> their variable
+  std::map<std::string, DType> scalar_types_;
+  struct RowAcc {
+    ReduceOp op;
+    std::string buffer;
+    Expr index;
+    std::string block;  ///< the block variable of partials
+    DType dtype;
+  };
+  std::vector<RowAcc> row_accs_;
+  Expr block_extent_;
+};
+
+std::string Emitter::expr(const Expr& e) {
+  switch (e.kind()) {
+    case ExprKind::IntImm: {
+      const auto* i = e.as<IntImm>();
+      if (e.dtype() == DType::Bool) return i->value != 0 ? "True" : "False";
+      if (e.dtype() == DType::Int64) return std::to_string(i->value);
+      return "tl.full([], " + std::to_string(i->value) + ", " + tl_dtype(e.dtype()) + ")";
+    }
+    case ExprKind::FloatImm: {
+      double v = e.as<FloatImm>()->value;
+      if (e.dtype() == DType::Float32) return float_text(v);
+      if (is_half(e.dtype())) {  // exact in f32 (Triton's interpreter has no half constants)
+        return "tl.full([], " + float_text(v) + ", tl.float32).to(" + tl_dtype(e.dtype()) + ")";
+      }
+      return "tl.full([], " + float_text(v) + ", " + tl_dtype(e.dtype()) + ")";
+    }
+    case ExprKind::Var: {
+      const std::string& n = e.as<Var>()->name;
+      return var_name(n);
+    }
+    case ExprKind::SizeVar:
+      return "s_" + e.as<SizeVar>()->name;
+    case ExprKind::Not:
+      return "(" + expr(e.as<Not>()->a) + " == 0)";
+    case ExprKind::Select: {
+      const auto* s = e.as<Select>();
+      std::string c = expr(s->cond);
+      guards_.push_back(c);
+      std::string t = expr(s->t);
+      guards_.back() = "(" + c + ") == 0";
+      std::string f = expr(s->f);
+      guards_.pop_back();
+      return "tl.where(" + c + ", " + t + ", " + f + ")";
+    }
+    case ExprKind::Cast: {
+      const auto* c = e.as<Cast>();
+      if (e.dtype() == DType::Bool) return "(" + expr(c->value) + " != 0)";
+      return "(" + expr(c->value) + ").to(" + tl_dtype(e.dtype()) + ")";
+    }
+    case ExprKind::Load:
+      return load(*e.as<Load>());
+    case ExprKind::Call: {
+      const auto* c = e.as<Call>();
+      std::vector<std::string> args;
+      for (const Expr& a : c->args) args.push_back(operand(a));
+      std::string s;
+      switch (c->fn) {
+        case CallFn::Neg:
+          s = "(-" + args[0] + ")";
+          break;
+        case CallFn::Reciprocal:
+          s = "tl.math.div_rn(1.0, " + args[0] + ")";
+          break;
+        case CallFn::Sigmoid:
+          s = "tl.math.div_rn(1.0, 1.0 + tl.exp(-" + args[0] + "))";
+          break;
+        case CallFn::IsNan:
+          return "(" + args[0] + " != " + args[0] + ")";
+        case CallFn::IsInf:
+          return "(tl.abs(" + args[0] + ") == float(\"inf\"))";
+        default: {
+          const char* f = call_text(c->fn);
+          if (f == nullptr) refuse(std::string("the call ") + call_fn_name(c->fn));
+          if (c->fn == CallFn::Abs && !is_float(e.dtype())) return "tl.abs(" + args[0] + ")";
+          s = std::string(f) + "(" + args[0];
+          for (size_t i = 1; i < args.size(); ++i) s += ", " + args[i];
+          s += ")";
+        }
+      }
+      return half_wrap(e.dtype(), s);
+    }
+    default:
+      return binary(e);
+  }
+}
+
+std::string Emitter::binary(const Expr& e) {
+  auto two = [&](const auto* b) { return std::make_pair(operand(b->a), operand(b->b)); };
+  switch (e.kind()) {
+#define EMBER_ARITH(Name, Op)                                    \
+  case ExprKind::Name: {                                         \
+    auto [a, b] = two(e.as<BinaryNode<ExprKind::Name>>());       \
+    return half_wrap(e.dtype(), "(" + a + " " Op " " + b + ")"); \
+  }
+    EMBER_ARITH(Add, "+")
+    EMBER_ARITH(Sub, "-")
+    EMBER_ARITH(Mul, "*")
+#undef EMBER_ARITH
+    case ExprKind::Div: {
+      auto [a, b] = two(e.as<loop::Div>());
+      return half_wrap(e.dtype(), "tl.math.div_rn(" + a + ", " + b + ")");
+    }
+    case ExprKind::FloorDiv: {
+      auto [a, b] = two(e.as<FloorDiv>());
+      return "_ember_floordiv(" + a + ", " + b + ")";
+    }
+    case ExprKind::Mod: {
+      auto [a, b] = two(e.as<Mod>());
+      return "_ember_mod(" + a + ", " + b + ")";
+    }
+    case ExprKind::Min:
+    case ExprKind::Max: {
+      const bool mx = e.kind() == ExprKind::Max;
+      auto [a, b] = mx ? two(e.as<loop::Max>()) : two(e.as<loop::Min>());
+      if (is_float(e.dtype())) {
+        return half_wrap(e.dtype(),
+                         std::string(mx ? "_ember_max(" : "_ember_min(") + a + ", " + b + ")");
+      }
+      return std::string(mx ? "tl.maximum(" : "tl.minimum(") + a + ", " + b + ")";
+    }
+#define EMBER_PLAIN(Name, Op)                              \
+  case ExprKind::Name: {                                   \
+    auto [a, b] = two(e.as<BinaryNode<ExprKind::Name>>()); \
+    return "(" + a + " " Op " " + b + ")";                 \
+  }
+      EMBER_PLAIN(LT, "<")
+      EMBER_PLAIN(LE, "<=")
+      EMBER_PLAIN(EQ, "==")
+      EMBER_PLAIN(NE, "!=")
+      EMBER_PLAIN(And, "&")
+      EMBER_PLAIN(Or, "|")
+      EMBER_PLAIN(BitAnd, "&")
+      EMBER_PLAIN(BitOr, "|")
+      EMBER_PLAIN(BitXor, "^")
+#undef EMBER_PLAIN
+    default:
+      refuse(std::string("the expression ") + expr_kind_name(e.kind()));
+  }
+}
+
+std::string Emitter::load(const Load& l) {
+  if (auto it = scalars_.find(l.buffer); it != scalars_.end()) return it->second;
+  std::string m = mask();
+  std::string addr = buf_name(l.buffer) + " + (" + expr(l.index) + ")";
+  if (m.empty()) return "tl.load(" + addr + ")";
+  return "tl.load(" + addr + ", mask=" + m + ", other=0)";
+}
+
+void Emitter::stmt(const Stmt& s) {
+  switch (s.kind()) {
+    case StmtKind::Block:
+      for (const Stmt& c : s.as<Block>()->stmts) stmt(c);
+      return;
+    case StmtKind::Let: {
+      const auto* l = s.as<Let>();
+      const std::string& n = l->var.as<Var>()->name;
+      if (!block_mask_.empty() || uses_any(l->value, block_vars_)) block_vars_.insert(n);
+      line(var_name(n) + " = " + expr(l->value));
+      stmt(l->body);
+      return;
+    }
+    case StmtKind::Store: {
+      const auto* st = s.as<Store>();
+      std::string v = expr(st->value);
+      if (auto it = scalars_.find(st->buffer); it != scalars_.end()) {
+        line(it->second + " = " + v);
+        return;
+      }
+      std::string m = mask();
+      std::string addr = buf_name(st->buffer) + " + (" + expr(st->index) + ")";
+      line("tl.store(" + addr + ", " + v + (m.empty() ? "" : ", mask=" + m) + ")");
+      return;
+    }
+    case StmtKind::Allocate: {
+      const auto* a = s.as<Allocate>();
+      int64_t n = 1;
+      for (const Expr& d : a->sizes) {
+        const auto* i = d.as<IntImm>();
+        if (i == nullptr) refuse("an allocation of symbolic size");
+        n *= i->value;
+      }
+      if (n != 1 || !block_mask_.empty()) refuse("an allocation of more than one element");
+      std::string v = "a_" + a->buffer;
+      scalars_[a->buffer] = v;
+      scalar_types_[a->buffer] = a->dtype;
+      stmt(a->body);
+      return;
+    }
+    case StmtKind::IfThenElse: {
+      const auto* i = s.as<IfThenElse>();
+      if (!block_mask_.empty() || uses_any(i->cond, block_vars_)) {
+        refuse("a conditional on a block value");
+      }
+      line("if " + expr(i->cond) + ":");
+      ++indent_;
+      stmt(i->then_case);
+      line("pass");
+      --indent_;
+      if (i->else_case.defined()) {
+        line("else:");
+        ++indent_;
+        stmt(i->else_case);
+        line("pass");
+        --indent_;
+      }
+      return;
+    }
+    case StmtKind::For:
+      if (!block_mask_.empty()) refuse("nested inner loops");
+      block_loop(*s.as<For>());
+      return;
+    case StmtKind::Accumulate: {
+      // A program-level Accumulate (no inner loop): one value folded in.
+      const auto* a = s.as<Accumulate>();
+      ReduceText r = reduce_text(a->op);
+      std::string v = expr(a->values[0]);
+      const std::string& b = a->buffers[0];
+      if (auto it = scalars_.find(b); it != scalars_.end()) {
+        line(it->second + " = " +
+             half_wrap(scalar_types_[b],
+                       std::string(r.combine) + "(" + it->second + ", " + v + ")"));
+        return;
+      }
+      std::string addr = buf_name(b) + " + (" + expr(a->index) + ")";
+      std::string m = mask();
+      std::string mk = m.empty() ? "" : ", mask=" + m;
+      line("tl.store(" + addr + ", " + r.combine + "(tl.load(" + addr + mk + "), " + v + ")" + mk +
+           ")");
+      return;
+    }
+  }
+}
+
+void Emitter::collect_row_accumulators(const Stmt& s, const std::string& var) {
+  switch (s.kind()) {
+    case StmtKind::Block:
+      for (const Stmt& c : s.as<Block>()->stmts) collect_row_accumulators(c, var);
+      return;
+    case StmtKind::Let:
+      collect_row_accumulators(s.as<Let>()->body, var);
+      return;
+    case StmtKind::Accumulate: {
+      const auto* a = s.as<Accumulate>();
+      if (a->buffers.size() != 1)
+        refuse(std::string("the ") + reduce_op_name(a->op) + " reduction");
+      if (uses_any(a->index, {var}) || uses_any(a->index, block_vars_)) return;  // elementwise
+      for (const RowAcc& r : row_accs_) {
+        if (r.buffer == a->buffers[0] && r.op == a->op) return;  // one block per accumulator
+      }
+      DType t = a->values[0].dtype();
+      row_accs_.push_back(RowAcc{a->op, a->buffers[0], a->index, fresh("acc"), t});
+      return;
+    }
+    default:
+      return;
+  }
+}
+
+void Emitter::block_loop(const For& f) {
+  const std::string& var = f.var.as<Var>()->name;
+  row_accs_.clear();
+  collect_row_accumulators(f.body, var);
+  std::string ext = fresh("ext");
+  line(ext + " = " + expr(f.extent));
+  for (const RowAcc& r : row_accs_) {
+    line(r.block + " = tl.full([RBLOCK], " + expr(reduction_identity(r.op, 0, r.dtype)) + ", " +
+         tl_dtype(r.dtype) + ")");
+  }
+  std::string r0 = fresh("r");
+  std::string rmask = fresh("rmask");
+  line("for " + r0 + " in range(0, " + ext + ", RBLOCK):");
+  ++indent_;
+  std::string off = fresh("roff");
+  line(off + " = " + r0 + " + tl.arange(0, RBLOCK).to(tl.int64)");
+  line(rmask + " = " + off + " < " + ext);
+  block_vars_.insert(var);
+  line(var_name(var) + " = " + expr(f.min) + " + " + off);
+  block_mask_ = rmask;
+  block_stmt(f.body, rmask);
+  block_mask_.clear();
+  --indent_;
+  for (const RowAcc& r : row_accs_) {
+    ReduceText t = reduce_text(r.op);
+    std::string red = std::string(t.reduce) + "(" + r.block + ")";
+    if (auto it = scalars_.find(r.buffer); it != scalars_.end()) {
+      line(it->second + " = " +
+           half_wrap(scalar_types_[r.buffer],
+                     std::string(t.combine) + "(" + it->second + ", " + red + ")"));
+    } else {
+      std::string addr = buf_name(r.buffer) + " + (" + expr(r.index) + ")";
+      line("tl.store(" + addr + ", " + t.combine + "(tl.load(" + addr + "), " + red + "))");
+    }
+  }
+  row_accs_.clear();
+  // The extent that picks RBLOCK: the longest inner loop (a Max over the kernel's loops).
+  block_extent_ =
+      block_extent_.defined() ? make_binary(ExprKind::Max, block_extent_, f.extent) : f.extent;
+}
+
+void Emitter::block_stmt(const Stmt& s, const std::string& rmask) {
+  if (s.kind() == StmtKind::Accumulate) {
+    const auto* a = s.as<Accumulate>();
+    for (const RowAcc& r : row_accs_) {
+      if (r.buffer != a->buffers[0] || r.op != a->op) continue;
+      ReduceText t = reduce_text(a->op);
+      std::string v = expr(a->values[0]);
+      std::string m = mask();
+      std::string id = expr(reduction_identity(a->op, 0, r.dtype));
+      line(r.block + " = " +
+           half_wrap(r.dtype, std::string(t.combine) + "(" + r.block + ", tl.where(" + m + ", " +
+                                  v + ", " + id + "))"));
+      return;
+    }
+    stmt(s);  // elementwise: each lane its own element
+    return;
+  }
+  if (s.kind() == StmtKind::Block) {
+    for (const Stmt& c : s.as<Block>()->stmts) block_stmt(c, rmask);
+    return;
+  }
+  if (s.kind() == StmtKind::Let) {
+    const auto* l = s.as<Let>();
+    block_vars_.insert(l->var.as<Var>()->name);
+    line(var_name(l->var.as<Var>()->name) + " = " + expr(l->value));
+    block_stmt(l->body, rmask);
+    return;
+  }
+  stmt(s);
+}
+
+/// Whether `s` only binds values and stores (a pointwise body).
+bool straight_pointwise(const Stmt& s) {
+  switch (s.kind()) {
+    case StmtKind::Block:
+      for (const Stmt& c : s.as<Block>()->stmts) {
+        if (!straight_pointwise(c)) return false;
+      }
+      return true;
+    case StmtKind::Let:
+      return straight_pointwise(s.as<Let>()->body);
+    case StmtKind::Store:
+      return true;
+    default:
+      return false;
+  }
+}
+
+/// Whether `s` is straight-line with Accumulates (a reduction loop's body).
+bool straight_body(const Stmt& s) {
+  switch (s.kind()) {
+    case StmtKind::Block:
+      for (const Stmt& c : s.as<Block>()->stmts) {
+        if (!straight_body(c)) return false;
+      }
+      return true;
+    case StmtKind::Let:
+      return straight_body(s.as<Let>()->body);
+    case StmtKind::Store:
+    case StmtKind::Accumulate:
+      return true;
+    default:
+      return false;
+  }
+}
+
+Expr product(const std::vector<const For*>& loops) {
+  Expr p = IntImm::make(kIndexType, 1);
+  for (const For* f : loops) p = make_binary(ExprKind::Mul, p, f->extent);
+  return p;
+}
+
+TritonKernel Emitter::run() {
+  TritonKernel out;
+  out.name = "ember_" + k_.name;
+  std::vector<const For*> nest;
+  Stmt inner = k_.body;
+  while (const For* f = inner.as<For>()) {
+    nest.push_back(f);
+    inner = f->body;
+  }
+  const bool flat = !nest.empty() && straight_pointwise(inner);
+  std::vector<const For*> rows = nest;
+  Stmt rest = inner;
+  if (!flat && !nest.empty() && straight_body(inner)) {
+    // The innermost loop of the nest reduces: it runs as the block loop of each program.
+    rows.pop_back();
+    rest = k_.body;
+    for (size_t i = 0; i < rows.size(); ++i) rest = rest.as<For>()->body;
+  }
+  auto decompose = [&](const std::vector<const For*>& loops, const std::string& linear) {
+    // Outermost slowest: peel the innermost loop first.
+    line("rem = " + linear);
+    for (size_t i = loops.size(); i-- > 0;) {
+      const For& f = *loops[i];
+      std::string v = var_name(f.var.as<Var>()->name);
+      std::string ext = expr(f.extent);
+      std::string mn = expr(f.min);
+      if (i == 0) {
+        line(v + " = " + mn + " + rem");
+      } else {
+        line(v + " = " + mn + " + rem % (" + ext + ")");
+        line("rem = rem // (" + ext + ")");
+      }
+    }
+  };
+  if (flat) {
+    out.form = TritonKernel::Form::Flat;
+    out.block_param = "XBLOCK";
+    Expr total = product(nest);
+    line("lin = tl.program_id(0).to(tl.int64) * XBLOCK + tl.arange(0, XBLOCK).to(tl.int64)");
+    line("xmask = lin < (" + expr(total) + ")");
+    for (const For* f : nest) block_vars_.insert(f->var.as<Var>()->name);
+    decompose(nest, "lin");
+    block_mask_ = "xmask";
+    stmt(inner);
+    block_mask_.clear();
+    out.grid_extent = total;
+    out.block_extent = total;
+  } else {
+    out.form = TritonKernel::Form::Rows;
+    out.block_param = "RBLOCK";
+    if (!rows.empty()) decompose(rows, "tl.program_id(0).to(tl.int64)");
+    stmt(rest);
+    out.grid_extent = product(rows);
+    out.block_extent = block_extent_.defined() ? block_extent_ : IntImm::make(kIndexType, 1);
+  }
+  std::ostringstream src;
+  src << kPrelude << "\n\n@triton.jit\ndef " << out.name << "(";
+  bool first = true;
+  for (const BufferParam& b : k_.buffers) {
+    src << (first ? "" : ", ") << buf_name(b.name);
+    first = false;
+  }
+  for (const std::string& s : k_.size_vars) {
+    src << (first ? "" : ", ") << "s_" << s;
+    first = false;
+  }
+  src << (first ? "" : ", ") << out.block_param << ": tl.constexpr):\n";
+  std::string body = body_.str();
+  src << (body.empty() ? "    pass\n" : body);
+  out.source = src.str();
+  return out;
+}
+
+}  // namespace
+
+std::optional<TritonKernel> emit_triton(const Kernel& k, std::string* why) {
+  try {
+    Emitter e(k);
+    return e.run();
+  } catch (const NoTritonForm& n) {
+    if (why != nullptr) *why = n.why;
+    return std::nullopt;
+  }
+}
+
+int triton_block_size(int64_t extent, int max_block) {
+  int b = 16;
+  while (b < extent && b < max_block) b *= 2;
+  return b;
+}
+
+TritonLaunch triton_launch(const TritonKernel& k, const Bindings& sizes) {
+  EvalEnv env;
+  env.sizes = sizes;
+  const int64_t extent = eval_expr(k.block_extent, env).i;
+  const int64_t grid = eval_expr(k.grid_extent, env).i;
+  TritonLaunch l;
+  l.block = triton_block_size(extent, k.max_block);
+  l.programs = k.form == TritonKernel::Form::Flat ? (grid + l.block - 1) / l.block : grid;
+  return l;
+}
+
+}  // namespace ember::codegen

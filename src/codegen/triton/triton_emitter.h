@@ -1,0 +1,69 @@
+/// \file
+/// Emits a loop-IR Kernel as the source of one Triton kernel (the GPU backend's code
+/// generator; docs/design/triton_codegen.md).
+///
+/// The emitted module defines `<name>` (an `@triton.jit` function) and the helpers it uses. Its
+/// arguments are the kernel's buffer parameters in order (element pointers, `b_<buffer>`), then
+/// its size variables in order (`s_<size>`), then one block size, a `tl.constexpr` (`XBLOCK` or
+/// `RBLOCK`). The grid is one-dimensional (triton_programs).
+///
+/// Two forms, chosen from the kernel's loop structure:
+///  - Flat: a perfect loop nest whose innermost body only binds values and stores (pointwise).
+///    The nest is flattened; program p handles elements [p * XBLOCK, (p + 1) * XBLOCK) of it,
+///    masked at the end, and recovers each loop variable by division and modulo.
+///  - Rows: the loops of the outer perfect nest become programs (one program per iteration of
+///    them). Below them, straight-line statements run on scalars, and each inner loop with a
+///    straight-line body runs as a loop over blocks of RBLOCK iterations: loads and stores are
+///    masked, and an Accumulate into an element that does not depend on the inner loop keeps a
+///    block of partial results that is reduced (tl.sum, or tl.reduce with a NaN-propagating
+///    max/min) and combined into the accumulator after the loop.
+///
+/// Semantics kept from expr.h: f16 and bf16 arithmetic computed in f32 and rounded at every node;
+/// IEEE division and square root (div_rn, sqrt_rn); NaN-propagating min and max; Python floor
+/// division and modulo; a Load under a Select arm is masked by that arm's condition; indices are
+/// i64. The output is deterministic.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loop/eval.h"
+#include "loop/stmt.h"
+
+namespace ember::codegen {
+
+struct TritonKernel {
+  enum class Form { Flat, Rows };
+  std::string name;    ///< the @triton.jit function's name
+  std::string source;  ///< a Python module defining it
+  Form form = Form::Flat;
+  /// Rows: the number of programs; Flat: the number of elements, in programs of XBLOCK. Over the
+  /// kernel's size variables.
+  loop::Expr grid_extent;
+  /// What the block size divides: the flattened nest's element count (Flat) or the longest inner
+  /// loop's extent (Rows; an IntImm 1 when there is no inner loop). The launcher picks the block
+  /// size from its value: a power of two, at most `max_block`.
+  loop::Expr block_extent;
+  int max_block = 1024;
+  /// The block size's parameter name: "XBLOCK" or "RBLOCK".
+  std::string block_param;
+};
+
+/// The Triton kernel of `k`, or nullopt with the reason in `why` when its structure has no Triton
+/// form yet (nested inner loops, allocations of more than one element, shifts, Welford and
+/// argmax reductions, conditionals inside an inner loop).
+std::optional<TritonKernel> emit_triton(const loop::Kernel& k, std::string* why);
+
+/// The block size a launcher uses for `extent` iterations: the next power of two, at least 16
+/// and at most `max_block`.
+int triton_block_size(int64_t extent, int max_block);
+
+/// The launch of `k` for the sizes `sizes`: its block size and number of programs.
+struct TritonLaunch {
+  int block = 16;
+  int64_t programs = 1;
+};
+TritonLaunch triton_launch(const TritonKernel& k, const loop::Bindings& sizes);
+
+}  // namespace ember::codegen

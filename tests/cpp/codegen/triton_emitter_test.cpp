@@ -1,0 +1,95 @@
+#include "codegen/triton/triton_emitter.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "loop/parser.h"
+#include "loop/printer.h"
+
+namespace ember::codegen {
+namespace {
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+/// The kernel function of a generated module (after its helpers).
+std::string kernel_function(const TritonKernel& t) {
+  size_t at = t.source.rfind("@triton.jit\ndef " + t.name + "(");
+  EXPECT_NE(at, std::string::npos);
+  return t.source.substr(at);
+}
+
+void expect_golden(const std::string& text, const std::string& golden) {
+  std::string path = std::string(EMBER_CODEGEN_GOLDEN_DIR) + "/" + golden;
+  if (std::getenv("EMBER_ACCEPT_GOLDEN") != nullptr) std::ofstream(path) << text;
+  EXPECT_EQ(text, read(path)) << "regenerate with EMBER_ACCEPT_GOLDEN=1 and review the diff";
+}
+
+TEST(TritonEmitter, PointwiseKernelIsFlatDeterministicAndMatchesGolden) {
+  loop::Kernel k =
+      loop::parse_kernel(read(std::string(EMBER_CODEGEN_GOLDEN_DIR) + "/gelu_bias.loop"));
+  std::string why;
+  auto t = emit_triton(k, &why);
+  ASSERT_TRUE(t.has_value()) << why;
+  EXPECT_EQ(t->form, TritonKernel::Form::Flat);
+  EXPECT_EQ(t->block_param, "XBLOCK");
+  auto again = emit_triton(loop::parse_kernel(loop::print_kernel(k)), &why);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(t->source, again->source);
+  expect_golden(kernel_function(*t), "gelu_bias.triton.golden");
+  TritonLaunch l = triton_launch(*t, {{"m", 100}, {"n", 33}});
+  EXPECT_EQ(l.block, 1024);
+  EXPECT_EQ(l.programs, 4);  // ceil(3300 / 1024)
+}
+
+TEST(TritonEmitter, SoftmaxIsARowKernelWithThreeBlockLoops) {
+  loop::Kernel k = loop::parse_kernel(read(std::string(EMBER_LOOP_GOLDEN_DIR) + "/softmax.loop"));
+  std::string why;
+  auto t = emit_triton(k, &why);
+  ASSERT_TRUE(t.has_value()) << why;
+  EXPECT_EQ(t->form, TritonKernel::Form::Rows);
+  expect_golden(kernel_function(*t), "softmax.triton.golden");
+  TritonLaunch l = triton_launch(*t, {{"s0", 7}, {"s1", 100}});
+  EXPECT_EQ(l.programs, 7);
+  EXPECT_EQ(l.block, 128);
+}
+
+TEST(TritonEmitter, RefusesWhatItCannotExpressWithAReason) {
+  std::string why;
+  EXPECT_FALSE(
+      emit_triton(loop::parse_kernel(read(std::string(EMBER_LOOP_GOLDEN_DIR) + "/layer_norm.loop")),
+                  &why)
+          .has_value());
+  EXPECT_EQ(why, "the welford reduction");
+  EXPECT_FALSE(emit_triton(loop::parse_kernel("kernel nest(n) {\n"
+                                              "  output y : f32[n, n] strides [n, 1]\n"
+                                              "  for (i, 0, n) {\n"
+                                              "    y[(i * n)] = f32(0)\n"
+                                              "    for (j, 0, n) {\n"
+                                              "      for (k, 0, n) {\n"
+                                              "        y[((i * n) + j)] = f32(1)\n"
+                                              "      }\n"
+                                              "    }\n"
+                                              "  }\n"
+                                              "}\n"),
+                           &why)
+                   .has_value());
+  EXPECT_EQ(why, "nested inner loops");
+}
+
+TEST(TritonEmitter, BlockSizeIsAPowerOfTwoBetween16AndTheMaximum) {
+  EXPECT_EQ(triton_block_size(1, 1024), 16);
+  EXPECT_EQ(triton_block_size(17, 1024), 32);
+  EXPECT_EQ(triton_block_size(1024, 1024), 1024);
+  EXPECT_EQ(triton_block_size(5000, 1024), 1024);
+}
+
+}  // namespace
+}  // namespace ember::codegen

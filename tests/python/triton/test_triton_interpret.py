@@ -1,0 +1,167 @@
+"""Generated Triton kernels run in Triton's interpreter on the CPU, against the loop-IR
+reference interpreter: pointwise (flattened) and row (block-loop reduction) forms, dtypes,
+Python integer division, masked loads under Select, and the forms with no Triton kernel yet."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+import ember
+from triton_check import INTERPRET, check_kernel
+
+GOLDEN = pathlib.Path(__file__).parents[2] / "cpp"
+
+
+def test_pointwise_gelu_bias_is_flat():
+    text = (GOLDEN / "codegen/golden/gelu_bias.loop").read_text()
+    for m, n in [(5, 7), (33, 100), (1, 1)]:
+        k = check_kernel(text, {"m": m, "n": n})
+        assert k["form"] == "flat"
+
+
+def test_softmax_is_a_row_kernel_with_block_loops():
+    text = (GOLDEN / "loop/golden/softmax.loop").read_text()
+    for s0, s1 in [(3, 5), (4, 1000), (2, 1)]:
+        k = check_kernel(text, {"s0": s0, "s1": s1})
+        assert k["form"] == "rows" and k["programs"] == s0
+
+
+ROW_OPS = """
+kernel row_ops(m, n) {
+  input x : f32[m, n] strides [n, 1]
+  output s : f32[m] strides [1]
+  output p : f32[m] strides [1]
+  output lo : f32[m] strides [1]
+  output hi : f32[m] strides [1]
+  for (i, 0, m) parallel {
+    s[i] = f32(0)
+    p[i] = f32(1)
+    lo[i] = f32(inf)
+    hi[i] = f32(-inf)
+    for (r, 0, n) {
+      accumulate sum s[i] <- x[((i * n) + r)]
+      accumulate prod p[i] <- (f32(1) + (x[((i * n) + r)] * f32(0.01)))
+      accumulate min lo[i] <- x[((i * n) + r)]
+      accumulate max hi[i] <- x[((i * n) + r)]
+    }
+  }
+}
+"""
+
+
+def test_sum_prod_min_max_into_outputs():
+    for m, n in [(3, 17), (2, 1500)]:
+        check_kernel(ROW_OPS, {"m": m, "n": n}, rtol=1e-4, atol=1e-5)
+
+
+NAN_MAX = """
+kernel nan_max(n) {
+  input x : f32[n] strides [1]
+  output y : f32[] strides []
+  y[0] = f32(-inf)
+  for (r, 0, n) {
+    accumulate max y[0] <- select((r == 3), f32(nan), x[r])
+  }
+}
+"""
+
+
+def test_max_propagates_nan_and_a_kernel_without_outer_loops_is_one_program():
+    k = check_kernel(NAN_MAX, {"n": 40})
+    assert k["programs"] == 1
+
+
+BF16 = """
+kernel bf16_ops(n) {
+  input a : bf16[n] strides [1]
+  input b : bf16[n] strides [1]
+  output y : bf16[n] strides [1]
+  output z : f32[n] strides [1]
+  for (i, 0, n) vectorized {
+    let t = ((a[i] * b[i]) + bf16(0.5)) {
+      y[i] = (exp(t) / ((t * t) + bf16(3)))
+      z[i] = cast<f32>(t)
+    }
+  }
+}
+"""
+
+
+def test_bf16_computes_in_f32_and_rounds_at_every_node():
+    # Triton's interpreter truncates f32 to bf16 at each of the five rounding points (a GPU rounds
+    # to nearest even): within five ulps there, one on a GPU.
+    check_kernel(BF16, {"n": 300}, rtol=4e-2 if INTERPRET else 8e-3, atol=1e-2)
+
+
+INT_DIV = """
+kernel int_div(n) {
+  input a : i64[n] strides [1]
+  output q : i64[n] strides [1]
+  output r : i64[n] strides [1]
+  output c : b8[n] strides [1]
+  for (i, 0, n) {
+    q[i] = (a[i] // -7)
+    r[i] = (a[i] % 7)
+    c[i] = ((a[i] < 0) && !(a[i] == -3))
+  }
+}
+"""
+
+
+def test_integer_division_and_modulo_follow_python():
+    check_kernel(INT_DIV, {"n": 100}, rtol=0, atol=0)
+
+
+PAD = """
+kernel pad(n) {
+  input x : f32[n] strides [1]
+  output y : f32[(n + 4)] strides [1]
+  for (j, 0, (n + 4)) {
+    y[j] = select(((2 <= j) && (j < (n + 2))), x[(j - 2)], f32(-1))
+  }
+}
+"""
+
+
+def test_load_under_a_select_arm_is_masked_by_its_condition():
+    check_kernel(PAD, {"n": 50})
+
+
+SCALAR_IF = """
+kernel clamp_rows(m, n) {
+  input x : f32[m, n] strides [n, 1]
+  output y : f32[m, n] strides [n, 1]
+  output t : f32[m] strides [1]
+  for (i, 0, m) parallel {
+    alloc acc : f32[1] {
+      acc[0] = f32(0)
+      for (r, 0, n) {
+        accumulate sum acc[0] <- abs(x[((i * n) + r)])
+      }
+      if (f32(10) < acc[0]) {
+        t[i] = acc[0]
+      } else {
+        t[i] = f32(0)
+      }
+      for (r, 0, n) vectorized {
+        y[((i * n) + r)] = (x[((i * n) + r)] / max(acc[0], f32(1)))
+      }
+    }
+  }
+}
+"""
+
+
+def test_scalar_allocation_conditional_and_second_block_loop():
+    check_kernel(SCALAR_IF, {"m": 6, "n": 37})
+
+
+def test_forms_without_a_triton_kernel_say_why():
+    text = (GOLDEN / "loop/golden/layer_norm.loop").read_text()
+    with pytest.raises(ember.Unsupported, match="welford"):
+        check_kernel(text, {"s0": 2, "s1": 3})
+    text = (GOLDEN / "loop/golden/argmax_pad.loop").read_text()
+    with pytest.raises(ember.Unsupported, match="argmax"):
+        check_kernel(text, {"n": 3})
