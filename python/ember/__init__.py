@@ -15,6 +15,11 @@ from .capture import compile, explain
 from .errors import CompileError, DataDependentError, InternalError, Unsupported
 from .tracing import Graph, trace
 
+import importlib.util as _importlib_util
+
+if _importlib_util.find_spec("triton") is not None:
+    from . import _triton  # noqa: F401  (Triton's compiler for generated GPU kernels)
+
 __all__ = [
     "backend",
     "compile",

@@ -6,6 +6,7 @@
 #include "python/bindings.h"
 #include "python/torch_caster.h"
 #include "runtime/executor.h"
+#include "runtime/triton_runtime.h"
 #include "support/error.h"
 
 namespace nb = nanobind;
@@ -23,6 +24,42 @@ void bind_runtime(nb::module_& m) {
         return nb::make_tuple(s.compiles, s.disk_hits, s.memory_hits);
       },
       "(compiles, disk_hits, memory_hits) of the kernel cache in this process.");
+  m.def(
+      "set_triton_hooks",
+      [](nb::callable compile, nb::callable interpret) {
+        runtime::TritonHooks h;
+        h.compile = [compile](const std::string& source, const std::string& name,
+                              const std::vector<std::string>& signature,
+                              const std::string& block_param, int block, int device) {
+          nb::gil_scoped_acquire gil;
+          nb::tuple r =
+              nb::cast<nb::tuple>(compile(source, name, signature, block_param, block, device));
+          runtime::TritonBinary b;
+          nb::bytes cubin = nb::cast<nb::bytes>(r[0]);
+          b.cubin.assign(cubin.c_str(), cubin.size());
+          b.symbol = nb::cast<std::string>(r[1]);
+          b.num_warps = nb::cast<int>(r[2]);
+          b.shared_bytes = nb::cast<int>(r[3]);
+          b.global_scratch_bytes = nb::cast<int>(r[4]);
+          b.global_scratch_align = nb::cast<int>(r[5]);
+          b.profile_scratch_bytes = nb::cast<int>(r[6]);
+          return b;
+        };
+        h.interpret = [interpret](const std::string& source, const std::string& name,
+                                  int64_t programs, const std::string& block_param, int block,
+                                  const std::vector<at::Tensor>& args) {
+          nb::gil_scoped_acquire gil;
+          nb::list tensors;
+          for (const at::Tensor& t : args) tensors.append(nb::steal(THPVariable_Wrap(t)));
+          interpret(source, name, programs, block_param, block, tensors);
+        };
+        runtime::set_triton_hooks(std::move(h));
+      },
+      nb::arg("compile"), nb::arg("interpret"),
+      "Installs Triton's compiler and interpreter for generated kernels (ember._triton): "
+      "compile(source, name, signature, block_param, block, device) -> (cubin, symbol, "
+      "num_warps, shared, global_scratch_size, global_scratch_align, profile_scratch_size); "
+      "interpret(source, name, programs, block_param, block, tensors).");
   using runtime::Executor;
   nb::class_<Executor>(m, "CompiledGraph",
                        "A graph ready to run. Calling it with the graph's non-constant inputs "
@@ -30,11 +67,16 @@ void bind_runtime(nb::module_& m) {
       .def(
           "__init__",
           [](Executor* self, const tracer::TracedGraph& g, bool codegen, bool reductions,
-             bool reduction_fusion) {
-            new (self) Executor(g, runtime::ExecutorOptions{codegen, reductions, reduction_fusion});
+             bool reduction_fusion, bool triton_interpret) {
+            runtime::ExecutorOptions o;
+            o.codegen = codegen;
+            o.reductions = reductions;
+            o.reduction_fusion = reduction_fusion;
+            o.triton_interpret = triton_interpret;
+            new (self) Executor(g, o);
           },
           nb::arg("graph"), nb::arg("codegen") = true, nb::arg("reductions") = true,
-          nb::arg("reduction_fusion") = true,
+          nb::arg("reduction_fusion") = true, nb::arg("triton_interpret") = false,
           "Prepares `graph` to run; with codegen, fuses pointwise nodes into generated C++ "
           "kernels (CPU graphs).")
       .def("__call__",

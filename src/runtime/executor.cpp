@@ -6,6 +6,7 @@
 #include <ATen/ops/empty_strided.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 #include <thread>
 
@@ -68,6 +69,23 @@ bool all_on_cpu(const graph::Graph& g) {
     if (v.type.device.kind != graph::DeviceKind::CPU) return false;
   }
   return true;
+}
+
+/// The CUDA device index every value of `g` is on, or -1.
+int one_cuda_device(const graph::Graph& g) {
+  int index = -2;
+  for (const graph::Value& v : g.values) {
+    if (v.type.device.kind != graph::DeviceKind::CUDA) return -1;
+    int i = std::max<int>(v.type.device.index, 0);
+    if (index != -2 && index != i) return -1;
+    index = i;
+  }
+  return index < 0 ? -1 : index;
+}
+
+bool triton_enabled() {
+  const char* e = std::getenv("EMBER_TRITON");
+  return e == nullptr || std::string(e) != "0";
 }
 
 }  // namespace
@@ -155,6 +173,24 @@ Executor::Step Executor::view_step(int32_t n, graph::ValueId root) const {
   return step;
 }
 
+std::shared_ptr<TritonLaunchable> Executor::triton_kernel(const sched::KernelGroup& group,
+                                                          int cuda_device) const {
+  EMBER_UNSUPPORTED(!group.index_status)
+      << "kernel " << group.kernel.name << " checks index tensors (not in Triton kernels yet)";
+  std::string why;
+  std::optional<codegen::TritonKernel> t = codegen::emit_triton(group.kernel, &why);
+  EMBER_UNSUPPORTED(t.has_value())
+      << "kernel " << group.kernel.name << " has no Triton form: " << why;
+  if (cuda_device < 0) return TritonLaunchable::interpreted(*t);
+  std::vector<at::ScalarType> types;
+  for (graph::ValueId v : group.inputs)
+    types.push_back(tracer::to_c10(traced_.graph.type(v).dtype));
+  for (graph::ValueId v : group.outputs) {
+    types.push_back(tracer::to_c10(traced_.graph.type(v).dtype));
+  }
+  return TritonLaunchable::cuda(*t, types, cuda_device);
+}
+
 Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
     : traced_(std::move(traced)) {
   if (options.fold_constants) num_folded_nodes_ = fold_constants(traced_);
@@ -176,8 +212,16 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
     }
   }
 
+  // Kernels: C++ on the CPU; Triton on one CUDA device (or, for tests, in Triton's interpreter).
+  const bool cpu = all_on_cpu(g);
+  const int cuda_device = cpu ? -1 : one_cuda_device(g);
+  const bool triton = (cpu && options.triton_interpret) ||
+                      (cuda_device >= 0 && triton_enabled() && triton_hooks().compile != nullptr);
+  const c10::Device kernel_device = cuda_device >= 0
+                                        ? c10::Device(c10::DeviceType::CUDA, cuda_device)
+                                        : c10::Device(c10::DeviceType::CPU);
   sched::ScheduleOptions sopts;
-  sopts.fuse = options.codegen && all_on_cpu(g);
+  sopts.fuse = options.codegen && (cpu || triton);
   sopts.reductions = options.reductions;
   sopts.reduction_fusion = options.reduction_fusion;
   sched::Plan plan = sched::schedule_graph(g, sopts);
@@ -199,34 +243,44 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
         unit_kernels[u].push_back(plan.groups[live[j]].kernel);
         unit_of[live[j]] = u;
       }
-      std::vector<std::string> sources;
-      for (const auto& ks : unit_kernels) sources.push_back(codegen::emit_cpp_unit(ks));
-      HostCompileOptions compile_options = HostCompileOptions::from_env();
-      compile_options.prelude = codegen::cpp_prelude();
-      libraries_ = compile_and_load_all(sources, compile_options);
-      kernel_sources_ = sources;
+      std::vector<std::shared_ptr<TritonLaunchable>> triton_of_group(plan.groups.size());
+      if (triton) {
+        for (int gi : live) triton_of_group[gi] = triton_kernel(plan.groups[gi], cuda_device);
+      } else {
+        std::vector<std::string> sources;
+        for (const auto& ks : unit_kernels) sources.push_back(codegen::emit_cpp_unit(ks));
+        HostCompileOptions compile_options = HostCompileOptions::from_env();
+        compile_options.prelude = codegen::cpp_prelude();
+        libraries_ = compile_and_load_all(sources, compile_options);
+        kernel_sources_ = sources;
+      }
       std::vector<int> kernel_of_group(plan.groups.size(), -1);
       for (int gi : live) {
         const sched::KernelGroup& group = plan.groups[gi];
         Kernel k;
-        k.fn = reinterpret_cast<Kernel::Fn>(
-            libraries_[unit_of[gi]]->symbol(codegen::cpp_kernel_symbol(group.kernel.name)));
+        if (triton) {
+          k.triton = triton_of_group[gi];
+          kernel_sources_.push_back(k.triton->kernel().source);
+        } else {
+          k.fn = reinterpret_cast<Kernel::Fn>(
+              libraries_[unit_of[gi]]->symbol(codegen::cpp_kernel_symbol(group.kernel.name)));
+        }
         k.inputs = group.inputs;
         k.outputs = group.outputs;
         k.index_status = group.index_status;
         k.reuse = group.reuse;
         for (graph::ValueId v : group.inputs) {
           const graph::TensorType& t = g.type(v);
-          k.input_layouts.push_back(
-              Kernel::Output{graph::constant_values(t.sizes), graph::constant_values(t.strides),
-                             at::TensorOptions().dtype(tracer::to_c10(t.dtype)).device(at::kCPU)});
+          k.input_layouts.push_back(Kernel::Output{
+              graph::constant_values(t.sizes), graph::constant_values(t.strides),
+              at::TensorOptions().dtype(tracer::to_c10(t.dtype)).device(kernel_device)});
         }
         for (graph::ValueId v : group.outputs) {
           const graph::TensorType& t = g.type(v);
           Kernel::Output out;
           out.sizes = graph::constant_values(t.sizes);
           out.strides = graph::constant_values(t.strides);
-          out.options = at::TensorOptions().dtype(tracer::to_c10(t.dtype)).device(at::kCPU);
+          out.options = at::TensorOptions().dtype(tracer::to_c10(t.dtype)).device(kernel_device);
           k.allocations.push_back(std::move(out));
         }
         k.description = "kernel " + group.kernel.name + ":";
@@ -250,6 +304,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
       }
       unfused_ = std::make_unique<Executor>(
           traced_, ExecutorOptions{.codegen = false, .fold_constants = false});
+      triton_ = triton;
     } catch (const Unsupported& e) {
       codegen_error_ = e.what();
       steps_.clear();
@@ -297,7 +352,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
     if (at >= 0 && at < keep) steps_[at].release.push_back(static_cast<graph::ValueId>(v));
   }
   plan_reuse(last_use, defined_at);
-  plan_memory(last_use);
+  if (!triton_) plan_memory(last_use);  // the arena is host memory: not for Triton kernels yet
 }
 
 void Executor::plan_reuse(const std::vector<int>& last_use, const std::vector<int>& defined_at) {
@@ -531,6 +586,14 @@ bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env,
       t = at::empty_strided(out.sizes, out.strides, out.options);
     }
     buffers.push_back(t.data_ptr());
+  }
+  if (k.triton) {
+    std::vector<at::Tensor> args;
+    args.reserve(k.inputs.size() + k.outputs.size());
+    for (graph::ValueId v : k.inputs) args.push_back(env[v]);
+    for (graph::ValueId v : k.outputs) args.push_back(env[v]);
+    k.triton->launch(args);
+    return true;
   }
   bool index_out_of_range = false;
   if (k.index_status) buffers.push_back(&index_out_of_range);

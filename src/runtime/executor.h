@@ -5,8 +5,11 @@
 ///  - a kernel step is a fused group of nodes (src/sched/fusion.h), run as one generated C++
 ///    kernel, compiled by the host compiler and called through a function pointer, with its
 ///    outputs allocated at the traced sizes and strides.
-/// Without code generation (or off the CPU) every step is extern: the executor is then the
-/// fallback path for every op and the oracle for tests.
+/// Graphs on one CUDA device get Triton kernels instead (codegen/triton/triton_emitter.h), compiled
+/// and launched by runtime/triton_runtime.h, when the Python package has installed Triton's
+/// compiler and EMBER_TRITON is not 0. A graph with a kernel that has no Triton form runs unfused
+/// (codegen_error() says why). Without code generation every step is extern: the executor is then
+/// the fallback path for every op and the oracle for tests.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -19,7 +22,12 @@
 
 #include "runtime/extern_call.h"
 #include "runtime/host_compiler.h"
+#include "runtime/triton_runtime.h"
 #include "tracer/trace_session.h"
+
+namespace ember::sched {
+struct KernelGroup;
+}  // namespace ember::sched
 
 namespace ember::runtime {
 
@@ -33,6 +41,9 @@ struct ExecutorOptions {
   bool reduction_fusion = true;
   /// Run the nodes that depend on no input once, at construction (runtime/constant_fold.h).
   bool fold_constants = true;
+  /// CPU graphs: generate Triton kernels instead of C++ and run them in Triton's interpreter
+  /// (runtime/triton_runtime.h; tests of the GPU code generator without a GPU).
+  bool triton_interpret = false;
 };
 
 /// Whether an input at one of the positions `which` shares its storage with another input.
@@ -98,6 +109,7 @@ class Executor {
       int reuse_input = -1;
     };
     Fn fn = nullptr;
+    std::shared_ptr<TritonLaunchable> triton;  ///< instead of `fn`: a Triton kernel
     std::vector<graph::ValueId> inputs, outputs;
     std::vector<Output> allocations;  ///< one per output
     bool index_status = false;        ///< see sched::KernelGroup::index_status
@@ -135,6 +147,10 @@ class Executor {
   };
 
   Step extern_step(int32_t node) const;
+  /// The Triton kernel of a group: compiled for `cuda_device`, or interpreted when it is -1.
+  /// Throws Unsupported when the group has no Triton form.
+  std::shared_ptr<TritonLaunchable> triton_kernel(const sched::KernelGroup& group,
+                                                  int cuda_device) const;
   Step view_step(int32_t node, graph::ValueId root) const;
   std::optional<View> view_of(const graph::Node& node, const c10::FunctionSchema& schema) const;
   /// Runs one kernel; false when it reported an out-of-range index (and wrote nothing).
@@ -169,6 +185,7 @@ class Executor {
   mutable std::mutex arena_mu_;
   mutable std::vector<at::Tensor> free_arenas_;
   std::string codegen_error_;
+  bool triton_ = false;  ///< kernels are Triton kernels
   /// The same graph without kernels, for calls whose input strides differ from the traced ones.
   std::unique_ptr<Executor> unfused_;
 };

@@ -320,6 +320,7 @@ class Emitter {
   int counter_ = 0;
   std::string block_mask_;            ///< the current block's mask ("" at scalar level)
   std::vector<std::string> guards_;   ///< Select conditions the current expression is under
+  std::vector<bool> guard_is_block_;  ///< whether each guard depends on a block variable
   std::set<std::string> block_vars_;  ///< variables that are blocks (loop variables, their Lets)
   std::map<std::string, std::string> scalars_;  ///< one-element Allocates -> their variable
   std::map<std::string, DType> scalar_types_;
@@ -362,15 +363,22 @@ std::string Emitter::expr(const Expr& e) {
       const auto* s = e.as<Select>();
       std::string c = expr(s->cond);
       guards_.push_back(c);
+      guard_is_block_.push_back(uses_any(s->cond, block_vars_));
       std::string t = expr(s->t);
       guards_.back() = "(" + c + ") == 0";
       std::string f = expr(s->f);
       guards_.pop_back();
+      guard_is_block_.pop_back();
       return "tl.where(" + c + ", " + t + ", " + f + ")";
     }
     case ExprKind::Cast: {
       const auto* c = e.as<Cast>();
       if (e.dtype() == DType::Bool) return "(" + expr(c->value) + " != 0)";
+      if (is_half(e.dtype()) && c->value.dtype() != DType::Float32) {
+        // Through f32, as c10::Half and c10::BFloat16 convert (and Triton's interpreter
+        // converts integers to halves wrongly).
+        return "(" + expr(c->value) + ").to(tl.float32).to(" + tl_dtype(e.dtype()) + ")";
+      }
       return "(" + expr(c->value) + ").to(" + tl_dtype(e.dtype()) + ")";
     }
     case ExprKind::Load:
@@ -466,8 +474,23 @@ std::string Emitter::binary(const Expr& e) {
 
 std::string Emitter::load(const Load& l) {
   if (auto it = scalars_.find(l.buffer); it != scalars_.end()) return it->second;
+  std::string index = expr(l.index);
+  if (!uses_any(l.index, block_vars_)) {
+    // One element for the whole block: in bounds wherever the block's lanes are, so only the
+    // Select arms it is under mask it. Triton masks a scalar address only with a scalar mask.
+    bool block_guard = false;
+    std::string g;
+    for (size_t i = 0; i < guards_.size(); ++i) {
+      block_guard = block_guard || guard_is_block_[i];
+      g = g.empty() ? guards_[i] : "(" + g + ") & (" + guards_[i] + ")";
+    }
+    std::string addr = buf_name(l.buffer) + " + (" + index + ")";
+    if (g.empty()) return "tl.load(" + addr + ")";
+    if (!block_guard) return "tl.load(" + addr + ", mask=" + g + ", other=0)";
+    return "tl.load(" + addr + " + (" + g + ").to(tl.int64) * 0, mask=" + g + ", other=0)";
+  }
   std::string m = mask();
-  std::string addr = buf_name(l.buffer) + " + (" + expr(l.index) + ")";
+  std::string addr = buf_name(l.buffer) + " + (" + index + ")";
   if (m.empty()) return "tl.load(" + addr + ")";
   return "tl.load(" + addr + ", mask=" + m + ", other=0)";
 }
@@ -494,6 +517,9 @@ void Emitter::stmt(const Stmt& s) {
       }
       std::string m = mask();
       std::string addr = buf_name(st->buffer) + " + (" + expr(st->index) + ")";
+      if (!m.empty() && !uses_any(st->index, block_vars_)) {
+        refuse("a store of one element inside a block");
+      }
       line("tl.store(" + addr + ", " + v + (m.empty() ? "" : ", mask=" + m) + ")");
       return;
     }

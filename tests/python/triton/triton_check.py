@@ -21,20 +21,10 @@ DEVICE = "cpu" if INTERPRET else "cuda"
 triton = pytest.importorskip("triton")
 
 import ember._C as C  # noqa: E402
-from triton.runtime import interpreter as _interpreter  # noqa: E402
+from ember._triton import patch_interpreter  # noqa: E402
 
-# Triton 3.6's interpreter turns a scalar (a one-element array) into a Python int with int(),
-# which NumPy 2 refuses for arrays of one dimension: `range(0, n, RBLOCK)` over a size argument
-# fails. Read the element instead.
-_patch_tensor = _interpreter._patch_lang_tensor
-
-
-def _patch_lang_tensor(tensor, scope):
-    _patch_tensor(tensor, scope)
-    scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
-
-
-_interpreter._patch_lang_tensor = _patch_lang_tensor
+if INTERPRET:
+    patch_interpreter()  # Triton 3.6's interpreter under NumPy 2 (see there)
 
 _DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16,
            "bf16": torch.bfloat16, "i64": torch.int64, "i32": torch.int32, "i16": torch.int16,

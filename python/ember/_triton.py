@@ -1,0 +1,122 @@
+"""Triton's compiler and interpreter for ember's generated GPU kernels.
+
+The C++ runtime (src/runtime/triton_runtime.h) calls these hooks: `_compile` once per kernel at
+graph compile time (Triton's own compiler, in process; the cubin is loaded and launched from
+C++), `_interpret` per launch when a CPU graph runs its Triton kernels in Triton's interpreter
+(tests; TRITON_INTERPRET=1 must be set before triton is imported). triton is imported only when
+a hook first runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tempfile
+from typing import Any
+
+from . import _C
+
+_MODULES: dict[str, Any] = {}
+_SOURCE_DIR: str | None = None
+
+
+def _function(source: str, name: str) -> Any:
+    """The generated module's kernel, imported from a file (triton.jit reads its source)."""
+    global _SOURCE_DIR
+    key = hashlib.sha256(source.encode()).hexdigest()[:20]
+    mod = _MODULES.get(key)
+    if mod is None:
+        if _SOURCE_DIR is None:
+            _SOURCE_DIR = tempfile.mkdtemp(prefix="ember_triton_")
+        path = os.path.join(_SOURCE_DIR, f"k_{key}.py")
+        with open(path, "w") as f:
+            f.write(source)
+        spec = importlib.util.spec_from_file_location(f"ember_triton_{key}", path)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+        _MODULES[key] = mod
+    return getattr(mod, name)
+
+
+def _compile(source: str, name: str, signature: list[str], block_param: str, block: int,
+             device: int) -> tuple:
+    import torch
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = _function(source, name)
+    sig = dict(zip(fn.arg_names, signature))
+    major, minor = torch.cuda.get_device_capability(device)
+    compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs={block_param: block}),
+                              target=GPUTarget("cuda", major * 10 + minor, 32))
+    md = compiled.metadata
+    return (compiled.asm["cubin"], md.name, md.num_warps, md.shared,
+            getattr(md, "global_scratch_size", 0), getattr(md, "global_scratch_align", 1),
+            getattr(md, "profile_scratch_size", 0))
+
+
+_PATCHED = False
+
+
+def patch_interpreter() -> None:
+    """Makes Triton 3.6's interpreter run ember's kernels. It turns a scalar (a one-element
+    array) into a Python int with int(), which NumPy 2 refuses for arrays of one dimension, so
+    `range(0, n, RBLOCK)` over a size argument fails: it reads the element instead. And it has no
+    libdevice (_patch_libdevice). Idempotent; for interpreter mode only."""
+    global _PATCHED
+    if _PATCHED:
+        return
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+
+    def patch_lang_tensor(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    interpreter._patch_lang_tensor = patch_lang_tensor
+    _patch_libdevice()
+    _PATCHED = True
+
+
+def _patch_libdevice() -> None:
+    """The interpreter has no libdevice (its extern calls return None): the functions ember's
+    kernels call are computed with NumPy instead, in the argument's dtype."""
+    import math
+
+    import numpy as np
+    import triton.language as tl
+    from triton.language.extra import libdevice
+    from triton.runtime.interpreter import TensorHandle
+
+    def wrap(np_fn):
+        def f(*xs, **_kw):
+            data = np_fn(*(x.handle.data for x in xs)).astype(xs[0].handle.data.dtype)
+            return tl.core.tensor(TensorHandle(data, xs[0].handle.dtype.scalar), xs[0].type)
+        return f
+
+    erfc = np.vectorize(math.erfc, otypes=[np.float64])
+    table = {"tanh": np.tanh, "expm1": np.expm1, "log1p": np.log1p, "log10": np.log10,
+             "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
+             "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh,
+             "atanh": np.arctanh, "erfc": erfc, "nearbyint": np.rint, "trunc": np.trunc,
+             "pow": np.power, "atan2": np.arctan2, "fmod": np.fmod}
+    for name, np_fn in table.items():
+        setattr(libdevice, name, wrap(np_fn))
+
+
+def _interpret(source: str, name: str, programs: int, block_param: str, block: int,
+               tensors: list) -> None:
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        raise RuntimeError("ember: Triton's interpreter needs TRITON_INTERPRET=1 before triton "
+                           "is imported")
+    patch_interpreter()
+    fn = _function(source, name)
+    fn[(programs,)](*tensors, **{block_param: block})
+
+
+_C.set_triton_hooks(_compile, _interpret)

@@ -1,0 +1,84 @@
+/// \file
+/// Running generated Triton kernels (codegen/triton/triton_emitter.h;
+/// docs/design/triton_codegen.md).
+///
+/// Compilation is Triton's own compiler, in process, through a hook the Python package installs
+/// (ember/_triton.py): C++ hands it the module source and the signature and gets a cubin back.
+/// The cubin is loaded through the CUDA driver API of a dlopen'd libcuda (building ember needs no
+/// CUDA), and each launch is a cuLaunchKernel from C++ on the device's current torch stream, with
+/// tensors from torch's caching allocator: no Python per launch.
+///
+/// Without a GPU, a second hook runs the kernel in Triton's interpreter on CPU tensors (one Python
+/// call per launch): tests use it to run the executor's Triton path in CI.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "codegen/triton/triton_emitter.h"
+
+namespace ember::runtime {
+
+/// What Triton's compiler produced for one kernel.
+struct TritonBinary {
+  std::string cubin;
+  std::string symbol;  ///< the kernel's name in the cubin
+  int num_warps = 4;
+  int shared_bytes = 0;
+  int global_scratch_bytes = 0;  ///< per program
+  int global_scratch_align = 1;
+  int profile_scratch_bytes = 0;
+};
+
+/// The hooks the Python package installs (ember._C.set_triton_hooks).
+struct TritonHooks {
+  /// (module source, function name, signature (Triton's type names per argument, "constexpr"
+  /// for the block size), block parameter, block size, CUDA device index) -> binary.
+  std::function<TritonBinary(const std::string&, const std::string&,
+                             const std::vector<std::string>&, const std::string&, int, int)>
+      compile;
+  /// (module source, function name, programs, block parameter, block size, arguments): runs the
+  /// kernel in Triton's interpreter.
+  std::function<void(const std::string&, const std::string&, int64_t, const std::string&, int,
+                     const std::vector<at::Tensor>&)>
+      interpret;
+};
+void set_triton_hooks(TritonHooks hooks);
+const TritonHooks& triton_hooks();
+
+/// Triton's name for the element type of a pointer to `t` ("*fp32", "*bf16", ...).
+std::string triton_pointer_type(at::ScalarType t);
+
+/// One generated kernel, ready to launch with static sizes (the scheduler's kernels have none).
+class TritonLaunchable {
+ public:
+  /// Compiles `k` for the CUDA device `device` (through the compile hook) and loads it.
+  static std::unique_ptr<TritonLaunchable> cuda(const codegen::TritonKernel& k,
+                                                const std::vector<at::ScalarType>& buffer_types,
+                                                int device);
+  /// Runs `k` in Triton's interpreter (through the interpret hook) on CPU tensors.
+  static std::unique_ptr<TritonLaunchable> interpreted(const codegen::TritonKernel& k);
+  ~TritonLaunchable();
+
+  /// Launches on the kernel's buffers, in order (inputs, then outputs).
+  void launch(const std::vector<at::Tensor>& buffers) const;
+
+  const codegen::TritonKernel& kernel() const { return kernel_; }
+
+ private:
+  TritonLaunchable() = default;
+  codegen::TritonKernel kernel_;
+  codegen::TritonLaunch launch_;
+  bool interpret_ = false;
+  int device_ = 0;
+  void* module_ = nullptr;    ///< CUmodule
+  void* function_ = nullptr;  ///< CUfunction
+  TritonBinary binary_;
+};
+
+}  // namespace ember::runtime
