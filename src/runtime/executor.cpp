@@ -71,10 +71,12 @@ bool all_on_cpu(const graph::Graph& g) {
   return true;
 }
 
-/// The CUDA device index every value of `g` is on, or -1.
+/// The CUDA device index every value of `g` is on, or -1. 0-dim CPU tensors (scalars a graph
+/// holds as constants) do not count: the executor moves them to the device.
 int one_cuda_device(const graph::Graph& g) {
   int index = -2;
   for (const graph::Value& v : g.values) {
+    if (v.type.device.kind == graph::DeviceKind::CPU && v.type.dim() == 0) continue;
     if (v.type.device.kind != graph::DeviceKind::CUDA) return -1;
     int i = std::max<int>(v.type.device.index, 0);
     if (index != -2 && index != i) return -1;
@@ -220,6 +222,12 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
   const c10::Device kernel_device = cuda_device >= 0
                                         ? c10::Device(c10::DeviceType::CUDA, cuda_device)
                                         : c10::Device(c10::DeviceType::CPU);
+  if (triton && cuda_device >= 0) {
+    // Kernels read constants from device memory: scalars the graph holds on the CPU move once.
+    for (at::Tensor& c : traced_.constants) {
+      if (c.defined() && c.device().is_cpu()) c = c.to(kernel_device);
+    }
+  }
   sched::ScheduleOptions sopts;
   sopts.fuse = options.codegen && (cpu || triton);
   sopts.reductions = options.reductions;
@@ -553,7 +561,8 @@ bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env,
     EMBER_INTERNAL_ASSERT(x.defined())
         << k.description << ": input " << i << " (%" << k.inputs[i] << ") is not defined";
     const Kernel::Output& want = k.input_layouts[i];
-    if (!has_layout(x, want.sizes, want.strides) || x.dtype() != want.options.dtype()) {
+    if (!has_layout(x, want.sizes, want.strides) || x.dtype() != want.options.dtype() ||
+        x.device() != want.options.device()) {
       // An extern op returned another layout or dtype than its meta kernel promised (bf16
       // _native_batch_norm_legit_functional: f32 statistics traced, bf16 returned): copy it into
       // the traced ones, which the kernel's index math and element type assume.
