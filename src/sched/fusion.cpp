@@ -27,7 +27,7 @@ constexpr int kMaxCostRounds = 16;
 
 bool kernel_value(const graph::Graph& g, ValueId v) {
   const graph::TensorType& t = g.type(v);
-  return t.device.kind == graph::DeviceKind::CPU && to_loop_dtype(t.dtype) && t.is_static();
+  return kernel_device(t.device) && to_loop_dtype(t.dtype) && t.is_static();
 }
 
 NodeClass classify(const graph::Graph& g, const graph::Node& n, const ScheduleOptions& options) {

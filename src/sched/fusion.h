@@ -64,6 +64,13 @@ struct Plan {
   int num_fused_nodes = 0;  ///< distinct graph nodes inside kernels
 };
 
+/// Whether kernels may read or write a tensor on `d`: the CPU (C++ kernels) or a CUDA device
+/// (Triton kernels). The executor schedules with fuse only a graph on one of them (0-dim CPU
+/// scalars aside, which it moves to the graph's device).
+inline bool kernel_device(const graph::Device& d) {
+  return d.kind == graph::DeviceKind::CPU || d.kind == graph::DeviceKind::CUDA;
+}
+
 struct ScheduleOptions {
   /// Outer loops of kernels with at least this many elements run in parallel (OpenMP).
   int64_t parallel_threshold = 32768;
@@ -77,7 +84,8 @@ struct ScheduleOptions {
   bool reduction_fusion = true;
 };
 
-/// Requires a verifier-valid graph whose tensors are all on the CPU (kernels are C++). Guarantees:
+/// Requires a verifier-valid graph whose tensors are all on the CPU (C++ kernels) or all on one
+/// CUDA device but 0-dim CPU scalars (Triton kernels). Guarantees:
 ///  - every extern node is exactly one extern step; a view that something outside the kernels
 ///    needs is one view step; every other node is computed inside the kernels that need it, or
 ///    dropped when nothing needs it (fusible nodes have no side effects);

@@ -5,6 +5,7 @@
 #include <optional>
 #include <vector>
 
+#include "sched/fusion.h"
 #include "sched/index_ops_internal.h"
 #include "sched/pointwise_internal.h"
 #include "support/error.h"
@@ -26,7 +27,7 @@ std::optional<AdvancedIndex> advanced_index(const Ctx& c) {
     }
     if (gap) return std::nullopt;  // not adjacent: the broadcast dims would go first
     const graph::TensorType& t = c.type(*l->items[d]);
-    if (!index_dtype(t) || t.device.kind != graph::DeviceKind::CPU) return std::nullopt;
+    if (!index_dtype(t) || !kernel_device(t.device)) return std::nullopt;
     if (!seen) ai.first = d;
     seen = true;
     ai.last = d + 1;

@@ -5,6 +5,7 @@
 #include <optional>
 #include <vector>
 
+#include "sched/fusion.h"
 #include "sched/index_ops_internal.h"
 #include "sched/pointwise_internal.h"
 #include "support/error.h"
@@ -42,7 +43,7 @@ void add_layout_rules(RuleTable& t) {
     int64_t total = 0;
     for (ValueId v : *ts) {
       const graph::TensorType& t = c.type(v);
-      if (!loop_dtype(t) || t.device.kind != graph::DeviceKind::CPU) return false;
+      if (!loop_dtype(t) || !kernel_device(t.device)) return false;
       std::vector<int64_t> s = sizes_of(t);
       if (stack) {
         s.insert(s.begin() + *w, 1);
@@ -231,8 +232,8 @@ void add_layout_rules(RuleTable& t) {
         std::optional<ValueId> self = c.tensor_arg("self"), src = c.tensor_arg("src");
         if (!self || !src || c.n.outputs.size() != 1) return false;
         const graph::TensorType &st = c.type(*self), &rt = c.type(*src), &ot = c.type(c.out());
-        return loop_dtype(st) && loop_dtype(rt) && ot.dtype == st.dtype &&
-               rt.device.kind == graph::DeviceKind::CPU && sizes_of(ot) == sizes_of(st) &&
+        return loop_dtype(st) && loop_dtype(rt) && ot.dtype == st.dtype && rt.device == ot.device &&
+               kernel_device(rt.device) && sizes_of(ot) == sizes_of(st) &&
                broadcasts_to(sizes_of(rt), sizes_of(ot));
       },
       [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
@@ -255,7 +256,7 @@ void add_layout_rules(RuleTable& t) {
         std::optional<ValueId> v = c.tensor_arg("value");
         const graph::TensorType& ot = c.type(c.out());
         return v && c.n.outputs.size() == 1 && loop_dtype(ot) && loop_dtype(c.type(*v)) &&
-               c.type(*v).dim() == 0 && c.type(*v).device.kind == graph::DeviceKind::CPU;
+               c.type(*v).dim() == 0 && kernel_device(c.type(*v).device);
       },
       [](const Ctx& c, size_t, const Index&, ElementReader& r) {
         return convert(ldt(c.type(c.out())), r.element(*c.tensor_arg("value"), {}, false));

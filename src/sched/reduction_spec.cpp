@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "sched/batch_norm.h"
+#include "sched/fusion.h"
 #include "sched/kernel_params.h"
 #include "sched/pointwise.h"
 
@@ -96,10 +97,10 @@ bool is_int(DType t) {
          t == DType::Int64;
 }
 
-// A CPU tensor of constant geometry whose dtype the kernels handle (f16 excluded: its eager
-// numerics are not checked).
+// A tensor on a kernel device, of constant geometry, whose dtype the kernels handle (f16 excluded:
+// its eager numerics are not checked).
 bool usable(const graph::TensorType& t) {
-  if (t.device.kind != graph::DeviceKind::CPU || !t.is_static()) return false;
+  if (!kernel_device(t.device) || !t.is_static()) return false;
   return is_float(t.dtype) || is_int(t.dtype) || t.dtype == DType::Bool;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "loop/simplify.h"
+#include "sched/fusion.h"
 #include "sched/index_ops_internal.h"
 #include "sched/kernel_params.h"
 #include "sched/pointwise.h"
@@ -81,7 +82,7 @@ struct Scatter {
 };
 
 bool on_cpu_static(const graph::TensorType& t) {
-  return t.device.kind == graph::DeviceKind::CPU && t.is_static() && loop_dtype(t);
+  return kernel_device(t.device) && t.is_static() && loop_dtype(t);
 }
 
 std::optional<Combine> reduce_of(const Ctx& c, bool two) {
