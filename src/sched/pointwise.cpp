@@ -94,7 +94,7 @@ Expr convert(const Plan& p, size_t i, Expr e) {
   if (m == Mode::Raw || (m == Mode::Where && i == 0)) return e;
   const Operand& o = p.operands[i];
   if ((m == Mode::Float || m == Mode::Numeric) && is_reduced(p.out) && o.dtype != p.out &&
-      !(p.rule.opmath_other && i == 1 && o.one_element)) {
+      !(p.rule.opmath_other && i == 1 && o.one_element) && !(p.cuda && o.cpu_scalar)) {
     e = cast(p.out, e);  // the CPU casts operands to the common (output) type first
   }
   return cast(p.comp, e);
@@ -131,11 +131,13 @@ std::optional<Plan> plan_node(const graph::Graph& g, const graph::Node& n) {
       o.dtype = *dt;
       o.zero_dim = t.dim() == 0;
       o.one_element = graph::numel(t.sizes) == 1;
+      o.cpu_scalar = o.zero_dim && t.device.kind == graph::DeviceKind::CPU;
       o.input = input_of[a - n.args.data()];
       ++num_tensor_operands;
     } else if (number(a) || std::holds_alternative<bool>(*a)) {
       o.tensor = false;
       o.one_element = true;
+      o.cpu_scalar = true;
       o.scalar = a;
       o.dtype = scalar_expr(*a).dtype();
     } else {
@@ -146,6 +148,7 @@ std::optional<Plan> plan_node(const graph::Graph& g, const graph::Node& n) {
   if (num_tensor_operands != num_inputs) return std::nullopt;
 
   bool cpu = g.type(n.outputs[0]).device.kind == graph::DeviceKind::CPU;
+  p.cuda = g.type(n.outputs[0]).device.kind == graph::DeviceKind::CUDA;
   switch (rule.mode) {
     case Mode::Float:
     case Mode::Numeric: {
@@ -155,7 +158,11 @@ std::optional<Plan> plan_node(const graph::Graph& g, const graph::Node& n) {
       for (const Operand& o : p.operands) {
         if (!o.tensor && std::holds_alternative<bool>(*o.scalar)) return std::nullopt;
         if (!o.tensor && !loop::is_float(p.comp) && loop::is_float(o.dtype)) return std::nullopt;
-        if (is_reduced(p.out) && o.dtype != p.out && !cpu) return std::nullopt;
+        // CUDA reads a CPU scalar in f32 (convert); another operand of another dtype is not
+        // lowered for it yet.
+        if (is_reduced(p.out) && o.dtype != p.out && !cpu && !(p.cuda && o.cpu_scalar)) {
+          return std::nullopt;
+        }
       }
       break;
     }

@@ -58,7 +58,10 @@ struct Operand {
   bool tensor = true;
   bool zero_dim = false;     ///< a 0-dim tensor (maybe a wrapped Python number)
   bool one_element = false;  ///< numel == 1
-  int input = -1;            ///< tensor: index into `inputs`
+  /// A Python number or a 0-dim CPU tensor: on CUDA, TensorIterator reads it as a scalar in the
+  /// op's compute type (opmath), without rounding it to the common dtype first.
+  bool cpu_scalar = false;
+  int input = -1;  ///< tensor: index into `inputs`
   const Arg* scalar = nullptr;
 };
 
@@ -72,6 +75,7 @@ struct Plan {
   DType out = DType::Float32;   ///< the output's loop type
   DType comp = DType::Float32;  ///< operands arrive in it; the lowering's result has it
   std::vector<Operand> operands;
+  bool cuda = false;  ///< the output is on a CUDA device (eager's CUDA conversions)
 
   const Arg* arg(std::string_view name) const {
     for (size_t i = 0; i < op.arg_names.size() && i < n.args.size(); ++i) {

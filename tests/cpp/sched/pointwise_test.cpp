@@ -239,8 +239,13 @@ TEST(IsPointwise, RejectsMixedReducedPrecisionOperandsOffTheCpu) {
   graph::Device cuda{graph::DeviceKind::CUDA, 0};
   OneOp f;
   auto h = f.in(DType::BFloat16, {4}, cuda);
+  // A 0-dim CPU tensor is a scalar CUDA reads in f32 (lowered so); a 0-dim CUDA tensor of
+  // another dtype is converted to bf16 first there, which is not lowered for CUDA yet.
   auto d = f.in(DType::Float64, {});
   f.call("aten::mul.Tensor", {"self", "other"}, {h, d}, DType::BFloat16, cuda);
+  EXPECT_TRUE(f.pointwise());
+  auto dc = f.in(DType::Float64, {}, cuda);
+  f.call("aten::mul.Tensor", {"self", "other"}, {h, dc}, DType::BFloat16, cuda);
   EXPECT_FALSE(f.pointwise());
   f.call("aten::mul.Tensor", {"self", "other"}, {h, h}, DType::BFloat16, cuda);
   EXPECT_TRUE(f.pointwise());

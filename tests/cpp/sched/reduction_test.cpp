@@ -198,23 +198,24 @@ TEST(Reduction, ConservativeRejections) {
   ValueRef x{g.add_input(type(DType::Float32, {4, 8}), graph::InputKind::User)};
   ValueRef xb{g.add_input(type(DType::Bool, {4, 8}), graph::InputKind::User)};
   ValueRef xh{g.add_input(type(DType::Float16, {4, 8}), graph::InputKind::User)};
-  graph::TensorType on_gpu = type(DType::Float32, {4, 8});
-  on_gpu.device.kind = graph::DeviceKind::CUDA;
-  ValueRef xg{g.add_input(on_gpu, graph::InputKind::User)};
+  graph::TensorType on_meta = type(DType::Float32, {4, 8});
+  on_meta.device.kind = graph::DeviceKind::Meta;
+  ValueRef xg{g.add_input(on_meta, graph::InputKind::User)};
   // A dtype argument other than the output's dtype.
   add(g, "aten::sum.dim_IntList", {"self", "dim", "keepdim", "dtype"},
       {x, std::vector<int64_t>{1}, false, DType::Float64}, {type(DType::Float32, {4})});
   // A repeated dim (eager rejects it).
   add(g, "aten::sum.dim_IntList", {"self", "dim", "keepdim", "dtype"},
       {x, std::vector<int64_t>{1, -1}, false, NoneArg{}}, {type(DType::Float32, {4})});
-  // amax of bool, f16 input, CUDA input.
+  // amax of bool, f16 input, an input on a device no kernel runs on (meta).
   add(g, "aten::amax", {"self", "dim", "keepdim"}, {xb, std::vector<int64_t>{1}, false},
       {type(DType::Bool, {4})});
   add(g, "aten::amax", {"self", "dim", "keepdim"}, {xh, std::vector<int64_t>{1}, false},
       {type(DType::Float16, {4})});
-  graph::TensorType out_gpu = type(DType::Float32, {4});
-  out_gpu.device.kind = graph::DeviceKind::CUDA;
-  add(g, "aten::amax", {"self", "dim", "keepdim"}, {xg, std::vector<int64_t>{1}, false}, {out_gpu});
+  graph::TensorType out_meta = type(DType::Float32, {4});
+  out_meta.device.kind = graph::DeviceKind::Meta;
+  add(g, "aten::amax", {"self", "dim", "keepdim"}, {xg, std::vector<int64_t>{1}, false},
+      {out_meta});
   // A dim out of range; an output shape that does not match.
   add(g, "aten::amax", {"self", "dim", "keepdim"}, {x, std::vector<int64_t>{2}, false},
       {type(DType::Float32, {4})});

@@ -61,6 +61,13 @@ def test_bf16_pointwise_rounds_like_eager():
         r(32, 64, dtype=torch.bfloat16), atol=tol, rtol=tol)
 
 
+def test_bf16_with_python_scalars_is_one_kernel():
+    # CUDA reads a Python scalar in f32 (0.1 is not a bf16); the CPU rounds it to bf16 first.
+    tol = 4e-2 if INTERPRET else 8e-3
+    run(lambda a: (a * 0.1 + 1 / 3).relu() * a, r(64, 32, dtype=torch.bfloat16), kernels=1,
+        atol=tol, rtol=tol)
+
+
 def test_integer_ops():
     a = torch.randint(-100, 100, (200,))
     run(lambda a: (a // 7) * 3 + a % 5 - (a > 0).long(), a, atol=0, rtol=0)
