@@ -1,8 +1,8 @@
 """Triton's compiler and interpreter for ember's generated GPU kernels.
 
 The C++ runtime (src/runtime/triton_runtime.h) calls these hooks: `_compile` once per kernel at
-graph compile time (Triton's own compiler, in process; the cubin is loaded and launched from
-C++), `_interpret` per launch when a CPU graph runs its Triton kernels in Triton's interpreter
+graph compile time (Triton's own compiler, in process, through a disk cache under
+EMBER_CACHE_DIR; the cubin is loaded and launched from C++), `_interpret` per launch when a CPU graph runs its Triton kernels in Triton's interpreter
 (tests; TRITON_INTERPRET=1 must be set before triton is imported). triton is imported only when
 a hook first runs.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import sys
 import tempfile
@@ -41,22 +42,70 @@ def _function(source: str, name: str) -> Any:
     return getattr(mod, name)
 
 
-def _compile(source: str, name: str, signature: list[str], block_param: str, block: int,
-             device: int) -> tuple:
-    import torch
+STATS = {"compiles": 0, "disk_hits": 0}
+
+
+def cache_dir() -> str:
+    """Where compiled kernels are kept: `<EMBER_CACHE_DIR>/triton` (the host compiler's rule for
+    EMBER_CACHE_DIR)."""
+    base = os.environ.get("EMBER_CACHE_DIR")
+    if not base:
+        xdg = os.environ.get("XDG_CACHE_HOME")
+        base = os.path.join(xdg, "ember") if xdg else os.path.join(os.path.expanduser("~"),
+                                                                     ".cache", "ember")
+    return os.path.join(base, "triton")
+
+
+def compile_for(source: str, name: str, signature: list[str], block_param: str, block: int,
+                arch: int) -> tuple:
+    """The cubin and launch metadata of a generated kernel for sm_<arch>, from the disk cache
+    (`cache_dir()/<key>.cubin` and `.json`, keyed by everything that decides them) or compiled by
+    Triton and stored there."""
     import triton
+
+    key = hashlib.sha256(json.dumps([source, name, signature, block_param, block, arch,
+                                     triton.__version__]).encode()).hexdigest()[:32]
+    d = cache_dir()
+    cubin_path, meta_path = os.path.join(d, key + ".cubin"), os.path.join(d, key + ".json")
+    try:
+        with open(meta_path) as f:
+            meta = json.load(f)
+        with open(cubin_path, "rb") as f:
+            cubin = f.read()
+        STATS["disk_hits"] += 1
+        return (cubin, *meta)
+    except (OSError, ValueError):
+        pass
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     fn = _function(source, name)
     sig = dict(zip(fn.arg_names, signature))
-    major, minor = torch.cuda.get_device_capability(device)
     compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs={block_param: block}),
-                              target=GPUTarget("cuda", major * 10 + minor, 32))
+                              target=GPUTarget("cuda", arch, 32))
     md = compiled.metadata
-    return (compiled.asm["cubin"], md.name, md.num_warps, md.shared,
-            getattr(md, "global_scratch_size", 0), getattr(md, "global_scratch_align", 1),
-            getattr(md, "profile_scratch_size", 0))
+    meta = [md.name, md.num_warps, md.shared, getattr(md, "global_scratch_size", 0),
+            getattr(md, "global_scratch_align", 1), getattr(md, "profile_scratch_size", 0)]
+    cubin = compiled.asm["cubin"]
+    STATS["compiles"] += 1
+    try:  # written under temporary names, then renamed: readers never see half a file
+        os.makedirs(d, exist_ok=True)
+        for path, data, mode in ((cubin_path, cubin, "wb"), (meta_path, json.dumps(meta), "w")):
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, mode) as f:
+                f.write(data)
+            os.replace(tmp, path)
+    except OSError:
+        pass  # an unwritable cache only costs compiles
+    return (cubin, *meta)
+
+
+def _compile(source: str, name: str, signature: list[str], block_param: str, block: int,
+             device: int) -> tuple:
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device)
+    return compile_for(source, name, signature, block_param, block, major * 10 + minor)
 
 
 _PATCHED = False

@@ -64,3 +64,32 @@ def test_generated_kernels_compile_to_sm90_cubins():
     assert [name for name, _, _ in result] == ["ember_gelu_bias", "ember_softmax"]
     for name, size, warps in result:
         assert size > 1000 and warps >= 1, (name, size, warps)
+
+
+CACHE_SCRIPT = r'''
+import json, sys
+import ember._C as C
+from ember import _triton
+k = C.triton_kernel(open(sys.argv[1]).read(), {"m": 8, "n": 16})
+sig = ["*fp32", "*fp32", "*fp32", "constexpr"]
+cubin, symbol, *_ = _triton.compile_for(k["source"], k["name"], sig, k["block_param"], k["block"], 90)
+print(json.dumps([_triton.STATS, len(cubin), symbol]))
+'''
+
+
+def test_cubins_are_cached_on_disk_across_processes(tmp_path):
+    """A second process compiles nothing: the cubin and its launch data come from
+    EMBER_CACHE_DIR/triton."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["EMBER_CACHE_DIR"] = str(tmp_path)
+    loop = str(GOLDEN / "codegen/golden/gelu_bias.loop")
+    runs = []
+    for _ in range(2):
+        r = subprocess.run([sys.executable, "-c", CACHE_SCRIPT, loop], env=env,
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-3000:]
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    assert runs[0][0] == {"compiles": 1, "disk_hits": 0}
+    assert runs[1][0] == {"compiles": 0, "disk_hits": 1}
+    assert runs[0][1:] == runs[1][1:] and runs[0][1] > 1000
+    assert len(list((tmp_path / "triton").glob("*.cubin"))) == 1
