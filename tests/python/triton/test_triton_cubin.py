@@ -71,7 +71,7 @@ import json, sys
 import ember._C as C
 from ember import _triton
 k = C.triton_kernel(open(sys.argv[1]).read(), {"m": 8, "n": 16})
-sig = ["*fp32", "*fp32", "*fp32", "constexpr"]
+sig = ["*fp32", "*fp32", "*fp32", "i64", "i64", "constexpr"]
 cubin, symbol, *_ = _triton.compile_for(k["source"], k["name"], sig, k["block_param"], k["block"], 90)
 print(json.dumps([_triton.STATS, len(cubin), symbol]))
 '''
