@@ -53,38 +53,38 @@ bool is_half(DType t) {
   return t == DType::Float16 || t == DType::BFloat16;
 }
 
-/// Whether `e` reads a Var named in `vars`.
-bool uses_any(const Expr& e, const std::set<std::string>& vars) {
-  if (!e.defined() || vars.empty()) return false;
+/// Whether `e` reads a Var named in `vars` (any Var at all with `any`).
+bool uses_any(const Expr& e, const std::set<std::string>& vars, bool any = false) {
+  if (!e.defined() || (vars.empty() && !any)) return false;
   switch (e.kind()) {
     case ExprKind::IntImm:
     case ExprKind::FloatImm:
     case ExprKind::SizeVar:
       return false;
     case ExprKind::Var:
-      return vars.count(e.as<Var>()->name) != 0;
+      return any || vars.count(e.as<Var>()->name) != 0;
     case ExprKind::Not:
-      return uses_any(e.as<Not>()->a, vars);
+      return uses_any(e.as<Not>()->a, vars, any);
     case ExprKind::Select: {
       const auto* s = e.as<Select>();
-      return uses_any(s->cond, vars) || uses_any(s->t, vars) || uses_any(s->f, vars);
+      return uses_any(s->cond, vars, any) || uses_any(s->t, vars, any) || uses_any(s->f, vars, any);
     }
     case ExprKind::Cast:
-      return uses_any(e.as<Cast>()->value, vars);
+      return uses_any(e.as<Cast>()->value, vars, any);
     case ExprKind::Load:
-      return uses_any(e.as<Load>()->index, vars);
+      return uses_any(e.as<Load>()->index, vars, any);
     case ExprKind::Call:
       for (const Expr& a : e.as<Call>()->args) {
-        if (uses_any(a, vars)) return true;
+        if (uses_any(a, vars, any)) return true;
       }
       return false;
     default:
       break;
   }
-#define EMBER_LOOP_BINARY(Name, Symbol, Cat)             \
-  if (e.kind() == ExprKind::Name) {                      \
-    const auto* b = e.as<BinaryNode<ExprKind::Name>>();  \
-    return uses_any(b->a, vars) || uses_any(b->b, vars); \
+#define EMBER_LOOP_BINARY(Name, Symbol, Cat)                       \
+  if (e.kind() == ExprKind::Name) {                                \
+    const auto* b = e.as<BinaryNode<ExprKind::Name>>();            \
+    return uses_any(b->a, vars, any) || uses_any(b->b, vars, any); \
   }
 #include "loop/nodes.def"
   return false;
@@ -272,6 +272,32 @@ def _ember_all(x):
     return tl.min(x.to(tl.int8), 0) != 0
 )";
 
+/// Arrays (Allocates of more than one element) live in one block: at most this many elements.
+constexpr int64_t kMaxArray = 1024;
+
+/// Whether `s` contains a For.
+bool has_loop(const Stmt& s) {
+  switch (s.kind()) {
+    case StmtKind::For:
+      return true;
+    case StmtKind::Block:
+      for (const Stmt& c : s.as<Block>()->stmts) {
+        if (has_loop(c)) return true;
+      }
+      return false;
+    case StmtKind::Let:
+      return has_loop(s.as<Let>()->body);
+    case StmtKind::Allocate:
+      return has_loop(s.as<Allocate>()->body);
+    case StmtKind::IfThenElse: {
+      const auto* i = s.as<IfThenElse>();
+      return has_loop(i->then_case) || (i->else_case.defined() && has_loop(i->else_case));
+    }
+    default:
+      return false;
+  }
+}
+
 class Emitter {
  public:
   explicit Emitter(const Kernel& k) : k_(k) {}
@@ -324,6 +350,19 @@ class Emitter {
   std::set<std::string> block_vars_;  ///< variables that are blocks (loop variables, their Lets)
   std::map<std::string, std::string> scalars_;  ///< one-element Allocates -> their variable
   std::map<std::string, DType> scalar_types_;
+  /// Allocates of up to kMaxArray elements whose every access is at the index of the current
+  /// block loop (min 0): one block variable, lane i holding element i.
+  std::map<std::string, std::string> arrays_;
+  std::map<std::string, DType> array_types_;
+  std::string block_var_;  ///< the current block loop's variable ("" at scalar level)
+  bool block_min_zero_ = false;
+  /// The array element `index` addresses: the current block loop's lane. Refuses others.
+  void require_lane_index(const std::string& buffer, const Expr& index) const {
+    const auto* v = index.as<Var>();
+    if (v == nullptr || v->name != block_var_ || !block_min_zero_) {
+      refuse("an access to allocation " + buffer + " that is not at the block loop's index");
+    }
+  }
   struct RowAcc {
     ReduceOp op;
     std::string buffer;
@@ -333,6 +372,7 @@ class Emitter {
   };
   std::vector<RowAcc> row_accs_;
   Expr block_extent_;
+  Expr array_extent_;  ///< the largest array allocation (RBLOCK covers it)
 };
 
 std::string Emitter::expr(const Expr& e) {
@@ -393,10 +433,15 @@ std::string Emitter::expr(const Expr& e) {
           s = "(-" + args[0] + ")";
           break;
         case CallFn::Reciprocal:
-          s = "tl.math.div_rn(1.0, " + args[0] + ")";
+          s = e.dtype() == DType::Float64 ? "(1.0 / " + args[0] + ")"
+                                          : "tl.math.div_rn(1.0, " + args[0] + ")";
           break;
         case CallFn::Sigmoid:
-          s = "tl.math.div_rn(1.0, 1.0 + tl.exp(-" + args[0] + "))";
+          s = e.dtype() == DType::Float64 ? "(1.0 / (1.0 + tl.exp(-" + args[0] + ")))"
+                                          : "tl.math.div_rn(1.0, 1.0 + tl.exp(-" + args[0] + "))";
+          break;
+        case CallFn::Sqrt:  // f32: sqrt_rn (tl.sqrt is approximate); f64: IEEE already
+          s = std::string(e.dtype() == DType::Float64 ? "tl.sqrt(" : "tl.sqrt_rn(") + args[0] + ")";
           break;
         case CallFn::IsNan:
           return "(" + args[0] + " != " + args[0] + ")";
@@ -432,6 +477,8 @@ std::string Emitter::binary(const Expr& e) {
 #undef EMBER_ARITH
     case ExprKind::Div: {
       auto [a, b] = two(e.as<loop::Div>());
+      // f32 division is approximate unless asked (div_rn); f64 division is IEEE already.
+      if (e.dtype() == DType::Float64) return "(" + a + " / " + b + ")";
       return half_wrap(e.dtype(), "tl.math.div_rn(" + a + ", " + b + ")");
     }
     case ExprKind::FloorDiv: {
@@ -474,6 +521,10 @@ std::string Emitter::binary(const Expr& e) {
 
 std::string Emitter::load(const Load& l) {
   if (auto it = scalars_.find(l.buffer); it != scalars_.end()) return it->second;
+  if (auto it = arrays_.find(l.buffer); it != arrays_.end()) {
+    require_lane_index(l.buffer, l.index);
+    return it->second;
+  }
   std::string index = expr(l.index);
   if (!uses_any(l.index, block_vars_)) {
     // One element for the whole block: in bounds wherever the block's lanes are, so only the
@@ -515,6 +566,11 @@ void Emitter::stmt(const Stmt& s) {
         line(it->second + " = " + v);
         return;
       }
+      if (auto it = arrays_.find(st->buffer); it != arrays_.end()) {
+        require_lane_index(st->buffer, st->index);
+        line(it->second + " = tl.where(" + mask() + ", " + v + ", " + it->second + ")");
+        return;
+      }
       std::string m = mask();
       std::string addr = buf_name(st->buffer) + " + (" + expr(st->index) + ")";
       if (!m.empty() && !uses_any(st->index, block_vars_)) {
@@ -531,10 +587,23 @@ void Emitter::stmt(const Stmt& s) {
         if (i == nullptr) refuse("an allocation of symbolic size");
         n *= i->value;
       }
-      if (n != 1 || !block_mask_.empty()) refuse("an allocation of more than one element");
+      if (!block_mask_.empty()) refuse("an allocation inside a block loop");
       std::string v = "a_" + a->buffer;
-      scalars_[a->buffer] = v;
-      scalar_types_[a->buffer] = a->dtype;
+      if (n == 1) {
+        scalars_[a->buffer] = v;
+        scalar_types_[a->buffer] = a->dtype;
+      } else {
+        if (n > kMaxArray)
+          refuse("an allocation of more than " + std::to_string(kMaxArray) + " elements");
+        // Blocks are at least `n` wide (triton_launch picks RBLOCK from the block loops'
+        // extents, which include the loops over this allocation).
+        arrays_[a->buffer] = v;
+        array_types_[a->buffer] = a->dtype;
+        line(v + " = tl.full([RBLOCK], 0, " + tl_dtype(a->dtype) + ")");
+        array_extent_ = array_extent_.defined()
+                            ? make_binary(ExprKind::Max, array_extent_, IntImm::make(kIndexType, n))
+                            : IntImm::make(kIndexType, n);
+      }
       stmt(a->body);
       return;
     }
@@ -557,10 +626,23 @@ void Emitter::stmt(const Stmt& s) {
       }
       return;
     }
-    case StmtKind::For:
+    case StmtKind::For: {
       if (!block_mask_.empty()) refuse("nested inner loops");
-      block_loop(*s.as<For>());
+      const For& f = *s.as<For>();
+      if (!has_loop(f.body)) {
+        block_loop(f);
+        return;
+      }
+      // A loop around block loops (a column reduction's rows): a serial loop of scalars.
+      const std::string v = var_name(f.var.as<Var>()->name);
+      const std::string mn = expr(f.min);
+      line("for " + v + " in range(" + mn + ", " + mn + " + " + expr(f.extent) + "):");
+      ++indent_;
+      stmt(f.body);
+      line("pass");
+      --indent_;
       return;
+    }
     case StmtKind::Accumulate: {
       // A program-level Accumulate (no inner loop): one value folded in.
       const auto* a = s.as<Accumulate>();
@@ -571,6 +653,14 @@ void Emitter::stmt(const Stmt& s) {
         line(it->second + " = " +
              half_wrap(scalar_types_[b],
                        std::string(r.combine) + "(" + it->second + ", " + v + ")"));
+        return;
+      }
+      if (auto it = arrays_.find(b); it != arrays_.end()) {
+        require_lane_index(b, a->index);
+        line(
+            it->second + " = tl.where(" + mask() + ", " +
+            half_wrap(array_types_[b], std::string(r.combine) + "(" + it->second + ", " + v + ")") +
+            ", " + it->second + ")");
         return;
       }
       std::string addr = buf_name(b) + " + (" + expr(a->index) + ")";
@@ -628,8 +718,12 @@ void Emitter::block_loop(const For& f) {
   block_vars_.insert(var);
   line(var_name(var) + " = " + expr(f.min) + " + " + off);
   block_mask_ = rmask;
+  block_var_ = var;
+  const auto* mn = f.min.as<IntImm>();
+  block_min_zero_ = mn != nullptr && mn->value == 0;
   block_stmt(f.body, rmask);
   block_mask_.clear();
+  block_var_.clear();
   --indent_;
   for (const RowAcc& r : row_accs_) {
     ReduceText t = reduce_text(r.op);
@@ -644,9 +738,14 @@ void Emitter::block_loop(const For& f) {
     }
   }
   row_accs_.clear();
-  // The extent that picks RBLOCK: the longest inner loop (a Max over the kernel's loops).
-  block_extent_ =
-      block_extent_.defined() ? make_binary(ExprKind::Max, block_extent_, f.extent) : f.extent;
+  // The extent that picks RBLOCK: the longest inner loop (a Max over the kernel's loops). An
+  // extent over loop variables (a tile's) is bounded by the arrays it walks.
+  if (uses_any(f.extent, {}, true)) {
+    if (!array_extent_.defined()) refuse("an inner loop whose extent depends on a loop variable");
+  } else {
+    block_extent_ =
+        block_extent_.defined() ? make_binary(ExprKind::Max, block_extent_, f.extent) : f.extent;
+  }
 }
 
 void Emitter::block_stmt(const Stmt& s, const std::string& rmask) {
@@ -774,7 +873,9 @@ TritonKernel Emitter::run() {
     if (!rows.empty()) decompose(rows, "tl.program_id(0).to(tl.int64)");
     stmt(rest);
     out.grid_extent = product(rows);
-    out.block_extent = block_extent_.defined() ? block_extent_ : IntImm::make(kIndexType, 1);
+    Expr extent = block_extent_.defined() ? block_extent_ : IntImm::make(kIndexType, 1);
+    if (array_extent_.defined()) extent = make_binary(ExprKind::Max, extent, array_extent_);
+    out.block_extent = extent;
   }
   std::ostringstream src;
   src << kPrelude << "\n\n@triton.jit\ndef " << out.name << "(";

@@ -81,7 +81,20 @@ TEST(TritonEmitter, RefusesWhatItCannotExpressWithAReason) {
                                               "}\n"),
                            &why)
                    .has_value());
-  EXPECT_EQ(why, "nested inner loops");
+  // j runs serially around the block loop over k, which writes one element per lane.
+  EXPECT_EQ(why, "a store of one element inside a block");
+  EXPECT_FALSE(emit_triton(loop::parse_kernel("kernel big(n) {\n"
+                                              "  input x : f32[n, 2000] strides [2000, 1]\n"
+                                              "  output y : f32[2000] strides [1]\n"
+                                              "  alloc acc : f32[2000] {\n"
+                                              "    for (c, 0, 2000) {\n"
+                                              "      acc[c] = f32(0)\n"
+                                              "    }\n"
+                                              "  }\n"
+                                              "}\n"),
+                           &why)
+                   .has_value());
+  EXPECT_EQ(why, "an allocation of more than 1024 elements");
 }
 
 TEST(TritonEmitter, BlockSizeIsAPowerOfTwoBetween16AndTheMaximum) {

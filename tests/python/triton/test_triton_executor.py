@@ -51,6 +51,16 @@ def test_row_reductions_and_softmax():
     run(lambda x: F.log_softmax(x, -1), r(4, 1000))
 
 
+def test_column_reductions_keep_an_array_of_accumulators_in_one_block():
+    """A reduction over a leading dim: the scheduler's accumulator array becomes one block (lane
+    i holds column i), walked by a serial loop over the rows; tiles of wide rows too."""
+    run(lambda x: x.sum(0), r(100, 8), kernels=1, atol=1e-4)
+    run(lambda x: x.amax(0), r(37, 300), kernels=1)
+    run(lambda x: x.sum(0), r(37, 3000), kernels=1, atol=1e-4)
+    run(lambda x: x.sum(1), r(4, 30, 6), kernels=1, atol=1e-4)
+    run(lambda x: torch.var_mean(x, (0, 2, 3)), r(4, 3, 5, 5), atol=1e-4)
+
+
 def test_layer_norm():
     run(lambda x, w, b: F.layer_norm(x, (50,), w, b), r(6, 50), r(50), r(50), atol=1e-4)
 
