@@ -263,6 +263,28 @@ def _ember_amin(x):
 
 
 @triton.jit
+def _ember_arg_take(v, i, cv, ci, larger: tl.constexpr):
+    # Whether candidate (cv, ci) beats (v, i): NaN is the best value, then the larger (smaller
+    # for argmin), and between equal values the lower index.
+    vn = v != v
+    cn = cv != cv
+    better = (cv > v) if larger else (cv < v)
+    return (cn & (vn == 0)) | ((cn == vn) & (((cn == 0) & better) | (((cv == v) | cn) & (ci < i))))
+
+
+@triton.jit
+def _ember_argmax_pair(v1, i1, v2, i2):
+    take = _ember_arg_take(v1, i1, v2, i2, True)
+    return tl.where(take, v2, v1), tl.where(take, i2, i1)
+
+
+@triton.jit
+def _ember_argmin_pair(v1, i1, v2, i2):
+    take = _ember_arg_take(v1, i1, v2, i2, False)
+    return tl.where(take, v2, v1), tl.where(take, i2, i1)
+
+
+@triton.jit
 def _ember_any(x):
     return tl.max(x.to(tl.int8), 0) != 0
 
@@ -369,7 +391,34 @@ class Emitter {
     Expr index;
     std::string block;  ///< the block variable of partials
     DType dtype;
+    // ArgMax/ArgMin: the index accumulator (an i64 buffer) and its block.
+    std::string index_buffer;
+    std::string index_block;
   };
+  /// The two-buffer (value, index) accumulators of argmax/argmin, folded with the candidate
+  /// (cv, ci) where `take` holds.
+  void arg_update(bool larger, const std::string& v, const std::string& i, const std::string& cv,
+                  const std::string& ci, const std::string& extra_mask) {
+    std::string take = std::string("_ember_arg_take(") + v + ", " + i + ", " + cv + ", " + ci +
+                       ", " + (larger ? "True" : "False") + ")";
+    if (!extra_mask.empty()) take = "(" + take + ") & (" + extra_mask + ")";
+    std::string t = fresh("take");
+    line(t + " = " + take);
+    line(v + " = tl.where(" + t + ", " + cv + ", " + v + ")");
+    line(i + " = tl.where(" + t + ", " + ci + ", " + i + ")");
+  }
+  /// Reads/writes an accumulator element: a scalar variable or memory.
+  std::string acc_read(const std::string& buffer, const Expr& index) {
+    if (auto it = scalars_.find(buffer); it != scalars_.end()) return it->second;
+    return "tl.load(" + buf_name(buffer) + " + (" + expr(index) + "))";
+  }
+  void acc_write(const std::string& buffer, const Expr& index, const std::string& value) {
+    if (auto it = scalars_.find(buffer); it != scalars_.end()) {
+      line(it->second + " = " + value);
+    } else {
+      line("tl.store(" + buf_name(buffer) + " + (" + expr(index) + "), " + value + ")");
+    }
+  }
   std::vector<RowAcc> row_accs_;
   Expr block_extent_;
   Expr array_extent_;  ///< the largest array allocation (RBLOCK covers it)
@@ -646,6 +695,15 @@ void Emitter::stmt(const Stmt& s) {
     case StmtKind::Accumulate: {
       // A program-level Accumulate (no inner loop): one value folded in.
       const auto* a = s.as<Accumulate>();
+      if ((a->op == ReduceOp::ArgMax || a->op == ReduceOp::ArgMin) && block_mask_.empty()) {
+        std::string cv = fresh("cv"), ci = fresh("ci");
+        line(cv + " = " + acc_read(a->buffers[0], a->index));
+        line(ci + " = " + acc_read(a->buffers[1], a->index));
+        arg_update(a->op == ReduceOp::ArgMax, cv, ci, expr(a->values[0]), expr(a->values[1]), "");
+        acc_write(a->buffers[0], a->index, cv);
+        acc_write(a->buffers[1], a->index, ci);
+        return;
+      }
       ReduceText r = reduce_text(a->op);
       std::string v = expr(a->values[0]);
       const std::string& b = a->buffers[0];
@@ -683,14 +741,24 @@ void Emitter::collect_row_accumulators(const Stmt& s, const std::string& var) {
       return;
     case StmtKind::Accumulate: {
       const auto* a = s.as<Accumulate>();
-      if (a->buffers.size() != 1)
+      const bool arg = a->op == ReduceOp::ArgMax || a->op == ReduceOp::ArgMin;
+      if (a->buffers.size() != 1 && !arg) {
         refuse(std::string("the ") + reduce_op_name(a->op) + " reduction");
-      if (uses_any(a->index, {var}) || uses_any(a->index, block_vars_)) return;  // elementwise
+      }
+      if (uses_any(a->index, {var}) || uses_any(a->index, block_vars_)) {
+        if (arg) refuse("an elementwise " + std::string(reduce_op_name(a->op)));
+        return;  // elementwise
+      }
       for (const RowAcc& r : row_accs_) {
         if (r.buffer == a->buffers[0] && r.op == a->op) return;  // one block per accumulator
       }
       DType t = a->values[0].dtype();
-      row_accs_.push_back(RowAcc{a->op, a->buffers[0], a->index, fresh("acc"), t});
+      RowAcc r{a->op, a->buffers[0], a->index, fresh("acc"), t, "", ""};
+      if (arg) {
+        r.index_buffer = a->buffers[1];
+        r.index_block = fresh("acci");
+      }
+      row_accs_.push_back(r);
       return;
     }
     default:
@@ -707,6 +775,10 @@ void Emitter::block_loop(const For& f) {
   for (const RowAcc& r : row_accs_) {
     line(r.block + " = tl.full([RBLOCK], " + expr(reduction_identity(r.op, 0, r.dtype)) + ", " +
          tl_dtype(r.dtype) + ")");
+    if (!r.index_block.empty()) {
+      line(r.index_block + " = tl.full([RBLOCK], " +
+           expr(reduction_identity(r.op, 1, DType::Int64)) + ", tl.int64)");
+    }
   }
   std::string r0 = fresh("r");
   std::string rmask = fresh("rmask");
@@ -726,6 +798,19 @@ void Emitter::block_loop(const For& f) {
   block_var_.clear();
   --indent_;
   for (const RowAcc& r : row_accs_) {
+    if (!r.index_block.empty()) {
+      const bool larger = r.op == ReduceOp::ArgMax;
+      std::string rv = fresh("rv"), ri = fresh("ri");
+      line(rv + ", " + ri + " = tl.reduce((" + r.block + ", " + r.index_block + "), 0, " +
+           (larger ? "_ember_argmax_pair" : "_ember_argmin_pair") + ")");
+      std::string cv = fresh("cv"), ci = fresh("ci");
+      line(cv + " = " + acc_read(r.buffer, r.index));
+      line(ci + " = " + acc_read(r.index_buffer, r.index));
+      arg_update(larger, cv, ci, rv, ri, "");
+      acc_write(r.buffer, r.index, cv);
+      acc_write(r.index_buffer, r.index, ci);
+      continue;
+    }
     ReduceText t = reduce_text(r.op);
     std::string red = std::string(t.reduce) + "(" + r.block + ")";
     if (auto it = scalars_.find(r.buffer); it != scalars_.end()) {
@@ -753,6 +838,13 @@ void Emitter::block_stmt(const Stmt& s, const std::string& rmask) {
     const auto* a = s.as<Accumulate>();
     for (const RowAcc& r : row_accs_) {
       if (r.buffer != a->buffers[0] || r.op != a->op) continue;
+      if (!r.index_block.empty()) {
+        std::string cv = fresh("cand"), ci = fresh("candi");
+        line(cv + " = " + expr(a->values[0]));
+        line(ci + " = " + expr(a->values[1]));
+        arg_update(a->op == ReduceOp::ArgMax, r.block, r.index_block, cv, ci, mask());
+        return;
+      }
       ReduceText t = reduce_text(a->op);
       std::string v = expr(a->values[0]);
       std::string m = mask();

@@ -27,7 +27,7 @@ def run(fn, *args, kernels=None, atol=1e-5, rtol=1e-5):
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g.dtype == w.dtype and g.shape == w.shape
-        torch.testing.assert_close(g, w, atol=atol, rtol=rtol)
+        torch.testing.assert_close(g, w, atol=atol, rtol=rtol, equal_nan=True)
     assert all("kernel" in s or "view" in s or "extern" in s for s in compiled.describe_steps())
     return compiled
 
@@ -83,12 +83,22 @@ def test_integer_ops():
     run(lambda a: (a // 7) * 3 + a % 5 - (a > 0).long(), a, atol=0, rtol=0)
 
 
+def test_row_argmax_argmin_and_max_dim_follow_nan_and_tie_rules():
+    x = r(8, 100)
+    x[2, 5] = float("nan")
+    x[3, :] = 1.0  # all tied: the first index
+    x[4, 7] = x[4, 70] = 9.0
+    c = run(lambda x: (x.argmax(-1), x.argmin(-1)), x, kernels=None, atol=0, rtol=0)
+    assert c.num_kernels >= 1
+    run(lambda x: x.max(-1), x, kernels=1, atol=0, rtol=0)
+
+
 def test_kernel_without_a_triton_form_runs_unfused_with_its_reason():
-    x = r(6, 40).to(DEVICE)
-    graph = ember.trace(lambda x: x.argmax(-1) + 1, (x,))
+    x = r(40, 6).to(DEVICE)
+    graph = ember.trace(lambda x: x.argmax(0) + 1, (x,))  # a column argmax
     compiled = C.CompiledGraph(graph, triton_interpret=INTERPRET)
     assert "argmax" in compiled.codegen_error and compiled.num_kernels == 0
-    torch.testing.assert_close(compiled(x)[0], x.argmax(-1) + 1)
+    torch.testing.assert_close(compiled(x)[0], x.argmax(0) + 1)
 
 
 @pytest.mark.skipif(not INTERPRET, reason="the interpreter path is the CPU's")
