@@ -23,7 +23,7 @@ _MODULES: dict[str, Any] = {}
 _SOURCE_DIR: str | None = None
 
 
-def _function(source: str, name: str) -> Any:
+def kernel_function(source: str, name: str) -> Any:
     """The generated module's kernel, imported from a file (triton.jit reads its source)."""
     global _SOURCE_DIR
     key = hashlib.sha256(source.encode()).hexdigest()[:20]
@@ -79,7 +79,7 @@ def compile_for(source: str, name: str, signature: list[str], block_param: str, 
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    fn = _function(source, name)
+    fn = kernel_function(source, name)
     sig = dict(zip(fn.arg_names, signature))
     compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs={block_param: block}),
                               target=GPUTarget("cuda", arch, 32))
@@ -164,7 +164,7 @@ def _interpret(source: str, name: str, programs: int, block_param: str, block: i
         raise RuntimeError("ember: Triton's interpreter needs TRITON_INTERPRET=1 before triton "
                            "is imported")
     patch_interpreter()
-    fn = _function(source, name)
+    fn = kernel_function(source, name)
     fn[(programs,)](*tensors, **{block_param: block})
 
 

@@ -515,6 +515,30 @@ std::vector<nb::object> break_resumes(PyCodeObject* co, PyObject* globals, const
   return resumes;
 }
 
+/// The transformed code of frame `co` (it takes the frame's arguments): `out` over the frame's
+/// first `num_locals` localsplus names, then `extra` new locals, with `consts` appended.
+nb::object assemble_transformed(PyCodeObject* co, const bytecode::Code& out, const Consts& consts,
+                                size_t num_locals, const std::vector<std::string>& extra) {
+  std::vector<std::string> names;
+  for (size_t j = 0; j < num_locals; ++j) {
+    names.emplace_back(
+        PyUnicode_AsUTF8(PyTuple_GET_ITEM(co->co_localsplusnames, static_cast<Py_ssize_t>(j))));
+  }
+  names.insert(names.end(), extra.begin(), extra.end());
+  nb::object varnames = nb::steal(tuple_of_strings(names));
+  nb::object const_tuple = consts.tuple();
+  bytecode::AssembleOptions opts;
+  opts.consts = const_tuple.ptr();
+  opts.varnames = varnames.ptr();
+  opts.argcount = num_arg_slots(co);
+  opts.posonlyargcount = 0;
+  opts.kwonlyargcount = 0;
+  opts.flags = co->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);
+  nb::object code = nb::steal(bytecode::assemble(out, co, opts));
+  if (!code.is_valid()) throw nb::python_error();
+  return code;
+}
+
 /// The name of a function made from `co` for a break at `line`.
 std::string generated_name(const char* what, PyCodeObject* co, int line) {
   return std::string(what) + PyUnicode_AsUTF8(co->co_name) + "_at_" + std::to_string(line);
@@ -651,24 +675,8 @@ BreakCode build_nested_break_code(PyCodeObject* co, PyObject* globals, const byt
     emit(i == 0 ? Op::RETURN_VALUE : Op::STORE_FAST, i == 0 ? 0 : ret);
   }
 
-  std::vector<std::string> names;
-  for (size_t j = 0; j < state.locals.size(); ++j) {
-    names.emplace_back(
-        PyUnicode_AsUTF8(PyTuple_GET_ITEM(co->co_localsplusnames, static_cast<Py_ssize_t>(j))));
-  }
-  names.push_back("__ember_tmp");
-  names.push_back("__ember_ret");
-  nb::object varnames = nb::steal(tuple_of_strings(names));
-  nb::object const_tuple = consts.tuple();
-  bytecode::AssembleOptions opts;
-  opts.consts = const_tuple.ptr();
-  opts.varnames = varnames.ptr();
-  opts.argcount = nargs;
-  opts.posonlyargcount = 0;
-  opts.kwonlyargcount = 0;
-  opts.flags = co->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);
-  result.code = nb::steal(bytecode::assemble(out, co, opts));
-  if (!result.code.is_valid()) throw nb::python_error();
+  result.code =
+      assemble_transformed(co, out, consts, state.locals.size(), {"__ember_tmp", "__ember_ret"});
   return result;
 }
 
@@ -770,23 +778,7 @@ BreakCode build_break_code(PyCodeObject* co, PyObject* globals, const bytecode::
   emit(Op::DELETE_FAST, tmp);
   emit_break_and_tails(out, consts, brk, after, bound, result.resumes);
 
-  std::vector<std::string> names;
-  for (size_t j = 0; j < state.locals.size(); ++j) {
-    names.emplace_back(
-        PyUnicode_AsUTF8(PyTuple_GET_ITEM(co->co_localsplusnames, static_cast<Py_ssize_t>(j))));
-  }
-  names.push_back("__ember_tmp");
-  nb::object varnames = nb::steal(tuple_of_strings(names));
-  nb::object const_tuple = consts.tuple();
-  bytecode::AssembleOptions opts;
-  opts.consts = const_tuple.ptr();
-  opts.varnames = varnames.ptr();
-  opts.argcount = nargs;
-  opts.posonlyargcount = 0;
-  opts.kwonlyargcount = 0;
-  opts.flags = co->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);
-  result.code = nb::steal(bytecode::assemble(out, co, opts));
-  if (!result.code.is_valid()) throw nb::python_error();
+  result.code = assemble_transformed(co, out, consts, state.locals.size(), {"__ember_tmp"});
   return result;
 }
 

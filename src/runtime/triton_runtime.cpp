@@ -92,8 +92,10 @@ void ensure_context(int device) {
 }
 
 TritonHooks& hooks() {
-  static TritonHooks h;
-  return h;
+  // Never destroyed: the hooks hold Python callables, which must not be released after the
+  // interpreter is finalized.
+  static auto* h = new TritonHooks();
+  return *h;
 }
 
 }  // namespace

@@ -871,36 +871,21 @@ void Emitter::block_stmt(const Stmt& s, const std::string& rmask) {
   stmt(s);
 }
 
-/// Whether `s` only binds values and stores (a pointwise body).
-bool straight_pointwise(const Stmt& s) {
+/// Whether `s` is straight-line: it only binds values and stores (a pointwise body), and with
+/// `accumulates` also folds into accumulators (a reduction loop's body).
+bool straight(const Stmt& s, bool accumulates) {
   switch (s.kind()) {
     case StmtKind::Block:
       for (const Stmt& c : s.as<Block>()->stmts) {
-        if (!straight_pointwise(c)) return false;
+        if (!straight(c, accumulates)) return false;
       }
       return true;
     case StmtKind::Let:
-      return straight_pointwise(s.as<Let>()->body);
+      return straight(s.as<Let>()->body, accumulates);
     case StmtKind::Store:
       return true;
-    default:
-      return false;
-  }
-}
-
-/// Whether `s` is straight-line with Accumulates (a reduction loop's body).
-bool straight_body(const Stmt& s) {
-  switch (s.kind()) {
-    case StmtKind::Block:
-      for (const Stmt& c : s.as<Block>()->stmts) {
-        if (!straight_body(c)) return false;
-      }
-      return true;
-    case StmtKind::Let:
-      return straight_body(s.as<Let>()->body);
-    case StmtKind::Store:
     case StmtKind::Accumulate:
-      return true;
+      return accumulates;
     default:
       return false;
   }
@@ -921,10 +906,10 @@ TritonKernel Emitter::run() {
     nest.push_back(f);
     inner = f->body;
   }
-  const bool flat = !nest.empty() && straight_pointwise(inner);
+  const bool flat = !nest.empty() && straight(inner, false);
   std::vector<const For*> rows = nest;
   Stmt rest = inner;
-  if (!flat && !nest.empty() && straight_body(inner)) {
+  if (!flat && !nest.empty() && straight(inner, true)) {
     // The innermost loop of the nest reduces: it runs as the block loop of each program.
     rows.pop_back();
     rest = k_.body;

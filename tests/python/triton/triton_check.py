@@ -5,11 +5,8 @@ launched by Triton on a GPU."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
-import sys
-import tempfile
 
 import pytest
 import torch
@@ -21,6 +18,7 @@ DEVICE = "cpu" if INTERPRET else "cuda"
 triton = pytest.importorskip("triton")
 
 import ember._C as C  # noqa: E402
+from ember import _triton  # noqa: E402
 from ember._triton import patch_interpreter  # noqa: E402
 
 if INTERPRET:
@@ -32,7 +30,6 @@ _DTYPES = {"f32": torch.float32, "f64": torch.float64, "f16": torch.float16,
 _BUFFER = re.compile(r"^\s*(input|output|inout|temp)\s+(\w+)\s*:\s*(\w+)\[([^\]]*)\]\s+strides",
                      re.M)
 _SIZES = re.compile(r"kernel\s+\w+\(([^)]*)\)")
-_MODULES: dict[str, object] = {}
 
 
 def buffers_of(text: str) -> list[tuple[str, str, torch.dtype, list[str]]]:
@@ -41,22 +38,6 @@ def buffers_of(text: str) -> list[tuple[str, str, torch.dtype, list[str]]]:
     for role, name, dt, sizes in _BUFFER.findall(text):
         out.append((role, name, _DTYPES[dt], [s.strip() for s in sizes.split(",") if s.strip()]))
     return out
-
-
-def load_module(source: str):
-    """The generated module, imported from a file (triton.jit reads its functions' source)."""
-    if source in _MODULES:
-        return _MODULES[source]
-    d = tempfile.mkdtemp(prefix="ember_triton_")
-    path = os.path.join(d, f"ember_kernel_{len(_MODULES)}.py")
-    with open(path, "w") as f:
-        f.write(source)
-    spec = importlib.util.spec_from_file_location(f"ember_kernel_{len(_MODULES)}", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    _MODULES[source] = mod
-    return mod
 
 
 def _numel(sizes: list[str], env: dict[str, int]) -> int:
@@ -85,8 +66,7 @@ def random_buffers(text: str, sizes: dict[str, int], seed: int = 0) -> dict[str,
 
 def run_triton(text: str, sizes: dict[str, int], bufs: dict[str, torch.Tensor]) -> dict:
     k = C.triton_kernel(text, sizes)
-    mod = load_module(k["source"])
-    fn = getattr(mod, k["name"])
+    fn = _triton.kernel_function(k["source"], k["name"])
     size_names = [s.strip() for s in _SIZES.search(text).group(1).split(",") if s.strip()]
     args = [bufs[name] for _, name, _, _ in buffers_of(text)]
     args += [sizes[s] for s in size_names]
