@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <sstream>
@@ -322,6 +323,9 @@ class Emitter {
     }
   }
   std::vector<RowAcc> row_accs_;
+  /// Appended to program ids and aranges: i64 unless every index provably fits in i32
+  /// (int32_indices).
+  std::string index_cast_ = ".to(tl.int64)";
   Expr block_extent_;
   Expr array_extent_;  ///< the largest array allocation (RBLOCK covers it)
 };
@@ -687,7 +691,7 @@ void Emitter::block_loop(const For& f) {
   line("for " + r0 + " in range(0, " + ext + ", RBLOCK):");
   ++indent_;
   std::string off = fresh("roff");
-  line(off + " = " + r0 + " + tl.arange(0, RBLOCK).to(tl.int64)");
+  line(off + " = " + r0 + " + tl.arange(0, RBLOCK)" + index_cast_);
   line(rmask + " = " + off + " < " + ext);
   block_vars_.insert(var);
   line(var_name(var) + " = " + expr(f.min) + " + " + off);
@@ -793,6 +797,27 @@ bool straight(const Stmt& s, bool accumulates) {
   }
 }
 
+/// Whether every index of `k` fits in i32 with room to spare: constant sizes, and each buffer's
+/// last element (and each loop's extent) below 2^30, so sums and products of index terms stay
+/// below 2^31 (Triton's i32 arithmetic would wrap).
+bool int32_indices(const Kernel& k) {
+  constexpr int64_t kLimit = int64_t{1} << 30;
+  if (!k.size_vars.empty()) return false;
+  for (const BufferParam& b : k.buffers) {
+    int64_t last = 0;
+    for (size_t d = 0; d < b.sizes.size() && d < b.strides.size(); ++d) {
+      const auto* n = b.sizes[d].as<IntImm>();
+      const auto* st = b.strides[d].as<IntImm>();
+      if (n == nullptr || st == nullptr || n->value > kLimit || std::abs(st->value) > kLimit) {
+        return false;
+      }
+      if (n->value > 0) last += (n->value - 1) * std::abs(st->value);
+      if (last >= kLimit) return false;
+    }
+  }
+  return true;
+}
+
 Expr product(const std::vector<const For*>& loops) {
   Expr p = IntImm::make(kIndexType, 1);
   for (const For* f : loops) p = make_binary(ExprKind::Mul, p, f->extent);
@@ -802,6 +827,7 @@ Expr product(const std::vector<const For*>& loops) {
 TritonKernel Emitter::run() {
   TritonKernel out;
   out.name = "ember_" + k_.name;
+  if (int32_indices(k_)) index_cast_.clear();
   std::vector<const For*> nest;
   Stmt inner = k_.body;
   while (const For* f = inner.as<For>()) {
@@ -837,7 +863,10 @@ TritonKernel Emitter::run() {
     out.form = TritonKernel::Form::Flat;
     out.block_param = "XBLOCK";
     Expr total = product(nest);
-    line("lin = tl.program_id(0).to(tl.int64) * XBLOCK + tl.arange(0, XBLOCK).to(tl.int64)");
+    if (index_cast_.empty() && eval_expr(total, EvalEnv{}).i >= (int64_t{1} << 30)) {
+      index_cast_ = ".to(tl.int64)";  // the flattened nest itself is too long for i32
+    }
+    line("lin = tl.program_id(0)" + index_cast_ + " * XBLOCK + tl.arange(0, XBLOCK)" + index_cast_);
     line("xmask = lin < (" + expr(total) + ")");
     for (const For* f : nest) block_vars_.insert(f->var.as<Var>()->name);
     decompose(nest, "lin");
@@ -849,13 +878,14 @@ TritonKernel Emitter::run() {
   } else {
     out.form = TritonKernel::Form::Rows;
     out.block_param = "RBLOCK";
-    if (!rows.empty()) decompose(rows, "tl.program_id(0).to(tl.int64)");
+    if (!rows.empty()) decompose(rows, "tl.program_id(0)" + index_cast_);
     stmt(rest);
     out.grid_extent = product(rows);
     Expr extent = block_extent_.defined() ? block_extent_ : IntImm::make(kIndexType, 1);
     if (array_extent_.defined()) extent = make_binary(ExprKind::Max, extent, array_extent_);
     out.block_extent = extent;
   }
+  out.int32_indices = index_cast_.empty();
   std::ostringstream src;
   src << kTritonPrelude << "\n\n@triton.jit\ndef " << out.name << "(";
   bool first = true;

@@ -48,6 +48,9 @@ struct TritonKernel {
   int max_block = 1024;
   /// The block size's parameter name: "XBLOCK" or "RBLOCK".
   std::string block_param;
+  /// Program ids and lanes are i32, not i64: the kernel's sizes are constant and every buffer
+  /// offset is below 2^30 (issue 7: i32 indexing where sizes provably fit).
+  bool int32_indices = false;
 };
 
 /// The Triton kernel of `k`, or nullopt with the reason in `why` when its structure has no Triton

@@ -97,6 +97,31 @@ TEST(TritonEmitter, RefusesWhatItCannotExpressWithAReason) {
   EXPECT_EQ(why, "an allocation of more than 1024 elements");
 }
 
+TEST(TritonEmitter, IndicesAreI32WhenEveryOffsetProvablyFits) {
+  auto source = [](const std::string& rows) {
+    std::string text = "kernel k() {\n  input x : f32[" + rows + ", 4] strides [4, 1]\n" +
+                       "  output y : f32[" + rows + ", 4] strides [4, 1]\n  for (i, 0, " + rows +
+                       ") {\n    for (j, 0, 4) {\n      y[((i * 4) + j)] = x[((i * 4) + j)]\n" +
+                       "    }\n  }\n}\n";
+    std::string why;
+    auto t = emit_triton(loop::parse_kernel(text), &why);
+    EXPECT_TRUE(t.has_value()) << why;
+    return *t;
+  };
+  TritonKernel small = source("1000");
+  EXPECT_TRUE(small.int32_indices);
+  EXPECT_EQ(small.source.find("program_id(0).to(tl.int64)"), std::string::npos);
+  TritonKernel big = source("300000000");  // 1.2e9 elements: offsets past 2^30
+  EXPECT_FALSE(big.int32_indices);
+  EXPECT_NE(big.source.find("program_id(0).to(tl.int64)"), std::string::npos);
+  // Symbolic sizes: i64.
+  std::string why;
+  EXPECT_FALSE(
+      emit_triton(
+          loop::parse_kernel(read(std::string(EMBER_CODEGEN_GOLDEN_DIR) + "/gelu_bias.loop")), &why)
+          ->int32_indices);
+}
+
 TEST(TritonEmitter, BlockSizeIsAPowerOfTwoBetween16AndTheMaximum) {
   EXPECT_EQ(triton_block_size(1, 1024), 16);
   EXPECT_EQ(triton_block_size(17, 1024), 32);
