@@ -1,5 +1,6 @@
 #include "codegen/triton/triton_emitter.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -7,12 +8,14 @@
 #include <set>
 #include <sstream>
 
+#include "codegen/triton/triton_kernel_shape.h"
 #include "codegen/triton/triton_prelude.h"
 #include "support/error.h"
 
 namespace ember::codegen {
 
 using namespace loop;
+using namespace triton_shape;
 
 namespace {
 
@@ -53,43 +56,6 @@ const char* tl_dtype(DType t) {
 
 bool is_half(DType t) {
   return t == DType::Float16 || t == DType::BFloat16;
-}
-
-/// Whether `e` reads a Var named in `vars` (any Var at all with `any`).
-bool uses_any(const Expr& e, const std::set<std::string>& vars, bool any = false) {
-  if (!e.defined() || (vars.empty() && !any)) return false;
-  switch (e.kind()) {
-    case ExprKind::IntImm:
-    case ExprKind::FloatImm:
-    case ExprKind::SizeVar:
-      return false;
-    case ExprKind::Var:
-      return any || vars.count(e.as<Var>()->name) != 0;
-    case ExprKind::Not:
-      return uses_any(e.as<Not>()->a, vars, any);
-    case ExprKind::Select: {
-      const auto* s = e.as<Select>();
-      return uses_any(s->cond, vars, any) || uses_any(s->t, vars, any) || uses_any(s->f, vars, any);
-    }
-    case ExprKind::Cast:
-      return uses_any(e.as<Cast>()->value, vars, any);
-    case ExprKind::Load:
-      return uses_any(e.as<Load>()->index, vars, any);
-    case ExprKind::Call:
-      for (const Expr& a : e.as<Call>()->args) {
-        if (uses_any(a, vars, any)) return true;
-      }
-      return false;
-    default:
-      break;
-  }
-#define EMBER_LOOP_BINARY(Name, Symbol, Cat)                       \
-  if (e.kind() == ExprKind::Name) {                                \
-    const auto* b = e.as<BinaryNode<ExprKind::Name>>();            \
-    return uses_any(b->a, vars, any) || uses_any(b->b, vars, any); \
-  }
-#include "loop/nodes.def"
-  return false;
 }
 
 /// Float literal text that round-trips (Triton takes a Python float as f32 beside an f32 block).
@@ -200,29 +166,6 @@ ReduceText reduce_text(ReduceOp op) {
 /// Arrays (Allocates of more than one element) live in one block: at most this many elements.
 constexpr int64_t kMaxArray = 1024;
 
-/// Whether `s` contains a For.
-bool has_loop(const Stmt& s) {
-  switch (s.kind()) {
-    case StmtKind::For:
-      return true;
-    case StmtKind::Block:
-      for (const Stmt& c : s.as<Block>()->stmts) {
-        if (has_loop(c)) return true;
-      }
-      return false;
-    case StmtKind::Let:
-      return has_loop(s.as<Let>()->body);
-    case StmtKind::Allocate:
-      return has_loop(s.as<Allocate>()->body);
-    case StmtKind::IfThenElse: {
-      const auto* i = s.as<IfThenElse>();
-      return has_loop(i->then_case) || (i->else_case.defined() && has_loop(i->else_case));
-    }
-    default:
-      return false;
-  }
-}
-
 class Emitter {
  public:
   explicit Emitter(const Kernel& k) : k_(k) {}
@@ -319,6 +262,7 @@ class Emitter {
     if (auto it = scalars_.find(buffer); it != scalars_.end()) {
       line(it->second + " = " + value);
     } else {
+      load_cache_.erase(buffer);
       line("tl.store(" + buf_name(buffer) + " + (" + expr(index) + "), " + value + ")");
     }
   }
@@ -326,6 +270,10 @@ class Emitter {
   /// Appended to program ids and aranges: i64 unless every index provably fits in i32
   /// (int32_indices).
   std::string index_cast_ = ".to(tl.int64)";
+  /// Every block loop fits one block (persistent_form): no loops, loads reused.
+  bool persistent_ = false;
+  std::map<std::string, std::pair<std::string, std::string>> persistent_lanes_;
+  std::map<std::string, std::map<std::string, std::string>> load_cache_;  ///< buffer -> load
   Expr block_extent_;
   Expr array_extent_;  ///< the largest array allocation (RBLOCK covers it)
 };
@@ -498,7 +446,16 @@ std::string Emitter::load(const Load& l) {
   std::string m = mask();
   std::string addr = buf_name(l.buffer) + " + (" + index + ")";
   if (m.empty()) return "tl.load(" + addr + ")";
-  return "tl.load(" + addr + ", mask=" + m + ", other=0)";
+  std::string text = "tl.load(" + addr + ", mask=" + m + ", other=0)";
+  if (!persistent_) return text;
+  // A persistent program loads each block once: the same load again (a later loop over the
+  // row) reads the variable, until a store to that buffer.
+  auto& cached = load_cache_[l.buffer];
+  if (auto it = cached.find(text); it != cached.end()) return it->second;
+  std::string v = fresh("ld");
+  line(v + " = " + text);
+  cached.emplace(text, v);
+  return v;
 }
 
 void Emitter::stmt(const Stmt& s) {
@@ -526,10 +483,19 @@ void Emitter::stmt(const Stmt& s) {
         line(it->second + " = tl.where(" + mask() + ", " + v + ", " + it->second + ")");
         return;
       }
+      load_cache_.erase(st->buffer);
       std::string m = mask();
       std::string addr = buf_name(st->buffer) + " + (" + expr(st->index) + ")";
       if (!m.empty() && !uses_any(st->index, block_vars_)) {
         refuse("a store of one element inside a block");
+      }
+      if (persistent_ && !m.empty()) {
+        // A later load of what this stores (the same address and mask) reads the value.
+        std::string sv = fresh("st");
+        line(sv + " = " + v);
+        line("tl.store(" + addr + ", " + sv + ", mask=" + m + ")");
+        load_cache_[st->buffer]["tl.load(" + addr + ", mask=" + m + ", other=0)"] = sv;
+        return;
       }
       line("tl.store(" + addr + ", " + v + (m.empty() ? "" : ", mask=" + m) + ")");
       return;
@@ -627,6 +593,7 @@ void Emitter::stmt(const Stmt& s) {
             ", " + it->second + ")");
         return;
       }
+      load_cache_.erase(b);
       std::string addr = buf_name(b) + " + (" + expr(a->index) + ")";
       std::string m = mask();
       std::string mk = m.empty() ? "" : ", mask=" + m;
@@ -686,13 +653,30 @@ void Emitter::block_loop(const For& f) {
            expr(reduction_identity(r.op, 1, DType::Int64)) + ", tl.int64)");
     }
   }
-  std::string r0 = fresh("r");
-  std::string rmask = fresh("rmask");
-  line("for " + r0 + " in range(0, " + ext + ", RBLOCK):");
-  ++indent_;
-  std::string off = fresh("roff");
-  line(off + " = " + r0 + " + tl.arange(0, RBLOCK)" + index_cast_);
-  line(rmask + " = " + off + " < " + ext);
+  std::string rmask, off;
+  if (persistent_) {
+    // One block holds the whole loop: no loop, and lanes and masks shared by every loop of
+    // this extent, so that their loads are the same expressions (load()'s cache).
+    std::string key = expr(f.extent);
+    auto [it, added] = persistent_lanes_.emplace(key, std::make_pair(std::string(), std::string()));
+    if (added) {
+      it->second = {fresh("roff"), fresh("rmask")};
+      line(it->second.first + " = tl.arange(0, RBLOCK)" + index_cast_);
+      line(it->second.second + " = " + it->second.first + " < " + ext);
+    }
+    off = it->second.first;
+    rmask = it->second.second;
+    ++indent_;  // balanced below; persistent code keeps the program's indentation
+    --indent_;
+  } else {
+    std::string r0 = fresh("r");
+    rmask = fresh("rmask");
+    line("for " + r0 + " in range(0, " + ext + ", RBLOCK):");
+    ++indent_;
+    off = fresh("roff");
+    line(off + " = " + r0 + " + tl.arange(0, RBLOCK)" + index_cast_);
+    line(rmask + " = " + off + " < " + ext);
+  }
   block_vars_.insert(var);
   line(var_name(var) + " = " + expr(f.min) + " + " + off);
   block_mask_ = rmask;
@@ -702,7 +686,7 @@ void Emitter::block_loop(const For& f) {
   block_stmt(f.body, rmask);
   block_mask_.clear();
   block_var_.clear();
-  --indent_;
+  if (!persistent_) --indent_;
   for (const RowAcc& r : row_accs_) {
     if (!r.index_block.empty()) {
       const bool larger = r.op == ReduceOp::ArgMax;
@@ -725,6 +709,7 @@ void Emitter::block_loop(const For& f) {
                      std::string(t.combine) + "(" + it->second + ", " + red + ")"));
     } else {
       std::string addr = buf_name(r.buffer) + " + (" + expr(r.index) + ")";
+      load_cache_.erase(r.buffer);
       line("tl.store(" + addr + ", " + t.combine + "(tl.load(" + addr + "), " + red + "))");
     }
   }
@@ -775,47 +760,6 @@ void Emitter::block_stmt(const Stmt& s, const std::string& rmask) {
     return;
   }
   stmt(s);
-}
-
-/// Whether `s` is straight-line: it only binds values and stores (a pointwise body), and with
-/// `accumulates` also folds into accumulators (a reduction loop's body).
-bool straight(const Stmt& s, bool accumulates) {
-  switch (s.kind()) {
-    case StmtKind::Block:
-      for (const Stmt& c : s.as<Block>()->stmts) {
-        if (!straight(c, accumulates)) return false;
-      }
-      return true;
-    case StmtKind::Let:
-      return straight(s.as<Let>()->body, accumulates);
-    case StmtKind::Store:
-      return true;
-    case StmtKind::Accumulate:
-      return accumulates;
-    default:
-      return false;
-  }
-}
-
-/// Whether every index of `k` fits in i32 with room to spare: constant sizes, and each buffer's
-/// last element (and each loop's extent) below 2^30, so sums and products of index terms stay
-/// below 2^31 (Triton's i32 arithmetic would wrap).
-bool int32_indices(const Kernel& k) {
-  constexpr int64_t kLimit = int64_t{1} << 30;
-  if (!k.size_vars.empty()) return false;
-  for (const BufferParam& b : k.buffers) {
-    int64_t last = 0;
-    for (size_t d = 0; d < b.sizes.size() && d < b.strides.size(); ++d) {
-      const auto* n = b.sizes[d].as<IntImm>();
-      const auto* st = b.strides[d].as<IntImm>();
-      if (n == nullptr || st == nullptr || n->value > kLimit || std::abs(st->value) > kLimit) {
-        return false;
-      }
-      if (n->value > 0) last += (n->value - 1) * std::abs(st->value);
-      if (last >= kLimit) return false;
-    }
-  }
-  return true;
 }
 
 Expr product(const std::vector<const For*>& loops) {
@@ -878,6 +822,8 @@ TritonKernel Emitter::run() {
   } else {
     out.form = TritonKernel::Form::Rows;
     out.block_param = "RBLOCK";
+    persistent_ = persistent_form(rest);
+    if (persistent_) out.max_block = static_cast<int>(kMaxPersistent);
     if (!rows.empty()) decompose(rows, "tl.program_id(0)" + index_cast_);
     stmt(rest);
     out.grid_extent = product(rows);

@@ -21,6 +21,17 @@ def test_pointwise_gelu_bias_is_flat():
         assert k["form"] == "flat"
 
 
+def test_softmax_with_constant_sizes_is_persistent():
+    """Constant sizes: each row is one block, read once; what a loop stores is what a later loop
+    reads (forwarded)."""
+    text = (GOLDEN / "loop/golden/softmax.loop").read_text().replace("softmax(s0, s1)",
+                                                                      "softmax()")
+    for rows, cols in [(3, 5), (4, 1000), (2, 4096)]:
+        k = check_kernel(text.replace("s0", str(rows)).replace("s1", str(cols)), {})
+        assert "for " not in k["source"].split("def ember_softmax")[1]
+        assert k["block"] >= cols
+
+
 def test_softmax_is_a_row_kernel_with_block_loops():
     text = (GOLDEN / "loop/golden/softmax.loop").read_text()
     for s0, s1 in [(3, 5), (4, 1000), (2, 1)]:
