@@ -194,7 +194,7 @@ class Emitter {
   }
 
   // --- statements ---
-  void line(const std::string& s) { body_ << std::string(indent_ * 4, ' ') << s << "\n"; }
+  void line(const std::string& s) { lines_.push_back(std::string(indent_ * 4, ' ') + s); }
   /// Straight-line statements at program level (Rows) or in the flattened body (Flat).
   void stmt(const Stmt& s);
   /// An inner loop run as a loop over blocks.
@@ -209,7 +209,7 @@ class Emitter {
   static std::string buf_name(const std::string& n) { return "b_" + n; }
 
   const Kernel& k_;
-  std::ostringstream body_;
+  std::vector<std::string> lines_;  ///< the kernel body; an emptied line is a dropped store
   int indent_ = 1;
   int counter_ = 0;
   std::string block_mask_;            ///< the current block's mask ("" at scalar level)
@@ -256,6 +256,7 @@ class Emitter {
   /// Reads/writes an accumulator element: a scalar variable or memory.
   std::string acc_read(const std::string& buffer, const Expr& index) {
     if (auto it = scalars_.find(buffer); it != scalars_.end()) return it->second;
+    pending_stores_.erase(buffer);
     return "tl.load(" + buf_name(buffer) + " + (" + expr(index) + "))";
   }
   void acc_write(const std::string& buffer, const Expr& index, const std::string& value) {
@@ -274,6 +275,8 @@ class Emitter {
   bool persistent_ = false;
   std::map<std::string, std::pair<std::string, std::string>> persistent_lanes_;
   std::map<std::string, std::map<std::string, std::string>> load_cache_;  ///< buffer -> load
+  /// Persistent rows: stores not yet read from memory, per buffer (load text -> line index).
+  std::map<std::string, std::map<std::string, size_t>> pending_stores_;
   Expr block_extent_;
   Expr array_extent_;  ///< the largest array allocation (RBLOCK covers it)
 };
@@ -430,6 +433,7 @@ std::string Emitter::load(const Load& l) {
   }
   std::string index = expr(l.index);
   if (!uses_any(l.index, block_vars_)) {
+    pending_stores_.erase(l.buffer);  // read from memory: earlier stores to it stay
     // One element for the whole block: in bounds wherever the block's lanes are, so only the
     // Select arms it is under mask it. Triton masks a scalar address only with a scalar mask.
     bool block_guard = false;
@@ -445,13 +449,17 @@ std::string Emitter::load(const Load& l) {
   }
   std::string m = mask();
   std::string addr = buf_name(l.buffer) + " + (" + index + ")";
-  if (m.empty()) return "tl.load(" + addr + ")";
-  std::string text = "tl.load(" + addr + ", mask=" + m + ", other=0)";
-  if (!persistent_) return text;
+  std::string text =
+      m.empty() ? "tl.load(" + addr + ")" : "tl.load(" + addr + ", mask=" + m + ", other=0)";
+  if (!persistent_ || m.empty()) {
+    pending_stores_.erase(l.buffer);
+    return text;
+  }
   // A persistent program loads each block once: the same load again (a later loop over the
   // row) reads the variable, until a store to that buffer.
   auto& cached = load_cache_[l.buffer];
   if (auto it = cached.find(text); it != cached.end()) return it->second;
+  pending_stores_.erase(l.buffer);
   std::string v = fresh("ld");
   line(v + " = " + text);
   cached.emplace(text, v);
@@ -493,8 +501,14 @@ void Emitter::stmt(const Stmt& s) {
         // A later load of what this stores (the same address and mask) reads the value.
         std::string sv = fresh("st");
         line(sv + " = " + v);
+        std::string key = "tl.load(" + addr + ", mask=" + m + ", other=0)";
+        // A store of the same elements earlier, with no read of the buffer from memory since,
+        // is dead: this one overwrites all of it.
+        auto& pending = pending_stores_[st->buffer];
+        if (auto it = pending.find(key); it != pending.end()) lines_[it->second].clear();
         line("tl.store(" + addr + ", " + sv + ", mask=" + m + ")");
-        load_cache_[st->buffer]["tl.load(" + addr + ", mask=" + m + ", other=0)"] = sv;
+        pending[key] = lines_.size() - 1;
+        load_cache_[st->buffer][key] = sv;
         return;
       }
       line("tl.store(" + addr + ", " + v + (m.empty() ? "" : ", mask=" + m) + ")");
@@ -533,17 +547,27 @@ void Emitter::stmt(const Stmt& s) {
       if (!block_mask_.empty() || uses_any(i->cond, block_vars_)) {
         refuse("a conditional on a block value");
       }
-      line("if " + expr(i->cond) + ":");
+      // What a branch loads, stores or names is not known after it: no reuse across the if.
+      auto forget = [&] {
+        load_cache_.clear();
+        pending_stores_.clear();
+        persistent_lanes_.clear();
+      };
+      std::string cond = expr(i->cond);
+      forget();
+      line("if " + cond + ":");
       ++indent_;
       stmt(i->then_case);
       line("pass");
       --indent_;
+      forget();
       if (i->else_case.defined()) {
         line("else:");
         ++indent_;
         stmt(i->else_case);
         line("pass");
         --indent_;
+        forget();
       }
       return;
     }
@@ -597,6 +621,7 @@ void Emitter::stmt(const Stmt& s) {
       std::string addr = buf_name(b) + " + (" + expr(a->index) + ")";
       std::string m = mask();
       std::string mk = m.empty() ? "" : ", mask=" + m;
+      pending_stores_.erase(b);
       line("tl.store(" + addr + ", " + r.combine + "(tl.load(" + addr + mk + "), " + v + ")" + mk +
            ")");
       return;
@@ -710,6 +735,7 @@ void Emitter::block_loop(const For& f) {
     } else {
       std::string addr = buf_name(r.buffer) + " + (" + expr(r.index) + ")";
       load_cache_.erase(r.buffer);
+      pending_stores_.erase(r.buffer);
       line("tl.store(" + addr + ", " + t.combine + "(tl.load(" + addr + "), " + red + "))");
     }
   }
@@ -844,7 +870,10 @@ TritonKernel Emitter::run() {
     first = false;
   }
   src << (first ? "" : ", ") << out.block_param << ": tl.constexpr):\n";
-  std::string body = body_.str();
+  std::string body;
+  for (const std::string& l : lines_) {
+    if (!l.empty()) body += l + "\n";
+  }
   src << (body.empty() ? "    pass\n" : body);
   out.source = src.str();
   return out;
