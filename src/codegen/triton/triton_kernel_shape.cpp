@@ -3,66 +3,26 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "loop/traverse.h"
+
 namespace ember::codegen::triton_shape {
 
 using namespace loop;
 
 bool uses_any(const Expr& e, const std::set<std::string>& vars, bool any) {
   if (!e.defined() || (vars.empty() && !any)) return false;
-  switch (e.kind()) {
-    case ExprKind::IntImm:
-    case ExprKind::FloatImm:
-    case ExprKind::SizeVar:
-      return false;
-    case ExprKind::Var:
-      return any || vars.count(e.as<Var>()->name) != 0;
-    case ExprKind::Not:
-      return uses_any(e.as<Not>()->a, vars, any);
-    case ExprKind::Select: {
-      const auto* s = e.as<Select>();
-      return uses_any(s->cond, vars, any) || uses_any(s->t, vars, any) || uses_any(s->f, vars, any);
-    }
-    case ExprKind::Cast:
-      return uses_any(e.as<Cast>()->value, vars, any);
-    case ExprKind::Load:
-      return uses_any(e.as<Load>()->index, vars, any);
-    case ExprKind::Call:
-      for (const Expr& a : e.as<Call>()->args) {
-        if (uses_any(a, vars, any)) return true;
-      }
-      return false;
-    default:
-      break;
-  }
-#define EMBER_LOOP_BINARY(Name, Symbol, Cat)                       \
-  if (e.kind() == ExprKind::Name) {                                \
-    const auto* b = e.as<BinaryNode<ExprKind::Name>>();            \
-    return uses_any(b->a, vars, any) || uses_any(b->b, vars, any); \
-  }
-#include "loop/nodes.def"
-  return false;
+  if (const auto* v = e.as<Var>()) return any || vars.count(v->name) != 0;
+  bool found = false;
+  for_each_child(e, [&](const Expr& c) { found = found || uses_any(c, vars, any); });
+  return found;
 }
 
 bool has_loop(const Stmt& s) {
-  switch (s.kind()) {
-    case StmtKind::For:
-      return true;
-    case StmtKind::Block:
-      for (const Stmt& c : s.as<Block>()->stmts) {
-        if (has_loop(c)) return true;
-      }
-      return false;
-    case StmtKind::Let:
-      return has_loop(s.as<Let>()->body);
-    case StmtKind::Allocate:
-      return has_loop(s.as<Allocate>()->body);
-    case StmtKind::IfThenElse: {
-      const auto* i = s.as<IfThenElse>();
-      return has_loop(i->then_case) || (i->else_case.defined() && has_loop(i->else_case));
-    }
-    default:
-      return false;
-  }
+  if (s.kind() == StmtKind::For) return true;
+  bool found = false;
+  for_each_stmt_child(
+      s, [](const Expr&) {}, [&](const Stmt& c) { found = found || (c.defined() && has_loop(c)); });
+  return found;
 }
 
 bool straight(const Stmt& s, bool accumulates) {
