@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 from typing import Any
 
 from . import _C
@@ -43,6 +44,7 @@ def kernel_function(source: str, name: str) -> Any:
 
 
 STATS = {"compiles": 0, "disk_hits": 0}
+_STATS_LOCK = threading.Lock()
 
 
 def cache_dir() -> str:
@@ -72,7 +74,8 @@ def compile_for(source: str, name: str, signature: list[str], block_param: str, 
             meta = json.load(f)
         with open(cubin_path, "rb") as f:
             cubin = f.read()
-        STATS["disk_hits"] += 1
+        with _STATS_LOCK:
+            STATS["disk_hits"] += 1
         return (cubin, *meta)
     except (OSError, ValueError):
         pass
@@ -87,7 +90,8 @@ def compile_for(source: str, name: str, signature: list[str], block_param: str, 
     meta = [md.name, md.num_warps, md.shared, getattr(md, "global_scratch_size", 0),
             getattr(md, "global_scratch_align", 1), getattr(md, "profile_scratch_size", 0)]
     cubin = compiled.asm["cubin"]
-    STATS["compiles"] += 1
+    with _STATS_LOCK:
+        STATS["compiles"] += 1
     try:  # written under temporary names, then renamed: readers never see half a file
         os.makedirs(d, exist_ok=True)
         for path, data, mode in ((cubin_path, cubin, "wb"), (meta_path, json.dumps(meta), "w")):
@@ -100,12 +104,45 @@ def compile_for(source: str, name: str, signature: list[str], block_param: str, 
     return (cubin, *meta)
 
 
-def _compile(source: str, name: str, signature: list[str], block_param: str, block: int,
-             device: int) -> tuple:
+def compile_workers() -> int:
+    """Threads that compile one batch of kernels (EMBER_COMPILE_THREADS, else the CPUs this
+    process may use, at most 16). Triton's compiler releases the GIL in its MLIR passes and
+    ptxas runs as a subprocess, so threads overlap most of a compile."""
+    n = os.environ.get("EMBER_COMPILE_THREADS")
+    if n:
+        return max(1, int(n))
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(16, cpus))
+
+
+def _compile(jobs: list[tuple]) -> list[tuple]:
+    """The compile hook: one (source, name, signature, block_param, block, device) per kernel,
+    compiled in parallel (compile_workers) and returned in order."""
     import torch
 
-    major, minor = torch.cuda.get_device_capability(device)
-    return compile_for(source, name, signature, block_param, block, major * 10 + minor)
+    arch = {}
+    for job in jobs:
+        device = job[5]
+        if device not in arch:
+            major, minor = torch.cuda.get_device_capability(device)
+            arch[device] = major * 10 + minor
+    for job in jobs:  # imported here, once each: module imports do not run in parallel
+        kernel_function(job[0], job[1])
+
+    def one(job: tuple) -> tuple:
+        source, name, signature, block_param, block, device = job
+        return compile_for(source, name, signature, block_param, block, arch[device])
+
+    workers = min(len(jobs), compile_workers())
+    if workers <= 1:
+        return [one(job) for job in jobs]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="ember-triton-compile") as pool:
+        return list(pool.map(one, jobs))
 
 
 _PATCHED = False

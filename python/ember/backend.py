@@ -84,6 +84,10 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs) -
     metrics.counters["extern_steps"] += compiled.num_extern_steps
     metrics.counters["folded_nodes"] += compiled.num_folded_nodes
     metrics.counters["view_steps"] += compiled.num_view_steps
+    for note in compiled.refused_kernels:
+        metrics.counters["codegen_notes"] += 1
+        metrics.fallback_reasons.append(f"not generated: {note}")
+        log.info("ember: a kernel runs as ATen calls: %s", note)
     if compiled.codegen_error:
         metrics.counters["codegen_failures"] += 1
         log.warning("ember: running a graph without generated kernels: %s", compiled.codegen_error)

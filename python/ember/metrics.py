@@ -17,6 +17,9 @@
   graph_breaks     graph breaks taken, each with a reason in `fallback_reasons`
   eager_frames     frames ember.compile could not capture; they run eagerly, each with a reason
                    in `fallback_reasons`
+  codegen_notes    kernels the GPU code generator refused (their nodes run as ATen calls), and
+                   graphs that run without generated kernels, each with a reason in
+                   `fallback_reasons`
 """
 
 from __future__ import annotations
@@ -43,6 +46,6 @@ def snapshot() -> dict:
     _sync()
     out = {"graphs": 0, "nodes": 0, "fallbacks": 0, "kernels": 0, "fused_nodes": 0,
            "extern_steps": 0, "view_steps": 0, "folded_nodes": 0, "captured_frames": 0,
-           "graph_breaks": 0, "eager_frames": 0}
+           "graph_breaks": 0, "eager_frames": 0, "codegen_notes": 0}
     out.update(counters)
     return out

@@ -41,6 +41,8 @@ struct CaptureRecord {
   int nodes = 0;
   int kernels = 0;
   int extern_steps = 0;
+  /// Kernels ember's code generator did not generate, and why (GraphRunner::codegen_notes).
+  std::vector<std::string> codegen_notes;
   int guards = 0;
   int inputs = 0;
   double seconds = 0;          ///< the whole compile

@@ -35,11 +35,19 @@ class ExecutorRunner final : public GraphRunner {
       : executor_(std::move(traced), options) {}
 
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const override {
+    // Python that the graph's steps reach (ops implemented in Python, Triton's interpreter) is
+    // not the program's: its frames are not captured.
+    HookPause pause;
     return executor_.run(inputs);
   }
   const graph::Graph& graph() const override { return executor_.graph(); }
   int num_kernels() const override { return executor_.num_kernels(); }
   int num_extern_steps() const override { return executor_.num_extern_steps(); }
+  std::vector<std::string> codegen_notes() const override {
+    std::vector<std::string> notes = executor_.refused_kernels();
+    if (!executor_.codegen_error().empty()) notes.push_back(executor_.codegen_error());
+    return notes;
+  }
 
  private:
   runtime::Executor executor_;

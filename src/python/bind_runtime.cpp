@@ -28,22 +28,29 @@ void bind_runtime(nb::module_& m) {
       "set_triton_hooks",
       [](nb::callable compile, nb::callable interpret) {
         runtime::TritonHooks h;
-        h.compile = [compile](const std::string& source, const std::string& name,
-                              const std::vector<std::string>& signature,
-                              const std::string& block_param, int block, int device) {
+        h.compile = [compile](const std::vector<runtime::TritonCompileJob>& jobs) {
           nb::gil_scoped_acquire gil;
-          nb::tuple r =
-              nb::cast<nb::tuple>(compile(source, name, signature, block_param, block, device));
-          runtime::TritonBinary b;
-          nb::bytes cubin = nb::cast<nb::bytes>(r[0]);
-          b.cubin.assign(cubin.c_str(), cubin.size());
-          b.symbol = nb::cast<std::string>(r[1]);
-          b.num_warps = nb::cast<int>(r[2]);
-          b.shared_bytes = nb::cast<int>(r[3]);
-          b.global_scratch_bytes = nb::cast<int>(r[4]);
-          b.global_scratch_align = nb::cast<int>(r[5]);
-          b.profile_scratch_bytes = nb::cast<int>(r[6]);
-          return b;
+          nb::list args;
+          for (const runtime::TritonCompileJob& j : jobs) {
+            args.append(nb::make_tuple(j.source, j.name, j.signature, j.block_param, j.block,
+                                       j.device));
+          }
+          nb::list results = nb::cast<nb::list>(compile(args));
+          std::vector<runtime::TritonBinary> out;
+          for (nb::handle item : results) {
+            nb::tuple r = nb::cast<nb::tuple>(item);
+            runtime::TritonBinary b;
+            nb::bytes cubin = nb::cast<nb::bytes>(r[0]);
+            b.cubin.assign(cubin.c_str(), cubin.size());
+            b.symbol = nb::cast<std::string>(r[1]);
+            b.num_warps = nb::cast<int>(r[2]);
+            b.shared_bytes = nb::cast<int>(r[3]);
+            b.global_scratch_bytes = nb::cast<int>(r[4]);
+            b.global_scratch_align = nb::cast<int>(r[5]);
+            b.profile_scratch_bytes = nb::cast<int>(r[6]);
+            out.push_back(std::move(b));
+          }
+          return out;
         };
         h.interpret = [interpret](const std::string& source, const std::string& name,
                                   int64_t programs, const std::string& block_param, int block,
@@ -57,9 +64,12 @@ void bind_runtime(nb::module_& m) {
       },
       nb::arg("compile"), nb::arg("interpret"),
       "Installs Triton's compiler and interpreter for generated kernels (ember._triton): "
-      "compile(source, name, signature, block_param, block, device) -> (cubin, symbol, "
-      "num_warps, shared, global_scratch_size, global_scratch_align, profile_scratch_size); "
+      "compile([(source, name, signature, block_param, block, device), ...]) -> a list of "
+      "(cubin, symbol, num_warps, shared, global_scratch_size, global_scratch_align, "
+      "profile_scratch_size), one per kernel; "
       "interpret(source, name, programs, block_param, block, tensors).");
+  m.def("num_loaded_triton_modules", &runtime::num_loaded_triton_modules,
+        "Triton modules this process holds loaded (identical kernels count once).");
   using runtime::Executor;
   nb::class_<Executor>(m, "CompiledGraph",
                        "A graph ready to run. Calling it with the graph's non-constant inputs "
@@ -103,6 +113,7 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("num_kernels", &Executor::num_kernels)
       .def_prop_ro("num_fused_nodes", &Executor::num_fused_nodes)
       .def_prop_ro("num_extern_steps", &Executor::num_extern_steps)
+      .def_prop_ro("refused_kernels", &Executor::refused_kernels)
       .def_prop_ro("num_view_steps", &Executor::num_view_steps)
       .def_prop_ro("num_folded_nodes", &Executor::num_folded_nodes)
       .def_prop_ro("arena_bytes", &Executor::arena_bytes)

@@ -6,6 +6,7 @@
 #include <ATen/ops/empty_strided.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "sched/fusion.h"
 #include "sched/memory_plan.h"
 #include "support/error.h"
+#include "support/hash.h"
 #include "tracer/convert.h"
 
 namespace ember::runtime {
@@ -88,6 +90,13 @@ int one_cuda_device(const graph::Graph& g) {
 bool triton_enabled() {
   const char* e = std::getenv("EMBER_TRITON");
   return e == nullptr || std::string(e) != "0";
+}
+
+/// EMBER_TRITON_INTERPRET=1: CPU graphs run Triton kernels in Triton's interpreter (as
+/// ExecutorOptions::triton_interpret), to test the GPU code generator on whole models.
+bool triton_interpret_env() {
+  const char* e = std::getenv("EMBER_TRITON_INTERPRET");
+  return e != nullptr && std::string(e) == "1";
 }
 
 }  // namespace
@@ -175,22 +184,35 @@ Executor::Step Executor::view_step(int32_t n, graph::ValueId root) const {
   return step;
 }
 
-std::shared_ptr<TritonLaunchable> Executor::triton_kernel(const sched::KernelGroup& group,
-                                                          int cuda_device) const {
+codegen::TritonKernel Executor::triton_form(const sched::KernelGroup& group) const {
   EMBER_UNSUPPORTED(!group.index_status)
       << "kernel " << group.kernel.name << " checks index tensors (not in Triton kernels yet)";
+  // Named by its content: the same kernel in another group, graph or process has the same
+  // source, so it is compiled and loaded once (TritonLaunchable::cuda_all, the disk cache).
+  loop::Kernel k = group.kernel;
+  k.name = "kernel";
   std::string why;
-  std::optional<codegen::TritonKernel> t = codegen::emit_triton(group.kernel, &why);
+  std::optional<codegen::TritonKernel> t = codegen::emit_triton(k, &why);
   EMBER_UNSUPPORTED(t.has_value())
       << "kernel " << group.kernel.name << " has no Triton form: " << why;
-  if (cuda_device < 0) return TritonLaunchable::interpreted(*t);
+  char name[24];
+  std::snprintf(name, sizeof name, "k%016llx",
+                static_cast<unsigned long long>(Hasher().str(t->source).digest()));
+  k.name = name;
+  t = codegen::emit_triton(k, &why);
+  EMBER_INTERNAL_ASSERT(t.has_value()) << "a renamed kernel lost its Triton form: " << why;
+  return *t;
+}
+
+std::vector<at::ScalarType> Executor::buffer_types(const sched::KernelGroup& group) const {
   std::vector<at::ScalarType> types;
-  for (graph::ValueId v : group.inputs)
+  for (graph::ValueId v : group.inputs) {
     types.push_back(tracer::to_c10(traced_.graph.type(v).dtype));
+  }
   for (graph::ValueId v : group.outputs) {
     types.push_back(tracer::to_c10(traced_.graph.type(v).dtype));
   }
-  return TritonLaunchable::cuda(*t, types, cuda_device);
+  return types;
 }
 
 Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
@@ -217,7 +239,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
   // Kernels: C++ on the CPU; Triton on one CUDA device (or, for tests, in Triton's interpreter).
   const bool cpu = all_on_cpu(g);
   const int cuda_device = cpu ? -1 : one_cuda_device(g);
-  const bool triton = (cpu && options.triton_interpret) ||
+  const bool triton = (cpu && (options.triton_interpret || triton_interpret_env())) ||
                       (cuda_device >= 0 && triton_enabled() && triton_hooks().compile != nullptr);
   const c10::Device kernel_device = cuda_device >= 0
                                         ? c10::Device(c10::DeviceType::CUDA, cuda_device)
@@ -233,7 +255,10 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
   sopts.reductions = options.reductions;
   sopts.reduction_fusion = options.reduction_fusion;
   sched::Plan plan = sched::schedule_graph(g, sopts);
-  if (!plan.groups.empty()) {
+  // A kernel with no Triton form leaves its nodes to ATen: the graph is scheduled again without
+  // them, a few times at most, before the whole graph runs unfused.
+  constexpr int kMaxRefusalRounds = 8;
+  for (int round = 0; !plan.groups.empty(); ++round) {
     try {
       // The kernels of a graph compile as a few translation units, one per hardware thread at
       // most, in parallel: one unit per kernel would pay the compiler's start-up per kernel.
@@ -253,7 +278,36 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
       }
       std::vector<std::shared_ptr<TritonLaunchable>> triton_of_group(plan.groups.size());
       if (triton) {
-        for (int gi : live) triton_of_group[gi] = triton_kernel(plan.groups[gi], cuda_device);
+        bool refused = false;
+        std::vector<codegen::TritonKernel> forms(plan.groups.size());
+        for (int gi : live) {
+          try {
+            forms[gi] = triton_form(plan.groups[gi]);
+          } catch (const Unsupported& e) {
+            if (round == kMaxRefusalRounds) throw;
+            refused = true;
+            refused_kernels_.push_back(e.what());
+            if (sopts.extern_nodes.empty()) sopts.extern_nodes.assign(g.nodes.size(), false);
+            for (int32_t n : plan.groups[gi].nodes) sopts.extern_nodes[n] = true;
+          }
+        }
+        if (refused) {
+          plan = sched::schedule_graph(g, sopts);
+          continue;
+        }
+        if (cuda_device < 0) {
+          for (int gi : live) triton_of_group[gi] = TritonLaunchable::interpreted(forms[gi]);
+        } else {  // one batch: compiled in parallel, identical kernels once
+          std::vector<codegen::TritonKernel> ks;
+          std::vector<std::vector<at::ScalarType>> types;
+          for (int gi : live) {
+            ks.push_back(forms[gi]);
+            types.push_back(buffer_types(plan.groups[gi]));
+          }
+          std::vector<std::unique_ptr<TritonLaunchable>> ls =
+              TritonLaunchable::cuda_all(ks, types, cuda_device);
+          for (size_t j = 0; j < live.size(); ++j) triton_of_group[live[j]] = std::move(ls[j]);
+        }
       } else {
         std::vector<std::string> sources;
         for (const auto& ks : unit_kernels) sources.push_back(codegen::emit_cpp_unit(ks));
@@ -291,7 +345,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
           out.options = at::TensorOptions().dtype(tracer::to_c10(t.dtype)).device(kernel_device);
           k.allocations.push_back(std::move(out));
         }
-        k.description = "kernel " + group.kernel.name + ":";
+        k.description = "kernel " + (triton ? k.triton->kernel().name : group.kernel.name) + ":";
         for (size_t j = 0; j < group.nodes.size(); ++j) {
           k.description += (j ? ", " : " ") + g.op_of(g.nodes[group.nodes[j]]).qualified_name();
         }
@@ -313,13 +367,17 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
       unfused_ = std::make_unique<Executor>(
           traced_, ExecutorOptions{.codegen = false, .fold_constants = false});
       triton_ = triton;
+      break;
     } catch (const Unsupported& e) {
       codegen_error_ = e.what();
       steps_.clear();
       kernels_.clear();
       kernel_sources_.clear();
       num_fused_nodes_ = 0;
-      plan = sched::schedule_graph(g, sched::ScheduleOptions{.fuse = false});
+      sched::ScheduleOptions unfused;
+      unfused.fuse = false;
+      plan = sched::schedule_graph(g, unfused);
+      break;
     }
   }
   if (steps_.empty()) {  // no kernels: extern and view steps only

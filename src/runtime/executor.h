@@ -7,8 +7,8 @@
 ///    outputs allocated at the traced sizes and strides.
 /// Graphs on one CUDA device get Triton kernels instead (codegen/triton/triton_emitter.h), compiled
 /// and launched by runtime/triton_runtime.h, when the Python package has installed Triton's
-/// compiler and EMBER_TRITON is not 0. A graph with a kernel that has no Triton form runs unfused
-/// (codegen_error() says why). Without code generation every step is extern: the executor is then
+/// compiler and EMBER_TRITON is not 0. A kernel that has no Triton form leaves its nodes to ATen
+/// calls (refused_kernels() says why); the rest of the graph is scheduled again around them. Without code generation every step is extern: the executor is then
 /// the fallback path for every op and the oracle for tests.
 #pragma once
 
@@ -87,6 +87,9 @@ class Executor {
   int num_view_steps() const;
   /// Why code generation was abandoned for this graph; empty if it was not.
   const std::string& codegen_error() const { return codegen_error_; }
+  /// Why each kernel the code generator refused has no generated form; their nodes run as ATen
+  /// calls while the rest of the graph still runs in kernels (Triton graphs).
+  const std::vector<std::string>& refused_kernels() const { return refused_kernels_; }
   /// One line per step, in order: "kernel <name>: op, op, ..." for a generated kernel with the
   /// nodes it fuses, "view <op>" for a view step, "extern <op>" for a dispatcher call.
   std::vector<std::string> describe_steps() const;
@@ -147,10 +150,11 @@ class Executor {
   };
 
   Step extern_step(int32_t node) const;
-  /// The Triton kernel of a group: compiled for `cuda_device`, or interpreted when it is -1.
-  /// Throws Unsupported when the group has no Triton form.
-  std::shared_ptr<TritonLaunchable> triton_kernel(const sched::KernelGroup& group,
-                                                  int cuda_device) const;
+  /// The Triton kernel of a group, named by its content. Throws Unsupported when the group has
+  /// no Triton form.
+  codegen::TritonKernel triton_form(const sched::KernelGroup& group) const;
+  /// The element types of a group's buffers: its inputs, then its outputs.
+  std::vector<at::ScalarType> buffer_types(const sched::KernelGroup& group) const;
   Step view_step(int32_t node, graph::ValueId root) const;
   std::optional<View> view_of(const graph::Node& node, const c10::FunctionSchema& schema) const;
   /// Runs one kernel; false when it reported an out-of-range index (and wrote nothing).
@@ -185,6 +189,7 @@ class Executor {
   mutable std::mutex arena_mu_;
   mutable std::vector<at::Tensor> free_arenas_;
   std::string codegen_error_;
+  std::vector<std::string> refused_kernels_;
   bool triton_ = false;  ///< kernels are Triton kernels
   /// The same graph without kernels, for calls whose input strides differ from the traced ones.
   std::unique_ptr<Executor> unfused_;

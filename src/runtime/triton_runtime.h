@@ -35,13 +35,21 @@ struct TritonBinary {
   int profile_scratch_bytes = 0;
 };
 
+/// One kernel for the compile hook.
+struct TritonCompileJob {
+  std::string source;  ///< the module
+  std::string name;    ///< its @triton.jit function
+  /// Triton's type names per argument, "constexpr" for the block size.
+  std::vector<std::string> signature;
+  std::string block_param;
+  int block = 16;
+  int device = 0;  ///< CUDA device index
+};
+
 /// The hooks the Python package installs (ember._C.set_triton_hooks).
 struct TritonHooks {
-  /// (module source, function name, signature (Triton's type names per argument, "constexpr"
-  /// for the block size), block parameter, block size, CUDA device index) -> binary.
-  std::function<TritonBinary(const std::string&, const std::string&,
-                             const std::vector<std::string>&, const std::string&, int, int)>
-      compile;
+  /// Jobs -> one binary per job, in order (the hook may compile them in parallel).
+  std::function<std::vector<TritonBinary>(const std::vector<TritonCompileJob>&)> compile;
   /// (module source, function name, programs, block parameter, block size, arguments): runs the
   /// kernel in Triton's interpreter.
   std::function<void(const std::string&, const std::string&, int64_t, const std::string&, int,
@@ -54,6 +62,8 @@ const TritonHooks& triton_hooks();
 /// Triton's name for the element type of a pointer to `t` ("*fp32", "*bf16", ...).
 std::string triton_pointer_type(at::ScalarType t);
 
+struct LoadedTritonKernel;
+
 /// One generated kernel, ready to launch with static sizes (the scheduler's kernels have none).
 class TritonLaunchable {
  public:
@@ -61,6 +71,12 @@ class TritonLaunchable {
   static std::unique_ptr<TritonLaunchable> cuda(const codegen::TritonKernel& k,
                                                 const std::vector<at::ScalarType>& buffer_types,
                                                 int device);
+  /// cuda() for several kernels at once (buffer_types[i] is ks[i]'s), in one call of the compile
+  /// hook. Kernels with the same source and signature are compiled and loaded once, and a kernel
+  /// this process has already loaded (and still holds) is not compiled again.
+  static std::vector<std::unique_ptr<TritonLaunchable>> cuda_all(
+      const std::vector<codegen::TritonKernel>& ks,
+      const std::vector<std::vector<at::ScalarType>>& buffer_types, int device);
   /// Runs `k` in Triton's interpreter (through the interpret hook) on CPU tensors.
   static std::unique_ptr<TritonLaunchable> interpreted(const codegen::TritonKernel& k);
   ~TritonLaunchable();
@@ -76,9 +92,10 @@ class TritonLaunchable {
   codegen::TritonLaunch launch_;
   bool interpret_ = false;
   int device_ = 0;
-  void* module_ = nullptr;    ///< CUmodule
-  void* function_ = nullptr;  ///< CUfunction
-  TritonBinary binary_;
+  std::shared_ptr<const LoadedTritonKernel> loaded_;  ///< shared by identical kernels
 };
+
+/// Modules loaded by this process (identical kernels count once): for tests.
+int64_t num_loaded_triton_modules();
 
 }  // namespace ember::runtime

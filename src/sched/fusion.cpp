@@ -30,8 +30,12 @@ bool kernel_value(const graph::Graph& g, ValueId v) {
   return kernel_device(t.device) && to_loop_dtype(t.dtype) && t.is_static();
 }
 
-NodeClass classify(const graph::Graph& g, const graph::Node& n, const ScheduleOptions& options) {
+NodeClass classify(const graph::Graph& g, int32_t index, const ScheduleOptions& options) {
+  const graph::Node& n = g.nodes[index];
   if (!options.fuse) return NodeClass::Extern;
+  if (static_cast<size_t>(index) < options.extern_nodes.size() && options.extern_nodes[index]) {
+    return NodeClass::Extern;
+  }
   if (options.reductions && is_reduction_kernel_node(g, n)) return NodeClass::Reduction;
   for (ValueId v : n.outputs) {
     if (!kernel_value(g, v)) return NodeClass::Extern;
@@ -388,8 +392,8 @@ Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
 
 Plan Scheduler::run() {
   cls_.clear();
-  for (const graph::Node& n : g_.nodes) {
-    cls_.push_back(classify(g_, n, options_));
+  for (int32_t i = 0; i < static_cast<int32_t>(g_.nodes.size()); ++i) {
+    cls_.push_back(classify(g_, i, options_));
     view_node_.push_back(cls_.back() == NodeClass::View);
   }
   find_demands();

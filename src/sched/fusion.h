@@ -82,6 +82,9 @@ struct ScheduleOptions {
   /// Whether reduction kernels also compute their input inline (a prologue) and store the values
   /// of its shape that follow (epilogues); see docs/design/scheduler.md.
   bool reduction_fusion = true;
+  /// Nodes (by index) that stay ATen calls whatever their kind: those of kernels a code generator
+  /// refused (the executor schedules again without them). Shorter than the graph: the rest fuse.
+  std::vector<bool> extern_nodes;
 };
 
 /// Requires a verifier-valid graph whose tensors are all on the CPU (C++ kernels) or all on one

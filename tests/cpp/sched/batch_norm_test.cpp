@@ -197,7 +197,7 @@ TEST(BatchNorm, TrainingIsAReductionInFunctionalFormOnly) {
 // batch_norm_cpu_update_stats_template): sums in double, statistics rounded to float.
 TEST(BatchNorm, TrainingKernelMatchesEagerFormulas) {
   TrainingGraph tg;
-  Plan plan = schedule_graph(tg.g, ScheduleOptions{.reductions = true});
+  Plan plan = schedule_graph(tg.g, ScheduleOptions{});
   ASSERT_EQ(plan.groups.size(), 1u);
   ASSERT_EQ(plan.steps.size(), 1u);
   const KernelGroup& group = plan.groups[0];

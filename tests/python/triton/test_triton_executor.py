@@ -93,12 +93,36 @@ def test_row_argmax_argmin_and_max_dim_follow_nan_and_tie_rules():
     run(lambda x: x.max(-1), x, kernels=1, atol=0, rtol=0)
 
 
-def test_kernel_without_a_triton_form_runs_unfused_with_its_reason():
+def test_kernel_without_a_triton_form_leaves_its_nodes_to_aten_with_its_reason():
     x = r(40, 6).to(DEVICE)
-    graph = ember.trace(lambda x: x.argmax(0) + 1, (x,))  # a column argmax
+    # A column argmax has no Triton form: it runs as an ATen call, and the rest still fuses.
+    graph = ember.trace(lambda x: (x.argmax(0) + 1, (x * 2).sin()), (x,))
     compiled = C.CompiledGraph(graph, triton_interpret=INTERPRET)
-    assert "argmax" in compiled.codegen_error and compiled.num_kernels == 0
-    torch.testing.assert_close(compiled(x)[0], x.argmax(0) + 1)
+    assert compiled.codegen_error == ""
+    assert len(compiled.refused_kernels) == 1 and "argmax" in compiled.refused_kernels[0]
+    assert compiled.num_kernels == 2
+    assert any(s == "extern aten::argmax" for s in compiled.describe_steps())
+    a, b = compiled(x)
+    torch.testing.assert_close(a, x.argmax(0) + 1)
+    torch.testing.assert_close(b, (x * 2).sin())
+
+
+@pytest.mark.skipif(INTERPRET, reason="modules are loaded on a GPU only")
+def test_identical_kernels_are_compiled_and_loaded_once():
+    x, y, w = r(64, 33).to(DEVICE), r(64, 33).to(DEVICE), r(33, 33).to(DEVICE)
+
+    def f(x, y, w):
+        b = ((x * 3).sigmoid() + y).cos()
+        m = b @ w  # an ATen call between two kernels with the same code
+        return ((m * 3).sigmoid() + y).cos()
+
+    before = C.num_loaded_triton_modules()
+    compiled = C.CompiledGraph(ember.trace(f, (x, y, w)))
+    assert compiled.num_kernels == 2
+    names = [s.split(":")[0] for s in compiled.describe_steps() if s.startswith("kernel")]
+    assert len(set(names)) < len(names)  # named by content: the repeated kernel shares a name
+    assert C.num_loaded_triton_modules() - before == len(set(names))
+    torch.testing.assert_close(compiled(x, y, w)[0], f(x, y, w))
 
 
 @pytest.mark.skipif(not INTERPRET, reason="the interpreter path is the CPU's")

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# On the GPU machine (no network): build ember against its torch, then run the named steps in
+# order. Everything lands in $OUT/run (packed into $OUT/run.tgz at the end, since the device tool
+# brings back a few files only).
+#
+#   scripts/gpu_run.sh kernels graphs "suite:<bench_shards args>" tests
+#
+#   kernels   scripts/bench_triton_kernels.py, with and without persistent rows
+#   graphs    scripts/bench_triton_graphs.py, with and without persistent rows
+#   suite:A   scripts/bench_shards.py A --out-dir $OUT/run (A names --name, --gpus, the harness
+#             options; @R in A stands for the results folder)
+#   tests     the Python tests (pytest -n 8)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/out}
+R=$OUT/run
+mkdir -p "$R"
+export PYTHONUNBUFFERED=1
+python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "gpus", torch.cuda.device_count())'
+# The image's default compiler wrapper links with -Bsymbolic, which breaks libstdc++ streams in _C.
+[ -x /usr/bin/g++ ] && export CXX=/usr/bin/g++ CC=/usr/bin/gcc
+t0=$(date +%s)
+rm -rf build
+python3 -m pip install -q --no-build-isolation --no-deps -e . >"$R/build.log" 2>&1 || { tail -40 "$R/build.log"; exit 1; }
+echo "build: $(( $(date +%s) - t0 )) s"
+
+for step in "$@"; do
+  t=$(date +%s)
+  case "$step" in
+    kernels)
+      python3 scripts/bench_triton_kernels.py --json "$R/kernels.json" 2>&1 | tee "$R/kernels.log" | tail -30
+      EMBER_TRITON_PERSISTENT=0 python3 scripts/bench_triton_kernels.py --json "$R/kernels_loop.json" \
+        2>&1 | tee "$R/kernels_loop.log" | tail -30 ;;
+    graphs)
+      python3 scripts/bench_triton_graphs.py --json "$R/graphs.json" 2>&1 | tee "$R/graphs.log" | tail -30
+      EMBER_TRITON_PERSISTENT=0 python3 scripts/bench_triton_graphs.py --json "$R/graphs_loop.json" \
+        2>&1 | tee "$R/graphs_loop.log" | tail -30 ;;
+    suite:*)
+      args=${step#suite:}
+      # shellcheck disable=SC2086
+      python3 scripts/bench_shards.py --out-dir "$R" ${args//@R/$R} 2>&1 | tee -a "$R/suite.log" | tail -60 ;;
+    tests)
+      python3 -m pytest tests/python -q -p no:cacheprovider --ignore=tests/python/bench -n 8 2>&1 \
+        | tee "$R/pytest.log" | tail -25 ;;
+    *) echo "unknown step $step"; exit 2 ;;
+  esac
+  echo "step $step: $(( $(date +%s) - t )) s"
+done
+tar -C "$OUT" -czf "$OUT/run.tgz" run && rm -rf "$R"

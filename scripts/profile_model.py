@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Where a model's time goes on the GPU, per backend: torch.profiler's CUDA kernels of a few
+inference steps, grouped by kernel name, beside the step time.
+
+    python3 scripts/profile_model.py BertForMaskedLM DistilBertForMaskedLM --dtype bf16 \\
+        --backends eager,ember-capture --top 25 --json out.json
+
+Uses ember.bench's model suite and its Instance (same batch sizes, dtype handling and autocast as
+`python -m ember.bench`). Kernel names: eager's ATen kernels, cuBLAS/cuDNN/flash kernels, and
+ember's generated Triton kernels (`ember_k<hash>`; their source is printed with --sources).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import time
+
+import torch
+
+from ember.bench import harness as H
+from ember.bench import models as M
+
+
+def profile(model: str, backend: str, dtype: str, steps: int, top: int, device: str = "cuda",
+            size: str = "full") -> dict:
+    spec = M.REGISTRY[model]
+    wl = spec.build(size, "inference", device)
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    compile_fn = None if backend == "eager" else H.resolve_backend(backend)
+    inst = H.Instance(wl.model, wl, "inference", dtype, device, compile_fn)
+    t0 = time.perf_counter()
+    inst.step()
+    sync()
+    first = time.perf_counter() - t0
+    for _ in range(3):
+        inst.step()
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        inst.step()
+    sync()
+    step_ms = (time.perf_counter() - t0) / steps * 1e3
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(steps):
+            inst.step()
+        sync()
+    per = collections.defaultdict(lambda: [0.0, 0])
+    for e in prof.events():
+        on_device = e.device_type == torch.autograd.DeviceType.CUDA
+        if on_device or (device == "cpu" and e.name.startswith("aten::")):
+            d = per[e.name]
+            d[0] += (e.device_time if on_device else e.self_cpu_time_total) / steps / 1e3  # ms
+            d[1] += 1
+    rows = sorted(per.items(), key=lambda kv: -kv[1][0])
+    kernel_ms = sum(v[0] for v in per.values())
+    launches = sum(v[1] for v in per.values()) / steps
+    return {"model": model, "backend": backend, "dtype": dtype, "step_ms": step_ms,
+            "first_call_s": first, "kernel_ms": kernel_ms, "launches_per_step": launches,
+            "top": [(name[:140], round(ms, 4), n // steps) for name, (ms, n) in rows[:top]]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("models", nargs="+")
+    p.add_argument("--dtype", default="bf16")
+    p.add_argument("--backends", default="eager,ember-capture")
+    p.add_argument("--steps", type=int, default=5)
+    p.add_argument("--top", type=int, default=20)
+    p.add_argument("--json", default=None)
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--size", default="full", help="the suite's size: full or small")
+    a = p.parse_args()
+    out = []
+    for model in a.models:
+        for backend in a.backends.split(","):
+            try:
+                r = profile(model, backend, a.dtype, a.steps, a.top, a.device, a.size)
+            except Exception as e:  # noqa: BLE001
+                print(f"{model} {backend}: failed: {type(e).__name__}: {e}")
+                continue
+            out.append(r)
+            print(f"\n== {model} {backend} {a.dtype}: step {r['step_ms']:.3f} ms, kernels "
+                  f"{r['kernel_ms']:.3f} ms, {r['launches_per_step']:.0f} launches, first call "
+                  f"{r['first_call_s']:.1f} s")
+            for name, ms, n in r["top"]:
+                print(f"  {ms:8.4f} ms  x{n:<4d} {name}")
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
