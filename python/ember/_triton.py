@@ -130,11 +130,17 @@ def _compile(jobs: list[tuple]) -> list[tuple]:
             major, minor = torch.cuda.get_device_capability(device)
             arch[device] = major * 10 + minor
     for job in jobs:  # imported here, once each: module imports do not run in parallel
-        kernel_function(job[0], job[1])
+        try:
+            kernel_function(job[0], job[1])
+        except Exception:  # noqa: BLE001  (reported by one() below)
+            pass
 
-    def one(job: tuple) -> tuple:
+    def one(job: tuple) -> tuple | str:
         source, name, signature, block_param, block, device = job
-        return compile_for(source, name, signature, block_param, block, arch[device])
+        try:
+            return compile_for(source, name, signature, block_param, block, arch[device])
+        except Exception as e:  # noqa: BLE001  (the kernel's nodes then run as ATen calls)
+            return f"{type(e).__name__}: {e}"[-2000:]
 
     workers = min(len(jobs), compile_workers())
     if workers <= 1:

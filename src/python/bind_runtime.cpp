@@ -38,8 +38,13 @@ void bind_runtime(nb::module_& m) {
           nb::list results = nb::cast<nb::list>(compile(args));
           std::vector<runtime::TritonBinary> out;
           for (nb::handle item : results) {
-            nb::tuple r = nb::cast<nb::tuple>(item);
             runtime::TritonBinary b;
+            if (nb::isinstance<nb::str>(item)) {  // the compiler refused it: its message
+              b.error = nb::cast<std::string>(item);
+              out.push_back(std::move(b));
+              continue;
+            }
+            nb::tuple r = nb::cast<nb::tuple>(item);
             nb::bytes cubin = nb::cast<nb::bytes>(r[0]);
             b.cubin.assign(cubin.c_str(), cubin.size());
             b.symbol = nb::cast<std::string>(r[1]);
@@ -66,7 +71,7 @@ void bind_runtime(nb::module_& m) {
       "Installs Triton's compiler and interpreter for generated kernels (ember._triton): "
       "compile([(source, name, signature, block_param, block, device), ...]) -> a list of "
       "(cubin, symbol, num_warps, shared, global_scratch_size, global_scratch_align, "
-      "profile_scratch_size), one per kernel; "
+      "profile_scratch_size), one per kernel, or a str (why Triton's compiler refused it); "
       "interpret(source, name, programs, block_param, block, tensors).");
   m.def("num_loaded_triton_modules", &runtime::num_loaded_triton_modules,
         "Triton modules this process holds loaded (identical kernels count once).");

@@ -258,6 +258,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
   // A kernel with no Triton form leaves its nodes to ATen: the graph is scheduled again without
   // them, a few times at most, before the whole graph runs unfused.
   constexpr int kMaxRefusalRounds = 8;
+  std::vector<std::shared_ptr<TritonLaunchable>> kept_loaded;
   for (int round = 0; !plan.groups.empty(); ++round) {
     try {
       // The kernels of a graph compile as a few translation units, one per hardware thread at
@@ -304,9 +305,32 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
             ks.push_back(forms[gi]);
             types.push_back(buffer_types(plan.groups[gi]));
           }
+          std::vector<std::string> errors;
           std::vector<std::unique_ptr<TritonLaunchable>> ls =
-              TritonLaunchable::cuda_all(ks, types, cuda_device);
-          for (size_t j = 0; j < live.size(); ++j) triton_of_group[live[j]] = std::move(ls[j]);
+              TritonLaunchable::cuda_all(ks, types, cuda_device, &errors);
+          for (size_t j = 0; j < live.size(); ++j) {
+            if (ls[j] != nullptr) {
+              triton_of_group[live[j]] = std::move(ls[j]);
+              continue;
+            }
+            if (round == kMaxRefusalRounds) {
+              EMBER_UNSUPPORTED(false) << "Triton's compiler refused kernel "
+                                       << plan.groups[live[j]].kernel.name << ": " << errors[j];
+            }
+            refused = true;
+            refused_kernels_.push_back("Triton's compiler refused kernel " +
+                                       plan.groups[live[j]].kernel.name + ": " + errors[j]);
+            if (sopts.extern_nodes.empty()) sopts.extern_nodes.assign(g.nodes.size(), false);
+            for (int32_t n : plan.groups[live[j]].nodes) sopts.extern_nodes[n] = true;
+          }
+          if (refused) {
+            // Kept loaded while the graph is scheduled again: the same kernels come back.
+            for (auto& l : triton_of_group) {
+              if (l) kept_loaded.push_back(std::move(l));
+            }
+            plan = sched::schedule_graph(g, sopts);
+            continue;
+          }
         }
       } else {
         std::vector<std::string> sources;

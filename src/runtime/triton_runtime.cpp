@@ -201,12 +201,16 @@ int64_t num_loaded_triton_modules() {
 
 std::unique_ptr<TritonLaunchable> TritonLaunchable::cuda(
     const codegen::TritonKernel& k, const std::vector<at::ScalarType>& buffer_types, int device) {
-  return std::move(cuda_all({k}, {buffer_types}, device)[0]);
+  std::vector<std::string> errors;
+  std::unique_ptr<TritonLaunchable> l = std::move(cuda_all({k}, {buffer_types}, device, &errors)[0]);
+  EMBER_UNSUPPORTED(l != nullptr) << "Triton's compiler refused " << k.name << ": " << errors[0];
+  return l;
 }
 
 std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
     const std::vector<codegen::TritonKernel>& ks,
-    const std::vector<std::vector<at::ScalarType>>& buffer_types, int device) {
+    const std::vector<std::vector<at::ScalarType>>& buffer_types, int device,
+    std::vector<std::string>* errors) {
   EMBER_UNSUPPORTED(hooks().compile != nullptr)
       << "no Triton compiler (ember._triton was not imported, or triton is missing)";
   EMBER_UNSUPPORTED(driver().error.empty()) << driver().error;
@@ -216,6 +220,7 @@ std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
   std::vector<TritonCompileJob> jobs;  // one per distinct kernel not loaded yet
   std::map<std::string, size_t> job_of;
   std::map<std::string, std::shared_ptr<const LoadedTritonKernel>> held;
+  std::map<std::string, std::string> failed;  // key -> the compiler's message
   LoadedCache& cache = loaded_cache();
   for (size_t i = 0; i < ks.size(); ++i) {
     std::unique_ptr<TritonLaunchable> l(new TritonLaunchable());
@@ -253,11 +258,23 @@ std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
         << " kernels";
     std::lock_guard<std::mutex> lock(cache.mu);
     for (const auto& [key, j] : job_of) {
+      if (!binaries[j].error.empty()) {
+        failed[key] = binaries[j].error;
+        continue;
+      }
       held[key] = load(std::move(binaries[j]), device);
       cache.entries[key] = held[key];
     }
   }
-  for (size_t i = 0; i < out.size(); ++i) out[i]->loaded_ = held.at(keys[i]);
+  errors->assign(out.size(), "");
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (auto f = failed.find(keys[i]); f != failed.end()) {
+      (*errors)[i] = f->second;
+      out[i].reset();
+    } else {
+      out[i]->loaded_ = held.at(keys[i]);
+    }
+  }
   return out;
 }
 

@@ -33,6 +33,8 @@ struct TritonBinary {
   int global_scratch_bytes = 0;  ///< per program
   int global_scratch_align = 1;
   int profile_scratch_bytes = 0;
+  /// Set instead of the rest when Triton's compiler refused the kernel: its message.
+  std::string error;
 };
 
 /// One kernel for the compile hook.
@@ -73,10 +75,13 @@ class TritonLaunchable {
                                                 int device);
   /// cuda() for several kernels at once (buffer_types[i] is ks[i]'s), in one call of the compile
   /// hook. Kernels with the same source and signature are compiled and loaded once, and a kernel
-  /// this process has already loaded (and still holds) is not compiled again.
+  /// this process has already loaded (and still holds) is not compiled again. A kernel Triton's
+  /// compiler refuses is a nullptr, with the compiler's message in (*errors)[i] (cuda() throws
+  /// Unsupported instead).
   static std::vector<std::unique_ptr<TritonLaunchable>> cuda_all(
       const std::vector<codegen::TritonKernel>& ks,
-      const std::vector<std::vector<at::ScalarType>>& buffer_types, int device);
+      const std::vector<std::vector<at::ScalarType>>& buffer_types, int device,
+      std::vector<std::string>* errors);
   /// Runs `k` in Triton's interpreter (through the interpret hook) on CPU tensors.
   static std::unique_ptr<TritonLaunchable> interpreted(const codegen::TritonKernel& k);
   ~TritonLaunchable();

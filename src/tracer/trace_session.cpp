@@ -292,6 +292,7 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
   }
 
   if (any_tracer && record_batch_norm_update(op, stack)) return;
+  if (any_tracer && choose_sdp_backend(op, stack)) return;
   if (any_tracer) {
     if (std::optional<at::Tensor> r =
             index_put_as_where(op, c10::ArrayRef<c10::IValue>(stack->data() + base, num_args))) {
@@ -475,6 +476,28 @@ const at::Tensor* TraceSession::functional_input_holding(const at::Tensor& t) co
     }
   }
   return nullptr;
+}
+
+bool TraceSession::choose_sdp_backend(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  if (schema.name() != "aten::_fused_sdp_choice") return false;
+  const size_t num_args = schema.arguments().size();
+  const size_t base = stack->size() - num_args;
+  const c10::IValue& query = (*stack)[base];
+  if (!query.isTensor() || !query.toTensor().device().is_cuda()) return false;
+  // The CUDA kernel reads only metadata (sizes, strides, dtype, device, requires_grad), which
+  // tracer tensors have, and the device's properties.
+  std::vector<c10::IValue> saved(stack->begin() + static_cast<std::ptrdiff_t>(base), stack->end());
+  EMBER_INTERNAL_ASSERT(outer_tls_.has_value()) << "_fused_sdp_choice recorded outside enter()";
+  c10::impl::ForceDispatchKeyGuard untraced(*outer_tls_);
+  try {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CUDA), stack);
+    return true;
+  } catch (const std::exception&) {
+    stack->resize(base);
+    stack->insert(stack->end(), saved.begin(), saved.end());
+    return false;
+  }
 }
 
 bool TraceSession::record_batch_norm_update(const c10::OperatorHandle& op,

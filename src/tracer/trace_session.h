@@ -100,6 +100,11 @@ class TraceSession {
   /// statistics the inputs' values (so `finish` records them as mutations). Returns false, having
   /// done nothing, for any other call. See docs/design/tracer.md.
   bool record_batch_norm_update(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+  /// aten::_fused_sdp_choice on tensors that report a CUDA device: asks the CUDA kernel, as eager
+  /// would (the meta kernel always answers "math", which would decompose attention into
+  /// matmuls and a softmax). Pushes the choice and returns true; false leaves the stack as it
+  /// was (not CUDA, or the kernel refused the tracer tensors).
+  bool choose_sdp_backend(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
   graph::Graph graph_;
   std::vector<at::Tensor> constants_;

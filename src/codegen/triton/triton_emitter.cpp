@@ -205,13 +205,24 @@ class Emitter {
   void collect_row_accumulators(const Stmt& s, const std::string& var);
 
   std::string fresh(const std::string& base) { return base + std::to_string(counter_++); }
-  static std::string var_name(const std::string& n) { return "v_" + n; }
+  /// Temporaries ("t" and a number: the scheduler numbers them across a whole graph) are
+  /// renumbered in the order this kernel first names them, so that kernels that differ only in
+  /// those numbers have the same source (and are compiled once).
+  std::string var_name(const std::string& n) const {
+    const bool temporary = n.size() > 1 && n[0] == 't' &&
+                           n.find_first_not_of("0123456789", 1) == std::string::npos;
+    if (!temporary) return "v_" + n;
+    auto [it, fresh] = temporaries_.try_emplace(n, "");
+    if (fresh) it->second = "v_t" + std::to_string(temporaries_.size() - 1);
+    return it->second;
+  }
   static std::string buf_name(const std::string& n) { return "b_" + n; }
 
   const Kernel& k_;
   std::vector<std::string> lines_;  ///< the kernel body; an emptied line is a dropped store
   int indent_ = 1;
   int counter_ = 0;
+  mutable std::map<std::string, std::string> temporaries_;  ///< see var_name
   std::string block_mask_;            ///< the current block's mask ("" at scalar level)
   std::vector<std::string> guards_;   ///< Select conditions the current expression is under
   std::vector<bool> guard_is_block_;  ///< whether each guard depends on a block variable
@@ -320,12 +331,17 @@ std::string Emitter::expr(const Expr& e) {
     case ExprKind::Cast: {
       const auto* c = e.as<Cast>();
       if (e.dtype() == DType::Bool) return "(" + expr(c->value) + " != 0)";
+      std::string v = expr(c->value);
+      // An i64, f32 or bool immediate is a Python literal, which has no .to(): a typed scalar.
+      if (c->value.as<IntImm>() || c->value.as<FloatImm>()) {
+        if (v.rfind("tl.", 0) != 0) v = "tl.full([], " + v + ", " + tl_dtype(c->value.dtype()) + ")";
+      }
       if (is_half(e.dtype()) && c->value.dtype() != DType::Float32) {
         // Through f32, as c10::Half and c10::BFloat16 convert (and Triton's interpreter
         // converts integers to halves wrongly).
-        return "(" + expr(c->value) + ").to(tl.float32).to(" + tl_dtype(e.dtype()) + ")";
+        return "(" + v + ").to(tl.float32).to(" + tl_dtype(e.dtype()) + ")";
       }
-      return "(" + expr(c->value) + ").to(" + tl_dtype(e.dtype()) + ")";
+      return "(" + v + ").to(" + tl_dtype(e.dtype()) + ")";
     }
     case ExprKind::Load:
       return load(*e.as<Load>());

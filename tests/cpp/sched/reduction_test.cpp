@@ -21,7 +21,7 @@
 namespace ember::sched {
 namespace {
 
-const ScheduleOptions kWithReductions{.reductions = true};
+const ScheduleOptions kWithReductions{};  // reductions are on by default
 
 using graph::Arg;
 using graph::DType;

@@ -27,6 +27,22 @@ def test_attention_bf16_cuda():
     check_model(f, args, expect_graphs=1, expect_fallbacks=0)
 
 
+@pytest.mark.parametrize("mask", [False, True])
+def test_attention_uses_the_fused_kernel_eager_would(mask):
+    import ember
+
+    def f(q, k, v, m):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m if mask else None)
+
+    q, k, v = (torch.randn(2, 4, 128, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    m = torch.randn(2, 1, 128, 128, device="cuda", dtype=torch.bfloat16)
+    graph = ember.trace(f, (q, k, v, m))
+    text = str(graph)
+    # Not decomposed into matmuls and a softmax (the "math" choice the meta kernel would make).
+    assert "softmax" not in text and "_scaled_dot_product_" in text, text
+    check_model(f, (q, k, v, m), expect_graphs=1, expect_fallbacks=0)
+
+
 def test_factories_and_mutation_cuda():
     def f(x):
         z = torch.zeros(x.shape[0], 3, device=x.device)

@@ -19,6 +19,7 @@ def run(fn, *args, kernels=None, atol=1e-5, rtol=1e-5):
     graph = ember.trace(fn, args)
     compiled = C.CompiledGraph(graph, triton_interpret=INTERPRET)
     assert compiled.codegen_error == "", compiled.codegen_error
+    assert list(compiled.refused_kernels) == [], compiled.refused_kernels
     if kernels is not None:
         assert compiled.num_kernels == kernels, compiled.describe_steps()
     got = compiled(*args)
@@ -75,6 +76,15 @@ def test_bf16_with_python_scalars_is_one_kernel():
     # CUDA reads a Python scalar in f32 (0.1 is not a bf16); the CPU rounds it to bf16 first.
     tol = 4e-2 if INTERPRET else 8e-3
     run(lambda a: (a * 0.1 + 1 / 3).relu() * a, r(64, 32, dtype=torch.bfloat16), kernels=1,
+        atol=tol, rtol=tol)
+
+
+def test_constants_cast_to_half_types():
+    # relu6 and where with a Python 0 cast their constants to bf16 (once emitted as `(0.0).to(..)`,
+    # which Triton's compiler rejects).
+    a = r(64, 40, dtype=torch.bfloat16)
+    tol = 4e-2 if INTERPRET else 8e-3
+    run(lambda a: torch.nn.functional.relu6(a * 4) + torch.where(a > 0, a, 0), a, kernels=1,
         atol=tol, rtol=tol)
 
 
