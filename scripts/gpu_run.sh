@@ -10,6 +10,8 @@
 #   suite:A   scripts/bench_shards.py A --out-dir $OUT/run (A names --name, --gpus, the harness
 #             options; @R in A stands for the results folder)
 #   tests     the Python tests (pytest -n 8)
+#   pytest:A  pytest A (paths and options)
+#   profile:A scripts/profile_model.py A
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -42,6 +44,13 @@ for step in "$@"; do
     tests)
       python3 -m pytest tests/python -q -p no:cacheprovider --ignore=tests/python/bench -n 8 2>&1 \
         | tee "$R/pytest.log" | tail -25 ;;
+    pytest:*)
+      # shellcheck disable=SC2086
+      python3 -m pytest -q -p no:cacheprovider ${step#pytest:} 2>&1 | tee -a "$R/pytest.log" | tail -15 ;;
+    profile:*)
+      # shellcheck disable=SC2086
+      python3 scripts/profile_model.py ${step#profile:} 2>&1 | grep -v USDT | tee -a "$R/profile.log" \
+        | tail -80 ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
   echo "step $step: $(( $(date +%s) - t )) s"
