@@ -192,7 +192,9 @@ def _patch_libdevice() -> None:
         return f
 
     erfc = np.vectorize(math.erfc, otypes=[np.float64])
-    table = {"tanh": np.tanh, "expm1": np.expm1, "log1p": np.log1p, "log10": np.log10,
+    erf = np.vectorize(math.erf, otypes=[np.float64])
+    table = {"exp": np.exp, "exp2": np.exp2, "log": np.log, "log2": np.log2, "sin": np.sin,
+             "cos": np.cos, "erf": erf, "tanh": np.tanh, "expm1": np.expm1, "log1p": np.log1p, "log10": np.log10,
              "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
              "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh,
              "atanh": np.arctanh, "erfc": erfc, "nearbyint": np.rint, "trunc": np.trunc,

@@ -74,23 +74,23 @@ const char* call_text(CallFn fn) {
     case CallFn::Abs:
       return "tl.abs";
     case CallFn::Exp:
-      return "tl.exp";
+      return "libdevice.exp";
     case CallFn::Exp2:
-      return "tl.exp2";
+      return "libdevice.exp2";
     case CallFn::Log:
-      return "tl.log";
+      return "libdevice.log";
     case CallFn::Log2:
-      return "tl.log2";
+      return "libdevice.log2";
     case CallFn::Sqrt:
       return "tl.sqrt_rn";
     case CallFn::Rsqrt:
       return "tl.rsqrt";
     case CallFn::Sin:
-      return "tl.sin";
+      return "libdevice.sin";
     case CallFn::Cos:
-      return "tl.cos";
+      return "libdevice.cos";
     case CallFn::Erf:
-      return "tl.erf";
+      return "libdevice.erf";
     case CallFn::Floor:
       return "tl.floor";
     case CallFn::Ceil:
