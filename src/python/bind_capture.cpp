@@ -70,7 +70,8 @@ void bind_capture(nb::module_& m) {
             return out;
           },
           "One dict per frame compile, in order: code, captured, reason, nodes, kernels, "
-          "extern_steps, codegen_notes, guards, inputs, seconds, capture_seconds, graph, guard_text.");
+          "extern_steps, codegen_notes, guards, inputs, seconds, capture_seconds, graph, "
+          "guard_text.");
   m.def(
       "capture_function",
       [](nb::object fn, nb::object top_code, std::shared_ptr<CaptureCompiler> compiler) {

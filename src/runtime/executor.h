@@ -8,8 +8,9 @@
 /// Graphs on one CUDA device get Triton kernels instead (codegen/triton/triton_emitter.h), compiled
 /// and launched by runtime/triton_runtime.h, when the Python package has installed Triton's
 /// compiler and EMBER_TRITON is not 0. A kernel that has no Triton form leaves its nodes to ATen
-/// calls (refused_kernels() says why); the rest of the graph is scheduled again around them. Without code generation every step is extern: the executor is then
-/// the fallback path for every op and the oracle for tests.
+/// calls (refused_kernels() says why); the rest of the graph is scheduled again around them.
+/// Without code generation every step is extern: the executor is then the fallback path for every
+/// op and the oracle for tests.
 #pragma once
 
 #include <ATen/core/Tensor.h>

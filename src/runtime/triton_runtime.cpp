@@ -164,8 +164,8 @@ LoadedCache& loaded_cache() {
 }
 
 std::string load_key(const TritonCompileJob& job) {
-  std::string key = std::to_string(job.device) + "|" + job.block_param + "=" +
-                    std::to_string(job.block) + "|";
+  std::string key =
+      std::to_string(job.device) + "|" + job.block_param + "=" + std::to_string(job.block) + "|";
   for (const std::string& t : job.signature) key += t + ",";
   return key + "|" + job.name + "|" + job.source;
 }
@@ -202,7 +202,8 @@ int64_t num_loaded_triton_modules() {
 std::unique_ptr<TritonLaunchable> TritonLaunchable::cuda(
     const codegen::TritonKernel& k, const std::vector<at::ScalarType>& buffer_types, int device) {
   std::vector<std::string> errors;
-  std::unique_ptr<TritonLaunchable> l = std::move(cuda_all({k}, {buffer_types}, device, &errors)[0]);
+  std::unique_ptr<TritonLaunchable> l =
+      std::move(cuda_all({k}, {buffer_types}, device, &errors)[0]);
   EMBER_UNSUPPORTED(l != nullptr) << "Triton's compiler refused " << k.name << ": " << errors[0];
   return l;
 }

@@ -209,8 +209,8 @@ class Emitter {
   /// renumbered in the order this kernel first names them, so that kernels that differ only in
   /// those numbers have the same source (and are compiled once).
   std::string var_name(const std::string& n) const {
-    const bool temporary = n.size() > 1 && n[0] == 't' &&
-                           n.find_first_not_of("0123456789", 1) == std::string::npos;
+    const bool temporary =
+        n.size() > 1 && n[0] == 't' && n.find_first_not_of("0123456789", 1) == std::string::npos;
     if (!temporary) return "v_" + n;
     auto [it, fresh] = temporaries_.try_emplace(n, "");
     if (fresh) it->second = "v_t" + std::to_string(temporaries_.size() - 1);
@@ -334,7 +334,8 @@ std::string Emitter::expr(const Expr& e) {
       std::string v = expr(c->value);
       // An i64, f32 or bool immediate is a Python literal, which has no .to(): a typed scalar.
       if (c->value.as<IntImm>() || c->value.as<FloatImm>()) {
-        if (v.rfind("tl.", 0) != 0) v = "tl.full([], " + v + ", " + tl_dtype(c->value.dtype()) + ")";
+        if (v.rfind("tl.", 0) != 0)
+          v = "tl.full([], " + v + ", " + tl_dtype(c->value.dtype()) + ")";
       }
       if (is_half(e.dtype()) && c->value.dtype() != DType::Float32) {
         // Through f32, as c10::Half and c10::BFloat16 convert (and Triton's interpreter
