@@ -178,7 +178,15 @@ const std::map<std::string, Rule>& rule_table() {
       return p.is_one("alpha") ? x[1] - x[0] : x[1] - p.param("alpha") * x[0];
     };
     auto mul = [](P, V x) { return x[0] * x[1]; };
-    auto true_div = [](P, V x) { return div(x[0], x[1]); };
+    // CUDA's div_true_kernel computes `a / b` with a CPU scalar b (a Python number or a 0-dim CPU
+    // tensor) as a * (1 / b), the reciprocal in the compute type: one bit of precision apart, and
+    // T5's relative position buckets (log ratios truncated to integers) depend on it.
+    auto true_div = [](P p, V x) {
+      if (p.cuda && loop::is_float(p.comp) && p.operands.size() == 2 && p.operands[1].cpu_scalar) {
+        return x[0] * div(fconst(p.comp, 1), x[1]);
+      }
+      return div(x[0], x[1]);
+    };
     auto div_mode = [](P p, V x) {
       const Arg* mode = p.arg("rounding_mode");
       if (is_none(mode)) return div(x[0], x[1]);

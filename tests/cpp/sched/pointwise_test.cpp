@@ -416,6 +416,25 @@ TEST(LowerPointwise, ArithmeticMatchesEager) {
   EXPECT_EQ(f.eval({16777217}), f32(16777216.0 + 0.5));
 }
 
+TEST(LowerPointwise, CudaDividesByACpuScalarThroughItsReciprocalAsEager) {
+  graph::Device cuda{graph::DeviceKind::CUDA, 0};
+  OneOp f;
+  auto x = f.in(DType::Float32, {4}, cuda);
+  auto s = f.in(DType::Float64, {});  // a 0-dim CPU tensor: a scalar to CUDA
+  const float a = 5.0f, b = 3.0f;     // 5 / 3 and 5 * (1 / 3) differ in f32
+  ASSERT_NE(a / b, a * (1.0f / b));
+  f.call("aten::div.Tensor", {"self", "other"}, {x, s}, DType::Float32, cuda);
+  EXPECT_EQ(f.eval({a, b}), a * (1.0f / b));  // div_true_kernel_cuda: a * reciprocal(b)
+  f.call("aten::div.Scalar", {"self", "other"}, {x, static_cast<double>(b)}, DType::Float32, cuda);
+  EXPECT_EQ(f.eval({a}), a * (1.0f / b));
+  auto y = f.in(DType::Float32, {4}, cuda);  // a tensor divisor: IEEE division
+  f.call("aten::div.Tensor", {"self", "other"}, {x, y}, DType::Float32, cuda);
+  EXPECT_EQ(f.eval({a, b}), a / b);
+  auto xc = f.in(DType::Float32);  // on the CPU: IEEE division by a scalar too
+  f.call("aten::div.Scalar", {"self", "other"}, {xc, static_cast<double>(b)}, DType::Float32);
+  EXPECT_EQ(f.eval({a}), a / b);
+}
+
 TEST(LowerPointwise, DivisionWithRoundingModeMatchesPythonFloorDivision) {
   const std::vector<double> a = {7, -7, 7, -7.5, 0, 5, -5, 0, kNaN, kInf, 1, -0.0, 3};
   const std::vector<double> b = {2, 2, -2, 2, -3, 0, 0, 0, 2, 2, 0.1, 5, kInf};
