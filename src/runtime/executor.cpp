@@ -279,17 +279,21 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
       }
       std::vector<std::shared_ptr<TritonLaunchable>> triton_of_group(plan.groups.size());
       if (triton) {
+        // A refused group's nodes become extern for the next round (the last round gives up).
         bool refused = false;
+        auto refuse = [&](const sched::KernelGroup& group, const std::string& why) {
+          EMBER_UNSUPPORTED(round < kMaxRefusalRounds) << why;
+          refused = true;
+          refused_kernels_.push_back(why);
+          if (sopts.extern_nodes.empty()) sopts.extern_nodes.assign(g.nodes.size(), false);
+          for (int32_t n : group.nodes) sopts.extern_nodes[n] = true;
+        };
         std::vector<codegen::TritonKernel> forms(plan.groups.size());
         for (int gi : live) {
           try {
             forms[gi] = triton_form(plan.groups[gi]);
           } catch (const Unsupported& e) {
-            if (round == kMaxRefusalRounds) throw;
-            refused = true;
-            refused_kernels_.push_back(e.what());
-            if (sopts.extern_nodes.empty()) sopts.extern_nodes.assign(g.nodes.size(), false);
-            for (int32_t n : plan.groups[gi].nodes) sopts.extern_nodes[n] = true;
+            refuse(plan.groups[gi], e.what());
           }
         }
         if (refused) {
@@ -313,15 +317,9 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
               triton_of_group[live[j]] = std::move(ls[j]);
               continue;
             }
-            if (round == kMaxRefusalRounds) {
-              EMBER_UNSUPPORTED(false) << "Triton's compiler refused kernel "
-                                       << plan.groups[live[j]].kernel.name << ": " << errors[j];
-            }
-            refused = true;
-            refused_kernels_.push_back("Triton's compiler refused kernel " +
-                                       plan.groups[live[j]].kernel.name + ": " + errors[j]);
-            if (sopts.extern_nodes.empty()) sopts.extern_nodes.assign(g.nodes.size(), false);
-            for (int32_t n : plan.groups[live[j]].nodes) sopts.extern_nodes[n] = true;
+            const sched::KernelGroup& group = plan.groups[live[j]];
+            refuse(group,
+                   "Triton's compiler refused kernel " + group.kernel.name + ": " + errors[j]);
           }
           if (refused) {
             // Kept loaded while the graph is scheduled again: the same kernels come back.

@@ -199,15 +199,6 @@ int64_t num_loaded_triton_modules() {
   return n;
 }
 
-std::unique_ptr<TritonLaunchable> TritonLaunchable::cuda(
-    const codegen::TritonKernel& k, const std::vector<at::ScalarType>& buffer_types, int device) {
-  std::vector<std::string> errors;
-  std::unique_ptr<TritonLaunchable> l =
-      std::move(cuda_all({k}, {buffer_types}, device, &errors)[0]);
-  EMBER_UNSUPPORTED(l != nullptr) << "Triton's compiler refused " << k.name << ": " << errors[0];
-  return l;
-}
-
 std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
     const std::vector<codegen::TritonKernel>& ks,
     const std::vector<std::vector<at::ScalarType>>& buffer_types, int device,

@@ -69,15 +69,11 @@ struct LoadedTritonKernel;
 /// One generated kernel, ready to launch with static sizes (the scheduler's kernels have none).
 class TritonLaunchable {
  public:
-  /// Compiles `k` for the CUDA device `device` (through the compile hook) and loads it.
-  static std::unique_ptr<TritonLaunchable> cuda(const codegen::TritonKernel& k,
-                                                const std::vector<at::ScalarType>& buffer_types,
-                                                int device);
-  /// cuda() for several kernels at once (buffer_types[i] is ks[i]'s), in one call of the compile
-  /// hook. Kernels with the same source and signature are compiled and loaded once, and a kernel
-  /// this process has already loaded (and still holds) is not compiled again. A kernel Triton's
-  /// compiler refuses is a nullptr, with the compiler's message in (*errors)[i] (cuda() throws
-  /// Unsupported instead).
+  /// Compiles the kernels `ks` for the CUDA device `device` (buffer_types[i] is ks[i]'s) in one
+  /// call of the compile hook, and loads them. Kernels with the same source and signature are
+  /// compiled and loaded once, and a kernel this process has already loaded (and still holds) is
+  /// not compiled again. A kernel Triton's compiler refuses is a nullptr, with the compiler's
+  /// message in (*errors)[i].
   static std::vector<std::unique_ptr<TritonLaunchable>> cuda_all(
       const std::vector<codegen::TritonKernel>& ks,
       const std::vector<std::vector<at::ScalarType>>& buffer_types, int device,
