@@ -8,10 +8,11 @@
 #   kernels   scripts/bench_triton_kernels.py, with and without persistent rows
 #   graphs    scripts/bench_triton_graphs.py, with and without persistent rows
 #   suite:A   scripts/bench_shards.py A --out-dir $OUT/run (A names --name, --gpus, the harness
-#             options; @R in A stands for the results folder)
+#             options)
 #   tests     the Python tests (pytest -n 8)
 #   pytest:A  pytest A (paths and options)
 #   profile:A scripts/profile_model.py A
+# In every step's arguments @R stands for the results folder.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -22,12 +23,13 @@ python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", 
 # The image's default compiler wrapper links with -Bsymbolic, which breaks libstdc++ streams in _C.
 [ -x /usr/bin/g++ ] && export CXX=/usr/bin/g++ CC=/usr/bin/gcc
 t0=$(date +%s)
-rm -rf build
+# The build folder is kept: a warm machine's second call rebuilds only what changed.
 python3 -m pip install -q --no-build-isolation --no-deps -e . >"$R/build.log" 2>&1 || { tail -40 "$R/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
 
 for step in "$@"; do
   t=$(date +%s)
+  step=${step//@R/$R}
   case "$step" in
     kernels)
       python3 scripts/bench_triton_kernels.py --json "$R/kernels.json" 2>&1 | tee "$R/kernels.log" | tail -30
@@ -40,7 +42,7 @@ for step in "$@"; do
     suite:*)
       args=${step#suite:}
       # shellcheck disable=SC2086
-      python3 scripts/bench_shards.py --out-dir "$R" ${args//@R/$R} 2>&1 | tee -a "$R/suite.log" | tail -60 ;;
+      python3 scripts/bench_shards.py --out-dir "$R" ${args} 2>&1 | tee -a "$R/suite.log" | tail -60 ;;
     tests)
       python3 -m pytest tests/python -q -p no:cacheprovider --ignore=tests/python/bench -n 8 2>&1 \
         | tee "$R/pytest.log" | tail -25 ;;

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "support/error.h"
+#include "tracer/attention_rewrite.h"
 #include "tracer/trace_session.h"
 
 namespace ember::tracer {
@@ -75,6 +76,7 @@ void register_tracer_kernels() {
                                   std::nullopt, nullptr, "ember tracer"));
     }
   });
+  register_attention_rewrite();
 }
 
 }  // namespace ember::tracer

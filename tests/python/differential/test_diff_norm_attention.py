@@ -91,6 +91,27 @@ def test_sdpa(check, variant):
     check.captured(f, (q, k, v, bool_mask, float_mask))
 
 
+@pytest.mark.parametrize("rows", ["some", "all", "none"])
+def test_sdpa_row_mask(check, rows):
+    # A boolean mask broadcast over the keys (transformers' bidirectional mask under compilation:
+    # `q_idx >= 0` expanded). Recorded as where(row, attention without a mask, 0); a row that
+    # attends to no key is 0, as in eager's math path.
+    import ember
+
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 3, 6, 8), torch.randn(2, 3, 5, 8), torch.randn(2, 3, 5, 4)
+    keep = {"some": torch.rand(6) > 0.4, "all": torch.ones(6, dtype=torch.bool),
+            "none": torch.zeros(6, dtype=torch.bool)}[rows]
+
+    def f(q, k, v, keep):
+        m = keep[None, None, :, None].expand(2, 1, 6, 5)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+    text = str(ember.trace(f, [q, k, v, keep]))
+    assert "aten::add.Tensor" not in text and "aten::where.self" in text, text  # no mask added
+    check.captured(f, (q, k, v, keep))
+
+
 class AttentionBlock(nn.Module):
     """A pre-norm transformer block with its own attention (split heads, sdpa, merge)."""
 

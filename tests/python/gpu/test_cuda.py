@@ -43,6 +43,24 @@ def test_attention_uses_the_fused_kernel_eager_would(mask):
     check_model(f, (q, k, v, m), expect_graphs=1, expect_fallbacks=0)
 
 
+def test_attention_with_a_row_mask_uses_the_fused_kernel():
+    # transformers' mask for a bidirectional model with no padding under compilation: `q_idx >= 0`
+    # expanded over the keys (last stride 0). CUDA's choice for it would be the math
+    # decomposition; ember records where(row, attention without the mask, 0).
+    import ember
+
+    def f(q, k, v, rows):
+        m = rows[None, None, :, None].expand(2, 1, 128, 128)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+    q, k, v = (torch.randn(2, 4, 128, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    rows = torch.rand(128, device="cuda") > 0.2
+    text = str(ember.trace(f, (q, k, v, rows)))
+    # The fused kernel eager picks without a mask (flash, or cuDNN's where it ranks first).
+    assert "softmax" not in text and "_scaled_dot_product_" in text, text
+    check_model(f, (q, k, v, rows), expect_graphs=1, expect_fallbacks=0)
+
+
 def test_factories_and_mutation_cuda():
     def f(x):
         z = torch.zeros(x.shape[0], 3, device=x.device)

@@ -1,0 +1,25 @@
+#pragma once
+
+// Rewrites of scaled_dot_product_attention calls on tracer tensors, made before the op's
+// composite decomposition picks a backend.
+//
+// A boolean mask whose last dimension is broadcast (stride 0, more than one key) says, for each
+// query row, either "attend to every key" or "attend to none". transformers builds such a mask
+// under compilation for a bidirectional model with no padding (`q_idx >= 0` expanded over the
+// keys), where eager passes no mask at all. The fused CUDA kernels need a mask whose last stride
+// is 1, so CUDA's own choice for it is the math decomposition (matmul, a where over the mask,
+// _safe_softmax, matmul), several times slower than flash attention. Such a call is recorded as
+//
+//     where(mask[..., :1], scaled_dot_product_attention(q, k, v, mask=None), 0)
+//
+// which is exact: a row that attends to every key is attention without a mask, and a row that
+// attends to none is 0, as the math path's _safe_softmax makes it. Every other call runs the
+// op's own decomposition unchanged.
+
+namespace ember::tracer {
+
+/// Registers the rewrite for `AutogradPrivateUse1` (tracer tensors, above autograd, so the
+/// decomposition still records backward ops). Idempotent; called by register_tracer_kernels.
+void register_attention_rewrite();
+
+}  // namespace ember::tracer
