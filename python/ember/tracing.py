@@ -55,9 +55,10 @@ def _flatten_outputs(out: Any) -> tuple[list[torch.Tensor], Callable[[Sequence[t
 
 
 def trace_with_structure(fn: Callable, example_inputs: Sequence[Any], kinds: Sequence[str] | None = None,
-                         names: Sequence[str] | None = None):
+                         names: Sequence[str] | None = None, device: str | None = None):
     """Traces `fn(*example_inputs)`; returns (graph, rebuild) where `rebuild` maps the graph's
-    output tensors back to the structure `fn` returned."""
+    output tensors back to the structure `fn` returned. `device` makes the inputs' tracer tensors
+    report that device (tests trace for "cuda:0" on a machine with no GPU)."""
     for i, x in enumerate(example_inputs):
         if not isinstance(x, torch.Tensor):
             raise CompileError(
@@ -70,7 +71,8 @@ def trace_with_structure(fn: Callable, example_inputs: Sequence[Any], kinds: Seq
     session = _C.TraceSession()
     kinds = kinds or ["user"] * len(example_inputs)
     names = names or [f"arg{i}" for i in range(len(example_inputs))]
-    tracer_inputs = [session.add_input(x, k, n) for x, k, n in zip(example_inputs, kinds, names)]
+    tracer_inputs = [session.add_input(x, k, n, device)
+                     for x, k, n in zip(example_inputs, kinds, names)]
     try:
         with torch.no_grad(), session:
             out = fn(*tracer_inputs)
@@ -86,9 +88,11 @@ def trace_with_structure(fn: Callable, example_inputs: Sequence[Any], kinds: Seq
     return graph, rebuild
 
 
-def trace(fn: Callable, example_inputs: Sequence[Any]) -> Graph:
+def trace(fn: Callable, example_inputs: Sequence[Any], *, device: str | None = None) -> Graph:
     """Traces `fn(*example_inputs)` into an ember Graph. nn.Module parameters and buffers are
     captured as constants. Raises DataDependentError for data-dependent ops (`.item()`,
-    `.tolist()`, `nonzero`), Unsupported for what ember cannot trace yet."""
-    graph, _ = trace_with_structure(fn, example_inputs)
+    `.tolist()`, `nonzero`), Unsupported for what ember cannot trace yet. `device` ("cuda:0")
+    traces as if the inputs were on that device: the graph the device's choices make, with no
+    device needed (nothing runs)."""
+    graph, _ = trace_with_structure(fn, example_inputs, device=device)
     return graph

@@ -1,5 +1,6 @@
 /// \file
 /// Python view of the tracer: ember._C.TraceSession.
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -41,8 +42,15 @@ void bind_tracer(nb::module_& m) {
       .def(
           "add_input",
           [](TraceSession& s, const at::Tensor& example, const std::string& kind,
-             const std::string& name) { return s.add_input(example, parse_kind(kind), name); },
-          nb::arg("example"), nb::arg("kind") = "user", nb::arg("name") = "")
+             const std::string& name, std::optional<std::string> device) {
+            std::optional<c10::Device> d;
+            if (device.has_value()) d = c10::Device(*device);
+            return s.add_input(example, parse_kind(kind), name, d);
+          },
+          nb::arg("example"), nb::arg("kind") = "user", nb::arg("name") = "",
+          nb::arg("device").none() = nb::none(),
+          "A tracer tensor for a graph input like `example`; `device` (\"cuda:0\") overrides "
+          "the device it reports.")
       .def(
           "__enter__",
           [](TraceSession& s) -> TraceSession& {

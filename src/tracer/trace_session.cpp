@@ -14,6 +14,7 @@
 #include "graph/verifier.h"
 #include "support/error.h"
 #include "tracer/convert.h"
+#include "tracer/matmul_padding.h"
 #include "tracer/meta_cache.h"
 #include "tracer/tracer_tensor.h"
 
@@ -188,16 +189,16 @@ TraceSession* TraceSession::current() {
 }
 
 at::Tensor TraceSession::add_input(const at::Tensor& example, graph::InputKind kind,
-                                   const std::string& name) {
+                                   const std::string& name, std::optional<c10::Device> device) {
   EMBER_INTERNAL_ASSERT(!finished_) << "add_input after finish";
   EMBER_CHECK(example.defined()) << "input '" << name << "' is an undefined tensor";
   EMBER_UNSUPPORTED(as_tracer(example) == nullptr && !fz::isFunctionalTensor(example))
       << "input '" << name << "' is already a traced tensor";
-  graph::TensorType type = tensor_type(example);
+  graph::TensorType type = tensor_type(example, device);
   graph::ValueId v = graph_.add_input(type, kind, name);
   EMBER_INTERNAL_ASSERT(!active_) << "add_input while the trace is entered";
   at::Tensor meta = meta_like(example);
-  at::Tensor tracer = make_tracer(this, v, std::move(meta), example.device());
+  at::Tensor tracer = make_tracer(this, v, std::move(meta), device.value_or(example.device()));
   at::Tensor functional = fz::to_functional_tensor(tracer);
   functional_inputs_.push_back(functional);
   functional_input_index_.push_back(graph_.inputs.size() - 1);
@@ -294,8 +295,10 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
   if (any_tracer && record_batch_norm_update(op, stack)) return;
   if (any_tracer && choose_sdp_backend(op, stack)) return;
   if (any_tracer) {
-    if (std::optional<at::Tensor> r =
-            index_put_as_where(op, c10::ArrayRef<c10::IValue>(stack->data() + base, num_args))) {
+    const c10::ArrayRef<c10::IValue> args(stack->data() + base, num_args);
+    std::optional<at::Tensor> r = index_put_as_where(op, args);
+    if (!r.has_value()) r = pad_unaligned_matmul(op, args);
+    if (r.has_value()) {
       torch::jit::drop(*stack, num_args);
       stack->emplace_back(std::move(*r));
       return;

@@ -41,7 +41,10 @@ class TraceSession {
 
   /// A functional tracer tensor standing for graph input `name`, with the metadata of `example`
   /// (a real tensor; its data is never read). Call before enter().
-  at::Tensor add_input(const at::Tensor& example, graph::InputKind kind, const std::string& name);
+  /// `device` overrides the device the tracer tensor reports (tests trace for cuda:0 on a machine
+  /// with no GPU: only the device's choices in the tracer run, nothing on the device).
+  at::Tensor add_input(const at::Tensor& example, graph::InputKind kind, const std::string& name,
+                       std::optional<c10::Device> device = std::nullopt);
 
   /// A tracer tensor standing for the real tensor `t` as a constant of the graph (data the
   /// program wrote, as torch.tensor([1.0, 2.0]) makes). Call while the trace is not entered.

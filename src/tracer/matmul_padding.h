@@ -1,0 +1,33 @@
+#pragma once
+
+// Matrix products whose leading dimensions cuBLAS cannot use with its fast kernels, padded.
+//
+// cuBLAS picks its tensor-core kernels only when every matrix's leading dimension is a multiple
+// of 16 bytes (8 bf16/f16 elements, 4 f32 ones). A language model's head has a vocabulary of
+// 50257 or 30522 columns, so its product falls to an "align1" kernel that runs several times
+// slower (GPT-2's head: 3.4 ms against 0.44 ms on an H200). A large unaligned product on a CUDA
+// tracer tensor is recorded instead as the product of zero-padded operands, sliced back:
+//
+//     mm(a, b)          -> mm(pad(a), pad(b))[:m, :n]
+//     addmm(c, a, b)    -> addmm(pad(c), pad(a), pad(b))[:m, :n]
+//     bmm(a, b)         -> bmm(pad(a), pad(b))[:, :m, :n]
+//
+// Padding adds zero terms only, so the values are the product's. A padded operand keeps its
+// orientation (a column-major operand is padded as its transpose), so a weight read transposed
+// is not transposed by the copy. The result is a slice of the padded product: its row stride is
+// the padded width, as under Inductor's pad_mm. Products of fewer than 2^26 multiply-adds, and
+// other dtypes or devices, are recorded as they are.
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <optional>
+
+namespace ember::tracer {
+
+/// The padded form of `op` (aten::mm, aten::addmm or aten::bmm) called with `args` (tracer
+/// tensors), computed by tracing the padded ops, or nullopt when the call is recorded as it is.
+std::optional<at::Tensor> pad_unaligned_matmul(const c10::OperatorHandle& op,
+                                               c10::ArrayRef<c10::IValue> args);
+
+}  // namespace ember::tracer
