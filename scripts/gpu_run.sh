@@ -12,6 +12,7 @@
 #   tests     the Python tests (pytest -n 8)
 #   pytest:A  pytest A (paths and options)
 #   profile:A scripts/profile_model.py A
+#   verify:A  scripts/verify_model.py A (EMBER_VERIFY_KERNELS=1: kernels against their ATen ops)
 # In every step's arguments @R stands for the results folder.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -53,6 +54,10 @@ for step in "$@"; do
       # shellcheck disable=SC2086
       python3 scripts/profile_model.py ${step#profile:} 2>&1 | grep -v USDT | tee -a "$R/profile.log" \
         | tail -80 ;;
+    verify:*)
+      # shellcheck disable=SC2086
+      python3 scripts/verify_model.py ${step#verify:} 2>&1 | tee -a "$R/verify.log" | cut -c1-300 \
+        | grep -v "^    \|^$\|^import\|^from\|^@triton" | tail -60 ;;
     *) echo "unknown step $step"; exit 2 ;;
   esac
   echo "step $step: $(( $(date +%s) - t )) s"

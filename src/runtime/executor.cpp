@@ -708,6 +708,10 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
     }
   }
   if (unfused_ && !strides_match(inputs)) return unfused_->run(inputs);
+  std::vector<at::Tensor> reference;
+  if (verify_kernels_enabled() && unfused_ && !kernels_.empty()) {
+    reference = unfused_->reference_values(inputs);
+  }
 
   std::vector<at::Tensor> env(g.values.size());
   for (size_t i = 0; i < inputs.size(); ++i) env[input_slots_[i]] = inputs[i];
@@ -739,6 +743,7 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
   } give_back{*this, arena};
   for (const Step& step : steps_) {
     if (step.kernel >= 0) {
+      if (!reference.empty()) check_kernel(kernels_[step.kernel], reference);
       if (!run_kernel(kernels_[step.kernel], env, arena)) {
         // An index tensor holds an out-of-range index. Nothing is mutated before the last step:
         // the unfused program runs the ATen ops, which raise eager's error.

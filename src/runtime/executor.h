@@ -47,6 +47,12 @@ struct ExecutorOptions {
   bool triton_interpret = false;
 };
 
+/// EMBER_VERIFY_KERNELS=1: each call of a compiled graph also runs its unfused program, and every
+/// kernel is run a second time on that program's values of its inputs and compared with its
+/// values of the outputs; differences are printed to stderr (runtime/kernel_check.cpp). For
+/// finding a kernel that computes something else than its nodes; slow.
+bool verify_kernels_enabled();
+
 /// Whether an input at one of the positions `which` shares its storage with another input.
 bool any_shares_storage(const std::vector<at::Tensor>& inputs, const std::vector<size_t>& which);
 
@@ -172,6 +178,12 @@ class Executor {
   /// views a copy of the root in the traced layout.
   bool run_view(const Step& step, std::vector<at::Tensor>& env) const;
   bool strides_match(const std::vector<at::Tensor>& inputs) const;
+  /// EMBER_VERIFY_KERNELS=1 (runtime/kernel_check.cpp): every value of the unfused program run
+  /// on `inputs`, none released and no mutation applied, the reference for check_kernel.
+  std::vector<at::Tensor> reference_values(const std::vector<at::Tensor>& inputs) const;
+  /// Runs kernel `k` on the reference values of its inputs and reports (stderr) outputs that
+  /// differ from the reference's beyond the tolerance of their dtype.
+  void check_kernel(const Kernel& k, const std::vector<at::Tensor>& reference) const;
 
   tracer::TracedGraph traced_;
   std::vector<graph::ValueId> input_slots_;  ///< value of each non-constant input
