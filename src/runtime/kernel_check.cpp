@@ -85,8 +85,8 @@ void Executor::check_kernel(const Kernel& k, const std::vector<at::Tensor>& refe
       if (n == 0) continue;
       const int64_t i = bad.to(at::kByte).argmax().item<int64_t>();
       const at::Tensor gf = got.reshape({-1}), wf = want.reshape({-1});
-      msg << n << " of " << got.numel() << " elements differ; first at flat index " << i
-          << ": got " << gf[i].item<double>() << ", expected " << wf[i].item<double>();
+      msg << n << " of " << got.numel() << " elements differ; first at flat index " << i << ": got "
+          << gf[i].item<double>() << ", expected " << wf[i].item<double>();
     } else {
       continue;
     }

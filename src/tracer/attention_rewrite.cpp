@@ -38,8 +38,8 @@ void attention_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const bool enable_gqa = (*stack)[base + 7].toBool();
 
   std::optional<at::Tensor> row;
-  if (mask.has_value() && mask->defined() && !is_causal && is_row_mask(*mask) &&
-      query.dim() >= 2 && value.dim() >= 1) {
+  if (mask.has_value() && mask->defined() && !is_causal && is_row_mask(*mask) && query.dim() >= 2 &&
+      value.dim() >= 1) {
     std::vector<int64_t> out_sizes(query.sizes().begin(), query.sizes().end());
     out_sizes.back() = value.size(-1);
     at::Tensor candidate = mask->narrow(-1, 0, 1);
@@ -71,10 +71,10 @@ void register_attention_rewrite() {
     c10::OperatorName name("aten::scaled_dot_product_attention", "");
     if (!dispatcher.findOp(name)) return;
     // Leaked on purpose, as the tracer's other registrations (dispatch.cpp).
-    new c10::RegistrationHandleRAII(dispatcher.registerImpl(
-        name, c10::DispatchKey::AutogradPrivateUse1,
-        c10::KernelFunction::makeFromBoxedFunction<&attention_kernel>(), std::nullopt, nullptr,
-        "ember tracer: attention rewrite"));
+    new c10::RegistrationHandleRAII(
+        dispatcher.registerImpl(name, c10::DispatchKey::AutogradPrivateUse1,
+                                c10::KernelFunction::makeFromBoxedFunction<&attention_kernel>(),
+                                std::nullopt, nullptr, "ember tracer: attention rewrite"));
   });
 }
 

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "codegen/triton/triton_kernel_shape.h"
+#include "codegen/triton/triton_memory_order.h"
 #include "codegen/triton/triton_prelude.h"
 #include "support/error.h"
 
@@ -268,16 +269,46 @@ class Emitter {
   std::string acc_read(const std::string& buffer, const Expr& index) {
     if (auto it = scalars_.find(buffer); it != scalars_.end()) return it->second;
     pending_stores_.erase(buffer);
-    return "tl.load(" + buf_name(buffer) + " + (" + expr(index) + "))";
+    return scalar_load(buffer, expr(index), "");
   }
   void acc_write(const std::string& buffer, const Expr& index, const std::string& value) {
     if (auto it = scalars_.find(buffer); it != scalars_.end()) {
       line(it->second + " = " + value);
     } else {
       load_cache_.erase(buffer);
-      line("tl.store(" + buf_name(buffer) + " + (" + expr(index) + "), " + value + ")");
+      scalar_store(buffer, expr(index), value);
     }
   }
+  /// One element of `buffer` read by the whole program: the value the program stored there, or a
+  /// load (after a barrier if the program wrote the buffer; see triton_memory_order.h).
+  std::string scalar_load(const std::string& buffer, const std::string& index,
+                          const std::string& mask_args) {
+    if (std::string v = memory_.forwarded(buffer, index); !v.empty()) return v;
+    sync_before_read(buffer);
+    return "tl.load(" + buf_name(buffer) + " + (" + index + ")" + mask_args + ")";
+  }
+  /// Stores one element at program level, keeping the value for later reads of it.
+  void scalar_store(const std::string& buffer, const std::string& index, const std::string& value) {
+    std::string v = fresh("sv");
+    const char* t = tl_dtype(buffer_dtype(buffer));
+    // A Python literal (an identity, a constant) has no .to(): a typed scalar.
+    const bool literal = value == "True" || value == "False" || value.rfind("float(", 0) == 0 ||
+                         value.find_first_not_of("-+.0123456789eE") == std::string::npos;
+    line(v + " = " +
+         (literal ? "tl.full([], " + value + ", " + t + ")" : "(" + value + ").to(" + t + ")"));
+    line("tl.store(" + buf_name(buffer) + " + (" + index + "), " + v + ")");
+    memory_.wrote(buffer, index, v);
+  }
+  void sync_before_read(const std::string& buffer) {
+    if (memory_.barrier_before_read(buffer)) line("tl.debug_barrier()");
+  }
+  DType buffer_dtype(const std::string& buffer) const {
+    for (const BufferParam& b : k_.buffers) {
+      if (b.name == buffer) return b.dtype;
+    }
+    refuse("a store to " + buffer + ", which is not a buffer argument");
+  }
+  ProgramMemory memory_;
   std::vector<RowAcc> row_accs_;
   /// Appended to program ids and aranges: i64 unless every index provably fits in i32
   /// (int32_indices).
@@ -459,10 +490,10 @@ std::string Emitter::load(const Load& l) {
       block_guard = block_guard || guard_is_block_[i];
       g = g.empty() ? guards_[i] : "(" + g + ") & (" + guards_[i] + ")";
     }
-    std::string addr = buf_name(l.buffer) + " + (" + index + ")";
-    if (g.empty()) return "tl.load(" + addr + ")";
-    if (!block_guard) return "tl.load(" + addr + ", mask=" + g + ", other=0)";
-    return "tl.load(" + addr + " + (" + g + ").to(tl.int64) * 0, mask=" + g + ", other=0)";
+    if (g.empty()) return scalar_load(l.buffer, index, "");
+    if (!block_guard) return scalar_load(l.buffer, index, ", mask=" + g + ", other=0");
+    return scalar_load(l.buffer, index + ") + ((" + g + ").to(tl.int64) * 0",
+                       ", mask=" + g + ", other=0");
   }
   std::string m = mask();
   std::string addr = buf_name(l.buffer) + " + (" + index + ")";
@@ -470,6 +501,7 @@ std::string Emitter::load(const Load& l) {
       m.empty() ? "tl.load(" + addr + ")" : "tl.load(" + addr + ", mask=" + m + ", other=0)";
   if (!persistent_ || m.empty()) {
     pending_stores_.erase(l.buffer);
+    sync_before_read(l.buffer);
     return text;
   }
   // A persistent program loads each block once: the same load again (a later loop over the
@@ -477,6 +509,7 @@ std::string Emitter::load(const Load& l) {
   auto& cached = load_cache_[l.buffer];
   if (auto it = cached.find(text); it != cached.end()) return it->second;
   pending_stores_.erase(l.buffer);
+  sync_before_read(l.buffer);
   std::string v = fresh("ld");
   line(v + " = " + text);
   cached.emplace(text, v);
@@ -510,9 +543,14 @@ void Emitter::stmt(const Stmt& s) {
       }
       load_cache_.erase(st->buffer);
       std::string m = mask();
-      std::string addr = buf_name(st->buffer) + " + (" + expr(st->index) + ")";
+      const std::string index = expr(st->index);
+      std::string addr = buf_name(st->buffer) + " + (" + index + ")";
       if (!m.empty() && !uses_any(st->index, block_vars_)) {
         refuse("a store of one element inside a block");
+      }
+      if (m.empty()) {
+        scalar_store(st->buffer, index, v);
+        return;
       }
       if (persistent_ && !m.empty()) {
         // A later load of what this stores (the same address and mask) reads the value.
@@ -524,11 +562,13 @@ void Emitter::stmt(const Stmt& s) {
         auto& pending = pending_stores_[st->buffer];
         if (auto it = pending.find(key); it != pending.end()) lines_[it->second].clear();
         line("tl.store(" + addr + ", " + sv + ", mask=" + m + ")");
+        memory_.wrote(st->buffer);
         pending[key] = lines_.size() - 1;
         load_cache_[st->buffer][key] = sv;
         return;
       }
-      line("tl.store(" + addr + ", " + v + (m.empty() ? "" : ", mask=" + m) + ")");
+      line("tl.store(" + addr + ", " + v + ", mask=" + m + ")");
+      memory_.wrote(st->buffer);
       return;
     }
     case StmtKind::Allocate: {
@@ -569,6 +609,7 @@ void Emitter::stmt(const Stmt& s) {
         load_cache_.clear();
         pending_stores_.clear();
         persistent_lanes_.clear();
+        memory_.forget();
       };
       std::string cond = expr(i->cond);
       forget();
@@ -600,7 +641,9 @@ void Emitter::stmt(const Stmt& s) {
       const std::string mn = expr(f.min);
       line("for " + v + " in range(" + mn + ", " + mn + " + " + expr(f.extent) + "):");
       ++indent_;
+      memory_.enter_loop();
       stmt(f.body);
+      memory_.exit_loop();
       line("pass");
       --indent_;
       return;
@@ -634,13 +677,20 @@ void Emitter::stmt(const Stmt& s) {
             ", " + it->second + ")");
         return;
       }
+      std::string m = mask();
+      if (m.empty()) {
+        acc_write(b, a->index,
+                  std::string(r.combine) + "(" + acc_read(b, a->index) + ", " + v + ")");
+        return;
+      }
       load_cache_.erase(b);
       std::string addr = buf_name(b) + " + (" + expr(a->index) + ")";
-      std::string m = mask();
-      std::string mk = m.empty() ? "" : ", mask=" + m;
+      std::string mk = ", mask=" + m;
       pending_stores_.erase(b);
+      sync_before_read(b);
       line("tl.store(" + addr + ", " + r.combine + "(tl.load(" + addr + mk + "), " + v + ")" + mk +
            ")");
+      memory_.wrote(b);
       return;
     }
   }
@@ -715,6 +765,7 @@ void Emitter::block_loop(const For& f) {
     rmask = fresh("rmask");
     line("for " + r0 + " in range(0, " + ext + ", RBLOCK):");
     ++indent_;
+    memory_.enter_loop();
     off = fresh("roff");
     line(off + " = " + r0 + " + tl.arange(0, RBLOCK)" + index_cast_);
     line(rmask + " = " + off + " < " + ext);
@@ -728,7 +779,10 @@ void Emitter::block_loop(const For& f) {
   block_stmt(f.body, rmask);
   block_mask_.clear();
   block_var_.clear();
-  if (!persistent_) --indent_;
+  if (!persistent_) {
+    memory_.exit_loop();
+    --indent_;
+  }
   for (const RowAcc& r : row_accs_) {
     if (!r.index_block.empty()) {
       const bool larger = r.op == ReduceOp::ArgMax;
@@ -750,10 +804,8 @@ void Emitter::block_loop(const For& f) {
            half_wrap(scalar_types_[r.buffer],
                      std::string(t.combine) + "(" + it->second + ", " + red + ")"));
     } else {
-      std::string addr = buf_name(r.buffer) + " + (" + expr(r.index) + ")";
-      load_cache_.erase(r.buffer);
-      pending_stores_.erase(r.buffer);
-      line("tl.store(" + addr + ", " + t.combine + "(tl.load(" + addr + "), " + red + "))");
+      acc_write(r.buffer, r.index,
+                std::string(t.combine) + "(" + acc_read(r.buffer, r.index) + ", " + red + ")");
     }
   }
   row_accs_.clear();

@@ -61,6 +61,55 @@ TEST(TritonEmitter, SoftmaxIsARowKernelWithThreeBlockLoops) {
   EXPECT_EQ(l.block, 128);
 }
 
+// A row's sum accumulated into an output buffer and read back by the epilogue. One thread stores
+// a program's single element, so the epilogue must not read it from memory without a barrier
+// (the other warps would read a stale value on a GPU): the stored value is forwarded instead.
+TEST(TritonEmitter, AnElementStoredByTheProgramIsForwardedToItsReads) {
+  loop::Kernel k =
+      loop::parse_kernel(read(std::string(EMBER_CODEGEN_GOLDEN_DIR) + "/rms_norm_mean_out.loop"));
+  std::string why;
+  auto t = emit_triton(k, &why);
+  ASSERT_TRUE(t.has_value()) << why;
+  const std::string body = kernel_function(*t);
+  EXPECT_EQ(body.find("tl.load(b_mean"), std::string::npos) << body;
+  EXPECT_NE(body.find("tl.store(b_mean"), std::string::npos) << body;
+  expect_golden(body, "rms_norm_mean_out.triton.golden");
+}
+
+// Without persistent rows the epilogue loop reads, at other lanes, what an earlier loop stored:
+// a barrier first.
+TEST(TritonEmitter, AReadOfWhatTheProgramStoredInABlockWaitsForABarrier) {
+  loop::Kernel k = loop::parse_kernel(read(std::string(EMBER_LOOP_GOLDEN_DIR) + "/softmax.loop"));
+  setenv("EMBER_TRITON_PERSISTENT", "0", 1);
+  std::string why;
+  auto t = emit_triton(k, &why);
+  unsetenv("EMBER_TRITON_PERSISTENT");
+  ASSERT_TRUE(t.has_value()) << why;
+  const std::string body = kernel_function(*t);
+  // softmax.loop reads only x: no barrier.
+  EXPECT_EQ(body.find("tl.debug_barrier()"), std::string::npos) << body;
+  loop::Kernel two = loop::parse_kernel(
+      "kernel two(n) {\n"
+      "  input x : f32[8, n] strides [n, 1]\n"
+      "  output y : f32[8, n] strides [n, 1]\n"
+      "  for (i, 0, 8) parallel {\n"
+      "    for (r, 0, n) {\n"
+      "      y[((i * n) + r)] = exp(x[((i * n) + r)])\n"
+      "    }\n"
+      "    for (r, 0, n) {\n"
+      "      y[((i * n) + r)] = (y[((i * n) + r)] * f32(2))\n"
+      "    }\n"
+      "  }\n"
+      "}\n");
+  auto t2 = emit_triton(two, &why);
+  ASSERT_TRUE(t2.has_value()) << why;
+  const std::string b2 = kernel_function(*t2);
+  const size_t barrier = b2.find("tl.debug_barrier()");
+  ASSERT_NE(barrier, std::string::npos) << b2;
+  EXPECT_LT(b2.find("tl.store(b_y"), barrier) << b2;
+  EXPECT_LT(barrier, b2.find("tl.load(b_y")) << b2;
+}
+
 TEST(TritonEmitter, RefusesWhatItCannotExpressWithAReason) {
   std::string why;
   EXPECT_FALSE(
