@@ -114,7 +114,9 @@ std::optional<at::Tensor> pad_unaligned_matmul(const c10::OperatorHandle& op,
     out = at::mm(a_p, b_p);
   }
   if (mp != m) out = out.narrow(-2, 0, m);
-  if (np != n) out = out.narrow(-1, 0, n);
+  // Columns sliced off leave rows strided by the padded width: contiguous again, as eager's
+  // result (a copy that fuses into the kernel that reads it, or the output's own).
+  if (np != n) out = out.narrow(-1, 0, n).contiguous();
   return out;
 }
 

@@ -14,9 +14,10 @@
 //
 // Padding adds zero terms only, so the values are the product's. A padded operand keeps its
 // orientation (a column-major operand is padded as its transpose), so a weight read transposed
-// is not transposed by the copy. The result is a slice of the padded product: its row stride is
-// the padded width, as under Inductor's pad_mm. Products of fewer than 2^26 multiply-adds, and
-// other dtypes or devices, are recorded as they are.
+// is not transposed by the copy. A result whose columns were sliced off is made contiguous again,
+// the layout eager gives it: a copy that the scheduler fuses into the kernel that reads the
+// result, or that writes the graph's output. Products of fewer than 2^26 multiply-adds, and other
+// dtypes or devices, are recorded as they are.
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>

@@ -13,6 +13,7 @@
 
 #include "graph/verifier.h"
 #include "support/error.h"
+#include "tracer/conv_layout.h"
 #include "tracer/convert.h"
 #include "tracer/matmul_padding.h"
 #include "tracer/meta_cache.h"
@@ -298,6 +299,11 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
     const c10::ArrayRef<c10::IValue> args(stack->data() + base, num_args);
     std::optional<at::Tensor> r = index_put_as_where(op, args);
     if (!r.has_value()) r = pad_unaligned_matmul(op, args);
+    if (!r.has_value()) {
+      bool from_contiguous = false;
+      r = channels_last_convolution(op, args, &from_contiguous);
+      channels_last_from_contiguous_ |= from_contiguous;
+    }
     if (r.has_value()) {
       torch::jit::drop(*stack, num_args);
       stack->emplace_back(std::move(*r));
@@ -425,6 +431,12 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
       call_meta_cached(op, meta_stack);
     } catch (const c10::NotImplementedError&) {
       meta_stack = run_on_zeros(op, c10::ArrayRef<c10::IValue>(stack->data() + base, num_args));
+    }
+    if (meta_stack.size() == 1 && meta_stack[0].isTensor()) {
+      at::Tensor result = meta_stack[0].toTensor();
+      cuda_convolution_layout(op, c10::ArrayRef<c10::IValue>(stack->data() + base, num_args),
+                              result);
+      meta_stack[0] = std::move(result);
     }
   }
   torch::jit::drop(*stack, num_args);
@@ -573,7 +585,7 @@ graph::ValueId TraceSession::aliased_view_of_mutated_input(const at::Tensor& out
   return -1;
 }
 
-TracedGraph TraceSession::finish(const std::vector<at::Tensor>& outputs) {
+TracedGraph TraceSession::finish(const std::vector<at::Tensor>& traced_outputs) {
   EMBER_INTERNAL_ASSERT(!finished_) << "finish called twice";
   bool was_active = active_;
   if (!was_active) enter();
@@ -584,6 +596,23 @@ TracedGraph TraceSession::finish(const std::vector<at::Tensor>& outputs) {
       if (!was_active) s->exit();
     }
   } exit_guard{this, was_active};
+
+  // Convolutions were recorded channels-last on contiguous inputs (conv_layout.h): a 4D output
+  // that came out channels-last goes back to the contiguous layout eager gives it.
+  std::vector<at::Tensor> outputs = traced_outputs;
+  if (channels_last_from_contiguous_) {
+    for (at::Tensor& out : outputs) {
+      if (!out.defined() || out.dim() != 4 || out.is_contiguous() ||
+          !out.is_contiguous(at::MemoryFormat::ChannelsLast)) {
+        continue;
+      }
+      bool input = false;
+      for (const at::Tensor& fin : functional_inputs_) {
+        input |= fin.unsafeGetTensorImpl() == out.unsafeGetTensorImpl();
+      }
+      if (!input) out = out.contiguous();
+    }
+  }
 
   // Inputs: bring each functional input up to date; a changed value is a mutation.
   for (size_t i = 0; i < functional_inputs_.size(); ++i) {

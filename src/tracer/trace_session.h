@@ -122,6 +122,8 @@ class TraceSession {
   bool active_ = false;
   bool finished_ = false;
   bool strict_constants_ = false;
+  /// A convolution was recorded channels-last on a contiguous input (see finish).
+  bool channels_last_from_contiguous_ = false;
   std::exception_ptr pending_error_;
 };
 

@@ -83,6 +83,32 @@ def test_unaligned_matmul_is_padded_and_matches_eager(bias):
     check_model(lambda a, b: torch.relu(a @ b), (a, b), expect_graphs=1, expect_fallbacks=0)
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_conv_net_runs_channels_last_and_matches_eager(dtype):
+    # Convolutions are traced channels-last (src/tracer/conv_layout.h); a depthwise one too; the
+    # 4D output comes back contiguous, as eager's.
+    import ember
+
+    nn = torch.nn
+    model = nn.Sequential(
+        nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+        nn.Conv2d(32, 32, 3, padding=1, groups=32), nn.BatchNorm2d(32), nn.Hardswish(),
+        nn.MaxPool2d(2), nn.Conv2d(32, 64, 1)).cuda().eval()
+
+    def f(x):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            return model(x)
+
+    x = torch.randn(4, 3, 32, 32, device="cuda")
+    text = str(ember.trace(f, (x,)))
+    assert "memory_format=channels_last" in text, text
+    # cuDNN's channels-last kernels accumulate in another order: bf16 results within a few ulps.
+    tol = {"atol": 1e-2, "rtol": 2e-2} if dtype == "bf16" else {}
+    check_model(f, (x,), expect_graphs=1, expect_fallbacks=0, **tol)
+    with torch.no_grad():
+        assert ember.compile(f)(x).is_contiguous()
+
+
 def test_factories_and_mutation_cuda():
     def f(x):
         z = torch.zeros(x.shape[0], 3, device=x.device)

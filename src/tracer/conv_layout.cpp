@@ -1,0 +1,55 @@
+#include "tracer/conv_layout.h"
+
+#include <vector>
+
+namespace ember::tracer {
+
+std::optional<at::Tensor> channels_last_convolution(const c10::OperatorHandle& op,
+                                                    c10::ArrayRef<c10::IValue> args,
+                                                    bool* from_contiguous) {
+  // convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+  //             groups)
+  const c10::FunctionSchema& schema = op.schema();
+  if (schema.name() != "aten::convolution" || !schema.overload_name().empty() || args.size() != 9 ||
+      !args[0].isTensor() || !args[1].isTensor() || !args[6].isBool() || !args[8].isInt()) {
+    return std::nullopt;
+  }
+  const at::Tensor& input = args[0].toTensor();
+  const at::Tensor& weight = args[1].toTensor();
+  if (!input.defined() || !weight.defined() || !input.device().is_cuda() || input.dim() != 4 ||
+      weight.dim() != 4 || args[6].toBool()) {
+    return std::nullopt;
+  }
+  const at::ScalarType t = input.scalar_type();
+  if (t != at::kBFloat16 && t != at::kHalf && t != at::kFloat) return std::nullopt;
+  if (args[8].toInt() > 1 && weight.size(1) > 1) return std::nullopt;  // grouped
+  constexpr auto kCL = at::MemoryFormat::ChannelsLast;
+  if (input.is_contiguous(kCL) && weight.is_contiguous(kCL)) return std::nullopt;
+  *from_contiguous = input.is_contiguous();
+  std::vector<c10::IValue> stack(args.begin(), args.end());
+  stack[0] = input.contiguous(kCL);
+  stack[1] = weight.contiguous(kCL);
+  op.callBoxed(&stack);  // recorded as it is now: both operands are channels-last
+  return stack[0].toTensor();
+}
+
+void cuda_convolution_layout(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
+                             at::Tensor& meta_result) {
+  const c10::FunctionSchema& schema = op.schema();
+  if (schema.name() != "aten::convolution" || !schema.overload_name().empty() || args.size() != 9 ||
+      !args[0].isTensor() || !args[1].isTensor() || !meta_result.defined()) {
+    return;
+  }
+  const at::Tensor& input = args[0].toTensor();
+  const at::Tensor& weight = args[1].toTensor();
+  if (!input.defined() || !weight.defined() || !input.device().is_cuda() || weight.dim() != 4 ||
+      meta_result.dim() != 4 || input.scalar_type() == at::kDouble) {
+    return;
+  }
+  constexpr auto kCL = at::MemoryFormat::ChannelsLast;
+  if (input.suggest_memory_format() == kCL || weight.suggest_memory_format() == kCL) {
+    meta_result = meta_result.contiguous(kCL);
+  }
+}
+
+}  // namespace ember::tracer

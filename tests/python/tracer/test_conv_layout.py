@@ -1,0 +1,75 @@
+"""2D convolutions on CUDA are traced channels-last (src/tracer/conv_layout.h): their input and
+weight are made channels-last, the result is channels-last as cuDNN returns it, the layout flows
+through the ops after it, and 4D graph outputs go back to contiguous. Traced here for a cuda:0
+the inputs only claim (nothing runs); tests/python/gpu runs such models against eager."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ember
+
+CL = torch.channels_last
+
+
+def _block(x, w1, w2, scale, shift):
+    y = F.conv2d(x, w1, padding=1)
+    y = F.relu(y * scale.view(8, 1, 1) + shift.view(8, 1, 1))  # batch norm in inference
+    y = F.max_pool2d(y, 2)
+    return F.conv2d(y, w2, padding=1) + 1
+
+
+def _args(dtype=torch.float32):
+    return [torch.randn(2, 3, 16, 16, dtype=dtype), torch.randn(8, 3, 3, 3, dtype=dtype),
+            torch.randn(8, 8, 3, 3, dtype=dtype), torch.zeros(8, dtype=dtype),
+            torch.ones(8, dtype=dtype)]
+
+
+def _line(text, op):
+    return [ln for ln in text.splitlines() if f"= {op}(" in ln]
+
+
+def test_convolutions_run_channels_last_and_the_output_is_contiguous_again():
+    text = str(ember.trace(_block, _args(), device="cuda:0"))
+    convs = _line(text, "aten::convolution")
+    assert len(convs) == 2, text
+    # Channels-last strides of [2, 8, 16, 16] and [2, 8, 8, 8].
+    assert "{2048, 1, 128, 8}" in convs[0] and "{512, 1, 64, 8}" in convs[1], text
+    # The input and the two weights are copied channels-last; the pooled activation already is.
+    clones = _line(text, "aten::clone")
+    assert [c.count("memory_format=channels_last") for c in clones] == [1, 1, 1, 0], text
+    # The output, channels-last after the second convolution, is contiguous again.
+    assert "f32[2, 8, 8, 8] cuda:0 = aten::clone" in clones[-1], text
+    assert "memory_format=contiguous_format" in clones[-1], text
+    assert clones[-1].split(":")[0].strip() in text.splitlines()[-2], text  # it is returned
+
+
+def test_depthwise_convolutions_too_but_not_grouped_ones():
+    x = torch.randn(2, 16, 8, 8)
+    depthwise = ember.trace(lambda x, w: F.conv2d(x, w, groups=16), [x, torch.randn(16, 1, 3, 3)],
+                            device="cuda:0")
+    assert "memory_format=channels_last" in str(depthwise)
+    grouped = ember.trace(lambda x, w: F.conv2d(x, w, groups=4), [x, torch.randn(16, 4, 3, 3)],
+                          device="cuda:0")
+    assert "channels_last" not in str(grouped)
+
+
+@pytest.mark.parametrize("case", ["cpu", "f64", "conv1d"])
+def test_left_alone(case):
+    if case == "conv1d":
+        g = ember.trace(lambda x, w: F.conv1d(x, w), [torch.randn(2, 4, 32), torch.randn(8, 4, 3)],
+                        device="cuda:0")
+    else:
+        dtype = torch.float64 if case == "f64" else torch.float32
+        g = ember.trace(_block, _args(dtype), device=None if case == "cpu" else "cuda:0")
+    assert "channels_last" not in str(g)
+
+
+def test_channels_last_input_stays_channels_last():
+    # A program that is channels-last already: no copy of the input, and the output keeps the
+    # layout eager gives it (channels-last, as cuDNN returns it).
+    x = torch.randn(2, 3, 16, 16).to(memory_format=CL)
+    w = torch.randn(8, 3, 3, 3).to(memory_format=CL)
+    text = str(ember.trace(lambda x, w: F.relu(F.conv2d(x, w)), [x, w], device="cuda:0"))
+    assert "aten::clone" not in text, text
+    assert "{1568, 1, 112, 8}" in text.splitlines()[-3], text
