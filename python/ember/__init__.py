@@ -10,6 +10,7 @@ import torch  # noqa: F401  (loads libtorch before ember._C)
 
 from . import errors, metrics
 from . import _C  # noqa: F401
+from . import _cudagraphs  # noqa: F401  (CUDA graph capture for mode="reduce-overhead")
 from .backend import backend
 from .capture import compile, explain
 from .errors import CompileError, DataDependentError, InternalError, Unsupported

@@ -121,8 +121,12 @@ def compile(model: Any = None, *, backend: Any = "ember", fullgraph: bool = Fals
     fullgraph=True: a frame that cannot be captured whole raises ember.Unsupported naming the
     reason and the source line, instead of running eagerly.
     dynamic: shapes are static in this version (dynamic=True warns and compiles static).
-    mode: accepted for torch.compile compatibility ("default", "reduce-overhead",
-    "max-autotune"); the CPU compiler has one mode.
+    mode: as torch.compile's. "reduce-overhead": each graph on one CUDA device is captured into
+    a CUDA graph on its second call and replayed from then on (inputs copied into static
+    buffers, parameters read in place, outputs returned as copies); a graph that cannot be
+    captured runs as usual, with a warning naming why. "default", "max-autotune" and
+    "max-autotune-no-cudagraphs" compile as the default for now; on the CPU every mode is the
+    default.
     """
     if model is None:
         return functools.partial(compile, backend=backend, fullgraph=fullgraph, dynamic=dynamic,
@@ -147,7 +151,8 @@ def _compile(model: Any, *, backend: Any, fullgraph: bool, dynamic: bool | None,
     compiler = _C.CaptureCompiler(fullgraph=fullgraph, codegen=config.codegen(),
                                   reductions=config.reduction_kernels(),
                                   reduction_fusion=config.reduction_fusion(),
-                                  library_prefixes=library_prefixes(), backend=graph_backend)
+                                  library_prefixes=library_prefixes(), backend=graph_backend,
+                                  cuda_graphs=mode == "reduce-overhead")
     if isinstance(model, torch.nn.Module):
         forward = type(model).forward
         top = getattr(forward, "__code__", None)

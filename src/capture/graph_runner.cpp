@@ -46,6 +46,8 @@ class ExecutorRunner final : public GraphRunner {
   std::vector<std::string> codegen_notes() const override {
     std::vector<std::string> notes = executor_.refused_kernels();
     if (!executor_.codegen_error().empty()) notes.push_back(executor_.codegen_error());
+    const std::string cuda_graph = executor_.cuda_graph_status();
+    if (!cuda_graph.empty() && cuda_graph != "off") notes.push_back("no CUDA graph: " + cuda_graph);
     return notes;
   }
 

@@ -46,22 +46,25 @@ void bind_capture(nb::module_& m) {
       .def(
           "__init__",
           [](CaptureCompiler* self, bool fullgraph, bool codegen, bool reductions,
-             bool reduction_fusion, std::vector<std::string> library_prefixes, nb::object backend) {
+             bool reduction_fusion, std::vector<std::string> library_prefixes, nb::object backend,
+             bool cuda_graphs) {
             capture::CaptureOptions o;
             o.fullgraph = fullgraph;
             if (!backend.is_none()) o.backend = std::move(backend);
             o.executor.codegen = codegen;
             o.executor.reductions = reductions;
             o.executor.reduction_fusion = reduction_fusion;
+            o.executor.cuda_graphs = cuda_graphs;
             o.library_prefixes = std::move(library_prefixes);
             new (self) CaptureCompiler(std::move(o));
           },
           nb::arg("fullgraph") = false, nb::arg("codegen") = true, nb::arg("reductions") = true,
           nb::arg("reduction_fusion") = true,
           nb::arg("library_prefixes") = std::vector<std::string>{},
-          nb::arg("backend").none() = nb::none(),
+          nb::arg("backend").none() = nb::none(), nb::arg("cuda_graphs") = false,
           "backend: None (ember's compiler) or a callable(gm, example_inputs) -> callable, "
-          "torch.compile's backend convention (src/capture/graph_runner.h).")
+          "torch.compile's backend convention (src/capture/graph_runner.h). cuda_graphs: graphs "
+          "on one CUDA device are replayed as CUDA graphs (mode='reduce-overhead').")
       .def(
           "records",
           [](const CaptureCompiler& c) {

@@ -73,6 +73,33 @@ void bind_runtime(nb::module_& m) {
       "(cubin, symbol, num_warps, shared, global_scratch_size, global_scratch_align, "
       "profile_scratch_size), one per kernel, or a str (why Triton's compiler refused it); "
       "interpret(source, name, programs, block_param, block, tensors).");
+  m.def(
+      "set_cuda_graph_hook",
+      [](nb::callable capture) {
+        runtime::set_cuda_graph_hook([capture](int device, const std::function<void()>& body) {
+          nb::gil_scoped_acquire gil;
+          nb::object fn = nb::cpp_function([&body] { body(); });
+          nb::tuple r = nb::cast<nb::tuple>(capture(device, fn));
+          runtime::CapturedCudaGraph g;
+          g.exec = reinterpret_cast<void*>(nb::cast<uintptr_t>(r[1]));
+          // The torch.cuda.CUDAGraph (and its memory pool) lives while the runner holds it;
+          // released with the GIL, or leaked once the interpreter is gone.
+          auto* owner = new nb::object(nb::borrow(r[0]));
+          g.owner = std::shared_ptr<void>(owner, [](void* p) {
+            auto* o = static_cast<nb::object*>(p);
+            if (!Py_IsInitialized()) return;
+            nb::gil_scoped_acquire gil;
+            delete o;
+          });
+          return g;
+        });
+      },
+      nb::arg("capture"),
+      "Installs the CUDA graph capture of mode='reduce-overhead' (ember._cudagraphs): "
+      "capture(device, body) runs body() under stream capture and returns (graph, exec), the "
+      "torch.cuda.CUDAGraph and its cudaGraphExec_t as an int.");
+  m.def("cuda_graph_replays", &runtime::cuda_graph_replays_total,
+        "CUDA graph replays of mode='reduce-overhead' in this process.");
   m.def("num_loaded_triton_modules", &runtime::num_loaded_triton_modules,
         "Triton modules this process holds loaded (identical kernels count once).");
   using runtime::Executor;
@@ -82,18 +109,21 @@ void bind_runtime(nb::module_& m) {
       .def(
           "__init__",
           [](Executor* self, const tracer::TracedGraph& g, bool codegen, bool reductions,
-             bool reduction_fusion, bool triton_interpret) {
+             bool reduction_fusion, bool triton_interpret, bool cuda_graphs) {
             runtime::ExecutorOptions o;
             o.codegen = codegen;
             o.reductions = reductions;
             o.reduction_fusion = reduction_fusion;
             o.triton_interpret = triton_interpret;
+            o.cuda_graphs = cuda_graphs;
             new (self) Executor(g, o);
           },
           nb::arg("graph"), nb::arg("codegen") = true, nb::arg("reductions") = true,
           nb::arg("reduction_fusion") = true, nb::arg("triton_interpret") = false,
+          nb::arg("cuda_graphs") = false,
           "Prepares `graph` to run; with codegen, fuses pointwise nodes into generated C++ "
-          "kernels (CPU graphs).")
+          "kernels (CPU graphs) or Triton kernels (CUDA graphs); cuda_graphs: replays a graph on "
+          "one CUDA device as a CUDA graph from its second call on (mode='reduce-overhead').")
       .def("__call__",
            [](const Executor& e, nb::args args) {
              std::vector<at::Tensor> inputs;
@@ -128,6 +158,10 @@ void bind_runtime(nb::module_& m) {
       .def("describe_steps", &Executor::describe_steps,
            "One line per step: 'kernel <name>: ops', 'view <op>' or 'extern <op>'.")
       .def_prop_ro("codegen_error", &Executor::codegen_error)
+      .def_prop_ro("cuda_graph_status", &Executor::cuda_graph_status,
+                   "'' while the graph is (or will be) replayed as a CUDA graph, else why not "
+                   "('off' without cuda_graphs).")
+      .def_prop_ro("cuda_graph_replays", &Executor::cuda_graph_replays)
       .def_prop_ro("kernel_sources", &Executor::kernel_sources)
       .def_prop_ro("num_inputs", &Executor::num_user_inputs)
       .def_prop_ro("num_nodes", [](const Executor& e) { return e.graph().nodes.size(); });

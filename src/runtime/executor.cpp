@@ -99,6 +99,18 @@ bool triton_interpret_env() {
   return e != nullptr && std::string(e) == "1";
 }
 
+/// The first op of `g` tagged nondeterministic_seeded (rand, dropout, ...), or "".
+std::string first_seeded_op(const graph::Graph& g) {
+  for (const graph::Node& n : g.nodes) {
+    const graph::OpInfo& info = g.op_of(n);
+    auto op = c10::Dispatcher::singleton().findSchema({info.name, info.overload});
+    if (op.has_value() && op->hasTag(at::Tag::nondeterministic_seeded)) {
+      return info.qualified_name();
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 Executor::~Executor() = default;
@@ -441,6 +453,37 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
   }
   plan_reuse(last_use, defined_at);
   if (!triton_) plan_memory(last_use);  // the arena is host memory: not for Triton kernels yet
+
+  if (options.cuda_graphs) {
+    if (cpu) {
+      // CPU graphs have no CUDA graph to replay (torch.compile ignores the mode there too).
+    } else if (cuda_device < 0) {
+      cuda_graph_note_ = "the graph uses more than one device";
+    } else if (!g.mutations.empty()) {
+      cuda_graph_note_ = "the graph mutates its inputs";
+    } else if (verify_kernels_enabled()) {
+      cuda_graph_note_ = "EMBER_VERIFY_KERNELS is set";
+    } else if (std::string seeded = first_seeded_op(g); !seeded.empty()) {
+      // A replay from C++ does not advance the generator's offset as CUDAGraph.replay() does:
+      // every replay would draw the same numbers.
+      cuda_graph_note_ = "the graph draws random numbers (" + seeded + ")";
+    } else {
+      std::vector<bool> parameters;
+      for (graph::ValueId v : input_slots_) {
+        bool p = false;
+        for (const graph::Input& in : g.inputs)
+          p |= in.value == v && in.kind == graph::InputKind::Parameter;
+        parameters.push_back(p);
+      }
+      cuda_graph_ = std::make_unique<CudaGraphRunner>(cuda_device, std::move(parameters));
+      cuda_graph_note_.clear();
+    }
+  }
+}
+
+std::string Executor::cuda_graph_status() const {
+  if (!cuda_graph_) return cuda_graph_note_;
+  return cuda_graph_->disabled_reason();
 }
 
 void Executor::plan_reuse(const std::vector<int>& last_use, const std::vector<int>& defined_at) {
@@ -707,6 +750,16 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
           << graph::type_str(t);
     }
   }
+  if (cuda_graph_) {
+    auto replayed = cuda_graph_->run(
+        inputs, [this](const std::vector<at::Tensor>& in) { return run_program(in); });
+    if (replayed.has_value()) return std::move(*replayed);
+  }
+  return run_program(inputs);
+}
+
+std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inputs) const {
+  const graph::Graph& g = traced_.graph;
   if (unfused_ && !strides_match(inputs)) return unfused_->run(inputs);
   std::vector<at::Tensor> reference;
   if (verify_kernels_enabled() && unfused_ && !kernels_.empty()) {

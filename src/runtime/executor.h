@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/cuda_graph.h"
 #include "runtime/extern_call.h"
 #include "runtime/host_compiler.h"
 #include "runtime/triton_runtime.h"
@@ -45,6 +46,9 @@ struct ExecutorOptions {
   /// CPU graphs: generate Triton kernels instead of C++ and run them in Triton's interpreter
   /// (runtime/triton_runtime.h; tests of the GPU code generator without a GPU).
   bool triton_interpret = false;
+  /// mode="reduce-overhead": a graph on one CUDA device, without input mutations, is replayed
+  /// as a CUDA graph from its second call on (runtime/cuda_graph.h).
+  bool cuda_graphs = false;
 };
 
 /// EMBER_VERIFY_KERNELS=1: each call of a compiled graph also runs its unfused program, and every
@@ -102,6 +106,11 @@ class Executor {
   std::vector<std::string> describe_steps() const;
   /// The generated C++ translation units (each holds one or more kernels).
   const std::vector<std::string>& kernel_sources() const { return kernel_sources_; }
+  /// With ExecutorOptions::cuda_graphs: "" while the graph is (or will be) replayed as a CUDA
+  /// graph, else why it is not. "off" without the option.
+  std::string cuda_graph_status() const;
+  /// Calls served by replaying the CUDA graph.
+  int64_t cuda_graph_replays() const { return cuda_graph_ ? cuda_graph_->replays() : 0; }
 
  private:
   struct Kernel {
@@ -178,6 +187,8 @@ class Executor {
   /// views a copy of the root in the traced layout.
   bool run_view(const Step& step, std::vector<at::Tensor>& env) const;
   bool strides_match(const std::vector<at::Tensor>& inputs) const;
+  /// run() after its checks of the inputs: the program of steps.
+  std::vector<at::Tensor> run_program(const std::vector<at::Tensor>& inputs) const;
   /// EMBER_VERIFY_KERNELS=1 (runtime/kernel_check.cpp): every value of the unfused program run
   /// on `inputs`, none released and no mutation applied, the reference for check_kernel.
   std::vector<at::Tensor> reference_values(const std::vector<at::Tensor>& inputs) const;
@@ -206,6 +217,8 @@ class Executor {
   bool triton_ = false;  ///< kernels are Triton kernels
   /// The same graph without kernels, for calls whose input strides differ from the traced ones.
   std::unique_ptr<Executor> unfused_;
+  std::unique_ptr<CudaGraphRunner> cuda_graph_;
+  std::string cuda_graph_note_ = "off";  ///< why cuda_graph_ is null
 };
 
 }  // namespace ember::runtime

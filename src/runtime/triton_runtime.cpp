@@ -2,95 +2,18 @@
 
 #include <ATen/ops/empty.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
-#include <dlfcn.h>
 
 #include <map>
 #include <mutex>
 
+#include "runtime/cuda_driver.h"
 #include "support/error.h"
 
 namespace ember::runtime {
 
 namespace {
 
-// --- The CUDA driver API, through dlopen (no CUDA needed to build) -------------------------------
-
-using CUresult = int;
-using CUdevice = int;
-using CUcontext = void*;
-using CUmodule = void*;
-using CUfunction = void*;
-using CUstream = void*;
-constexpr int kCuFuncAttributeMaxDynamicSharedSize =
-    8;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-
-struct Driver {
-  CUresult (*cuInit)(unsigned) = nullptr;
-  CUresult (*cuDeviceGet)(CUdevice*, int) = nullptr;
-  CUresult (*cuCtxGetCurrent)(CUcontext*) = nullptr;
-  CUresult (*cuCtxSetCurrent)(CUcontext) = nullptr;
-  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext*, CUdevice) = nullptr;
-  CUresult (*cuModuleLoadData)(CUmodule*, const void*) = nullptr;
-  CUresult (*cuModuleUnload)(CUmodule) = nullptr;
-  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
-  CUresult (*cuFuncSetAttribute)(CUfunction, int, int) = nullptr;
-  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
-                             unsigned, CUstream, void**, void**) = nullptr;
-  CUresult (*cuGetErrorString)(CUresult, const char**) = nullptr;
-  std::string error;  ///< why the driver could not be loaded
-};
-
-template <typename F>
-void bind(void* lib, const char* name, F& f, std::string& error) {
-  f = reinterpret_cast<F>(dlsym(lib, name));
-  if (f == nullptr && error.empty()) error = std::string("libcuda has no ") + name;
-}
-
-const Driver& driver() {
-  static Driver d = [] {
-    Driver d;
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-    if (lib == nullptr) lib = dlopen("libcuda.so", RTLD_NOW | RTLD_GLOBAL);
-    if (lib == nullptr) {
-      d.error = "libcuda could not be loaded";
-      return d;
-    }
-    bind(lib, "cuInit", d.cuInit, d.error);
-    bind(lib, "cuDeviceGet", d.cuDeviceGet, d.error);
-    bind(lib, "cuCtxGetCurrent", d.cuCtxGetCurrent, d.error);
-    bind(lib, "cuCtxSetCurrent", d.cuCtxSetCurrent, d.error);
-    bind(lib, "cuDevicePrimaryCtxRetain", d.cuDevicePrimaryCtxRetain, d.error);
-    bind(lib, "cuModuleLoadData", d.cuModuleLoadData, d.error);
-    bind(lib, "cuModuleUnload", d.cuModuleUnload, d.error);
-    bind(lib, "cuModuleGetFunction", d.cuModuleGetFunction, d.error);
-    bind(lib, "cuFuncSetAttribute", d.cuFuncSetAttribute, d.error);
-    bind(lib, "cuLaunchKernel", d.cuLaunchKernel, d.error);
-    bind(lib, "cuGetErrorString", d.cuGetErrorString, d.error);
-    if (d.error.empty() && d.cuInit(0) != 0) d.error = "cuInit failed";
-    return d;
-  }();
-  return d;
-}
-
-void check(CUresult r, const char* what) {
-  if (r == 0) return;
-  const char* msg = nullptr;
-  if (driver().cuGetErrorString != nullptr) driver().cuGetErrorString(r, &msg);
-  EMBER_INTERNAL_ASSERT(false) << what << " failed: CUDA error " << r << " ("
-                               << (msg != nullptr ? msg : "unknown") << ")";
-}
-
-/// Makes the device's primary context current on this thread (torch's runtime uses it).
-void ensure_context(int device) {
-  const Driver& d = driver();
-  CUcontext ctx = nullptr;
-  check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
-  if (ctx != nullptr) return;
-  CUdevice dev = 0;
-  check(d.cuDeviceGet(&dev, device), "cuDeviceGet");
-  check(d.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
-  check(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
-}
+using namespace cuda;
 
 TritonHooks& hooks() {
   // Never destroyed: the hooks hold Python callables, which must not be released after the

@@ -302,7 +302,8 @@ def resolve_backend(name: str) -> Callable[[nn.Module], Callable] | None:
     "inductor" is torch.compile's default; "inductor-reduce-overhead" / "inductor-max-autotune" /
     "inductor-max-autotune-no-cudagraphs" pick a torch.compile mode; "ember" is the ember backend (the
     registered torch.compile backend, or ember.backend imported directly); "ember-capture" is
-    ember.compile (ember's own bytecode capture, no Dynamo); any other name must be a registered
+    ember.compile (ember's own bytecode capture, no Dynamo), "ember-capture-<mode>" ember.compile
+    with that mode (e.g. ember-capture-reduce-overhead); any other name must be a registered
     torch.compile backend (torch._dynamo.list_backends()).
     """
     if name == "eager":
@@ -311,6 +312,11 @@ def resolve_backend(name: str) -> Callable[[nn.Module], Callable] | None:
         import ember  # noqa: PLC0415
 
         return lambda m: ember.compile(m)
+    if name.startswith("ember-capture-"):  # ember-capture-reduce-overhead: a mode of ember.compile
+        import ember  # noqa: PLC0415
+
+        mode = name[len("ember-capture-"):]
+        return lambda m, _mode=mode: ember.compile(m, mode=_mode)
     if name == "inductor":
         return lambda m: torch.compile(m)
     if name.startswith("inductor-"):
@@ -587,7 +593,7 @@ def run_model(spec: M.ModelSpec, mode: str, dtype: str, s: Settings,
                 free_memory(s.device)
                 base_mem = torch.cuda.memory_allocated() if cuda else 0
                 reset_dynamo_counters_only()
-                if b in ("ember", "ember-capture"):
+                if b == "ember" or b.startswith("ember-capture"):
                     ember_metrics(reset=True)
                 inst = Instance(base, wl, mode, dtype, s.device, compile_fn)
                 dt, _ = timed(inst.step, sync)
@@ -627,14 +633,14 @@ def run_model(spec: M.ModelSpec, mode: str, dtype: str, s: Settings,
                     inst.step()
                 sync()
                 graphs, breaks = dynamo_counters()
-                if b == "ember-capture":
+                if b.startswith("ember-capture"):
                     m = ember_metrics() or {}
                     # ember's own capture: graphs it made, and breaks plus frames run eagerly.
                     graphs = m.get("graphs", 0)
                     breaks = m.get("graph_breaks", 0) + m.get("eager_frames", 0)
                 if b != "eager":
                     r.graphs, r.graph_breaks = graphs, breaks
-                if b in ("ember", "ember-capture"):
+                if b == "ember" or b.startswith("ember-capture"):
                     m = ember_metrics()
                     if m is not None:
                         r.extra["ember_metrics"] = m

@@ -270,6 +270,28 @@ def test_compile_as_decorator_and_with_options():
     torch.testing.assert_close(g(x), x + 1)
 
 
+@pytest.mark.parametrize("mode", ["reduce-overhead", "max-autotune", "default"])
+def test_modes_on_the_cpu_compile_as_the_default(mode):
+    # CUDA graphs are for graphs on a CUDA device (tests/python/gpu); a CPU graph under
+    # mode="reduce-overhead" runs its program as usual, with no note and no warning.
+    import warnings
+
+    from ember import _C
+
+    c = ember.compile(lambda x: (x * 2).relu(), mode=mode)
+    ember.metrics.reset()
+    before = _C.cuda_graph_replays()
+    x = r(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(3):
+            torch.testing.assert_close(c(x), (x * 2).relu())
+    assert ember.metrics.snapshot()["codegen_notes"] == 0
+    assert _C.cuda_graph_replays() == before
+    with pytest.raises(ember.CompileError, match="unknown mode"):
+        ember.compile(lambda x: x, mode="fast")
+
+
 def test_compile_rejects_unknown_backend():
     with pytest.raises(ember.CompileError):
         ember.compile(lambda x: x, backend="nope")

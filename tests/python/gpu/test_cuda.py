@@ -109,6 +109,42 @@ def test_conv_net_runs_channels_last_and_matches_eager(dtype):
         assert ember.compile(f)(x).is_contiguous()
 
 
+def test_reduce_overhead_replays_a_cuda_graph():
+    # mode="reduce-overhead": the first call runs as usual, the second captures a CUDA graph,
+    # every call from then on is one replay; outputs are copies, so a later call does not
+    # overwrite what an earlier one returned.
+    import ember
+    from ember import _C
+
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(),
+                                torch.nn.LayerNorm(64), torch.nn.Linear(64, 8)).cuda().eval()
+    compiled = ember.compile(model, mode="reduce-overhead")
+    xs = [torch.randn(4, 32, device="cuda") for _ in range(5)]
+    before = _C.cuda_graph_replays()
+    with torch.no_grad():
+        outs = [compiled(x) for x in xs]
+        for x, o in zip(xs, outs):
+            torch.testing.assert_close(o, model(x), rtol=1.3e-6, atol=1e-5)
+    assert _C.cuda_graph_replays() - before == 4  # calls 2 to 5
+
+
+def test_reduce_overhead_falls_back_where_a_graph_cannot_be_captured():
+    # A graph that mutates its input runs without a CUDA graph (and says why), correctly.
+    import ember
+    from ember import _C
+
+    def f(x):
+        x.add_(1)
+        return x * 2
+
+    compiled = ember.compile(f, mode="reduce-overhead")
+    before = _C.cuda_graph_replays()
+    x = torch.zeros(8, device="cuda")
+    for i in range(3):
+        torch.testing.assert_close(compiled(x), torch.full((8,), 2.0 * (i + 1), device="cuda"))
+    assert _C.cuda_graph_replays() == before
+
+
 def test_factories_and_mutation_cuda():
     def f(x):
         z = torch.zeros(x.shape[0], 3, device=x.device)

@@ -1,0 +1,80 @@
+/// \file
+/// mode="reduce-overhead": a compiled graph on one CUDA device is captured into a CUDA graph and
+/// replayed, as Inductor's cudagraphs do: one launch per call instead of one per kernel and ATen
+/// call.
+///
+/// The first call runs the graph's program as usual (it compiles and loads what is loaded lazily:
+/// Triton modules, cuBLAS handles). The second captures the program into a CUDA graph through a
+/// hook the Python package installs (ember/_cudagraphs.py: torch.cuda.graph, which captures on a
+/// side stream into a private memory pool of torch's caching allocator), on static copies of the
+/// inputs. From then on a call copies its inputs into the static ones (parameters are read in
+/// place), replays the graph with cuGraphLaunch (libcuda, from C++, on the current stream) and
+/// returns copies of the static outputs, so that a later replay cannot overwrite what a caller
+/// holds. A graph whose capture fails, or whose outputs alias its inputs, runs without a CUDA
+/// graph, with the reason in a warning and in disabled_reason().
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ember::runtime {
+
+/// A captured, instantiated CUDA graph and what keeps it (and the memory pool its tensors live
+/// in) alive: the Python torch.cuda.CUDAGraph.
+struct CapturedCudaGraph {
+  void* exec = nullptr;  ///< cudaGraphExec_t
+  std::shared_ptr<void> owner;
+};
+
+/// Runs `body` under stream capture on CUDA device `device` and returns the instantiated graph;
+/// throws what `body` or the capture throws. Installed by ember._cudagraphs
+/// (ember._C.set_cuda_graph_hook).
+using CudaGraphHook =
+    std::function<CapturedCudaGraph(int device, const std::function<void()>& body)>;
+void set_cuda_graph_hook(CudaGraphHook hook);
+
+/// Replays of CUDA graphs in this process (all runners): for tests.
+int64_t cuda_graph_replays_total();
+
+/// The CUDA graph of one compiled graph (see the file comment).
+class CudaGraphRunner {
+ public:
+  using Program = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
+
+  /// `parameters[i]`: input i is a parameter, which replays read in place (a call that passes
+  /// another tensor there runs without the graph).
+  CudaGraphRunner(int device, std::vector<bool> parameters);
+  ~CudaGraphRunner();
+
+  /// The outputs for `inputs` from a replay of the graph, capturing it first on the second call;
+  /// nullopt when the caller must run `program` itself (the warm-up call, a call the graph
+  /// cannot serve, or a graph that could not be captured).
+  std::optional<std::vector<at::Tensor>> run(const std::vector<at::Tensor>& inputs,
+                                             const Program& program);
+
+  /// Why the graph runs without a CUDA graph; empty while it is captured or still to be.
+  std::string disabled_reason() const;
+  int64_t replays() const;
+
+ private:
+  bool capture(const std::vector<at::Tensor>& inputs, const Program& program);
+  void disable(const std::string& why);
+
+  const int device_;
+  const std::vector<bool> parameters_;
+  mutable std::mutex mu_;
+  int64_t calls_ = 0;
+  int64_t replays_ = 0;
+  std::string disabled_;
+  std::vector<at::Tensor> static_inputs_, static_outputs_;
+  CapturedCudaGraph graph_;
+};
+
+}  // namespace ember::runtime
