@@ -20,7 +20,7 @@ bool is_row_mask(const at::Tensor& mask) {
          mask.stride(-1) == 0;
 }
 
-void attention_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+void attention_kernel(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stack) {
   // aten::scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, *,
   //                                    scale, enable_gqa)
   constexpr size_t kArgs = 8;
@@ -59,7 +59,6 @@ void attention_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   }
   torch::jit::drop(*stack, kArgs);
   torch::jit::push(*stack, std::move(out));
-  (void)op;
 }
 
 }  // namespace

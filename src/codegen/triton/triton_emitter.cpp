@@ -290,12 +290,8 @@ class Emitter {
   /// Stores one element at program level, keeping the value for later reads of it.
   void scalar_store(const std::string& buffer, const std::string& index, const std::string& value) {
     std::string v = fresh("sv");
-    const char* t = tl_dtype(buffer_dtype(buffer));
-    // A Python literal (an identity, a constant) has no .to(): a typed scalar.
-    const bool literal = value == "True" || value == "False" || value.rfind("float(", 0) == 0 ||
-                         value.find_first_not_of("-+.0123456789eE") == std::string::npos;
-    line(v + " = " +
-         (literal ? "tl.full([], " + value + ", " + t + ")" : "(" + value + ").to(" + t + ")"));
+    // tl.cast, not .to(): the value may be a Python literal (an identity, a constant).
+    line(v + " = tl.cast(" + value + ", " + tl_dtype(buffer_dtype(buffer)) + ")");
     line("tl.store(" + buf_name(buffer) + " + (" + index + "), " + v + ")");
     memory_.wrote(buffer, index, v);
   }

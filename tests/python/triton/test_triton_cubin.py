@@ -60,13 +60,16 @@ def test_generated_kernels_compile_to_sm90_cubins(tmp_path):
         (str(GOLDEN / "codegen/golden/gelu_bias.loop"), {"m": 64, "n": 128}),
         (str(GOLDEN / "loop/golden/softmax.loop"), {"s0": 64, "s1": 1000}),
         (str(static_path), {}),
+        # A row's sum stored into an output and forwarded to the epilogue (tl.cast of a literal).
+        (str(GOLDEN / "codegen/golden/rms_norm_mean_out.loop"), {"s0": 64}),
     ]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(kernels)], env=env,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(r.stdout.strip().splitlines()[-1])
-    assert [name for name, _, _ in result] == ["ember_gelu_bias", "ember_softmax", "ember_softmax"]
+    assert [name for name, _, _ in result] == ["ember_gelu_bias", "ember_softmax", "ember_softmax",
+                                               "ember_rms_norm"]
     for name, size, warps in result:
         assert size > 1000 and warps >= 1, (name, size, warps)
 
