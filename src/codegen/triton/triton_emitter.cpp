@@ -4,71 +4,16 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
-#include <set>
 #include <sstream>
 
-#include "codegen/triton/triton_kernel_shape.h"
-#include "codegen/triton/triton_memory_order.h"
+#include "codegen/triton/triton_emitter_internal.h"
 #include "codegen/triton/triton_prelude.h"
-#include "support/error.h"
 
 namespace ember::codegen {
 
-using namespace loop;
-using namespace triton_shape;
+namespace triton_detail {
 
 namespace {
-
-/// Why a kernel has no Triton form; caught by emit_triton.
-struct NoTritonForm {
-  std::string why;
-};
-
-[[noreturn]] void refuse(const std::string& why) {
-  throw NoTritonForm{why};
-}
-
-const char* tl_dtype(DType t) {
-  switch (t) {
-    case DType::UInt8:
-      return "tl.uint8";
-    case DType::Int8:
-      return "tl.int8";
-    case DType::Int16:
-      return "tl.int16";
-    case DType::Int32:
-      return "tl.int32";
-    case DType::Int64:
-      return "tl.int64";
-    case DType::Float16:
-      return "tl.float16";
-    case DType::Float32:
-      return "tl.float32";
-    case DType::Float64:
-      return "tl.float64";
-    case DType::Bool:
-      return "tl.int1";
-    case DType::BFloat16:
-      return "tl.bfloat16";
-  }
-  return "tl.float32";
-}
-
-bool is_half(DType t) {
-  return t == DType::Float16 || t == DType::BFloat16;
-}
-
-/// Float literal text that round-trips (Triton takes a Python float as f32 beside an f32 block).
-std::string float_text(double v) {
-  if (std::isnan(v)) return "float(\"nan\")";
-  if (std::isinf(v)) return v > 0 ? "float(\"inf\")" : "float(\"-inf\")";
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  std::string s = buf;
-  if (s.find_first_of(".eE") == std::string::npos) s += ".0";
-  return s;
-}
 
 const char* call_text(CallFn fn) {
   switch (fn) {
@@ -139,185 +84,7 @@ const char* call_text(CallFn fn) {
   }
 }
 
-/// What reduce helper and identity an accumulator op uses.
-struct ReduceText {
-  const char* combine;  ///< a jit helper taking (a, b)
-  const char* reduce;   ///< a jit helper taking (block) -> scalar
-};
-
-ReduceText reduce_text(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::Sum:
-      return {"_ember_add", "_ember_sum"};
-    case ReduceOp::Prod:
-      return {"_ember_mul", "_ember_prod"};
-    case ReduceOp::Max:
-      return {"_ember_max", "_ember_amax"};
-    case ReduceOp::Min:
-      return {"_ember_min", "_ember_amin"};
-    case ReduceOp::Any:
-      return {"_ember_or", "_ember_any"};
-    case ReduceOp::All:
-      return {"_ember_and", "_ember_all"};
-    default:
-      refuse(std::string("the ") + reduce_op_name(op) + " reduction");
-  }
-}
-
-/// Arrays (Allocates of more than one element) live in one block: at most this many elements.
-constexpr int64_t kMaxArray = 1024;
-
-class Emitter {
- public:
-  explicit Emitter(const Kernel& k) : k_(k) {}
-
-  TritonKernel run();
-
- private:
-  // --- expressions ---
-  std::string expr(const Expr& e);
-  std::string binary(const Expr& e);
-  std::string load(const Load& l);
-  /// `s` computed in f32 and rounded to `t` when `t` is f16 or bf16.
-  std::string half_wrap(DType t, const std::string& s) const {
-    return is_half(t) ? "(" + s + ").to(" + tl_dtype(t) + ")" : s;
-  }
-  std::string operand(const Expr& e) {
-    std::string s = expr(e);
-    return is_half(e.dtype()) ? "(" + s + ").to(tl.float32)" : s;
-  }
-  /// The mask a memory access uses here: the block's, and the Select arms it is under.
-  std::string mask() const {
-    std::string m;
-    if (!block_mask_.empty()) m = block_mask_;
-    for (const std::string& g : guards_) m = m.empty() ? g : "(" + m + ") & (" + g + ")";
-    return m;
-  }
-
-  // --- statements ---
-  void line(const std::string& s) { lines_.push_back(std::string(indent_ * 4, ' ') + s); }
-  /// Straight-line statements at program level (Rows) or in the flattened body (Flat).
-  void stmt(const Stmt& s);
-  /// An inner loop run as a loop over blocks.
-  void block_loop(const For& f);
-  void block_stmt(const Stmt& s, const std::string& rmask);
-  /// The accumulators (buffer, index) of the loop body updated at an element that does not
-  /// depend on the loop variable, in first-seen order.
-  void collect_row_accumulators(const Stmt& s, const std::string& var);
-
-  std::string fresh(const std::string& base) { return base + std::to_string(counter_++); }
-  /// Temporaries ("t" and a number: the scheduler numbers them across a whole graph) are
-  /// renumbered in the order this kernel first names them, so that kernels that differ only in
-  /// those numbers have the same source (and are compiled once).
-  std::string var_name(const std::string& n) const {
-    const bool temporary =
-        n.size() > 1 && n[0] == 't' && n.find_first_not_of("0123456789", 1) == std::string::npos;
-    if (!temporary) return "v_" + n;
-    auto [it, fresh] = temporaries_.try_emplace(n, "");
-    if (fresh) it->second = "v_t" + std::to_string(temporaries_.size() - 1);
-    return it->second;
-  }
-  static std::string buf_name(const std::string& n) { return "b_" + n; }
-
-  const Kernel& k_;
-  std::vector<std::string> lines_;  ///< the kernel body; an emptied line is a dropped store
-  int indent_ = 1;
-  int counter_ = 0;
-  mutable std::map<std::string, std::string> temporaries_;  ///< see var_name
-  std::string block_mask_;            ///< the current block's mask ("" at scalar level)
-  std::vector<std::string> guards_;   ///< Select conditions the current expression is under
-  std::vector<bool> guard_is_block_;  ///< whether each guard depends on a block variable
-  std::set<std::string> block_vars_;  ///< variables that are blocks (loop variables, their Lets)
-  std::map<std::string, std::string> scalars_;  ///< one-element Allocates -> their variable
-  std::map<std::string, DType> scalar_types_;
-  /// Allocates of up to kMaxArray elements whose every access is at the index of the current
-  /// block loop (min 0): one block variable, lane i holding element i.
-  std::map<std::string, std::string> arrays_;
-  std::map<std::string, DType> array_types_;
-  std::string block_var_;  ///< the current block loop's variable ("" at scalar level)
-  bool block_min_zero_ = false;
-  /// The array element `index` addresses: the current block loop's lane. Refuses others.
-  void require_lane_index(const std::string& buffer, const Expr& index) const {
-    const auto* v = index.as<Var>();
-    if (v == nullptr || v->name != block_var_ || !block_min_zero_) {
-      refuse("an access to allocation " + buffer + " that is not at the block loop's index");
-    }
-  }
-  struct RowAcc {
-    ReduceOp op;
-    std::string buffer;
-    Expr index;
-    std::string block;  ///< the block variable of partials
-    DType dtype;
-    // ArgMax/ArgMin: the index accumulator (an i64 buffer) and its block.
-    std::string index_buffer;
-    std::string index_block;
-  };
-  /// The two-buffer (value, index) accumulators of argmax/argmin, folded with the candidate
-  /// (cv, ci) where `take` holds.
-  void arg_update(bool larger, const std::string& v, const std::string& i, const std::string& cv,
-                  const std::string& ci, const std::string& extra_mask) {
-    std::string take = std::string("_ember_arg_take(") + v + ", " + i + ", " + cv + ", " + ci +
-                       ", " + (larger ? "True" : "False") + ")";
-    if (!extra_mask.empty()) take = "(" + take + ") & (" + extra_mask + ")";
-    std::string t = fresh("take");
-    line(t + " = " + take);
-    line(v + " = tl.where(" + t + ", " + cv + ", " + v + ")");
-    line(i + " = tl.where(" + t + ", " + ci + ", " + i + ")");
-  }
-  /// Reads/writes an accumulator element: a scalar variable or memory.
-  std::string acc_read(const std::string& buffer, const Expr& index) {
-    if (auto it = scalars_.find(buffer); it != scalars_.end()) return it->second;
-    pending_stores_.erase(buffer);
-    return scalar_load(buffer, expr(index), "");
-  }
-  void acc_write(const std::string& buffer, const Expr& index, const std::string& value) {
-    if (auto it = scalars_.find(buffer); it != scalars_.end()) {
-      line(it->second + " = " + value);
-    } else {
-      load_cache_.erase(buffer);
-      scalar_store(buffer, expr(index), value);
-    }
-  }
-  /// One element of `buffer` read by the whole program: the value the program stored there, or a
-  /// load (after a barrier if the program wrote the buffer; see triton_memory_order.h).
-  std::string scalar_load(const std::string& buffer, const std::string& index,
-                          const std::string& mask_args) {
-    if (std::string v = memory_.forwarded(buffer, index); !v.empty()) return v;
-    sync_before_read(buffer);
-    return "tl.load(" + buf_name(buffer) + " + (" + index + ")" + mask_args + ")";
-  }
-  /// Stores one element at program level, keeping the value for later reads of it.
-  void scalar_store(const std::string& buffer, const std::string& index, const std::string& value) {
-    std::string v = fresh("sv");
-    // tl.cast, not .to(): the value may be a Python literal (an identity, a constant).
-    line(v + " = tl.cast(" + value + ", " + tl_dtype(buffer_dtype(buffer)) + ")");
-    line("tl.store(" + buf_name(buffer) + " + (" + index + "), " + v + ")");
-    memory_.wrote(buffer, index, v);
-  }
-  void sync_before_read(const std::string& buffer) {
-    if (memory_.barrier_before_read(buffer)) line("tl.debug_barrier()");
-  }
-  DType buffer_dtype(const std::string& buffer) const {
-    for (const BufferParam& b : k_.buffers) {
-      if (b.name == buffer) return b.dtype;
-    }
-    refuse("a store to " + buffer + ", which is not a buffer argument");
-  }
-  ProgramMemory memory_;
-  std::vector<RowAcc> row_accs_;
-  /// Appended to program ids and aranges: i64 unless every index provably fits in i32
-  /// (int32_indices).
-  std::string index_cast_ = ".to(tl.int64)";
-  /// Every block loop fits one block (persistent_form): no loops, loads reused.
-  bool persistent_ = false;
-  std::map<std::string, std::pair<std::string, std::string>> persistent_lanes_;
-  std::map<std::string, std::map<std::string, std::string>> load_cache_;  ///< buffer -> load
-  /// Persistent rows: stores not yet read from memory, per buffer (load text -> line index).
-  std::map<std::string, std::map<std::string, size_t>> pending_stores_;
-  Expr block_extent_;
-  Expr array_extent_;  ///< the largest array allocation (RBLOCK covers it)
-};
+}  // namespace
 
 std::string Emitter::expr(const Expr& e) {
   switch (e.kind()) {
@@ -632,6 +399,7 @@ void Emitter::stmt(const Stmt& s) {
         block_loop(f);
         return;
       }
+      if (column_tiles(f)) return;
       // A loop around block loops (a column reduction's rows): a serial loop of scalars.
       const std::string v = var_name(f.var.as<Var>()->name);
       const std::string mn = expr(f.min);
@@ -690,167 +458,6 @@ void Emitter::stmt(const Stmt& s) {
       return;
     }
   }
-}
-
-void Emitter::collect_row_accumulators(const Stmt& s, const std::string& var) {
-  switch (s.kind()) {
-    case StmtKind::Block:
-      for (const Stmt& c : s.as<Block>()->stmts) collect_row_accumulators(c, var);
-      return;
-    case StmtKind::Let:
-      collect_row_accumulators(s.as<Let>()->body, var);
-      return;
-    case StmtKind::Accumulate: {
-      const auto* a = s.as<Accumulate>();
-      const bool arg = a->op == ReduceOp::ArgMax || a->op == ReduceOp::ArgMin;
-      if (a->buffers.size() != 1 && !arg) {
-        refuse(std::string("the ") + reduce_op_name(a->op) + " reduction");
-      }
-      if (uses_any(a->index, {var}) || uses_any(a->index, block_vars_)) {
-        if (arg) refuse("an elementwise " + std::string(reduce_op_name(a->op)));
-        return;  // elementwise
-      }
-      for (const RowAcc& r : row_accs_) {
-        if (r.buffer == a->buffers[0] && r.op == a->op) return;  // one block per accumulator
-      }
-      DType t = a->values[0].dtype();
-      RowAcc r{a->op, a->buffers[0], a->index, fresh("acc"), t, "", ""};
-      if (arg) {
-        r.index_buffer = a->buffers[1];
-        r.index_block = fresh("acci");
-      }
-      row_accs_.push_back(r);
-      return;
-    }
-    default:
-      return;
-  }
-}
-
-void Emitter::block_loop(const For& f) {
-  const std::string& var = f.var.as<Var>()->name;
-  row_accs_.clear();
-  collect_row_accumulators(f.body, var);
-  std::string ext = fresh("ext");
-  line(ext + " = " + expr(f.extent));
-  for (const RowAcc& r : row_accs_) {
-    line(r.block + " = tl.full([RBLOCK], " + expr(reduction_identity(r.op, 0, r.dtype)) + ", " +
-         tl_dtype(r.dtype) + ")");
-    if (!r.index_block.empty()) {
-      line(r.index_block + " = tl.full([RBLOCK], " +
-           expr(reduction_identity(r.op, 1, DType::Int64)) + ", tl.int64)");
-    }
-  }
-  std::string rmask, off;
-  if (persistent_) {
-    // One block holds the whole loop: no loop, and lanes and masks shared by every loop of
-    // this extent, so that their loads are the same expressions (load()'s cache).
-    std::string key = expr(f.extent);
-    auto [it, added] = persistent_lanes_.emplace(key, std::make_pair(std::string(), std::string()));
-    if (added) {
-      it->second = {fresh("roff"), fresh("rmask")};
-      line(it->second.first + " = tl.arange(0, RBLOCK)" + index_cast_);
-      line(it->second.second + " = " + it->second.first + " < " + ext);
-    }
-    off = it->second.first;
-    rmask = it->second.second;
-    ++indent_;  // balanced below; persistent code keeps the program's indentation
-    --indent_;
-  } else {
-    std::string r0 = fresh("r");
-    rmask = fresh("rmask");
-    line("for " + r0 + " in range(0, " + ext + ", RBLOCK):");
-    ++indent_;
-    memory_.enter_loop();
-    off = fresh("roff");
-    line(off + " = " + r0 + " + tl.arange(0, RBLOCK)" + index_cast_);
-    line(rmask + " = " + off + " < " + ext);
-  }
-  block_vars_.insert(var);
-  line(var_name(var) + " = " + expr(f.min) + " + " + off);
-  block_mask_ = rmask;
-  block_var_ = var;
-  const auto* mn = f.min.as<IntImm>();
-  block_min_zero_ = mn != nullptr && mn->value == 0;
-  block_stmt(f.body, rmask);
-  block_mask_.clear();
-  block_var_.clear();
-  if (!persistent_) {
-    memory_.exit_loop();
-    --indent_;
-  }
-  for (const RowAcc& r : row_accs_) {
-    if (!r.index_block.empty()) {
-      const bool larger = r.op == ReduceOp::ArgMax;
-      std::string rv = fresh("rv"), ri = fresh("ri");
-      line(rv + ", " + ri + " = tl.reduce((" + r.block + ", " + r.index_block + "), 0, " +
-           (larger ? "_ember_argmax_pair" : "_ember_argmin_pair") + ")");
-      std::string cv = fresh("cv"), ci = fresh("ci");
-      line(cv + " = " + acc_read(r.buffer, r.index));
-      line(ci + " = " + acc_read(r.index_buffer, r.index));
-      arg_update(larger, cv, ci, rv, ri, "");
-      acc_write(r.buffer, r.index, cv);
-      acc_write(r.index_buffer, r.index, ci);
-      continue;
-    }
-    ReduceText t = reduce_text(r.op);
-    std::string red = std::string(t.reduce) + "(" + r.block + ")";
-    if (auto it = scalars_.find(r.buffer); it != scalars_.end()) {
-      line(it->second + " = " +
-           half_wrap(scalar_types_[r.buffer],
-                     std::string(t.combine) + "(" + it->second + ", " + red + ")"));
-    } else {
-      acc_write(r.buffer, r.index,
-                std::string(t.combine) + "(" + acc_read(r.buffer, r.index) + ", " + red + ")");
-    }
-  }
-  row_accs_.clear();
-  // The extent that picks RBLOCK: the longest inner loop (a Max over the kernel's loops). An
-  // extent over loop variables (a tile's) is bounded by the arrays it walks.
-  if (uses_any(f.extent, {}, true)) {
-    if (!array_extent_.defined()) refuse("an inner loop whose extent depends on a loop variable");
-  } else {
-    block_extent_ =
-        block_extent_.defined() ? make_binary(ExprKind::Max, block_extent_, f.extent) : f.extent;
-  }
-}
-
-void Emitter::block_stmt(const Stmt& s, const std::string& rmask) {
-  if (s.kind() == StmtKind::Accumulate) {
-    const auto* a = s.as<Accumulate>();
-    for (const RowAcc& r : row_accs_) {
-      if (r.buffer != a->buffers[0] || r.op != a->op) continue;
-      if (!r.index_block.empty()) {
-        std::string cv = fresh("cand"), ci = fresh("candi");
-        line(cv + " = " + expr(a->values[0]));
-        line(ci + " = " + expr(a->values[1]));
-        arg_update(a->op == ReduceOp::ArgMax, r.block, r.index_block, cv, ci, mask());
-        return;
-      }
-      ReduceText t = reduce_text(a->op);
-      std::string v = expr(a->values[0]);
-      std::string m = mask();
-      std::string id = expr(reduction_identity(a->op, 0, r.dtype));
-      line(r.block + " = " +
-           half_wrap(r.dtype, std::string(t.combine) + "(" + r.block + ", tl.where(" + m + ", " +
-                                  v + ", " + id + "))"));
-      return;
-    }
-    stmt(s);  // elementwise: each lane its own element
-    return;
-  }
-  if (s.kind() == StmtKind::Block) {
-    for (const Stmt& c : s.as<Block>()->stmts) block_stmt(c, rmask);
-    return;
-  }
-  if (s.kind() == StmtKind::Let) {
-    const auto* l = s.as<Let>();
-    block_vars_.insert(l->var.as<Var>()->name);
-    line(var_name(l->var.as<Var>()->name) + " = " + expr(l->value));
-    block_stmt(l->body, rmask);
-    return;
-  }
-  stmt(s);
 }
 
 Expr product(const std::vector<const For*>& loops) {
@@ -944,7 +551,11 @@ TritonKernel Emitter::run() {
   return out;
 }
 
-}  // namespace
+}  // namespace triton_detail
+
+using namespace loop;
+using triton_detail::Emitter;
+using triton_detail::NoTritonForm;
 
 std::optional<TritonKernel> emit_triton(const Kernel& k, std::string* why) {
   try {

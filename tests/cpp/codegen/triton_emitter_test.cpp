@@ -110,6 +110,23 @@ TEST(TritonEmitter, AReadOfWhatTheProgramStoredInABlockWaitsForABarrier) {
   EXPECT_LT(barrier, b2.find("tl.load(b_y")) << b2;
 }
 
+// A column reduction (a loop over rows around a block loop folding a lane-indexed array) is
+// emitted as 2D tiles: rows along axis 0, folded along it into the array.
+TEST(TritonEmitter, ColumnReductionsFoldTwoDimensionalTiles) {
+  loop::Kernel k =
+      loop::parse_kernel(read(std::string(EMBER_CODEGEN_GOLDEN_DIR) + "/column_sum.loop"));
+  std::string why;
+  auto t = emit_triton(k, &why);
+  ASSERT_TRUE(t.has_value()) << why;
+  const std::string body = kernel_function(*t);
+  EXPECT_NE(body.find("tl.arange(0, (4096 // RBLOCK))[:, None]"), std::string::npos) << body;
+  EXPECT_EQ(body.find("for v_r in range"), std::string::npos) << body;  // no serial row loop
+  expect_golden(body, "column_sum.triton.golden");
+  TritonLaunch l = triton_launch(*t, {});
+  EXPECT_EQ(l.programs, 20);
+  EXPECT_EQ(l.block, 256);
+}
+
 TEST(TritonEmitter, RefusesWhatItCannotExpressWithAReason) {
   std::string why;
   EXPECT_FALSE(
