@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <thread>
 #include <unordered_set>
 #include <utility>
 
@@ -40,6 +41,10 @@ struct ExtraState {
   bool warned_limit = false;     ///< the cache-size-limit warning was issued
   uint64_t skip_generation = 0;  ///< the skip-prefix generation `file_skipped` was computed for
   bool file_skipped = false;
+  /// The thread compiling this code now (its ThreadState), or null. A compile runs Python code
+  /// and so may let other threads run: one that misses meanwhile waits for the entry instead of
+  /// compiling the same code again.
+  const void* compiling = nullptr;
 };
 
 struct Globals {
@@ -247,9 +252,20 @@ void log_recompile(const FrameView& f, ExtraState& s, const FrameCompiler* owner
               "): " + (why.empty() ? std::string("no guard failed") : why));
 }
 
+PyObject* intercept(PyThreadState* ts, _PyInterpreterFrame* frame, ThreadState& st, ExtraState* s);
+
 PyObject* on_miss(PyThreadState* ts, _PyInterpreterFrame* frame, ThreadState& st, ExtraState* s,
                   const FrameView& f) {
   Globals& g = globals();
+  if (s->compiling != nullptr && s->compiling != &st) {
+    // Another thread is compiling this code: wait for it (without the GIL), then look again.
+    while (s->compiling != nullptr) {
+      PyThreadState* saved = PyEval_SaveThread();
+      std::this_thread::yield();
+      PyEval_RestoreThread(saved);
+    }
+    return intercept(ts, frame, st, s);
+  }
   const std::shared_ptr<FrameCompiler>& compiler = *st.compiler;
   {
     HookDisabled off(st);
@@ -281,11 +297,13 @@ PyObject* on_miss(PyThreadState* ts, _PyInterpreterFrame* frame, ThreadState& st
   CompileResult result;
   {
     HookDisabled off(st);
+    s->compiling = &st;
     try {
       result = compiler->compile(f);
     } catch (...) {
       set_python_error_from_exception();
     }
+    s->compiling = nullptr;
   }
   if (PyErr_Occurred()) return fail(ts, frame);
   switch (result.action) {

@@ -669,6 +669,27 @@ class TestGeneratorsAndCoroutines(HookTestCase):
 
 
 class TestThreadsAndTracing(HookTestCase):
+    def test_a_thread_waits_for_a_compile_in_progress(self):
+        # The compile releases the GIL (a sleep): another thread that misses meanwhile waits for
+        # its entry instead of compiling the same code again.
+        def f(x):
+            return ("eager", x)
+
+        def make(code, l):
+            time.sleep(0.05)
+            return (lambda l: True), (lambda l: ("compiled", l[0]))
+
+        rec = Recorder([f.__code__], make)
+        cf = cc.compile(f, cc.PyCompiler(rec))
+        results = []
+        threads = [threading.Thread(target=lambda i=i: results.append(cf(i))) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(sorted(results), [("compiled", i) for i in range(4)])
+        self.assertEqual(rec.count(f.__code__), 1)
+
     def test_threads(self):
         def f(x):
             return ("eager", x)
