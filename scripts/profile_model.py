@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import os
 import time
 
 import torch
@@ -24,9 +25,9 @@ from ember.bench import models as M
 
 
 def profile(model: str, backend: str, dtype: str, steps: int, top: int, device: str = "cuda",
-            size: str = "full") -> dict:
+            size: str = "full", batch_size: int | None = None) -> dict:
     spec = M.REGISTRY[model]
-    wl = spec.build(size, "inference", device)
+    wl = spec.build(size, "inference", device, batch_size)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     compile_fn = None if backend == "eager" else H.resolve_backend(backend)
     inst = H.Instance(wl.model, wl, "inference", dtype, device, compile_fn)
@@ -62,6 +63,27 @@ def profile(model: str, backend: str, dtype: str, steps: int, top: int, device: 
             "top": [(name[:140], round(ms, 4), n // steps) for name, (ms, n) in rows[:top]]}
 
 
+def print_sources(names: list[str]) -> None:
+    """The Triton source of each named ember kernel, from the kernel cache (ember._triton keeps
+    `<key>.py` beside each cubin)."""
+    import glob  # noqa: PLC0415
+
+    from ember import _triton  # noqa: PLC0415
+
+    found = {}
+    for path in glob.glob(os.path.join(_triton.cache_dir(), "*.py")):
+        with open(path) as f:
+            text = f.read()
+        for name in names:
+            if name not in found and f"def {name}(" in text:
+                found[name] = text
+    for name in names:
+        print(f"\n-- source of {name}:")
+        text = found.get(name, "  (not in the kernel cache)")
+        start = text.find("@triton.jit\ndef " + name)
+        print(text[start:] if start >= 0 else text)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("models", nargs="+")
@@ -72,12 +94,15 @@ def main() -> None:
     p.add_argument("--json", default=None)
     p.add_argument("--device", default="cuda")
     p.add_argument("--size", default="full", help="the suite's size: full or small")
+    p.add_argument("--batch-size", type=int, default=None, help="override the model's batch size")
+    p.add_argument("--sources", type=int, default=0,
+                   help="print the Triton source of the N slowest ember kernels of each run")
     a = p.parse_args()
     out = []
     for model in a.models:
         for backend in a.backends.split(","):
             try:
-                r = profile(model, backend, a.dtype, a.steps, a.top, a.device, a.size)
+                r = profile(model, backend, a.dtype, a.steps, a.top, a.device, a.size, a.batch_size)
             except Exception as e:  # noqa: BLE001
                 print(f"{model} {backend}: failed: {type(e).__name__}: {e}")
                 continue
@@ -87,6 +112,8 @@ def main() -> None:
                   f"{r['first_call_s']:.1f} s")
             for name, ms, n in r["top"]:
                 print(f"  {ms:8.4f} ms  x{n:<4d} {name}")
+            if a.sources:
+                print_sources([name for name, _, _ in r["top"] if name.startswith("ember_k")][:a.sources])
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
     if a.json:

@@ -62,7 +62,7 @@ def compile_for(source: str, name: str, signature: list[str], block_param: str, 
                 arch: int) -> tuple:
     """The cubin and launch metadata of a generated kernel for sm_<arch>, from the disk cache
     (`cache_dir()/<key>.cubin` and `.json`, keyed by everything that decides them) or compiled by
-    Triton and stored there."""
+    Triton and stored there, with its source beside them (`<key>.py`)."""
     import triton
 
     key = hashlib.sha256(json.dumps([source, name, signature, block_param, block, arch,
@@ -94,7 +94,10 @@ def compile_for(source: str, name: str, signature: list[str], block_param: str, 
         STATS["compiles"] += 1
     try:  # written under temporary names, then renamed: readers never see half a file
         os.makedirs(d, exist_ok=True)
-        for path, data, mode in ((cubin_path, cubin, "wb"), (meta_path, json.dumps(meta), "w")):
+        # the source beside them, for people and tools (scripts/profile_model.py --sources)
+        src_path = os.path.join(d, key + ".py")
+        for path, data, mode in ((src_path, source, "w"), (cubin_path, cubin, "wb"),
+                                 (meta_path, json.dumps(meta), "w")):
             tmp = f"{path}.{os.getpid()}.tmp"
             with open(tmp, mode) as f:
                 f.write(data)

@@ -2,6 +2,7 @@
 
 #include <ATen/core/List.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 
@@ -735,6 +736,10 @@ bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env,
 
 std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) const {
   const graph::Graph& g = traced_.graph;
+  // The graph was traced under the caller's autocast state: its casts are nodes already, and an
+  // op traced in a region with autocast off (a rotary embedding's fp32 matmul) must not be cast
+  // again because the caller's autocast is on now.
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   EMBER_CHECK(inputs.size() == input_slots_.size())
       << "expected " << input_slots_.size() << " input tensors but got " << inputs.size();
   for (size_t i = 0; i < inputs.size(); ++i) {

@@ -64,6 +64,31 @@ def test_parameters_read_inside_the_block_are_cast():
     assert _autocast_off()
 
 
+def test_region_with_autocast_off_runs_in_fp32_under_an_outer_autocast():
+    """A rotary embedding's frequencies: an fp32 matmul inside `autocast(enabled=False)`, called
+    with autocast on. The graph holds an fp32 bmm; the compiled graph's ATen calls must not be
+    autocast again at run time (they were, to bf16: cos of positions up to 1023 was off by 2)."""
+    inv = 1.0 / (10000 ** (torch.arange(0, 64, 2).float() / 64))
+
+    def f(x, pos):
+        a = inv[None, :, None].expand(x.shape[0], -1, 1)
+        p = pos[:, None, :].float()
+        with torch.autocast("cpu", enabled=False):
+            fr = (a @ p).transpose(1, 2)
+            emb = torch.cat((fr, fr), -1)
+            cos = emb.cos()
+        return cos.to(x.dtype), x @ x.transpose(1, 2)
+    x, pos = r(1, 8, 8), torch.arange(1024)[None]
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        ref = f(x, pos)
+        c = ember.compile(f)
+        for _ in range(2):
+            out = c(x, pos)
+    assert out[0].dtype == torch.float32 and out[1].dtype == torch.bfloat16
+    assert (out[0] - ref[0]).abs().max() < 1e-6
+    torch.testing.assert_close(out[1], ref[1])
+
+
 def test_outer_autocast_dtype_is_guarded():
     """Autocast on at call time is part of the guards, dtype included: a call under another
     dtype recompiles rather than reuse the bf16 graph."""
