@@ -100,12 +100,34 @@ bool triton_interpret_env() {
   return e != nullptr && std::string(e) == "1";
 }
 
-/// The first op of `g` tagged nondeterministic_seeded (rand, dropout, ...), or "".
+/// Whether node `n`, of an op tagged nondeterministic_seeded, draws random numbers: not when its
+/// dropout probability is a constant 0 (the attention kernels' `dropout_p`) or it is a dropout
+/// with `train` false.
+bool draws_random_numbers(const graph::Node& n, const c10::FunctionSchema& schema) {
+  const auto& params = schema.arguments();
+  for (size_t i = 0; i < params.size() && i < n.args.size(); ++i) {
+    const std::string& name = params[i].name();
+    if (name == "dropout_p" || (name == "p" && schema.name().find("dropout") != std::string::npos)) {
+      const double* p = std::get_if<double>(&n.args[i]);
+      const int64_t* ip = std::get_if<int64_t>(&n.args[i]);
+      if ((p != nullptr && *p == 0.0) || (ip != nullptr && *ip == 0)) return false;
+    }
+    if (name == "train") {
+      const bool* train = std::get_if<bool>(&n.args[i]);
+      if (train != nullptr && !*train) return false;
+    }
+  }
+  return true;
+}
+
+/// The first op of `g` that draws random numbers (rand, dropout, ...: tagged
+/// nondeterministic_seeded, draws_random_numbers), or "".
 std::string first_seeded_op(const graph::Graph& g) {
   for (const graph::Node& n : g.nodes) {
     const graph::OpInfo& info = g.op_of(n);
     auto op = c10::Dispatcher::singleton().findSchema({info.name, info.overload});
-    if (op.has_value() && op->hasTag(at::Tag::nondeterministic_seeded)) {
+    if (op.has_value() && op->hasTag(at::Tag::nondeterministic_seeded) &&
+        draws_random_numbers(n, op->schema())) {
       return info.qualified_name();
     }
   }

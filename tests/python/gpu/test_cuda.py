@@ -128,6 +128,24 @@ def test_reduce_overhead_replays_a_cuda_graph():
     assert _C.cuda_graph_replays() - before == 4  # calls 2 to 5
 
 
+def test_reduce_overhead_captures_attention_without_dropout():
+    # The fused attention ops are tagged nondeterministic_seeded (they take a dropout_p); with
+    # dropout_p 0 they draw nothing, and the graph is captured (it was refused before: Bert and
+    # GPT-2 ran without a CUDA graph).
+    import ember
+    from ember import _C
+
+    def f(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) * 2
+
+    compiled = ember.compile(f, mode="reduce-overhead")
+    q, k, v = (torch.randn(2, 4, 128, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    before = _C.cuda_graph_replays()
+    for _ in range(3):
+        torch.testing.assert_close(compiled(q, k, v), f(q, k, v))
+    assert _C.cuda_graph_replays() - before == 2  # calls 2 and 3
+
+
 def test_reduce_overhead_falls_back_where_a_graph_cannot_be_captured():
     # A graph that mutates its input runs without a CUDA graph (and says why), correctly.
     import ember
@@ -168,3 +186,23 @@ def test_autocast_cuda():
             return model(x)
 
     check_model(f, (torch.randn(4, 32, device="cuda"),), expect_fallbacks=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_split_group_norm_cuda(dtype):
+    # ConvTasNet's global layer norm: 8 groups in all, 2M elements each, traced as two stages of
+    # sums (src/tracer/split_reduction.h); against eager, the mean and rstd outputs included.
+    gn = torch.nn.GroupNorm(1, 512, eps=1e-8).cuda()
+    with torch.no_grad():
+        gn.weight.normal_()
+        gn.bias.normal_()
+
+    def f(x):
+        out, mean, rstd = torch.ops.aten.native_group_norm(x, gn.weight.to(x.dtype),
+                                                           gn.bias.to(x.dtype), 8, 512, 4001, 1,
+                                                           1e-8)
+        return torch.relu(out), mean, rstd, gn(x.float())
+
+    x = torch.randn(8, 512, 4001, device="cuda", dtype=dtype) * 3 + 1
+    tol = dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else dict(atol=1e-4, rtol=1e-4)
+    check_model(f, (x,), expect_graphs=1, expect_fallbacks=0, **tol)

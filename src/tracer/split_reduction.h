@@ -1,0 +1,35 @@
+#pragma once
+
+// Split reductions: a reduction with few results and many elements per result, on CUDA,
+// recorded as two reductions, so that its work spreads over the whole device.
+//
+// A reduction kernel runs one program per result (a row). With 8 rows of two million elements
+// each (ConvTasNet's global layer norm, GroupNorm(1, 512) over 4001 time steps, batch 8) eight
+// programs do all the work while the other SMs idle: 4.9 ms per call on the H200, where the
+// bytes would take 0.02 ms, and eager's own kernel takes 1.6. Such a call is recorded as sums
+// over the input's inner dims first (one partial per channel: 4096 rows of 4001) and then over
+// the partials (8 rows of 512), each a kernel with enough programs, the partial sums' prologue
+// and the normalization's epilogue fused as usual.
+//
+//   native_group_norm(x, w, b, N, C, HxW, G, eps), x contiguous, on CUDA, N * G < 256 rows,
+//   C / G >= 8 channels per group, N * C >= 1024, (C / G) * HxW >= 2^16 elements per row:
+//     xf   = x.view(N, G, C/G, HxW) in x's compute type (f32 for halves)
+//     mean = xf.sum(-1).sum(-1) / R                     R = (C/G) * HxW
+//     rstd = rsqrt(((xf - mean)^2).sum(-1).sum(-1) / R + eps)
+//     out  = x * a + (b - a * mean),  a = rstd * w       (eager's form of the affine map)
+//   with mean and rstd returned in x's dtype, as eager's [N, G] outputs.
+//
+// Two passes for the variance, as ember's own group norm kernel (eager uses Welford); the sums
+// of partials are at least as accurate as one running sum per row.
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+namespace ember::tracer {
+
+/// Records `op` called with the arguments on top of `stack` (tracer tensors) as a split
+/// reduction, replacing the arguments with its results, and returns true; or returns false and
+/// leaves the stack alone when the call is recorded as it is.
+bool record_split_reduction(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+}  // namespace ember::tracer
