@@ -59,14 +59,14 @@ def cache_dir() -> str:
 
 
 def compile_for(source: str, name: str, signature: list[str], block_param: str, block: int,
-                arch: int) -> tuple:
+                arch: int, num_warps: int = 4) -> tuple:
     """The cubin and launch metadata of a generated kernel for sm_<arch>, from the disk cache
     (`cache_dir()/<key>.cubin` and `.json`, keyed by everything that decides them) or compiled by
     Triton and stored there, with its source beside them (`<key>.py`)."""
     import triton
 
     key = hashlib.sha256(json.dumps([source, name, signature, block_param, block, arch,
-                                     triton.__version__]).encode()).hexdigest()[:32]
+                                     num_warps, triton.__version__]).encode()).hexdigest()[:32]
     d = cache_dir()
     cubin_path, meta_path = os.path.join(d, key + ".cubin"), os.path.join(d, key + ".json")
     try:
@@ -85,7 +85,7 @@ def compile_for(source: str, name: str, signature: list[str], block_param: str, 
     fn = kernel_function(source, name)
     sig = dict(zip(fn.arg_names, signature))
     compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs={block_param: block}),
-                              target=GPUTarget("cuda", arch, 32))
+                              target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
     md = compiled.metadata
     meta = [md.name, md.num_warps, md.shared, getattr(md, "global_scratch_size", 0),
             getattr(md, "global_scratch_align", 1), getattr(md, "profile_scratch_size", 0)]
@@ -122,8 +122,8 @@ def compile_workers() -> int:
 
 
 def _compile(jobs: list[tuple]) -> list[tuple]:
-    """The compile hook: one (source, name, signature, block_param, block, device) per kernel,
-    compiled in parallel (compile_workers) and returned in order."""
+    """The compile hook: one (source, name, signature, block_param, block, device, num_warps)
+    per kernel, compiled in parallel (compile_workers) and returned in order."""
     import torch
 
     arch = {}
@@ -139,9 +139,10 @@ def _compile(jobs: list[tuple]) -> list[tuple]:
             pass
 
     def one(job: tuple) -> tuple | str:
-        source, name, signature, block_param, block, device = job
+        source, name, signature, block_param, block, device, num_warps = job
         try:
-            return compile_for(source, name, signature, block_param, block, arch[device])
+            return compile_for(source, name, signature, block_param, block, arch[device],
+                               num_warps)
         except Exception as e:  # noqa: BLE001  (the kernel's nodes then run as ATen calls)
             return f"{type(e).__name__}: {e}"[-2000:]
 

@@ -33,7 +33,8 @@ void bind_runtime(nb::module_& m) {
           nb::list args;
           for (const runtime::TritonCompileJob& j : jobs) {
             args.append(
-                nb::make_tuple(j.source, j.name, j.signature, j.block_param, j.block, j.device));
+                nb::make_tuple(j.source, j.name, j.signature, j.block_param, j.block, j.device,
+                               j.num_warps));
           }
           nb::list results = nb::cast<nb::list>(compile(args));
           std::vector<runtime::TritonBinary> out;
@@ -69,7 +70,8 @@ void bind_runtime(nb::module_& m) {
       },
       nb::arg("compile"), nb::arg("interpret"),
       "Installs Triton's compiler and interpreter for generated kernels (ember._triton): "
-      "compile([(source, name, signature, block_param, block, device), ...]) -> a list of "
+      "compile([(source, name, signature, block_param, block, device, num_warps), ...]) -> a "
+      "list of "
       "(cubin, symbol, num_warps, shared, global_scratch_size, global_scratch_align, "
       "profile_scratch_size), one per kernel, or a str (why Triton's compiler refused it); "
       "interpret(source, name, programs, block_param, block, tensors).");
@@ -102,6 +104,14 @@ void bind_runtime(nb::module_& m) {
         "CUDA graph replays of mode='reduce-overhead' in this process.");
   m.def("num_loaded_triton_modules", &runtime::num_loaded_triton_modules,
         "Triton modules this process holds loaded (identical kernels count once).");
+  m.def(
+      "triton_tuning_stats",
+      [] {
+        runtime::TritonTuningStats s = runtime::triton_tuning_stats();
+        return nb::make_tuple(s.timed, s.remembered);
+      },
+      "(timed, remembered): generated Triton kernels whose launch configuration this process "
+      "timed, and those whose winner came from the disk cache (EMBER_TRITON_AUTOTUNE).");
   using runtime::Executor;
   nb::class_<Executor>(m, "CompiledGraph",
                        "A graph ready to run. Calling it with the graph's non-constant inputs "

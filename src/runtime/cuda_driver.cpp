@@ -37,6 +37,14 @@ const Driver& driver() {
     bind(lib, "cuLaunchKernel", d.cuLaunchKernel, d.error);
     bind(lib, "cuGraphLaunch", d.cuGraphLaunch, d.error);
     bind(lib, "cuGetErrorString", d.cuGetErrorString, d.error);
+    std::string optional;  // a missing one only turns kernel tuning off
+    bind(lib, "cuEventCreate", d.cuEventCreate, optional);
+    bind(lib, "cuEventRecord", d.cuEventRecord, optional);
+    bind(lib, "cuEventSynchronize", d.cuEventSynchronize, optional);
+    bind(lib, "cuEventElapsedTime", d.cuEventElapsedTime, optional);
+    bind(lib, "cuEventDestroy_v2", d.cuEventDestroy, optional);
+    bind(lib, "cuStreamIsCapturing", d.cuStreamIsCapturing, optional);
+    bind(lib, "cuDeviceGetName", d.cuDeviceGetName, optional);
     if (d.error.empty() && d.cuInit(0) != 0) d.error = "cuInit failed";
     return d;
   }();

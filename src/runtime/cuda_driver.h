@@ -14,6 +14,7 @@ using CUmodule = void*;
 using CUfunction = void*;
 using CUstream = void*;
 using CUgraphExec = void*;
+using CUevent = void*;
 constexpr int kCuFuncAttributeMaxDynamicSharedSize =
     8;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
 
@@ -31,6 +32,15 @@ struct Driver {
                              unsigned, CUstream, void**, void**) = nullptr;
   CUresult (*cuGraphLaunch)(CUgraphExec, CUstream) = nullptr;
   CUresult (*cuGetErrorString)(CUresult, const char**) = nullptr;
+  // For timing kernels (triton_tuning.h); null where this libcuda lacks them (tuning is then
+  // off), which does not make the driver unusable.
+  CUresult (*cuEventCreate)(CUevent*, unsigned) = nullptr;
+  CUresult (*cuEventRecord)(CUevent, CUstream) = nullptr;
+  CUresult (*cuEventSynchronize)(CUevent) = nullptr;
+  CUresult (*cuEventElapsedTime)(float*, CUevent, CUevent) = nullptr;
+  CUresult (*cuEventDestroy)(CUevent) = nullptr;
+  CUresult (*cuStreamIsCapturing)(CUstream, int*) = nullptr;
+  CUresult (*cuDeviceGetName)(char*, int, CUdevice) = nullptr;
   std::string error;  ///< why the driver could not be loaded; empty when it was
 };
 

@@ -3,11 +3,15 @@
 #include <ATen/ops/empty.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <map>
 #include <mutex>
 
 #include "runtime/cuda_driver.h"
+#include "runtime/triton_tuning.h"
 #include "support/error.h"
+#include "support/hash.h"
 
 namespace ember::runtime {
 
@@ -87,10 +91,19 @@ LoadedCache& loaded_cache() {
 }
 
 std::string load_key(const TritonCompileJob& job) {
-  std::string key =
-      std::to_string(job.device) + "|" + job.block_param + "=" + std::to_string(job.block) + "|";
+  std::string key = std::to_string(job.device) + "|" + job.block_param + "=" +
+                    std::to_string(job.block) + "|w" + std::to_string(job.num_warps) + "|";
   for (const std::string& t : job.signature) key += t + ",";
   return key + "|" + job.name + "|" + job.source;
+}
+
+struct AtomicTuningStats {
+  std::atomic<int64_t> timed{0};
+  std::atomic<int64_t> remembered{0};
+};
+AtomicTuningStats& tuning_stats() {
+  static AtomicTuningStats s;
+  return s;
 }
 
 std::shared_ptr<const LoadedTritonKernel> load(TritonBinary binary, int device) {
@@ -130,9 +143,11 @@ std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
       << "no Triton compiler (ember._triton was not imported, or triton is missing)";
   EMBER_UNSUPPORTED(driver().error.empty()) << driver().error;
   EMBER_INTERNAL_ASSERT(ks.size() == buffer_types.size()) << "one type list per kernel";
+  const bool autotune = triton_autotune_enabled();
+  const std::string device_name = autotune ? cuda_device_name(device) : "";
   std::vector<std::unique_ptr<TritonLaunchable>> out;
-  std::vector<std::string> keys;
-  std::vector<TritonCompileJob> jobs;  // one per distinct kernel not loaded yet
+  std::vector<std::vector<std::string>> keys;  // per kernel, per candidate
+  std::vector<TritonCompileJob> jobs;  // one per distinct binary not loaded yet
   std::map<std::string, size_t> job_of;
   std::map<std::string, std::shared_ptr<const LoadedTritonKernel>> held;
   std::map<std::string, std::string> failed;  // key -> the compiler's message
@@ -142,28 +157,58 @@ std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
     l->kernel_ = ks[i];
     l->launch_ = codegen::triton_launch(ks[i], {});
     l->device_ = device;
-    TritonCompileJob job;
-    job.source = ks[i].source;
-    job.name = ks[i].name;
-    for (at::ScalarType t : buffer_types[i]) job.signature.push_back(triton_pointer_type(t));
-    job.signature.push_back("constexpr");
-    job.block_param = ks[i].block_param;
-    job.block = l->launch_.block;
-    job.device = device;
-    std::string key = load_key(job);
-    if (!held.count(key) && !job_of.count(key)) {
-      std::lock_guard<std::mutex> lock(cache.mu);
-      auto it = cache.entries.find(key);
-      std::shared_ptr<const LoadedTritonKernel> live =
-          it == cache.entries.end() ? nullptr : it->second.lock();
-      if (live) {
-        held[key] = std::move(live);
+    std::vector<std::string> signature;
+    for (at::ScalarType t : buffer_types[i]) signature.push_back(triton_pointer_type(t));
+    signature.push_back("constexpr");
+    std::vector<codegen::TritonConfig> configs =
+        autotune ? codegen::triton_configs(ks[i], {})
+                 : std::vector<codegen::TritonConfig>{{l->launch_.block, 4}};
+    if (configs.size() > 1) {
+      Hasher h;
+      h.str("ember-triton-tune-v1").str(device_name).str(ks[i].name).str(ks[i].source);
+      for (const std::string& t : signature) h.str(t);
+      for (const codegen::TritonConfig& c : configs) h.i64(c.block).i64(c.num_warps);
+      char hex[17];
+      std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h.digest()));
+      if (auto won = tuned_config(hex);
+          won.has_value() && std::find(configs.begin(), configs.end(), *won) != configs.end()) {
+        configs = {*won};
+        tuning_stats().remembered++;
       } else {
-        job_of[key] = jobs.size();
-        jobs.push_back(std::move(job));
+        l->tune_key_ = hex;
       }
     }
-    keys.push_back(std::move(key));
+    std::vector<std::string> kernel_keys;
+    for (const codegen::TritonConfig& c : configs) {
+      Candidate cand;
+      cand.config = c;
+      cand.programs = codegen::triton_programs(ks[i], {}, c.block);
+      l->candidates_.push_back(std::move(cand));
+      TritonCompileJob job;
+      job.source = ks[i].source;
+      job.name = ks[i].name;
+      job.signature = signature;
+      job.block_param = ks[i].block_param;
+      job.block = c.block;
+      job.num_warps = c.num_warps;
+      job.device = device;
+      std::string key = load_key(job);
+      if (!held.count(key) && !job_of.count(key)) {
+        std::lock_guard<std::mutex> lock(cache.mu);
+        auto it = cache.entries.find(key);
+        std::shared_ptr<const LoadedTritonKernel> live =
+            it == cache.entries.end() ? nullptr : it->second.lock();
+        if (live) {
+          held[key] = std::move(live);
+        } else {
+          job_of[key] = jobs.size();
+          jobs.push_back(std::move(job));
+        }
+      }
+      kernel_keys.push_back(std::move(key));
+    }
+    l->tuned_ = l->candidates_.size() == 1;
+    keys.push_back(std::move(kernel_keys));
     out.push_back(std::move(l));
   }
   if (!jobs.empty()) {
@@ -183,12 +228,21 @@ std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
   }
   errors->assign(out.size(), "");
   for (size_t i = 0; i < out.size(); ++i) {
-    if (auto f = failed.find(keys[i]); f != failed.end()) {
+    TritonLaunchable& l = *out[i];
+    // The default (first) configuration must compile; another that does not is dropped.
+    if (auto f = failed.find(keys[i][0]); f != failed.end()) {
       (*errors)[i] = f->second;
       out[i].reset();
-    } else {
-      out[i]->loaded_ = held.at(keys[i]);
+      continue;
     }
+    std::vector<Candidate> kept;
+    for (size_t c = 0; c < l.candidates_.size(); ++c) {
+      if (failed.count(keys[i][c])) continue;
+      l.candidates_[c].loaded = held.at(keys[i][c]);
+      kept.push_back(std::move(l.candidates_[c]));
+    }
+    l.candidates_ = std::move(kept);
+    l.tuned_ = l.candidates_.size() == 1;
   }
   return out;
 }
@@ -205,6 +259,12 @@ std::unique_ptr<TritonLaunchable> TritonLaunchable::interpreted(const codegen::T
 
 TritonLaunchable::~TritonLaunchable() = default;
 
+codegen::TritonConfig TritonLaunchable::config() const {
+  if (interpret_) return {launch_.block, 4};
+  std::lock_guard<std::mutex> lock(tune_mu_);
+  return candidates_.front().config;
+}
+
 void TritonLaunchable::launch(const std::vector<at::Tensor>& buffers) const {
   if (launch_.programs == 0) return;
   if (interpret_) {
@@ -212,14 +272,58 @@ void TritonLaunchable::launch(const std::vector<at::Tensor>& buffers) const {
                       launch_.block, buffers);
     return;
   }
+  if (!tuned_.load(std::memory_order_acquire)) {
+    std::lock_guard<std::mutex> lock(tune_mu_);
+    if (!tuned_.load(std::memory_order_relaxed) && !tune(buffers)) {
+      launch_with(candidates_.front(), buffers);  // the default, tuned at a later launch
+      return;
+    }
+  }
+  launch_with(candidates_.front(), buffers);
+}
+
+bool TritonLaunchable::tune(const std::vector<at::Tensor>& buffers) const {
+  // Every candidate writes the kernel's outputs; a buffer sharing storage with another (an
+  // output written over an input) would make the second launch read what the first wrote.
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    for (size_t j = i + 1; j < buffers.size(); ++j) {
+      if (buffers[i].defined() && buffers[j].defined() &&
+          buffers[i].storage().data() == buffers[j].storage().data()) {
+        return false;
+      }
+    }
+  }
+  const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+  void* stream = impl->getStream(c10::Device(c10::DeviceType::CUDA, device_)).native_handle();
+  ensure_context(device_);
+  std::vector<double> ms;
+  for (const Candidate& c : candidates_) {
+    std::optional<double> t = time_launches(stream, [&] { launch_with(c, buffers); });
+    if (!t.has_value()) return false;
+    ms.push_back(*t);
+  }
+  // The default unless another is clearly faster (timing noise must not flip a choice).
+  size_t best = 0;
+  for (size_t i = 1; i < ms.size(); ++i) {
+    if (ms[i] < ms[best] * (best == 0 ? 0.97 : 1.0)) best = i;
+  }
+  Candidate chosen = candidates_[best];
+  candidates_.assign(1, std::move(chosen));  // the others' modules go
+  remember_tuned_config(tune_key_, candidates_.front().config);
+  tuning_stats().timed++;
+  tuned_.store(true, std::memory_order_release);
+  return true;
+}
+
+void TritonLaunchable::launch_with(const Candidate& c, const std::vector<at::Tensor>& buffers) const {
   // Arguments: each buffer's device pointer, then Triton's global and profile scratch pointers.
   std::vector<void*> ptrs;
   ptrs.reserve(buffers.size() + 2);
   for (const at::Tensor& t : buffers) ptrs.push_back(t.data_ptr());
   at::Tensor scratch;
-  const TritonBinary& binary = loaded_->binary;
+  const TritonBinary& binary = c.loaded->binary;
   if (binary.global_scratch_bytes > 0) {
-    scratch = at::empty({static_cast<int64_t>(binary.global_scratch_bytes) * launch_.programs},
+    scratch = at::empty({static_cast<int64_t>(binary.global_scratch_bytes) * c.programs},
                         at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device_));
     ptrs.push_back(scratch.data_ptr());
   } else {
@@ -232,12 +336,16 @@ void TritonLaunchable::launch(const std::vector<at::Tensor>& buffers) const {
   const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
   c10::Stream stream = impl->getStream(c10::Device(c10::DeviceType::CUDA, device_));
   ensure_context(device_);
-  EMBER_INTERNAL_ASSERT(launch_.programs <= 0x7fffffff) << "grid too large";
-  check(driver().cuLaunchKernel(loaded_->function, static_cast<unsigned>(launch_.programs), 1, 1,
+  EMBER_INTERNAL_ASSERT(c.programs <= 0x7fffffff) << "grid too large";
+  check(driver().cuLaunchKernel(c.loaded->function, static_cast<unsigned>(c.programs), 1, 1,
                                 static_cast<unsigned>(32 * binary.num_warps), 1, 1,
                                 static_cast<unsigned>(binary.shared_bytes), stream.native_handle(),
                                 params.data(), nullptr),
         "cuLaunchKernel");
+}
+
+TritonTuningStats triton_tuning_stats() {
+  return {tuning_stats().timed.load(), tuning_stats().remembered.load()};
 }
 
 }  // namespace ember::runtime

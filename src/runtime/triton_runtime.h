@@ -14,12 +14,15 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "codegen/triton/triton_configs.h"
 #include "codegen/triton/triton_emitter.h"
 
 namespace ember::runtime {
@@ -45,6 +48,7 @@ struct TritonCompileJob {
   std::vector<std::string> signature;
   std::string block_param;
   int block = 16;
+  int num_warps = 4;
   int device = 0;  ///< CUDA device index
 };
 
@@ -82,19 +86,45 @@ class TritonLaunchable {
   static std::unique_ptr<TritonLaunchable> interpreted(const codegen::TritonKernel& k);
   ~TritonLaunchable();
 
-  /// Launches on the kernel's buffers, in order (inputs, then outputs).
+  /// Launches on the kernel's buffers, in order (inputs, then outputs). The first launch of a
+  /// kernel with several configurations (codegen/triton_configs.h) times each on these buffers
+  /// first and keeps the fastest (triton_tuning.h); buffers that share storage, or a stream
+  /// capturing a CUDA graph, put the timing off to a later launch and use the default.
   void launch(const std::vector<at::Tensor>& buffers) const;
 
   const codegen::TritonKernel& kernel() const { return kernel_; }
+  /// The configuration launches use: the tuned one once tuned, else the default.
+  codegen::TritonConfig config() const;
 
  private:
+  struct Candidate {
+    codegen::TritonConfig config;
+    int64_t programs = 1;
+    std::shared_ptr<const LoadedTritonKernel> loaded;  ///< shared by identical kernels
+  };
   TritonLaunchable() = default;
+  void launch_with(const Candidate& c, const std::vector<at::Tensor>& buffers) const;
+  /// Times the candidates on `buffers` and keeps the fastest; false when it could not time.
+  bool tune(const std::vector<at::Tensor>& buffers) const;
+
   codegen::TritonKernel kernel_;
-  codegen::TritonLaunch launch_;
+  codegen::TritonLaunch launch_;  ///< the default configuration's (the interpreter's)
   bool interpret_ = false;
   int device_ = 0;
-  std::shared_ptr<const LoadedTritonKernel> loaded_;  ///< shared by identical kernels
+  std::string tune_key_;
+  mutable std::mutex tune_mu_;
+  /// The configurations compiled, the default first; one, the chosen one, once tuned.
+  mutable std::vector<Candidate> candidates_;
+  mutable std::atomic<bool> tuned_{false};
 };
+
+/// Kernels timed by autotuning in this process, and kernels whose winner came from the disk
+/// cache: for tests.
+struct TritonTuningStats {
+  int64_t timed = 0;
+  int64_t remembered = 0;
+};
+TritonTuningStats triton_tuning_stats();
 
 /// Modules loaded by this process (identical kernels count once): for tests.
 int64_t num_loaded_triton_modules();

@@ -15,6 +15,7 @@
 #include "support/error.h"
 #include "tracer/conv_layout.h"
 #include "tracer/convert.h"
+#include "tracer/batch_norm_inference.h"
 #include "tracer/matmul_padding.h"
 #include "tracer/split_reduction.h"
 #include "tracer/meta_cache.h"
@@ -297,6 +298,7 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
   if (any_tracer && record_batch_norm_update(op, stack)) return;
   if (any_tracer && choose_sdp_backend(op, stack)) return;
   if (any_tracer && record_split_reduction(op, stack)) return;
+  if (any_tracer && record_batch_norm_inference(op, stack)) return;
   if (any_tracer) {
     const c10::ArrayRef<c10::IValue> args(stack->data() + base, num_args);
     std::optional<at::Tensor> r = index_put_as_where(op, args);

@@ -206,3 +206,49 @@ def test_split_group_norm_cuda(dtype):
     x = torch.randn(8, 512, 4001, device="cuda", dtype=dtype) * 3 + 1
     tol = dict(atol=2e-2, rtol=2e-2) if dtype == torch.bfloat16 else dict(atol=1e-4, rtol=1e-4)
     check_model(f, (x,), expect_graphs=1, expect_fallbacks=0, **tol)
+
+
+def test_autotuning_times_large_kernels_and_remembers_the_winner(tmp_path, monkeypatch):
+    # A kernel over 4M elements has several launch configurations (codegen/triton_configs.h):
+    # its first launch times them and keeps the fastest, remembered under EMBER_CACHE_DIR, so a
+    # second compile of the same kernel times nothing (runtime/triton_tuning.h).
+    import ember
+    from ember import _C
+
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+
+    def f1(x, b):
+        return F.gelu(x + b) * 2.5 - 0.375
+
+    def f2(x, b):  # another code object, so another compile, of the same kernel
+        return F.gelu(x + b) * 2.5 - 0.375
+
+    x, b = torch.randn(4096, 1024, device="cuda"), torch.randn(1024, device="cuda")
+    timed0, remembered0 = _C.triton_tuning_stats()
+    torch.testing.assert_close(ember.compile(f1)(x, b), f1(x, b))
+    timed1, remembered1 = _C.triton_tuning_stats()
+    assert timed1 == timed0 + 1 and remembered1 == remembered0
+    assert len(list((tmp_path / "triton" / "tune").glob("*.txt"))) == 1
+    torch.testing.assert_close(ember.compile(f2)(x, b), f2(x, b))
+    assert _C.triton_tuning_stats() == (timed1, remembered1 + 1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_batch_norm_eval_as_affine_map_cuda(dtype):
+    # Eval batch norm on CUDA traced as x * alpha[c] + beta[c] (src/tracer/batch_norm_inference.h),
+    # channels-last after a convolution and contiguous, against eager's cuDNN / ATen kernels.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(8, 32, 3, padding=1), torch.nn.BatchNorm2d(32),
+                                torch.nn.ReLU(), torch.nn.BatchNorm2d(32)).cuda().eval()
+    with torch.no_grad():
+        for m in model:
+            if isinstance(m, torch.nn.BatchNorm2d):
+                m.running_mean.normal_()
+                m.running_var.uniform_(0.5, 2.0)
+                m.weight.normal_()
+                m.bias.normal_()
+    model = model.to(dtype)
+    x = torch.randn(4, 8, 16, 16, device="cuda", dtype=dtype)
+    tol = dict(atol=3e-2, rtol=3e-2) if dtype == torch.bfloat16 else dict(atol=2e-3, rtol=2e-3)
+    with torch.no_grad():
+        check_model(model, (x,), expect_graphs=1, expect_fallbacks=0, **tol)

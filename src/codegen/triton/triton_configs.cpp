@@ -1,0 +1,48 @@
+#include "codegen/triton/triton_configs.h"
+
+#include <algorithm>
+
+namespace ember::codegen {
+
+using namespace loop;
+
+namespace {
+
+int64_t eval_int(const Expr& e, const Bindings& sizes) {
+  EvalEnv env;
+  env.sizes = sizes;
+  return eval_expr(e, env).i;
+}
+
+}  // namespace
+
+int64_t triton_programs(const TritonKernel& k, const Bindings& sizes, int block) {
+  const int64_t grid = eval_int(k.grid_extent, sizes);
+  return k.form == TritonKernel::Form::Flat ? (grid + block - 1) / block : grid;
+}
+
+std::vector<TritonConfig> triton_configs(const TritonKernel& k, const Bindings& sizes) {
+  const TritonLaunch def = triton_launch(k, sizes);
+  std::vector<TritonConfig> out{{def.block, 4}};
+  const int64_t extent = eval_int(k.block_extent, sizes);
+  const int64_t grid = eval_int(k.grid_extent, sizes);
+  const int64_t elements = k.form == TritonKernel::Form::Flat ? grid : grid * extent;
+  if (elements < kMinTunedElements) return out;
+  auto add = [&](TritonConfig c) {
+    if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+  };
+  if (k.form == TritonKernel::Form::Flat) {
+    for (TritonConfig c : {TritonConfig{512, 4}, TritonConfig{256, 4}, TritonConfig{1024, 8}}) {
+      if (c.block <= def.block) add(c);
+    }
+    return out;
+  }
+  // Rows: lanes per thread from the block's width. Wide rows gain from more warps, narrow ones
+  // (many short rows) from fewer.
+  if (def.block >= 1024) add({def.block, 8});
+  if (def.block >= 4096) add({def.block, 16});
+  if (def.block <= 512) add({def.block, 2});
+  return out;
+}
+
+}  // namespace ember::codegen

@@ -1,0 +1,38 @@
+/// \file
+/// Launch configurations of a generated Triton kernel worth timing: block sizes and warps
+/// (issue 7: "block sizes and warps of generated kernels are autotuned"). The runtime compiles
+/// each, times them on the kernel's own buffers at its first launch, keeps the fastest and
+/// remembers it on disk (runtime/triton_tuning.h).
+#pragma once
+
+#include <vector>
+
+#include "codegen/triton/triton_emitter.h"
+#include "loop/eval.h"
+
+namespace ember::codegen {
+
+/// One launch configuration: the block size (XBLOCK or RBLOCK) and the warps per program.
+struct TritonConfig {
+  int block = 16;
+  int num_warps = 4;
+  bool operator==(const TritonConfig&) const = default;
+};
+
+/// Kernels touching fewer elements than this launch with their default configuration only:
+/// their time is launch overhead, whatever the block.
+constexpr int64_t kMinTunedElements = int64_t{1} << 21;
+
+/// The configurations of `k` at `sizes`, the default first (triton_launch's block, 4 warps);
+/// only the default for a kernel under kMinTunedElements elements.
+///  - Flat: XBLOCK 1024, 512 and 256 with 4 warps, and 1024 with 8 (fewer elements per thread:
+///    fewer registers for a kernel with many loads, such as a cat of several branches), never
+///    above the elements' next power of two.
+///  - Rows: the block the launcher picks (a persistent row needs it whole, and block variables
+///    need it at least as wide as their array), with 2, 4, 8 or 16 warps as its width allows.
+std::vector<TritonConfig> triton_configs(const TritonKernel& k, const loop::Bindings& sizes);
+
+/// The number of programs of `k` at `sizes` with block size `block`.
+int64_t triton_programs(const TritonKernel& k, const loop::Bindings& sizes, int block);
+
+}  // namespace ember::codegen
