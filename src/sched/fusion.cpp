@@ -7,6 +7,7 @@
 #include <string>
 
 #include "sched/batch_norm.h"
+#include "sched/pooling.h"
 #include "sched/fusion_internal.h"
 #include "sched/index_ops.h"
 #include "sched/kernel_params.h"
@@ -226,6 +227,8 @@ int Scheduler::cost(ValueId v, std::vector<int>& weights) const {
         Index index;
         for (size_t d = 0; d < g_.type(u).sizes.size(); ++d) index.push_back(loop::idx(0));
         weights[u] = expression_cost(lower_batch_norm_inference(g_, n, index, reader));
+      } else if (is_pool(g_, n)) {  // a compare or an add per window element
+        weights[u] = pool_window(g_, n);
       } else {  // index ops move data; a gather also loads an index
         weights[u] = index_tensor_args(g_, n).empty() ? 0 : 1;
       }

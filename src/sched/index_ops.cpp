@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "sched/batch_norm.h"
+#include "sched/pooling.h"
 #include "sched/index_ops_internal.h"
 #include "sched/kernel_params.h"
 #include "sched/pointwise.h"
@@ -183,7 +184,7 @@ const Rule* rule_of(const graph::Graph& g, const graph::Node& n) {
 }  // namespace
 
 std::optional<IndexOpKind> index_op_kind(const graph::Graph& g, const graph::Node& n) {
-  if (is_batch_norm_inference(g, n)) return IndexOpKind::Compute;
+  if (is_batch_norm_inference(g, n) || is_pool(g, n)) return IndexOpKind::Compute;
   const Rule* rule = rule_of(g, n);
   const graph::OpInfo& op = g.op_of(n);
   if (rule == nullptr || n.outputs.empty() || n.args.size() != op.arg_names.size()) {
@@ -236,6 +237,10 @@ loop::Expr lower_index_op(const graph::Graph& g, const graph::Node& n, ValueId o
   if (is_batch_norm_inference(g, n)) {
     EMBER_INTERNAL_ASSERT(out == n.outputs[0]) << "batch norm's statistics are not computed";
     return lower_batch_norm_inference(g, n, index, reader);
+  }
+  if (is_pool(g, n)) {
+    EMBER_INTERNAL_ASSERT(out == n.outputs[0]) << "a max pool's indices are not computed";
+    return lower_pool(g, n, index, reader);
   }
   const Rule* rule = rule_of(g, n);
   EMBER_INTERNAL_ASSERT(rule != nullptr && rule->lower)

@@ -173,3 +173,43 @@ def test_conv_channels_last_input(check):
     conv = _seeded(nn.Conv2d(4, 8, 3, padding=1)).eval()
     x = torch.randn(2, 4, 5, 5).to(memory_format=torch.channels_last)
     check.captured(conv, (x,), atol=1e-5, rtol=1e-5)
+
+
+_POOLS = {
+    "max_3x3_s2_p1_after_relu": lambda x: F.max_pool2d(torch.relu(x * 2 + 1), 3, 2, 1),
+    "max_2x2": lambda x: F.max_pool2d(x, 2),
+    "max_ceil_mode": lambda x: F.max_pool2d(x, 3, 2, ceil_mode=True),
+    "max_dilated": lambda x: F.max_pool2d(x, 3, 1, 1, dilation=2),
+    "avg_3x3_s1_p1": lambda x: F.avg_pool2d(x, 3, 1, 1),
+    "avg_exclude_pad": lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False),
+    "avg_exclude_pad_ceil": lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True,
+                                                  count_include_pad=False),
+    "avg_divisor_override": lambda x: F.avg_pool2d(x, 2, divisor_override=3),
+    "avg_ceil_mode": lambda x: F.avg_pool2d(x, 3, 2, ceil_mode=True),  # left to ATen
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("channels_last", [False, True])
+@pytest.mark.parametrize("name", list(_POOLS))
+def test_pool2d_index_functions(check, name, channels_last, dtype):
+    # 2D pools fuse as index functions (src/sched/pooling.h): NaN propagates through max, padding
+    # is -inf for max and excluded or counted for avg as eager, ceil-mode windows clipped.
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 11, 13, dtype=dtype)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    x[0, 0, 3, 4] = float("nan")
+    check.captured(_POOLS[name], (x,))
+
+
+def test_pool_kernels_fuse():
+    import ember
+
+    x = torch.randn(2, 5, 11, 13)
+    fused = ember._C.CompiledGraph(ember.trace(lambda x: F.avg_pool2d(x * 2, 3, 2, 1), [x]))
+    assert fused.num_kernels == 1 and fused.num_extern_steps == 0, fused.describe_steps()
+    # The indices of a max pool are not computed: a pool whose indices are read stays ATen's.
+    kept = ember._C.CompiledGraph(ember.trace(lambda x: F.max_pool2d(x, 2, return_indices=True),
+                                              [x]))
+    assert kept.num_extern_steps == 1, kept.describe_steps()
