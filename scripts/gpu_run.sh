@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine (no network): build ember against its torch, then run the named steps in
-# order. Everything lands in $OUT/run (packed into $OUT/run.tgz at the end, since the device tool
-# brings back a few files only).
+# order. Everything lands in $OUT/run (packed into $OUT/run.tgz after each step, since the device
+# tool brings back a few files only).
 #
 #   scripts/gpu_run.sh kernels graphs "suite:<bench_shards args>" tests
 #
@@ -61,5 +61,7 @@ for step in "$@"; do
     *) echo "unknown step $step"; exit 2 ;;
   esac
   echo "step $step: $(( $(date +%s) - t )) s"
+  # Packed after every step: a call cut off by its time limit still brings back what finished.
+  tar -C "$OUT" -czf "$OUT/run.tgz.tmp" run && mv "$OUT/run.tgz.tmp" "$OUT/run.tgz"
 done
-tar -C "$OUT" -czf "$OUT/run.tgz" run && rm -rf "$R"
+rm -rf "$R"
