@@ -141,3 +141,16 @@ def test_cpu_graphs_use_cpp_kernels_unless_asked():
     graph = ember.trace(lambda x: x.sin() + 1, (x,))
     assert "def ember_" not in C.CompiledGraph(graph).kernel_sources[0]
     assert "@triton.jit" in C.CompiledGraph(graph, triton_interpret=True).kernel_sources[0]
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_pools_fuse_into_triton_kernels(channels_last):
+    # 2D pools are index functions (src/sched/pooling.h): a max pool after a pointwise op and an
+    # average pool with border windows clipped, as generated Triton kernels against eager.
+    x = r(2, 6, 11, 13)
+    x[0, 1, 2, 3] = float("nan")
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    run(lambda x: F.max_pool2d(torch.relu(x * 2 + 1), 3, 2, 1), x)
+    run(lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False) * 3, x, kernels=1)
+    run(lambda x: F.avg_pool2d(x, 3, 1, 1), x.to(torch.bfloat16), kernels=1, atol=1e-2, rtol=1e-2)
