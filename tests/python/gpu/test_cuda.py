@@ -252,3 +252,15 @@ def test_batch_norm_eval_as_affine_map_cuda(dtype):
     tol = dict(atol=3e-2, rtol=3e-2) if dtype == torch.bfloat16 else dict(atol=2e-3, rtol=2e-3)
     with torch.no_grad():
         check_model(model, (x,), expect_graphs=1, expect_fallbacks=0, **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_split_sum_mean_amax_cuda(dtype):
+    # Reductions with few results over long rows run as partials, then their sum
+    # (src/tracer/split_reduction.h), against eager.
+    def f(x):
+        return x.sum(), x.mean((1, 2), keepdim=True), x.amax((1, 2)), x.sum((1, 2), dtype=torch.float32)
+
+    x = torch.randn(4, 1024, 1024, device="cuda", dtype=dtype)
+    tol = dict(atol=1e-1, rtol=1e-2) if dtype == torch.bfloat16 else dict(atol=1e-2, rtol=1e-4)
+    check_model(f, (x,), expect_graphs=1, expect_fallbacks=0, **tol)

@@ -51,3 +51,33 @@ def test_left_alone(case):
         x, groups = torch.randn(2, 64, 64, 64).to(memory_format=torch.channels_last), 1
     graph = ember.trace(lambda x: F.group_norm(x, groups), [x], device=dev)
     assert "aten::native_group_norm" in graph.ops, str(graph)
+
+
+def test_whole_tensor_sum_and_mean_are_split_in_f32():
+    x = torch.randn(4, 1024, 1024, dtype=BF16)
+    graph = ember.trace(lambda x: (x.sum(), x.mean((1, 2), keepdim=True)), [x], device="cuda:0")
+    text = str(graph)
+    # Partials in f32 (4096 rows of 1024, and 4 x 4096 of 256), summed, rounded once to bf16.
+    assert "f32[1, 4096] cuda:0 = aten::sum.dim_IntList" in text, text
+    assert "f32[4, 4096] cuda:0 = aten::sum.dim_IntList" in text, text
+    assert "aten::mul.Scalar" in graph.ops and "bf16[4, 1, 1] cuda:0 = aten::view" in text, text
+
+
+def test_amax_over_a_long_row_is_split():
+    x = torch.randn(2, 1 << 20)
+    text = str(ember.trace(lambda x: x.amax(-1), [x], device="cuda:0"))
+    assert "f32[2, 4096] cuda:0 = aten::amax" in text and "f32[2] cuda:0 = aten::amax" in text, text
+
+
+@pytest.mark.parametrize("case", ["many_rows", "leading_dim", "prime_length", "short"])
+def test_simple_reductions_left_alone(case):
+    if case == "many_rows":
+        x, fn = torch.randn(4096, 1024), lambda x: x.sum(-1)
+    elif case == "leading_dim":  # a column reduction: not one run per row
+        x, fn = torch.randn(1 << 18, 4), lambda x: x.sum(0)
+    elif case == "prime_length":
+        x, fn = torch.randn(2, 1048573), lambda x: x.sum(-1)
+    else:
+        x, fn = torch.randn(4, 4096), lambda x: x.mean()
+    graph = ember.trace(fn, [x], device="cuda:0")
+    assert len(graph.ops) == 1, str(graph)
