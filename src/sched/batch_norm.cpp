@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "sched/kernel_params.h"
+#include "sched/node_args.h"
 #include "sched/pointwise.h"
 #include "support/error.h"
 
@@ -19,11 +20,7 @@ using loop::DType;
 using loop::Expr;
 
 const graph::Arg* arg(const graph::Graph& g, const graph::Node& n, std::string_view name) {
-  const graph::OpInfo& op = g.op_of(n);
-  for (size_t i = 0; i < op.arg_names.size() && i < n.args.size(); ++i) {
-    if (op.arg_names[i] == name) return &n.args[i];
-  }
-  return nullptr;
+  return node_arg(g, n, name);
 }
 
 std::optional<ValueId> tensor(const graph::Graph& g, const graph::Node& n, std::string_view name) {
@@ -35,27 +32,6 @@ std::optional<ValueId> tensor(const graph::Graph& g, const graph::Node& n, std::
 bool absent(const graph::Graph& g, const graph::Node& n, std::string_view name) {
   const graph::Arg* a = arg(g, n, name);
   return a != nullptr && std::holds_alternative<graph::NoneArg>(*a);
-}
-
-// True when nothing reads `v`: no node argument, graph output or mutation.
-bool unread(const graph::Graph& g, ValueId v) {
-  for (ValueId o : g.outputs) {
-    if (o == v) return false;
-  }
-  for (const graph::Mutation& m : g.mutations) {
-    if (m.value == v || m.input == v) return false;
-  }
-  for (const graph::Node& n : g.nodes) {
-    for (const graph::Arg& a : n.args) {
-      if (const auto* r = std::get_if<graph::ValueRef>(&a); r && r->id == v) return false;
-      if (const auto* l = std::get_if<graph::ValueList>(&a)) {
-        for (const auto& item : l->items) {
-          if (item == v) return false;
-        }
-      }
-    }
-  }
-  return true;
 }
 
 // `a` and `b` agree on every dim of size > 1 (torch's is_contiguous ignores the others).
@@ -171,7 +147,7 @@ bool is_batch_norm_inference(const graph::Graph& g, const graph::Node& n) {
       !(xd == graph::DType::BFloat16 && *param_dtype == graph::DType::Float32)) {
     return false;
   }
-  return unread(g, n.outputs[1]) && unread(g, n.outputs[2]);
+  return value_unread(g, n.outputs[1]) && value_unread(g, n.outputs[2]);
 }
 
 loop::Expr lower_batch_norm_inference(const graph::Graph& g, const graph::Node& n,

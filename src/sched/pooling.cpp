@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "sched/kernel_params.h"
+#include "sched/node_args.h"
 #include "sched/pointwise.h"
 #include "support/error.h"
 
@@ -18,35 +19,6 @@ namespace {
 using graph::ValueId;
 using loop::DType;
 using loop::Expr;
-
-const graph::Arg* arg(const graph::Graph& g, const graph::Node& n, std::string_view name) {
-  const graph::OpInfo& op = g.op_of(n);
-  for (size_t i = 0; i < op.arg_names.size() && i < n.args.size(); ++i) {
-    if (op.arg_names[i] == name) return &n.args[i];
-  }
-  return nullptr;
-}
-
-// True when nothing reads `v`: no node argument, graph output or mutation.
-bool unread(const graph::Graph& g, ValueId v) {
-  for (ValueId o : g.outputs) {
-    if (o == v) return false;
-  }
-  for (const graph::Mutation& m : g.mutations) {
-    if (m.value == v || m.input == v) return false;
-  }
-  for (const graph::Node& n : g.nodes) {
-    for (const graph::Arg& a : n.args) {
-      if (const auto* r = std::get_if<graph::ValueRef>(&a); r && r->id == v) return false;
-      if (const auto* l = std::get_if<graph::ValueList>(&a)) {
-        for (const auto& item : l->items) {
-          if (item == v) return false;
-        }
-      }
-    }
-  }
-  return true;
-}
 
 /// The geometry of a 2D pool over the last two dims of its input.
 struct Pool {
@@ -75,14 +47,14 @@ std::optional<Pool> analyze(const graph::Graph& g, const graph::Node& n) {
   Pool p;
   if (name == "aten::max_pool2d_with_indices") {
     p.max = true;
-    if (n.outputs.size() != 2 || !unread(g, n.outputs[1])) return std::nullopt;
+    if (n.outputs.size() != 2 || !value_unread(g, n.outputs[1])) return std::nullopt;
   } else if (name == "aten::avg_pool2d") {
     p.max = false;
     if (n.outputs.size() != 1) return std::nullopt;
   } else {
     return std::nullopt;
   }
-  const graph::Arg* self = arg(g, n, "self");
+  const graph::Arg* self = node_arg(g, n, "self");
   const auto* ref = self ? std::get_if<graph::ValueRef>(self) : nullptr;
   if (ref == nullptr) return std::nullopt;
   p.x = ref->id;
@@ -104,24 +76,24 @@ std::optional<Pool> analyze(const graph::Graph& g, const graph::Node& n) {
     if (xs[d] != ys[d]) return std::nullopt;
   }
   p.h = xs[r - 2], p.w = xs[r - 1], p.oh = ys[r - 2], p.ow = ys[r - 1];
-  auto k = pair_arg(arg(g, n, "kernel_size"), std::nullopt);
+  auto k = pair_arg(node_arg(g, n, "kernel_size"), std::nullopt);
   if (!k) return std::nullopt;
-  auto s = pair_arg(arg(g, n, "stride"), k);
-  auto pad = pair_arg(arg(g, n, "padding"), std::pair<int64_t, int64_t>{0, 0});
+  auto s = pair_arg(node_arg(g, n, "stride"), k);
+  auto pad = pair_arg(node_arg(g, n, "padding"), std::pair<int64_t, int64_t>{0, 0});
   if (!s || !pad) return std::nullopt;
   std::tie(p.kh, p.kw) = *k;
   std::tie(p.sh, p.sw) = *s;
   std::tie(p.ph, p.pw) = *pad;
   if (p.max) {
-    auto dil = pair_arg(arg(g, n, "dilation"), std::pair<int64_t, int64_t>{1, 1});
+    auto dil = pair_arg(node_arg(g, n, "dilation"), std::pair<int64_t, int64_t>{1, 1});
     if (!dil) return std::nullopt;
     std::tie(p.dh, p.dw) = *dil;
   } else {
-    const graph::Arg* cip = arg(g, n, "count_include_pad");
+    const graph::Arg* cip = node_arg(g, n, "count_include_pad");
     const auto* b = cip ? std::get_if<bool>(cip) : nullptr;
     if (b == nullptr) return std::nullopt;
     p.count_include_pad = *b;
-    const graph::Arg* div = arg(g, n, "divisor_override");
+    const graph::Arg* div = node_arg(g, n, "divisor_override");
     if (div == nullptr) return std::nullopt;
     if (const auto* v = std::get_if<int64_t>(div)) {
       if (*v == 0) return std::nullopt;  // eager raises
