@@ -32,9 +32,8 @@ void bind_runtime(nb::module_& m) {
           nb::gil_scoped_acquire gil;
           nb::list args;
           for (const runtime::TritonCompileJob& j : jobs) {
-            args.append(
-                nb::make_tuple(j.source, j.name, j.signature, j.block_param, j.block, j.device,
-                               j.num_warps));
+            args.append(nb::make_tuple(j.source, j.name, j.signature, j.block_param, j.block,
+                                       j.device, j.num_warps));
           }
           nb::list results = nb::cast<nb::list>(compile(args));
           std::vector<runtime::TritonBinary> out;

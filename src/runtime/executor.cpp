@@ -2,9 +2,9 @@
 
 #include <ATen/core/List.h>
 #include <ATen/core/grad_mode.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -107,7 +107,8 @@ bool draws_random_numbers(const graph::Node& n, const c10::FunctionSchema& schem
   const auto& params = schema.arguments();
   for (size_t i = 0; i < params.size() && i < n.args.size(); ++i) {
     const std::string& name = params[i].name();
-    if (name == "dropout_p" || (name == "p" && schema.name().find("dropout") != std::string::npos)) {
+    if (name == "dropout_p" ||
+        (name == "p" && schema.name().find("dropout") != std::string::npos)) {
       const double* p = std::get_if<double>(&n.args[i]);
       const int64_t* ip = std::get_if<int64_t>(&n.args[i]);
       if ((p != nullptr && *p == 0.0) || (ip != nullptr && *ip == 0)) return false;

@@ -147,7 +147,7 @@ std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
   const std::string device_name = autotune ? cuda_device_name(device) : "";
   std::vector<std::unique_ptr<TritonLaunchable>> out;
   std::vector<std::vector<std::string>> keys;  // per kernel, per candidate
-  std::vector<TritonCompileJob> jobs;  // one per distinct binary not loaded yet
+  std::vector<TritonCompileJob> jobs;          // one per distinct binary not loaded yet
   std::map<std::string, size_t> job_of;
   std::map<std::string, std::shared_ptr<const LoadedTritonKernel>> held;
   std::map<std::string, std::string> failed;  // key -> the compiler's message
@@ -315,7 +315,8 @@ bool TritonLaunchable::tune(const std::vector<at::Tensor>& buffers) const {
   return true;
 }
 
-void TritonLaunchable::launch_with(const Candidate& c, const std::vector<at::Tensor>& buffers) const {
+void TritonLaunchable::launch_with(const Candidate& c,
+                                   const std::vector<at::Tensor>& buffers) const {
   // Arguments: each buffer's device pointer, then Triton's global and profile scratch pointers.
   std::vector<void*> ptrs;
   ptrs.reserve(buffers.size() + 2);

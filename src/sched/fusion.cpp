@@ -7,11 +7,11 @@
 #include <string>
 
 #include "sched/batch_norm.h"
-#include "sched/pooling.h"
 #include "sched/fusion_internal.h"
 #include "sched/index_ops.h"
 #include "sched/kernel_params.h"
 #include "sched/pointwise.h"
+#include "sched/pooling.h"
 #include "sched/reduction.h"
 #include "sched/reduction_spec.h"
 #include "sched/scatter.h"

@@ -8,11 +8,11 @@
 #include <string_view>
 
 #include "sched/batch_norm.h"
-#include "sched/pooling.h"
 #include "sched/index_ops_internal.h"
 #include "sched/kernel_params.h"
 #include "sched/pointwise.h"
 #include "sched/pointwise_internal.h"
+#include "sched/pooling.h"
 #include "support/error.h"
 
 namespace ember::sched {

@@ -32,8 +32,8 @@ struct Pool {
 };
 
 // An int[2] argument given as one or two ints (torch's expand_param_if_needed); `dflt` when empty.
-std::optional<std::pair<int64_t, int64_t>> pair_arg(const graph::Arg* a,
-                                                    std::optional<std::pair<int64_t, int64_t>> dflt) {
+std::optional<std::pair<int64_t, int64_t>> pair_arg(
+    const graph::Arg* a, std::optional<std::pair<int64_t, int64_t>> dflt) {
   const auto* v = a ? std::get_if<std::vector<int64_t>>(a) : nullptr;
   if (v == nullptr) return std::nullopt;
   if (v->empty()) return dflt;
@@ -158,8 +158,9 @@ loop::Expr lower_pool(const graph::Graph& g, const graph::Node& n, const Index& 
           loop::And::make(loop::LE::make(loop::idx(0), hi), loop::LT::make(hi, loop::idx(p->h))),
           loop::And::make(loop::LE::make(loop::idx(0), wj), loop::LT::make(wj, loop::idx(p->w))));
       if (p->max) {
-        const Expr v = loop::Select::make(inside, reader.element(p->x, at, true),
-                                          loop::FloatImm::make(dt, -std::numeric_limits<double>::infinity()));
+        const Expr v =
+            loop::Select::make(inside, reader.element(p->x, at, true),
+                               loop::FloatImm::make(dt, -std::numeric_limits<double>::infinity()));
         acc = acc.defined() ? loop::make_binary(loop::ExprKind::Max, acc, v) : v;
       } else {
         const DType comp = compute_of(dt);

@@ -50,13 +50,12 @@ bool record_batch_norm_inference(const c10::OperatorHandle& op, torch::jit::Stac
   std::optional<at::Tensor> bias = tensor(named(schema, args, "bias"));
   std::optional<at::Tensor> mean = tensor(named(schema, args, "running_mean"));
   std::optional<at::Tensor> var = tensor(named(schema, args, "running_var"));
-  if (!x || !mean || !var || eps_arg == nullptr || !eps_arg->isDouble() ||
-      !x->device().is_cuda() || x->dim() < 2) {
+  if (!x || !mean || !var || eps_arg == nullptr || !eps_arg->isDouble() || !x->device().is_cuda() ||
+      x->dim() < 2) {
     return false;
   }
   const at::ScalarType dtype = x->scalar_type();
-  if (dtype != at::kFloat && dtype != at::kDouble && dtype != at::kBFloat16 &&
-      dtype != at::kHalf) {
+  if (dtype != at::kFloat && dtype != at::kDouble && dtype != at::kBFloat16 && dtype != at::kHalf) {
     return false;
   }
   const int64_t c = x->size(1);

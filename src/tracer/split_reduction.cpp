@@ -11,7 +11,7 @@ namespace ember::tracer {
 
 namespace {
 
-constexpr int64_t kMaxRows = 256;           // results: fewer than this, and the device idles
+constexpr int64_t kMaxRows = 256;             // results: fewer than this, and the device idles
 constexpr int64_t kMinRowElements = 1 << 16;  // elements per result worth splitting
 constexpr int64_t kMinPartials = 1024;        // rows of the first stage
 constexpr int64_t kMinChannelsPerGroup = 8;
@@ -41,8 +41,7 @@ bool split_group_norm(torch::jit::Stack* stack) {
     return false;
   }
   const at::ScalarType dtype = x.scalar_type();
-  if (dtype != at::kFloat && dtype != at::kDouble && dtype != at::kBFloat16 &&
-      dtype != at::kHalf) {
+  if (dtype != at::kFloat && dtype != at::kDouble && dtype != at::kBFloat16 && dtype != at::kHalf) {
     return false;
   }
   const int64_t d = c / g;
@@ -108,8 +107,7 @@ bool split_simple_reduction(const c10::FunctionSchema& schema, torch::jit::Stack
   const at::Tensor x = self.toTensor();
   if (!x.defined() || !x.device().is_cuda() || !x.is_contiguous() || x.dim() == 0) return false;
   const at::ScalarType dtype = x.scalar_type();
-  if (dtype != at::kFloat && dtype != at::kDouble && dtype != at::kBFloat16 &&
-      dtype != at::kHalf) {
+  if (dtype != at::kFloat && dtype != at::kDouble && dtype != at::kBFloat16 && dtype != at::kHalf) {
     return false;
   }
   const int64_t rank = x.dim();

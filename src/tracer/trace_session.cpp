@@ -13,12 +13,12 @@
 
 #include "graph/verifier.h"
 #include "support/error.h"
+#include "tracer/batch_norm_inference.h"
 #include "tracer/conv_layout.h"
 #include "tracer/convert.h"
-#include "tracer/batch_norm_inference.h"
 #include "tracer/matmul_padding.h"
-#include "tracer/split_reduction.h"
 #include "tracer/meta_cache.h"
+#include "tracer/split_reduction.h"
 #include "tracer/tracer_tensor.h"
 
 namespace ember::tracer {
