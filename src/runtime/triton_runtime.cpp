@@ -207,7 +207,6 @@ std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
       }
       kernel_keys.push_back(std::move(key));
     }
-    l->tuned_ = l->candidates_.size() == 1;
     keys.push_back(std::move(kernel_keys));
     out.push_back(std::move(l));
   }
@@ -258,12 +257,6 @@ std::unique_ptr<TritonLaunchable> TritonLaunchable::interpreted(const codegen::T
 }
 
 TritonLaunchable::~TritonLaunchable() = default;
-
-codegen::TritonConfig TritonLaunchable::config() const {
-  if (interpret_) return {launch_.block, 4};
-  std::lock_guard<std::mutex> lock(tune_mu_);
-  return candidates_.front().config;
-}
 
 void TritonLaunchable::launch(const std::vector<at::Tensor>& buffers) const {
   if (launch_.programs == 0) return;

@@ -93,8 +93,6 @@ class TritonLaunchable {
   void launch(const std::vector<at::Tensor>& buffers) const;
 
   const codegen::TritonKernel& kernel() const { return kernel_; }
-  /// The configuration launches use: the tuned one once tuned, else the default.
-  codegen::TritonConfig config() const;
 
  private:
   struct Candidate {
