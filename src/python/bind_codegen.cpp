@@ -26,7 +26,9 @@ nb::dict triton_kernel(const std::string& text, const std::map<std::string, int6
   nb::dict d;
   d["name"] = t->name;
   d["source"] = t->source;
-  d["form"] = t->form == codegen::TritonKernel::Form::Flat ? "flat" : "rows";
+  d["form"] = t->form == codegen::TritonKernel::Form::Flat    ? "flat"
+              : t->form == codegen::TritonKernel::Form::Tiled ? "tiled"
+                                                              : "rows";
   d["block_param"] = t->block_param;
   d["block"] = l.block;
   d["programs"] = l.programs;

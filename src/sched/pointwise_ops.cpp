@@ -128,11 +128,10 @@ bool conversion_ok(const Plan& p) {
   if (device && !is_none(device) && !arg_is(device, in_device)) return false;
   const Arg* pin = p.arg("pin_memory");
   if (pin && !is_none(pin) && !arg_is(pin, false)) return false;
+  // Any memory format: the kernel writes the output at its traced strides, which are the
+  // format's (a copy to channels-last is a kernel like any other).
   const Arg* mf = p.arg("memory_format");
-  if (mf && !is_none(mf) && !arg_is(mf, graph::MemoryFormat::Preserve) &&
-      !arg_is(mf, graph::MemoryFormat::Contiguous)) {
-    return false;
-  }
+  if (mf && !is_none(mf) && !std::holds_alternative<graph::MemoryFormat>(*mf)) return false;
   // aten::to returns `self` itself (an alias) when nothing changes and copy is false.
   const Arg* copy = p.arg("copy");
   if (copy && !arg_is(copy, true) && in == out) return false;
@@ -428,8 +427,7 @@ const std::map<std::string, Rule>& rule_table() {
                         [](P p) {
                           const Arg* mf = p.arg("memory_format");
                           return p.operands[0].dtype == p.out &&
-                                 (is_none(mf) || arg_is(mf, graph::MemoryFormat::Preserve) ||
-                                  arg_is(mf, graph::MemoryFormat::Contiguous));
+                                 (is_none(mf) || std::holds_alternative<graph::MemoryFormat>(*mf));
                         }};
 
     t["aten::lerp.Scalar"] = {Mode::Float,

@@ -16,21 +16,24 @@ int64_t eval_int(const Expr& e, const Bindings& sizes) {
 
 }  // namespace
 
-int64_t triton_programs(const TritonKernel& k, const Bindings& sizes, int block) {
-  const int64_t grid = eval_int(k.grid_extent, sizes);
-  return k.form == TritonKernel::Form::Flat ? (grid + block - 1) / block : grid;
-}
-
 std::vector<TritonConfig> triton_configs(const TritonKernel& k, const Bindings& sizes) {
   const TritonLaunch def = triton_launch(k, sizes);
   std::vector<TritonConfig> out{{def.block, 4}};
   const int64_t extent = eval_int(k.block_extent, sizes);
   const int64_t grid = eval_int(k.grid_extent, sizes);
-  const int64_t elements = k.form == TritonKernel::Form::Flat ? grid : grid * extent;
+  int64_t elements = k.form == TritonKernel::Form::Flat ? grid : grid * extent;
+  if (k.form == TritonKernel::Form::Tiled) {
+    elements = grid * eval_int(k.tile_cols, sizes) * eval_int(k.tile_rows, sizes);
+  }
   if (elements < kMinTunedElements) return out;
   auto add = [&](TritonConfig c) {
     if (std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
   };
+  if (k.form == TritonKernel::Form::Tiled) {
+    add({64, 8});
+    add({16, 2});
+    return out;
+  }
   if (k.form == TritonKernel::Form::Flat) {
     for (TritonConfig c : {TritonConfig{512, 4}, TritonConfig{256, 4}, TritonConfig{1024, 8}}) {
       if (c.block <= def.block) add(c);

@@ -28,11 +28,10 @@ constexpr int64_t kMinTunedElements = int64_t{1} << 21;
 ///  - Flat: XBLOCK 1024, 512 and 256 with 4 warps, and 1024 with 8 (fewer elements per thread:
 ///    fewer registers for a kernel with many loads, such as a cat of several branches), never
 ///    above the elements' next power of two.
+///  - Tiled: tiles of 32 x 32 with 4 warps, 64 x 64 with 8, 16 x 16 with 2.
 ///  - Rows: the block the launcher picks (a persistent row needs it whole, and block variables
 ///    need it at least as wide as their array), with 2, 4, 8 or 16 warps as its width allows.
 std::vector<TritonConfig> triton_configs(const TritonKernel& k, const loop::Bindings& sizes);
 
-/// The number of programs of `k` at `sizes` with block size `block`.
-int64_t triton_programs(const TritonKernel& k, const loop::Bindings& sizes, int block);
 
 }  // namespace ember::codegen

@@ -501,7 +501,54 @@ TritonKernel Emitter::run() {
       }
     }
   };
-  if (flat) {
+  std::optional<size_t> tiled_with;
+  if (flat && index_cast_.empty() && nest.size() >= 2 && tiled_form_enabled()) {
+    std::vector<std::string> vars;
+    bool constant = true;
+    for (const For* f : nest) {
+      vars.push_back(f->var.as<Var>()->name);
+      constant = constant && f->extent.as<IntImm>() != nullptr && f->min.as<IntImm>() != nullptr;
+    }
+    tiled_with = constant ? transposed_read_loop(vars, inner) : std::nullopt;
+    if (tiled_with && (nest.back()->extent.as<IntImm>()->value < kMinTile ||
+                       nest[*tiled_with]->extent.as<IntImm>()->value < kMinTile)) {
+      tiled_with.reset();
+    }
+  }
+  if (tiled_with) {
+    // 2D tiles: the innermost loop along axis 1 (the stores' contiguous dim), the transposing
+    // read's contiguous loop along axis 0, the other loops one scalar each per program.
+    out.form = TritonKernel::Form::Tiled;
+    out.block_param = "XBLOCK";
+    out.max_block = kTile;
+    const For& cols = *nest.back();
+    const For& rows_loop = *nest[*tiled_with];
+    std::vector<const For*> others;
+    for (size_t i = 0; i + 1 < nest.size(); ++i) {
+      if (i != *tiled_with) others.push_back(nest[i]);
+    }
+    const std::string nc = "((" + expr(cols.extent) + " + XBLOCK - 1) // XBLOCK)";
+    const std::string nr = "((" + expr(rows_loop.extent) + " + XBLOCK - 1) // XBLOCK)";
+    line("pid = tl.program_id(0)");
+    line("tcol = pid % " + nc);
+    line("trow = (pid // " + nc + ") % " + nr);
+    if (!others.empty()) decompose(others, "pid // (" + nc + " * " + nr + ")");
+    const std::string vc = var_name(cols.var.as<Var>()->name);
+    const std::string vr = var_name(rows_loop.var.as<Var>()->name);
+    line(vc + " = " + expr(cols.min) + " + tcol * XBLOCK + tl.arange(0, XBLOCK)[None, :]");
+    line(vr + " = " + expr(rows_loop.min) + " + trow * XBLOCK + tl.arange(0, XBLOCK)[:, None]");
+    line("xmask = (" + vc + " < " + expr(cols.min) + " + " + expr(cols.extent) + ") & (" + vr +
+         " < " + expr(rows_loop.min) + " + " + expr(rows_loop.extent) + ")");
+    block_vars_.insert(cols.var.as<Var>()->name);
+    block_vars_.insert(rows_loop.var.as<Var>()->name);
+    block_mask_ = "xmask";
+    stmt(inner);
+    block_mask_.clear();
+    out.grid_extent = product(others);
+    out.tile_cols = cols.extent;
+    out.tile_rows = rows_loop.extent;
+    out.block_extent = make_binary(ExprKind::Max, cols.extent, rows_loop.extent);
+  } else if (flat) {
     out.form = TritonKernel::Form::Flat;
     out.block_param = "XBLOCK";
     Expr total = product(nest);
@@ -573,14 +620,30 @@ int triton_block_size(int64_t extent, int max_block) {
   return b;
 }
 
+int64_t triton_programs(const TritonKernel& k, const Bindings& sizes, int block) {
+  EvalEnv env;
+  env.sizes = sizes;
+  const int64_t grid = eval_expr(k.grid_extent, env).i;
+  switch (k.form) {
+    case TritonKernel::Form::Flat:
+      return (grid + block - 1) / block;
+    case TritonKernel::Form::Tiled: {
+      const int64_t cols = eval_expr(k.tile_cols, env).i, rows = eval_expr(k.tile_rows, env).i;
+      return grid * ((cols + block - 1) / block) * ((rows + block - 1) / block);
+    }
+    case TritonKernel::Form::Rows:
+      return grid;
+  }
+  return grid;
+}
+
 TritonLaunch triton_launch(const TritonKernel& k, const Bindings& sizes) {
   EvalEnv env;
   env.sizes = sizes;
   const int64_t extent = eval_expr(k.block_extent, env).i;
-  const int64_t grid = eval_expr(k.grid_extent, env).i;
   TritonLaunch l;
   l.block = triton_block_size(extent, k.max_block);
-  l.programs = k.form == TritonKernel::Form::Flat ? (grid + l.block - 1) / l.block : grid;
+  l.programs = triton_programs(k, sizes, l.block);
   return l;
 }
 

@@ -34,13 +34,18 @@
 namespace ember::codegen {
 
 struct TritonKernel {
-  enum class Form { Flat, Rows };
+  /// Tiled: a flat nest with a transposing read, run as 2D tiles of XBLOCK x XBLOCK elements over
+  /// its innermost loop (axis 1) and the loop the read is contiguous along (axis 0); the other
+  /// loops are scalars per program.
+  enum class Form { Flat, Rows, Tiled };
   std::string name;    ///< the @triton.jit function's name
   std::string source;  ///< a Python module defining it
   Form form = Form::Flat;
-  /// Rows: the number of programs; Flat: the number of elements, in programs of XBLOCK. Over the
-  /// kernel's size variables.
+  /// Rows: the number of programs; Flat: the number of elements, in programs of XBLOCK; Tiled:
+  /// the programs per tile (the product of the untiled loops). Over the kernel's size variables.
   loop::Expr grid_extent;
+  /// Tiled: the extents of the loops along axis 1 and axis 0 of a tile.
+  loop::Expr tile_cols, tile_rows;
   /// What the block size divides: the flattened nest's element count (Flat) or the longest inner
   /// loop's extent (Rows; an IntImm 1 when there is no inner loop). The launcher picks the block
   /// size from its value: a power of two, at most `max_block`.
@@ -68,5 +73,8 @@ struct TritonLaunch {
   int64_t programs = 1;
 };
 TritonLaunch triton_launch(const TritonKernel& k, const loop::Bindings& sizes);
+
+/// The number of programs of `k` at `sizes` with block size `block`.
+int64_t triton_programs(const TritonKernel& k, const loop::Bindings& sizes, int block);
 
 }  // namespace ember::codegen

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 
+#include "loop/eval.h"
 #include "loop/traverse.h"
 
 namespace ember::codegen::triton_shape {
@@ -41,6 +43,89 @@ bool straight(const Stmt& s, bool accumulates) {
     default:
       return false;
   }
+}
+
+namespace {
+
+void collect(const Stmt& s, std::vector<Expr>* loads, std::vector<Expr>* stores);
+
+void collect_expr(const Expr& e, std::vector<Expr>* loads) {
+  if (!e.defined()) return;
+  if (const auto* l = e.as<Load>()) loads->push_back(l->index);
+  for_each_child(e, [&](const Expr& c) { collect_expr(c, loads); });
+}
+
+void collect(const Stmt& s, std::vector<Expr>* loads, std::vector<Expr>* stores) {
+  if (!s.defined()) return;
+  if (const auto* st = s.as<Store>()) stores->push_back(st->index);
+  for_each_stmt_child(
+      s, [&](const Expr& e) { collect_expr(e, loads); },
+      [&](const Stmt& c) { collect(c, loads, stores); });
+}
+
+// The coefficient of each of `vars` in `index`, when `index` is affine in them (checked at a
+// few points), else nullopt.
+std::optional<std::vector<int64_t>> coefficients(const Expr& index,
+                                                 const std::vector<std::string>& vars) {
+  auto at = [&](const std::vector<int64_t>& point) -> std::optional<int64_t> {
+    std::map<std::string, Expr> values;
+    for (size_t i = 0; i < vars.size(); ++i) values[vars[i]] = IntImm::make(kIndexType, point[i]);
+    Expr e = substitute(index, values);
+    if (uses_any(e, {}, /*any=*/true)) return std::nullopt;
+    bool has_load = false;
+    std::vector<Expr> inner;
+    collect_expr(e, &inner);
+    has_load = !inner.empty();
+    if (has_load) return std::nullopt;
+    return eval_expr(e, EvalEnv{}).i;
+  };
+  std::vector<int64_t> zero(vars.size(), 0);
+  std::optional<int64_t> base = at(zero);
+  if (!base) return std::nullopt;
+  std::vector<int64_t> coef(vars.size());
+  for (size_t i = 0; i < vars.size(); ++i) {
+    std::vector<int64_t> p1 = zero, p2 = zero;
+    p1[i] = 1;
+    p2[i] = 3;
+    std::optional<int64_t> v1 = at(p1), v2 = at(p2);
+    if (!v1 || !v2 || *v2 - *base != 3 * (*v1 - *base)) return std::nullopt;
+    coef[i] = *v1 - *base;
+  }
+  return coef;
+}
+
+}  // namespace
+
+std::optional<size_t> transposed_read_loop(const std::vector<std::string>& vars,
+                                           const Stmt& body) {
+  if (vars.size() < 2) return std::nullopt;
+  std::vector<Expr> loads, stores;
+  collect(body, &loads, &stores);
+  const size_t a = vars.size() - 1;
+  for (const Expr& st : stores) {  // written along the innermost loop
+    std::optional<std::vector<int64_t>> c = coefficients(st, vars);
+    if (!c || (*c)[a] != 1) return std::nullopt;
+  }
+  std::vector<int> votes(vars.size(), 0);
+  for (const Expr& ld : loads) {
+    std::optional<std::vector<int64_t>> c = coefficients(ld, vars);
+    if (!c) return std::nullopt;
+    if ((*c)[a] == 1 || (*c)[a] == 0) continue;  // contiguous along the innermost, or broadcast
+    for (size_t b = 0; b < a; ++b) {
+      if ((*c)[b] == 1) votes[b]++;
+    }
+  }
+  size_t best = a;
+  for (size_t b = 0; b < a; ++b) {
+    if (votes[b] > 0 && (best == a || votes[b] > votes[best])) best = b;
+  }
+  if (best == a) return std::nullopt;
+  return best;
+}
+
+bool tiled_form_enabled() {
+  const char* e = std::getenv("EMBER_TRITON_TILED");
+  return e == nullptr || std::string(e) != "0";
 }
 
 bool int32_indices(const Kernel& k) {

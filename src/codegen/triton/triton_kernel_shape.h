@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "loop/stmt.h"
 
@@ -26,6 +28,21 @@ bool straight(const loop::Stmt& s, bool accumulates);
 /// last element below 2^30, so sums and products of index terms stay below 2^31 (Triton's i32
 /// arithmetic would wrap).
 bool int32_indices(const loop::Kernel& k);
+
+/// For a flat (pointwise) nest whose innermost loop is `vars.back()`: the position in `vars` of
+/// another loop along which some load of `body` is contiguous (stride 1) while it is strided
+/// along the innermost one: a transposing read (a copy to channels-last, `x.t().contiguous()`),
+/// which a 2D tile over both loops reads and writes coalesced. The loop with the most such loads;
+/// nullopt when there is none or a load's index is not affine in the loop variables.
+std::optional<size_t> transposed_read_loop(const std::vector<std::string>& vars,
+                                           const loop::Stmt& body);
+
+/// The default edge of a 2D tile (TritonKernel::Form::Tiled), and the shortest loop worth tiling.
+constexpr int kTile = 32;
+constexpr int64_t kMinTile = 16;
+
+/// EMBER_TRITON_TILED is not "0": flat nests with a transposing read run as 2D tiles.
+bool tiled_form_enabled();
 
 /// Row programs whose block loops are at most this long run each as one block.
 constexpr int64_t kMaxPersistent = 4096;

@@ -127,6 +127,26 @@ TEST(TritonEmitter, ColumnReductionsFoldTwoDimensionalTiles) {
   EXPECT_EQ(l.block, 256);
 }
 
+// A copy to channels-last reads along w and writes along c: 2D tiles over (c, w), each read and
+// written along its contiguous dim, the other loops (n, h) one scalar each per program.
+TEST(TritonEmitter, ATransposingReadRunsAsTwoDimensionalTiles) {
+  loop::Kernel k =
+      loop::parse_kernel(read(std::string(EMBER_CODEGEN_GOLDEN_DIR) + "/to_channels_last.loop"));
+  std::string why;
+  auto t = emit_triton(k, &why);
+  ASSERT_TRUE(t.has_value()) << why;
+  EXPECT_EQ(t->form, TritonKernel::Form::Tiled);
+  expect_golden(kernel_function(*t), "to_channels_last.triton.golden");
+  TritonLaunch l = triton_launch(*t, {});
+  EXPECT_EQ(l.block, 32);
+  EXPECT_EQ(l.programs, 8 * 28 * 2 * 1);  // (n, h) x ceil(64 / 32) x ceil(28 / 32)
+  // A plain pointwise kernel (reads and writes along the same dim) stays flat.
+  auto flat = emit_triton(
+      loop::parse_kernel(read(std::string(EMBER_CODEGEN_GOLDEN_DIR) + "/gelu_bias.loop")), &why);
+  ASSERT_TRUE(flat.has_value());
+  EXPECT_EQ(flat->form, TritonKernel::Form::Flat);
+}
+
 TEST(TritonEmitter, RefusesWhatItCannotExpressWithAReason) {
   std::string why;
   EXPECT_FALSE(

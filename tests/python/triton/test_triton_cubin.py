@@ -64,6 +64,8 @@ def test_generated_kernels_compile_to_sm90_cubins(tmp_path):
         (str(GOLDEN / "codegen/golden/rms_norm_mean_out.loop"), {"s0": 64}),
         # A column sum in 2D tiles (rows along axis 0, 4096 // RBLOCK of them).
         (str(GOLDEN / "codegen/golden/column_sum.loop"), {}),
+        # A copy to channels-last in 2D tiles.
+        (str(GOLDEN / "codegen/golden/to_channels_last.loop"), {}),
     ]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(kernels)], env=env,
@@ -71,7 +73,8 @@ def test_generated_kernels_compile_to_sm90_cubins(tmp_path):
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert [name for name, _, _ in result] == ["ember_gelu_bias", "ember_softmax", "ember_softmax",
-                                               "ember_rms_norm", "ember_column_sum"]
+                                               "ember_rms_norm", "ember_column_sum",
+                                               "ember_to_channels_last"]
     for name, size, warps in result:
         assert size > 1000 and warps >= 1, (name, size, warps)
 

@@ -154,3 +154,20 @@ def test_pools_fuse_into_triton_kernels(channels_last):
     run(lambda x: F.max_pool2d(torch.relu(x * 2 + 1), 3, 2, 1), x)
     run(lambda x: F.avg_pool2d(x, 3, 2, 1, count_include_pad=False) * 3, x, kernels=1)
     run(lambda x: F.avg_pool2d(x, 3, 1, 1), x.to(torch.bfloat16), kernels=1, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("case", ["transpose", "to_nhwc", "channels_last", "add_transposed"])
+def test_transposing_copies_run_as_2d_tiles(case):
+    # A read contiguous along another dim than the write runs as 2D tiles (Form::Tiled), both
+    # sides along their contiguous dim; against eager, layouts included.
+    if case == "transpose":
+        fn, x = (lambda x: x.t().contiguous() * 2), r(70, 45)
+    elif case == "to_nhwc":
+        fn, x = (lambda x: x.permute(0, 2, 3, 1).contiguous() + 1), r(2, 33, 17, 20)
+    elif case == "channels_last":
+        fn, x = (lambda x: (x * 3).to(memory_format=torch.channels_last)), r(2, 40, 9, 21)
+    else:
+        fn, x = (lambda x: x + x.t()), r(50, 50)
+    compiled = run(fn, x, kernels=1)
+    src = compiled.kernel_sources[0]
+    assert "tl.arange(0, XBLOCK)[None, :]" in src and "tl.arange(0, XBLOCK)[:, None]" in src, src
