@@ -121,7 +121,9 @@ bool split_simple_reduction(const c10::FunctionSchema& schema, torch::jit::Stack
     if (list.empty()) reduced.assign(reduced.size(), true);  // every dim
     for (int64_t d : list) {
       if (d < -rank || d >= rank) return false;
-      reduced[static_cast<size_t>(d < 0 ? d + rank : d)] = true;
+      const size_t w = static_cast<size_t>(d < 0 ? d + rank : d);
+      if (reduced[w]) return false;  // named twice: the op itself raises
+      reduced[w] = true;
     }
     if (!(*stack)[base + 2].isBool()) return false;
     keepdim = (*stack)[base + 2].toBool();

@@ -81,3 +81,10 @@ def test_simple_reductions_left_alone(case):
         x, fn = torch.randn(4, 4096), lambda x: x.mean()
     graph = ember.trace(fn, [x], device="cuda:0")
     assert len(graph.ops) == 1, str(graph)
+
+
+def test_a_dim_named_twice_still_raises():
+    # The split must not accept what the op itself rejects.
+    x = torch.randn(2, 1 << 20)
+    with pytest.raises(Exception, match="duplicate|multiple times"):
+        ember.trace(lambda x: x.sum((1, 1)), [x], device="cuda:0")
