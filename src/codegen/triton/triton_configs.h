@@ -33,5 +33,4 @@ constexpr int64_t kMinTunedElements = int64_t{1} << 21;
 ///    need it at least as wide as their array), with 2, 4, 8 or 16 warps as its width allows.
 std::vector<TritonConfig> triton_configs(const TritonKernel& k, const loop::Bindings& sizes);
 
-
 }  // namespace ember::codegen

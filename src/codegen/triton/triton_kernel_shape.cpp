@@ -96,8 +96,7 @@ std::optional<std::vector<int64_t>> coefficients(const Expr& index,
 
 }  // namespace
 
-std::optional<size_t> transposed_read_loop(const std::vector<std::string>& vars,
-                                           const Stmt& body) {
+std::optional<size_t> transposed_read_loop(const std::vector<std::string>& vars, const Stmt& body) {
   if (vars.size() < 2) return std::nullopt;
   std::vector<Expr> loads, stores;
   collect(body, &loads, &stores);
