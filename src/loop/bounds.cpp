@@ -127,6 +127,13 @@ Interval bounds_of(const Expr& e, const VarBounds& vars) {
       if (e.dtype() == kIndexType && (is_int(v.dtype()) || v.dtype() == DType::Bool)) return b(v);
       return Interval::everything();
     }
+    case ExprKind::Call: {
+      // check_index(x, lo, hi) returns only values in [lo, hi).
+      const auto* c = e.as<Call>();
+      if (c->fn != CallFn::CheckIndex) return Interval::everything();
+      Interval x = b(c->args[0]), lo = b(c->args[1]), hi = b(c->args[2]);
+      return {tight_max(x.lo, lo.lo), tight_min(x.hi, hi.hi ? sub(hi.hi, Opt(1)) : std::nullopt)};
+    }
     case ExprKind::FloatImm:
     case ExprKind::Div:
     case ExprKind::LT:
@@ -142,7 +149,6 @@ Interval bounds_of(const Expr& e, const VarBounds& vars) {
     case ExprKind::Shr:
     case ExprKind::Not:
     case ExprKind::Load:
-    case ExprKind::Call:
       return Interval::everything();
   }
   return Interval::everything();

@@ -188,6 +188,10 @@ Scalar call(CallFn fn, DType t, const std::vector<Scalar>& args) {
       return r(std::atan2(x, y));
     case CallFn::Fmod:
       return r(std::fmod(x, y));
+    case CallFn::CheckIndex:
+      EMBER_CHECK(args[1].i <= args[0].i && args[0].i < args[2].i)
+          << "index " << args[0].i << " is out of range [" << args[1].i << ", " << args[2].i << ")";
+      return args[0];
   }
   return {};
 }

@@ -181,8 +181,10 @@ Expr Call::make(CallFn fn, std::vector<Expr> args) {
   }
   DType t = args[0].dtype();
   CallKind kind = call_fn_kind(fn);
-  EMBER_INTERNAL_ASSERT(kind == CallKind::Numeric ? is_numeric(t) : is_float(t))
-      << name << " of " << dtype_name(t);
+  const bool accepted = kind == CallKind::Numeric ? is_numeric(t)
+                        : kind == CallKind::Index ? t == kIndexType
+                                                  : is_float(t);
+  EMBER_INTERNAL_ASSERT(accepted) << name << " of " << dtype_name(t);
   DType result = kind == CallKind::Predicate ? DType::Bool : t;
   return Expr(std::make_shared<Call>(result, fn, std::move(args)));
 }

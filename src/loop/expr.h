@@ -209,7 +209,7 @@ enum class CallFn : uint8_t {
 #include "loop/calls.def"
 };
 /// How a function types its operands (see calls.def).
-enum class CallKind : uint8_t { Float, Numeric, Predicate };
+enum class CallKind : uint8_t { Float, Numeric, Predicate, Index };
 const char* call_fn_name(CallFn fn);
 std::optional<CallFn> parse_call_fn(std::string_view name);
 int call_fn_arity(CallFn fn);

@@ -419,6 +419,16 @@ Expr cast_same_type(const Expr& e, const RuleContext&) {
   return v.dtype() == e.dtype() ? v : Expr();
 }
 
+/// check_index(x, lo, hi) -> x where the bounds prove lo <= x < hi.
+Expr check_index_by_bounds(const Expr& e, const RuleContext& ctx) {
+  const auto* c = e.as<Call>();
+  if (c->fn != CallFn::CheckIndex) return Expr();
+  const Interval x = bounds_of(c->args[0], ctx.bounds);
+  const std::optional<int64_t> lo = as_const_int(c->args[1]), hi = as_const_int(c->args[2]);
+  if (!x.is_bounded() || !lo || !hi || *x.lo < *lo || *x.hi >= *hi) return Expr();
+  return c->args[0];
+}
+
 }  // namespace
 
 const std::vector<Rule>& rules() {
@@ -439,6 +449,7 @@ const std::vector<Rule>& rules() {
       {"not-rules", bit(ExprKind::Not), not_rules},
       {"select-rules", bit(ExprKind::Select), select_rules},
       {"cast-same-type", bit(ExprKind::Cast), cast_same_type},
+      {"check-index-by-bounds", bit(ExprKind::Call), check_index_by_bounds},
   };
   return kRules;
 }

@@ -290,6 +290,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
   sopts.fuse = options.codegen && (cpu || triton);
   sopts.reductions = options.reductions;
   sopts.reduction_fusion = options.reduction_fusion;
+  sopts.index_asserts = triton;  // a device-side assert per index read, as eager's CUDA kernels
   sched::Plan plan = sched::schedule_graph(g, sopts);
   // A kernel with no Triton form leaves its nodes to ATen: the graph is scheduled again without
   // them, a few times at most, before the whole graph runs unfused.

@@ -67,6 +67,7 @@ class Scheduler final : public FusionState {
   Plan run();
 
   const graph::Graph& graph() const override { return g_; }
+  bool index_asserts() const override { return options_.index_asserts; }
   NodeClass node_class(ValueId v) const override {
     int32_t n = g_.values[v].node;
     return n < 0 ? NodeClass::Extern : cls_[n];

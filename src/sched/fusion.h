@@ -82,6 +82,12 @@ struct ScheduleOptions {
   /// Whether reduction kernels also compute their input inline (a prologue) and store the values
   /// of its shape that follow (epilogues); see docs/design/scheduler.md.
   bool reduction_fusion = true;
+  /// How a kernel that gathers through an index tensor checks its indices. false (the CPU): every
+  /// index first, serially, and the loops only when all are in range, the result in a status
+  /// buffer (KernelGroup::index_status) so the runtime can run the unfused ops, which raise.
+  /// true (Triton): each index read is wrapped in check_index (loop/calls.def), which stops the
+  /// kernel with a device-side assert, as eager's CUDA index kernels do; no status buffer.
+  bool index_asserts = false;
   /// Nodes (by index) that stay ATen calls whatever their kind: those of kernels a code generator
   /// refused (the executor schedules again without them). Shorter than the graph: the rest fuse.
   std::vector<bool> extern_nodes;

@@ -94,6 +94,8 @@ class FusionState {
   virtual bool is_view(ValueId v) const = 0;
   /// The value a view aliases at the end of its chain of views.
   virtual ValueId view_root(ValueId v) const = 0;
+  /// ScheduleOptions::index_asserts.
+  virtual bool index_asserts() const = 0;
 };
 
 // Builds one kernel: the values it stores (one shape, the iteration space) and everything they

@@ -287,11 +287,16 @@ Expr KernelBuilder::index_element(ValueId v, const Index& raw_index, const Expr&
     return loop::idx(0);
   }
   IndexCheck check{v, *bound, negative_wraps};
-  if (std::find(st_.checks.begin(), st_.checks.end(), check) == st_.checks.end()) {
+  if (!s_.index_asserts() &&
+      std::find(st_.checks.begin(), st_.checks.end(), check) == st_.checks.end()) {
     st_.checks.push_back(check);
   }
   const graph::TensorType& t = g_.type(v);
   Expr x = as_index(load(root, t, simplified(raw_index), g_.type(root).storage_offset.constant()));
+  if (s_.index_asserts()) {  // each read checks itself (ScheduleOptions::index_asserts)
+    x = loop::Call::make(loop::CallFn::CheckIndex,
+                         {x, loop::idx(negative_wraps ? -*bound : 0), loop::idx(*bound)});
+  }
   if (negative_wraps) x = loop::Select::make(loop::LT::make(x, loop::idx(0)), x + size, x);
   return x;
 }

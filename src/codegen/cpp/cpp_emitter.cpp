@@ -349,6 +349,9 @@ std::string Emitter::call(const Expr& e) {
     case CallFn::Fmod:
       r = "std::fmod(" + a[0] + ", " + a[1] + ")";
       break;
+    case CallFn::CheckIndex:  // see calls.def: the CPU schedule checks indices before the loops
+      EMBER_INTERNAL_ASSERT(false) << "check_index has no C++ form";
+      break;
   }
   if (!is_float(e.dtype()) && e.dtype() != DType::Bool) {
     return std::string("static_cast<") + cpp_type(e.dtype()) + ">(" + r + ")";

@@ -164,6 +164,8 @@ std::string Emitter::expr(const Expr& e) {
           return "(" + args[0] + " != " + args[0] + ")";
         case CallFn::IsInf:
           return "(tl.abs(" + args[0] + ") == float(\"inf\"))";
+        case CallFn::CheckIndex:  // tl.device_assert: the kernel compiles with debug on
+          return "_ember_check_index(" + args[0] + ", " + args[1] + ", " + args[2] + ")";
         default: {
           const char* f = call_text(c->fn);
           if (f == nullptr) refuse(std::string("the call ") + call_fn_name(c->fn));

@@ -1,7 +1,7 @@
 /// \file
 /// The text every generated Triton module starts with: the imports, and the jit helpers the
 /// emitter's kernels call (Python integer division and modulo, the reductions' combine and
-/// reduce functions, argmax/argmin's comparison). See triton_emitter.h.
+/// reduce functions, argmax/argmin's comparison, index range checks). See triton_emitter.h.
 #pragma once
 
 namespace ember::codegen {
@@ -103,6 +103,12 @@ def _ember_any(x):
 @triton.jit
 def _ember_all(x):
     return tl.min(x.to(tl.int8), 0) != 0
+
+
+@triton.jit
+def _ember_check_index(x, lo, hi):
+    tl.device_assert((x >= lo) & (x < hi), "ember: index out of range")
+    return x
 )";
 
 }  // namespace ember::codegen

@@ -127,6 +127,20 @@ TEST(TritonEmitter, ColumnReductionsFoldTwoDimensionalTiles) {
   EXPECT_EQ(l.block, 256);
 }
 
+// A gather checks each index it reads with a device-side assert (check_index, compiled with
+// Triton's debug option on); the check is a helper of the module's prelude.
+TEST(TritonEmitter, IndexChecksAreDeviceAssertsAndMatchGolden) {
+  loop::Kernel k =
+      loop::parse_kernel(read(std::string(EMBER_CODEGEN_GOLDEN_DIR) + "/embedding_checked.loop"));
+  std::string why;
+  auto t = emit_triton(k, &why);
+  ASSERT_TRUE(t.has_value()) << why;
+  EXPECT_EQ(t->form, TritonKernel::Form::Flat);
+  expect_golden(kernel_function(*t), "embedding_checked.triton.golden");
+  EXPECT_NE(t->source.find("def _ember_check_index(x, lo, hi):\n    tl.device_assert("),
+            std::string::npos);
+}
+
 // A copy to channels-last reads along w and writes along c: 2D tiles over (c, w), each read and
 // written along its contiguous dim, the other loops (n, h) one scalar each per program.
 TEST(TritonEmitter, ATransposingReadRunsAsTwoDimensionalTiles) {

@@ -111,6 +111,21 @@ TEST(EvalExpr, FollowsTheIntegerSemantics) {
   EXPECT_THROW(ev(floordiv(idx(1), idx(0))), UserError);
 }
 
+TEST(EvalExpr, CheckIndexPassesIndicesInRangeAndThrowsOnOthers) {
+  EvalEnv env;
+  auto check = [&](int64_t x) {
+    return eval_expr(Call::make(CallFn::CheckIndex, {idx(x), idx(-3), idx(3)}), env).i;
+  };
+  EXPECT_EQ(check(-3), -3);
+  EXPECT_EQ(check(2), 2);
+  try {
+    check(3);
+    FAIL() << "expected a throw";
+  } catch (const UserError& e) {
+    EXPECT_STREQ(e.what(), "index 3 is out of range [-3, 3)");
+  }
+}
+
 TEST(EvalExpr, ShiftsAsTorchsCpuKernels) {
   EvalEnv env;
   auto ev = [&](DType t, ExprKind k, int64_t a, int64_t b) {

@@ -34,6 +34,15 @@ std::string simp(const std::string& text, const char* rule = nullptr) {
   return print_expr(e);
 }
 
+// check_index(x, lo, hi) is x once the bounds prove lo <= x < hi, and bounds what follows it.
+TEST(Simplify, DropsIndexChecksTheBoundsProve) {
+  EXPECT_EQ(simp("check_index(i, 0, 16)", "check-index-by-bounds"), "i");
+  EXPECT_EQ(simp("check_index((i + j), -4, 19)", "check-index-by-bounds"), "(i + j)");
+  EXPECT_EQ(simp("check_index(i, 0, 15)"), "check_index(i, 0, 15)");
+  EXPECT_EQ(simp("check_index(k, 0, 100)"), "check_index(k, 0, 100)");
+  EXPECT_EQ(simp("(check_index(k, 0, 100) < 100)"), "true");
+}
+
 TEST(Simplify, FoldsIntegerConstants) {
   EXPECT_EQ(simp("((2 + 3) * 4)", "fold-constants"), "20");
   EXPECT_EQ(simp("(-7 // 2)", "fold-constants"), "-4");

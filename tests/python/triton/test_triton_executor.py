@@ -171,3 +171,26 @@ def test_transposing_copies_run_as_2d_tiles(case):
     compiled = run(fn, x, kernels=1)
     src = compiled.kernel_sources[0]
     assert "tl.arange(0, XBLOCK)[None, :]" in src and "tl.arange(0, XBLOCK)[:, None]" in src, src
+
+
+def test_gathers_check_each_index_they_read():
+    """Triton kernels check an index where they read it (check_index: a device-side assert, as
+    eager's CUDA index kernels), so gathers fuse like any read: an embedding, indices that wrap,
+    and T5's position bias gathered inside the softmax that adds it."""
+    table, ids = r(50, 16), torch.randint(0, 50, (4, 7))
+    run(lambda t, i: F.embedding(i, t) * 2, table, ids, kernels=1)
+    run(lambda x, i: x[i] + 1, r(16, 5), torch.randint(-16, 16, (8,)), kernels=1)
+    bias = lambda e, b: F.embedding(b, e).permute(2, 0, 1).unsqueeze(0)  # noqa: E731
+    run(lambda s, e, b: torch.softmax(s + bias(e, b), -1), r(2, 3, 9, 9), r(32, 3),
+        torch.randint(0, 32, (9, 9)), kernels=1)
+
+
+@pytest.mark.skipif(not INTERPRET, reason="a device-side assert ends the CUDA context")
+def test_an_index_out_of_range_stops_the_kernel():
+    table, ids = r(50, 16), torch.randint(0, 50, (4, 7))
+    compiled = C.CompiledGraph(ember.trace(lambda t, i: F.embedding(i, t) * 2, (table, ids)),
+                               triton_interpret=True)
+    bad = ids.clone()
+    bad[1, 2] = 50
+    with pytest.raises(Exception, match="index out of range"):
+        compiled(table, bad)
