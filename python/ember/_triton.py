@@ -1,50 +1,37 @@
 """Triton's compiler and interpreter for ember's generated GPU kernels.
 
-The C++ runtime (src/runtime/triton_runtime.h) calls these hooks: `_compile` once per kernel at
-graph compile time (Triton's own compiler, in process, through a disk cache under
-EMBER_CACHE_DIR; the cubin is loaded and launched from C++), `_interpret` per launch when a CPU graph runs its Triton kernels in Triton's interpreter
-(tests; TRITON_INTERPRET=1 must be set before triton is imported). triton is imported only when
-a hook first runs.
+The C++ runtime (src/runtime/triton_runtime.h) calls these hooks: `_compile` once per batch of
+kernels at graph compile time (Triton's own compiler, through a disk cache under
+EMBER_CACHE_DIR, in a pool of worker processes running _triton_worker.py or in this process; the
+cubin is loaded and launched from C++), `_interpret` per launch when a CPU graph runs its Triton
+kernels in Triton's interpreter (tests; TRITON_INTERPRET=1 must be set before triton is
+imported). triton is imported only when a hook first runs.
 """
 
 from __future__ import annotations
 
+import atexit
 import hashlib
-import importlib.util
 import json
 import os
+import pickle
+import select
+import struct
+import subprocess
 import sys
-import tempfile
 import threading
+import time
 from typing import Any
 
 from . import _C
-
-_MODULES: dict[str, Any] = {}
-_SOURCE_DIR: str | None = None
-
-
-def kernel_function(source: str, name: str) -> Any:
-    """The generated module's kernel, imported from a file (triton.jit reads its source)."""
-    global _SOURCE_DIR
-    key = hashlib.sha256(source.encode()).hexdigest()[:20]
-    mod = _MODULES.get(key)
-    if mod is None:
-        if _SOURCE_DIR is None:
-            _SOURCE_DIR = tempfile.mkdtemp(prefix="ember_triton_")
-        path = os.path.join(_SOURCE_DIR, f"k_{key}.py")
-        with open(path, "w") as f:
-            f.write(source)
-        spec = importlib.util.spec_from_file_location(f"ember_triton_{key}", path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = mod
-        spec.loader.exec_module(mod)
-        _MODULES[key] = mod
-    return getattr(mod, name)
-
+from . import _triton_worker as _worker
+from ._triton_worker import compile_source, kernel_function  # noqa: F401  (tests use both)
 
 STATS = {"compiles": 0, "disk_hits": 0}
 _STATS_LOCK = threading.Lock()
+# The compile pool's: workers started, kernels they compiled, kernels compiled here instead
+# because their worker died (or never became ready).
+POOL_STATS = {"started": 0, "compiles": 0, "fallbacks": 0}
 
 
 def cache_dir() -> str:
@@ -58,59 +45,65 @@ def cache_dir() -> str:
     return os.path.join(base, "triton")
 
 
-def compile_for(source: str, name: str, signature: list[str], block_param: str, block: int,
-                arch: int, num_warps: int = 4) -> tuple:
-    """The cubin and launch metadata of a generated kernel for sm_<arch>, from the disk cache
-    (`cache_dir()/<key>.cubin` and `.json`, keyed by everything that decides them) or compiled by
-    Triton and stored there, with its source beside them (`<key>.py`)."""
+def _cache_key(source: str, name: str, signature: list[str], block_param: str, block: int,
+               arch: int, num_warps: int) -> str:
     import triton
 
-    key = hashlib.sha256(json.dumps([source, name, signature, block_param, block, arch,
-                                     num_warps, triton.__version__]).encode()).hexdigest()[:32]
-    d = cache_dir()
-    cubin_path, meta_path = os.path.join(d, key + ".cubin"), os.path.join(d, key + ".json")
-    try:
-        with open(meta_path) as f:
-            meta = json.load(f)
-        with open(cubin_path, "rb") as f:
-            cubin = f.read()
-        with _STATS_LOCK:
-            STATS["disk_hits"] += 1
-        return (cubin, *meta)
-    except (OSError, ValueError):
-        pass
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    return hashlib.sha256(json.dumps([source, name, signature, block_param, block, arch,
+                                      num_warps, triton.__version__]).encode()).hexdigest()[:32]
 
-    fn = kernel_function(source, name)
-    sig = dict(zip(fn.arg_names, signature))
-    compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs={block_param: block}),
-                              target=GPUTarget("cuda", arch, 32), options={"num_warps": num_warps})
-    md = compiled.metadata
-    meta = [md.name, md.num_warps, md.shared, getattr(md, "global_scratch_size", 0),
-            getattr(md, "global_scratch_align", 1), getattr(md, "profile_scratch_size", 0)]
-    cubin = compiled.asm["cubin"]
+
+def _cached(key: str) -> tuple | None:
+    """A compile from the disk cache (`cache_dir()/<key>.cubin` and `.json`), else None."""
+    d = cache_dir()
+    try:
+        with open(os.path.join(d, key + ".json")) as f:
+            meta = json.load(f)
+        with open(os.path.join(d, key + ".cubin"), "rb") as f:
+            cubin = f.read()
+    except (OSError, ValueError):
+        return None
+    with _STATS_LOCK:
+        STATS["disk_hits"] += 1
+    return (cubin, *meta)
+
+
+def _store(key: str, source: str, result: tuple) -> None:
+    """Counts a compile and keeps it in the disk cache, with its source beside it (`<key>.py`)."""
+    cubin, *meta = result
     with _STATS_LOCK:
         STATS["compiles"] += 1
+    d = cache_dir()
     try:  # written under temporary names, then renamed: readers never see half a file
         os.makedirs(d, exist_ok=True)
         # the source beside them, for people and tools (scripts/profile_model.py --sources)
-        src_path = os.path.join(d, key + ".py")
-        for path, data, mode in ((src_path, source, "w"), (cubin_path, cubin, "wb"),
-                                 (meta_path, json.dumps(meta), "w")):
-            tmp = f"{path}.{os.getpid()}.tmp"
+        for path, data, mode in ((os.path.join(d, key + ".py"), source, "w"),
+                                 (os.path.join(d, key + ".cubin"), cubin, "wb"),
+                                 (os.path.join(d, key + ".json"), json.dumps(meta), "w")):
+            tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
             with open(tmp, mode) as f:
                 f.write(data)
             os.replace(tmp, path)
     except OSError:
         pass  # an unwritable cache only costs compiles
-    return (cubin, *meta)
+
+
+def compile_for(source: str, name: str, signature: list[str], block_param: str, block: int,
+                arch: int, num_warps: int = 4) -> tuple:
+    """The cubin and launch metadata of a generated kernel for sm_<arch>, from the disk cache
+    (`cache_dir()/<key>.cubin` and `.json`, keyed by everything that decides them) or compiled by
+    Triton in this process and stored there, with its source beside them (`<key>.py`)."""
+    key = _cache_key(source, name, signature, block_param, block, arch, num_warps)
+    result = _cached(key)
+    if result is None:
+        result = compile_source(source, name, signature, block_param, block, arch, num_warps)
+        _store(key, source, result)
+    return result
 
 
 def compile_workers() -> int:
-    """Threads that compile one batch of kernels (EMBER_COMPILE_THREADS, else the CPUs this
-    process may use, at most 16). Triton's compiler releases the GIL in its MLIR passes and
-    ptxas runs as a subprocess, so threads overlap most of a compile."""
+    """Threads (and worker processes) that compile one batch of kernels (EMBER_COMPILE_THREADS,
+    else the CPUs this process may use, at most 16)."""
     n = os.environ.get("EMBER_COMPILE_THREADS")
     if n:
         return max(1, int(n))
@@ -121,9 +114,193 @@ def compile_workers() -> int:
     return max(1, min(16, cpus))
 
 
+# ---- the compile pool: worker processes (_triton_worker.py), as PyTorch Inductor's -------------
+# Triton's frontend (AST to TTIR) holds the GIL, so threads of one process overlap only part of a
+# compile; processes overlap all of it.
+
+_WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_triton_worker.py")
+READY_TIMEOUT_S = 60.0  # a worker not ready (triton imported) by then is not used
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "on", "yes", "y")
+
+
+def compile_processes() -> bool:
+    """Whether batches compile in worker processes: not with EMBER_COMPILE_PROCESSES=0, nor in
+    Triton's interpreter mode (TRITON_INTERPRET)."""
+    off = os.environ.get("EMBER_COMPILE_PROCESSES", "1").strip().lower() in ("0", "false", "off",
+                                                                              "no", "n")
+    return not off and not _truthy(os.environ.get("TRITON_INTERPRET"))
+
+
+class _Worker:
+    """One worker process; one thread at a time uses it."""
+
+    def __init__(self) -> None:
+        # The parent's environment (TRITON_*, PATH, ...) and interpreter; stderr is ours. Run as a
+        # script, not `-m ember._triton_worker`: that would import ember (torch and _C) first.
+        self.proc = subprocess.Popen([sys.executable, _WORKER_SCRIPT], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, bufsize=0, close_fds=True)
+        self.deadline = time.monotonic() + READY_TIMEOUT_S
+        self.ready = False
+
+    def _read(self, n: int, deadline: float | None) -> bytes | None:
+        fd, chunks = self.proc.stdout.fileno(), []
+        while n:
+            if deadline is not None:
+                left = max(0.0, deadline - time.monotonic())
+                if not select.select([fd], [], [], left)[0]:
+                    return None  # not ready in time
+            chunk = os.read(fd, n)
+            if not chunk:
+                return None  # the worker is gone
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def _recv(self, deadline: float | None = None) -> Any:
+        head = self._read(8, deadline)
+        data = None if head is None else self._read(struct.unpack("<Q", head)[0], deadline)
+        return None if data is None else pickle.loads(data)
+
+    def call(self, request: tuple) -> tuple | None:
+        """The worker's reply, ("ok", result) or ("err", message); None when the worker is gone,
+        broken, or was not ready in time."""
+        try:
+            if not self.ready:
+                hello = self._recv(self.deadline)
+                if not (isinstance(hello, tuple) and hello and hello[0] == "ready"):
+                    return None
+                self.ready = True
+            data = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
+            view = memoryview(struct.pack("<Q", len(data)) + data)
+            fd = self.proc.stdin.fileno()
+            while view:
+                view = view[os.write(fd, view):]
+            reply = self._recv()
+        except (OSError, EOFError, ValueError, pickle.UnpicklingError, struct.error):
+            return None
+        if not (isinstance(reply, tuple) and len(reply) == 2 and reply[0] in ("ok", "err")):
+            return None
+        return reply
+
+    def stop(self, wait_s: float = 0.0) -> None:
+        """Ends the worker (at the end of its stdin, else killed after wait_s) and reaps it."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc.stdout.close()
+
+
+class _Pool:
+    """Worker processes, started as batches need them (up to compile_workers()) and kept for the
+    life of this process. A worker that dies is dropped (the next batch starts another); one
+    that does not start turns the pool off."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.cond = threading.Condition()
+        self.free: list[_Worker] = []
+        self.workers: set[_Worker] = set()
+        self.broken = False
+
+    def grow(self, n: int) -> None:
+        with self.cond:
+            while len(self.workers) < n and not self.broken:
+                try:
+                    w = _Worker()
+                except (OSError, ValueError):
+                    self.broken = True
+                    break
+                POOL_STATS["started"] += 1
+                self.workers.add(w)
+                self.free.append(w)
+
+    def acquire(self) -> _Worker | None:
+        """A free worker (waiting for one while any is busy), or None when none is left."""
+        with self.cond:
+            while not self.free and self.workers:
+                self.cond.wait()
+            return self.free.pop() if self.free else None
+
+    def release(self, w: _Worker, alive: bool) -> None:
+        with self.cond:
+            if alive:
+                self.free.append(w)
+            else:
+                self.workers.discard(w)
+                self.broken = self.broken or not w.ready  # it never started: start no others
+            self.cond.notify_all()
+        if not alive:
+            w.stop()
+
+    def shutdown(self) -> None:
+        with self.cond:
+            workers, self.free, self.workers = list(self.workers), [], set()
+            self.broken = True
+        for w in workers:  # their stdin closed first: all end together
+            try:
+                w.proc.stdin.close()
+            except OSError:
+                pass
+        deadline = time.monotonic() + 2.0
+        for w in workers:
+            w.stop(max(0.0, deadline - time.monotonic()))
+
+    def forget(self) -> None:
+        """In a forked child: the parent's workers are not ours; only our copies of their pipes
+        are closed."""
+        for w in list(self.workers):
+            for f in (w.proc.stdin, w.proc.stdout):
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        self.free, self.workers = [], set()
+
+
+_POOL: _Pool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _shutdown_pool() -> None:
+    global _POOL
+    with _POOL_LOCK:
+        pool, _POOL = _POOL, None
+    if pool is not None and pool.pid == os.getpid():
+        pool.shutdown()
+
+
+atexit.register(_shutdown_pool)
+
+
+def _pool_for(misses: int) -> _Pool | None:
+    """The compile pool for a batch of `misses` kernels to compile, grown to
+    min(misses, compile_workers()) workers; None for one kernel, when it is off, or when no
+    worker could start."""
+    global _POOL
+    if misses < 2 or not compile_processes():
+        return None
+    with _POOL_LOCK:
+        if _POOL is not None and _POOL.pid != os.getpid():
+            _POOL.forget()
+            _POOL = None
+        if _POOL is None:
+            _POOL = _Pool()
+        _POOL.grow(min(misses, compile_workers()))
+        return _POOL if _POOL.workers else None
+
+
 def _compile(jobs: list[tuple]) -> list[tuple]:
     """The compile hook: one (source, name, signature, block_param, block, device, num_warps)
-    per kernel, compiled in parallel (compile_workers) and returned in order."""
+    per kernel, compiled in parallel and returned in order (see compile_batch)."""
     import torch
 
     arch = {}
@@ -132,27 +309,64 @@ def _compile(jobs: list[tuple]) -> list[tuple]:
         if device not in arch:
             major, minor = torch.cuda.get_device_capability(device)
             arch[device] = major * 10 + minor
-    for job in jobs:  # imported here, once each: module imports do not run in parallel
-        try:
-            kernel_function(job[0], job[1])
-        except Exception:  # noqa: BLE001  (reported by one() below)
-            pass
+    return compile_batch([(*job[:5], arch[job[5]], job[6]) for job in jobs])
 
-    def one(job: tuple) -> tuple | str:
-        source, name, signature, block_param, block, device, num_warps = job
+
+def compile_batch(requests: list[tuple]) -> list[tuple | str]:
+    """One (source, name, signature, block_param, block, arch, num_warps) per kernel: each
+    kernel's compile (compile_source's tuple) or, when it raised, its message. The disk cache is
+    read first; the rest are compiled by compile_workers() threads, each through a worker process
+    of the compile pool when there are 2 kernels or more to compile (compile_processes), else
+    (and when its worker dies) in this process."""
+    results: list[Any] = [None] * len(requests)
+    keys: list[str | None] = [None] * len(requests)
+    misses = []
+    for i, request in enumerate(requests):
         try:
-            return compile_for(source, name, signature, block_param, block, arch[device],
-                               num_warps)
+            keys[i] = _cache_key(*request)
+            results[i] = _cached(keys[i])
+        except Exception as e:  # noqa: BLE001
+            results[i] = _worker.error_message(e)[-2000:]
+        if results[i] is None:
+            misses.append(i)
+    if not misses:
+        return results
+    pool = _pool_for(len(misses))
+
+    def one(i: int) -> None:
+        request = requests[i]
+        try:
+            reply = None
+            w = pool.acquire() if pool is not None else None
+            if w is not None:
+                try:
+                    reply = w.call(request)
+                finally:
+                    pool.release(w, reply is not None)
+                with _STATS_LOCK:
+                    POOL_STATS["compiles" if reply is not None else "fallbacks"] += 1
+            if reply is None:
+                result = compile_source(*request)
+            elif reply[0] == "ok":
+                result = reply[1]
+            else:
+                results[i] = reply[1][-2000:]
+                return
+            _store(keys[i], request[0], result)
+            results[i] = result
         except Exception as e:  # noqa: BLE001  (the kernel's nodes then run as ATen calls)
-            return f"{type(e).__name__}: {e}"[-2000:]
+            results[i] = _worker.error_message(e)[-2000:]
 
-    workers = min(len(jobs), compile_workers())
-    if workers <= 1:
-        return [one(job) for job in jobs]
-    from concurrent.futures import ThreadPoolExecutor
+    threads = min(len(misses), compile_workers())
+    if threads <= 1:
+        for i in misses:
+            one(i)
+    else:
+        from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(workers, thread_name_prefix="ember-triton-compile") as pool:
-        return list(pool.map(one, jobs))
+        with ThreadPoolExecutor(threads, thread_name_prefix="ember-triton-compile") as ex:
+            list(ex.map(one, misses))
+    return results
 
 
 _PATCHED = False
@@ -175,6 +389,9 @@ def patch_interpreter() -> None:
         scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
 
     interpreter._patch_lang_tensor = patch_lang_tensor
+    # tl.device_assert (index range checks) runs only with debug on; overflow checks stay off.
+    interpreter.interpreter_builder.options = interpreter.InterpreterOptions(
+        debug=True, sanitize_overflow=False)
     _patch_libdevice()
     _PATCHED = True
 

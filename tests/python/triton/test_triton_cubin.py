@@ -106,3 +106,26 @@ def test_cubins_are_cached_on_disk_across_processes(tmp_path):
     assert runs[1][0] == {"compiles": 0, "disk_hits": 1}
     assert runs[0][1:] == runs[1][1:] and runs[0][1] > 1000
     assert len(list((tmp_path / "triton").glob("*.cubin"))) == 1
+
+
+CHECKED = r'''
+import sys
+import ember._C as C
+from ember import _triton_worker as W
+k = C.triton_kernel(open(sys.argv[1]).read(), {"n": 64, "d": 32})
+assert W.uses_device_asserts(k["source"])
+cubin = W.compile_source(k["source"], k["name"], ["*i64", "*fp32", "*fp32", "i64", "i64"],
+                         k["block_param"], k["block"], 90, 4)[0]
+print("assertfail" if b"__assertfail" in cubin else "no assert")
+'''
+
+
+def test_index_checks_compile_to_device_asserts():
+    """A kernel that checks its indices compiles with Triton's debug option, so its
+    tl.device_assert reaches the cubin (a call of __assertfail) instead of being dropped."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    out = subprocess.run([sys.executable, "-c", CHECKED,
+                          str(GOLDEN / "codegen/golden/embedding_checked.loop")],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip().splitlines()[-1] == "assertfail"

@@ -1,0 +1,158 @@
+"""The compile pool of ember._triton: a batch of generated kernels compiles in worker processes
+(python/ember/_triton_worker.py) to the same cubins as in this process, a worker that dies is
+dropped and its kernel compiled here instead, and EMBER_COMPILE_PROCESSES=0 starts no process.
+For sm_90 with no GPU present; runs in a subprocess, outside the interpreter mode the other tests
+of this directory set."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("triton")
+
+GOLDEN = pathlib.Path(__file__).parents[2] / "cpp"
+
+SCRIPT = r'''
+import json, os, signal, sys, tempfile
+import torch
+import ember._C as C
+from ember import _triton
+
+torch.cuda.get_device_capability = lambda device=None: (9, 0)  # no GPU here: sm_90
+base = tempfile.mkdtemp()
+
+
+def fresh(tag):  # empty caches (ember's cubins and Triton's own)
+    os.environ["EMBER_CACHE_DIR"] = os.path.join(base, tag, "ember")
+    os.environ["TRITON_CACHE_DIR"] = os.path.join(base, tag, "triton")
+
+
+def children():
+    pids = []
+    for task in os.listdir("/proc/self/task"):
+        try:  # a thread may end between the listing and the read
+            with open(f"/proc/self/task/{task}/children") as f:
+                pids += [int(p) for p in f.read().split()]
+        except FileNotFoundError:
+            pass
+    return sorted(pids)
+
+
+def zombies():
+    out = []
+    for pid in children():
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    out.append(pid)
+        except FileNotFoundError:  # reaped meanwhile
+            pass
+    return out
+
+
+def job(path, sizes, num_warps, prefix="", name=None):
+    k = C.triton_kernel(open(path).read(), sizes)
+    fn = _triton.kernel_function(k["source"], k["name"])  # for its arguments' order
+    types = {"s": "i64", "b": "*fp32"}
+    sig = ["constexpr" if a == k["block_param"] else types[a[0]] for a in fn.arg_names]
+    return (prefix + k["source"], name or k["name"], sig, k["block_param"], k["block"], 0,
+            num_warps)
+
+
+gelu, softmax, column_sum = json.loads(sys.argv[1])
+jobs = [job(gelu[0], gelu[1], 2), job(gelu[0], gelu[1], 4), job(softmax[0], softmax[1], 4),
+        job(column_sum[0], column_sum[1], 4),
+        job(gelu[0], gelu[1], 4, name="no_such_kernel")]  # an error, the same both ways
+out = {}
+
+# In this process: no worker started.
+os.environ["EMBER_COMPILE_PROCESSES"] = "0"
+fresh("local")
+local = _triton._compile(jobs)
+out["local_no_children"] = _triton._POOL is None and children() == []
+out["local_stats"] = [dict(_triton.STATS), dict(_triton.POOL_STATS)]
+
+# In worker processes: the same cubins and messages.
+del os.environ["EMBER_COMPILE_PROCESSES"]
+fresh("pool")
+pooled = _triton._compile(jobs)
+out["same"] = pooled == local
+out["error"] = pooled[-1]
+out["names"] = [r[1] for r in pooled[:-1]]
+out["cubin_sizes"] = [len(r[0]) for r in pooled[:-1]]
+out["pool_stats"] = dict(_triton.POOL_STATS)
+workers = children()
+out["workers"] = len(workers)
+
+# All from the disk cache: nothing compiled, no worker used.
+out["cached_same"] = _triton._compile(jobs) == local
+out["cached_stats"] = [dict(_triton.STATS), dict(_triton.POOL_STATS)]
+
+# Both workers killed while idle: their kernels compile here, the rest too; no hang.
+for w in list(_triton._POOL.workers):
+    os.kill(w.proc.pid, signal.SIGKILL)
+    w.proc.wait()
+fresh("killed")
+out["killed_same"] = _triton._compile(jobs) == local
+out["killed_stats"] = dict(_triton.POOL_STATS)
+
+# A worker that dies in the middle of a compile (this kernel's module exits the process when
+# ember is not imported: in a worker, not here). The next batch starts new workers first.
+crash = job(gelu[0], gelu[1], 8, prefix='import os, sys\nif "ember" not in sys.modules:\n'
+            '    os._exit(3)\n')
+fresh("crash")
+res = _triton._compile([crash, job(softmax[0], softmax[1], 8)])
+out["crash"] = [r[1] if isinstance(r, tuple) else r for r in res]
+out["crash_stats"] = dict(_triton.POOL_STATS)
+out["zombies"] = zombies()
+out["alive"] = len(children()), len(_triton._POOL.workers)
+out["pids"] = children()
+print(json.dumps(out))
+'''
+
+
+def test_compile_pool(tmp_path):
+    kernels = [
+        (str(GOLDEN / "codegen/golden/gelu_bias.loop"), {"m": 64, "n": 128}),
+        (str(GOLDEN / "loop/golden/softmax.loop"), {"s0": 64, "s1": 1000}),
+        (str(GOLDEN / "codegen/golden/column_sum.loop"), {}),
+    ]
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("TRITON_INTERPRET", "EMBER_COMPILE_PROCESSES")}
+    env["EMBER_COMPILE_THREADS"] = "2"
+    # Without line information a cubin has no path or time of its (temporary) source file: the
+    # same kernel compiles to the same bytes in any process.
+    env["TRITON_DISABLE_LINE_INFO"] = "1"
+    r = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(kernels)], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+
+    assert out["local_no_children"]
+    assert out["local_stats"] == [{"compiles": 4, "disk_hits": 0},
+                                  {"started": 0, "compiles": 0, "fallbacks": 0}]
+    assert out["same"], "the pool's cubins differ from this process's"
+    assert out["error"].startswith("AttributeError: ") and "no_such_kernel" in out["error"]
+    assert out["names"] == ["ember_gelu_bias", "ember_gelu_bias", "ember_softmax",
+                            "ember_column_sum"]
+    assert min(out["cubin_sizes"]) > 1000
+    assert out["pool_stats"] == {"started": 2, "compiles": 5, "fallbacks": 0}
+    assert out["workers"] == 2
+    assert out["cached_same"]
+    assert out["cached_stats"] == [{"compiles": 8, "disk_hits": 4},
+                                   {"started": 2, "compiles": 5, "fallbacks": 0}]
+    assert out["killed_same"]
+    assert out["killed_stats"] == {"started": 2, "compiles": 5, "fallbacks": 2}
+    assert out["crash"] == ["ember_gelu_bias", "ember_softmax"]
+    assert out["crash_stats"] == {"started": 4, "compiles": 6, "fallbacks": 3}
+    assert out["zombies"] == []
+    assert out["alive"] == [1, 1]
+    # The last worker ended with its parent (atexit), reaped.
+    for pid in out["pids"]:
+        assert not os.path.exists(f"/proc/{pid}"), pid
