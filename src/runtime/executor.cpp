@@ -222,7 +222,8 @@ Executor::Step Executor::view_step(int32_t n, graph::ValueId root) const {
 
 codegen::TritonKernel Executor::triton_form(const sched::KernelGroup& group) const {
   EMBER_UNSUPPORTED(!group.index_status)
-      << "kernel " << group.kernel.name << " checks index tensors (not in Triton kernels yet)";
+      << "kernel " << group.kernel.name
+      << " checks its index tensors before its loops (a scatter kernel: no Triton form yet)";
   // Named by its content: the same kernel in another group, graph or process has the same
   // source, so it is compiled and loaded once (TritonLaunchable::cuda_all, the disk cache).
   loop::Kernel k = group.kernel;
