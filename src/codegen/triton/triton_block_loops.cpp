@@ -82,6 +82,9 @@ void Emitter::block_loop(const For& f) {
     line(off + " = " + r0 + " + tl.arange(0, RBLOCK)" + index_cast_);
     line(rmask + " = " + off + " < " + ext);
   }
+  // The loop's variable and its Lets are blocks inside it only: a later loop may reuse the
+  // name for a scalar (a serial loop over rows after a column tile).
+  const std::set<std::string> outer_block_vars = block_vars_;
   block_vars_.insert(var);
   line(var_name(var) + " = " + expr(f.min) + " + " + off);
   block_mask_ = rmask;
@@ -89,6 +92,7 @@ void Emitter::block_loop(const For& f) {
   const auto* mn = f.min.as<IntImm>();
   block_min_zero_ = mn != nullptr && mn->value == 0;
   block_stmt(f.body, rmask);
+  block_vars_ = outer_block_vars;
   block_mask_.clear();
   block_var_.clear();
   if (!persistent_) {
@@ -177,6 +181,7 @@ bool Emitter::column_tiles(const For& rows) {
   const std::string xs = fresh("xs"), xm = fresh("xmask");
   line(xs + " = " + x0 + " + tl.arange(0, " + tile_rows + ")" + index_cast_ + "[:, None]");
   line(xm + " = " + xs + " < " + ext);
+  const std::set<std::string> outer_block_vars = block_vars_;  // as in block_loop
   block_vars_.insert(rows.var.as<Var>()->name);
   line(var_name(rows.var.as<Var>()->name) + " = " + xs);
   const std::string cext = fresh("ext"), coff = fresh("coff"), cm = fresh("cmask");
@@ -208,6 +213,7 @@ bool Emitter::column_tiles(const For& rows) {
     }
   };
   emit(cols->body);
+  block_vars_ = outer_block_vars;
   block_mask_.clear();
   block_var_.clear();
   load_cache_.clear();

@@ -66,6 +66,14 @@ def test_layer_norm():
     run(lambda x, w, b: F.layer_norm(x, (50,), w, b), r(6, 50), r(50), r(50), atol=1e-4)
 
 
+def test_layer_norm_over_a_strided_dim():
+    """A layer norm over a transposed dim (Whisper's after its convolutions) is a column
+    reduction in tiles, then a serial loop over the same rows whose variable is a scalar there:
+    the weight it reads at the row is one element (once read as a block, which Triton refuses)."""
+    run(lambda x, w, b: F.layer_norm(x.permute(0, 2, 1), (64,), w, b), r(4, 64, 16), r(64),
+        r(64), kernels=1, atol=1e-4)
+
+
 def test_bf16_pointwise_rounds_like_eager():
     tol = 4e-2 if INTERPRET else 8e-3  # Triton's interpreter truncates to bf16
     run(lambda a, b: (a * b + 1).relu() / (a.abs() + 2), r(32, 64, dtype=torch.bfloat16),
