@@ -205,6 +205,7 @@ class ProgramBuilder {
         break;
       case Kind::Softmax:
       case Kind::LogSoftmax:
+      case Kind::SafeSoftmax:
         softmax();
         break;
       case Kind::LayerNorm:
@@ -339,8 +340,8 @@ class ProgramBuilder {
     Expr mx = value("acc_max", a);
     init("acc_sum", ReduceOp::Sum, a);
     Expr sum = value("acc_sum", a);
-    if (s_.kind == Kind::Softmax) {
-      const bool in_output = xd == a;
+    if (s_.kind == Kind::Softmax || s_.kind == Kind::SafeSoftmax) {
+      const bool in_output = dtype(s_.outputs[0].value) == a;
       const bool in_scratch = !in_output && uses_inner_layout(space_) && n() <= kMaxScratchRow;
       Expr e = loop::Var::make("t_exp", a);
       std::vector<Stmt> pass = {accumulate(ReduceOp::Sum, "acc_sum", e)};
@@ -356,8 +357,13 @@ class ProgramBuilder {
       elements(
           {loop::Let::make(e, call(loop::CallFn::Exp, sub(x(a), mx)), loop::Block::make(pass))});
       Expr inv = define("inv", div(fconst(a, 1), sum));
-      Expr y = kept.defined() ? kept : call(loop::CallFn::Exp, sub(x(a), mx));
-      elements({store(0, mul(y, inv))});
+      Expr y = mul(kept.defined() ? kept : call(loop::CallFn::Exp, sub(x(a), mx)), inv);
+      if (s_.kind == Kind::SafeSoftmax) {
+        // A row of -inf only (its max is -inf) is 0, as eager's where(all(x == -inf), 0, softmax).
+        const Expr neg_inf = fconst(a, -std::numeric_limits<double>::infinity());
+        y = loop::Select::make(bin(ExprKind::EQ, mx, neg_inf), fconst(a, 0), y);
+      }
+      elements({store(0, y)});
       return;
     }
     elements({accumulate(ReduceOp::Sum, "acc_sum", call(loop::CallFn::Exp, sub(x(a), mx)))});

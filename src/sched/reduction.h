@@ -22,6 +22,8 @@ namespace ember::sched {
 ///    std_mean.correction, logsumexp: over any dims, keepdim either way (an empty dim list
 ///    reduces every dim, except for any.dims / all.dims, which reduce none);
 ///  - aten::_softmax, aten::_log_softmax over any one dim (half_to_float false);
+///    aten::_safe_softmax (SDPA's math path: a row of -inf only is 0) with dtype None or the
+///    output's (the input's, or f32 from bf16);
 ///  - aten::native_layer_norm, aten::native_group_norm (weight and bias absent, of the input's
 ///    dtype, or f32);
 ///  - training-mode batch norm: aten::_native_batch_norm_legit_functional (the new running

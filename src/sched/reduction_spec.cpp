@@ -79,6 +79,7 @@ const OpEntry* op_entry(const std::string& qualified) {
       {"aten::logsumexp", {Kind::LogSumExp, DimArg::List}},
       {"aten::_softmax", {Kind::Softmax, DimArg::Softmax}},
       {"aten::_log_softmax", {Kind::LogSoftmax, DimArg::Softmax}},
+      {"aten::_safe_softmax", {Kind::SafeSoftmax, DimArg::Softmax}},
       {"aten::native_layer_norm", {Kind::LayerNorm, DimArg::Normalize}},
       {"aten::native_group_norm", {Kind::GroupNorm, DimArg::Normalize}},
       {"aten::_native_batch_norm_legit_functional", {Kind::BatchNorm, DimArg::Normalize}},
@@ -178,8 +179,19 @@ class Analyzer {
     bool keepdim = false;
     if (entry->dims == DimArg::Softmax) {
       const auto* d = std::get_if<int64_t>(arg_named(g_, n_, "dim"));
-      const auto* half = std::get_if<bool>(arg_named(g_, n_, "half_to_float"));
-      if (d == nullptr || half == nullptr || *half) return std::nullopt;
+      if (d == nullptr) return std::nullopt;
+      if (s_.kind == Kind::SafeSoftmax) {
+        // `dtype`: None, or the output's dtype (dtypes_ok: x's, or f32 from bf16, exact).
+        const graph::Arg* t = arg_named(g_, n_, "dtype");
+        const auto* dt = t ? std::get_if<DType>(t) : nullptr;
+        if (t == nullptr ||
+            (!is_none(t) && (dt == nullptr || *dt != g_.type(n_.outputs[0]).dtype))) {
+          return std::nullopt;
+        }
+      } else {
+        const auto* half = std::get_if<bool>(arg_named(g_, n_, "half_to_float"));
+        if (half == nullptr || *half) return std::nullopt;
+      }
       std::optional<int64_t> w = wrap_dim(*d, rank);
       if (!w) return std::nullopt;
       if (rank > 0) s_.reduced[*w] = true;  // a 0-dim input is its own row of one
@@ -253,6 +265,8 @@ class Analyzer {
       case Kind::Softmax:
       case Kind::LogSoftmax:
         return is_float(x) && out(0) == x;
+      case Kind::SafeSoftmax:  // in f32 from bf16 as from bf16 converted first (exact)
+        return is_float(x) && (out(0) == x || (x == DType::BFloat16 && out(0) == DType::Float32));
       case Kind::LayerNorm:
       case Kind::GroupNorm:
         return n_.outputs.size() == 3 && is_float(x) && out(0) == x && is_float(out(1)) &&

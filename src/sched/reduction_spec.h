@@ -33,8 +33,9 @@ enum class ReductionKind : uint8_t {
   LogSumExp,
   Softmax,
   LogSoftmax,
-  LayerNorm,  ///< (out, mean, rstd)
-  GroupNorm,  ///< (out, mean, rstd)
+  SafeSoftmax,  ///< softmax, 0 for a row whose every element is -inf (SDPA's math path)
+  LayerNorm,    ///< (out, mean, rstd)
+  GroupNorm,    ///< (out, mean, rstd)
   /// Training-mode batch norm: (out, save_mean, save_invstd[, new running_mean, new running_var])
   BatchNorm,
 };

@@ -116,6 +116,38 @@ TEST(Reduction, SoftmaxOverMiddleDimMatchesReference) {
   }
 }
 
+// _safe_softmax (SDPA's math path): softmax, but a row of -inf only is 0 where softmax gives NaN;
+// a row with a NaN stays NaN.
+TEST(Reduction, SafeSoftmaxZeroesRowsOfMinusInfinity) {
+  graph::Graph g;
+  ValueRef x{g.add_input(type(DType::Float32, {3, 4}), graph::InputKind::User)};
+  int32_t n = add(g, "aten::_safe_softmax", {"self", "dim", "dtype"}, {x, int64_t{-1}, NoneArg{}},
+                  {type(DType::Float32, {3, 4})});
+  g.outputs.push_back(g.nodes[n].outputs[0]);
+  ASSERT_TRUE(is_reduction_kernel_node(g, g.nodes[n]));
+  Plan plan = schedule_graph(g, kWithReductions);
+  ASSERT_EQ(plan.groups.size(), 1u);
+  const loop::Kernel& k = plan.groups[0].kernel;
+  ASSERT_TRUE(loop::verify_kernel(k).empty()) << loop::print_kernel(k);
+  const double inf = INFINITY;
+  const double in[12] = {1, 2, -inf, 0, -inf, -inf, -inf, -inf, 1, NAN, -inf, 2};
+  loop::BufferMap bufs;
+  for (double v : in) bufs["buf0"].push_back(loop::Scalar::of_float(loop::DType::Float32, v));
+  bufs["buf1"].resize(12);
+  loop::run_kernel(k, {}, bufs);
+  const double s = std::exp(1.0) + std::exp(2.0) + std::exp(0.0);
+  EXPECT_NEAR(bufs["buf1"][1].f, std::exp(2.0) / s, 1e-6);
+  EXPECT_EQ(bufs["buf1"][2].f, 0.0);
+  for (int i = 4; i < 8; ++i) EXPECT_EQ(bufs["buf1"][i].f, 0.0) << i;
+  for (int i = 8; i < 12; ++i) EXPECT_TRUE(std::isnan(bufs["buf1"][i].f)) << i;
+  // dtype: the output's (f32 from bf16) is exact; a narrowing one stays an ATen call.
+  graph::Graph narrow;
+  ValueRef y{narrow.add_input(type(DType::Float32, {3, 4}), graph::InputKind::User)};
+  int32_t m = add(narrow, "aten::_safe_softmax", {"self", "dim", "dtype"},
+                  {y, int64_t{-1}, DType::BFloat16}, {type(DType::BFloat16, {3, 4})});
+  EXPECT_FALSE(is_reduction_kernel_node(narrow, narrow.nodes[m]));
+}
+
 // native_layer_norm: one group with three outputs; only the needed ones are written.
 TEST(Reduction, LayerNormWritesTheNeededOutputs) {
   graph::Graph g;

@@ -47,6 +47,21 @@ def test_softmax_masking_and_nan_like_eager():
     run(lambda x: (F.softmax(x, -1), F.log_softmax(x, -1), F.softmax(x, 0)), x, kernels=3)
 
 
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_safe_softmax_zeroes_fully_masked_rows(dtype):
+    """aten::_safe_softmax (SDPA's math path, T5's position-biased attention): one kernel with
+    the bias add before it; a row of -inf only is 0, a row with a NaN stays NaN, as eager."""
+    x = torch.randn(3, 5, 40)
+    x[0, 1] = -float("inf")
+    x[1, 2, 7:] = -float("inf")
+    x[2, 0, 3] = float("nan")
+    safe = torch.ops.aten._safe_softmax
+    run(lambda x, b: safe(x + b, -1), x.to(dtype), torch.randn(40).to(dtype), kernels=1)
+    run(lambda x: safe(x, 1), x.to(dtype), kernels=1)
+    if dtype == torch.bfloat16:  # in f32 from bf16: exact, one kernel too
+        run(lambda x: safe(x, -1, dtype=torch.float32), x.to(dtype), kernels=1)
+
+
 def test_softmax_size0_size1_and_0dim():
     run(lambda x: (F.softmax(x, -1), F.softmax(x, 0)), torch.randn(0, 5), kernels=2)
     run(lambda x: (F.softmax(x, 0), F.log_softmax(x, -1)), torch.tensor(1.5), kernels=2)
