@@ -14,6 +14,7 @@
 #include "graph/verifier.h"
 #include "support/error.h"
 #include "tracer/batch_norm_inference.h"
+#include "tracer/conv_bias.h"
 #include "tracer/conv_layout.h"
 #include "tracer/convert.h"
 #include "tracer/matmul_padding.h"
@@ -303,6 +304,7 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
     const c10::ArrayRef<c10::IValue> args(stack->data() + base, num_args);
     std::optional<at::Tensor> r = index_put_as_where(op, args);
     if (!r.has_value()) r = pad_unaligned_matmul(op, args);
+    if (!r.has_value()) r = convolution_bias_apart(op, args);
     if (!r.has_value()) {
       bool from_contiguous = false;
       r = channels_last_convolution(op, args, &from_contiguous);
