@@ -32,6 +32,7 @@ nb::dict triton_kernel(const std::string& text, const std::map<std::string, int6
   d["block_param"] = t->block_param;
   d["block"] = l.block;
   d["programs"] = l.programs;
+  d["rows_per_program"] = t->rows_per_program;
   return d;
 }
 

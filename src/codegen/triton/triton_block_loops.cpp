@@ -19,6 +19,7 @@ void Emitter::collect_row_accumulators(const Stmt& s, const std::string& var) {
     case StmtKind::Accumulate: {
       const auto* a = s.as<Accumulate>();
       const bool arg = a->op == ReduceOp::ArgMax || a->op == ReduceOp::ArgMin;
+      if (arg) refuse_in_row_tile("an argmax");
       if (a->buffers.size() != 1 && !arg) {
         refuse(std::string("the ") + reduce_op_name(a->op) + " reduction");
       }
@@ -50,8 +51,8 @@ void Emitter::block_loop(const For& f) {
   std::string ext = fresh("ext");
   line(ext + " = " + expr(f.extent));
   for (const RowAcc& r : row_accs_) {
-    line(r.block + " = tl.full([RBLOCK], " + expr(reduction_identity(r.op, 0, r.dtype)) + ", " +
-         tl_dtype(r.dtype) + ")");
+    line(r.block + " = tl.full(" + block_shape() + ", " +
+         expr(reduction_identity(r.op, 0, r.dtype)) + ", " + tl_dtype(r.dtype) + ")");
     if (!r.index_block.empty()) {
       line(r.index_block + " = tl.full([RBLOCK], " +
            expr(reduction_identity(r.op, 1, DType::Int64)) + ", tl.int64)");
@@ -65,8 +66,16 @@ void Emitter::block_loop(const For& f) {
     auto [it, added] = persistent_lanes_.emplace(key, std::make_pair(std::string(), std::string()));
     if (added) {
       it->second = {fresh("roff"), fresh("rmask")};
-      line(it->second.first + " = tl.arange(0, RBLOCK)" + index_cast_);
-      line(it->second.second + " = " + it->second.first + " < " + ext);
+      if (rows_ > 1) {  // lanes along axis 1 of the row tile, masked by its rows too
+        const std::string lanes = fresh("lmask");
+        line(it->second.first + " = tl.arange(0, RBLOCK)" + index_cast_ + "[None, :]");
+        line(lanes + " = " + it->second.first + " < " + ext);
+        line(it->second.second + " = " + lanes + " & " + row_mask_);
+        lane_masks_[it->second.second] = lanes;
+      } else {
+        line(it->second.first + " = tl.arange(0, RBLOCK)" + index_cast_);
+        line(it->second.second + " = " + it->second.first + " < " + ext);
+      }
     }
     off = it->second.first;
     rmask = it->second.second;
@@ -85,6 +94,7 @@ void Emitter::block_loop(const For& f) {
   // The loop's variable and its Lets are blocks inside it only: a later loop may reuse the
   // name for a scalar (a serial loop over rows after a column tile).
   const std::set<std::string> outer_block_vars = block_vars_;
+  row_level_vars_ = outer_block_vars;
   block_vars_.insert(var);
   line(var_name(var) + " = " + expr(f.min) + " + " + off);
   block_mask_ = rmask;
@@ -93,6 +103,7 @@ void Emitter::block_loop(const For& f) {
   block_min_zero_ = mn != nullptr && mn->value == 0;
   block_stmt(f.body, rmask);
   block_vars_ = outer_block_vars;
+  row_level_vars_.clear();
   block_mask_.clear();
   block_var_.clear();
   if (!persistent_) {
@@ -114,7 +125,8 @@ void Emitter::block_loop(const For& f) {
       continue;
     }
     ReduceText t = reduce_text(r.op);
-    std::string red = std::string(t.reduce) + "(" + r.block + ")";
+    // A row tile reduces along axis 1, keeping it: one value per row, a [rows, 1] block.
+    std::string red = std::string(t.reduce) + (rows_ > 1 ? "_rows(" : "(") + r.block + ")";
     if (auto it = scalars_.find(r.buffer); it != scalars_.end()) {
       line(it->second + " = " +
            half_wrap(scalar_types_[r.buffer],
@@ -214,6 +226,7 @@ bool Emitter::column_tiles(const For& rows) {
   };
   emit(cols->body);
   block_vars_ = outer_block_vars;
+  row_level_vars_.clear();
   block_mask_.clear();
   block_var_.clear();
   load_cache_.clear();

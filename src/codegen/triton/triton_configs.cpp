@@ -21,7 +21,7 @@ std::vector<TritonConfig> triton_configs(const TritonKernel& k, const Bindings& 
   std::vector<TritonConfig> out{{def.block, 4}};
   const int64_t extent = eval_int(k.block_extent, sizes);
   const int64_t grid = eval_int(k.grid_extent, sizes);
-  int64_t elements = k.form == TritonKernel::Form::Flat ? grid : grid * extent;
+  int64_t elements = k.form == TritonKernel::Form::Flat ? grid : grid * extent * k.rows_per_program;
   if (k.form == TritonKernel::Form::Tiled) {
     elements = grid * eval_int(k.tile_cols, sizes) * eval_int(k.tile_rows, sizes);
   }
@@ -42,9 +42,10 @@ std::vector<TritonConfig> triton_configs(const TritonKernel& k, const Bindings& 
   }
   // Rows: lanes per thread from the block's width. Wide rows gain from more warps, narrow ones
   // (many short rows) from fewer.
-  if (def.block >= 1024) add({def.block, 8});
-  if (def.block >= 4096) add({def.block, 16});
-  if (def.block <= 512) add({def.block, 2});
+  const int64_t lanes = int64_t{def.block} * k.rows_per_program;  // a row tile's block
+  if (lanes >= 1024) add({def.block, 8});
+  if (lanes >= 4096) add({def.block, 16});
+  if (lanes <= 512) add({def.block, 2});
   return out;
 }
 

@@ -8,6 +8,7 @@
 
 #include "codegen/triton/triton_emitter_internal.h"
 #include "codegen/triton/triton_prelude.h"
+#include "loop/collapse.h"
 
 namespace ember::codegen {
 
@@ -261,16 +262,31 @@ std::string Emitter::load(const Load& l) {
                        ", mask=" + g + ", other=0");
   }
   std::string m = mask();
+  if (rows_ > 1 && !block_var_.empty() && guards_.empty()) {
+    // In a row tile's block loop, an element per row (a row's mean that the program stored) is
+    // a [rows, 1] load at the program's level, as a one-row program reads a scalar: the stored
+    // value itself when the program wrote it (forwarded below, no barrier).
+    std::set<std::string> loop_vars;
+    for (const std::string& v : block_vars_) {
+      if (row_level_vars_.count(v) == 0) loop_vars.insert(v);
+    }
+    if (!uses_any(l.index, loop_vars)) {
+      m = row_mask_;
+    } else if (auto it = lane_masks_.find(block_mask_);
+               it != lane_masks_.end() && !uses_any(l.index, row_level_vars_)) {
+      m = it->second;  // the same for every row: one [1, RBLOCK] load
+    }
+  }
   std::string addr = buf_name(l.buffer) + " + (" + index + ")";
   std::string text =
       m.empty() ? "tl.load(" + addr + ")" : "tl.load(" + addr + ", mask=" + m + ", other=0)";
-  if (!persistent_ || m.empty()) {
+  if ((!persistent_ && !reuse_block_loads_) || m.empty()) {
     pending_stores_.erase(l.buffer);
     sync_before_read(l.buffer);
     return text;
   }
   // A persistent program loads each block once: the same load again (a later loop over the
-  // row) reads the variable, until a store to that buffer.
+  // row) reads the variable, until a store to that buffer. So does a flat or tiled program.
   auto& cached = load_cache_[l.buffer];
   if (auto it = cached.find(text); it != cached.end()) return it->second;
   pending_stores_.erase(l.buffer);
@@ -356,7 +372,7 @@ void Emitter::stmt(const Stmt& s) {
         // extents, which include the loops over this allocation).
         arrays_[a->buffer] = v;
         array_types_[a->buffer] = a->dtype;
-        line(v + " = tl.full([RBLOCK], 0, " + tl_dtype(a->dtype) + ")");
+        line(v + " = tl.full(" + block_shape() + ", 0, " + tl_dtype(a->dtype) + ")");
         array_extent_ = array_extent_.defined()
                             ? make_binary(ExprKind::Max, array_extent_, IntImm::make(kIndexType, n))
                             : IntImm::make(kIndexType, n);
@@ -401,6 +417,7 @@ void Emitter::stmt(const Stmt& s) {
         block_loop(f);
         return;
       }
+      refuse_in_row_tile("a loop around block loops");
       if (column_tiles(f)) return;
       // A loop around block loops (a column reduction's rows): a serial loop of scalars.
       const std::string v = var_name(f.var.as<Var>()->name);
@@ -418,6 +435,7 @@ void Emitter::stmt(const Stmt& s) {
       // A program-level Accumulate (no inner loop): one value folded in.
       const auto* a = s.as<Accumulate>();
       if ((a->op == ReduceOp::ArgMax || a->op == ReduceOp::ArgMin) && block_mask_.empty()) {
+        refuse_in_row_tile("an argmax");
         std::string cv = fresh("cv"), ci = fresh("ci");
         line(cv + " = " + acc_read(a->buffers[0], a->index));
         line(ci + " = " + acc_read(a->buffers[1], a->index));
@@ -443,6 +461,7 @@ void Emitter::stmt(const Stmt& s) {
             ", " + it->second + ")");
         return;
       }
+      refuse_in_row_tile("an accumulator in memory");
       std::string m = mask();
       if (m.empty()) {
         acc_write(b, a->index,
@@ -544,6 +563,7 @@ TritonKernel Emitter::run() {
     block_vars_.insert(cols.var.as<Var>()->name);
     block_vars_.insert(rows_loop.var.as<Var>()->name);
     block_mask_ = "xmask";
+    reuse_block_loads_ = true;
     stmt(inner);
     block_mask_.clear();
     out.grid_extent = product(others);
@@ -562,6 +582,7 @@ TritonKernel Emitter::run() {
     for (const For* f : nest) block_vars_.insert(f->var.as<Var>()->name);
     decompose(nest, "lin");
     block_mask_ = "xmask";
+    reuse_block_loads_ = true;
     stmt(inner);
     block_mask_.clear();
     out.grid_extent = total;
@@ -571,9 +592,28 @@ TritonKernel Emitter::run() {
     out.block_param = "RBLOCK";
     persistent_ = persistent_form(rest);
     if (persistent_) out.max_block = static_cast<int>(kMaxPersistent);
-    if (!rows.empty()) decompose(rows, "tl.program_id(0)" + index_cast_);
+    if (persistent_ && row_tiles_ && !rows.empty()) rows_ = rows_per_program(product(rows), rest);
+    if (rows_ > 1) {
+      // A row tile: rows [p * R, p * R + R) as a [R, 1] block, the rows past the end masked.
+      const std::string r = std::to_string(rows_);
+      line("prow = tl.program_id(0)" + index_cast_ + " * " + r + " + tl.arange(0, " + r + ")" +
+           index_cast_ + "[:, None]");
+      line("pmask = prow < (" + expr(product(rows)) + ")");
+      row_mask_ = "pmask";
+      for (const For* f : rows) block_vars_.insert(f->var.as<Var>()->name);
+      decompose(rows, "prow");
+    } else if (!rows.empty()) {
+      decompose(rows, "tl.program_id(0)" + index_cast_);
+    }
     stmt(rest);
     out.grid_extent = product(rows);
+    if (rows_ > 1) {
+      const Expr r = IntImm::make(kIndexType, rows_);
+      out.grid_extent = make_binary(
+          ExprKind::FloorDiv,
+          make_binary(ExprKind::Add, out.grid_extent, IntImm::make(kIndexType, rows_ - 1)), r);
+    }
+    out.rows_per_program = rows_;
     Expr extent = block_extent_.defined() ? block_extent_ : IntImm::make(kIndexType, 1);
     if (array_extent_.defined()) extent = make_binary(ExprKind::Max, extent, array_extent_);
     out.block_extent = extent;
@@ -608,8 +648,16 @@ using triton_detail::NoTritonForm;
 
 std::optional<TritonKernel> emit_triton(const Kernel& k, std::string* why) {
   try {
-    Emitter e(k);
-    return e.run();
+    // A pointwise nest that indices walk as one run is one loop: the flat form then recovers
+    // fewer loop variables by division and modulo per element.
+    Kernel collapsed = k;
+    collapsed.body = collapse_loops(k.body);
+    try {
+      return Emitter(collapsed, /*row_tiles=*/true).run();
+    } catch (const NoTritonForm& n) {
+      if (n.why.find("in a row tile") == std::string::npos) throw;
+    }
+    return Emitter(collapsed, /*row_tiles=*/false).run();
   } catch (const NoTritonForm& n) {
     if (why != nullptr) *why = n.why;
     return std::nullopt;

@@ -56,6 +56,9 @@ struct TritonKernel {
   /// Program ids and lanes are i32, not i64: the kernel's sizes are constant and every buffer
   /// offset is below 2^30 (issue 7: i32 indexing where sizes provably fit).
   bool int32_indices = false;
+  /// Rows: the rows each program handles (a row tile of short rows: the grid is the rows over
+  /// this, rounded up); 1 otherwise.
+  int rows_per_program = 1;
 };
 
 /// The Triton kernel of `k`, or nullopt with the reason in `why` when its structure has no Triton

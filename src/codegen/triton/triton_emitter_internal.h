@@ -15,6 +15,7 @@
 #include "codegen/triton/triton_emitter.h"
 #include "codegen/triton/triton_kernel_shape.h"
 #include "codegen/triton/triton_memory_order.h"
+#include "loop/traverse.h"
 #include "support/error.h"
 
 namespace ember::codegen::triton_detail {
@@ -102,7 +103,9 @@ constexpr int64_t kMaxArray = 1024;
 
 class Emitter {
  public:
-  explicit Emitter(const Kernel& k) : k_(k) {}
+  /// `row_tiles`: a persistent row program may handle several short rows (rows_per_program);
+  /// false keeps one row per program (what emit_triton falls back to when a row tile refuses).
+  Emitter(const Kernel& k, bool row_tiles) : k_(k), row_tiles_(row_tiles) {}
 
   TritonKernel run();
 
@@ -123,6 +126,7 @@ class Emitter {
   std::string mask() const {
     std::string m;
     if (!block_mask_.empty()) m = block_mask_;
+    if (m.empty()) m = row_mask_;  // a row tile's program level: its rows
     for (const std::string& g : guards_) m = m.empty() ? g : "(" + m + ") & (" + g + ")";
     return m;
   }
@@ -158,6 +162,35 @@ class Emitter {
   static std::string buf_name(const std::string& n) { return "b_" + n; }
 
   const Kernel& k_;
+  const bool row_tiles_;
+  /// Rows form: rows per program. Above 1 (a row tile), the row loops' variables are [rows, 1]
+  /// blocks, masked by `row_mask_`, block loops run over [rows, RBLOCK] blocks and reduce along
+  /// axis 1 (the prelude's `_rows` helpers).
+  int rows_ = 1;
+  std::string row_mask_;
+  /// In a row tile's block loop: the block variables of the program level (rows, their Lets).
+  std::set<std::string> row_level_vars_;
+  /// A row tile's block masks -> their lanes' part alone ([1, RBLOCK]): what a load that does
+  /// not vary with the row (a layer norm's weight) is masked by.
+  std::map<std::string, std::string> lane_masks_;
+  /// The shape of a block: "[RBLOCK]", or "[rows, RBLOCK]" in a row tile.
+  std::string block_shape() const {
+    return rows_ > 1 ? "[" + std::to_string(rows_) + ", RBLOCK]" : "[RBLOCK]";
+  }
+  /// rows_per_program for a row program over `rows` (constant, or 1) with body `rest`.
+  int rows_per_program(const Expr& rows, const Stmt& rest) const {
+    if (!is_constant(rows)) return 1;
+    return triton_shape::rows_per_program(eval_expr(rows, EvalEnv{}).i, persistent_extent(rest));
+  }
+  static bool is_constant(const Expr& e) {
+    if (e.as<SizeVar>() != nullptr || e.as<Var>() != nullptr) return false;
+    bool constant = true;
+    for_each_child(e, [&](const Expr& c) { constant = constant && is_constant(c); });
+    return constant;
+  }
+  void refuse_in_row_tile(const std::string& what) const {
+    if (rows_ > 1) refuse(what + " in a row tile");
+  }
   std::vector<std::string> lines_;  ///< the kernel body; an emptied line is a dropped store
   int indent_ = 1;
   int counter_ = 0;
@@ -206,6 +239,7 @@ class Emitter {
   /// Reads/writes an accumulator element: a scalar variable or memory.
   std::string acc_read(const std::string& buffer, const Expr& index) {
     if (auto it = scalars_.find(buffer); it != scalars_.end()) return it->second;
+    refuse_in_row_tile("an accumulator in memory");
     pending_stores_.erase(buffer);
     return scalar_load(buffer, expr(index), "");
   }
@@ -213,6 +247,7 @@ class Emitter {
     if (auto it = scalars_.find(buffer); it != scalars_.end()) {
       line(it->second + " = " + value);
     } else {
+      refuse_in_row_tile("an accumulator in memory");
       load_cache_.erase(buffer);
       scalar_store(buffer, expr(index), value);
     }
@@ -249,6 +284,9 @@ class Emitter {
   std::string index_cast_ = ".to(tl.int64)";
   /// Every block loop fits one block (persistent_form): no loops, loads reused.
   bool persistent_ = false;
+  /// Flat and tiled forms: each distinct block load is done once, into a variable (a pointwise
+  /// body that names an input twice, such as gelu's x * (1 + erf(x)), loads it once).
+  bool reuse_block_loads_ = false;
   std::map<std::string, std::pair<std::string, std::string>> persistent_lanes_;
   std::map<std::string, std::map<std::string, std::string>> load_cache_;  ///< buffer -> load
   /// Persistent rows: stores not yet read from memory, per buffer (load text -> line index).

@@ -182,4 +182,17 @@ bool persistent_form(const Stmt& rest) {
   return e > 0 && e <= kMaxPersistent;
 }
 
+int64_t persistent_extent(const Stmt& rest) {
+  return persistent_form(rest) ? longest_flat_loop(rest) : -1;
+}
+
+int rows_per_program(int64_t rows, int64_t extent) {
+  if (extent <= 0 || extent > 512 || rows <= 0) return 1;
+  int64_t block = 16;
+  while (block < extent) block *= 2;  // the launcher's RBLOCK (triton_block_size)
+  int64_t r = std::min<int64_t>(32, kRowTileLanes / block);
+  while (r > 1 && rows / r < kMinRowTilePrograms) r /= 2;
+  return static_cast<int>(std::max<int64_t>(r, 1));
+}
+
 }  // namespace ember::codegen::triton_shape

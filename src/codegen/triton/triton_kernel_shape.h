@@ -52,4 +52,15 @@ constexpr int64_t kMaxPersistent = 4096;
 /// of constant extent at most kMaxPersistent, and EMBER_TRITON_PERSISTENT is not 0.
 bool persistent_form(const loop::Stmt& rest);
 
+/// The longest block loop of a persistent row program (persistent_form), or -1.
+int64_t persistent_extent(const loop::Stmt& rest);
+
+/// Rows a persistent row program handles at once (a row tile) when each row's block loops are
+/// at most `extent` long and there are `rows` rows: short rows share a program, up to
+/// kRowTileLanes lanes (RBLOCK x rows) and 32 rows, while at least kMinRowTilePrograms programs
+/// remain; 1 for rows of more than 512 elements.
+constexpr int64_t kRowTileLanes = 2048;
+constexpr int64_t kMinRowTilePrograms = 1024;
+int rows_per_program(int64_t rows, int64_t extent);
+
 }  // namespace ember::codegen::triton_shape

@@ -106,6 +106,36 @@ def _ember_all(x):
 
 
 @triton.jit
+def _ember_sum_rows(x):
+    return tl.sum(x, 1, keep_dims=True)
+
+
+@triton.jit
+def _ember_prod_rows(x):
+    return tl.reduce(x, 1, _ember_mul, keep_dims=True)
+
+
+@triton.jit
+def _ember_amax_rows(x):
+    return tl.reduce(x, 1, _ember_max, keep_dims=True)
+
+
+@triton.jit
+def _ember_amin_rows(x):
+    return tl.reduce(x, 1, _ember_min, keep_dims=True)
+
+
+@triton.jit
+def _ember_any_rows(x):
+    return tl.max(x.to(tl.int8), 1, keep_dims=True) != 0
+
+
+@triton.jit
+def _ember_all_rows(x):
+    return tl.min(x.to(tl.int8), 1, keep_dims=True) != 0
+
+
+@triton.jit
 def _ember_check_index(x, lo, hi):
     tl.device_assert((x >= lo) & (x < hi), "ember: index out of range")
     return x

@@ -76,6 +76,30 @@ TEST(TritonEmitter, AnElementStoredByTheProgramIsForwardedToItsReads) {
   expect_golden(body, "rms_norm_mean_out.triton.golden");
 }
 
+// Many short rows (a layer norm over 96 channels, ConvNeXt's): a program handles a tile of 16
+// rows as [16, RBLOCK] blocks reduced along axis 1, the rows past the end masked; a row's stored
+// mean is forwarded to its reads as in a one-row program.
+TEST(TritonEmitter, ShortRowsShareAProgramAsARowTile) {
+  loop::Kernel k =
+      loop::parse_kernel(read(std::string(EMBER_CODEGEN_GOLDEN_DIR) + "/layer_norm_rows.loop"));
+  std::string why;
+  auto t = emit_triton(k, &why);
+  ASSERT_TRUE(t.has_value()) << why;
+  EXPECT_EQ(t->form, TritonKernel::Form::Rows);
+  EXPECT_EQ(t->rows_per_program, 16);
+  TritonLaunch l = triton_launch(*t, {});
+  EXPECT_EQ(l.block, 128);
+  EXPECT_EQ(l.programs, 32768 / 16);  // kMinRowTilePrograms or more
+  const std::string body = kernel_function(*t);
+  EXPECT_EQ(body.find("tl.load(b_mean"), std::string::npos) << body;
+  expect_golden(body, "layer_norm_rows.triton.golden");
+  // Fewer rows keep a program each rather than leave the GPU idle; an accumulator in memory
+  // (rms_norm_mean_out) keeps one row per program too.
+  std::string few = read(std::string(EMBER_CODEGEN_GOLDEN_DIR) + "/layer_norm_rows.loop");
+  for (size_t at; (at = few.find("32768")) != std::string::npos;) few.replace(at, 5, "1024");
+  EXPECT_EQ(emit_triton(loop::parse_kernel(few), &why)->rows_per_program, 1);
+}
+
 // Without persistent rows the epilogue loop reads, at other lanes, what an earlier loop stored:
 // a barrier first.
 TEST(TritonEmitter, AReadOfWhatTheProgramStoredInABlockWaitsForABarrier) {
@@ -153,7 +177,8 @@ TEST(TritonEmitter, ATransposingReadRunsAsTwoDimensionalTiles) {
   expect_golden(kernel_function(*t), "to_channels_last.triton.golden");
   TritonLaunch l = triton_launch(*t, {});
   EXPECT_EQ(l.block, 32);
-  EXPECT_EQ(l.programs, 8 * 28 * 2 * 1);  // (n, h) x ceil(64 / 32) x ceil(28 / 32)
+  EXPECT_EQ(l.programs,
+            8 * 2 * 25);  // n x ceil(64 / 32) x ceil(28 * 28 / 32): h and w are one loop
   // A plain pointwise kernel (reads and writes along the same dim) stays flat.
   auto flat = emit_triton(
       loop::parse_kernel(read(std::string(EMBER_CODEGEN_GOLDEN_DIR) + "/gelu_bias.loop")), &why);

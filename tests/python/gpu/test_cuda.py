@@ -264,3 +264,63 @@ def test_split_sum_mean_amax_cuda(dtype):
     x = torch.randn(4, 1024, 1024, device="cuda", dtype=dtype)
     tol = dict(atol=1e-1, rtol=1e-2) if dtype == torch.bfloat16 else dict(atol=1e-2, rtol=1e-4)
     check_model(f, (x,), expect_graphs=1, expect_fallbacks=0, **tol)
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_convnext_block_bias_apart_and_row_tiles_cuda(dtype):
+    # The depthwise convolution's bias is an add after it (src/tracer/conv_bias.h), fused into
+    # the layer norm over 96 channels, whose 16384 short rows run as row tiles of 16
+    # (triton_codegen.md); the gelu between the linears is one collapsed loop.
+    import ember
+    import ember._C as C
+
+    nn = torch.nn
+
+    class Block(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.dw = nn.Conv2d(c, c, 7, padding=3, groups=c)
+            self.norm = nn.LayerNorm(c, eps=1e-6)
+            self.fc1, self.fc2 = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+            self.gamma = nn.Parameter(torch.rand(c))
+
+        def forward(self, x):
+            y = self.dw(x).permute(0, 2, 3, 1)
+            y = self.fc2(F.gelu(self.fc1(self.norm(y)))).permute(0, 3, 1, 2)
+            return x + y.mul(self.gamma.reshape(1, -1, 1, 1))
+
+    model = Block(96).cuda().eval()
+
+    def f(x):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            return model(x)
+
+    x = torch.randn(16, 96, 32, 32, device="cuda")
+    with torch.no_grad():
+        graph = ember.trace(f, (x,))
+    assert "aten::convolution(%" in str(graph) and ", None, [1, 1]" in str(graph), graph
+    compiled = C.CompiledGraph(graph)
+    assert list(compiled.refused_kernels) == [], compiled.refused_kernels
+    assert any("native_layer_norm" in s and "convolution" not in s
+               for s in compiled.describe_steps()), compiled.describe_steps()
+    tol = {"atol": 3e-2, "rtol": 3e-2} if dtype == "bf16" else {"atol": 1e-4, "rtol": 1e-4}
+    check_model(f, (x,), expect_graphs=1, expect_fallbacks=0, **tol)
+
+
+def test_position_biased_attention_safe_softmax_cuda():
+    # T5's attention on SDPA's math path: matmul, a bias add and _safe_softmax, which is one
+    # kernel with the add before it (no ATen where/isneginf/all/softmax kernels); a fully masked
+    # row is 0, as eager.
+    import ember
+    import ember._C as C
+
+    def f(q, k, v, bias):
+        s = torch.ops.aten._safe_softmax(q @ k.transpose(-1, -2) + bias, -1)
+        return s @ v
+
+    q, k, v = (torch.randn(2, 4, 128, 64, device="cuda") for _ in range(3))
+    bias = torch.randn(1, 4, 128, 128, device="cuda")
+    bias[..., 0, :] = -float("inf")
+    compiled = C.CompiledGraph(ember.trace(f, (q, k, v, bias)))
+    assert [s for s in compiled.describe_steps() if "_safe_softmax" in s][0].startswith("kernel")
+    check_model(f, (q, k, v, bias), expect_graphs=1, expect_fallbacks=0, atol=1e-4, rtol=1e-4)

@@ -52,6 +52,13 @@ def test_row_reductions_and_softmax():
     run(lambda x: F.log_softmax(x, -1), r(4, 1000))
 
 
+def test_safe_softmax_with_fully_masked_rows():
+    x = r(6, 300)
+    x[1] = -float("inf")
+    x[2, 5:] = -float("inf")
+    run(lambda x, b: torch.ops.aten._safe_softmax(x + b, -1), x, r(300), kernels=1)
+
+
 def test_column_reductions_keep_an_array_of_accumulators_in_one_block():
     """A reduction over a leading dim: the scheduler's accumulator array becomes one block (lane
     i holds column i), walked by a serial loop over the rows; tiles of wide rows too."""

@@ -1,0 +1,29 @@
+/// \file
+/// Collapsing a pointwise loop nest: neighbouring loops that every index walks as one run become
+/// one loop, so a code generator that flattens the nest (Triton's flat form) recovers fewer loop
+/// variables by division and modulo. A contiguous [128, 72, 72, 384] kernel is one loop of
+/// 254803968 iterations instead of four with three divisions and three remainders per element.
+///
+/// Requires: a verifier-valid statement.
+/// Guarantees:
+///  - Acts only on the outermost perfect nest of `s` (For directly inside For) whose innermost
+///    body holds no loop; anything else comes back unchanged (the same node).
+///  - Two neighbouring loops of the nest, outer `a` over [0, A) and inner `b` over [0, B), both
+///    with constant bounds, merge into one loop `a` over [0, A * B) (the inner loop's kind), with
+///    `a` read as `a // B` and `b` as `a % B` in the body, when the simplified body then has at
+///    most one more floor division or remainder than before (a flattened nest spends one of each
+///    per loop to recover its variables): every index reads them as `a * B * s + b * s`, which
+///    recombines into `a * s`, or only one of them (a bias indexed by the inner loop reads
+///    `a % B`). A transposing read (`b * A + a`) needs both and keeps its loops. Pairs are tried
+///    from the innermost outwards until none merges.
+///  - Iterations run in the same order as in the nest, so the result computes the same values.
+///  - Deterministic.
+#pragma once
+
+#include "loop/stmt.h"
+
+namespace ember::loop {
+
+Stmt collapse_loops(const Stmt& s);
+
+}  // namespace ember::loop
