@@ -389,11 +389,33 @@ def patch_interpreter() -> None:
         scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
 
     interpreter._patch_lang_tensor = patch_lang_tensor
+    _patch_bf16_dot(interpreter)
     # tl.device_assert (index range checks) runs only with debug on; overflow checks stay off.
     interpreter.interpreter_builder.options = interpreter.InterpreterOptions(
         debug=True, sanitize_overflow=False)
     _patch_libdevice()
     _PATCHED = True
+
+
+def _patch_bf16_dot(interpreter) -> None:
+    """The interpreter keeps bf16 as its bit patterns (uint16) and multiplies those in tl.dot
+    (the matmul template's bf16 tiles): bf16 operands are widened to f32 first, exactly."""
+    import numpy as np
+    import triton.language as tl
+
+    builder = interpreter.InterpreterBuilder
+    original = builder.create_dot
+
+    def widen(h):
+        if h.dtype != tl.bfloat16:
+            return h
+        bits = h.data.astype(np.uint32) << 16
+        return interpreter.TensorHandle(bits.view(np.float32), tl.float32)
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        return original(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
+
+    builder.create_dot = create_dot
 
 
 def _patch_libdevice() -> None:

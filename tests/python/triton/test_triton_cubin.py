@@ -129,3 +129,40 @@ def test_index_checks_compile_to_device_asserts():
                          capture_output=True, text=True, env=env, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "assertfail"
+
+
+MATMUL = r'''
+import json
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+import ember._C as C
+from ember import _triton_worker as W
+out = []
+for dtype, ptr, bias in [("bf16", "*bf16", True), ("f32", "*fp32", False)]:
+    t = C.triton_matmul([1, 4096, 3072, 768], dtype, dtype, [0, 768, 1], [0, 1, 768], [0, 3072, 1],
+                        bias_dtype=dtype if bias else None, bias_strides=[0, 0, 1], allow_tf32=True)
+    fn = W.kernel_function(t["source"], t["name"])
+    cfg = t["configs"][0]
+    consts = {k: cfg[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M")}
+    sig = {name: ptr for name in fn.arg_names if name.startswith("b_")}
+    sig.update({k: "constexpr" for k in consts})
+    c = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts),
+                       target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
+    out.append([dtype, len(c.asm["cubin"]), "wgmma" in c.asm["ptx"] or "mma" in c.asm["ptx"]])
+print(json.dumps(out))
+'''
+
+
+def test_matmul_template_compiles_to_sm90_tensor_core_code():
+    """The max-autotune template (codegen/triton/triton_matmul.h) compiles for the H200 with its
+    default configuration, its tl.dot on tensor cores (bf16, and TF32 for f32)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", MATMUL], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = json.loads(r.stdout.strip().splitlines()[-1])
+    assert [d for d, _, _ in result] == ["bf16", "f32"]
+    for dtype, size, mma in result:
+        assert size > 1000 and mma, (dtype, size, mma)

@@ -1,0 +1,64 @@
+/// \file
+/// Triton matrix-product templates, the kernels `mode="max-autotune"` times against cuBLAS
+/// (issue 7): C[b] = A[b] @ B[b] (+ bias), accumulated in f32 by `tl.dot` over tiles of
+/// BLOCK_M x BLOCK_N, rounded once to C's dtype, as cuBLAS does. Sizes and strides are constants
+/// of the source (the executor's graphs have static shapes), so Triton specializes on them.
+///
+/// The emitted module defines `<name>(a, b[, bias], c, BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M)`, the
+/// last four `tl.constexpr`; the grid is (ceil(M / BLOCK_M) * ceil(N / BLOCK_N), batch). Programs
+/// walk the output tiles in groups of GROUP_M rows of tiles (the L2-friendly order of Triton's
+/// tutorial), each loading A and B in masked tiles of BLOCK_K along K.
+///
+/// Numerics: bf16 and f16 operands multiply exactly into f32 (`tl.dot` accumulates in f32); f32
+/// operands use TF32 when `allow_tf32` (torch.backends.cuda.matmul.allow_tf32), IEEE f32 otherwise;
+/// a bias is added to the f32 sum before the one rounding (cuBLAS's epilogue, and its beta = 1
+/// form). The order of accumulation differs from cuBLAS's, as between any two GEMM kernels.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "loop/dtype.h"
+
+namespace ember::codegen {
+
+/// One matrix product: per batch b, C[b, m, n] = sum_k A[b, m, k] * B[b, k, n] (+ bias[b, m, n]).
+/// Strides are in elements, (batch, rows, cols) of each operand; 0 where it broadcasts (a bias
+/// row shared by all rows: stride 0 along m).
+struct MatmulSpec {
+  int64_t batch = 1, m = 0, n = 0, k = 0;
+  loop::DType a_dtype = loop::DType::Float32, b_dtype = loop::DType::Float32;
+  loop::DType out_dtype = loop::DType::Float32;
+  std::array<int64_t, 3> a_strides{}, b_strides{}, out_strides{};
+  std::optional<loop::DType> bias_dtype;  ///< absent: no bias
+  std::array<int64_t, 3> bias_strides{};
+  bool allow_tf32 = false;
+};
+
+/// A launch configuration of a template: tile sizes, the grouping of tile rows, warps and
+/// software-pipelining stages.
+struct MatmulConfig {
+  int block_m = 64, block_n = 64, block_k = 32, group_m = 8, num_warps = 4, num_stages = 3;
+  bool operator==(const MatmulConfig&) const = default;
+};
+
+/// Whether the template computes `s`: dtypes f32, bf16 or f16 (A and B alike; C of their dtype,
+/// or f32), sizes at least 1, every offset below 2^31. `why` says what is not.
+bool matmul_supported(const MatmulSpec& s, std::string* why);
+
+/// The Triton module of the template for `s`, its kernel named `name`. Deterministic. Requires
+/// matmul_supported(s).
+std::string emit_triton_matmul(const MatmulSpec& s, const std::string& name);
+
+/// The configurations worth timing for `s`, the first a default: tiles of 128 x 128 (8 warps),
+/// 64 x 128, 128 x 64, 64 x 64 and 32 x 32, K tiles of 32 or 64, each tile edge at most the next
+/// power of two of its size (at least 16), duplicates dropped.
+std::vector<MatmulConfig> matmul_configs(const MatmulSpec& s);
+
+/// The grid of `s` under `c`: (programs along axis 0, batch).
+std::array<int64_t, 2> matmul_grid(const MatmulSpec& s, const MatmulConfig& c);
+
+}  // namespace ember::codegen

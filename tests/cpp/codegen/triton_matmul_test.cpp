@@ -1,0 +1,96 @@
+#include "codegen/triton/triton_matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+namespace ember::codegen {
+namespace {
+
+using loop::DType;
+
+std::string read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// A bf16 linear layer's product: x [4096, 768] @ w.t() (w [3072, 768]) + bias [3072].
+MatmulSpec linear() {
+  MatmulSpec s;
+  s.m = 4096;
+  s.n = 3072;
+  s.k = 768;
+  s.a_dtype = s.b_dtype = s.out_dtype = DType::BFloat16;
+  s.a_strides = {0, 768, 1};
+  s.b_strides = {0, 1, 768};  // w transposed
+  s.out_strides = {0, 3072, 1};
+  s.bias_dtype = DType::BFloat16;
+  s.bias_strides = {0, 0, 1};
+  return s;
+}
+
+TEST(TritonMatmul, TemplateMatchesGoldenAndIsDeterministic) {
+  const std::string text = emit_triton_matmul(linear(), "ember_mm");
+  EXPECT_EQ(text, emit_triton_matmul(linear(), "ember_mm"));
+  const std::string body = text.substr(text.rfind("@triton.jit\ndef ember_mm("));
+  const std::string path = std::string(EMBER_CODEGEN_GOLDEN_DIR) + "/linear_bf16.matmul.golden";
+  if (std::getenv("EMBER_ACCEPT_GOLDEN") != nullptr) std::ofstream(path) << body;
+  EXPECT_EQ(body, read(path)) << "regenerate with EMBER_ACCEPT_GOLDEN=1 and review the diff";
+}
+
+TEST(TritonMatmul, F32UsesTf32OnlyWhenAllowedAndLargeOffsetsUseI64) {
+  MatmulSpec s = linear();
+  s.a_dtype = s.b_dtype = s.out_dtype = DType::Float32;
+  s.bias_dtype.reset();
+  EXPECT_NE(emit_triton_matmul(s, "k").find("input_precision=\"ieee\""), std::string::npos);
+  s.allow_tf32 = true;
+  EXPECT_NE(emit_triton_matmul(s, "k").find("input_precision=\"tf32\""), std::string::npos);
+  EXPECT_EQ(emit_triton_matmul(s, "k").find(".to(tl.int64)"), std::string::npos);
+  s.batch = 1024;  // 1024 x 4096 x 3072 outputs: past 2^31
+  s.out_strides = {4096 * 3072, 3072, 1};
+  EXPECT_NE(emit_triton_matmul(s, "k").find("tl.arange(0, BLOCK_M).to(tl.int64)"),
+            std::string::npos);
+}
+
+TEST(TritonMatmul, ConfigsFitTheProblemAndGridCoversIt) {
+  MatmulSpec s = linear();
+  std::vector<MatmulConfig> cs = matmul_configs(s);
+  ASSERT_FALSE(cs.empty());
+  EXPECT_EQ(cs[0], (MatmulConfig{128, 128, 32, 8, 8, 3}));
+  auto g = matmul_grid(s, cs[0]);
+  EXPECT_EQ(g[0], 32 * 24);
+  EXPECT_EQ(g[1], 1);
+  // A small problem: tiles no larger than its next powers of two (at least 16), no duplicates.
+  MatmulSpec small = linear();
+  small.m = 20;
+  small.n = 9;
+  small.k = 40;
+  for (const MatmulConfig& c : matmul_configs(small)) {
+    EXPECT_LE(c.block_m, 32);
+    EXPECT_EQ(c.block_n, 16);
+    EXPECT_LE(c.block_k, 64);
+  }
+  EXPECT_EQ(matmul_grid(small, matmul_configs(small)[0])[0], 1);
+}
+
+TEST(TritonMatmul, SaysWhatItDoesNotCompute) {
+  std::string why;
+  MatmulSpec s = linear();
+  s.b_dtype = DType::Float32;
+  EXPECT_FALSE(matmul_supported(s, &why));
+  EXPECT_EQ(why, "operands of other dtypes");
+  s = linear();
+  s.k = 0;
+  EXPECT_FALSE(matmul_supported(s, &why));
+  s = linear();
+  s.a_dtype = s.b_dtype = DType::Float64;
+  EXPECT_FALSE(matmul_supported(s, &why));
+  EXPECT_TRUE(matmul_supported(linear(), &why));
+}
+
+}  // namespace
+}  // namespace ember::codegen
