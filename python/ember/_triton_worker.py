@@ -62,7 +62,9 @@ def uses_device_asserts(source: str) -> bool:
 def compile_source(source: str, name: str, signature: list[str], block_param: str, block: int,
                    arch: int, num_warps: int) -> tuple:
     """Triton's compile of a generated kernel for sm_<arch>: (cubin, name, num_warps, shared,
-    global_scratch_size, global_scratch_align, profile_scratch_size). No disk cache here."""
+    global_scratch_size, global_scratch_align, profile_scratch_size). No disk cache here.
+    `block_param` names the block size's constexpr, or spells several as "NAME=value,..."
+    (`num_stages=s` among them is the launch option; `block` is then unused)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -70,9 +72,18 @@ def compile_source(source: str, name: str, signature: list[str], block_param: st
     fn = kernel_function(source, name)
     sig = dict(zip(fn.arg_names, signature))
     options = {"num_warps": num_warps}
+    constexprs = {block_param: block}
+    if "=" in block_param:  # several constexprs and num_stages (the matrix-product templates)
+        constexprs = {}
+        for part in block_param.split(","):
+            key, value = part.split("=")
+            if key == "num_stages":
+                options["num_stages"] = int(value)
+            else:
+                constexprs[key] = int(value)
     if uses_device_asserts(source):  # debug keeps the asserts; no overflow checks on the rest
         options.update(debug=True, sanitize_overflow=False)
-    compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs={block_param: block}),
+    compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs),
                               target=GPUTarget("cuda", arch, 32), options=options)
     md = compiled.metadata
     return (compiled.asm["cubin"], md.name, md.num_warps, md.shared,

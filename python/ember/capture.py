@@ -124,9 +124,10 @@ def compile(model: Any = None, *, backend: Any = "ember", fullgraph: bool = Fals
     mode: as torch.compile's. "reduce-overhead": each graph on one CUDA device is captured into
     a CUDA graph on its second call and replayed from then on (inputs copied into static
     buffers, parameters read in place, outputs returned as copies); a graph that cannot be
-    captured runs as usual, with a warning naming why. "default", "max-autotune" and
-    "max-autotune-no-cudagraphs" compile as the default for now; on the CPU every mode is the
-    default.
+    captured runs as usual, with a warning naming why. "max-autotune-no-cudagraphs": matrix
+    products (mm, addmm, bmm) on a CUDA device also get Triton templates, each timed against
+    cuBLAS at its first call, the faster kept and remembered on disk; "max-autotune": both. On
+    the CPU every mode is the default.
     """
     if model is None:
         return functools.partial(compile, backend=backend, fullgraph=fullgraph, dynamic=dynamic,
@@ -152,7 +153,9 @@ def _compile(model: Any, *, backend: Any, fullgraph: bool, dynamic: bool | None,
                                   reductions=config.reduction_kernels(),
                                   reduction_fusion=config.reduction_fusion(),
                                   library_prefixes=library_prefixes(), backend=graph_backend,
-                                  cuda_graphs=mode == "reduce-overhead")
+                                  cuda_graphs=mode in ("reduce-overhead", "max-autotune"),
+                                  matmul_templates=mode in ("max-autotune",
+                                                            "max-autotune-no-cudagraphs"))
     if isinstance(model, torch.nn.Module):
         forward = type(model).forward
         top = getattr(forward, "__code__", None)

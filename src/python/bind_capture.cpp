@@ -47,7 +47,7 @@ void bind_capture(nb::module_& m) {
           "__init__",
           [](CaptureCompiler* self, bool fullgraph, bool codegen, bool reductions,
              bool reduction_fusion, std::vector<std::string> library_prefixes, nb::object backend,
-             bool cuda_graphs) {
+             bool cuda_graphs, bool matmul_templates) {
             capture::CaptureOptions o;
             o.fullgraph = fullgraph;
             if (!backend.is_none()) o.backend = std::move(backend);
@@ -55,6 +55,7 @@ void bind_capture(nb::module_& m) {
             o.executor.reductions = reductions;
             o.executor.reduction_fusion = reduction_fusion;
             o.executor.cuda_graphs = cuda_graphs;
+            o.executor.matmul_templates = matmul_templates;
             o.library_prefixes = std::move(library_prefixes);
             new (self) CaptureCompiler(std::move(o));
           },
@@ -62,9 +63,12 @@ void bind_capture(nb::module_& m) {
           nb::arg("reduction_fusion") = true,
           nb::arg("library_prefixes") = std::vector<std::string>{},
           nb::arg("backend").none() = nb::none(), nb::arg("cuda_graphs") = false,
+          nb::arg("matmul_templates") = false,
           "backend: None (ember's compiler) or a callable(gm, example_inputs) -> callable, "
           "torch.compile's backend convention (src/capture/graph_runner.h). cuda_graphs: graphs "
-          "on one CUDA device are replayed as CUDA graphs (mode='reduce-overhead').")
+          "on one CUDA device are replayed as CUDA graphs (mode='reduce-overhead'). "
+          "matmul_templates: matrix products also get Triton templates timed against cuBLAS "
+          "(mode='max-autotune').")
       .def(
           "records",
           [](const CaptureCompiler& c) {

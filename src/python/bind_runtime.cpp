@@ -118,21 +118,25 @@ void bind_runtime(nb::module_& m) {
       .def(
           "__init__",
           [](Executor* self, const tracer::TracedGraph& g, bool codegen, bool reductions,
-             bool reduction_fusion, bool triton_interpret, bool cuda_graphs) {
+             bool reduction_fusion, bool triton_interpret, bool cuda_graphs,
+             bool matmul_templates) {
             runtime::ExecutorOptions o;
             o.codegen = codegen;
             o.reductions = reductions;
             o.reduction_fusion = reduction_fusion;
             o.triton_interpret = triton_interpret;
             o.cuda_graphs = cuda_graphs;
+            o.matmul_templates = matmul_templates;
             new (self) Executor(g, o);
           },
           nb::arg("graph"), nb::arg("codegen") = true, nb::arg("reductions") = true,
           nb::arg("reduction_fusion") = true, nb::arg("triton_interpret") = false,
-          nb::arg("cuda_graphs") = false,
+          nb::arg("cuda_graphs") = false, nb::arg("matmul_templates") = false,
           "Prepares `graph` to run; with codegen, fuses pointwise nodes into generated C++ "
           "kernels (CPU graphs) or Triton kernels (CUDA graphs); cuda_graphs: replays a graph on "
-          "one CUDA device as a CUDA graph from its second call on (mode='reduce-overhead').")
+          "one CUDA device as a CUDA graph from its second call on (mode='reduce-overhead'); "
+          "matmul_templates: its matrix products also get Triton templates, timed against cuBLAS "
+          "at their first call (mode='max-autotune').")
       .def("__call__",
            [](const Executor& e, nb::args args) {
              std::vector<at::Tensor> inputs;
@@ -157,6 +161,10 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("num_kernels", &Executor::num_kernels)
       .def_prop_ro("num_fused_nodes", &Executor::num_fused_nodes)
       .def_prop_ro("num_extern_steps", &Executor::num_extern_steps)
+      .def_prop_ro("num_matmul_templates", &Executor::num_matmul_templates,
+                   "Matrix products with a Triton template (mode='max-autotune').")
+      .def_prop_ro("num_matmul_templates_chosen", &Executor::num_matmul_templates_chosen,
+                   "Of those, the ones whose first call found the template faster than cuBLAS.")
       .def_prop_ro("refused_kernels", &Executor::refused_kernels)
       .def_prop_ro("num_view_steps", &Executor::num_view_steps)
       .def_prop_ro("num_folded_nodes", &Executor::num_folded_nodes)

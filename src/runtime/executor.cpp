@@ -1,5 +1,6 @@
 #include "runtime/executor.h"
 
+#include <ATen/Context.h>
 #include <ATen/core/List.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
@@ -141,6 +142,7 @@ Executor::~Executor() = default;
 
 Executor::Step Executor::extern_step(int32_t n) const {
   Step step;
+  step.node = n;
   step.call = make_extern_call(traced_.graph, n);
   step.view = view_of(traced_.graph.nodes[n], step.call->op->schema());
   step.may_alias = returns_aliases(step.call->op->schema());
@@ -427,6 +429,9 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
       unfused_ = std::make_unique<Executor>(
           traced_, ExecutorOptions{.codegen = false, .fold_constants = false});
       triton_ = triton;
+      if (triton && cuda_device >= 0 && options.matmul_templates) {
+        attach_matmul_templates(cuda_device);
+      }
       break;
     } catch (const Unsupported& e) {
       codegen_error_ = e.what();
@@ -668,6 +673,44 @@ int Executor::num_view_steps() const {
                                         [](const Step& s) { return s.view.has_value(); }));
 }
 
+void Executor::attach_matmul_templates(int device) {
+  const graph::Graph& g = traced_.graph;
+  const bool tf32 = at::globalContext().allowTF32CuBLAS();
+  std::vector<codegen::MatmulSpec> specs;
+  std::vector<size_t> step_of;
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    Step& step = steps_[s];
+    if (!step.call || step.node < 0) continue;
+    auto spec = MatmulTemplate::spec_of(g, g.nodes[step.node], tf32);
+    if (!spec) continue;
+    step.matmul_operands = spec->second;
+    const graph::TensorType& out = g.type(spec->second.out);
+    step.matmul_sizes = graph::constant_values(out.sizes);
+    step.matmul_strides = graph::constant_values(out.strides);
+    specs.push_back(spec->first);
+    step_of.push_back(s);
+  }
+  if (specs.empty()) return;
+  std::vector<std::string> errors;
+  std::vector<std::unique_ptr<MatmulTemplate>> ts =
+      MatmulTemplate::cuda_all(specs, device, &errors);
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (ts[i] != nullptr) steps_[step_of[i]].matmul = std::move(ts[i]);
+  }
+}
+
+int Executor::num_matmul_templates() const {
+  int n = 0;
+  for (const Step& s : steps_) n += s.matmul ? 1 : 0;
+  return n;
+}
+
+int Executor::num_matmul_templates_chosen() const {
+  int n = 0;
+  for (const Step& s : steps_) n += s.matmul && s.matmul->chosen() >= 0 ? 1 : 0;
+  return n;
+}
+
 int Executor::num_extern_steps() const {
   return static_cast<int>(std::count_if(steps_.begin(), steps_.end(), [](const Step& s) {
     return s.call.has_value() && !s.view.has_value();
@@ -836,7 +879,16 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
       for (graph::ValueId v : step.release) env[v].reset();
       continue;
     }
-    if (step.view && run_view(step, env)) {
+    std::optional<at::Tensor> product;
+    if (step.matmul) {
+      const MatmulOperands& o = step.matmul_operands;
+      product = step.matmul->run(env[o.a], env[o.b], o.bias >= 0 ? &env[o.bias] : nullptr,
+                                 step.matmul_sizes, step.matmul_strides,
+                                 [&] { step.call->run(env, stack); });
+    }
+    if (product.has_value()) {
+      env[step.matmul_operands.out] = std::move(*product);
+    } else if (step.view && run_view(step, env)) {
       // made from the root's storage
     } else {
       step.call->run(env, stack);

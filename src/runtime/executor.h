@@ -24,6 +24,7 @@
 #include "runtime/cuda_graph.h"
 #include "runtime/extern_call.h"
 #include "runtime/host_compiler.h"
+#include "runtime/matmul_template.h"
 #include "runtime/triton_runtime.h"
 #include "tracer/trace_session.h"
 
@@ -49,6 +50,9 @@ struct ExecutorOptions {
   /// mode="reduce-overhead": a graph on one CUDA device, without input mutations, is replayed
   /// as a CUDA graph from its second call on (runtime/cuda_graph.h).
   bool cuda_graphs = false;
+  /// mode="max-autotune": matrix products of a graph on one CUDA device also get Triton
+  /// templates, timed against cuBLAS at their first call (runtime/matmul_template.h).
+  bool matmul_templates = false;
 };
 
 /// EMBER_VERIFY_KERNELS=1: each call of a compiled graph also runs its unfused program, and every
@@ -93,6 +97,10 @@ class Executor {
   int num_folded_nodes() const { return num_folded_nodes_; }
   /// Steps that are boxed ATen calls.
   int num_extern_steps() const;
+  /// Extern matrix products with a Triton template (mode="max-autotune"), and how many of them
+  /// run it (their first call found it faster than cuBLAS).
+  int num_matmul_templates() const;
+  int num_matmul_templates_chosen() const;
   /// Steps that make views of a realized tensor directly from its storage (see View): one per
   /// chain of views the scheduler collapsed, or one per view op left outside kernels.
   int num_view_steps() const;
@@ -163,7 +171,16 @@ class Executor {
     std::optional<View> view;
     bool may_alias = false;               ///< its results may share memory with its arguments
     std::vector<graph::ValueId> release;  ///< values whose last use is this step
+    int32_t node = -1;                    ///< an extern step's node
+    /// mode="max-autotune": an extern matrix product's template, run instead of the call when
+    /// it beat cuBLAS (runtime/matmul_template.h), and where its operands are.
+    std::shared_ptr<MatmulTemplate> matmul;
+    MatmulOperands matmul_operands;
+    std::vector<int64_t> matmul_sizes, matmul_strides;  ///< the result's traced layout
   };
+  /// mode="max-autotune": gives the extern matrix products of a graph on CUDA device `device`
+  /// their templates (one compile batch).
+  void attach_matmul_templates(int device);
 
   Step extern_step(int32_t node) const;
   /// The Triton kernel of a group, named by its content. Throws Unsupported when the group has

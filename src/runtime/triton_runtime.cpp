@@ -338,6 +338,78 @@ void TritonLaunchable::launch_with(const Candidate& c,
         "cuLaunchKernel");
 }
 
+std::vector<std::shared_ptr<const LoadedTritonKernel>> load_triton_jobs(
+    const std::vector<TritonCompileJob>& jobs, int device, std::vector<std::string>* errors) {
+  EMBER_UNSUPPORTED(hooks().compile != nullptr)
+      << "no Triton compiler (ember._triton was not imported, or triton is missing)";
+  EMBER_UNSUPPORTED(driver().error.empty()) << driver().error;
+  std::vector<std::shared_ptr<const LoadedTritonKernel>> out(jobs.size());
+  errors->assign(jobs.size(), "");
+  LoadedCache& cache = loaded_cache();
+  std::vector<TritonCompileJob> todo;
+  std::map<std::string, size_t> todo_of;  // identical jobs compile once
+  std::vector<std::string> keys(jobs.size());
+  {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      keys[i] = load_key(jobs[i]);
+      auto it = cache.entries.find(keys[i]);
+      if (it != cache.entries.end()) out[i] = it->second.lock();
+      if (out[i] == nullptr && !todo_of.count(keys[i])) {
+        todo_of[keys[i]] = todo.size();
+        todo.push_back(jobs[i]);
+      }
+    }
+  }
+  if (todo.empty()) return out;
+  std::vector<TritonBinary> binaries = hooks().compile(todo);
+  EMBER_INTERNAL_ASSERT(binaries.size() == todo.size())
+      << "the compile hook returned " << binaries.size() << " binaries for " << todo.size()
+      << " kernels";
+  std::vector<std::shared_ptr<const LoadedTritonKernel>> loaded(todo.size());
+  std::lock_guard<std::mutex> lock(cache.mu);
+  for (size_t j = 0; j < todo.size(); ++j) {
+    if (binaries[j].error.empty()) {
+      loaded[j] = load(std::move(binaries[j]), device);
+      cache.entries[load_key(todo[j])] = loaded[j];
+    }
+  }
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (out[i] != nullptr) continue;
+    const size_t j = todo_of.at(keys[i]);
+    out[i] = loaded[j];
+    if (out[i] == nullptr) (*errors)[i] = binaries[j].error;
+  }
+  return out;
+}
+
+void launch_loaded(const LoadedTritonKernel& k, int64_t grid_x, int64_t grid_y,
+                   std::vector<void*> pointers, int device) {
+  const TritonBinary& binary = k.binary;
+  at::Tensor scratch;
+  if (binary.global_scratch_bytes > 0) {
+    scratch = at::empty({static_cast<int64_t>(binary.global_scratch_bytes) * grid_x * grid_y},
+                        at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device));
+    pointers.push_back(scratch.data_ptr());
+  } else {
+    pointers.push_back(nullptr);
+  }
+  pointers.push_back(nullptr);  // profile scratch
+  std::vector<void*> params;
+  params.reserve(pointers.size());
+  for (void*& p : pointers) params.push_back(&p);
+  const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+  c10::Stream stream = impl->getStream(c10::Device(c10::DeviceType::CUDA, device));
+  ensure_context(device);
+  EMBER_INTERNAL_ASSERT(grid_x <= 0x7fffffff && grid_y <= 65535) << "grid too large";
+  check(driver().cuLaunchKernel(k.function, static_cast<unsigned>(grid_x),
+                                static_cast<unsigned>(grid_y), 1,
+                                static_cast<unsigned>(32 * binary.num_warps), 1, 1,
+                                static_cast<unsigned>(binary.shared_bytes), stream.native_handle(),
+                                params.data(), nullptr),
+        "cuLaunchKernel");
+}
+
 TritonTuningStats triton_tuning_stats() {
   return {tuning_stats().timed.load(), tuning_stats().remembered.load()};
 }

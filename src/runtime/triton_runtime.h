@@ -46,6 +46,8 @@ struct TritonCompileJob {
   std::string name;    ///< its @triton.jit function
   /// Triton's type names per argument, "constexpr" for the block size.
   std::vector<std::string> signature;
+  /// The block size's parameter name, or several constexprs and launch options spelled
+  /// "NAME=value,...", `num_stages=s` among them (the matrix-product templates; `block` unused).
   std::string block_param;
   int block = 16;
   int num_warps = 4;
@@ -126,5 +128,17 @@ TritonTuningStats triton_tuning_stats();
 
 /// Modules loaded by this process (identical kernels count once): for tests.
 int64_t num_loaded_triton_modules();
+
+/// Compiles `jobs` (one call of the compile hook; a module this process still holds is not
+/// compiled again) and loads them on CUDA device `device`: one kernel per job, or nullptr with
+/// the compiler's message in (*errors)[i]. For kernels other than the emitter's (the matrix-product
+/// templates, runtime/matmul_template.h).
+std::vector<std::shared_ptr<const LoadedTritonKernel>> load_triton_jobs(
+    const std::vector<TritonCompileJob>& jobs, int device, std::vector<std::string>* errors);
+
+/// Launches `k` on a grid of (grid_x, grid_y) programs with `pointers` as its arguments (Triton's
+/// scratch pointers are appended), on device `device`'s current stream.
+void launch_loaded(const LoadedTritonKernel& k, int64_t grid_x, int64_t grid_y,
+                   std::vector<void*> pointers, int device);
 
 }  // namespace ember::runtime

@@ -324,3 +324,41 @@ def test_position_biased_attention_safe_softmax_cuda():
     compiled = C.CompiledGraph(ember.trace(f, (q, k, v, bias)))
     assert [s for s in compiled.describe_steps() if "_safe_softmax" in s][0].startswith("kernel")
     check_model(f, (q, k, v, bias), expect_graphs=1, expect_fallbacks=0, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_max_autotune_times_matmul_templates_against_cublas(dtype, tmp_path, monkeypatch):
+    # mode="max-autotune": mm, addmm and bmm get the Triton template (runtime/matmul_template.h),
+    # timed against cuBLAS at the first call; either way the results are eager's, and a second
+    # graph of the same shapes takes the winner from disk.
+    import ember
+    import ember._C as C
+
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 512)).cuda().to(dtype)
+
+    def f(x, y):
+        return model(x), torch.bmm(y, y.transpose(1, 2))
+
+    x = torch.randn(256, 512, device="cuda", dtype=dtype)
+    y = torch.randn(4, 128, 64, device="cuda", dtype=dtype)
+    with torch.no_grad():
+        graph = ember.trace(f, (x, y))
+        compiled = C.CompiledGraph(graph, matmul_templates=True)
+        assert compiled.num_matmul_templates == 3, compiled.describe_steps()
+        tol = {"atol": 5e-2, "rtol": 5e-2} if dtype == torch.bfloat16 else {"atol": 1e-2,
+                                                                             "rtol": 1e-2}
+        for _ in range(2):
+            got = compiled(x, y)
+            want = f(x, y)
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w, **tol)
+        chosen = compiled.num_matmul_templates_chosen
+        assert 0 <= chosen <= 3
+        again = C.CompiledGraph(ember.trace(f, (x, y)), matmul_templates=True)
+        got = again(x, y)
+        assert again.num_matmul_templates_chosen == chosen
+        for g, w in zip(got, f(x, y)):
+            torch.testing.assert_close(g, w, **tol)
+    check_model(f, (x, y), expect_graphs=1, expect_fallbacks=0, **tol)

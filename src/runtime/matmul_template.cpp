@@ -1,0 +1,300 @@
+#include "runtime/matmul_template.h"
+
+#include <ATen/ops/empty_strided.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
+#include <cstdio>
+#include <map>
+#include <string_view>
+
+#include "runtime/triton_tuning.h"
+#include "support/error.h"
+#include "support/hash.h"
+
+namespace ember::runtime {
+
+namespace {
+
+using codegen::MatmulConfig;
+using codegen::MatmulSpec;
+
+struct AtomicStats {
+  std::atomic<int64_t> timed{0}, remembered{0}, template_won{0};
+};
+AtomicStats& stats() {
+  static AtomicStats s;
+  return s;
+}
+
+// Winners this process decided, by tuning key: the same product in every layer is timed once.
+struct Winners {
+  std::mutex mu;
+  std::map<std::string, int> chosen;
+};
+Winners& winners() {
+  static auto* w = new Winners();
+  return *w;
+}
+
+const graph::Arg* arg_named(const graph::Graph& g, const graph::Node& n, std::string_view name) {
+  const graph::OpInfo& op = g.op_of(n);
+  for (size_t i = 0; i < op.arg_names.size() && i < n.args.size(); ++i) {
+    if (op.arg_names[i] == name) return &n.args[i];
+  }
+  return nullptr;
+}
+
+const graph::TensorType* tensor_arg(const graph::Graph& g, const graph::Node& n,
+                                    std::string_view name, graph::ValueId* id) {
+  const graph::Arg* a = arg_named(g, n, name);
+  const auto* r = a ? std::get_if<graph::ValueRef>(a) : nullptr;
+  if (r == nullptr) return nullptr;
+  *id = r->id;
+  return &g.type(r->id);
+}
+
+bool is_one(const graph::Arg* a) {
+  if (a == nullptr) return false;
+  if (const auto* i = std::get_if<int64_t>(a)) return *i == 1;
+  if (const auto* d = std::get_if<double>(a)) return *d == 1.0;
+  return false;
+}
+
+std::optional<loop::DType> loop_dtype(graph::DType t) {
+  switch (t) {
+    case graph::DType::Float32:
+      return loop::DType::Float32;
+    case graph::DType::BFloat16:
+      return loop::DType::BFloat16;
+    case graph::DType::Float16:
+      return loop::DType::Float16;
+    default:
+      return std::nullopt;
+  }
+}
+
+// (batch, rows, cols) strides of a 2D or 3D operand whose sizes are `sizes`; 0 for size-1 dims.
+std::array<int64_t, 3> strides3(const std::vector<int64_t>& sizes,
+                                const std::vector<int64_t>& strides) {
+  std::array<int64_t, 3> out{0, 0, 0};
+  const size_t off = 3 - sizes.size();
+  for (size_t d = 0; d < sizes.size(); ++d) out[off + d] = sizes[d] == 1 ? 0 : strides[d];
+  return out;
+}
+
+std::array<int64_t, 3> strides3(const at::Tensor& t) {
+  return strides3(t.sizes().vec(), t.strides().vec());
+}
+
+}  // namespace
+
+std::optional<std::pair<MatmulSpec, MatmulOperands>> MatmulTemplate::spec_of(const graph::Graph& g,
+                                                                             const graph::Node& n,
+                                                                             bool allow_tf32) {
+  if (n.op < 0 || n.outputs.size() != 1) return std::nullopt;
+  const std::string name = g.op_of(n).qualified_name();
+  const bool bmm = name == "aten::bmm", addmm = name == "aten::addmm";
+  if (name != "aten::mm" && !bmm && !addmm) return std::nullopt;
+  MatmulOperands ops;
+  const graph::TensorType* a = tensor_arg(g, n, addmm ? "mat1" : "self", &ops.a);
+  const graph::TensorType* b = tensor_arg(g, n, "mat2", &ops.b);
+  const graph::TensorType* bias = addmm ? tensor_arg(g, n, "self", &ops.bias) : nullptr;
+  ops.out = n.outputs[0];
+  const graph::TensorType& c = g.type(ops.out);
+  if (a == nullptr || b == nullptr || (addmm && bias == nullptr)) return std::nullopt;
+  if (addmm && (!is_one(arg_named(g, n, "beta")) || !is_one(arg_named(g, n, "alpha")))) {
+    return std::nullopt;
+  }
+  const size_t rank = bmm ? 3 : 2;
+  for (const graph::TensorType* t : {a, b, &c, bias}) {
+    if (t == nullptr) continue;
+    if (t->device.kind != graph::DeviceKind::CUDA || !t->is_static() || t->dtype != c.dtype) {
+      return std::nullopt;
+    }
+  }
+  if (a->sizes.size() != rank || b->sizes.size() != rank || c.sizes.size() != rank) {
+    return std::nullopt;
+  }
+  std::optional<loop::DType> dt = loop_dtype(c.dtype);
+  if (!dt) return std::nullopt;
+  const std::vector<int64_t> as = graph::constant_values(a->sizes),
+                             bs = graph::constant_values(b->sizes),
+                             cs = graph::constant_values(c.sizes);
+  MatmulSpec s;
+  s.batch = bmm ? as[0] : 1;
+  s.m = as[rank - 2];
+  s.k = as[rank - 1];
+  s.n = bs[rank - 1];
+  if (bs[rank - 2] != s.k || cs[rank - 2] != s.m || cs[rank - 1] != s.n ||
+      (bmm && (bs[0] != s.batch || cs[0] != s.batch))) {
+    return std::nullopt;
+  }
+  s.a_dtype = s.b_dtype = s.out_dtype = *dt;
+  s.a_strides = strides3(as, graph::constant_values(a->strides));
+  s.b_strides = strides3(bs, graph::constant_values(b->strides));
+  s.out_strides = strides3(cs, graph::constant_values(c.strides));
+  if (bias != nullptr) {
+    const std::vector<int64_t> xs = graph::constant_values(bias->sizes);
+    if (xs.empty() || xs.size() > 2 || (xs.back() != 1 && xs.back() != s.n) ||
+        (xs.size() == 2 && xs[0] != 1 && xs[0] != s.m)) {
+      return std::nullopt;
+    }
+    s.bias_dtype = *dt;
+    s.bias_strides = strides3(xs, graph::constant_values(bias->strides));
+  }
+  s.allow_tf32 = allow_tf32;
+  if (!codegen::matmul_supported(s, nullptr)) return std::nullopt;
+  return std::make_pair(s, ops);
+}
+
+std::vector<std::unique_ptr<MatmulTemplate>> MatmulTemplate::cuda_all(
+    const std::vector<MatmulSpec>& specs, int device, std::vector<std::string>* errors) {
+  static const char* kPointer[] = {"*fp32", "*bf16", "*fp16"};
+  auto pointer = [](loop::DType t) {
+    return t == loop::DType::BFloat16 ? kPointer[1]
+                                      : (t == loop::DType::Float16 ? kPointer[2] : kPointer[0]);
+  };
+  const std::string device_name = cuda_device_name(device);
+  std::vector<std::unique_ptr<MatmulTemplate>> out;
+  std::vector<TritonCompileJob> jobs;
+  std::vector<std::pair<size_t, size_t>> job_of;  // (spec, config)
+  for (size_t i = 0; i < specs.size(); ++i) {
+    std::unique_ptr<MatmulTemplate> t(new MatmulTemplate());
+    t->spec_ = specs[i];
+    t->device_ = device;
+    t->configs_ = codegen::matmul_configs(specs[i]);
+    const std::string source = codegen::emit_triton_matmul(specs[i], "ember_mm");
+    std::vector<std::string> signature = {pointer(specs[i].a_dtype), pointer(specs[i].b_dtype)};
+    if (specs[i].bias_dtype) signature.push_back(pointer(*specs[i].bias_dtype));
+    signature.push_back(pointer(specs[i].out_dtype));
+    for (int c = 0; c < 4; ++c) signature.push_back("constexpr");
+    Hasher h;
+    h.str("ember-matmul-tune-v1").str(device_name).str(source);
+    for (size_t c = 0; c < t->configs_.size(); ++c) {
+      const MatmulConfig& cfg = t->configs_[c];
+      TritonCompileJob job;
+      job.source = source;
+      job.name = "ember_mm";
+      job.signature = signature;
+      job.block_param =
+          "BLOCK_M=" + std::to_string(cfg.block_m) + ",BLOCK_N=" + std::to_string(cfg.block_n) +
+          ",BLOCK_K=" + std::to_string(cfg.block_k) + ",GROUP_M=" + std::to_string(cfg.group_m) +
+          ",num_stages=" + std::to_string(cfg.num_stages);
+      job.block = 0;
+      job.num_warps = cfg.num_warps;
+      job.device = device;
+      h.str(job.block_param).i64(cfg.num_warps);
+      jobs.push_back(std::move(job));
+      job_of.emplace_back(i, c);
+    }
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h.digest()));
+    t->tune_key_ = hex;
+    t->loaded_.resize(t->configs_.size());
+    out.push_back(std::move(t));
+  }
+  std::vector<std::string> job_errors;
+  std::vector<std::shared_ptr<const LoadedTritonKernel>> loaded =
+      load_triton_jobs(jobs, device, &job_errors);
+  errors->assign(specs.size(), "");
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    auto [i, c] = job_of[j];
+    out[i]->loaded_[c] = loaded[j];
+    if (!job_errors[j].empty()) (*errors)[i] = job_errors[j];
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    bool any = false;
+    for (const auto& l : out[i]->loaded_) any = any || l != nullptr;
+    if (!any) {
+      out[i].reset();
+      continue;
+    }
+    (*errors)[i].clear();  // a configuration that did not compile is only not timed
+    // A winner remembered on disk: position + 1 among [configurations..., cuBLAS].
+    if (auto won = tuned_config(out[i]->tune_key_); won.has_value()) {
+      const int pos = won->block - 1;
+      const int n = static_cast<int>(out[i]->configs_.size());
+      if (pos == n || (pos >= 0 && pos < n && out[i]->loaded_[pos] != nullptr)) {
+        out[i]->chosen_ = pos == n ? -1 : pos;
+        stats().remembered++;
+      }
+    }
+  }
+  return out;
+}
+
+bool MatmulTemplate::operands_match(const at::Tensor& a, const at::Tensor& b,
+                                    const at::Tensor* bias) const {
+  auto on_device = [&](const at::Tensor& t) {
+    return t.defined() && t.is_cuda() && t.device().index() == device_;
+  };
+  if (!on_device(a) || !on_device(b) || strides3(a) != spec_.a_strides ||
+      strides3(b) != spec_.b_strides) {
+    return false;
+  }
+  if (spec_.bias_dtype.has_value() != (bias != nullptr)) return false;
+  if (bias == nullptr) return true;
+  if (!on_device(*bias)) return false;
+  // The bias as the template reads it: broadcast to [m, n].
+  std::vector<int64_t> sizes = bias->sizes().vec(), strides = bias->strides().vec();
+  return strides3(sizes, strides) == spec_.bias_strides;
+}
+
+void MatmulTemplate::launch(size_t config, const at::Tensor& a, const at::Tensor& b,
+                            const at::Tensor* bias, const at::Tensor& out) const {
+  std::vector<void*> ptrs = {a.data_ptr(), b.data_ptr()};
+  if (bias != nullptr) ptrs.push_back(bias->data_ptr());
+  ptrs.push_back(out.data_ptr());
+  const std::array<int64_t, 2> grid = codegen::matmul_grid(spec_, configs_[config]);
+  launch_loaded(*loaded_[config], grid[0], grid[1], std::move(ptrs), device_);
+}
+
+std::optional<at::Tensor> MatmulTemplate::run(const at::Tensor& a, const at::Tensor& b,
+                                              const at::Tensor* bias,
+                                              const std::vector<int64_t>& out_sizes,
+                                              const std::vector<int64_t>& out_strides,
+                                              const std::function<void()>& aten) const {
+  if (chosen_.load() == -1 || !operands_match(a, b, bias)) return std::nullopt;
+  at::Tensor out = at::empty_strided(out_sizes, out_strides, a.options().dtype(a.scalar_type()));
+  if (chosen_.load() == -2) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (chosen_.load() == -2) {
+      std::lock_guard<std::mutex> wl(winners().mu);
+      if (auto it = winners().chosen.find(tune_key_); it != winners().chosen.end()) {
+        chosen_.store(it->second);
+      }
+    }
+    if (chosen_.load() == -2) {
+      const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+      void* stream = impl->getStream(c10::Device(c10::DeviceType::CUDA, device_)).native_handle();
+      std::optional<double> cublas = time_launches(stream, aten);
+      if (!cublas.has_value()) return std::nullopt;  // capturing: decide at a later call
+      int best = -1;
+      double best_ms = *cublas * 0.97;  // a template must be clearly faster
+      for (size_t c = 0; c < configs_.size(); ++c) {
+        if (loaded_[c] == nullptr) continue;
+        std::optional<double> ms = time_launches(stream, [&] { launch(c, a, b, bias, out); });
+        if (ms.has_value() && *ms < best_ms) {
+          best = static_cast<int>(c);
+          best_ms = *ms;
+        }
+      }
+      const int position = best < 0 ? static_cast<int>(configs_.size()) : best;
+      remember_tuned_config(tune_key_, codegen::TritonConfig{position + 1, 1});
+      stats().timed++;
+      if (best >= 0) stats().template_won++;
+      chosen_.store(best);
+      std::lock_guard<std::mutex> wl(winners().mu);
+      winners().chosen[tune_key_] = best;
+    }
+    if (chosen_.load() == -1) return std::nullopt;
+  }
+  launch(static_cast<size_t>(chosen_.load()), a, b, bias, out);
+  return out;
+}
+
+MatmulTemplateStats matmul_template_stats() {
+  return {stats().timed.load(), stats().remembered.load(), stats().template_won.load()};
+}
+
+}  // namespace ember::runtime

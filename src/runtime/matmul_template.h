@@ -1,0 +1,82 @@
+/// \file
+/// Matrix products under mode="max-autotune": an ATen `mm`, `addmm` (beta = alpha = 1) or `bmm`
+/// step of a graph on one CUDA device also gets the Triton template of
+/// codegen/triton/triton_matmul.h, compiled in each of its configurations. The first call times
+/// every configuration and the node's own ATen call (cuBLAS) on its operands and keeps the fastest,
+/// remembered on disk like the generated kernels' tuning (`<EMBER_CACHE_DIR>/triton/tune/`), so a
+/// second process compiles the configurations but times nothing. A template must beat cuBLAS by 3%
+/// to be kept.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "codegen/triton/triton_matmul.h"
+#include "graph/graph.h"
+#include "runtime/triton_runtime.h"
+
+namespace ember::runtime {
+
+/// Where a product's operands are in the graph.
+struct MatmulOperands {
+  graph::ValueId a = -1, b = -1, bias = -1, out = -1;  ///< bias -1: none
+};
+
+class MatmulTemplate {
+ public:
+  /// The spec of node `n` of `g` when the template computes it: aten::mm, aten::bmm, or
+  /// aten::addmm with beta and alpha 1 and a bias that broadcasts to the result; f32, bf16 or
+  /// f16 on a CUDA device with static shapes. `allow_tf32`: f32 products may use TF32 (torch's
+  /// setting when the graph is compiled).
+  static std::optional<std::pair<codegen::MatmulSpec, MatmulOperands>> spec_of(
+      const graph::Graph& g, const graph::Node& n, bool allow_tf32);
+
+  /// The templates of `specs` on CUDA device `device`, their configurations compiled in one call
+  /// of the compile hook. nullptr where no configuration compiled, with the compiler's message in
+  /// (*errors)[i].
+  static std::vector<std::unique_ptr<MatmulTemplate>> cuda_all(
+      const std::vector<codegen::MatmulSpec>& specs, int device, std::vector<std::string>* errors);
+
+  /// C = a @ b (+ bias) in a new tensor of the traced layout `out_sizes`/`out_strides`, or
+  /// nullopt: the caller runs the node's ATen call instead (cuBLAS won, the operands' strides are
+  /// not the traced ones, or the first call could not time: a stream capturing a CUDA graph).
+  /// The first call times the configurations and `aten` (which runs the ATen call).
+  std::optional<at::Tensor> run(const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias,
+                                const std::vector<int64_t>& out_sizes,
+                                const std::vector<int64_t>& out_strides,
+                                const std::function<void()>& aten) const;
+
+  const codegen::MatmulSpec& spec() const { return spec_; }
+  /// After the first call: the kept configuration's index, or -1 when cuBLAS won; -2 before.
+  int chosen() const { return chosen_.load(); }
+
+ private:
+  MatmulTemplate() = default;
+  void launch(size_t config, const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias,
+              const at::Tensor& out) const;
+  bool operands_match(const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias) const;
+
+  codegen::MatmulSpec spec_;
+  std::vector<codegen::MatmulConfig> configs_;
+  std::vector<std::shared_ptr<const LoadedTritonKernel>> loaded_;  ///< per config (null: refused)
+  int device_ = 0;
+  std::string tune_key_;
+  mutable std::mutex mu_;
+  mutable std::atomic<int> chosen_{-2};
+};
+
+/// Products timed against cuBLAS in this process, and those whose winner came from disk; how
+/// many a template won: for tests and reports.
+struct MatmulTemplateStats {
+  int64_t timed = 0, remembered = 0, template_won = 0;
+};
+MatmulTemplateStats matmul_template_stats();
+
+}  // namespace ember::runtime
