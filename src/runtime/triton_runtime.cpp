@@ -310,32 +310,11 @@ bool TritonLaunchable::tune(const std::vector<at::Tensor>& buffers) const {
 
 void TritonLaunchable::launch_with(const Candidate& c,
                                    const std::vector<at::Tensor>& buffers) const {
-  // Arguments: each buffer's device pointer, then Triton's global and profile scratch pointers.
+  // Arguments: each buffer's device pointer (launch_loaded appends Triton's scratch pointers).
   std::vector<void*> ptrs;
   ptrs.reserve(buffers.size() + 2);
   for (const at::Tensor& t : buffers) ptrs.push_back(t.data_ptr());
-  at::Tensor scratch;
-  const TritonBinary& binary = c.loaded->binary;
-  if (binary.global_scratch_bytes > 0) {
-    scratch = at::empty({static_cast<int64_t>(binary.global_scratch_bytes) * c.programs},
-                        at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device_));
-    ptrs.push_back(scratch.data_ptr());
-  } else {
-    ptrs.push_back(nullptr);
-  }
-  ptrs.push_back(nullptr);  // profile scratch
-  std::vector<void*> params;
-  params.reserve(ptrs.size());
-  for (void*& p : ptrs) params.push_back(&p);
-  const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
-  c10::Stream stream = impl->getStream(c10::Device(c10::DeviceType::CUDA, device_));
-  ensure_context(device_);
-  EMBER_INTERNAL_ASSERT(c.programs <= 0x7fffffff) << "grid too large";
-  check(driver().cuLaunchKernel(c.loaded->function, static_cast<unsigned>(c.programs), 1, 1,
-                                static_cast<unsigned>(32 * binary.num_warps), 1, 1,
-                                static_cast<unsigned>(binary.shared_bytes), stream.native_handle(),
-                                params.data(), nullptr),
-        "cuLaunchKernel");
+  launch_loaded(*c.loaded, c.programs, 1, std::move(ptrs), device_);
 }
 
 std::vector<std::shared_ptr<const LoadedTritonKernel>> load_triton_jobs(
