@@ -883,8 +883,10 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
     if (step.matmul) {
       const MatmulOperands& o = step.matmul_operands;
       product = step.matmul->run(env[o.a], env[o.b], o.bias >= 0 ? &env[o.bias] : nullptr,
-                                 step.matmul_sizes, step.matmul_strides,
-                                 [&] { step.call->run(env, stack); });
+                                 step.matmul_sizes, step.matmul_strides, [&] {
+                                   step.call->run(env, stack);
+                                   return env[step.matmul_operands.out];
+                                 });
     }
     if (product.has_value()) {
       env[step.matmul_operands.out] = std::move(*product);

@@ -2,10 +2,10 @@
 /// Matrix products under mode="max-autotune": an ATen `mm`, `addmm` (beta = alpha = 1) or `bmm`
 /// step of a graph on one CUDA device also gets the Triton template of
 /// codegen/triton/triton_matmul.h, compiled in each of its configurations. The first call times
-/// every configuration and the node's own ATen call (cuBLAS) on its operands and keeps the fastest,
-/// remembered on disk like the generated kernels' tuning (`<EMBER_CACHE_DIR>/triton/tune/`), so a
-/// second process compiles the configurations but times nothing. A template must beat cuBLAS by 3%
-/// to be kept.
+/// every configuration and the node's own ATen call (cuBLAS) on its operands and keeps the fastest
+/// whose result agrees with cuBLAS's, remembered on disk like the generated kernels' tuning
+/// (`<EMBER_CACHE_DIR>/triton/tune/`), so a second process compiles the configurations but times
+/// nothing. A template must beat cuBLAS by 3% to be kept.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -47,11 +47,13 @@ class MatmulTemplate {
   /// C = a @ b (+ bias) in a new tensor of the traced layout `out_sizes`/`out_strides`, or
   /// nullopt: the caller runs the node's ATen call instead (cuBLAS won, the operands' strides are
   /// not the traced ones, or the first call could not time: a stream capturing a CUDA graph).
-  /// The first call times the configurations and `aten` (which runs the ATen call).
+  /// The first call times the configurations and `aten` (which runs the ATen call and returns
+  /// its result); a configuration whose result differs from cuBLAS's beyond the accumulation
+  /// order and a rounding of the dtype is never kept.
   std::optional<at::Tensor> run(const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias,
                                 const std::vector<int64_t>& out_sizes,
                                 const std::vector<int64_t>& out_strides,
-                                const std::function<void()>& aten) const;
+                                const std::function<at::Tensor()>& aten) const;
 
   const codegen::MatmulSpec& spec() const { return spec_; }
   /// After the first call: the kept configuration's index, or -1 when cuBLAS won; -2 before.
