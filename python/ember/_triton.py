@@ -453,6 +453,12 @@ def _interpret(source: str, name: str, programs: int, block_param: str, block: i
                            "is imported")
     patch_interpreter()
     fn = kernel_function(source, name)
+    if "=" in block_param:  # several constexprs, and the grid's second axis (matrix templates)
+        consts = dict((k, int(v)) for k, v in (p.split("=") for p in block_param.split(",")))
+        grid_y = consts.pop("grid_y", 1)
+        consts.pop("num_stages", None)
+        fn[(programs, grid_y)](*tensors, **consts)
+        return
     fn[(programs,)](*tensors, **{block_param: block})
 
 

@@ -429,9 +429,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
       unfused_ = std::make_unique<Executor>(
           traced_, ExecutorOptions{.codegen = false, .fold_constants = false});
       triton_ = triton;
-      if (triton && cuda_device >= 0 && options.matmul_templates) {
-        attach_matmul_templates(cuda_device);
-      }
+      if (triton && options.matmul_templates) attach_matmul_templates(cuda_device);
       break;
     } catch (const Unsupported& e) {
       codegen_error_ = e.what();
@@ -676,12 +674,13 @@ int Executor::num_view_steps() const {
 void Executor::attach_matmul_templates(int device) {
   const graph::Graph& g = traced_.graph;
   const bool tf32 = at::globalContext().allowTF32CuBLAS();
+  const bool interpret = device < 0;  // a CPU graph under Triton's interpreter (tests)
   std::vector<codegen::MatmulSpec> specs;
   std::vector<size_t> step_of;
   for (size_t s = 0; s < steps_.size(); ++s) {
     Step& step = steps_[s];
     if (!step.call || step.node < 0) continue;
-    auto spec = MatmulTemplate::spec_of(g, g.nodes[step.node], tf32);
+    auto spec = MatmulTemplate::spec_of(g, g.nodes[step.node], tf32, interpret);
     if (!spec) continue;
     step.matmul_operands = spec->second;
     const graph::TensorType& out = g.type(spec->second.out);
@@ -693,7 +692,8 @@ void Executor::attach_matmul_templates(int device) {
   if (specs.empty()) return;
   std::vector<std::string> errors;
   std::vector<std::unique_ptr<MatmulTemplate>> ts =
-      MatmulTemplate::cuda_all(specs, device, &errors);
+      interpret ? MatmulTemplate::interpreted_all(specs)
+                : MatmulTemplate::cuda_all(specs, device, &errors);
   for (size_t i = 0; i < ts.size(); ++i) {
     if (ts[i] != nullptr) steps_[step_of[i]].matmul = std::move(ts[i]);
   }

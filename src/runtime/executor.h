@@ -179,7 +179,8 @@ class Executor {
     std::vector<int64_t> matmul_sizes, matmul_strides;  ///< the result's traced layout
   };
   /// mode="max-autotune": gives the extern matrix products of a graph on CUDA device `device`
-  /// their templates (one compile batch).
+  /// their templates (one compile batch); `device` -1: a CPU graph whose Triton kernels run in
+  /// Triton's interpreter (tests), the templates too.
   void attach_matmul_templates(int device);
 
   Step extern_step(int32_t node) const;

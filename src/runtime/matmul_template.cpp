@@ -102,7 +102,8 @@ bool agrees(const at::Tensor& got, const at::Tensor& reference) {
 
 std::optional<std::pair<MatmulSpec, MatmulOperands>> MatmulTemplate::spec_of(const graph::Graph& g,
                                                                              const graph::Node& n,
-                                                                             bool allow_tf32) {
+                                                                             bool allow_tf32,
+                                                                             bool interpret) {
   if (n.op < 0 || n.outputs.size() != 1) return std::nullopt;
   const std::string name = g.op_of(n).qualified_name();
   const bool bmm = name == "aten::bmm", addmm = name == "aten::addmm";
@@ -120,7 +121,8 @@ std::optional<std::pair<MatmulSpec, MatmulOperands>> MatmulTemplate::spec_of(con
   const size_t rank = bmm ? 3 : 2;
   for (const graph::TensorType* t : {a, b, &c, bias}) {
     if (t == nullptr) continue;
-    if (t->device.kind != graph::DeviceKind::CUDA || !t->is_static() || t->dtype != c.dtype) {
+    const graph::DeviceKind kind = interpret ? graph::DeviceKind::CPU : graph::DeviceKind::CUDA;
+    if (t->device.kind != kind || !t->is_static() || t->dtype != c.dtype) {
       return std::nullopt;
     }
   }
@@ -235,9 +237,27 @@ std::vector<std::unique_ptr<MatmulTemplate>> MatmulTemplate::cuda_all(
   return out;
 }
 
+std::vector<std::unique_ptr<MatmulTemplate>> MatmulTemplate::interpreted_all(
+    const std::vector<MatmulSpec>& specs) {
+  EMBER_UNSUPPORTED(triton_hooks().interpret != nullptr)
+      << "no Triton interpreter (ember._triton was not imported, or triton is missing)";
+  std::vector<std::unique_ptr<MatmulTemplate>> out;
+  for (const MatmulSpec& s : specs) {
+    std::unique_ptr<MatmulTemplate> t(new MatmulTemplate());
+    t->spec_ = s;
+    t->interpret_ = true;
+    t->device_ = -1;
+    t->configs_ = {codegen::matmul_configs(s).front()};
+    t->source_ = codegen::emit_triton_matmul(s, "ember_mm");
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 bool MatmulTemplate::operands_match(const at::Tensor& a, const at::Tensor& b,
                                     const at::Tensor* bias) const {
   auto on_device = [&](const at::Tensor& t) {
+    if (interpret_) return t.defined() && t.is_cpu();
     return t.defined() && t.is_cuda() && t.device().index() == device_;
   };
   if (!on_device(a) || !on_device(b) || strides3(a) != spec_.a_strides ||
@@ -254,6 +274,21 @@ bool MatmulTemplate::operands_match(const at::Tensor& a, const at::Tensor& b,
 
 void MatmulTemplate::launch(size_t config, const at::Tensor& a, const at::Tensor& b,
                             const at::Tensor* bias, const at::Tensor& out) const {
+  if (interpret_) {
+    // The interpret hook takes the constexprs (and the grid's second axis) in block_param.
+    const MatmulConfig& c = configs_[config];
+    const std::array<int64_t, 2> grid = codegen::matmul_grid(spec_, c);
+    std::vector<at::Tensor> tensors = {a, b};
+    if (bias != nullptr) tensors.push_back(*bias);
+    tensors.push_back(out);
+    triton_hooks().interpret(
+        source_, "ember_mm", grid[0],
+        "BLOCK_M=" + std::to_string(c.block_m) + ",BLOCK_N=" + std::to_string(c.block_n) +
+            ",BLOCK_K=" + std::to_string(c.block_k) + ",GROUP_M=" + std::to_string(c.group_m) +
+            ",grid_y=" + std::to_string(grid[1]),
+        0, tensors);
+    return;
+  }
   std::vector<void*> ptrs = {a.data_ptr(), b.data_ptr()};
   if (bias != nullptr) ptrs.push_back(bias->data_ptr());
   ptrs.push_back(out.data_ptr());
@@ -268,6 +303,13 @@ std::optional<at::Tensor> MatmulTemplate::run(const at::Tensor& a, const at::Ten
                                               const std::function<at::Tensor()>& aten) const {
   if (chosen_.load() == -1 || !operands_match(a, b, bias)) return std::nullopt;
   at::Tensor out = at::empty_strided(out_sizes, out_strides, a.options().dtype(a.scalar_type()));
+  if (interpret_ && chosen_.load() == -2) {
+    // No timing in the interpreter: the template, when it computes what the ATen call does.
+    std::lock_guard<std::mutex> lock(mu_);
+    launch(0, a, b, bias, out);
+    chosen_.store(agrees(out, aten()) ? 0 : -1);
+    return chosen_.load() == 0 ? std::optional<at::Tensor>(out) : std::nullopt;
+  }
   if (chosen_.load() == -2) {
     std::lock_guard<std::mutex> lock(mu_);
     if (chosen_.load() == -2) {

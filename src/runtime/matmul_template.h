@@ -33,10 +33,16 @@ class MatmulTemplate {
  public:
   /// The spec of node `n` of `g` when the template computes it: aten::mm, aten::bmm, or
   /// aten::addmm with beta and alpha 1 and a bias that broadcasts to the result; f32, bf16 or
-  /// f16 on a CUDA device with static shapes. `allow_tf32`: f32 products may use TF32 (torch's
-  /// setting when the graph is compiled).
+  /// f16 on a CUDA device (the CPU with `interpret`) with static shapes. `allow_tf32`: f32
+  /// products may use TF32 (torch's setting when the graph is compiled).
   static std::optional<std::pair<codegen::MatmulSpec, MatmulOperands>> spec_of(
-      const graph::Graph& g, const graph::Node& n, bool allow_tf32);
+      const graph::Graph& g, const graph::Node& n, bool allow_tf32, bool interpret = false);
+
+  /// The templates of `specs` run by Triton's interpreter on CPU tensors (through the interpret
+  /// hook; tests): the first configuration, kept at the first call when its result agrees with
+  /// the ATen call's (no timing).
+  static std::vector<std::unique_ptr<MatmulTemplate>> interpreted_all(
+      const std::vector<codegen::MatmulSpec>& specs);
 
   /// The templates of `specs` on CUDA device `device`, their configurations compiled in one call
   /// of the compile hook. nullptr where no configuration compiled, with the compiler's message in
@@ -69,6 +75,8 @@ class MatmulTemplate {
   std::vector<codegen::MatmulConfig> configs_;
   std::vector<std::shared_ptr<const LoadedTritonKernel>> loaded_;  ///< per config (null: refused)
   int device_ = 0;
+  bool interpret_ = false;
+  std::string source_;  ///< the interpreter's module
   std::string tune_key_;
   mutable std::mutex mu_;
   mutable std::atomic<int> chosen_{-2};

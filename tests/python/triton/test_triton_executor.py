@@ -209,3 +209,27 @@ def test_an_index_out_of_range_stops_the_kernel():
     bad[1, 2] = 50
     with pytest.raises(Exception, match="index out of range"):
         compiled(table, bad)
+
+
+def test_max_autotune_matrix_templates_in_the_interpreter():
+    """mode="max-autotune"'s matrix templates (runtime/matmul_template.h) through the executor:
+    Linear layers (addmm with a broadcast bias over a transposed weight), mm and bmm of a
+    transposed operand get the template, which the interpreter runs and keeps when it agrees
+    with the ATen call; the results are eager's."""
+    lin1, lin2 = torch.nn.Linear(48, 96), torch.nn.Linear(96, 40)
+
+    def f(x, y, z):
+        return lin2(F.gelu(lin1(x))), x @ z, torch.bmm(y, y.transpose(1, 2))
+
+    args = (r(33, 48), r(3, 20, 16), r(48, 24))
+    with torch.no_grad():
+        graph = ember.trace(f, args)
+        compiled = C.CompiledGraph(graph, triton_interpret=INTERPRET, matmul_templates=True)
+        if INTERPRET:
+            assert compiled.num_matmul_templates == 4, compiled.describe_steps()
+        for _ in range(2):
+            got, want = compiled(*args), f(*args)
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
+        if INTERPRET:
+            assert compiled.num_matmul_templates_chosen == 4
