@@ -233,3 +233,15 @@ def test_max_autotune_matrix_templates_in_the_interpreter():
                 torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
         if INTERPRET:
             assert compiled.num_matmul_templates_chosen == 4
+
+
+def test_layer_norm_over_short_rows_runs_as_row_tiles():
+    """16400 rows of 96 (ConvNeXt's layer norm over channels): the scheduler's layer-norm kernel
+    runs 16 rows per program (triton_codegen.md, "Row tiles"), the last program partly masked."""
+    x = r(16400, 96, dtype=torch.bfloat16)
+    w, b = r(96, dtype=torch.bfloat16), r(96, dtype=torch.bfloat16)
+    compiled = run(lambda x, w, b: F.layer_norm(x, (96,), w, b, 1e-6), x, w, b, kernels=1,
+                   atol=2e-2, rtol=2e-2)
+    if INTERPRET:
+        source = compiled.kernel_sources[0]
+        assert "prow = tl.program_id(0) * 16 + tl.arange(0, 16)[:, None]" in source
