@@ -627,7 +627,9 @@ def main(argv: list[str] | None = None) -> int:
     bench = import_bench()
 
     if args.merge:
-        files = sorted({f for pat in args.merge for f in (glob.glob(pat) or [pat])})
+        # In the order given (a later file's run of a model replaces an earlier one); a glob's
+        # matches sorted among themselves; each file once.
+        files = list(dict.fromkeys(f for pat in args.merge for f in (sorted(glob.glob(pat)) or [pat])))
         drivers = []
         for f in files:
             with open(f) as fh:

@@ -166,3 +166,18 @@ def test_merge_of_whole_reports_prefers_runs_over_skips(shards, bench, tmp_path)
     # a later skip does not replace an earlier run
     merged = shards.merge_reports(bench, [str(rerun), str(first)])
     assert {r.model: r.status for r in merged.runs}["GPT2LMHeadModel"] == "ok"
+
+
+def test_merge_on_the_command_line_keeps_the_order_given(shards, bench, tmp_path):
+    """`--merge a b`: b's run of a model replaces a's, whatever the names' alphabetical order
+    (a re-run named "rerun" listed before "zeroth" must not lose to it)."""
+    zeroth, rerun = tmp_path / "zeroth.json", tmp_path / "rerun.json"
+    for path in (zeroth, rerun):
+        _fake_report(bench, ["GPT2LMHeadModel"], ["GPT2LMHeadModel"], path)
+        rep = bench.Report.load(str(path))
+        rep.meta["driver"] = {}
+        rep.to_json(str(path))
+    out = tmp_path / "merged.json"
+    assert shards.main(["--merge", str(zeroth), str(rerun), "--json", str(out)]) == 0
+    merged = bench.Report.load(str(out))
+    assert merged.meta["merge"]["source"]["GPT2LMHeadModel/inference/bf16"] == "rerun.json"
