@@ -3,17 +3,56 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include "codegen/triton/triton_emitter.h"
+#include "loop/printer.h"
 #include "python/bindings.h"
 #include "python/torch_caster.h"
 #include "runtime/executor.h"
 #include "runtime/triton_runtime.h"
+#include "sched/fusion.h"
 #include "support/error.h"
 
 namespace nb = nanobind;
 
 namespace ember::python {
 
+namespace {
+
+/// What the executor's Triton path makes of a graph, without compiling or running anything (a
+/// CUDA-traced graph on a machine with no GPU): per fused group, its nodes, its loop IR and its
+/// Triton form, or why it has none.
+nb::list triton_plan(const tracer::TracedGraph& traced) {
+  const graph::Graph& g = traced.graph;
+  sched::ScheduleOptions o;
+  o.index_asserts = true;  // as the executor's Triton graphs
+  sched::Plan plan = sched::schedule_graph(g, o);
+  nb::list out;
+  for (const sched::KernelGroup& group : plan.groups) {
+    if (group.outputs.empty()) continue;
+    nb::dict d;
+    nb::list ops;
+    for (int32_t n : group.nodes) ops.append(g.op_of(g.nodes[n]).qualified_name());
+    d["ops"] = ops;
+    d["loop"] = loop::print_kernel(group.kernel);
+    std::string why;
+    std::optional<codegen::TritonKernel> t = codegen::emit_triton(group.kernel, &why);
+    if (group.index_status) why = "a scatter kernel checking its indices before its loops";
+    d["triton"] = t && why.empty() ? nb::cast(t->source) : nb::none();
+    d["rows_per_program"] = t ? t->rows_per_program : 0;
+    d["why"] = why;
+    out.append(d);
+  }
+  return out;
+}
+
+}  // namespace
+
 void bind_runtime(nb::module_& m) {
+  m.def("triton_plan", &triton_plan, nb::arg("graph"),
+        "Per fused group of `graph` as the executor's Triton path schedules it (nothing compiled "
+        "or run, so a graph traced for cuda:0 works without a GPU): a dict of its ops, its loop "
+        "IR, its Triton source (None when it has no Triton form), its rows per program and why "
+        "not ('' when it has one).");
   m.def("clear_kernel_memory_cache", &runtime::clear_memory_cache,
         "Forgets the kernels loaded in this process (they stay loaded while in use), so the next "
         "compile reads the on-disk cache (EMBER_CACHE_DIR) or compiles.");

@@ -1,0 +1,43 @@
+"""ember._C.triton_plan: what the executor's Triton path makes of a graph traced for cuda:0,
+with no GPU (nothing compiled or run). A ConvNeXt block in bf16: the convolution's bias is added
+inside the layer-norm kernel (tracer/conv_bias.h), whose 16384 rows of 96 run as row tiles, and
+the gelu between the linears is one flat loop (loop/collapse.h)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import ember
+import ember._C as C
+
+
+class Block(nn.Module):
+    def __init__(self, c):
+        super().__init__()
+        self.dw = nn.Conv2d(c, c, 7, padding=3, groups=c)
+        self.norm = nn.LayerNorm(c, eps=1e-6)
+        self.fc1, self.fc2 = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
+        self.gamma = nn.Parameter(torch.rand(c))
+
+    def forward(self, x):
+        y = self.dw(x).permute(0, 2, 3, 1)
+        y = self.fc2(F.gelu(self.fc1(self.norm(y)))).permute(0, 3, 1, 2)
+        return x + y.mul(self.gamma.reshape(1, -1, 1, 1))
+
+
+def test_convnext_block_plan_for_cuda():
+    model = Block(96).eval().to(torch.bfloat16)
+    x = torch.randn(16, 96, 32, 32, dtype=torch.bfloat16)
+    with torch.no_grad():
+        graph = ember.trace(model, (x,), device="cuda:0")
+    plan = C.triton_plan(graph)
+    assert [p["why"] for p in plan if p["why"]] == [], plan
+    norm = [p for p in plan if "aten::native_layer_norm" in p["ops"]]
+    assert len(norm) == 1 and "aten::add.Tensor" in norm[0]["ops"], norm  # the conv's bias
+    assert norm[0]["rows_per_program"] == 16, norm[0]["triton"]
+    gelu = [p for p in plan if "aten::gelu" in p["ops"]]
+    assert len(gelu) == 1
+    body = gelu[0]["triton"].split("@triton.jit\ndef ember_")[-1]
+    assert "rem //" not in body, body  # one loop: no loop variable recovered by division
