@@ -38,6 +38,7 @@ nb::dict triton_kernel(const std::string& text, const std::map<std::string, int6
   d["block"] = l.block;
   d["programs"] = l.programs;
   d["rows_per_program"] = t->rows_per_program;
+  d["rows_param"] = t->rows_param;
   return d;
 }
 

@@ -160,14 +160,17 @@ std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
     std::vector<std::string> signature;
     for (at::ScalarType t : buffer_types[i]) signature.push_back(triton_pointer_type(t));
     signature.push_back("constexpr");
+    const bool row_tile = !ks[i].rows_param.empty();
+    if (row_tile) signature.push_back("constexpr");  // XBLOCK, the rows per program
     std::vector<codegen::TritonConfig> configs =
         autotune ? codegen::triton_configs(ks[i], {})
-                 : std::vector<codegen::TritonConfig>{{l->launch_.block, 4}};
+                 : std::vector<codegen::TritonConfig>{
+                       {l->launch_.block, 4, row_tile ? ks[i].rows_per_program : 0}};
     if (configs.size() > 1) {
       Hasher h;
       h.str("ember-triton-tune-v1").str(device_name).str(ks[i].name).str(ks[i].source);
       for (const std::string& t : signature) h.str(t);
-      for (const codegen::TritonConfig& c : configs) h.i64(c.block).i64(c.num_warps);
+      for (const codegen::TritonConfig& c : configs) h.i64(c.block).i64(c.num_warps).i64(c.rows);
       char hex[17];
       std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h.digest()));
       if (auto won = tuned_config(hex);
@@ -182,7 +185,7 @@ std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
     for (const codegen::TritonConfig& c : configs) {
       Candidate cand;
       cand.config = c;
-      cand.programs = codegen::triton_programs(ks[i], {}, c.block);
+      cand.programs = codegen::triton_programs(ks[i], {}, c.block, c.rows);
       l->candidates_.push_back(std::move(cand));
       TritonCompileJob job;
       job.source = ks[i].source;
@@ -190,6 +193,10 @@ std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
       job.signature = signature;
       job.block_param = ks[i].block_param;
       job.block = c.block;
+      if (row_tile) {  // two constexprs (see TritonCompileJob::block_param)
+        job.block_param = ks[i].block_param + "=" + std::to_string(c.block) + "," +
+                          ks[i].rows_param + "=" + std::to_string(c.rows);
+      }
       job.num_warps = c.num_warps;
       job.device = device;
       std::string key = load_key(job);
@@ -261,8 +268,13 @@ TritonLaunchable::~TritonLaunchable() = default;
 void TritonLaunchable::launch(const std::vector<at::Tensor>& buffers) const {
   if (launch_.programs == 0) return;
   if (interpret_) {
-    hooks().interpret(kernel_.source, kernel_.name, launch_.programs, kernel_.block_param,
-                      launch_.block, buffers);
+    std::string block_param = kernel_.block_param;
+    if (!kernel_.rows_param.empty()) {  // a row tile: its default rows per program too
+      block_param += "=" + std::to_string(launch_.block) + "," + kernel_.rows_param + "=" +
+                     std::to_string(kernel_.rows_per_program);
+    }
+    hooks().interpret(kernel_.source, kernel_.name, launch_.programs, block_param, launch_.block,
+                      buffers);
     return;
   }
   if (!tuned_.load(std::memory_order_acquire)) {

@@ -50,6 +50,7 @@ std::optional<codegen::TritonConfig> tuned_config(const std::string& key) {
   std::ifstream in(tune_path(key));
   codegen::TritonConfig c;
   if (!(in >> c.block >> c.num_warps) || c.block <= 0 || c.num_warps <= 0) return std::nullopt;
+  if (!(in >> c.rows)) c.rows = 0;  // written before row tiles: none
   return c;
 }
 
@@ -61,7 +62,7 @@ void remember_tuned_config(const std::string& key, const codegen::TritonConfig& 
   const fs::path tmp = path.string() + "." + std::to_string(::getpid()) + ".tmp";
   {
     std::ofstream out(tmp);
-    out << c.block << " " << c.num_warps << "\n";
+    out << c.block << " " << c.num_warps << " " << c.rows << "\n";
     if (!out) return;
   }
   fs::rename(tmp, path, ec);

@@ -1,7 +1,7 @@
 /// \file
 /// Autotuning of generated Triton kernels' launch configurations (codegen/triton_configs.h):
 /// timing candidates on the device, and the disk cache of the winners, so that a second process
-/// compiles and times nothing (`<EMBER_CACHE_DIR>/triton/tune/<key>.txt`, "block warps").
+/// compiles and times nothing (`<EMBER_CACHE_DIR>/triton/tune/<key>.txt`, "block warps rows").
 #pragma once
 
 #include <functional>

@@ -18,10 +18,12 @@ int64_t eval_int(const Expr& e, const Bindings& sizes) {
 
 std::vector<TritonConfig> triton_configs(const TritonKernel& k, const Bindings& sizes) {
   const TritonLaunch def = triton_launch(k, sizes);
-  std::vector<TritonConfig> out{{def.block, 4}};
+  const bool row_tile = !k.rows_param.empty();
+  std::vector<TritonConfig> out{{def.block, 4, row_tile ? k.rows_per_program : 0}};
   const int64_t extent = eval_int(k.block_extent, sizes);
   const int64_t grid = eval_int(k.grid_extent, sizes);
-  int64_t elements = k.form == TritonKernel::Form::Flat ? grid : grid * extent * k.rows_per_program;
+  // Flat: the grid is the elements; Rows: the rows (a row tile's too), each of `extent`.
+  int64_t elements = k.form == TritonKernel::Form::Flat ? grid : grid * extent;
   if (k.form == TritonKernel::Form::Tiled) {
     elements = grid * eval_int(k.tile_cols, sizes) * eval_int(k.tile_rows, sizes);
   }
@@ -40,9 +42,17 @@ std::vector<TritonConfig> triton_configs(const TritonKernel& k, const Bindings& 
     }
     return out;
   }
+  if (row_tile) {  // rows per program and warps
+    const int r = k.rows_per_program;
+    for (int rows : {r, 2 * r, r / 2}) {
+      if (rows < 1 || rows > 64 || int64_t{def.block} * rows > 8192) continue;
+      for (int warps : {4, 8}) add({def.block, warps, rows});
+    }
+    return out;
+  }
   // Rows: lanes per thread from the block's width. Wide rows gain from more warps, narrow ones
   // (many short rows) from fewer.
-  const int64_t lanes = int64_t{def.block} * k.rows_per_program;  // a row tile's block
+  const int64_t lanes = def.block;
   if (lanes >= 1024) add({def.block, 8});
   if (lanes >= 4096) add({def.block, 16});
   if (lanes <= 512) add({def.block, 2});

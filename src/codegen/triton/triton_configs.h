@@ -16,6 +16,8 @@ namespace ember::codegen {
 struct TritonConfig {
   int block = 16;
   int num_warps = 4;
+  /// A row tile's rows per program (its XBLOCK); 0 for other kernels.
+  int rows = 0;
   bool operator==(const TritonConfig&) const = default;
 };
 
@@ -31,6 +33,8 @@ constexpr int64_t kMinTunedElements = int64_t{1} << 21;
 ///  - Tiled: tiles of 32 x 32 with 4 warps, 64 x 64 with 8, 16 x 16 with 2.
 ///  - Rows: the block the launcher picks (a persistent row needs it whole, and block variables
 ///    need it at least as wide as their array), with 2, 4, 8 or 16 warps as its width allows.
+///    A row tile also varies its rows per program: its default, twice and half that (1 to 64
+///    rows, at most 8192 lanes), each with 4 and 8 warps.
 std::vector<TritonConfig> triton_configs(const TritonKernel& k, const loop::Bindings& sizes);
 
 }  // namespace ember::codegen

@@ -594,9 +594,9 @@ TritonKernel Emitter::run() {
     if (persistent_) out.max_block = static_cast<int>(kMaxPersistent);
     if (persistent_ && row_tiles_ && !rows.empty()) rows_ = rows_per_program(product(rows), rest);
     if (rows_ > 1) {
-      // A row tile: rows [p * R, p * R + R) as a [R, 1] block, the rows past the end masked.
-      const std::string r = std::to_string(rows_);
-      line("prow = tl.program_id(0)" + index_cast_ + " * " + r + " + tl.arange(0, " + r + ")" +
+      // A row tile: rows [p * XBLOCK, (p + 1) * XBLOCK) as an [XBLOCK, 1] block, the rows past
+      // the end masked; XBLOCK is a constexpr the launcher tunes (rows_per_program its default).
+      line("prow = tl.program_id(0)" + index_cast_ + " * XBLOCK + tl.arange(0, XBLOCK)" +
            index_cast_ + "[:, None]");
       line("pmask = prow < (" + expr(product(rows)) + ")");
       row_mask_ = "pmask";
@@ -606,14 +606,9 @@ TritonKernel Emitter::run() {
       decompose(rows, "tl.program_id(0)" + index_cast_);
     }
     stmt(rest);
-    out.grid_extent = product(rows);
-    if (rows_ > 1) {
-      const Expr r = IntImm::make(kIndexType, rows_);
-      out.grid_extent = make_binary(
-          ExprKind::FloorDiv,
-          make_binary(ExprKind::Add, out.grid_extent, IntImm::make(kIndexType, rows_ - 1)), r);
-    }
+    out.grid_extent = product(rows);  // rows; a row tile's programs: triton_programs
     out.rows_per_program = rows_;
+    if (rows_ > 1) out.rows_param = "XBLOCK";
     Expr extent = block_extent_.defined() ? block_extent_ : IntImm::make(kIndexType, 1);
     if (array_extent_.defined()) extent = make_binary(ExprKind::Max, extent, array_extent_);
     out.block_extent = extent;
@@ -630,7 +625,9 @@ TritonKernel Emitter::run() {
     src << (first ? "" : ", ") << "s_" << s;
     first = false;
   }
-  src << (first ? "" : ", ") << out.block_param << ": tl.constexpr):\n";
+  src << (first ? "" : ", ") << out.block_param << ": tl.constexpr";
+  if (!out.rows_param.empty()) src << ", " << out.rows_param << ": tl.constexpr";
+  src << "):\n";
   std::string body;
   for (const std::string& l : lines_) {
     if (!l.empty()) body += l + "\n";
@@ -670,10 +667,14 @@ int triton_block_size(int64_t extent, int max_block) {
   return b;
 }
 
-int64_t triton_programs(const TritonKernel& k, const Bindings& sizes, int block) {
+int64_t triton_programs(const TritonKernel& k, const Bindings& sizes, int block, int rows) {
   EvalEnv env;
   env.sizes = sizes;
   const int64_t grid = eval_expr(k.grid_extent, env).i;
+  if (!k.rows_param.empty()) {  // a row tile: the rows over the rows per program
+    const int64_t r = rows > 0 ? rows : k.rows_per_program;
+    return (grid + r - 1) / r;
+  }
   switch (k.form) {
     case TritonKernel::Form::Flat:
       return (grid + block - 1) / block;

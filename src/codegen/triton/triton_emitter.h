@@ -56,9 +56,12 @@ struct TritonKernel {
   /// Program ids and lanes are i32, not i64: the kernel's sizes are constant and every buffer
   /// offset is below 2^30 (issue 7: i32 indexing where sizes provably fit).
   bool int32_indices = false;
-  /// Rows: the rows each program handles (a row tile of short rows: the grid is the rows over
-  /// this, rounded up); 1 otherwise.
+  /// Rows: the rows each program handles by default (a row tile of short rows: the grid is the
+  /// rows over this, rounded up); 1 otherwise.
   int rows_per_program = 1;
+  /// A row tile's second constexpr, the rows per program ("XBLOCK", tuned with the warps:
+  /// triton_configs.h); "" for a kernel with one row per program or another form.
+  std::string rows_param;
 };
 
 /// The Triton kernel of `k`, or nullopt with the reason in `why` when its structure has no Triton
@@ -77,7 +80,9 @@ struct TritonLaunch {
 };
 TritonLaunch triton_launch(const TritonKernel& k, const loop::Bindings& sizes);
 
-/// The number of programs of `k` at `sizes` with block size `block`.
-int64_t triton_programs(const TritonKernel& k, const loop::Bindings& sizes, int block);
+/// The number of programs of `k` at `sizes` with block size `block` and, for a row tile,
+/// `rows` rows per program (0: its default).
+int64_t triton_programs(const TritonKernel& k, const loop::Bindings& sizes, int block,
+                        int rows = 0);
 
 }  // namespace ember::codegen

@@ -173,10 +173,8 @@ class Emitter {
   /// A row tile's block masks -> their lanes' part alone ([1, RBLOCK]): what a load that does
   /// not vary with the row (a layer norm's weight) is masked by.
   std::map<std::string, std::string> lane_masks_;
-  /// The shape of a block: "[RBLOCK]", or "[rows, RBLOCK]" in a row tile.
-  std::string block_shape() const {
-    return rows_ > 1 ? "[" + std::to_string(rows_) + ", RBLOCK]" : "[RBLOCK]";
-  }
+  /// The shape of a block: "[RBLOCK]", or "[XBLOCK, RBLOCK]" in a row tile.
+  std::string block_shape() const { return rows_ > 1 ? "[XBLOCK, RBLOCK]" : "[RBLOCK]"; }
   /// rows_per_program for a row program over `rows` (constant, or 1) with body `rest`.
   int rows_per_program(const Expr& rows, const Stmt& rest) const {
     if (!is_constant(rows)) return 1;

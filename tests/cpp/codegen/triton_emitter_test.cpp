@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "codegen/triton/triton_configs.h"
 #include "loop/parser.h"
 #include "loop/printer.h"
 
@@ -93,6 +94,12 @@ TEST(TritonEmitter, ShortRowsShareAProgramAsARowTile) {
   const std::string body = kernel_function(*t);
   EXPECT_EQ(body.find("tl.load(b_mean"), std::string::npos) << body;
   expect_golden(body, "layer_norm_rows.triton.golden");
+  // The rows per program are a constexpr (XBLOCK) tuned with the warps: 16, 32 and 8 rows.
+  std::vector<TritonConfig> cs = triton_configs(*t, {});
+  std::vector<TritonConfig> want{{128, 4, 16}, {128, 8, 16}, {128, 4, 32},
+                                 {128, 8, 32}, {128, 4, 8},  {128, 8, 8}};
+  EXPECT_EQ(cs, want);
+  EXPECT_EQ(triton_programs(*t, {}, 128, 32), 32768 / 32);
   // Fewer rows keep a program each rather than leave the GPU idle; an accumulator in memory
   // (rms_norm_mean_out) keeps one row per program too.
   std::string few = read(std::string(EMBER_CODEGEN_GOLDEN_DIR) + "/layer_norm_rows.loop");

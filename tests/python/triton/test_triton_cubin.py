@@ -166,3 +166,32 @@ def test_matmul_template_compiles_to_sm90_tensor_core_code():
     assert [d for d, _, _ in result] == ["bf16", "f32"]
     for dtype, size, mma in result:
         assert size > 1000 and mma, (dtype, size, mma)
+
+
+ROW_TILE = r'''
+import json, sys
+import ember._C as C
+from ember import _triton_worker as W
+text = open(sys.argv[1]).read()
+k = C.triton_kernel(text, {})
+assert k["rows_param"] == "XBLOCK", k["rows_param"]
+out = []
+for rows, warps in [(k["rows_per_program"], 4), (32, 8)]:
+    cubin = W.compile_source(k["source"], k["name"], ["*bf16", "*fp32", "*fp32", "*bf16",
+                                                      "constexpr", "constexpr"],
+                             f"RBLOCK={k['block']},XBLOCK={rows}", 0, 90, warps)[0]
+    out.append(len(cubin))
+print(json.dumps(out))
+'''
+
+
+def test_row_tiles_compile_to_sm90_with_their_rows_per_program():
+    """A row tile's two constexprs (RBLOCK and the tuned XBLOCK) reach Triton's compiler through
+    the compile worker's "NAME=value,..." form, for the default rows per program and another."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", ROW_TILE,
+                        str(GOLDEN / "codegen/golden/layer_norm_rows.loop")],
+                       env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    sizes = json.loads(r.stdout.strip().splitlines()[-1])
+    assert len(sizes) == 2 and all(s > 1000 for s in sizes), sizes

@@ -244,4 +244,4 @@ def test_layer_norm_over_short_rows_runs_as_row_tiles():
                    atol=2e-2, rtol=2e-2)
     if INTERPRET:
         source = compiled.kernel_sources[0]
-        assert "prow = tl.program_id(0) * 16 + tl.arange(0, 16)[:, None]" in source
+        assert "prow = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]" in source

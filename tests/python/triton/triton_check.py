@@ -70,7 +70,10 @@ def run_triton(text: str, sizes: dict[str, int], bufs: dict[str, torch.Tensor]) 
     size_names = [s.strip() for s in _SIZES.search(text).group(1).split(",") if s.strip()]
     args = [bufs[name] for _, name, _, _ in buffers_of(text)]
     args += [sizes[s] for s in size_names]
-    fn[(k["programs"],)](*args, **{k["block_param"]: k["block"]})
+    consts = {k["block_param"]: k["block"]}
+    if k["rows_param"]:  # a row tile's rows per program, its default
+        consts[k["rows_param"]] = k["rows_per_program"]
+    fn[(k["programs"],)](*args, **consts)
     return k
 
 
