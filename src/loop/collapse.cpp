@@ -26,14 +26,6 @@ int count_div_mod(const Stmt& s) {
   return n;
 }
 
-bool has_loop(const Stmt& s) {
-  if (s.as<For>() != nullptr) return true;
-  bool found = false;
-  for_each_stmt_child(
-      s, [](const Expr&) {}, [&](const Stmt& c) { found = found || has_loop(c); });
-  return found;
-}
-
 bool constant_from_zero(const For& f) {
   const auto* mn = f.min.as<IntImm>();
   const auto* ext = f.extent.as<IntImm>();

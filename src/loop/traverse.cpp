@@ -177,6 +177,14 @@ void for_each_stmt_child(const Stmt& s, const std::function<void(const Expr&)>& 
       });
 }
 
+bool has_loop(const Stmt& s) {
+  if (s.kind() == StmtKind::For) return true;
+  bool found = false;
+  for_each_stmt_child(
+      s, [](const Expr&) {}, [&](const Stmt& c) { found = found || (c.defined() && has_loop(c)); });
+  return found;
+}
+
 Expr substitute(const Expr& e, const std::map<std::string, Expr>& replacements) {
   const std::string* name = nullptr;
   if (const auto* v = e.as<Var>()) name = &v->name;

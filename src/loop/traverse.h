@@ -30,6 +30,9 @@ Stmt map_stmt_children(const Stmt& s, const std::function<Expr(const Expr&)>& fe
 void for_each_stmt_child(const Stmt& s, const std::function<void(const Expr&)>& fe,
                          const std::function<void(const Stmt&)>& fs);
 
+/// Whether `s` contains a For.
+bool has_loop(const Stmt& s);
+
 /// Replaces every Var and SizeVar named in `replacements` with its expression (which must have
 /// the same dtype). Not capture-avoiding: the IR has no shadowing (stmt.h).
 Expr substitute(const Expr& e, const std::map<std::string, Expr>& replacements);

@@ -9,6 +9,8 @@
 #include <string_view>
 
 #include "runtime/triton_tuning.h"
+#include "sched/node_args.h"
+#include "sched/pointwise.h"
 #include "support/error.h"
 #include "support/hash.h"
 
@@ -37,17 +39,9 @@ Winners& winners() {
   return *w;
 }
 
-const graph::Arg* arg_named(const graph::Graph& g, const graph::Node& n, std::string_view name) {
-  const graph::OpInfo& op = g.op_of(n);
-  for (size_t i = 0; i < op.arg_names.size() && i < n.args.size(); ++i) {
-    if (op.arg_names[i] == name) return &n.args[i];
-  }
-  return nullptr;
-}
-
 const graph::TensorType* tensor_arg(const graph::Graph& g, const graph::Node& n,
                                     std::string_view name, graph::ValueId* id) {
-  const graph::Arg* a = arg_named(g, n, name);
+  const graph::Arg* a = sched::node_arg(g, n, name);
   const auto* r = a ? std::get_if<graph::ValueRef>(a) : nullptr;
   if (r == nullptr) return nullptr;
   *id = r->id;
@@ -59,19 +53,6 @@ bool is_one(const graph::Arg* a) {
   if (const auto* i = std::get_if<int64_t>(a)) return *i == 1;
   if (const auto* d = std::get_if<double>(a)) return *d == 1.0;
   return false;
-}
-
-std::optional<loop::DType> loop_dtype(graph::DType t) {
-  switch (t) {
-    case graph::DType::Float32:
-      return loop::DType::Float32;
-    case graph::DType::BFloat16:
-      return loop::DType::BFloat16;
-    case graph::DType::Float16:
-      return loop::DType::Float16;
-    default:
-      return std::nullopt;
-  }
 }
 
 // (batch, rows, cols) strides of a 2D or 3D operand whose sizes are `sizes`; 0 for size-1 dims.
@@ -88,14 +69,24 @@ std::array<int64_t, 3> strides3(const at::Tensor& t) {
 }
 
 // Whether a template's result is cuBLAS's `reference` up to the accumulation order and one
-// rounding of the result's dtype (TF32 or half precision: looser), relative to its magnitude.
-bool agrees(const at::Tensor& got, const at::Tensor& reference) {
+// rounding of the result's dtype, relative to its magnitude; `loose`: TF32 or half precision.
+bool agrees(const at::Tensor& got, const at::Tensor& reference, bool loose) {
   if (!reference.defined() || got.sizes() != reference.sizes()) return false;
-  const bool loose = got.scalar_type() != at::kFloat || at::globalContext().allowTF32CuBLAS();
   const double tol = loose ? 2e-2 : 1e-4;
   at::Tensor r = reference.to(at::kFloat), g = got.to(at::kFloat);
   const double scale = r.abs().max().item<double>() + 1e-30;
   return (g - r).abs().max().item<double>() <= tol * scale && !g.isnan().any().item<bool>();
+}
+
+// The template's constexprs under `c`, then `extra` (a launch option, the interpreter's grid).
+std::vector<std::pair<std::string, int64_t>> constexprs(
+    const MatmulConfig& c, std::vector<std::pair<std::string, int64_t>> extra) {
+  std::vector<std::pair<std::string, int64_t>> v = {{"BLOCK_M", c.block_m},
+                                                    {"BLOCK_N", c.block_n},
+                                                    {"BLOCK_K", c.block_k},
+                                                    {"GROUP_M", c.group_m}};
+  v.insert(v.end(), extra.begin(), extra.end());
+  return v;
 }
 
 }  // namespace
@@ -115,7 +106,8 @@ std::optional<std::pair<MatmulSpec, MatmulOperands>> MatmulTemplate::spec_of(con
   ops.out = n.outputs[0];
   const graph::TensorType& c = g.type(ops.out);
   if (a == nullptr || b == nullptr || (addmm && bias == nullptr)) return std::nullopt;
-  if (addmm && (!is_one(arg_named(g, n, "beta")) || !is_one(arg_named(g, n, "alpha")))) {
+  if (addmm &&
+      (!is_one(sched::node_arg(g, n, "beta")) || !is_one(sched::node_arg(g, n, "alpha")))) {
     return std::nullopt;
   }
   const size_t rank = bmm ? 3 : 2;
@@ -129,7 +121,7 @@ std::optional<std::pair<MatmulSpec, MatmulOperands>> MatmulTemplate::spec_of(con
   if (a->sizes.size() != rank || b->sizes.size() != rank || c.sizes.size() != rank) {
     return std::nullopt;
   }
-  std::optional<loop::DType> dt = loop_dtype(c.dtype);
+  std::optional<loop::DType> dt = sched::to_loop_dtype(c.dtype);  // matmul_supported: floats
   if (!dt) return std::nullopt;
   const std::vector<int64_t> as = graph::constant_values(a->sizes),
                              bs = graph::constant_values(b->sizes),
@@ -190,10 +182,7 @@ std::vector<std::unique_ptr<MatmulTemplate>> MatmulTemplate::cuda_all(
       job.source = source;
       job.name = "ember_mm";
       job.signature = signature;
-      job.block_param =
-          "BLOCK_M=" + std::to_string(cfg.block_m) + ",BLOCK_N=" + std::to_string(cfg.block_n) +
-          ",BLOCK_K=" + std::to_string(cfg.block_k) + ",GROUP_M=" + std::to_string(cfg.group_m) +
-          ",num_stages=" + std::to_string(cfg.num_stages);
+      job.block_param = named_constexprs(constexprs(cfg, {{"num_stages", cfg.num_stages}}));
       job.block = 0;
       job.num_warps = cfg.num_warps;
       job.device = device;
@@ -281,12 +270,8 @@ void MatmulTemplate::launch(size_t config, const at::Tensor& a, const at::Tensor
     std::vector<at::Tensor> tensors = {a, b};
     if (bias != nullptr) tensors.push_back(*bias);
     tensors.push_back(out);
-    triton_hooks().interpret(
-        source_, "ember_mm", grid[0],
-        "BLOCK_M=" + std::to_string(c.block_m) + ",BLOCK_N=" + std::to_string(c.block_n) +
-            ",BLOCK_K=" + std::to_string(c.block_k) + ",GROUP_M=" + std::to_string(c.group_m) +
-            ",grid_y=" + std::to_string(grid[1]),
-        0, tensors);
+    triton_hooks().interpret(source_, "ember_mm", grid[0],
+                             named_constexprs(constexprs(c, {{"grid_y", grid[1]}})), 0, tensors);
     return;
   }
   std::vector<void*> ptrs = {a.data_ptr(), b.data_ptr()};
@@ -307,7 +292,7 @@ std::optional<at::Tensor> MatmulTemplate::run(const at::Tensor& a, const at::Ten
     // No timing in the interpreter: the template, when it computes what the ATen call does.
     std::lock_guard<std::mutex> lock(mu_);
     launch(0, a, b, bias, out);
-    chosen_.store(agrees(out, aten()) ? 0 : -1);
+    chosen_.store(agrees(out, aten(), loose_tolerance()) ? 0 : -1);
     return chosen_.load() == 0 ? std::optional<at::Tensor>(out) : std::nullopt;
   }
   if (chosen_.load() == -2) {
@@ -330,7 +315,7 @@ std::optional<at::Tensor> MatmulTemplate::run(const at::Tensor& a, const at::Ten
         if (loaded_[c] == nullptr) continue;
         std::optional<double> ms = time_launches(stream, [&] { launch(c, a, b, bias, out); });
         // Never silently wrong: a configuration whose result is not cuBLAS's is not kept.
-        if (ms.has_value() && *ms < best_ms && agrees(out, reference)) {
+        if (ms.has_value() && *ms < best_ms && agrees(out, reference, loose_tolerance())) {
           best = static_cast<int>(c);
           best_ms = *ms;
         }

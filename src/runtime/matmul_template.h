@@ -70,6 +70,11 @@ class MatmulTemplate {
   void launch(size_t config, const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias,
               const at::Tensor& out) const;
   bool operands_match(const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias) const;
+  /// TF32 or half-precision results are compared with cuBLAS's more loosely (agrees()).
+  bool loose_tolerance() const {
+    return spec_.out_dtype != loop::DType::Float32 || spec_.a_dtype != loop::DType::Float32 ||
+           spec_.allow_tf32;
+  }
 
   codegen::MatmulSpec spec_;
   std::vector<codegen::MatmulConfig> configs_;

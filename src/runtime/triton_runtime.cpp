@@ -36,6 +36,14 @@ const TritonHooks& triton_hooks() {
   return hooks();
 }
 
+std::string named_constexprs(const std::vector<std::pair<std::string, int64_t>>& values) {
+  std::string out;
+  for (const auto& [name, value] : values) {
+    out += (out.empty() ? "" : ",") + name + "=" + std::to_string(value);
+  }
+  return out;
+}
+
 std::string triton_pointer_type(at::ScalarType t) {
   switch (t) {
     case at::kFloat:
@@ -194,8 +202,8 @@ std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
       job.block_param = ks[i].block_param;
       job.block = c.block;
       if (row_tile) {  // two constexprs (see TritonCompileJob::block_param)
-        job.block_param = ks[i].block_param + "=" + std::to_string(c.block) + "," +
-                          ks[i].rows_param + "=" + std::to_string(c.rows);
+        job.block_param =
+            named_constexprs({{ks[i].block_param, c.block}, {ks[i].rows_param, c.rows}});
       }
       job.num_warps = c.num_warps;
       job.device = device;
@@ -270,8 +278,8 @@ void TritonLaunchable::launch(const std::vector<at::Tensor>& buffers) const {
   if (interpret_) {
     std::string block_param = kernel_.block_param;
     if (!kernel_.rows_param.empty()) {  // a row tile: its default rows per program too
-      block_param += "=" + std::to_string(launch_.block) + "," + kernel_.rows_param + "=" +
-                     std::to_string(kernel_.rows_per_program);
+      block_param = named_constexprs(
+          {{kernel_.block_param, launch_.block}, {kernel_.rows_param, kernel_.rows_per_program}});
     }
     hooks().interpret(kernel_.source, kernel_.name, launch_.programs, block_param, launch_.block,
                       buffers);

@@ -47,7 +47,8 @@ struct TritonCompileJob {
   /// Triton's type names per argument, "constexpr" for the block size.
   std::vector<std::string> signature;
   /// The block size's parameter name, or several constexprs and launch options spelled
-  /// "NAME=value,...", `num_stages=s` among them (the matrix-product templates; `block` unused).
+  /// "NAME=value,..." (named_constexprs), `num_stages=s` among them (row tiles, the
+  /// matrix-product templates; `block` unused).
   std::string block_param;
   int block = 16;
   int num_warps = 4;
@@ -66,6 +67,10 @@ struct TritonHooks {
 };
 void set_triton_hooks(TritonHooks hooks);
 const TritonHooks& triton_hooks();
+
+/// Several constexprs (and launch options) in one TritonCompileJob::block_param, and for the
+/// interpret hook: "NAME=value,...", in order.
+std::string named_constexprs(const std::vector<std::pair<std::string, int64_t>>& values);
 
 /// Triton's name for the element type of a pointer to `t` ("*fp32", "*bf16", ...).
 std::string triton_pointer_type(at::ScalarType t);

@@ -15,7 +15,7 @@
 #include "codegen/triton/triton_emitter.h"
 #include "codegen/triton/triton_kernel_shape.h"
 #include "codegen/triton/triton_memory_order.h"
-#include "loop/traverse.h"
+#include "loop/simplify.h"
 #include "support/error.h"
 
 namespace ember::codegen::triton_detail {
@@ -177,14 +177,8 @@ class Emitter {
   std::string block_shape() const { return rows_ > 1 ? "[XBLOCK, RBLOCK]" : "[RBLOCK]"; }
   /// rows_per_program for a row program over `rows` (constant, or 1) with body `rest`.
   int rows_per_program(const Expr& rows, const Stmt& rest) const {
-    if (!is_constant(rows)) return 1;
-    return triton_shape::rows_per_program(eval_expr(rows, EvalEnv{}).i, persistent_extent(rest));
-  }
-  static bool is_constant(const Expr& e) {
-    if (e.as<SizeVar>() != nullptr || e.as<Var>() != nullptr) return false;
-    bool constant = true;
-    for_each_child(e, [&](const Expr& c) { constant = constant && is_constant(c); });
-    return constant;
+    const auto* n = simplify(rows).as<IntImm>();
+    return n == nullptr ? 1 : triton_shape::rows_per_program(n->value, persistent_extent(rest));
   }
   void refuse_in_row_tile(const std::string& what) const {
     if (rows_ > 1) refuse(what + " in a row tile");

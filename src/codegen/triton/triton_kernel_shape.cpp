@@ -19,14 +19,6 @@ bool uses_any(const Expr& e, const std::set<std::string>& vars, bool any) {
   return found;
 }
 
-bool has_loop(const Stmt& s) {
-  if (s.kind() == StmtKind::For) return true;
-  bool found = false;
-  for_each_stmt_child(
-      s, [](const Expr&) {}, [&](const Stmt& c) { found = found || (c.defined() && has_loop(c)); });
-  return found;
-}
-
 bool straight(const Stmt& s, bool accumulates) {
   switch (s.kind()) {
     case StmtKind::Block:

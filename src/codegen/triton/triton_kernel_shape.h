@@ -11,14 +11,14 @@
 #include <vector>
 
 #include "loop/stmt.h"
+#include "loop/traverse.h"
 
 namespace ember::codegen::triton_shape {
 
 /// Whether `e` reads a Var named in `vars` (any Var at all with `any`).
 bool uses_any(const loop::Expr& e, const std::set<std::string>& vars, bool any = false);
 
-/// Whether `s` contains a For.
-bool has_loop(const loop::Stmt& s);
+using loop::has_loop;  // whether a statement contains a For (loop/traverse.h)
 
 /// Whether `s` is straight-line: it only binds values and stores (a pointwise body), and with
 /// `accumulates` also folds into accumulators (a reduction loop's body).

@@ -273,23 +273,9 @@ def test_convnext_block_bias_apart_and_row_tiles_cuda(dtype):
     # (triton_codegen.md); the gelu between the linears is one collapsed loop.
     import ember
     import ember._C as C
+    from blocks import ConvNeXtBlock
 
-    nn = torch.nn
-
-    class Block(nn.Module):
-        def __init__(self, c):
-            super().__init__()
-            self.dw = nn.Conv2d(c, c, 7, padding=3, groups=c)
-            self.norm = nn.LayerNorm(c, eps=1e-6)
-            self.fc1, self.fc2 = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
-            self.gamma = nn.Parameter(torch.rand(c))
-
-        def forward(self, x):
-            y = self.dw(x).permute(0, 2, 3, 1)
-            y = self.fc2(F.gelu(self.fc1(self.norm(y)))).permute(0, 3, 1, 2)
-            return x + y.mul(self.gamma.reshape(1, -1, 1, 1))
-
-    model = Block(96).cuda().eval()
+    model = ConvNeXtBlock(96).cuda().eval()
 
     def f(x):
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == "bf16"):

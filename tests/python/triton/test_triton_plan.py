@@ -6,29 +6,14 @@ the gelu between the linears is one flat loop (loop/collapse.h)."""
 from __future__ import annotations
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
+from blocks import ConvNeXtBlock
 
 import ember
 import ember._C as C
 
 
-class Block(nn.Module):
-    def __init__(self, c):
-        super().__init__()
-        self.dw = nn.Conv2d(c, c, 7, padding=3, groups=c)
-        self.norm = nn.LayerNorm(c, eps=1e-6)
-        self.fc1, self.fc2 = nn.Linear(c, 4 * c), nn.Linear(4 * c, c)
-        self.gamma = nn.Parameter(torch.rand(c))
-
-    def forward(self, x):
-        y = self.dw(x).permute(0, 2, 3, 1)
-        y = self.fc2(F.gelu(self.fc1(self.norm(y)))).permute(0, 3, 1, 2)
-        return x + y.mul(self.gamma.reshape(1, -1, 1, 1))
-
-
 def test_convnext_block_plan_for_cuda():
-    model = Block(96).eval().to(torch.bfloat16)
+    model = ConvNeXtBlock(96).eval().to(torch.bfloat16)
     x = torch.randn(16, 96, 32, 32, dtype=torch.bfloat16)
     with torch.no_grad():
         graph = ember.trace(model, (x,), device="cuda:0")
