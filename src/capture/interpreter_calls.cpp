@@ -410,6 +410,17 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
     return call_real(callable, std::move(args), kwnames);
   }
   std::string tname = type_name_of(callable);
+  if (tname == "ScriptFunction") {
+    // A torch.jit.script function keeps its Python original in _torchdynamo_inline, which is
+    // inlined as torch.compile does (DeBERTa's position buckets and expands are scripted).
+    nb::object original = nb::steal(PyObject_GetAttrString(c, "_torchdynamo_inline"));
+    if (!original.is_valid()) PyErr_Clear();
+    EMBER_UNSUPPORTED(original.is_valid() && PyFunction_Check(original.ptr()))
+        << "calling a ScriptFunction with no Python original (" << str_of(callable) << ") at "
+        << location();
+    keepalive_.push_back(original);
+    return inline_function(original, std::move(args), kwnames);
+  }
   if (tname == "functools.partial") {
     nb::object fn = checked(PyObject_GetAttrString(c, "func"));
     nb::object pargs = checked(PyObject_GetAttrString(c, "args"));

@@ -27,6 +27,12 @@ def helper_calls_helper(x):
     return helper_norm(helper_affine(x, 2.0, 1.0)).relu()
 
 
+@torch.jit.script
+def scripted_bucket(pos, bucket: int):
+    sign = torch.sign(pos)
+    return torch.where(pos.abs() < bucket, pos, sign * (bucket + torch.log1p(pos.abs() - bucket)))
+
+
 def recurse(x, depth):
     if depth == 0:
         return x
@@ -81,6 +87,15 @@ def test_helper_functions_inlined():
     def f(x):
         return helper_affine(x, 3.0, 0.5) + helper_norm(x)
     check(f, r(8), atol=1e-4)
+
+
+def test_torch_jit_script_function_inlined():
+    # A torch.jit.script function is inlined from its Python original (as torch.compile does):
+    # one graph, no break (DeBERTa-v2 scripts its position buckets).
+    def f(x):
+        return scripted_bucket(x * 4, 2) + 1
+    check(f, r(16), captured=1, eager=0)
+    assert ember.metrics.snapshot().get("graph_breaks", 0) == 0
 
 
 def test_helper_calling_helper():
