@@ -1,5 +1,7 @@
 /// \file
 /// Python view of the runtime: ember._C.CompiledGraph, the callable a backend returns.
+#include <algorithm>
+
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -26,19 +28,30 @@ nb::list triton_plan(const tracer::TracedGraph& traced) {
   sched::ScheduleOptions o;
   o.index_asserts = true;  // as the executor's Triton graphs
   sched::Plan plan = sched::schedule_graph(g, o);
+  const std::vector<std::vector<graph::ValueId>> private_outputs = sched::private_outputs(g, plan);
   nb::list out;
-  for (const sched::KernelGroup& group : plan.groups) {
+  for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
+    const sched::KernelGroup& group = plan.groups[gi];
     if (group.outputs.empty()) continue;
     nb::dict d;
     nb::list ops;
     for (int32_t n : group.nodes) ops.append(g.op_of(g.nodes[n]).qualified_name());
     d["ops"] = ops;
     d["loop"] = loop::print_kernel(group.kernel);
+    std::vector<std::string> private_buffers;
+    for (size_t i = 0; i < group.outputs.size(); ++i) {
+      const auto& p = private_outputs[gi];
+      if (std::find(p.begin(), p.end(), group.outputs[i]) != p.end()) {
+        private_buffers.push_back(group.kernel.buffers[group.inputs.size() + i].name);
+      }
+    }
     std::string why;
-    std::optional<codegen::TritonKernel> t = codegen::emit_triton(group.kernel, &why);
+    std::optional<codegen::TritonKernel> t =
+        codegen::emit_triton(group.kernel, &why, private_buffers);
     if (group.index_status) why = "a scatter kernel checking its indices before its loops";
     d["triton"] = t && why.empty() ? nb::cast(t->source) : nb::none();
     d["rows_per_program"] = t ? t->rows_per_program : 0;
+    d["unused_buffers"] = t ? nb::cast(t->unused_buffers) : nb::list();
     d["why"] = why;
     out.append(d);
   }
@@ -51,8 +64,9 @@ void bind_runtime(nb::module_& m) {
   m.def("triton_plan", &triton_plan, nb::arg("graph"),
         "Per fused group of `graph` as the executor's Triton path schedules it (nothing compiled "
         "or run, so a graph traced for cuda:0 works without a GPU): a dict of its ops, its loop "
-        "IR, its Triton source (None when it has no Triton form), its rows per program and why "
-        "not ('' when it has one).");
+        "IR, its Triton source (None when it has no Triton form), its rows per program, the "
+        "private output buffers it never writes (unused_buffers) and why not ('' when it has "
+        "one).");
   m.def("clear_kernel_memory_cache", &runtime::clear_memory_cache,
         "Forgets the kernels loaded in this process (they stay loaded while in use), so the next "
         "compile reads the on-disk cache (EMBER_CACHE_DIR) or compiles.");
@@ -211,6 +225,9 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("num_arena_buffers", &Executor::num_arena_buffers)
       .def_prop_ro("num_reused_buffers", &Executor::num_reused_buffers,
                    "Kernel outputs planned to be written into a dead input's memory (in place).")
+      .def_prop_ro("num_unwritten_outputs", &Executor::num_unwritten_outputs,
+                   "Kernel outputs nothing reads after their Triton kernel, which keeps them in "
+                   "registers: never written nor allocated.")
       .def("describe_steps", &Executor::describe_steps,
            "One line per step: 'kernel <name>: ops', 'view <op>' or 'extern <op>'.")
       .def_prop_ro("codegen_error", &Executor::codegen_error)

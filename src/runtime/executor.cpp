@@ -222,7 +222,8 @@ Executor::Step Executor::view_step(int32_t n, graph::ValueId root) const {
   return step;
 }
 
-codegen::TritonKernel Executor::triton_form(const sched::KernelGroup& group) const {
+codegen::TritonKernel Executor::triton_form(
+    const sched::KernelGroup& group, const std::vector<graph::ValueId>& private_outputs) const {
   EMBER_UNSUPPORTED(!group.index_status)
       << "kernel " << group.kernel.name
       << " checks its index tensors before its loops (a scatter kernel: no Triton form yet)";
@@ -230,15 +231,23 @@ codegen::TritonKernel Executor::triton_form(const sched::KernelGroup& group) con
   // source, so it is compiled and loaded once (TritonLaunchable::cuda_all, the disk cache).
   loop::Kernel k = group.kernel;
   k.name = "kernel";
+  // Buffers are the inputs, then the outputs in order.
+  std::vector<std::string> private_buffers;
+  for (size_t i = 0; i < group.outputs.size(); ++i) {
+    if (std::find(private_outputs.begin(), private_outputs.end(), group.outputs[i]) !=
+        private_outputs.end()) {
+      private_buffers.push_back(k.buffers[group.inputs.size() + i].name);
+    }
+  }
   std::string why;
-  std::optional<codegen::TritonKernel> t = codegen::emit_triton(k, &why);
+  std::optional<codegen::TritonKernel> t = codegen::emit_triton(k, &why, private_buffers);
   EMBER_UNSUPPORTED(t.has_value())
       << "kernel " << group.kernel.name << " has no Triton form: " << why;
   char name[24];
   std::snprintf(name, sizeof name, "k%016llx",
                 static_cast<unsigned long long>(Hasher().str(t->source).digest()));
   k.name = name;
-  t = codegen::emit_triton(k, &why);
+  t = codegen::emit_triton(k, &why, private_buffers);
   EMBER_INTERNAL_ASSERT(t.has_value()) << "a renamed kernel lost its Triton form: " << why;
   return *t;
 }
@@ -329,9 +338,11 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
           for (int32_t n : group.nodes) sopts.extern_nodes[n] = true;
         };
         std::vector<codegen::TritonKernel> forms(plan.groups.size());
+        const std::vector<std::vector<graph::ValueId>> private_outputs =
+            sched::private_outputs(g, plan);
         for (int gi : live) {
           try {
-            forms[gi] = triton_form(plan.groups[gi]);
+            forms[gi] = triton_form(plan.groups[gi], private_outputs[gi]);
           } catch (const Unsupported& e) {
             refuse(plan.groups[gi], e.what());
           }
@@ -399,12 +410,18 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
               graph::constant_values(t.sizes), graph::constant_values(t.strides),
               at::TensorOptions().dtype(tracer::to_c10(t.dtype)).device(kernel_device)});
         }
-        for (graph::ValueId v : group.outputs) {
-          const graph::TensorType& t = g.type(v);
+        for (size_t i = 0; i < group.outputs.size(); ++i) {
+          const graph::TensorType& t = g.type(group.outputs[i]);
           Kernel::Output out;
           out.sizes = graph::constant_values(t.sizes);
           out.strides = graph::constant_values(t.strides);
           out.options = at::TensorOptions().dtype(tracer::to_c10(t.dtype)).device(kernel_device);
+          if (triton) {
+            const std::vector<std::string>& unused = k.triton->kernel().unused_buffers;
+            const std::string& name = group.kernel.buffers[group.inputs.size() + i].name;
+            out.unused = std::find(unused.begin(), unused.end(), name) != unused.end();
+            num_unwritten_outputs_ += out.unused ? 1 : 0;
+          }
           k.allocations.push_back(std::move(out));
         }
         k.description = "kernel " + (triton ? k.triton->kernel().name : group.kernel.name) + ":";
@@ -437,6 +454,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
       kernels_.clear();
       kernel_sources_.clear();
       num_fused_nodes_ = 0;
+      num_unwritten_outputs_ = 0;
       sched::ScheduleOptions unfused;
       unfused.fuse = false;
       plan = sched::schedule_graph(g, unfused);
@@ -767,6 +785,13 @@ bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env,
   for (size_t i = 0; i < k.outputs.size(); ++i) {
     const Kernel::Output& out = k.allocations[i];
     at::Tensor& t = env[k.outputs[i]];
+    if (out.unused) {
+      // Nothing reads it and the kernel does not write it: an empty stand-in (its pointer is
+      // never dereferenced).
+      t = at::empty({0}, out.options);
+      buffers.push_back(t.data_ptr());
+      continue;
+    }
     if (out.reuse_input >= 0) {
       // The input is dead after this kernel: when nothing else holds its memory, write there.
       const at::Tensor& x = env[k.inputs[out.reuse_input]];

@@ -93,6 +93,9 @@ class Executor {
   int num_arena_buffers() const { return num_arena_buffers_; }
   /// Kernel outputs planned to be written into a dead input's memory (in place).
   int num_reused_buffers() const { return num_reused_buffers_; }
+  /// Kernel outputs that nothing reads after their kernel and that its Triton form keeps in
+  /// registers: never written nor allocated (a softmax's f32 result cast to bf16 in its kernel).
+  int num_unwritten_outputs() const { return num_unwritten_outputs_; }
   /// Nodes computed once at construction by constant folding.
   int num_folded_nodes() const { return num_folded_nodes_; }
   /// Steps that are boxed ATen calls.
@@ -134,6 +137,9 @@ class Executor {
       /// place, see sched::KernelGroup::reuse), or -1. Checked per call: the input must be the
       /// only reference to its storage, in the traced layout; else a fresh allocation.
       int reuse_input = -1;
+      /// A private output the Triton kernel never writes (codegen::TritonKernel::unused_buffers):
+      /// an empty tensor stands in for it.
+      bool unused = false;
     };
     Fn fn = nullptr;
     std::shared_ptr<TritonLaunchable> triton;  ///< instead of `fn`: a Triton kernel
@@ -186,7 +192,9 @@ class Executor {
   Step extern_step(int32_t node) const;
   /// The Triton kernel of a group, named by its content. Throws Unsupported when the group has
   /// no Triton form.
-  codegen::TritonKernel triton_form(const sched::KernelGroup& group) const;
+  /// `private_outputs`: the group's outputs nothing reads after it (sched::private_outputs).
+  codegen::TritonKernel triton_form(const sched::KernelGroup& group,
+                                    const std::vector<graph::ValueId>& private_outputs) const;
   /// The element types of a group's buffers: its inputs, then its outputs.
   std::vector<at::ScalarType> buffer_types(const sched::KernelGroup& group) const;
   Step view_step(int32_t node, graph::ValueId root) const;
@@ -200,6 +208,7 @@ class Executor {
   /// nothing aliases.
   void plan_reuse(const std::vector<int>& last_use, const std::vector<int>& defined_at);
   int num_reused_buffers_ = 0;
+  int num_unwritten_outputs_ = 0;
   /// Makes a view step's views. False when the root does not have the traced layout and the step
   /// is an extern view op (then the caller makes the dispatcher call); a collapsed chain then
   /// views a copy of the root in the traced layout.

@@ -300,7 +300,8 @@ bool TritonLaunchable::tune(const std::vector<at::Tensor>& buffers) const {
   // output written over an input) would make the second launch read what the first wrote.
   for (size_t i = 0; i < buffers.size(); ++i) {
     for (size_t j = i + 1; j < buffers.size(); ++j) {
-      if (buffers[i].defined() && buffers[j].defined() &&
+      // (An empty stand-in for an unused output has no memory: it shares nothing.)
+      if (buffers[i].defined() && buffers[j].defined() && buffers[i].storage().data() != nullptr &&
           buffers[i].storage().data() == buffers[j].storage().data()) {
         return false;
       }

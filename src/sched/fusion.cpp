@@ -425,4 +425,30 @@ Plan schedule_graph(const graph::Graph& g, const ScheduleOptions& options) {
   return Scheduler(g, options).run();
 }
 
+std::vector<std::vector<ValueId>> private_outputs(const graph::Graph& g, const Plan& plan) {
+  std::vector<bool> read(g.values.size(), false);
+  for (ValueId v : g.outputs) read[v] = true;
+  for (const graph::Mutation& m : g.mutations) read[m.value] = true;
+  for (const PlanStep& ps : plan.steps) {
+    switch (ps.kind) {
+      case PlanStep::Kind::Kernel:
+        for (ValueId v : plan.groups[ps.index].inputs) read[v] = true;
+        break;
+      case PlanStep::Kind::Extern:
+        for (ValueId v : all_reads(g.nodes[ps.index])) read[v] = true;
+        break;
+      case PlanStep::Kind::View:
+        read[ps.root] = true;
+        break;
+    }
+  }
+  std::vector<std::vector<ValueId>> out(plan.groups.size());
+  for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
+    for (ValueId v : plan.groups[gi].outputs) {
+      if (!read[v]) out[gi].push_back(v);
+    }
+  }
+  return out;
+}
+
 }  // namespace ember::sched

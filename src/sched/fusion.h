@@ -108,4 +108,11 @@ struct ScheduleOptions {
 ///    checks graph inputs' strides).
 Plan schedule_graph(const graph::Graph& g, const ScheduleOptions& options = {});
 
+/// Per group of `plan`, its outputs that nothing reads after its kernel: no later step takes them
+/// (as a kernel input, an extern argument or a view's root) and they are not graph outputs or
+/// mutation values. Only the kernel's own fused nodes read them (a softmax's f32 result that its
+/// epilogue casts to bf16), so a backend that keeps those reads in registers need not write them
+/// (codegen::emit_triton's private buffers). Requires `plan` to be a plan of `g`.
+std::vector<std::vector<graph::ValueId>> private_outputs(const graph::Graph& g, const Plan& plan);
+
 }  // namespace ember::sched

@@ -614,6 +614,7 @@ TritonKernel Emitter::run() {
     out.block_extent = extent;
   }
   out.int32_indices = index_cast_.empty();
+  drop_private_stores(out);
   std::ostringstream src;
   src << kTritonPrelude << "\n\n@triton.jit\ndef " << out.name << "(";
   bool first = true;
@@ -629,12 +630,49 @@ TritonKernel Emitter::run() {
   if (!out.rows_param.empty()) src << ", " << out.rows_param << ": tl.constexpr";
   src << "):\n";
   std::string body;
+  std::vector<const std::string*> kept;
   for (const std::string& l : lines_) {
-    if (!l.empty()) body += l + "\n";
+    if (!l.empty()) kept.push_back(&l);
+  }
+  auto indent_of = [](const std::string& l) { return l.find_first_not_of(' '); };
+  for (size_t i = 0; i < kept.size(); ++i) {
+    body += *kept[i] + "\n";
+    // A block whose every line was a dropped store still needs a statement.
+    const std::string& l = *kept[i];
+    if (l.back() == ':' && (i + 1 == kept.size() || indent_of(*kept[i + 1]) <= indent_of(l))) {
+      body += std::string(indent_of(l) + 4, ' ') + "pass\n";
+    }
   }
   src << (body.empty() ? "    pass\n" : body);
   out.source = src.str();
   return out;
+}
+
+void Emitter::drop_private_stores(TritonKernel& out) {
+  for (const std::string& b : private_buffers_) {
+    // Every access names the buffer's pointer as `b_<name> + (`: loads, stores and the
+    // read-modify-write of an accumulator in memory.
+    const std::string ptr = buf_name(b) + " + (";
+    const std::string store = "tl.store(" + ptr;
+    std::vector<size_t> stores;
+    bool other_use = false;
+    for (size_t i = 0; i < lines_.size() && !other_use; ++i) {
+      const std::string& l = lines_[i];
+      size_t at = l.find(ptr);
+      if (at == std::string::npos) continue;
+      const size_t start = l.find_first_not_of(' ');
+      // A store line names the pointer once, as its address; anything else is a read.
+      if (l.compare(start, store.size(), store) == 0 && at == start + 9 &&
+          l.find(ptr, at + 1) == std::string::npos) {
+        stores.push_back(i);
+      } else {
+        other_use = true;
+      }
+    }
+    if (other_use) continue;
+    for (size_t i : stores) lines_[i].clear();
+    out.unused_buffers.push_back(b);
+  }
 }
 
 }  // namespace triton_detail
@@ -643,18 +681,19 @@ using namespace loop;
 using triton_detail::Emitter;
 using triton_detail::NoTritonForm;
 
-std::optional<TritonKernel> emit_triton(const Kernel& k, std::string* why) {
+std::optional<TritonKernel> emit_triton(const Kernel& k, std::string* why,
+                                        const std::vector<std::string>& private_buffers) {
   try {
     // A pointwise nest that indices walk as one run is one loop: the flat form then recovers
     // fewer loop variables by division and modulo per element.
     Kernel collapsed = k;
     collapsed.body = collapse_loops(k.body);
     try {
-      return Emitter(collapsed, /*row_tiles=*/true).run();
+      return Emitter(collapsed, /*row_tiles=*/true, private_buffers).run();
     } catch (const NoTritonForm& n) {
       if (n.why.find("in a row tile") == std::string::npos) throw;
     }
-    return Emitter(collapsed, /*row_tiles=*/false).run();
+    return Emitter(collapsed, /*row_tiles=*/false, private_buffers).run();
   } catch (const NoTritonForm& n) {
     if (why != nullptr) *why = n.why;
     return std::nullopt;

@@ -62,12 +62,21 @@ struct TritonKernel {
   /// A row tile's second constexpr, the rows per program ("XBLOCK", tuned with the warps:
   /// triton_configs.h); "" for a kernel with one row per program or another form.
   std::string rows_param;
+  /// Private buffers (emit_triton) the kernel neither reads nor writes: every store to them was
+  /// dropped. The launcher may pass any pointer for them (the executor allocates nothing).
+  std::vector<std::string> unused_buffers;
 };
 
 /// The Triton kernel of `k`, or nullopt with the reason in `why` when its structure has no Triton
 /// form yet (nested inner loops, allocations of more than one element, shifts, Welford and
 /// argmax reductions, conditionals inside an inner loop).
-std::optional<TritonKernel> emit_triton(const loop::Kernel& k, std::string* why);
+///
+/// `private_buffers` names output buffers that nothing reads after the kernel (sched's
+/// private_outputs: a softmax's f32 result that only its fused cast to bf16 reads). When the
+/// program reads none of them back from memory (a persistent row keeps what it stored in
+/// registers), their stores are dropped and they are listed in TritonKernel::unused_buffers.
+std::optional<TritonKernel> emit_triton(const loop::Kernel& k, std::string* why,
+                                        const std::vector<std::string>& private_buffers = {});
 
 /// The block size a launcher uses for `extent` iterations: the next power of two, at least 16
 /// and at most `max_block`.

@@ -105,7 +105,9 @@ class Emitter {
  public:
   /// `row_tiles`: a persistent row program may handle several short rows (rows_per_program);
   /// false keeps one row per program (what emit_triton falls back to when a row tile refuses).
-  Emitter(const Kernel& k, bool row_tiles) : k_(k), row_tiles_(row_tiles) {}
+  /// `private_buffers`: see emit_triton.
+  Emitter(const Kernel& k, bool row_tiles, const std::vector<std::string>& private_buffers)
+      : k_(k), row_tiles_(row_tiles), private_buffers_(private_buffers) {}
 
   TritonKernel run();
 
@@ -161,8 +163,13 @@ class Emitter {
   }
   static std::string buf_name(const std::string& n) { return "b_" + n; }
 
+  /// Drops every store to a private buffer that the program never reads back from memory (its
+  /// reads were all forwarded from registers), and lists those buffers in `out.unused_buffers`.
+  void drop_private_stores(TritonKernel& out);
+
   const Kernel& k_;
   const bool row_tiles_;
+  const std::vector<std::string>& private_buffers_;
   /// Rows form: rows per program. Above 1 (a row tile), the row loops' variables are [rows, 1]
   /// blocks, masked by `row_mask_`, block loops run over [rows, RBLOCK] blocks and reduce along
   /// axis 1 (the prelude's `_rows` helpers).

@@ -77,6 +77,42 @@ TEST(TritonEmitter, AnElementStoredByTheProgramIsForwardedToItsReads) {
   expect_golden(body, "rms_norm_mean_out.triton.golden");
 }
 
+// A private output (nothing reads it after the kernel): its stores go when the program reads
+// none of it back from memory, and the launcher need not allocate it; a looped softmax reads its
+// output back (the exps stored, then scaled), so there the stores stay.
+TEST(TritonEmitter, StoresToAPrivateBufferAreDroppedWhenNothingReadsThemBack) {
+  loop::Kernel k =
+      loop::parse_kernel(read(std::string(EMBER_CODEGEN_GOLDEN_DIR) + "/rms_norm_mean_out.loop"));
+  std::string why;
+  auto t = emit_triton(k, &why, {"mean"});
+  ASSERT_TRUE(t.has_value()) << why;
+  const std::string body = kernel_function(*t);
+  EXPECT_EQ(body.find("tl.store(b_mean"), std::string::npos) << body;
+  EXPECT_NE(body.find("tl.store(b_y"), std::string::npos) << body;
+  EXPECT_EQ(t->unused_buffers, std::vector<std::string>{"mean"});
+  EXPECT_TRUE(emit_triton(k, &why)->unused_buffers.empty());
+
+  // Exps kept in y, then scaled in place: with rows of s1 (symbolic) the blocks loop, and the
+  // second loop reads y back from memory.
+  loop::Kernel kept = loop::parse_kernel(R"(kernel kept(s0, s1) {
+  input x : f32[s0, s1] strides [s1, 1]
+  output y : f32[s0, s1] strides [s1, 1]
+  for (i, 0, s0) parallel {
+    for (r, 0, s1) vectorized {
+      y[((i * s1) + r)] = exp(x[((i * s1) + r)])
+    }
+    for (r, 0, s1) vectorized {
+      y[((i * s1) + r)] = (y[((i * s1) + r)] * f32(2))
+    }
+  }
+})");
+  auto looped = emit_triton(kept, &why, {"y"});
+  ASSERT_TRUE(looped.has_value()) << why;
+  EXPECT_NE(kernel_function(*looped).find("tl.store(b_y"), std::string::npos);
+  EXPECT_NE(kernel_function(*looped).find("tl.load(b_y"), std::string::npos);
+  EXPECT_TRUE(looped->unused_buffers.empty());
+}
+
 // Many short rows (a layer norm over 96 channels, ConvNeXt's): a program handles a tile of 16
 // rows as [16, RBLOCK] blocks reduced along axis 1, the rows past the end masked; a row's stored
 // mean is forwarded to its reads as in a one-row program.

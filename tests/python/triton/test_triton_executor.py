@@ -52,6 +52,21 @@ def test_row_reductions_and_softmax():
     run(lambda x: F.log_softmax(x, -1), r(4, 1000))
 
 
+def test_softmax_in_f32_cast_back_writes_only_the_cast():
+    """Eager attention's softmax(x, dtype=float32).to(bf16): the f32 result is read only by the
+    cast in the same kernel, so the persistent row keeps it in registers and stores only the bf16
+    result (LayoutLM on the H200: the f32 store doubled the kernel's traffic)."""
+    def f(x):
+        return F.softmax(x * 0.125, dim=-1, dtype=torch.float32).to(torch.bfloat16)
+    c = run(f, r(2, 3, 40, 40, dtype=torch.bfloat16), kernels=1, atol=1e-2, rtol=1e-2)
+    assert c.num_unwritten_outputs == 1
+    def g(x):  # the f32 result is a graph output too: written
+        y = F.softmax(x * 0.125, dim=-1, dtype=torch.float32)
+        return y, y.to(torch.bfloat16)
+    c = run(g, r(2, 40, dtype=torch.bfloat16), kernels=1, atol=1e-2, rtol=1e-2)
+    assert c.num_unwritten_outputs == 0
+
+
 def test_safe_softmax_with_fully_masked_rows():
     x = r(6, 300)
     x[1] = -float("inf")
