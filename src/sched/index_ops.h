@@ -56,8 +56,9 @@ class ElementReader {
 ///    overloads), unsqueeze, slice.Tensor, select.int, narrow, diagonal, split.Tensor,
 ///    split_with_sizes, unbind.int, as_strided (only through its traced geometry: its input must
 ///    be realized, see needs_realized_input);
-///  - computing: cat, stack, flip, roll, constant_pad_nd, repeat, tril, triu, copy, fill.Scalar,
-///    fill.Tensor, slice_scatter, select_scatter, index_select, gather, embedding, index.Tensor
+///  - computing: cat, stack, flip, roll, constant_pad_nd, im2col, repeat, tril, triu, copy,
+///    fill.Scalar, fill.Tensor, slice_scatter, select_scatter, index_select, gather, embedding,
+///    index.Tensor
 ///    (integer index tensors, the indexed dims adjacent); output 0 of native_batch_norm with
 ///    training=False and _native_batch_norm_legit_no_training (batch_norm.h).
 std::optional<IndexOpKind> index_op_kind(const graph::Graph& g, const graph::Node& n);

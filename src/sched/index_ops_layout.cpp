@@ -1,6 +1,6 @@
 /// \file
 /// The index functions of computing layout ops (index_ops.h): cat, stack, flip, roll,
-/// constant_pad_nd, repeat, tril/triu, copy, fill, slice_scatter, select_scatter.
+/// constant_pad_nd, repeat, tril/triu, copy, fill, slice_scatter, select_scatter, im2col.
 #include <algorithm>
 #include <optional>
 #include <vector>
@@ -185,6 +185,67 @@ void add_layout_rules(RuleTable& t) {
         Expr value = *scalar_constant(dt, c.arg("value"));
         if (!cond.defined()) return read_self(c, r, i);
         return loop::Select::make(cond, r.element(c.self(), i, true), value);
+      }};
+  // im2col (F.unfold): out[n, (c * kh + i) * kw + j, oh * OW + ow] is self[n, c, oh * sh - ph +
+  // i * dh, ow * sw - pw + j * dw], 0 in the padding. ATen's CUDA kernel runs once per batch
+  // element (YituTechConvBert: 192 launches per call); as an index function it fuses into its
+  // consumer.
+  t["aten::im2col"] = {
+      K::Compute,
+      [](const Ctx& c) {
+        const std::vector<int64_t>* k = c.ints_arg("kernel_size");
+        const std::vector<int64_t>* d = c.ints_arg("dilation");
+        const std::vector<int64_t>* p = c.ints_arg("padding");
+        const std::vector<int64_t>* st = c.ints_arg("stride");
+        std::vector<int64_t> in = c.sizes(c.self());
+        // Eager's kernels take floating types only (an integer input raises there).
+        if (!same_dtype_view(c) || !loop::is_float(ldt(c.type(c.out()))) || !k || !d || !p || !st ||
+            k->size() != 2 || d->size() != 2 || p->size() != 2 || st->size() != 2 ||
+            (in.size() != 3 && in.size() != 4)) {
+          return false;
+        }
+        const size_t h = in.size() - 2;
+        int64_t blocks = 1;
+        for (size_t a = 0; a < 2; ++a) {
+          if ((*k)[a] <= 0 || (*d)[a] <= 0 || (*p)[a] < 0 || (*st)[a] <= 0) return false;
+          const int64_t span = (*d)[a] * ((*k)[a] - 1) + 1;
+          const int64_t o = (in[h + a] + 2 * (*p)[a] - span) / (*st)[a] + 1;
+          if (in[h + a] + 2 * (*p)[a] < span || o <= 0) return false;
+          blocks *= o;
+        }
+        std::vector<int64_t> out(in.begin(), in.end() - 2);
+        out.back() *= (*k)[0] * (*k)[1];
+        out.push_back(blocks);
+        return out == c.sizes(c.out());
+      },
+      [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
+        const std::vector<int64_t>& k = *c.ints_arg("kernel_size");
+        const std::vector<int64_t>& d = *c.ints_arg("dilation");
+        const std::vector<int64_t>& p = *c.ints_arg("padding");
+        const std::vector<int64_t>& st = *c.ints_arg("stride");
+        std::vector<int64_t> in = c.sizes(c.self());
+        const size_t h = in.size() - 2;  // the channel index is idx[h - 1], the block idx[h]
+        const int64_t ow_count = (in[h + 1] + 2 * p[1] - (d[1] * (k[1] - 1) + 1)) / st[1] + 1;
+        const Expr ck = idx[h - 1], l = idx[h];
+        const Expr taps = loop::idx(k[0] * k[1]);
+        const Expr tap = loop::mod(ck, taps);
+        const Expr pos[2] = {loop::floordiv(l, loop::idx(ow_count)),
+                             loop::mod(l, loop::idx(ow_count))};
+        const Expr off[2] = {loop::floordiv(tap, loop::idx(k[1])), loop::mod(tap, loop::idx(k[1]))};
+        Index i(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(h - 1));
+        i.push_back(loop::floordiv(ck, taps));
+        Expr cond;
+        for (size_t a = 0; a < 2; ++a) {
+          Expr at = pos[a] * loop::idx(st[a]) + off[a] * loop::idx(d[a]) - loop::idx(p[a]);
+          i.push_back(at);
+          if (p[a] == 0) continue;  // a window starts and ends inside the input
+          Expr inside = loop::And::make(loop::LE::make(loop::idx(0), at),
+                                        loop::LT::make(at, loop::idx(in[h + a])));
+          cond = cond.defined() ? loop::And::make(cond, inside) : inside;
+        }
+        if (!cond.defined()) return read_self(c, r, i);
+        return loop::Select::make(cond, r.element(c.self(), i, true),
+                                  zero_of(ldt(c.type(c.out()))));
       }};
   t["aten::repeat"] = {K::Compute,
                        [](const Ctx& c) {

@@ -1,5 +1,5 @@
 """Layout and indexing ops as index functions inside generated kernels (src/sched/index_ops.h):
-cat, stack, flip, roll, constant_pad_nd, repeat, tril/triu, the scatters of in-place setitem,
+cat, stack, flip, roll, constant_pad_nd, im2col, repeat, tril/triu, the scatters of in-place setitem,
 index_select, gather, embedding and index. Differential against eager, with kernel counts.
 
 Index tensors are checked before a kernel's loops: an out-of-range index makes the call run the
@@ -83,6 +83,21 @@ def test_constant_pad(check, dtype):
         return a, b, c, d
 
     kernels_only(check.captured(f, (rand((3, 4), dtype),)), 4)
+
+
+@pytest.mark.parametrize("dtype", [d for d in DTYPES if d.is_floating_point])
+def test_im2col(check, dtype):
+    """F.unfold (aten::im2col) as an index function: windows with padding (0 outside), dilation
+    and stride, batched and not, fused with what follows (ConvBERT's span convolution)."""
+    def f(x, w):
+        a = F.unfold(x + 1, kernel_size=(3, 1), padding=(1, 0)) * 2
+        b = F.unfold(x, kernel_size=(2, 3), dilation=(2, 1), padding=(1, 2), stride=(1, 2))
+        c = torch.ops.aten.im2col(x[0], [2, 2], [1, 1], [0, 0], [2, 1])
+        d = (F.unfold(x, kernel_size=(3, 1), padding=(1, 0)).view(2, 3, 3, 5 * 4) * w).sum(2)
+        return a, b, c, d
+
+    stats = check.captured(f, (rand((2, 3, 5, 4), dtype), rand((3, 1, 1), dtype, 1)))
+    assert stats["extern_steps"] == 0, stats
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
