@@ -216,6 +216,9 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("num_extern_steps", &Executor::num_extern_steps)
       .def_prop_ro("num_matmul_templates", &Executor::num_matmul_templates,
                    "Matrix products with a Triton template (mode='max-autotune').")
+      .def_prop_ro("num_fused_epilogues", &Executor::num_fused_epilogues,
+                   "Of the matrix templates, those that also run the pointwise kernel after the "
+                   "product (its fused epilogue).")
       .def_prop_ro("num_matmul_templates_chosen", &Executor::num_matmul_templates_chosen,
                    "Of those, the ones whose first call found the template faster than cuBLAS.")
       .def_prop_ro("refused_kernels", &Executor::refused_kernels)

@@ -30,6 +30,7 @@
 
 namespace ember::sched {
 struct KernelGroup;
+struct Plan;
 }  // namespace ember::sched
 
 namespace ember::runtime {
@@ -104,6 +105,8 @@ class Executor {
   /// run it (their first call found it faster than cuBLAS).
   int num_matmul_templates() const;
   int num_matmul_templates_chosen() const;
+  /// Of the templates, those with a fused epilogue (the pointwise kernel after the product).
+  int num_fused_epilogues() const;
   /// Steps that make views of a realized tensor directly from its storage (see View): one per
   /// chain of views the scheduler collapsed, or one per view op left outside kernels.
   int num_view_steps() const;
@@ -183,11 +186,27 @@ class Executor {
     std::shared_ptr<MatmulTemplate> matmul;
     MatmulOperands matmul_operands;
     std::vector<int64_t> matmul_sizes, matmul_strides;  ///< the result's traced layout
+    /// A kernel step whose kernel is a product's fused epilogue (MatmulTemplate::run_fused):
+    /// the template, and the product's extern step (`matmul_operands` says where its operands
+    /// are). Once the template won, that step is skipped and this one runs both.
+    std::shared_ptr<MatmulTemplate> fused;
+    int fused_product_step = -1;
+    int fused_into = -1;  ///< the product's step: the kernel step its epilogue fuses into
   };
   /// mode="max-autotune": gives the extern matrix products of a graph on CUDA device `device`
   /// their templates (one compile batch); `device` -1: a CPU graph whose Triton kernels run in
   /// Triton's interpreter (tests), the templates too.
-  void attach_matmul_templates(int device);
+  /// A pointwise kernel that is the only reader of a product becomes the template's epilogue
+  /// (`group_of_kernel`: each kernel's group in `plan`).
+  void attach_matmul_templates(int device, const sched::Plan& plan,
+                               const std::vector<int>& group_of_kernel);
+  /// Runs kernel step `s` as its product's fused template when that won; false otherwise
+  /// (the caller computes the product, if skipped, and runs the kernel).
+  bool run_fused_step(const Step& step, std::vector<at::Tensor>& env) const;
+  /// The first call of a fused step: times the fused template against the product and the
+  /// kernel (on scratch outputs), after the kernel ran.
+  void decide_fused_step(const Step& step, std::vector<at::Tensor>& env,
+                         torch::jit::Stack& stack) const;
 
   Step extern_step(int32_t node) const;
   /// The Triton kernel of a group, named by its content. Throws Unsupported when the group has

@@ -154,7 +154,8 @@ std::optional<std::pair<MatmulSpec, MatmulOperands>> MatmulTemplate::spec_of(con
 }
 
 std::vector<std::unique_ptr<MatmulTemplate>> MatmulTemplate::cuda_all(
-    const std::vector<MatmulSpec>& specs, int device, std::vector<std::string>* errors) {
+    const std::vector<MatmulSpec>& specs, int device, std::vector<std::string>* errors,
+    const std::vector<std::optional<FusedEpilogue>>& epilogues) {
   static const char* kPointer[] = {"*fp32", "*bf16", "*fp16"};
   auto pointer = [](loop::DType t) {
     return t == loop::DType::BFloat16 ? kPointer[1]
@@ -169,10 +170,17 @@ std::vector<std::unique_ptr<MatmulTemplate>> MatmulTemplate::cuda_all(
     t->spec_ = specs[i];
     t->device_ = device;
     t->configs_ = codegen::matmul_configs(specs[i]);
-    const std::string source = codegen::emit_triton_matmul(specs[i], "ember_mm");
+    if (i < epilogues.size()) t->epilogue_ = epilogues[i];
+    const std::string source = codegen::emit_triton_matmul(
+        specs[i], "ember_mm", t->epilogue_ ? &t->epilogue_->code : nullptr);
     std::vector<std::string> signature = {pointer(specs[i].a_dtype), pointer(specs[i].b_dtype)};
     if (specs[i].bias_dtype) signature.push_back(pointer(*specs[i].bias_dtype));
-    signature.push_back(pointer(specs[i].out_dtype));
+    if (t->epilogue_) {
+      signature.insert(signature.end(), t->epilogue_->signature.begin(),
+                       t->epilogue_->signature.end());
+    } else {
+      signature.push_back(pointer(specs[i].out_dtype));
+    }
     for (int c = 0; c < 4; ++c) signature.push_back("constexpr");
     Hasher h;
     h.str("ember-matmul-tune-v1").str(device_name).str(source);
@@ -227,17 +235,20 @@ std::vector<std::unique_ptr<MatmulTemplate>> MatmulTemplate::cuda_all(
 }
 
 std::vector<std::unique_ptr<MatmulTemplate>> MatmulTemplate::interpreted_all(
-    const std::vector<MatmulSpec>& specs) {
+    const std::vector<MatmulSpec>& specs,
+    const std::vector<std::optional<FusedEpilogue>>& epilogues) {
   EMBER_UNSUPPORTED(triton_hooks().interpret != nullptr)
       << "no Triton interpreter (ember._triton was not imported, or triton is missing)";
   std::vector<std::unique_ptr<MatmulTemplate>> out;
-  for (const MatmulSpec& s : specs) {
+  for (size_t i = 0; i < specs.size(); ++i) {
     std::unique_ptr<MatmulTemplate> t(new MatmulTemplate());
-    t->spec_ = s;
+    t->spec_ = specs[i];
     t->interpret_ = true;
     t->device_ = -1;
-    t->configs_ = {codegen::matmul_configs(s).front()};
-    t->source_ = codegen::emit_triton_matmul(s, "ember_mm");
+    t->configs_ = {codegen::matmul_configs(specs[i]).front()};
+    if (i < epilogues.size()) t->epilogue_ = epilogues[i];
+    t->source_ = codegen::emit_triton_matmul(specs[i], "ember_mm",
+                                             t->epilogue_ ? &t->epilogue_->code : nullptr);
     out.push_back(std::move(t));
   }
   return out;
@@ -263,22 +274,61 @@ bool MatmulTemplate::operands_match(const at::Tensor& a, const at::Tensor& b,
 
 void MatmulTemplate::launch(size_t config, const at::Tensor& a, const at::Tensor& b,
                             const at::Tensor* bias, const at::Tensor& out) const {
+  std::vector<at::Tensor> args = {a, b};
+  if (bias != nullptr) args.push_back(*bias);
+  args.push_back(out);
+  launch_all(config, args);
+}
+
+void MatmulTemplate::launch_all(size_t config, const std::vector<at::Tensor>& args) const {
+  const MatmulConfig& c = configs_[config];
+  const std::array<int64_t, 2> grid = codegen::matmul_grid(spec_, c);
   if (interpret_) {
     // The interpret hook takes the constexprs (and the grid's second axis) in block_param.
-    const MatmulConfig& c = configs_[config];
-    const std::array<int64_t, 2> grid = codegen::matmul_grid(spec_, c);
-    std::vector<at::Tensor> tensors = {a, b};
-    if (bias != nullptr) tensors.push_back(*bias);
-    tensors.push_back(out);
     triton_hooks().interpret(source_, "ember_mm", grid[0],
-                             named_constexprs(constexprs(c, {{"grid_y", grid[1]}})), 0, tensors);
+                             named_constexprs(constexprs(c, {{"grid_y", grid[1]}})), 0, args);
     return;
   }
-  std::vector<void*> ptrs = {a.data_ptr(), b.data_ptr()};
-  if (bias != nullptr) ptrs.push_back(bias->data_ptr());
-  ptrs.push_back(out.data_ptr());
-  const std::array<int64_t, 2> grid = codegen::matmul_grid(spec_, configs_[config]);
+  std::vector<void*> ptrs;
+  ptrs.reserve(args.size() + 2);
+  for (const at::Tensor& t : args) ptrs.push_back(t.data_ptr());
   launch_loaded(*loaded_[config], grid[0], grid[1], std::move(ptrs), device_);
+}
+
+void MatmulTemplate::decide(const std::function<void()>& baseline,
+                            const std::function<void()>& after_baseline,
+                            const std::function<void(size_t)>& candidate,
+                            const std::function<bool()>& agree) const {
+  {
+    std::lock_guard<std::mutex> wl(winners().mu);
+    if (auto it = winners().chosen.find(tune_key_); it != winners().chosen.end()) {
+      chosen_.store(it->second);
+      return;
+    }
+  }
+  const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+  void* stream = impl->getStream(c10::Device(c10::DeviceType::CUDA, device_)).native_handle();
+  std::optional<double> base = time_launches(stream, baseline);
+  if (!base.has_value()) return;  // capturing: decide at a later call
+  after_baseline();
+  int best = -1;
+  double best_ms = *base * 0.97;  // a template must be clearly faster
+  for (size_t c = 0; c < configs_.size(); ++c) {
+    if (loaded_[c] == nullptr) continue;
+    std::optional<double> ms = time_launches(stream, [&] { candidate(c); });
+    // Never silently wrong: a configuration whose results are not the baseline's is not kept.
+    if (ms.has_value() && *ms < best_ms && agree()) {
+      best = static_cast<int>(c);
+      best_ms = *ms;
+    }
+  }
+  const int position = best < 0 ? static_cast<int>(configs_.size()) : best;
+  remember_tuned_config(tune_key_, codegen::TritonConfig{position + 1, 1});
+  stats().timed++;
+  if (best >= 0) stats().template_won++;
+  chosen_.store(best);
+  std::lock_guard<std::mutex> wl(winners().mu);
+  winners().chosen[tune_key_] = best;
 }
 
 std::optional<at::Tensor> MatmulTemplate::run(const at::Tensor& a, const at::Tensor& b,
@@ -298,40 +348,51 @@ std::optional<at::Tensor> MatmulTemplate::run(const at::Tensor& a, const at::Ten
   if (chosen_.load() == -2) {
     std::lock_guard<std::mutex> lock(mu_);
     if (chosen_.load() == -2) {
-      std::lock_guard<std::mutex> wl(winners().mu);
-      if (auto it = winners().chosen.find(tune_key_); it != winners().chosen.end()) {
-        chosen_.store(it->second);
-      }
-    }
-    if (chosen_.load() == -2) {
-      const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
-      void* stream = impl->getStream(c10::Device(c10::DeviceType::CUDA, device_)).native_handle();
       at::Tensor reference;
-      std::optional<double> cublas = time_launches(stream, [&] { reference = aten(); });
-      if (!cublas.has_value()) return std::nullopt;  // capturing: decide at a later call
-      int best = -1;
-      double best_ms = *cublas * 0.97;  // a template must be clearly faster
-      for (size_t c = 0; c < configs_.size(); ++c) {
-        if (loaded_[c] == nullptr) continue;
-        std::optional<double> ms = time_launches(stream, [&] { launch(c, a, b, bias, out); });
-        // Never silently wrong: a configuration whose result is not cuBLAS's is not kept.
-        if (ms.has_value() && *ms < best_ms && agrees(out, reference, loose_tolerance())) {
-          best = static_cast<int>(c);
-          best_ms = *ms;
-        }
-      }
-      const int position = best < 0 ? static_cast<int>(configs_.size()) : best;
-      remember_tuned_config(tune_key_, codegen::TritonConfig{position + 1, 1});
-      stats().timed++;
-      if (best >= 0) stats().template_won++;
-      chosen_.store(best);
-      std::lock_guard<std::mutex> wl(winners().mu);
-      winners().chosen[tune_key_] = best;
+      decide([&] { reference = aten(); }, [] {}, [&](size_t c) { launch(c, a, b, bias, out); },
+             [&] { return agrees(out, reference, loose_tolerance()); });
     }
-    if (chosen_.load() == -1) return std::nullopt;
+    if (chosen_.load() < 0) return std::nullopt;  // cuBLAS won, or not decided (capturing)
   }
   launch(static_cast<size_t>(chosen_.load()), a, b, bias, out);
   return out;
+}
+
+bool MatmulTemplate::run_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias,
+                               const std::vector<at::Tensor>& buffers,
+                               const std::function<void()>& unfused) const {
+  EMBER_INTERNAL_ASSERT(epilogue_.has_value()) << "run_fused of a template with no epilogue";
+  if (chosen_.load() == -1 || !operands_match(a, b, bias)) return false;
+  std::vector<at::Tensor> args = {a, b};
+  if (bias != nullptr) args.push_back(*bias);
+  args.insert(args.end(), buffers.begin(), buffers.end());
+  if (chosen_.load() >= 0) {
+    launch_all(static_cast<size_t>(chosen_.load()), args);
+    return true;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (chosen_.load() != -2) return false;  // decided meanwhile: the next call uses it
+  std::vector<at::Tensor> reference;
+  auto snapshot = [&] {
+    reference.clear();
+    for (size_t i : epilogue_->outputs) reference.push_back(buffers[i].clone());
+  };
+  auto agree = [&] {
+    for (size_t j = 0; j < epilogue_->outputs.size(); ++j) {
+      if (!agrees(buffers[epilogue_->outputs[j]], reference[j], loose_tolerance())) return false;
+    }
+    return true;
+  };
+  if (interpret_) {  // no timing in the interpreter: the fused form, when it agrees
+    unfused();
+    snapshot();
+    launch_all(0, args);
+    chosen_.store(agree() ? 0 : -1);
+    return false;
+  }
+  decide(
+      unfused, snapshot, [&](size_t c) { launch_all(c, args); }, agree);
+  return false;  // this call's outputs: the caller runs the product and the kernel
 }
 
 MatmulTemplateStats matmul_template_stats() {

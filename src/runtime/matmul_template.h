@@ -29,6 +29,14 @@ struct MatmulOperands {
   graph::ValueId a = -1, b = -1, bias = -1, out = -1;  ///< bias -1: none
 };
 
+/// A pointwise kernel fused after a product (MatmulTemplate's epilogue): its Triton body and the
+/// Triton pointer types of its buffers (triton_pointer_type), in order.
+struct FusedEpilogue {
+  codegen::MatmulEpilogue code;
+  std::vector<std::string> signature;
+  std::vector<size_t> outputs;  ///< the positions of the kernel's outputs among its buffers
+};
+
 class MatmulTemplate {
  public:
   /// The spec of node `n` of `g` when the template computes it: aten::mm, aten::bmm, or
@@ -42,13 +50,16 @@ class MatmulTemplate {
   /// hook; tests): the first configuration, kept at the first call when its result agrees with
   /// the ATen call's (no timing).
   static std::vector<std::unique_ptr<MatmulTemplate>> interpreted_all(
-      const std::vector<codegen::MatmulSpec>& specs);
+      const std::vector<codegen::MatmulSpec>& specs,
+      const std::vector<std::optional<FusedEpilogue>>& epilogues = {});
 
   /// The templates of `specs` on CUDA device `device`, their configurations compiled in one call
   /// of the compile hook. nullptr where no configuration compiled, with the compiler's message in
   /// (*errors)[i].
+  /// `epilogues` (empty, or one per spec): a template with one runs through run_fused.
   static std::vector<std::unique_ptr<MatmulTemplate>> cuda_all(
-      const std::vector<codegen::MatmulSpec>& specs, int device, std::vector<std::string>* errors);
+      const std::vector<codegen::MatmulSpec>& specs, int device, std::vector<std::string>* errors,
+      const std::vector<std::optional<FusedEpilogue>>& epilogues = {});
 
   /// C = a @ b (+ bias) in a new tensor of the traced layout `out_sizes`/`out_strides`, or
   /// nullopt: the caller runs the node's ATen call instead (cuBLAS won, the operands' strides are
@@ -61,6 +72,18 @@ class MatmulTemplate {
                                 const std::vector<int64_t>& out_strides,
                                 const std::function<at::Tensor()>& aten) const;
 
+  /// With an epilogue: the product and the epilogue kernel in one launch. `buffers` are the
+  /// kernel's buffers (the product's slot any tensor: the template never reads it; outputs
+  /// allocated), `a`, `b`, `bias` the product's operands. False when the caller must run the
+  /// product and the kernel instead: unfused won, the operands' strides are not the traced ones,
+  /// or the first call could not time (capturing). The first call times the configurations
+  /// against `unfused` (the ATen product, then the kernel into the same outputs) and keeps the
+  /// fastest whose outputs agree with the unfused ones; it returns false.
+  bool run_fused(const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias,
+                 const std::vector<at::Tensor>& buffers,
+                 const std::function<void()>& unfused) const;
+  bool fused() const { return epilogue_.has_value(); }
+
   const codegen::MatmulSpec& spec() const { return spec_; }
   /// After the first call: the kept configuration's index, or -1 when cuBLAS won; -2 before.
   int chosen() const { return chosen_.load(); }
@@ -69,6 +92,14 @@ class MatmulTemplate {
   MatmulTemplate() = default;
   void launch(size_t config, const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias,
               const at::Tensor& out) const;
+  /// One launch on every buffer argument in order (a, b[, bias], then C or the epilogue's).
+  void launch_all(size_t config, const std::vector<at::Tensor>& args) const;
+  /// The first call's choice, from this process's winners or by timing `candidate` for each
+  /// configuration against `baseline`; `agree` says whether a configuration's results do.
+  /// Requires mu_ held. Leaves chosen_ at -2 when nothing could be timed (capturing).
+  void decide(const std::function<void()>& baseline, const std::function<void()>& after_baseline,
+              const std::function<void(size_t)>& candidate,
+              const std::function<bool()>& agree) const;
   bool operands_match(const at::Tensor& a, const at::Tensor& b, const at::Tensor* bias) const;
   /// TF32 or half-precision results are compared with cuBLAS's more loosely (agrees()).
   bool loose_tolerance() const {
@@ -77,6 +108,7 @@ class MatmulTemplate {
   }
 
   codegen::MatmulSpec spec_;
+  std::optional<FusedEpilogue> epilogue_;
   std::vector<codegen::MatmulConfig> configs_;
   std::vector<std::shared_ptr<const LoadedTritonKernel>> loaded_;  ///< per config (null: refused)
   int device_ = 0;

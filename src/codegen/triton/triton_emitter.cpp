@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <sstream>
 
 #include "codegen/triton/triton_emitter_internal.h"
@@ -240,6 +241,10 @@ std::string Emitter::binary(const Expr& e) {
 }
 
 std::string Emitter::load(const Load& l) {
+  if (!product_.empty() && l.buffer == product_) {
+    if (!is_nest_element(l.index)) refuse("a read of the product at another element");
+    return "acc_c";
+  }
   if (auto it = scalars_.find(l.buffer); it != scalars_.end()) return it->second;
   if (auto it = arrays_.find(l.buffer); it != arrays_.end()) {
     require_lane_index(l.buffer, l.index);
@@ -523,7 +528,20 @@ TritonKernel Emitter::run() {
     }
   };
   std::optional<size_t> tiled_with;
-  if (flat && index_cast_.empty() && nest.size() >= 2 && tiled_form_enabled()) {
+  if (!product_.empty()) {
+    // An epilogue: the template's tile is the nest's elements, in row-major order.
+    if (!flat) refuse("an epilogue that is not a pointwise nest");
+    int64_t weight = 1;
+    for (size_t i = nest.size(); i-- > 0;) {
+      const auto* mn = nest[i]->min.as<IntImm>();
+      const auto* ext = nest[i]->extent.as<IntImm>();
+      if (mn == nullptr || ext == nullptr || mn->value != 0)
+        refuse("an epilogue of symbolic loops");
+      nest_weights_.emplace_back(nest[i]->var.as<Var>()->name, weight);
+      weight *= ext->value;
+    }
+  }
+  if (flat && product_.empty() && index_cast_.empty() && nest.size() >= 2 && tiled_form_enabled()) {
     std::vector<std::string> vars;
     bool constant = true;
     for (const For* f : nest) {
@@ -577,8 +595,11 @@ TritonKernel Emitter::run() {
     if (index_cast_.empty() && eval_expr(total, EvalEnv{}).i >= (int64_t{1} << 30)) {
       index_cast_ = ".to(tl.int64)";  // the flattened nest itself is too long for i32
     }
-    line("lin = tl.program_id(0)" + index_cast_ + " * XBLOCK + tl.arange(0, XBLOCK)" + index_cast_);
-    line("xmask = lin < (" + expr(total) + ")");
+    if (product_.empty()) {  // an epilogue's lin and xmask are the template's
+      line("lin = tl.program_id(0)" + index_cast_ + " * XBLOCK + tl.arange(0, XBLOCK)" +
+           index_cast_);
+      line("xmask = lin < (" + expr(total) + ")");
+    }
     for (const For* f : nest) block_vars_.insert(f->var.as<Var>()->name);
     decompose(nest, "lin");
     block_mask_ = "xmask";
@@ -645,7 +666,45 @@ TritonKernel Emitter::run() {
   }
   src << (body.empty() ? "    pass\n" : body);
   out.source = src.str();
+  body_ = body;
   return out;
+}
+
+bool Emitter::is_nest_element(const Expr& index) const {
+  // Affine (sums and products of loop variables and constants), then equal to the row-major
+  // element at zero and at each unit vector.
+  std::function<bool(const Expr&)> affine = [&](const Expr& e) {
+    switch (e.kind()) {
+      case ExprKind::IntImm:
+        return true;
+      case ExprKind::Var:
+        return std::any_of(nest_weights_.begin(), nest_weights_.end(),
+                           [&](const auto& w) { return w.first == e.as<Var>()->name; });
+      case ExprKind::Add:
+        return affine(e.as<Add>()->a) && affine(e.as<Add>()->b);
+      case ExprKind::Sub:
+        return affine(e.as<Sub>()->a) && affine(e.as<Sub>()->b);
+      case ExprKind::Mul: {  // one side constant: no product of two variables
+        const Expr& a = e.as<Mul>()->a;
+        const Expr& b = e.as<Mul>()->b;
+        return affine(a) && affine(b) && (!uses_any(a, {}, true) || !uses_any(b, {}, true));
+      }
+      default:
+        return false;
+    }
+  };
+  if (!affine(index)) return false;
+  auto at = [&](const std::string& one) {
+    EvalEnv env;
+    for (const auto& [v, w] : nest_weights_)
+      env.vars[v] = Scalar::of_int(DType::Int64, v == one ? 1 : 0);
+    return eval_expr(index, env).i;
+  };
+  if (at("") != 0) return false;
+  for (const auto& [v, w] : nest_weights_) {
+    if (at(v) != w) return false;
+  }
+  return true;
 }
 
 void Emitter::drop_private_stores(TritonKernel& out) {
@@ -694,6 +753,21 @@ std::optional<TritonKernel> emit_triton(const Kernel& k, std::string* why,
       if (n.why.find("in a row tile") == std::string::npos) throw;
     }
     return Emitter(collapsed, /*row_tiles=*/false, private_buffers).run();
+  } catch (const NoTritonForm& n) {
+    if (why != nullptr) *why = n.why;
+    return std::nullopt;
+  }
+}
+
+std::optional<std::string> emit_triton_epilogue(const Kernel& k, const std::string& product,
+                                                std::string* why) {
+  try {
+    Kernel collapsed = k;
+    collapsed.body = collapse_loops(k.body);
+    Emitter e(collapsed, /*row_tiles=*/false, {});
+    e.set_epilogue(product);
+    e.run();
+    return e.body();
   } catch (const NoTritonForm& n) {
     if (why != nullptr) *why = n.why;
     return std::nullopt;

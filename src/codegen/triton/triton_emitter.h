@@ -78,6 +78,16 @@ struct TritonKernel {
 std::optional<TritonKernel> emit_triton(const loop::Kernel& k, std::string* why,
                                         const std::vector<std::string>& private_buffers = {});
 
+/// The body of pointwise kernel `k` as the epilogue of a matrix-product template
+/// (triton_matmul.h): the statements of its flat form, which expect `lin` (the offsets of the
+/// template's tile in the product's memory, a [BLOCK_M, BLOCK_N] block), `xmask` (the tile's mask)
+/// and `acc_c` (the tile of the product in its dtype) and name k's buffers `b_<name>`. Every read
+/// of input buffer `product` must be at the nest's own row-major element (so the product is
+/// dense in the nest's order, and `lin` recovers the loop variables); nullopt with the reason in
+/// `why` otherwise, or when k is not a flat nest of constant loops.
+std::optional<std::string> emit_triton_epilogue(const loop::Kernel& k, const std::string& product,
+                                                std::string* why);
+
 /// The block size a launcher uses for `extent` iterations: the next power of two, at least 16
 /// and at most `max_block`.
 int triton_block_size(int64_t extent, int max_block);

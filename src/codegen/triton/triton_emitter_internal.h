@@ -111,7 +111,16 @@ class Emitter {
 
   TritonKernel run();
 
+  /// Emits the kernel as a matrix template's epilogue (emit_triton_epilogue): a flat nest whose
+  /// reads of `product` are all at the nest's own row-major element, replaced by `acc_c`; `lin`
+  /// and `xmask` come from the template.
+  void set_epilogue(const std::string& product) { product_ = product; }
+  /// The kernel function's body, one statement per line at its indentation (after run()).
+  const std::string& body() const { return body_; }
+
  private:
+  /// Whether `index` (of a read of the product) is the nest's row-major element index.
+  bool is_nest_element(const Expr& index) const;
   // --- expressions ---
   std::string expr(const Expr& e);
   std::string binary(const Expr& e);
@@ -169,7 +178,11 @@ class Emitter {
 
   const Kernel& k_;
   const bool row_tiles_;
-  const std::vector<std::string>& private_buffers_;
+  const std::vector<std::string> private_buffers_;
+  std::string product_;  ///< set_epilogue
+  /// The flat nest's loop variables and their row-major weights (an epilogue's check).
+  std::vector<std::pair<std::string, int64_t>> nest_weights_;
+  std::string body_;
   /// Rows form: rows per program. Above 1 (a row tile), the row loops' variables are [rows, 1]
   /// blocks, masked by `row_mask_`, block loops run over [rows, RBLOCK] blocks and reduce along
   /// axis 1 (the prelude's `_rows` helpers).

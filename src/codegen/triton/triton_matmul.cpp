@@ -73,14 +73,20 @@ bool matmul_supported(const MatmulSpec& s, std::string* why) {
   return true;
 }
 
-std::string emit_triton_matmul(const MatmulSpec& s, const std::string& name) {
+std::string emit_triton_matmul(const MatmulSpec& s, const std::string& name,
+                               const MatmulEpilogue* epilogue) {
   const bool i64 = !offsets_fit_i32(s);
   const std::string cast = i64 ? ".to(tl.int64)" : "";
   auto n = [](int64_t v) { return std::to_string(v); };
   std::ostringstream o;
   o << kTritonPrelude << "\n\n@triton.jit\ndef " << name << "(b_a, b_b, ";
   if (s.bias_dtype) o << "b_bias, ";
-  o << "b_c, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, "
+  if (epilogue == nullptr) {
+    o << "b_c, ";
+  } else {
+    for (const std::string& b : epilogue->buffers) o << "b_" << b << ", ";
+  }
+  o << "BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, "
        "GROUP_M: tl.constexpr):\n";
   auto line = [&](const std::string& l) { o << "    " << l << "\n"; };
   line("pid = tl.program_id(0)");
@@ -127,8 +133,17 @@ std::string emit_triton_matmul(const MatmulSpec& s, const std::string& name) {
          " + rn[None, :] * " + n(x[2]) + ", mask=mask, other=0.0).to(tl.float32)");
   }
   const auto& c = s.out_strides;
-  line("tl.store(b_c + pid_b * " + n(c[0]) + " + rm[:, None] * " + n(c[1]) + " + rn[None, :] * " +
-       n(c[2]) + ", acc.to(" + tl_type(s.out_dtype) + "), mask=mask)");
+  const std::string offsets =
+      "pid_b * " + n(c[0]) + " + rm[:, None] * " + n(c[1]) + " + rn[None, :] * " + n(c[2]);
+  if (epilogue != nullptr) {
+    // The epilogue's elements are C's, in C's memory order: lin is C's offsets.
+    line("lin = " + offsets);
+    line("xmask = mask");
+    line("acc_c = acc.to(" + std::string(tl_type(s.out_dtype)) + ")");
+    o << epilogue->body;
+    return o.str();
+  }
+  line("tl.store(b_c + " + offsets + ", acc.to(" + tl_type(s.out_dtype) + "), mask=mask)");
   return o.str();
 }
 

@@ -49,9 +49,20 @@ struct MatmulConfig {
 /// or f32), sizes at least 1, every offset below 2^31. `why` says what is not.
 bool matmul_supported(const MatmulSpec& s, std::string* why);
 
+/// A pointwise kernel fused after the product (`mode="max-autotune"`'s fused epilogues): instead of
+/// storing C, the template runs `body` (emit_triton_epilogue) on its tile, which reads the
+/// product rounded to C's dtype as `acc_c` and writes the kernel's own outputs.
+struct MatmulEpilogue {
+  std::vector<std::string> buffers;  ///< the kernel's buffer parameters, in order
+  std::string body;
+};
+
 /// The Triton module of the template for `s`, its kernel named `name`. Deterministic. Requires
-/// matmul_supported(s).
-std::string emit_triton_matmul(const MatmulSpec& s, const std::string& name);
+/// matmul_supported(s). With an epilogue, its parameters are `b_a, b_b[, b_bias]`, then the
+/// epilogue's buffers `b_<name>` (the product's own slot among them is never dereferenced),
+/// then the constexprs; C is not stored.
+std::string emit_triton_matmul(const MatmulSpec& s, const std::string& name,
+                               const MatmulEpilogue* epilogue = nullptr);
 
 /// The configurations worth timing for `s`, the first a default: tiles of 128 x 128 (8 warps),
 /// 64 x 128, 128 x 64, 64 x 64 and 32 x 32, K tiles of 32 or 64, each tile edge at most the next

@@ -6,6 +6,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "codegen/triton/triton_emitter.h"
+#include "loop/parser.h"
+
 namespace ember::codegen {
 namespace {
 
@@ -40,6 +43,52 @@ TEST(TritonMatmul, TemplateMatchesGoldenAndIsDeterministic) {
   const std::string path = std::string(EMBER_CODEGEN_GOLDEN_DIR) + "/linear_bf16.matmul.golden";
   if (std::getenv("EMBER_ACCEPT_GOLDEN") != nullptr) std::ofstream(path) << body;
   EXPECT_EQ(body, read(path)) << "regenerate with EMBER_ACCEPT_GOLDEN=1 and review the diff";
+}
+
+// GPT-2's MLP: the product's [4096, 3072] viewed [4, 1024, 3072] and a gelu, fused as the
+// template's epilogue: the tile's offsets in C recover the nest's variables, the product is read
+// as acc_c (rounded to bf16 first, as eager stores it), and only the gelu's result is stored.
+TEST(TritonMatmul, APointwiseKernelAfterTheProductIsItsEpilogue) {
+  const char* gelu = R"(kernel gelu_after() {
+  input c : bf16[4096, 3072] strides [3072, 1]
+  input r : bf16[4, 1024, 3072] strides [3145728, 3072, 1]
+  output y : bf16[4, 1024, 3072] strides [3145728, 3072, 1]
+  for (i0, 0, 4) parallel {
+    for (i1, 0, 1024) {
+      for (i2, 0, 3072) vectorized {
+        let t = cast<f32>(c[((((i0 * 1024) + i1) * 3072) + i2)]) {
+          y[(((i0 * 3145728) + (i1 * 3072)) + i2)] = cast<bf16>(((t * f32(0.5)) + cast<f32>(r[(((i0 * 3145728) + (i1 * 3072)) + i2)])))
+        }
+      }
+    }
+  }
+})";
+  std::string why;
+  std::optional<std::string> body = emit_triton_epilogue(loop::parse_kernel(gelu), "c", &why);
+  ASSERT_TRUE(body.has_value()) << why;
+  EXPECT_EQ(body->find("tl.load(b_c"), std::string::npos) << *body;
+  EXPECT_NE(body->find("acc_c"), std::string::npos) << *body;
+  MatmulSpec s = linear();
+  s.bias_dtype.reset();
+  MatmulEpilogue ep{{"c", "r", "y"}, *body};
+  const std::string text = emit_triton_matmul(s, "ember_mm", &ep);
+  EXPECT_EQ(text, emit_triton_matmul(s, "ember_mm", &ep));
+  EXPECT_EQ(text.find("tl.store(b_c"), std::string::npos);
+  const std::string fn = text.substr(text.rfind("@triton.jit\ndef ember_mm("));
+  const std::string path =
+      std::string(EMBER_CODEGEN_GOLDEN_DIR) + "/linear_bf16_epilogue.matmul.golden";
+  if (std::getenv("EMBER_ACCEPT_GOLDEN") != nullptr) std::ofstream(path) << fn;
+  EXPECT_EQ(fn, read(path)) << "regenerate with EMBER_ACCEPT_GOLDEN=1 and review the diff";
+
+  // The product read at another element (transposed) is no epilogue.
+  std::string transposed = gelu;
+  const std::string read_c = "c[((((i0 * 1024) + i1) * 3072) + i2)]";
+  transposed.replace(transposed.find(read_c), read_c.size(),
+                     "c[((i2 * 4096) + ((i0 * 1024) + i1))]");
+  transposed.replace(transposed.find("[4096, 3072] strides [3072, 1]"), 30,
+                     "[4096, 3072] strides [1, 4096]");
+  EXPECT_FALSE(emit_triton_epilogue(loop::parse_kernel(transposed), "c", &why).has_value());
+  EXPECT_NE(why.find("another element"), std::string::npos) << why;
 }
 
 TEST(TritonMatmul, F32UsesTf32OnlyWhenAllowedAndLargeOffsetsUseI64) {

@@ -250,6 +250,43 @@ def test_max_autotune_matrix_templates_in_the_interpreter():
             assert compiled.num_matmul_templates_chosen == 4
 
 
+def test_max_autotune_fuses_the_pointwise_kernel_after_a_product():
+    """A pointwise kernel that is the only reader of a product (a Linear's bias-add result viewed
+    [B, S, N], then gelu and a residual add) becomes the template's epilogue: the first call runs
+    the product and the kernel and decides (in the interpreter: the fused form when it agrees),
+    later calls skip the product's step and run both in one launch. A product read by two kernels
+    or by a reduction keeps a plain template."""
+    lin = torch.nn.Linear(48, 96)
+
+    def f(x, r):
+        h = lin(x.view(-1, 48)).view(2, 17, 96)
+        return F.gelu(h) + r, x @ torch.ones(48, 5)
+
+    args = (r(2, 17, 48), r(2, 17, 96))
+    with torch.no_grad():
+        compiled = C.CompiledGraph(ember.trace(f, args), triton_interpret=INTERPRET,
+                                   matmul_templates=True)
+        if INTERPRET:
+            assert compiled.num_matmul_templates == 2, compiled.describe_steps()
+            assert compiled.num_fused_epilogues == 1, compiled.describe_steps()
+        for _ in range(3):
+            got, want = compiled(*args), f(*args)
+            for g, w in zip(got, want):
+                torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
+        if INTERPRET:
+            assert compiled.num_matmul_templates_chosen == 2
+
+    def g(x):  # read by a kernel and a reduction: no epilogue
+        h = x @ torch.ones(48, 5)
+        return h.relu(), h.sum(-1)
+
+    with torch.no_grad():
+        compiled = C.CompiledGraph(ember.trace(g, (r(9, 48),)), triton_interpret=INTERPRET,
+                                   matmul_templates=True)
+    if INTERPRET:
+        assert compiled.num_fused_epilogues == 0
+
+
 def test_layer_norm_over_short_rows_runs_as_row_tiles():
     """16400 rows of 96 (ConvNeXt's layer norm over channels): the scheduler's layer-norm kernel
     runs 16 rows per program (triton_codegen.md, "Row tiles"), the last program partly masked."""
