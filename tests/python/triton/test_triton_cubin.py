@@ -132,7 +132,7 @@ def test_index_checks_compile_to_device_asserts():
 
 
 MATMUL = r'''
-import json
+import json, sys
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
@@ -151,19 +151,32 @@ for dtype, ptr, bias in [("bf16", "*bf16", True), ("f32", "*fp32", False)]:
                        target=GPUTarget("cuda", 90, 32),
                        options={"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
     out.append([dtype, len(c.asm["cubin"]), "wgmma" in c.asm["ptx"] or "mma" in c.asm["ptx"]])
+    if dtype == "bf16":  # the same product with a fused epilogue (the C++ golden's kernel)
+        golden = open(sys.argv[1]).read()
+        source = t["source"][:t["source"].rfind("@triton.jit")] + golden
+        fn = W.kernel_function(source, t["name"])
+        sig = {name: ptr for name in fn.arg_names if name.startswith("b_")}
+        sig.update({k: "constexpr" for k in consts})
+        c = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts),
+                           target=GPUTarget("cuda", 90, 32),
+                           options={"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]})
+        out.append(["bf16-epilogue", len(c.asm["cubin"]), "mma" in c.asm["ptx"]])
 print(json.dumps(out))
 '''
 
 
 def test_matmul_template_compiles_to_sm90_tensor_core_code():
     """The max-autotune template (codegen/triton/triton_matmul.h) compiles for the H200 with its
-    default configuration, its tl.dot on tensor cores (bf16, and TF32 for f32)."""
+    default configuration, its tl.dot on tensor cores (bf16, and TF32 for f32), and so does the
+    bf16 product with a fused epilogue (tests/cpp/codegen/golden/linear_bf16_epilogue...)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    r = subprocess.run([sys.executable, "-c", MATMUL], env=env, capture_output=True, text=True,
-                       timeout=300)
+    golden = os.path.join(os.path.dirname(__file__), "..", "..", "cpp", "codegen", "golden",
+                          "linear_bf16_epilogue.matmul.golden")
+    r = subprocess.run([sys.executable, "-c", MATMUL, golden], env=env, capture_output=True,
+                       text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     result = json.loads(r.stdout.strip().splitlines()[-1])
-    assert [d for d, _, _ in result] == ["bf16", "f32"]
+    assert [d for d, _, _ in result] == ["bf16", "bf16-epilogue", "f32"]
     for dtype, size, mma in result:
         assert size > 1000 and mma, (dtype, size, mma)
 
