@@ -25,6 +25,7 @@ nb::dict record_dict(const capture::CaptureRecord& r) {
   d["nodes"] = r.nodes;
   d["kernels"] = r.kernels;
   d["extern_steps"] = r.extern_steps;
+  d["fused_attention"] = r.fused_attention;
   d["codegen_notes"] = r.codegen_notes;
   d["guards"] = r.guards;
   d["inputs"] = r.inputs;
@@ -77,7 +78,8 @@ void bind_capture(nb::module_& m) {
             return out;
           },
           "One dict per frame compile, in order: code, captured, reason, nodes, kernels, "
-          "extern_steps, codegen_notes, guards, inputs, seconds, capture_seconds, graph, "
+          "extern_steps, fused_attention, codegen_notes, guards, inputs, seconds, capture_seconds, "
+          "graph, "
           "guard_text.");
   m.def(
       "capture_function",

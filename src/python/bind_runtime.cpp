@@ -2,6 +2,7 @@
 /// Python view of the runtime: ember._C.CompiledGraph, the callable a backend returns.
 #include <algorithm>
 
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -171,8 +172,8 @@ void bind_runtime(nb::module_& m) {
       .def(
           "__init__",
           [](Executor* self, const tracer::TracedGraph& g, bool codegen, bool reductions,
-             bool reduction_fusion, bool triton_interpret, bool cuda_graphs,
-             bool matmul_templates) {
+             bool reduction_fusion, bool triton_interpret, bool cuda_graphs, bool matmul_templates,
+             std::optional<bool> fuse_attention) {
             runtime::ExecutorOptions o;
             o.codegen = codegen;
             o.reductions = reductions;
@@ -180,16 +181,20 @@ void bind_runtime(nb::module_& m) {
             o.triton_interpret = triton_interpret;
             o.cuda_graphs = cuda_graphs;
             o.matmul_templates = matmul_templates;
+            if (fuse_attention.has_value()) o.fuse_attention = *fuse_attention ? 1 : 0;
             new (self) Executor(g, o);
           },
           nb::arg("graph"), nb::arg("codegen") = true, nb::arg("reductions") = true,
           nb::arg("reduction_fusion") = true, nb::arg("triton_interpret") = false,
           nb::arg("cuda_graphs") = false, nb::arg("matmul_templates") = false,
+          nb::arg("fuse_attention") = nb::none(),
           "Prepares `graph` to run; with codegen, fuses pointwise nodes into generated C++ "
           "kernels (CPU graphs) or Triton kernels (CUDA graphs); cuda_graphs: replays a graph on "
           "one CUDA device as a CUDA graph from its second call on (mode='reduce-overhead'); "
           "matmul_templates: its matrix products also get Triton templates, timed against cuBLAS "
-          "at their first call (mode='max-autotune').")
+          "at their first call (mode='max-autotune'); fuse_attention: eager attention (bmm, "
+          "softmax, bmm) as one scaled_dot_product_attention call (default: CUDA graphs with "
+          "Triton kernels).")
       .def("__call__",
            [](const Executor& e, nb::args args) {
              std::vector<at::Tensor> inputs;
@@ -216,6 +221,9 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("num_extern_steps", &Executor::num_extern_steps)
       .def_prop_ro("num_matmul_templates", &Executor::num_matmul_templates,
                    "Matrix products with a Triton template (mode='max-autotune').")
+      .def_prop_ro("num_fused_attention", &Executor::num_fused_attention,
+                   "Eager attention patterns (bmm, softmax, bmm) run as one "
+                   "scaled_dot_product_attention call.")
       .def_prop_ro("num_fused_epilogues", &Executor::num_fused_epilogues,
                    "Of the matrix templates, those that also run the pointwise kernel after the "
                    "product (its fused epilogue).")

@@ -443,6 +443,13 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
           steps_.push_back(std::move(step));
         }
       }
+      const char* fa_env = std::getenv("EMBER_FUSE_ATTENTION");
+      const std::string fa = fa_env != nullptr ? fa_env : "";
+      if (options.fuse_attention == 1 ||
+          (options.fuse_attention == -1 &&
+           (fa == "1" || (fa != "0" && triton && cuda_device >= 0)))) {
+        fuse_attention(plan);
+      }
       unfused_ = std::make_unique<Executor>(
           traced_, ExecutorOptions{.codegen = false, .fold_constants = false});
       triton_ = triton;
@@ -461,6 +468,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
       kernel_sources_.clear();
       num_fused_nodes_ = 0;
       num_unwritten_outputs_ = 0;
+      num_fused_attention_ = 0;
       sched::ScheduleOptions unfused;
       unfused.fuse = false;
       plan = sched::schedule_graph(g, unfused);
@@ -493,6 +501,11 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
     } else if (!step.call) {
       reads = {step.view->root};
       for (const ViewOutput& o : step.view->outputs) writes.push_back(o.value);
+    } else if (step.attention) {
+      const FusedAttention& a = *step.attention;
+      reads = {a.q, a.kt, a.v};
+      if (a.mask >= 0) reads.push_back(a.mask);
+      writes = {a.out};
     } else {
       reads = step.call->reads();
       writes = step.call->outputs;
@@ -727,7 +740,7 @@ void Executor::attach_matmul_templates(int device, const sched::Plan& plan,
   std::vector<std::pair<size_t, int>> step_of;  // (product step, epilogue step or -1)
   for (size_t s = 0; s < steps_.size(); ++s) {
     Step& step = steps_[s];
-    if (!step.call || step.node < 0) continue;
+    if (!step.call || step.node < 0 || step.attention) continue;
     auto spec = MatmulTemplate::spec_of(g, g.nodes[step.node], tf32, interpret);
     if (!spec) continue;
     step.matmul_operands = spec->second;
@@ -833,6 +846,38 @@ void Executor::decide_fused_step(const Step& step, std::vector<at::Tensor>& env,
     args[product_slot] = env[o.out];
     k.triton->launch(args);
   });
+}
+
+int Executor::num_kernels() const {
+  int n = 0;
+  for (const Step& s : steps_) n += s.kernel >= 0 ? 1 : 0;
+  return n;
+}
+
+void Executor::fuse_attention(const sched::Plan& plan) {
+  auto constant_value = [&](graph::ValueId v) -> std::optional<double> {
+    for (const auto& [value, index] : constant_slots_) {
+      const at::Tensor& c = traced_.constants[index];
+      if (value == v && c.defined() && c.numel() == 1 && c.is_floating_point()) {
+        return c.item<double>();
+      }
+    }
+    return std::nullopt;
+  };
+  std::vector<FusedAttention> found = find_fused_attention(traced_.graph, plan, constant_value);
+  if (found.empty()) return;
+  std::vector<bool> drop(steps_.size(), false);
+  for (FusedAttention& f : found) {
+    drop[f.first_product_step] = drop[f.softmax_step] = true;
+    if (f.view_step >= 0) drop[f.view_step] = true;
+    steps_[f.second_product_step].attention = std::move(f);
+  }
+  std::vector<Step> kept;
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    if (!drop[s]) kept.push_back(std::move(steps_[s]));
+  }
+  steps_ = std::move(kept);
+  num_fused_attention_ = static_cast<int>(found.size());
 }
 
 int Executor::num_matmul_templates() const {
@@ -1041,6 +1086,11 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
         return unfused_->run(inputs);
       }
       if (step.fused && step.fused->chosen() == -2) decide_fused_step(step, env, stack);
+      for (graph::ValueId v : step.release) env[v].reset();
+      continue;
+    }
+    if (step.attention) {
+      env[step.attention->out] = step.attention->run(env);
       for (graph::ValueId v : step.release) env[v].reset();
       continue;
     }

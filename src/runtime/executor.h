@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/attention_fusion.h"
 #include "runtime/cuda_graph.h"
 #include "runtime/extern_call.h"
 #include "runtime/host_compiler.h"
@@ -54,6 +55,10 @@ struct ExecutorOptions {
   /// mode="max-autotune": matrix products of a graph on one CUDA device also get Triton
   /// templates, timed against cuBLAS at their first call (runtime/matmul_template.h).
   bool matmul_templates = false;
+  /// Eager attention (bmm, softmax, bmm) as one scaled_dot_product_attention call
+  /// (runtime/attention_fusion.h): -1 on graphs with Triton kernels on a CUDA device
+  /// (EMBER_FUSE_ATTENTION=0: never, =1: on any device), 0 never, 1 on any kernel graph.
+  int fuse_attention = -1;
 };
 
 /// EMBER_VERIFY_KERNELS=1: each call of a compiled graph also runs its unfused program, and every
@@ -87,7 +92,8 @@ class Executor {
 
   const graph::Graph& graph() const { return traced_.graph; }
   size_t num_user_inputs() const { return input_slots_.size(); }
-  int num_kernels() const { return static_cast<int>(kernels_.size()); }
+  /// Kernel steps (a kernel replaced by a fused attention call is not one).
+  int num_kernels() const;
   int num_fused_nodes() const { return num_fused_nodes_; }
   /// Memory planning: the per-call arena's size, and how many kernel outputs live in it.
   int64_t arena_bytes() const { return arena_bytes_; }
@@ -107,6 +113,8 @@ class Executor {
   int num_matmul_templates_chosen() const;
   /// Of the templates, those with a fused epilogue (the pointwise kernel after the product).
   int num_fused_epilogues() const;
+  /// Eager attention patterns run as one scaled_dot_product_attention call.
+  int num_fused_attention() const { return num_fused_attention_; }
   /// Steps that make views of a realized tensor directly from its storage (see View): one per
   /// chain of views the scheduler collapsed, or one per view op left outside kernels.
   int num_view_steps() const;
@@ -191,6 +199,9 @@ class Executor {
     /// are). Once the template won, that step is skipped and this one runs both.
     std::shared_ptr<MatmulTemplate> fused;
     int fused_product_step = -1;
+    /// An extern step that runs eager attention's three steps as one SDPA call instead of its
+    /// node (the second product).
+    std::optional<FusedAttention> attention;
     int fused_into = -1;  ///< the product's step: the kernel step its epilogue fuses into
   };
   /// mode="max-autotune": gives the extern matrix products of a graph on CUDA device `device`
@@ -200,6 +211,9 @@ class Executor {
   /// (`group_of_kernel`: each kernel's group in `plan`).
   void attach_matmul_templates(int device, const sched::Plan& plan,
                                const std::vector<int>& group_of_kernel);
+  /// Replaces the plan's eager attention patterns (runtime/attention_fusion.h) in steps_, which
+  /// must be the plan's steps in order.
+  void fuse_attention(const sched::Plan& plan);
   /// Runs kernel step `s` as its product's fused template when that won; false otherwise
   /// (the caller computes the product, if skipped, and runs the kernel).
   bool run_fused_step(const Step& step, std::vector<at::Tensor>& env) const;
@@ -228,6 +242,7 @@ class Executor {
   void plan_reuse(const std::vector<int>& last_use, const std::vector<int>& defined_at);
   int num_reused_buffers_ = 0;
   int num_unwritten_outputs_ = 0;
+  int num_fused_attention_ = 0;
   /// Makes a view step's views. False when the root does not have the traced layout and the step
   /// is an extern view op (then the caller makes the dispatcher call); a collapsed chain then
   /// views a copy of the root in the traced layout.

@@ -287,6 +287,54 @@ def test_max_autotune_fuses_the_pointwise_kernel_after_a_product():
         assert compiled.num_fused_epilogues == 0
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_eager_attention_runs_as_one_sdpa_call(dtype):
+    """bmm, scale, a mask added to the scores viewed [B, H, S, S], softmax, bmm (TrOCR's and BART's
+    eager attention) become one scaled_dot_product_attention call (runtime/attention_fusion.h):
+    the scores' product and the softmax kernel are gone. Not exact in bf16 (SDPA keeps the
+    scores in f32), so compared at bf16's tolerance. A softmax read by something else, or a
+    mask added after a second scale, stays as it is."""
+    b, h, s, d = 2, 3, 10, 8
+
+    def attention(q, k, v, mask):
+        w = torch.bmm(q, k.transpose(1, 2)) * 0.35
+        w = (w.view(b, h, s, s) + mask).view(b * h, s, s)
+        return torch.bmm(F.softmax(w, dim=-1), v)
+
+    args = (r(b * h, s, d, dtype=dtype), r(b * h, s, d, dtype=dtype), r(b * h, s, d, dtype=dtype),
+            r(b, 1, s, s, dtype=dtype))
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    with torch.no_grad():
+        graph = ember.trace(attention, args)
+        c = C.CompiledGraph(graph, triton_interpret=INTERPRET, fuse_attention=True)
+        assert c.num_fused_attention == 1, c.describe_steps()
+        assert c.num_kernels == 0 and c.describe_steps()[-1] == "extern aten::bmm", \
+            c.describe_steps()  # k's transposed view, then the attention in the bmm's place
+        torch.testing.assert_close(c(*args)[0], attention(*args), **tol)
+        off = C.CompiledGraph(graph, triton_interpret=INTERPRET, fuse_attention=False)
+        assert off.num_fused_attention == 0
+
+        def autocast_like(q, k, v, mask):  # bf16 scores + an f32 mask, softmax cast back
+            w = (torch.bmm(q, k.transpose(1, 2)).view(b, h, s, s) + mask).view(b * h, s, s)
+            return torch.bmm(F.softmax(w, dim=-1).to(q.dtype), v)
+
+        mask = torch.zeros(b, 1, s, s).masked_fill(torch.ones(s, s).triu(1).bool(),
+                                                    torch.finfo(torch.float32).min)
+        margs = args[:3] + (mask,)
+        c = C.CompiledGraph(ember.trace(autocast_like, margs), triton_interpret=INTERPRET,
+                            fuse_attention=True)
+        assert c.num_fused_attention == 1
+        torch.testing.assert_close(c(*margs)[0], autocast_like(*margs), **tol)
+
+        def probs_too(q, k, v):  # the probabilities are an output: nothing fused
+            p = F.softmax(torch.bmm(q, k.transpose(1, 2)), dim=-1)
+            return torch.bmm(p, v), p
+
+        c = C.CompiledGraph(ember.trace(probs_too, args[:3]), triton_interpret=INTERPRET,
+                            fuse_attention=True)
+        assert c.num_fused_attention == 0
+
+
 def test_layer_norm_over_short_rows_runs_as_row_tiles():
     """16400 rows of 96 (ConvNeXt's layer norm over channels): the scheduler's layer-norm kernel
     runs 16 rows per program (triton_codegen.md, "Row tiles"), the last program partly masked."""
