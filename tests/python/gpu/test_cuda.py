@@ -348,3 +348,28 @@ def test_max_autotune_times_matmul_templates_against_cublas(dtype, tmp_path, mon
         for g, w in zip(got, f(x, y)):
             torch.testing.assert_close(g, w, **tol)
     check_model(f, (x, y), expect_graphs=1, expect_fallbacks=0, **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_eager_attention_runs_as_one_sdpa_step_cuda(dtype):
+    # runtime/attention_fusion.h: TrOCR's eager attention (bmm, + mask in 4D, softmax, bmm) is
+    # one scaled_dot_product_attention step on CUDA graphs; results at the dtype's tolerance.
+    import ember
+    import ember._C as C
+
+    b, h, s, d = 4, 8, 256, 64
+
+    def f(q, k, v, mask):
+        w = (torch.bmm(q, k.transpose(1, 2)).view(b, h, s, s) + mask).view(b * h, s, s)
+        return torch.bmm(F.softmax(w, dim=-1), v)
+
+    args = [torch.randn(b * h, s, d, device="cuda", dtype=dtype) for _ in range(3)]
+    mask = torch.zeros(b, 1, s, s, device="cuda", dtype=dtype).masked_fill(
+        torch.ones(s, s, device="cuda").triu(1).bool(), torch.finfo(dtype).min)
+    args.append(mask)
+    with torch.no_grad():
+        compiled = C.CompiledGraph(ember.trace(f, tuple(args)))
+        assert compiled.num_fused_attention == 1, compiled.describe_steps()
+        tol = {"atol": 2e-2, "rtol": 2e-2} if dtype == torch.bfloat16 else {"atol": 1e-3,
+                                                                             "rtol": 1e-3}
+        torch.testing.assert_close(compiled(*args)[0], f(*args), **tol)
