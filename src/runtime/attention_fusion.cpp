@@ -40,6 +40,8 @@ bool is_view(const std::string& op) {
   return op == "aten::view" || op == "aten::_unsafe_view" || op == "aten::alias" ||
          op == "aten::reshape";
 }
+// (The probabilities' side also passes expand, clone and _to_copy: each keeps every element's
+// value, or casts it to the product's dtype, which the fused call computes in.)
 
 }  // namespace
 
@@ -72,7 +74,8 @@ at::Tensor FusedAttention::run(const std::vector<at::Tensor>& env) const {
 
 std::vector<FusedAttention> find_fused_attention(
     const graph::Graph& g, const sched::Plan& plan,
-    const std::function<std::optional<double>(ValueId)>& constant_value) {
+    const std::function<std::optional<double>(ValueId)>& constant_value,
+    std::vector<ValueId>* realize) {
   // The steps reading each value (-1: the graph's outputs and mutations).
   std::vector<std::vector<int>> readers(g.values.size());
   std::vector<int> producer_step(g.values.size(), -1);
@@ -135,7 +138,11 @@ std::vector<FusedAttention> find_fused_attention(
     const std::set<int32_t> in_group(group.nodes.begin(), group.nodes.end());
     std::set<int32_t> seen;
     auto node_of = [&](ValueId x) { return g.values[x].node; };
-    auto inside = [&](ValueId x) { return node_of(x) >= 0 && in_group.count(node_of(x)) > 0; };
+    // Computed in the kernel only (not realized by another step: a view step of a mask is not).
+    auto inside = [&](ValueId x) {
+      return node_of(x) >= 0 && in_group.count(node_of(x)) > 0 &&
+             (producer_step[x] < 0 || producer_step[x] == ks);
+    };
     auto skip_views = [&](ValueId x) {
       while (inside(x) && is_view(op_name(g, node_of(x)))) {
         seen.insert(node_of(x));
@@ -147,14 +154,21 @@ std::vector<FusedAttention> find_fused_attention(
     };
     // p = _softmax(x, -1, false), or its cast to q's dtype (autocast: an f32 softmax of bf16
     // scores plus an f32 mask, cast back for the product)
-    int32_t sm = node_of(*p);
-    if (op_name(g, sm) == "aten::_to_copy") {
-      std::optional<ValueId> in = value_arg(g, g.nodes[sm], "self");
-      if (!in || !inside(*in)) continue;
-      seen.insert(sm);
-      sm = node_of(*in);
+    // scores, or matmul's copy of its expand (eager_attention_forward's 4D matmul).
+    ValueId probs = *p;
+    for (;;) {
+      const std::string op = op_name(g, node_of(probs));
+      if (!inside(probs) ||
+          (op != "aten::_to_copy" && op != "aten::clone" && op != "aten::expand" && !is_view(op))) {
+        break;
+      }
+      std::optional<ValueId> in = value_arg(g, g.nodes[node_of(probs)], "self");
+      if (!in) break;
+      seen.insert(node_of(probs));
+      probs = *in;
     }
-    if (op_name(g, sm) != "aten::_softmax") continue;
+    const int32_t sm = node_of(probs);
+    if (!inside(probs) || op_name(g, sm) != "aten::_softmax") continue;
     const graph::Node& softmax = g.nodes[sm];
     std::optional<ValueId> x = value_arg(g, softmax, "self");
     std::optional<double> dim = number_arg(g, softmax, "dim");
@@ -172,9 +186,38 @@ std::vector<FusedAttention> find_fused_attention(
       std::optional<ValueId> a = value_arg(g, add, "self"), b = value_arg(g, add, "other");
       std::optional<double> alpha = number_arg(g, add, "alpha");
       if (!a || !b || (alpha && *alpha != 1.0)) continue;
-      const bool a_chain = inside(*a);
-      if (a_chain == inside(*b)) continue;  // exactly one operand is the scores
+      // The scores are the operand that leads back to the first product.
+      auto leads_to_product = [&](ValueId x) {
+        x = skip_views(x);
+        for (int i = 0; i < 2 && inside(x); ++i) {  // through a scale
+          std::optional<ValueId> in = value_arg(g, g.nodes[node_of(x)], "self");
+          if (!in) break;
+          x = skip_views(*in);
+        }
+        return !inside(x) && producer_step[x] >= 0 &&
+               plan.steps[producer_step[x]].kind == sched::PlanStep::Kind::Extern &&
+               op_name(g, plan.steps[producer_step[x]].index) == "aten::bmm";
+      };
+      const bool a_chain = leads_to_product(*a);
+      if (a_chain == leads_to_product(*b)) continue;
       f.mask = a_chain ? *b : *a;
+      if (inside(f.mask)) {
+        // Computed in the softmax's kernel: SDPA needs it in memory. Realized, the graph is
+        // scheduled again and matches.
+        if (realize != nullptr) realize->push_back(f.mask);
+        continue;
+      }
+      // The mask's views that the kernel reads through are the kernel's nodes too.
+      std::vector<ValueId> todo = {f.mask};
+      while (!todo.empty()) {
+        ValueId m = todo.back();
+        todo.pop_back();
+        const int32_t mn = node_of(m);
+        if (mn < 0 || in_group.count(mn) == 0 || !seen.insert(mn).second) continue;
+        for (const graph::Arg& arg : g.nodes[mn].args) {
+          if (const auto* r = std::get_if<graph::ValueRef>(&arg)) todo.push_back(r->id);
+        }
+      }
       const std::vector<int64_t> shape = graph::constant_values(g.type(cur).sizes);
       if (shape.size() == 4) f.heads = {shape[0], shape[1]};
       if (shape.size() != 3 && shape.size() != 4) continue;

@@ -52,8 +52,12 @@ struct FusedAttention {
 
 /// The attention patterns of `plan` (see the file comment). `constant_value`: the value of a
 /// 0-dim constant graph input (the scale a Python float becomes), nullopt for other values.
+/// `realize`: receives the masks of patterns that match but for a mask computed inside the
+/// softmax's kernel (LayoutLM's `(1 - mask) * min`): scheduled again with them realized
+/// (sched::ScheduleOptions::realize), those patterns match.
 std::vector<FusedAttention> find_fused_attention(
     const graph::Graph& g, const sched::Plan& plan,
-    const std::function<std::optional<double>(graph::ValueId)>& constant_value);
+    const std::function<std::optional<double>(graph::ValueId)>& constant_value,
+    std::vector<graph::ValueId>* realize = nullptr);
 
 }  // namespace ember::runtime

@@ -304,6 +304,22 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
   sopts.reduction_fusion = options.reduction_fusion;
   sopts.index_asserts = triton;  // a device-side assert per index read, as eager's CUDA kernels
   sched::Plan plan = sched::schedule_graph(g, sopts);
+  const char* fa_env = std::getenv("EMBER_FUSE_ATTENTION");
+  const std::string fa = fa_env != nullptr ? fa_env : "";
+  const bool attention =
+      sopts.fuse &&
+      (options.fuse_attention == 1 ||
+       (options.fuse_attention == -1 && (fa == "1" || (fa != "0" && triton && cuda_device >= 0))));
+  if (attention) {
+    // Masks computed inside a softmax's kernel must exist in memory for the fused call.
+    std::vector<graph::ValueId> masks;
+    find_fused_attention(g, plan, attention_constant(), &masks);
+    if (!masks.empty()) {
+      sopts.realize.assign(g.values.size(), false);
+      for (graph::ValueId m : masks) sopts.realize[m] = true;
+      plan = sched::schedule_graph(g, sopts);
+    }
+  }
   // A kernel with no Triton form leaves its nodes to ATen: the graph is scheduled again without
   // them, a few times at most, before the whole graph runs unfused.
   constexpr int kMaxRefusalRounds = 8;
@@ -443,13 +459,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
           steps_.push_back(std::move(step));
         }
       }
-      const char* fa_env = std::getenv("EMBER_FUSE_ATTENTION");
-      const std::string fa = fa_env != nullptr ? fa_env : "";
-      if (options.fuse_attention == 1 ||
-          (options.fuse_attention == -1 &&
-           (fa == "1" || (fa != "0" && triton && cuda_device >= 0)))) {
-        fuse_attention(plan);
-      }
+      if (attention) fuse_attention(plan);
       unfused_ = std::make_unique<Executor>(
           traced_, ExecutorOptions{.codegen = false, .fold_constants = false});
       triton_ = triton;
@@ -854,8 +864,8 @@ int Executor::num_kernels() const {
   return n;
 }
 
-void Executor::fuse_attention(const sched::Plan& plan) {
-  auto constant_value = [&](graph::ValueId v) -> std::optional<double> {
+std::function<std::optional<double>(graph::ValueId)> Executor::attention_constant() const {
+  return [this](graph::ValueId v) -> std::optional<double> {
     for (const auto& [value, index] : constant_slots_) {
       const at::Tensor& c = traced_.constants[index];
       if (value == v && c.defined() && c.numel() == 1 && c.is_floating_point()) {
@@ -864,7 +874,11 @@ void Executor::fuse_attention(const sched::Plan& plan) {
     }
     return std::nullopt;
   };
-  std::vector<FusedAttention> found = find_fused_attention(traced_.graph, plan, constant_value);
+}
+
+void Executor::fuse_attention(const sched::Plan& plan) {
+  std::vector<FusedAttention> found =
+      find_fused_attention(traced_.graph, plan, attention_constant());
   if (found.empty()) return;
   std::vector<bool> drop(steps_.size(), false);
   for (FusedAttention& f : found) {

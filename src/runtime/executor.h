@@ -16,6 +16,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -214,6 +215,8 @@ class Executor {
   /// Replaces the plan's eager attention patterns (runtime/attention_fusion.h) in steps_, which
   /// must be the plan's steps in order.
   void fuse_attention(const sched::Plan& plan);
+  /// The value of a 0-dim floating constant graph input (an attention's scale).
+  std::function<std::optional<double>(graph::ValueId)> attention_constant() const;
   /// Runs kernel step `s` as its product's fused template when that won; false otherwise
   /// (the caller computes the product, if skipped, and runs the kernel).
   bool run_fused_step(const Step& step, std::vector<at::Tensor>& env) const;

@@ -121,6 +121,9 @@ void Scheduler::find_demands() {
   stored_.assign(num_values, false);
   live_.assign(g_.nodes.size(), false);
   for (ValueId v : g_.outputs) need[v] = read_live_[v] = true;
+  for (size_t v = 0; v < options_.realize.size() && v < num_values; ++v) {
+    if (options_.realize[v]) need[v] = true;
+  }
   for (const graph::Mutation& m : g_.mutations) need[m.value] = read_live_[m.value] = true;
   for (size_t i = g_.nodes.size(); i-- > 0;) {
     const graph::Node& n = g_.nodes[i];

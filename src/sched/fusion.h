@@ -91,6 +91,10 @@ struct ScheduleOptions {
   /// Nodes (by index) that stay ATen calls whatever their kind: those of kernels a code generator
   /// refused (the executor schedules again without them). Shorter than the graph: the rest fuse.
   std::vector<bool> extern_nodes;
+  /// Values (by id) that must exist in memory, as a graph output does: a computed value is
+  /// stored by a kernel, a view becomes a view step (runtime/attention_fusion.h realizes the
+  /// masks of the attention it fuses). Shorter than the graph's values: the rest as usual.
+  std::vector<bool> realize;
 };
 
 /// Requires a verifier-valid graph whose tensors are all on the CPU (C++ kernels) or all on one

@@ -326,6 +326,19 @@ def test_eager_attention_runs_as_one_sdpa_call(dtype):
         assert c.num_fused_attention == 1
         torch.testing.assert_close(c(*margs)[0], autocast_like(*margs), **tol)
 
+        def mask_in_graph(q, k, v, keep):  # BERT's (1 - mask) * min, computed in the graph:
+            m = (1.0 - keep) * torch.finfo(keep.dtype).min  # realized for the fused call
+            w = (torch.bmm(q, k.transpose(1, 2)).view(b, h, s, s) * 0.35 + m).view(b * h, s, s)
+            return torch.bmm(F.softmax(w, dim=-1), v)
+
+        keep = torch.ones(b, 1, 1, s, dtype=dtype)
+        keep[0, ..., -3:] = 0
+        kargs = args[:3] + (keep,)
+        c = C.CompiledGraph(ember.trace(mask_in_graph, kargs), triton_interpret=INTERPRET,
+                            fuse_attention=True)
+        assert c.num_fused_attention == 1, c.describe_steps()
+        torch.testing.assert_close(c(*kargs)[0], mask_in_graph(*kargs), **tol)
+
         def probs_too(q, k, v):  # the probabilities are an output: nothing fused
             p = F.softmax(torch.bmm(q, k.transpose(1, 2)), dim=-1)
             return torch.bmm(p, v), p
