@@ -75,7 +75,7 @@ at::Tensor FusedAttention::run(const std::vector<at::Tensor>& env) const {
 std::vector<FusedAttention> find_fused_attention(
     const graph::Graph& g, const sched::Plan& plan,
     const std::function<std::optional<double>(ValueId)>& constant_value,
-    std::vector<ValueId>* realize) {
+    std::vector<ValueId>* realize, std::vector<ValueId>* separate) {
   // The steps reading each value (-1: the graph's outputs and mutations).
   std::vector<std::vector<int>> readers(g.values.size());
   std::vector<int> producer_step(g.values.size(), -1);
@@ -131,10 +131,15 @@ std::vector<FusedAttention> find_fused_attention(
     if (ks < 0 || plan.steps[ks].kind != sched::PlanStep::Kind::Kernel) continue;
     const sched::KernelGroup& group = plan.groups[plan.steps[ks].index];
     // Its other outputs are read by nothing else (the f32 softmax its cast reads).
-    bool others_read =
-        std::find(group.outputs.begin(), group.outputs.end(), *p) == group.outputs.end();
-    for (ValueId o : group.outputs) others_read = others_read || (o != *p && !readers[o].empty());
-    if (others_read) continue;
+    if (std::find(group.outputs.begin(), group.outputs.end(), *p) == group.outputs.end()) continue;
+    bool others_read = false;
+    std::vector<ValueId> siblings;
+    for (ValueId o : group.outputs) {
+      if (o != *p && !readers[o].empty()) {
+        others_read = true;
+        siblings.push_back(o);
+      }
+    }
     const std::set<int32_t> in_group(group.nodes.begin(), group.nodes.end());
     std::set<int32_t> seen;
     auto node_of = [&](ValueId x) { return g.values[x].node; };
@@ -242,6 +247,19 @@ std::vector<FusedAttention> find_fused_attention(
       seen.insert(node_of(cur));
       cur = skip_views(*a);
     }
+    // The siblings' own nodes (the copy of v) are the kernel's too.
+    for (ValueId sib : siblings) {
+      std::vector<ValueId> todo = {sib};
+      while (!todo.empty()) {
+        ValueId x = todo.back();
+        todo.pop_back();
+        const int32_t xn = node_of(x);
+        if (xn < 0 || in_group.count(xn) == 0 || !seen.insert(xn).second) continue;
+        for (const graph::Arg& arg : g.nodes[xn].args) {
+          if (const auto* r = std::get_if<graph::ValueRef>(&arg)) todo.push_back(r->id);
+        }
+      }
+    }
     ok = ok && !inside(cur) && seen == in_group;
     // cur = bmm(q, kt), read by the softmax kernel only.
     const int s1 = producer_step[cur];
@@ -266,6 +284,12 @@ std::vector<FusedAttention> find_fused_attention(
       f.convert_mask = md != qt.dtype;
     }
     if (!f.heads.empty() && f.heads[0] * f.heads[1] != graph::constant_values(qt.sizes)[0]) {
+      continue;
+    }
+    if (others_read) {
+      // A sibling (matmul's contiguous copy of v, of the softmax's shape) is an epilogue of
+      // the softmax's kernel: scheduled apart, the kernel goes with the fusion.
+      if (separate != nullptr) separate->insert(separate->end(), siblings.begin(), siblings.end());
       continue;
     }
     f.q = *q;

@@ -54,10 +54,13 @@ struct FusedAttention {
 /// 0-dim constant graph input (the scale a Python float becomes), nullopt for other values.
 /// `realize`: receives the masks of patterns that match but for a mask computed inside the
 /// softmax's kernel (LayoutLM's `(1 - mask) * min`): scheduled again with them realized
-/// (sched::ScheduleOptions::realize), those patterns match.
+/// (sched::ScheduleOptions::realize), those patterns match. `separate`: likewise, values the
+/// softmax's kernel also computes for other readers (LayoutLM's copy of v), to be scheduled as
+/// no reduction's epilogue (ScheduleOptions::no_epilogue).
 std::vector<FusedAttention> find_fused_attention(
     const graph::Graph& g, const sched::Plan& plan,
     const std::function<std::optional<double>(graph::ValueId)>& constant_value,
-    std::vector<graph::ValueId>* realize = nullptr);
+    std::vector<graph::ValueId>* realize = nullptr,
+    std::vector<graph::ValueId>* separate = nullptr);
 
 }  // namespace ember::runtime

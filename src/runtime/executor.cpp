@@ -312,12 +312,21 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
        (options.fuse_attention == -1 && (fa == "1" || (fa != "0" && triton && cuda_device >= 0))));
   if (attention) {
     // Masks computed inside a softmax's kernel must exist in memory for the fused call.
-    std::vector<graph::ValueId> masks;
-    find_fused_attention(g, plan, attention_constant(), &masks);
-    if (!masks.empty()) {
+    std::vector<graph::ValueId> masks, siblings;
+    find_fused_attention(g, plan, attention_constant(), &masks, &siblings);
+    if (!masks.empty() || !siblings.empty()) {
       sopts.realize.assign(g.values.size(), false);
+      sopts.no_epilogue.assign(g.values.size(), false);
       for (graph::ValueId m : masks) sopts.realize[m] = true;
+      for (graph::ValueId v : siblings) sopts.no_epilogue[v] = true;
       plan = sched::schedule_graph(g, sopts);
+      // A mask realized can reveal a sibling (or the reverse): once more.
+      masks.clear();
+      siblings.clear();
+      find_fused_attention(g, plan, attention_constant(), &masks, &siblings);
+      for (graph::ValueId m : masks) sopts.realize[m] = true;
+      for (graph::ValueId v : siblings) sopts.no_epilogue[v] = true;
+      if (!masks.empty() || !siblings.empty()) plan = sched::schedule_graph(g, sopts);
     }
   }
   // A kernel with no Triton form leaves its nodes to ATen: the graph is scheduled again without

@@ -374,7 +374,9 @@ Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
         ValueId v = n.outputs[0];
         if (!stored_[v]) break;
         if (open_reduction) {
-          if (open_reduction->add_epilogue(v)) break;
+          const bool alone =
+              static_cast<size_t>(v) < options_.no_epilogue.size() && options_.no_epilogue[v];
+          if (!alone && open_reduction->add_epilogue(v)) break;
           close();
         }
         std::vector<int64_t> shape = sizes_of(g_.type(v));

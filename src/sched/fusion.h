@@ -95,6 +95,9 @@ struct ScheduleOptions {
   /// stored by a kernel, a view becomes a view step (runtime/attention_fusion.h realizes the
   /// masks of the attention it fuses). Shorter than the graph's values: the rest as usual.
   std::vector<bool> realize;
+  /// Values (by id) that never join a reduction's kernel as epilogues (they get a kernel of
+  /// their own): a sibling copy that would keep a fused attention's softmax kernel alive.
+  std::vector<bool> no_epilogue;
 };
 
 /// Requires a verifier-valid graph whose tensors are all on the CPU (C++ kernels) or all on one

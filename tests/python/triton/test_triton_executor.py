@@ -339,6 +339,18 @@ def test_eager_attention_runs_as_one_sdpa_call(dtype):
         assert c.num_fused_attention == 1, c.describe_steps()
         torch.testing.assert_close(c(*kargs)[0], mask_in_graph(*kargs), **tol)
 
+        def eager_4d(x, y, z, keep):  # transformers' eager_attention_forward over [b, h, s, d]
+            q4, k4, v4 = (t.view(b, s, h, d).transpose(1, 2) for t in (x, y, z))
+            w = torch.matmul(q4, k4.transpose(2, 3)) * 0.35
+            w = w + (1.0 - keep) * torch.finfo(keep.dtype).min
+            return torch.matmul(F.softmax(w, dim=-1), v4)  # v4's copy: a sibling, apart
+
+        xargs = tuple(t.reshape(b, s, h * d) for t in args[:3]) + (keep,)
+        c = C.CompiledGraph(ember.trace(eager_4d, xargs), triton_interpret=INTERPRET,
+                            fuse_attention=True)
+        assert c.num_fused_attention == 1, c.describe_steps()
+        torch.testing.assert_close(c(*xargs)[0], eager_4d(*xargs), **tol)
+
         def probs_too(q, k, v):  # the probabilities are an output: nothing fused
             p = F.softmax(torch.bmm(q, k.transpose(1, 2)), dim=-1)
             return torch.bmm(p, v), p
