@@ -148,6 +148,19 @@ std::vector<FusedAttention> find_fused_attention(
       return node_of(x) >= 0 && in_group.count(node_of(x)) > 0 &&
              (producer_step[x] < 0 || producer_step[x] == ks);
     };
+    // Marks the kernel's nodes that `x` is made of (through any of their arguments) as seen: a
+    // mask's views the kernel reads through, a sibling's copy.
+    auto absorb = [&](ValueId x) {
+      std::vector<ValueId> todo = {x};
+      while (!todo.empty()) {
+        const int32_t n = node_of(todo.back());
+        todo.pop_back();
+        if (n < 0 || in_group.count(n) == 0 || !seen.insert(n).second) continue;
+        for (const graph::Arg& arg : g.nodes[n].args) {
+          if (const auto* r = std::get_if<graph::ValueRef>(&arg)) todo.push_back(r->id);
+        }
+      }
+    };
     auto skip_views = [&](ValueId x) {
       while (inside(x) && is_view(op_name(g, node_of(x)))) {
         seen.insert(node_of(x));
@@ -212,17 +225,7 @@ std::vector<FusedAttention> find_fused_attention(
         if (realize != nullptr) realize->push_back(f.mask);
         continue;
       }
-      // The mask's views that the kernel reads through are the kernel's nodes too.
-      std::vector<ValueId> todo = {f.mask};
-      while (!todo.empty()) {
-        ValueId m = todo.back();
-        todo.pop_back();
-        const int32_t mn = node_of(m);
-        if (mn < 0 || in_group.count(mn) == 0 || !seen.insert(mn).second) continue;
-        for (const graph::Arg& arg : g.nodes[mn].args) {
-          if (const auto* r = std::get_if<graph::ValueRef>(&arg)) todo.push_back(r->id);
-        }
-      }
+      absorb(f.mask);  // the mask's views that the kernel reads through
       const std::vector<int64_t> shape = graph::constant_values(g.type(cur).sizes);
       if (shape.size() == 4) f.heads = {shape[0], shape[1]};
       if (shape.size() != 3 && shape.size() != 4) continue;
@@ -247,19 +250,7 @@ std::vector<FusedAttention> find_fused_attention(
       seen.insert(node_of(cur));
       cur = skip_views(*a);
     }
-    // The siblings' own nodes (the copy of v) are the kernel's too.
-    for (ValueId sib : siblings) {
-      std::vector<ValueId> todo = {sib};
-      while (!todo.empty()) {
-        ValueId x = todo.back();
-        todo.pop_back();
-        const int32_t xn = node_of(x);
-        if (xn < 0 || in_group.count(xn) == 0 || !seen.insert(xn).second) continue;
-        for (const graph::Arg& arg : g.nodes[xn].args) {
-          if (const auto* r = std::get_if<graph::ValueRef>(&arg)) todo.push_back(r->id);
-        }
-      }
-    }
+    for (ValueId sib : siblings) absorb(sib);  // the copy of v
     ok = ok && !inside(cur) && seen == in_group;
     // cur = bmm(q, kt), read by the softmax kernel only.
     const int s1 = producer_step[cur];
