@@ -507,10 +507,9 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
   std::vector<int> defined_at(g.values.size(), -1);
   for (size_t s = 0; s < steps_.size(); ++s) {
     const Step& step = steps_[s];
-    std::vector<graph::ValueId> reads;
+    std::vector<graph::ValueId> reads = step_reads(step);
     std::vector<graph::ValueId> writes;
     if (step.kernel >= 0) {
-      reads = kernels_[step.kernel].inputs;
       writes = kernels_[step.kernel].outputs;
       if (step.fused) {  // it may compute the product: its operands live until here
         const MatmulOperands& o = step.matmul_operands;
@@ -518,15 +517,10 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
         if (o.bias >= 0) reads.push_back(o.bias);
       }
     } else if (!step.call) {
-      reads = {step.view->root};
       for (const ViewOutput& o : step.view->outputs) writes.push_back(o.value);
     } else if (step.attention) {
-      const FusedAttention& a = *step.attention;
-      reads = {a.q, a.kt, a.v};
-      if (a.mask >= 0) reads.push_back(a.mask);
-      writes = {a.out};
+      writes = {step.attention->out};
     } else {
-      reads = step.call->reads();
       writes = step.call->outputs;
     }
     for (graph::ValueId v : reads) last_use[v] = static_cast<int>(s);
@@ -740,16 +734,7 @@ void Executor::attach_matmul_templates(int device, const sched::Plan& plan,
   // Which steps read each value; graph outputs and mutation values are read after the last.
   std::vector<std::vector<int>> readers(g.values.size());
   for (size_t s = 0; s < steps_.size(); ++s) {
-    const Step& step = steps_[s];
-    std::vector<graph::ValueId> reads;
-    if (step.kernel >= 0) {
-      reads = kernels_[step.kernel].inputs;
-    } else if (step.call) {
-      reads = step.call->reads();
-    } else {
-      reads = {step.view->root};
-    }
-    for (graph::ValueId v : reads) readers[v].push_back(static_cast<int>(s));
+    for (graph::ValueId v : step_reads(steps_[s])) readers[v].push_back(static_cast<int>(s));
   }
   for (graph::ValueId v : g.outputs) readers[v].push_back(-1);
   for (const graph::Mutation& m : g.mutations) readers[m.value].push_back(-1);
@@ -865,6 +850,18 @@ void Executor::decide_fused_step(const Step& step, std::vector<at::Tensor>& env,
     args[product_slot] = env[o.out];
     k.triton->launch(args);
   });
+}
+
+std::vector<graph::ValueId> Executor::step_reads(const Step& step) const {
+  if (step.kernel >= 0) return kernels_[step.kernel].inputs;
+  if (!step.call) return {step.view->root};
+  if (step.attention) {
+    const FusedAttention& a = *step.attention;
+    std::vector<graph::ValueId> reads = {a.q, a.kt, a.v};
+    if (a.mask >= 0) reads.push_back(a.mask);
+    return reads;
+  }
+  return step.call->reads();
 }
 
 int Executor::num_kernels() const {

@@ -226,6 +226,9 @@ class Executor {
                          torch::jit::Stack& stack) const;
 
   Step extern_step(int32_t node) const;
+  /// The values a step reads: a kernel's inputs, a view's root, a fused attention's q, k^T, v
+  /// and mask, an extern call's arguments.
+  std::vector<graph::ValueId> step_reads(const Step& step) const;
   /// The Triton kernel of a group, named by its content. Throws Unsupported when the group has
   /// no Triton form.
   /// `private_outputs`: the group's outputs nothing reads after it (sched::private_outputs).
