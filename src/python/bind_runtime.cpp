@@ -221,6 +221,9 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("num_extern_steps", &Executor::num_extern_steps)
       .def_prop_ro("num_matmul_templates", &Executor::num_matmul_templates,
                    "Matrix products with a Triton template (mode='max-autotune').")
+      .def_prop_ro("num_parameter_kernels", &Executor::num_parameter_kernels,
+                   "Kernels of parameters only (autocast's weight casts), whose outputs are kept "
+                   "from call to call while the parameters are unchanged.")
       .def_prop_ro("num_fused_attention", &Executor::num_fused_attention,
                    "Eager attention patterns (bmm, softmax, bmm) run as one "
                    "scaled_dot_product_attention call.")

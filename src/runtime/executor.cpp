@@ -23,6 +23,25 @@
 
 namespace ember::runtime {
 
+/// The outputs of a kernel of parameters, and the inputs they were computed from: each input's
+/// TensorImpl and version counter (an in-place update, an optimizer's step, bumps it).
+struct ParameterCache {
+  std::mutex mu;
+  std::vector<std::pair<const void*, uint32_t>> key;
+  std::vector<at::Tensor> outputs;
+
+  static std::vector<std::pair<const void*, uint32_t>> key_of(
+      const std::vector<at::Tensor>& env, const std::vector<graph::ValueId>& in) {
+    std::vector<std::pair<const void*, uint32_t>> k;
+    for (graph::ValueId v : in) {
+      const at::Tensor& t = env[v];
+      k.emplace_back(t.unsafeGetTensorImpl(),
+                     t.unsafeGetTensorImpl()->version_counter().current_version());
+    }
+    return k;
+  }
+};
+
 namespace {
 
 // The alias sets `a` names, its list elements' included (`Tensor(a)[]`).
@@ -535,6 +554,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
     int at = last_use[v];
     if (at >= 0 && at < keep) steps_[at].release.push_back(static_cast<graph::ValueId>(v));
   }
+  mark_parameter_kernels();
   plan_reuse(last_use, defined_at);
   if (!triton_) plan_memory(last_use);  // the arena is host memory: not for Triton kernels yet
 
@@ -605,6 +625,34 @@ void Executor::plan_reuse(const std::vector<int>& last_use, const std::vector<in
   }
 }
 
+void Executor::mark_parameter_kernels() {
+  const graph::Graph& g = traced_.graph;
+  std::vector<bool> parameter(g.values.size(), false), kept_out(g.values.size(), false);
+  for (const graph::Input& in : g.inputs) {
+    parameter[in.value] = in.kind == graph::InputKind::Parameter;
+  }
+  for (const graph::Mutation& m : g.mutations) {
+    parameter[m.input] = false;  // the graph writes it: never a cache key
+    kept_out[m.value] = true;
+  }
+  for (graph::ValueId v : g.outputs) kept_out[v] = true;  // the caller may write it
+  for (const Step& step : steps_) {
+    if (step.kernel < 0 || step.fused) continue;
+    Kernel& k = kernels_[step.kernel];
+    if (k.inputs.empty() || k.index_status) continue;
+    bool only_parameters = true;
+    for (graph::ValueId v : k.inputs) only_parameters = only_parameters && parameter[v];
+    for (graph::ValueId v : k.outputs) only_parameters = only_parameters && !kept_out[v];
+    if (only_parameters) k.parameter_cache = std::make_shared<ParameterCache>();
+  }
+}
+
+int Executor::num_parameter_kernels() const {
+  int n = 0;
+  for (const Kernel& k : kernels_) n += k.parameter_cache ? 1 : 0;
+  return n;
+}
+
 void Executor::plan_memory(const std::vector<int>& last_use) {
   const graph::Graph& g = traced_.graph;
   const int keep = static_cast<int>(steps_.size());
@@ -617,6 +665,7 @@ void Executor::plan_memory(const std::vector<int>& last_use) {
     const Step& step = steps_[s];
     if (step.kernel >= 0) {
       const Kernel& k = kernels_[step.kernel];
+      if (k.parameter_cache) continue;  // kept across calls: never in the per-call arena
       for (size_t i = 0; i < k.outputs.size(); ++i) {
         const Kernel::Output& out = k.allocations[i];
         if (out.reuse_input >= 0) continue;  // in a dead input's memory
@@ -1096,6 +1145,19 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
         for (graph::ValueId v : step.release) env[v].reset();
         continue;
       }
+      const Kernel& kernel = kernels_[step.kernel];
+      std::optional<std::vector<std::pair<const void*, uint32_t>>> key;
+      if (kernel.parameter_cache && !cuda_graph_) {
+        key = ParameterCache::key_of(env, kernel.inputs);
+        std::lock_guard<std::mutex> lock(kernel.parameter_cache->mu);
+        if (kernel.parameter_cache->key == *key) {
+          for (size_t i = 0; i < kernel.outputs.size(); ++i) {
+            env[kernel.outputs[i]] = kernel.parameter_cache->outputs[i];
+          }
+          for (graph::ValueId v : step.release) env[v].reset();
+          continue;
+        }
+      }
       if (step.fused && !env[step.matmul_operands.out].defined()) {
         steps_[step.fused_product_step].call->run(env, stack);  // the product's step was skipped
       }
@@ -1106,6 +1168,12 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
         return unfused_->run(inputs);
       }
       if (step.fused && step.fused->chosen() == -2) decide_fused_step(step, env, stack);
+      if (key) {
+        std::lock_guard<std::mutex> lock(kernel.parameter_cache->mu);
+        kernel.parameter_cache->key = std::move(*key);
+        kernel.parameter_cache->outputs.clear();
+        for (graph::ValueId o : kernel.outputs) kernel.parameter_cache->outputs.push_back(env[o]);
+      }
       for (graph::ValueId v : step.release) env[v].reset();
       continue;
     }

@@ -37,6 +37,8 @@ struct Plan;
 
 namespace ember::runtime {
 
+struct ParameterCache;  // executor.cpp: a kernel of parameters' outputs, kept across calls
+
 struct ExecutorOptions {
   /// Fuse pointwise nodes into generated C++ kernels (CPU graphs only).
   bool codegen = true;
@@ -116,6 +118,9 @@ class Executor {
   int num_fused_epilogues() const;
   /// Eager attention patterns run as one scaled_dot_product_attention call.
   int num_fused_attention() const { return num_fused_attention_; }
+  /// Kernels whose outputs depend on parameters only and are kept across calls (see
+  /// Kernel::parameter_cache; not with CUDA graphs).
+  int num_parameter_kernels() const;
   /// Steps that make views of a realized tensor directly from its storage (see View): one per
   /// chain of views the scheduler collapsed, or one per view op left outside kernels.
   int num_view_steps() const;
@@ -165,6 +170,9 @@ class Executor {
     std::string description;  ///< "kernel <name>: <ops of its nodes>"
     /// sched::KernelGroup::reuse: candidates, decided by plan_reuse.
     std::vector<std::pair<graph::ValueId, graph::ValueId>> reuse;
+    /// A kernel of parameters only (autocast's casts of the weights): its outputs are kept from
+    /// call to call while every input is the same tensor at the same version (ParameterCache).
+    std::shared_ptr<ParameterCache> parameter_cache;
   };
   /// Views made directly from a realized tensor's storage (a TensorImpl with the traced sizes and
   /// strides), without a dispatcher call: the outputs of a chain of views the scheduler collapsed
@@ -242,6 +250,9 @@ class Executor {
   bool run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const at::Tensor& arena) const;
   /// Places kernel outputs that only live inside a call in one arena (memory planning).
   void plan_memory(const std::vector<int>& last_use);
+  /// Gives Kernel::parameter_cache to kernels that read parameters only (not ones the graph
+  /// mutates) and write nothing the caller sees.
+  void mark_parameter_kernels();
   /// Lets kernel outputs take over dead inputs' memory (Kernel::Output::reuse_input): an input
   /// that an extern step returned as fresh memory, that nothing reads after the kernel, and that
   /// nothing aliases.
