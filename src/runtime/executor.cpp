@@ -24,19 +24,28 @@
 namespace ember::runtime {
 
 /// The outputs of a kernel of parameters, and the inputs they were computed from: each input's
-/// TensorImpl and version counter (an in-place update, an optimizer's step, bumps it).
+/// TensorImpl, version counter (an in-place update, an optimizer's step, bumps it) and data
+/// pointer (`p.data = t` keeps the TensorImpl and its version but swaps the storage). The
+/// storages are held, so no other tensor can be given their addresses while they are the key.
 struct ParameterCache {
+  struct Input {
+    const void* impl = nullptr;
+    uint32_t version = 0;
+    const void* data = nullptr;
+    bool operator==(const Input&) const = default;
+  };
   std::mutex mu;
-  std::vector<std::pair<const void*, uint32_t>> key;
+  std::vector<Input> key;
+  std::vector<c10::Storage> held;
   std::vector<at::Tensor> outputs;
 
-  static std::vector<std::pair<const void*, uint32_t>> key_of(
-      const std::vector<at::Tensor>& env, const std::vector<graph::ValueId>& in) {
-    std::vector<std::pair<const void*, uint32_t>> k;
+  static std::vector<Input> key_of(const std::vector<at::Tensor>& env,
+                                   const std::vector<graph::ValueId>& in) {
+    std::vector<Input> k;
     for (graph::ValueId v : in) {
       const at::Tensor& t = env[v];
-      k.emplace_back(t.unsafeGetTensorImpl(),
-                     t.unsafeGetTensorImpl()->version_counter().current_version());
+      k.push_back({t.unsafeGetTensorImpl(),
+                   t.unsafeGetTensorImpl()->version_counter().current_version(), t.data_ptr()});
     }
     return k;
   }
@@ -1146,7 +1155,7 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
         continue;
       }
       const Kernel& kernel = kernels_[step.kernel];
-      std::optional<std::vector<std::pair<const void*, uint32_t>>> key;
+      std::optional<std::vector<ParameterCache::Input>> key;
       if (kernel.parameter_cache && !cuda_graph_) {
         key = ParameterCache::key_of(env, kernel.inputs);
         std::lock_guard<std::mutex> lock(kernel.parameter_cache->mu);
@@ -1171,6 +1180,10 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
       if (key) {
         std::lock_guard<std::mutex> lock(kernel.parameter_cache->mu);
         kernel.parameter_cache->key = std::move(*key);
+        kernel.parameter_cache->held.clear();
+        for (graph::ValueId v : kernel.inputs) {
+          kernel.parameter_cache->held.push_back(env[v].storage());
+        }
         kernel.parameter_cache->outputs.clear();
         for (graph::ValueId o : kernel.outputs) kernel.parameter_cache->outputs.push_back(env[o]);
       }

@@ -35,6 +35,11 @@ def test_weight_casts_are_kept_while_the_weights_do_not_change(triton):
     w2 = torch.randn(32, 16)  # another tensor
     torch.testing.assert_close(compiled(x, w2, b)[0], linear_bf16(x, w2, b), **tol)
     torch.testing.assert_close(compiled(x, w, b)[0], linear_bf16(x, w, b), **tol)
+    p = torch.nn.Parameter(w.clone())
+    torch.testing.assert_close(compiled(x, p, b)[0], linear_bf16(x, p, b), **tol)
+    p.data = torch.randn(32, 16)  # same TensorImpl and version, another storage
+    with torch.no_grad():
+        torch.testing.assert_close(compiled(x, p, b)[0], linear_bf16(x, p, b), **tol)
 
 
 def test_user_inputs_and_graph_outputs_are_never_kept():
