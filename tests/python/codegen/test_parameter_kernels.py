@@ -55,3 +55,11 @@ def test_user_inputs_and_graph_outputs_are_never_kept():
     compiled = C.CompiledGraph(graph)
     assert compiled.num_parameter_kernels == 0
     torch.testing.assert_close(compiled(w)[0], cast_out(w))
+
+
+def test_the_cache_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("EMBER_PARAMETER_CACHE", "0")
+    x = torch.randn(8, 16, dtype=torch.bfloat16)
+    w, b = torch.randn(32, 16), torch.randn(32)
+    graph, _ = trace_with_structure(linear_bf16, (x, w, b), kinds=["user", "param", "param"])
+    assert C.CompiledGraph(graph).num_parameter_kernels == 0
