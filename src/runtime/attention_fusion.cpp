@@ -76,34 +76,9 @@ std::vector<FusedAttention> find_fused_attention(
     const graph::Graph& g, const sched::Plan& plan,
     const std::function<std::optional<double>(ValueId)>& constant_value,
     std::vector<ValueId>* realize, std::vector<ValueId>* separate) {
-  // The steps reading each value (-1: the graph's outputs and mutations).
-  std::vector<std::vector<int>> readers(g.values.size());
-  std::vector<int> producer_step(g.values.size(), -1);
-  for (size_t s = 0; s < plan.steps.size(); ++s) {
-    const sched::PlanStep& ps = plan.steps[s];
-    std::vector<ValueId> reads, writes;
-    if (ps.kind == sched::PlanStep::Kind::Kernel) {
-      reads = plan.groups[ps.index].inputs;
-      writes = plan.groups[ps.index].outputs;
-    } else if (ps.kind == sched::PlanStep::Kind::Extern) {
-      for (const graph::Arg& a : g.nodes[ps.index].args) {
-        if (const auto* r = std::get_if<graph::ValueRef>(&a)) reads.push_back(r->id);
-        if (const auto* l = std::get_if<graph::ValueList>(&a)) {
-          for (const auto& item : l->items) {
-            if (item) reads.push_back(*item);
-          }
-        }
-      }
-      writes = g.nodes[ps.index].outputs;
-    } else {
-      reads = {ps.root};
-      writes = g.nodes[ps.index].outputs;
-    }
-    for (ValueId v : reads) readers[v].push_back(static_cast<int>(s));
-    for (ValueId v : writes) producer_step[v] = static_cast<int>(s);
-  }
-  for (ValueId v : g.outputs) readers[v].push_back(-1);
-  for (const graph::Mutation& m : g.mutations) readers[m.value].push_back(-1);
+  const sched::PlanUses uses = sched::plan_uses(g, plan);
+  const std::vector<std::vector<int>>& readers = uses.readers;
+  const std::vector<int>& producer_step = uses.producer;
 
   std::vector<FusedAttention> out;
   for (size_t s2 = 0; s2 < plan.steps.size(); ++s2) {

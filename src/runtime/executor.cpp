@@ -15,6 +15,7 @@
 
 #include "codegen/cpp/cpp_emitter.h"
 #include "runtime/constant_fold.h"
+#include "runtime/executor_internal.h"
 #include "sched/fusion.h"
 #include "sched/memory_plan.h"
 #include "support/error.h"
@@ -22,34 +23,6 @@
 #include "tracer/convert.h"
 
 namespace ember::runtime {
-
-/// The outputs of a kernel of parameters, and the inputs they were computed from: each input's
-/// TensorImpl, version counter (an in-place update, an optimizer's step, bumps it) and data
-/// pointer (`p.data = t` keeps the TensorImpl and its version but swaps the storage). The
-/// storages are held, so no other tensor can be given their addresses while they are the key.
-struct ParameterCache {
-  struct Input {
-    const void* impl = nullptr;
-    uint32_t version = 0;
-    const void* data = nullptr;
-    bool operator==(const Input&) const = default;
-  };
-  std::mutex mu;
-  std::vector<Input> key;
-  std::vector<c10::Storage> held;
-  std::vector<at::Tensor> outputs;
-
-  static std::vector<Input> key_of(const std::vector<at::Tensor>& env,
-                                   const std::vector<graph::ValueId>& in) {
-    std::vector<Input> k;
-    for (graph::ValueId v : in) {
-      const at::Tensor& t = env[v];
-      k.push_back({t.unsafeGetTensorImpl(),
-                   t.unsafeGetTensorImpl()->version_counter().current_version(), t.data_ptr()});
-    }
-    return k;
-  }
-};
 
 namespace {
 
@@ -81,19 +54,6 @@ bool returns_aliases(const c10::FunctionSchema& schema) {
     if (r.alias_info() != nullptr) return true;
   }
   return false;
-}
-
-// Whether `t` has the traced layout: the same sizes, and the same strides in every dim of more
-// than one element (the others never move an address).
-bool has_layout(const at::Tensor& t, const std::vector<int64_t>& sizes,
-                const std::vector<int64_t>& strides) {
-  if (t.dim() != static_cast<int64_t>(sizes.size())) return false;
-  for (size_t d = 0; d < sizes.size(); ++d) {
-    const int64_t size = t.size(static_cast<int64_t>(d));
-    if (size != sizes[d]) return false;
-    if (size > 1 && t.stride(static_cast<int64_t>(d)) != strides[d]) return false;
-  }
-  return true;
 }
 
 bool all_on_cpu(const graph::Graph& g) {
@@ -165,6 +125,17 @@ std::string first_seeded_op(const graph::Graph& g) {
 }
 
 }  // namespace
+
+bool has_layout(const at::Tensor& t, const std::vector<int64_t>& sizes,
+                const std::vector<int64_t>& strides) {
+  if (t.dim() != static_cast<int64_t>(sizes.size())) return false;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    const int64_t size = t.size(static_cast<int64_t>(d));
+    if (size != sizes[d]) return false;
+    if (size > 1 && t.stride(static_cast<int64_t>(d)) != strides[d]) return false;
+  }
+  return true;
+}
 
 Executor::~Executor() = default;
 
@@ -599,144 +570,6 @@ std::string Executor::cuda_graph_status() const {
   return cuda_graph_->disabled_reason();
 }
 
-void Executor::plan_reuse(const std::vector<int>& last_use, const std::vector<int>& defined_at) {
-  for (size_t s = 0; s < steps_.size(); ++s) {
-    if (steps_[s].kernel < 0) continue;
-    Kernel& k = kernels_[steps_[s].kernel];
-    for (const auto& [u, v] : k.reuse) {
-      const int def = defined_at[u];
-      if (last_use[u] != static_cast<int>(s) || def < 0) continue;
-      const Step& producer = steps_[def];
-      if (!producer.call || producer.may_alias || producer.view) continue;
-      // Nothing made between the producer and this kernel may alias u and outlive it.
-      bool aliased = false;
-      for (size_t t = def + 1; t <= s && !aliased; ++t) {
-        const Step& step = steps_[t];
-        if (step.kernel >= 0) continue;
-        std::vector<graph::ValueId> outs;
-        if (!step.call) {
-          if (step.view->root != u) continue;
-          for (const ViewOutput& o : step.view->outputs) outs.push_back(o.value);
-        } else {
-          const std::vector<graph::ValueId> reads = step.call->reads();
-          if (!step.may_alias || std::find(reads.begin(), reads.end(), u) == reads.end()) continue;
-          outs = step.call->outputs;
-        }
-        for (graph::ValueId w : outs) aliased |= last_use[w] >= static_cast<int>(s);
-      }
-      if (aliased) continue;
-      auto in = std::find(k.inputs.begin(), k.inputs.end(), u);
-      auto out = std::find(k.outputs.begin(), k.outputs.end(), v);
-      if (in == k.inputs.end() || out == k.outputs.end()) continue;
-      k.allocations[out - k.outputs.begin()].reuse_input = static_cast<int>(in - k.inputs.begin());
-      ++num_reused_buffers_;
-    }
-  }
-}
-
-void Executor::mark_parameter_kernels() {
-  const char* env = std::getenv("EMBER_PARAMETER_CACHE");
-  if (env != nullptr && std::string(env) == "0") return;  // to measure what it gains
-  const graph::Graph& g = traced_.graph;
-  std::vector<bool> parameter(g.values.size(), false), kept_out(g.values.size(), false);
-  for (const graph::Input& in : g.inputs) {
-    parameter[in.value] = in.kind == graph::InputKind::Parameter;
-  }
-  for (const graph::Mutation& m : g.mutations) {
-    parameter[m.input] = false;  // the graph writes it: never a cache key
-    kept_out[m.value] = true;
-  }
-  for (graph::ValueId v : g.outputs) kept_out[v] = true;  // the caller may write it
-  for (const Step& step : steps_) {
-    if (step.kernel < 0 || step.fused) continue;
-    Kernel& k = kernels_[step.kernel];
-    if (k.inputs.empty() || k.index_status) continue;
-    bool only_parameters = true;
-    for (graph::ValueId v : k.inputs) only_parameters = only_parameters && parameter[v];
-    for (graph::ValueId v : k.outputs) only_parameters = only_parameters && !kept_out[v];
-    if (only_parameters) k.parameter_cache = std::make_shared<ParameterCache>();
-  }
-}
-
-int Executor::num_parameter_kernels() const {
-  int n = 0;
-  for (const Kernel& k : kernels_) n += k.parameter_cache ? 1 : 0;
-  return n;
-}
-
-void Executor::plan_memory(const std::vector<int>& last_use) {
-  const graph::Graph& g = traced_.graph;
-  const int keep = static_cast<int>(steps_.size());
-  // Which arena candidates each value aliases: a kernel output is its own candidate; the results
-  // of an op whose schema returns aliases (views) alias every tensor it reads.
-  std::vector<std::vector<int>> aliases(g.values.size());
-  std::vector<sched::BufferLifetime> lifetimes;
-  std::vector<std::pair<int, size_t>> where;  // candidate -> (kernel, output)
-  for (size_t s = 0; s < steps_.size(); ++s) {
-    const Step& step = steps_[s];
-    if (step.kernel >= 0) {
-      const Kernel& k = kernels_[step.kernel];
-      if (k.parameter_cache) continue;  // kept across calls: never in the per-call arena
-      for (size_t i = 0; i < k.outputs.size(); ++i) {
-        const Kernel::Output& out = k.allocations[i];
-        if (out.reuse_input >= 0) continue;  // in a dead input's memory
-        int64_t extent = 1;                  // elements the strided layout spans
-        for (size_t d = 0; d < out.sizes.size(); ++d) {
-          if (out.sizes[d] == 0) extent = 0;
-          if (extent > 0) extent += (out.sizes[d] - 1) * out.strides[d];
-        }
-        const int64_t bytes = extent * static_cast<int64_t>(out.options.dtype().itemsize());
-        aliases[k.outputs[i]] = {static_cast<int>(lifetimes.size())};
-        lifetimes.push_back({bytes, static_cast<int32_t>(s), static_cast<int32_t>(s)});
-        where.emplace_back(step.kernel, i);
-      }
-      continue;
-    }
-    if (!step.call) {  // a view step: its views alias the root
-      for (const ViewOutput& o : step.view->outputs) aliases[o.value] = aliases[step.view->root];
-      continue;
-    }
-    if (!step.may_alias) continue;
-    std::vector<int> read;
-    for (graph::ValueId v : step.call->reads()) {
-      read.insert(read.end(), aliases[v].begin(), aliases[v].end());
-    }
-    for (graph::ValueId o : step.call->outputs) aliases[o] = read;
-  }
-  if (lifetimes.empty()) return;
-  // A candidate lives until the last use of anything aliasing it; one that a caller can see
-  // (a graph output, a value written back into an input, or their aliases) gets its own memory.
-  std::vector<bool> excluded(lifetimes.size(), false);
-  for (graph::ValueId v : g.outputs) {
-    for (int c : aliases[v]) excluded[c] = true;
-  }
-  for (const graph::Mutation& m : g.mutations) {
-    for (int c : aliases[m.value]) excluded[c] = true;
-  }
-  for (size_t v = 0; v < aliases.size(); ++v) {
-    for (int c : aliases[v]) {
-      if (last_use[v] >= keep) excluded[c] = true;
-      lifetimes[c].last = std::max(lifetimes[c].last, static_cast<int32_t>(last_use[v]));
-    }
-  }
-  std::vector<sched::BufferLifetime> planned;
-  std::vector<int> candidate_of;
-  for (size_t c = 0; c < lifetimes.size(); ++c) {
-    // Empty buffers need no arena space (and an arena of 0 bytes would not be allocated).
-    if (excluded[c] || lifetimes[c].bytes == 0) continue;
-    planned.push_back(lifetimes[c]);
-    candidate_of.push_back(static_cast<int>(c));
-  }
-  if (planned.empty()) return;
-  sched::ArenaPlan plan = sched::plan_arena(planned, 64);
-  for (size_t i = 0; i < planned.size(); ++i) {
-    auto [kernel, output] = where[candidate_of[i]];
-    kernels_[kernel].allocations[output].arena_offset = plan.offsets[i];
-  }
-  arena_bytes_ = plan.total_bytes;
-  num_arena_buffers_ = static_cast<int>(planned.size());
-}
-
 bool any_shares_storage(const std::vector<at::Tensor>& inputs, const std::vector<size_t>& which) {
   for (size_t m : which) {
     if (m >= inputs.size() || !inputs[m].has_storage()) continue;
@@ -786,132 +619,6 @@ int Executor::num_view_steps() const {
                                         [](const Step& s) { return s.view.has_value(); }));
 }
 
-void Executor::attach_matmul_templates(int device, const sched::Plan& plan,
-                                       const std::vector<int>& group_of_kernel) {
-  const graph::Graph& g = traced_.graph;
-  const bool tf32 = at::globalContext().allowTF32CuBLAS();
-  const bool interpret = device < 0;  // a CPU graph under Triton's interpreter (tests)
-  // Which steps read each value; graph outputs and mutation values are read after the last.
-  std::vector<std::vector<int>> readers(g.values.size());
-  for (size_t s = 0; s < steps_.size(); ++s) {
-    for (graph::ValueId v : step_reads(steps_[s])) readers[v].push_back(static_cast<int>(s));
-  }
-  for (graph::ValueId v : g.outputs) readers[v].push_back(-1);
-  for (const graph::Mutation& m : g.mutations) readers[m.value].push_back(-1);
-
-  std::vector<codegen::MatmulSpec> specs;
-  std::vector<std::optional<FusedEpilogue>> epilogues;
-  std::vector<std::pair<size_t, int>> step_of;  // (product step, epilogue step or -1)
-  for (size_t s = 0; s < steps_.size(); ++s) {
-    Step& step = steps_[s];
-    if (!step.call || step.node < 0 || step.attention) continue;
-    auto spec = MatmulTemplate::spec_of(g, g.nodes[step.node], tf32, interpret);
-    if (!spec) continue;
-    step.matmul_operands = spec->second;
-    const graph::TensorType& out = g.type(spec->second.out);
-    step.matmul_sizes = graph::constant_values(out.sizes);
-    step.matmul_strides = graph::constant_values(out.strides);
-    specs.push_back(spec->first);
-    step_of.emplace_back(s, -1);
-    epilogues.emplace_back();
-    // The epilogue: the one kernel that reads the product, a pointwise nest over its elements.
-    const std::vector<int>& r = readers[spec->second.out];
-    if (r.size() != 1 || r[0] <= static_cast<int>(s) || steps_[r[0]].kernel < 0) continue;
-    const Kernel& k = kernels_[steps_[r[0]].kernel];
-    const sched::KernelGroup& group = plan.groups[group_of_kernel[steps_[r[0]].kernel]];
-    if (k.index_status) continue;
-    auto at = std::find(group.inputs.begin(), group.inputs.end(), spec->second.out);
-    if (at == group.inputs.end()) continue;
-    FusedEpilogue f;
-    bool clash = false;
-    for (const loop::BufferParam& b : group.kernel.buffers) {
-      f.code.buffers.push_back(b.name);
-      clash = clash || b.name == "a" || b.name == "b" || b.name == "bias";
-    }
-    const std::string& product = group.kernel.buffers[at - group.inputs.begin()].name;
-    std::optional<std::string> body = codegen::emit_triton_epilogue(group.kernel, product, nullptr);
-    if (clash || !body) continue;
-    f.code.body = *body;
-    for (at::ScalarType t : buffer_types(group)) f.signature.push_back(triton_pointer_type(t));
-    for (size_t i = 0; i < group.outputs.size(); ++i) {
-      if (!k.allocations[i].unused) f.outputs.push_back(group.inputs.size() + i);
-    }
-    epilogues.back() = std::move(f);
-    step_of.back().second = r[0];
-  }
-  if (specs.empty()) return;
-  std::vector<std::string> errors;
-  std::vector<std::unique_ptr<MatmulTemplate>> ts =
-      interpret ? MatmulTemplate::interpreted_all(specs, epilogues)
-                : MatmulTemplate::cuda_all(specs, device, &errors, epilogues);
-  for (size_t i = 0; i < ts.size(); ++i) {
-    if (ts[i] == nullptr) continue;
-    auto [s, into] = step_of[i];
-    if (into < 0) {
-      steps_[s].matmul = std::move(ts[i]);
-      continue;
-    }
-    Step& k = steps_[into];
-    k.fused = std::move(ts[i]);
-    k.fused_product_step = static_cast<int>(s);
-    k.matmul_operands = steps_[s].matmul_operands;
-    steps_[s].fused_into = into;
-  }
-}
-
-bool Executor::run_fused_step(const Step& step, std::vector<at::Tensor>& env) const {
-  if (step.fused->chosen() < 0) return false;
-  const Kernel& k = kernels_[step.kernel];
-  const MatmulOperands& o = step.matmul_operands;
-  std::vector<at::Tensor> buffers;
-  for (size_t i = 0; i < k.inputs.size(); ++i) {
-    if (k.inputs[i] == o.out) {
-      buffers.emplace_back(at::empty({0}, k.input_layouts[i].options));  // never read
-      continue;
-    }
-    const at::Tensor& x = env[k.inputs[i]];
-    if (!has_layout(x, k.input_layouts[i].sizes, k.input_layouts[i].strides)) return false;
-    buffers.push_back(x);
-  }
-  std::vector<at::Tensor> outs;
-  for (const Kernel::Output& out : k.allocations) {
-    outs.push_back(out.unused ? at::empty({0}, out.options)
-                              : at::empty_strided(out.sizes, out.strides, out.options));
-  }
-  buffers.insert(buffers.end(), outs.begin(), outs.end());
-  if (!step.fused->run_fused(env[o.a], env[o.b], o.bias >= 0 ? &env[o.bias] : nullptr, buffers,
-                             nullptr)) {
-    return false;
-  }
-  for (size_t i = 0; i < k.outputs.size(); ++i) env[k.outputs[i]] = outs[i];
-  return true;
-}
-
-void Executor::decide_fused_step(const Step& step, std::vector<at::Tensor>& env,
-                                 torch::jit::Stack& stack) const {
-  const Kernel& k = kernels_[step.kernel];
-  const MatmulOperands& o = step.matmul_operands;
-  if (!k.triton) return;
-  // Scratch outputs: this call's own come from the kernel that just ran.
-  std::vector<at::Tensor> buffers;
-  size_t product_slot = 0;
-  for (size_t i = 0; i < k.inputs.size(); ++i) {
-    if (k.inputs[i] == o.out) product_slot = i;
-    buffers.push_back(env[k.inputs[i]]);
-  }
-  for (const Kernel::Output& out : k.allocations) {
-    buffers.push_back(out.unused ? at::empty({0}, out.options)
-                                 : at::empty_strided(out.sizes, out.strides, out.options));
-  }
-  const Step& product = steps_[step.fused_product_step];
-  step.fused->run_fused(env[o.a], env[o.b], o.bias >= 0 ? &env[o.bias] : nullptr, buffers, [&] {
-    product.call->run(env, stack);
-    std::vector<at::Tensor> args = buffers;
-    args[product_slot] = env[o.out];
-    k.triton->launch(args);
-  });
-}
-
 std::vector<graph::ValueId> Executor::step_reads(const Step& step) const {
   if (step.kernel >= 0) return kernels_[step.kernel].inputs;
   if (!step.call) return {step.view->root};
@@ -958,27 +665,6 @@ void Executor::fuse_attention(const sched::Plan& plan) {
   }
   steps_ = std::move(kept);
   num_fused_attention_ = static_cast<int>(found.size());
-}
-
-int Executor::num_matmul_templates() const {
-  int n = 0;
-  for (const Step& s : steps_) n += (s.matmul ? 1 : 0) + (s.fused ? 1 : 0);
-  return n;
-}
-
-int Executor::num_fused_epilogues() const {
-  int n = 0;
-  for (const Step& s : steps_) n += s.fused ? 1 : 0;
-  return n;
-}
-
-int Executor::num_matmul_templates_chosen() const {
-  int n = 0;
-  for (const Step& s : steps_) {
-    n +=
-        (s.matmul && s.matmul->chosen() >= 0 ? 1 : 0) + (s.fused && s.fused->chosen() >= 0 ? 1 : 0);
-  }
-  return n;
 }
 
 int Executor::num_extern_steps() const {

@@ -430,27 +430,41 @@ Plan schedule_graph(const graph::Graph& g, const ScheduleOptions& options) {
   return Scheduler(g, options).run();
 }
 
-std::vector<std::vector<ValueId>> private_outputs(const graph::Graph& g, const Plan& plan) {
-  std::vector<bool> read(g.values.size(), false);
-  for (ValueId v : g.outputs) read[v] = true;
-  for (const graph::Mutation& m : g.mutations) read[m.value] = true;
-  for (const PlanStep& ps : plan.steps) {
+PlanUses plan_uses(const graph::Graph& g, const Plan& plan) {
+  PlanUses u;
+  u.readers.resize(g.values.size());
+  u.producer.assign(g.values.size(), -1);
+  for (size_t s = 0; s < plan.steps.size(); ++s) {
+    const PlanStep& ps = plan.steps[s];
+    std::vector<ValueId> reads, writes;
     switch (ps.kind) {
       case PlanStep::Kind::Kernel:
-        for (ValueId v : plan.groups[ps.index].inputs) read[v] = true;
+        reads = plan.groups[ps.index].inputs;
+        writes = plan.groups[ps.index].outputs;
         break;
       case PlanStep::Kind::Extern:
-        for (ValueId v : all_reads(g.nodes[ps.index])) read[v] = true;
+        reads = all_reads(g.nodes[ps.index]);
+        writes = g.nodes[ps.index].outputs;
         break;
       case PlanStep::Kind::View:
-        read[ps.root] = true;
+        reads = {ps.root};
+        writes = g.nodes[ps.index].outputs;
         break;
     }
+    for (ValueId v : reads) u.readers[v].push_back(static_cast<int>(s));
+    for (ValueId v : writes) u.producer[v] = static_cast<int>(s);
   }
+  for (ValueId v : g.outputs) u.readers[v].push_back(-1);
+  for (const graph::Mutation& m : g.mutations) u.readers[m.value].push_back(-1);
+  return u;
+}
+
+std::vector<std::vector<ValueId>> private_outputs(const graph::Graph& g, const Plan& plan) {
+  const PlanUses u = plan_uses(g, plan);
   std::vector<std::vector<ValueId>> out(plan.groups.size());
   for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
     for (ValueId v : plan.groups[gi].outputs) {
-      if (!read[v]) out[gi].push_back(v);
+      if (u.readers[v].empty()) out[gi].push_back(v);
     }
   }
   return out;

@@ -115,6 +115,17 @@ struct ScheduleOptions {
 ///    checks graph inputs' strides).
 Plan schedule_graph(const graph::Graph& g, const ScheduleOptions& options = {});
 
+/// Who reads and writes each value in `plan` (requires a plan of `g`).
+struct PlanUses {
+  /// Per value, the steps reading it in step order (a kernel's inputs, an extern node's tensor
+  /// arguments, a view step's root), then -1 when it is a graph output or mutation value.
+  std::vector<std::vector<int>> readers;
+  /// Per value, the step writing it (a kernel's output, an extern or view node's output); -1
+  /// for graph inputs and values no step writes (computed inside kernels only).
+  std::vector<int> producer;
+};
+PlanUses plan_uses(const graph::Graph& g, const Plan& plan);
+
 /// Per group of `plan`, its outputs that nothing reads after its kernel: no later step takes them
 /// (as a kernel input, an extern argument or a view's root) and they are not graph outputs or
 /// mutation values. Only the kernel's own fused nodes read them (a softmax's f32 result that its

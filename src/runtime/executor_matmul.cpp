@@ -1,0 +1,164 @@
+/// \file
+/// The executor's side of mode="max-autotune": matrix products get Triton templates, and a
+/// pointwise kernel that is a product's only reader runs as its template's epilogue
+/// (runtime/matmul_template.h, docs/design/triton_codegen.md).
+#include <ATen/ATen.h>
+#include <ATen/Context.h>
+
+#include <algorithm>
+
+#include "codegen/triton/triton_emitter.h"
+#include "runtime/executor.h"
+#include "runtime/executor_internal.h"
+#include "sched/fusion.h"
+
+namespace ember::runtime {
+
+void Executor::attach_matmul_templates(int device, const sched::Plan& plan,
+                                       const std::vector<int>& group_of_kernel) {
+  const graph::Graph& g = traced_.graph;
+  const bool tf32 = at::globalContext().allowTF32CuBLAS();
+  const bool interpret = device < 0;  // a CPU graph under Triton's interpreter (tests)
+  // Which steps read each value; graph outputs and mutation values are read after the last.
+  std::vector<std::vector<int>> readers(g.values.size());
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    for (graph::ValueId v : step_reads(steps_[s])) readers[v].push_back(static_cast<int>(s));
+  }
+  for (graph::ValueId v : g.outputs) readers[v].push_back(-1);
+  for (const graph::Mutation& m : g.mutations) readers[m.value].push_back(-1);
+
+  std::vector<codegen::MatmulSpec> specs;
+  std::vector<std::optional<FusedEpilogue>> epilogues;
+  std::vector<std::pair<size_t, int>> step_of;  // (product step, epilogue step or -1)
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    Step& step = steps_[s];
+    if (!step.call || step.node < 0 || step.attention) continue;
+    auto spec = MatmulTemplate::spec_of(g, g.nodes[step.node], tf32, interpret);
+    if (!spec) continue;
+    step.matmul_operands = spec->second;
+    const graph::TensorType& out = g.type(spec->second.out);
+    step.matmul_sizes = graph::constant_values(out.sizes);
+    step.matmul_strides = graph::constant_values(out.strides);
+    specs.push_back(spec->first);
+    step_of.emplace_back(s, -1);
+    epilogues.emplace_back();
+    // The epilogue: the one kernel that reads the product, a pointwise nest over its elements.
+    const std::vector<int>& r = readers[spec->second.out];
+    if (r.size() != 1 || r[0] <= static_cast<int>(s) || steps_[r[0]].kernel < 0) continue;
+    const Kernel& k = kernels_[steps_[r[0]].kernel];
+    const sched::KernelGroup& group = plan.groups[group_of_kernel[steps_[r[0]].kernel]];
+    if (k.index_status) continue;
+    auto at = std::find(group.inputs.begin(), group.inputs.end(), spec->second.out);
+    if (at == group.inputs.end()) continue;
+    FusedEpilogue f;
+    bool clash = false;
+    for (const loop::BufferParam& b : group.kernel.buffers) {
+      f.code.buffers.push_back(b.name);
+      clash = clash || b.name == "a" || b.name == "b" || b.name == "bias";
+    }
+    const std::string& product = group.kernel.buffers[at - group.inputs.begin()].name;
+    std::optional<std::string> body = codegen::emit_triton_epilogue(group.kernel, product, nullptr);
+    if (clash || !body) continue;
+    f.code.body = *body;
+    for (at::ScalarType t : buffer_types(group)) f.signature.push_back(triton_pointer_type(t));
+    for (size_t i = 0; i < group.outputs.size(); ++i) {
+      if (!k.allocations[i].unused) f.outputs.push_back(group.inputs.size() + i);
+    }
+    epilogues.back() = std::move(f);
+    step_of.back().second = r[0];
+  }
+  if (specs.empty()) return;
+  std::vector<std::string> errors;
+  std::vector<std::unique_ptr<MatmulTemplate>> ts =
+      interpret ? MatmulTemplate::interpreted_all(specs, epilogues)
+                : MatmulTemplate::cuda_all(specs, device, &errors, epilogues);
+  for (size_t i = 0; i < ts.size(); ++i) {
+    if (ts[i] == nullptr) continue;
+    auto [s, into] = step_of[i];
+    if (into < 0) {
+      steps_[s].matmul = std::move(ts[i]);
+      continue;
+    }
+    Step& k = steps_[into];
+    k.fused = std::move(ts[i]);
+    k.fused_product_step = static_cast<int>(s);
+    k.matmul_operands = steps_[s].matmul_operands;
+    steps_[s].fused_into = into;
+  }
+}
+
+bool Executor::run_fused_step(const Step& step, std::vector<at::Tensor>& env) const {
+  if (step.fused->chosen() < 0) return false;
+  const Kernel& k = kernels_[step.kernel];
+  const MatmulOperands& o = step.matmul_operands;
+  std::vector<at::Tensor> buffers;
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    if (k.inputs[i] == o.out) {
+      buffers.emplace_back(at::empty({0}, k.input_layouts[i].options));  // never read
+      continue;
+    }
+    const at::Tensor& x = env[k.inputs[i]];
+    if (!has_layout(x, k.input_layouts[i].sizes, k.input_layouts[i].strides)) return false;
+    buffers.push_back(x);
+  }
+  std::vector<at::Tensor> outs;
+  for (const Kernel::Output& out : k.allocations) {
+    outs.push_back(out.unused ? at::empty({0}, out.options)
+                              : at::empty_strided(out.sizes, out.strides, out.options));
+  }
+  buffers.insert(buffers.end(), outs.begin(), outs.end());
+  if (!step.fused->run_fused(env[o.a], env[o.b], o.bias >= 0 ? &env[o.bias] : nullptr, buffers,
+                             nullptr)) {
+    return false;
+  }
+  for (size_t i = 0; i < k.outputs.size(); ++i) env[k.outputs[i]] = outs[i];
+  return true;
+}
+
+void Executor::decide_fused_step(const Step& step, std::vector<at::Tensor>& env,
+                                 torch::jit::Stack& stack) const {
+  const Kernel& k = kernels_[step.kernel];
+  const MatmulOperands& o = step.matmul_operands;
+  if (!k.triton) return;
+  // Scratch outputs: this call's own come from the kernel that just ran.
+  std::vector<at::Tensor> buffers;
+  size_t product_slot = 0;
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    if (k.inputs[i] == o.out) product_slot = i;
+    buffers.push_back(env[k.inputs[i]]);
+  }
+  for (const Kernel::Output& out : k.allocations) {
+    buffers.push_back(out.unused ? at::empty({0}, out.options)
+                                 : at::empty_strided(out.sizes, out.strides, out.options));
+  }
+  const Step& product = steps_[step.fused_product_step];
+  step.fused->run_fused(env[o.a], env[o.b], o.bias >= 0 ? &env[o.bias] : nullptr, buffers, [&] {
+    product.call->run(env, stack);
+    std::vector<at::Tensor> args = buffers;
+    args[product_slot] = env[o.out];
+    k.triton->launch(args);
+  });
+}
+
+int Executor::num_matmul_templates() const {
+  int n = 0;
+  for (const Step& s : steps_) n += (s.matmul ? 1 : 0) + (s.fused ? 1 : 0);
+  return n;
+}
+
+int Executor::num_fused_epilogues() const {
+  int n = 0;
+  for (const Step& s : steps_) n += s.fused ? 1 : 0;
+  return n;
+}
+
+int Executor::num_matmul_templates_chosen() const {
+  int n = 0;
+  for (const Step& s : steps_) {
+    n +=
+        (s.matmul && s.matmul->chosen() >= 0 ? 1 : 0) + (s.fused && s.fused->chosen() >= 0 ? 1 : 0);
+  }
+  return n;
+}
+
+}  // namespace ember::runtime

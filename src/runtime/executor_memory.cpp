@@ -1,0 +1,155 @@
+/// \file
+/// The executor's memory decisions, made once per graph: outputs written into dead inputs
+/// (plan_reuse), kernels of parameters whose outputs are kept across calls
+/// (mark_parameter_kernels), and the per-call arena of intermediates (plan_memory).
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "runtime/executor.h"
+#include "runtime/executor_internal.h"
+#include "sched/memory_plan.h"
+
+namespace ember::runtime {
+
+void Executor::plan_reuse(const std::vector<int>& last_use, const std::vector<int>& defined_at) {
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    if (steps_[s].kernel < 0) continue;
+    Kernel& k = kernels_[steps_[s].kernel];
+    for (const auto& [u, v] : k.reuse) {
+      const int def = defined_at[u];
+      if (last_use[u] != static_cast<int>(s) || def < 0) continue;
+      const Step& producer = steps_[def];
+      if (!producer.call || producer.may_alias || producer.view) continue;
+      // Nothing made between the producer and this kernel may alias u and outlive it.
+      bool aliased = false;
+      for (size_t t = def + 1; t <= s && !aliased; ++t) {
+        const Step& step = steps_[t];
+        if (step.kernel >= 0) continue;
+        std::vector<graph::ValueId> outs;
+        if (!step.call) {
+          if (step.view->root != u) continue;
+          for (const ViewOutput& o : step.view->outputs) outs.push_back(o.value);
+        } else {
+          const std::vector<graph::ValueId> reads = step.call->reads();
+          if (!step.may_alias || std::find(reads.begin(), reads.end(), u) == reads.end()) continue;
+          outs = step.call->outputs;
+        }
+        for (graph::ValueId w : outs) aliased |= last_use[w] >= static_cast<int>(s);
+      }
+      if (aliased) continue;
+      auto in = std::find(k.inputs.begin(), k.inputs.end(), u);
+      auto out = std::find(k.outputs.begin(), k.outputs.end(), v);
+      if (in == k.inputs.end() || out == k.outputs.end()) continue;
+      k.allocations[out - k.outputs.begin()].reuse_input = static_cast<int>(in - k.inputs.begin());
+      ++num_reused_buffers_;
+    }
+  }
+}
+
+void Executor::mark_parameter_kernels() {
+  const char* env = std::getenv("EMBER_PARAMETER_CACHE");
+  if (env != nullptr && std::string(env) == "0") return;  // to measure what it gains
+  const graph::Graph& g = traced_.graph;
+  std::vector<bool> parameter(g.values.size(), false), kept_out(g.values.size(), false);
+  for (const graph::Input& in : g.inputs) {
+    parameter[in.value] = in.kind == graph::InputKind::Parameter;
+  }
+  for (const graph::Mutation& m : g.mutations) {
+    parameter[m.input] = false;  // the graph writes it: never a cache key
+    kept_out[m.value] = true;
+  }
+  for (graph::ValueId v : g.outputs) kept_out[v] = true;  // the caller may write it
+  for (const Step& step : steps_) {
+    if (step.kernel < 0 || step.fused) continue;
+    Kernel& k = kernels_[step.kernel];
+    if (k.inputs.empty() || k.index_status) continue;
+    bool only_parameters = true;
+    for (graph::ValueId v : k.inputs) only_parameters = only_parameters && parameter[v];
+    for (graph::ValueId v : k.outputs) only_parameters = only_parameters && !kept_out[v];
+    if (only_parameters) k.parameter_cache = std::make_shared<ParameterCache>();
+  }
+}
+
+int Executor::num_parameter_kernels() const {
+  int n = 0;
+  for (const Kernel& k : kernels_) n += k.parameter_cache ? 1 : 0;
+  return n;
+}
+
+void Executor::plan_memory(const std::vector<int>& last_use) {
+  const graph::Graph& g = traced_.graph;
+  const int keep = static_cast<int>(steps_.size());
+  // Which arena candidates each value aliases: a kernel output is its own candidate; the results
+  // of an op whose schema returns aliases (views) alias every tensor it reads.
+  std::vector<std::vector<int>> aliases(g.values.size());
+  std::vector<sched::BufferLifetime> lifetimes;
+  std::vector<std::pair<int, size_t>> where;  // candidate -> (kernel, output)
+  for (size_t s = 0; s < steps_.size(); ++s) {
+    const Step& step = steps_[s];
+    if (step.kernel >= 0) {
+      const Kernel& k = kernels_[step.kernel];
+      if (k.parameter_cache) continue;  // kept across calls: never in the per-call arena
+      for (size_t i = 0; i < k.outputs.size(); ++i) {
+        const Kernel::Output& out = k.allocations[i];
+        if (out.reuse_input >= 0) continue;  // in a dead input's memory
+        int64_t extent = 1;                  // elements the strided layout spans
+        for (size_t d = 0; d < out.sizes.size(); ++d) {
+          if (out.sizes[d] == 0) extent = 0;
+          if (extent > 0) extent += (out.sizes[d] - 1) * out.strides[d];
+        }
+        const int64_t bytes = extent * static_cast<int64_t>(out.options.dtype().itemsize());
+        aliases[k.outputs[i]] = {static_cast<int>(lifetimes.size())};
+        lifetimes.push_back({bytes, static_cast<int32_t>(s), static_cast<int32_t>(s)});
+        where.emplace_back(step.kernel, i);
+      }
+      continue;
+    }
+    if (!step.call) {  // a view step: its views alias the root
+      for (const ViewOutput& o : step.view->outputs) aliases[o.value] = aliases[step.view->root];
+      continue;
+    }
+    if (!step.may_alias) continue;
+    std::vector<int> read;
+    for (graph::ValueId v : step.call->reads()) {
+      read.insert(read.end(), aliases[v].begin(), aliases[v].end());
+    }
+    for (graph::ValueId o : step.call->outputs) aliases[o] = read;
+  }
+  if (lifetimes.empty()) return;
+  // A candidate lives until the last use of anything aliasing it; one that a caller can see
+  // (a graph output, a value written back into an input, or their aliases) gets its own memory.
+  std::vector<bool> excluded(lifetimes.size(), false);
+  for (graph::ValueId v : g.outputs) {
+    for (int c : aliases[v]) excluded[c] = true;
+  }
+  for (const graph::Mutation& m : g.mutations) {
+    for (int c : aliases[m.value]) excluded[c] = true;
+  }
+  for (size_t v = 0; v < aliases.size(); ++v) {
+    for (int c : aliases[v]) {
+      if (last_use[v] >= keep) excluded[c] = true;
+      lifetimes[c].last = std::max(lifetimes[c].last, static_cast<int32_t>(last_use[v]));
+    }
+  }
+  std::vector<sched::BufferLifetime> planned;
+  std::vector<int> candidate_of;
+  for (size_t c = 0; c < lifetimes.size(); ++c) {
+    // Empty buffers need no arena space (and an arena of 0 bytes would not be allocated).
+    if (excluded[c] || lifetimes[c].bytes == 0) continue;
+    planned.push_back(lifetimes[c]);
+    candidate_of.push_back(static_cast<int>(c));
+  }
+  if (planned.empty()) return;
+  sched::ArenaPlan plan = sched::plan_arena(planned, 64);
+  for (size_t i = 0; i < planned.size(); ++i) {
+    auto [kernel, output] = where[candidate_of[i]];
+    kernels_[kernel].allocations[output].arena_offset = plan.offsets[i];
+  }
+  arena_bytes_ = plan.total_bytes;
+  num_arena_buffers_ = static_cast<int>(planned.size());
+}
+
+}  // namespace ember::runtime
