@@ -13,7 +13,9 @@
 #   pytest:A  pytest A (paths and options)
 #   profile:A scripts/profile_model.py A
 #   verify:A  scripts/verify_model.py A (EMBER_VERIFY_KERNELS=1: kernels against their ATen ops)
-# In every step's arguments @R stands for the results folder.
+# In every step's arguments @R stands for the results folder and @LEFT for the seconds left until
+# GPU_RUN_BUDGET (default 570) seconds after the script's start, so a last suite step can fill the call.
+# pytest steps are cut off after PYTEST_TIMEOUT seconds (default 600).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/out}
@@ -24,6 +26,7 @@ python3 -c 'import torch, sys; print("python", sys.version.split()[0], "torch", 
 # The image's default compiler wrapper links with -Bsymbolic, which breaks libstdc++ streams in _C.
 [ -x /usr/bin/g++ ] && export CXX=/usr/bin/g++ CC=/usr/bin/gcc
 t0=$(date +%s)
+END_AT=$(( t0 + ${GPU_RUN_BUDGET:-570} ))
 # The build folder is kept: a warm machine's second call rebuilds only what changed.
 python3 -m pip install -q --no-build-isolation --no-deps -e . >"$R/build.log" 2>&1 || { tail -40 "$R/build.log"; exit 1; }
 echo "build: $(( $(date +%s) - t0 )) s"
@@ -31,6 +34,7 @@ echo "build: $(( $(date +%s) - t0 )) s"
 for step in "$@"; do
   t=$(date +%s)
   step=${step//@R/$R}
+  step=${step//@LEFT/$(( END_AT - t ))}
   case "$step" in
     kernels)
       python3 scripts/bench_triton_kernels.py --json "$R/kernels.json" 2>&1 | tee "$R/kernels.log" | tail -30
@@ -49,7 +53,7 @@ for step in "$@"; do
         | tee "$R/pytest.log" | tail -25 ;;
     pytest:*)
       # shellcheck disable=SC2086
-      python3 -m pytest -q -p no:cacheprovider ${step#pytest:} 2>&1 | tee -a "$R/pytest.log" | tail -15 ;;
+      timeout "${PYTEST_TIMEOUT:-600}" python3 -m pytest -q -p no:cacheprovider ${step#pytest:} 2>&1 | tee -a "$R/pytest.log" | tail -15 ;;
     profile:*)
       # shellcheck disable=SC2086
       python3 scripts/profile_model.py ${step#profile:} 2>&1 | grep -v USDT | tee -a "$R/profile.log" \
