@@ -55,8 +55,15 @@ at::Tensor FusedAttention::run(const std::vector<at::Tensor>& env) const {
     k = four(k);
     v = four(v);
   }
+  // CUDA's fused kernels need each operand's last dimension dense (and the CPU's, q's, k's and
+  // v's): else ATen runs the math kernel, slower than the unfused steps. A key that matmul copied
+  // transposed ([B*H, D, S] for LayoutLM's 4D product) is copied back; a mask likewise.
+  auto dense_rows = [](const at::Tensor& t) { return t.stride(-1) == 1 ? t : t.contiguous(); };
+  q = dense_rows(q);
+  k = dense_rows(k);
+  v = dense_rows(v);
   std::optional<at::Tensor> m;
-  if (mask >= 0) m = env[mask];
+  if (mask >= 0) m = dense_rows(env[mask]);
   if (m && convert_mask) {
     // An f32 mask in q's dtype, clamped to its finite range first: a "masked" -3.4e38 would
     // round to -inf, and a row masked everywhere would then be NaN where eager is uniform.

@@ -350,6 +350,12 @@ def test_eager_attention_runs_as_one_sdpa_call(dtype):
                             fuse_attention=True)
         assert c.num_fused_attention == 1, c.describe_steps()
         torch.testing.assert_close(c(*xargs)[0], eager_4d(*xargs), **tol)
+        # The key matmul copied transposed reaches SDPA with dense rows: a fused kernel, not
+        # ATen's math fallback (which LayoutLM's attention took on the H200: 2x slower).
+        with torch.profiler.profile() as prof:
+            c(*xargs)
+        ran = [e.name for e in prof.events() if "attention" in e.name]
+        assert "aten::_scaled_dot_product_attention_math" not in ran, ran
 
         def probs_too(q, k, v):  # the probabilities are an output: nothing fused
             p = F.softmax(torch.bmm(q, k.transpose(1, 2)), dim=-1)
