@@ -83,6 +83,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs) -
     metrics.counters["fused_nodes"] += compiled.num_fused_nodes
     metrics.counters["extern_steps"] += compiled.num_extern_steps
     metrics.counters["fused_attention"] += compiled.num_fused_attention
+    metrics.counters["causal_attention"] += compiled.num_causal_attention
     metrics.counters["folded_nodes"] += compiled.num_folded_nodes
     metrics.counters["view_steps"] += compiled.num_view_steps
     for note in compiled.refused_kernels:

@@ -10,6 +10,8 @@
   extern_steps  nodes of compiled graphs that run as ATen calls
   fused_attention  eager attention patterns (bmm, softmax, bmm) run as one
                 scaled_dot_product_attention call (CUDA graphs)
+  causal_attention  attention calls whose constant causal mask became is_causal=True
+                (transformers' decoders under compilation)
   view_steps    views made directly from a realized tensor (one per chain of views that an
                 output or an ATen call needs)
   folded_nodes  nodes computed once at compile time by constant folding (they depend on no input)
@@ -47,7 +49,7 @@ def snapshot() -> dict:
     """A copy of the counters, with every key present."""
     _sync()
     out = {"graphs": 0, "nodes": 0, "fallbacks": 0, "kernels": 0, "fused_nodes": 0,
-           "extern_steps": 0, "fused_attention": 0, "view_steps": 0, "folded_nodes": 0, "captured_frames": 0,
+           "extern_steps": 0, "fused_attention": 0, "causal_attention": 0, "view_steps": 0, "folded_nodes": 0, "captured_frames": 0,
            "graph_breaks": 0, "eager_frames": 0, "codegen_notes": 0}
     out.update(counters)
     return out

@@ -53,6 +53,7 @@ void fill_record(CaptureRecord& rec, const GraphRunner& runner, const GuardSet& 
   rec.kernels = runner.num_kernels();
   rec.extern_steps = runner.num_extern_steps();
   rec.fused_attention = runner.num_fused_attention();
+  rec.causal_attention = runner.num_causal_attention();
   rec.codegen_notes = runner.codegen_notes();
   rec.guards = static_cast<int>(guards.size());
   rec.inputs = static_cast<int>(inputs);

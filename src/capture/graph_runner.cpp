@@ -44,6 +44,7 @@ class ExecutorRunner final : public GraphRunner {
   int num_kernels() const override { return executor_.num_kernels(); }
   int num_extern_steps() const override { return executor_.num_extern_steps(); }
   int num_fused_attention() const override { return executor_.num_fused_attention(); }
+  int num_causal_attention() const override { return executor_.num_causal_attention(); }
   std::vector<std::string> codegen_notes() const override {
     std::vector<std::string> notes = executor_.refused_kernels();
     if (!executor_.codegen_error().empty()) notes.push_back(executor_.codegen_error());

@@ -37,6 +37,7 @@ class GraphRunner {
   virtual int num_kernels() const { return 0; }
   virtual int num_extern_steps() const { return 0; }
   virtual int num_fused_attention() const { return 0; }
+  virtual int num_causal_attention() const { return 0; }
   /// Why kernels were not generated: each refused kernel, or why the whole graph runs unfused.
   virtual std::vector<std::string> codegen_notes() const { return {}; }
 

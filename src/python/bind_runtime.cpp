@@ -235,6 +235,7 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("refused_kernels", &Executor::refused_kernels)
       .def_prop_ro("num_view_steps", &Executor::num_view_steps)
       .def_prop_ro("num_folded_nodes", &Executor::num_folded_nodes)
+      .def_prop_ro("num_causal_attention", &Executor::num_causal_attention)
       .def_prop_ro("arena_bytes", &Executor::arena_bytes)
       .def_prop_ro("num_arena_buffers", &Executor::num_arena_buffers)
       .def_prop_ro("num_reused_buffers", &Executor::num_reused_buffers,

@@ -42,8 +42,8 @@ at::Tensor with_traced_layout(const at::Tensor& t, const graph::TensorType& type
   return out;
 }
 
-// Ops whose result depends only on their tensor arguments' metadata (dtype, device, sizes,
-// strides), never on their data: they fold even when those arguments are not constant.
+}  // namespace
+
 bool reads_only_metadata(const std::string& qualified) {
   static const std::set<std::string> ops = {
       "aten::zeros_like", "aten::ones_like", "aten::full_like",
@@ -52,14 +52,11 @@ bool reads_only_metadata(const std::string& qualified) {
   return ops.count(qualified) > 0;
 }
 
-// A tensor with the metadata of `t` (and unspecified contents).
 at::Tensor stand_in(const graph::TensorType& t) {
   return at::empty_strided(
       graph::constant_values(t.sizes), graph::constant_values(t.strides),
       at::TensorOptions().dtype(tracer::to_c10(t.dtype)).device(tracer::to_c10(t.device)));
 }
-
-}  // namespace
 
 int fold_constants(tracer::TracedGraph& traced, const FoldOptions& options) {
   const graph::Graph& g = traced.graph;

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "codegen/cpp/cpp_emitter.h"
+#include "runtime/causal_attention.h"
 #include "runtime/constant_fold.h"
 #include "runtime/executor_internal.h"
 #include "sched/fusion.h"
@@ -264,7 +265,10 @@ std::vector<at::ScalarType> Executor::buffer_types(const sched::KernelGroup& gro
 
 Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
     : traced_(std::move(traced)) {
-  if (options.fold_constants) num_folded_nodes_ = fold_constants(traced_);
+  if (options.fold_constants) {
+    num_causal_attention_ = causal_attention(traced_);
+    num_folded_nodes_ = fold_constants(traced_);
+  }
   const graph::Graph& g = traced_.graph;
   int constant_index = 0;
   for (const graph::Input& in : g.inputs) {

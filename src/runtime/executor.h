@@ -108,6 +108,8 @@ class Executor {
   int num_unwritten_outputs() const { return num_unwritten_outputs_; }
   /// Nodes computed once at construction by constant folding.
   int num_folded_nodes() const { return num_folded_nodes_; }
+  /// Attention nodes whose constant causal mask became is_causal (runtime/causal_attention.h).
+  int num_causal_attention() const { return num_causal_attention_; }
   /// Steps that are boxed ATen calls.
   int num_extern_steps() const;
   /// Extern matrix products with a Triton template (mode="max-autotune"), and how many of them
@@ -284,6 +286,7 @@ class Executor {
   std::vector<size_t> mutated_input_positions_;  ///< positions in `inputs` of mutated inputs
   int num_fused_nodes_ = 0;
   int num_folded_nodes_ = 0;
+  int num_causal_attention_ = 0;
   int64_t arena_bytes_ = 0;  ///< 0: no arena
   int num_arena_buffers_ = 0;
   /// Arenas of finished calls, kept for the next ones (one per call running at once): large

@@ -1,0 +1,107 @@
+"""runtime/causal_attention.h: attention whose mask is a constant causal mask (transformers'
+decoders under compilation) runs with is_causal=True and no mask; its mask's nodes are gone.
+Masks that are not exactly causal, or that depend on an input, stay."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ember
+import ember._C as C
+
+B, H, S, D = 2, 4, 48, 16
+
+
+def qkv(s=S, sk=S):
+    torch.manual_seed(0)
+    return [torch.randn(B, H, s, D), torch.randn(B, H, sk, D), torch.randn(B, H, sk, D)]
+
+
+def compiled(fn, args):
+    with torch.no_grad():
+        c = C.CompiledGraph(ember.trace(fn, args))
+        torch.testing.assert_close(c(*args)[0], fn(*args), atol=1e-5, rtol=1e-5)
+    return c
+
+
+def bool_causal(q, k, v):  # transformers' sdpa_mask: positions compared, and'ed with padding
+    i = torch.arange(q.shape[2]) + 0
+    j = torch.arange(k.shape[2]) + 0
+    causal = (j[None, None, None, :] <= i[None, None, :, None])
+    pad = torch.ones(B, k.shape[2], dtype=torch.bool)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=causal & pad[:, None, None, :])
+
+
+def float_causal(q, k, v):  # the additive form, finfo.min above the diagonal
+    i = torch.arange(S)
+    m = torch.zeros(S, S).masked_fill(i[None, :] > i[:, None], torch.finfo(torch.float32).min)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=m[None, None])
+
+
+def test_constant_causal_masks_become_is_causal():
+    for fn in (bool_causal, float_causal):
+        c = compiled(fn, qkv())
+        assert c.num_causal_attention == 1, fn.__name__
+        # the mask's nodes (aranges, compare, and, where) are gone: one step is left
+        assert c.describe_steps() == ["extern aten::_scaled_dot_product_flash_attention_for_cpu"]
+
+
+def test_other_masks_stay():
+    def shifted(q, k, v):  # the diagonal itself masked: not causal
+        i = torch.arange(S)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=i[None, :] < i[:, None] + 0)
+
+    def sliding(q, k, v):  # causal within a window of 8
+        i = torch.arange(S)
+        m = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - 8)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+    def per_batch(q, k, v):  # causal for one batch element only
+        i = torch.arange(S)
+        m = (i[None, :] <= i[:, None]).expand(B, 1, S, S).clone()
+        m[1] = True
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+    def small_bias(q, k, v):  # -1 above the diagonal is a bias, not a mask
+        i = torch.arange(S)
+        m = torch.zeros(S, S).masked_fill(i[None, :] > i[:, None], -1.0)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+    for fn in (shifted, sliding, per_batch, small_bias):
+        assert compiled(fn, qkv()).num_causal_attention == 0, fn.__name__
+
+    def from_input(q, k, v, keep):  # the padding mask is the caller's: read on every call
+        i = torch.arange(S)
+        causal = i[None, None, None, :] <= i[None, None, :, None]
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=causal & keep[:, None, None, :])
+
+    keep = torch.ones(B, S, dtype=torch.bool)
+    c = compiled(from_input, qkv() + [keep])
+    assert c.num_causal_attention == 0
+    keep[0, -5:] = False  # a later call's padding is honoured
+    args = qkv() + [keep]
+    with torch.no_grad():
+        torch.testing.assert_close(c(*args)[0], from_input(*args), atol=1e-5, rtol=1e-5)
+
+    def more_keys(q, k, v):  # 16 queries over 48 keys: is_causal would align the diagonal
+        i = torch.arange(16) + 32  # top-left, the mask bottom-right
+        j = torch.arange(S)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=j[None, :] <= i[:, None])
+
+    assert compiled(more_keys, qkv(16, S)).num_causal_attention == 0
+
+
+def test_decoder_models_run_causal_attention():
+    pytest.importorskip("transformers")
+    from ember.bench import models as M
+
+    for name in ("OPTForCausalLM", "GPT2LMHeadModel"):
+        w = M.select(only=[name])[0].build("small", "inference", "cpu", None)
+        model = w.model.eval()
+        ember.metrics.reset()
+        with torch.no_grad():
+            want = model(**w.kwargs).logits
+            got = ember.compile(model)(**w.kwargs).logits
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        m = ember.metrics.snapshot()
+        assert m["graphs"] == 1 and m["causal_attention"] == 2, (name, m)
