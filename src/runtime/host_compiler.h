@@ -20,8 +20,12 @@ struct HostCompileOptions {
   std::string compiler;
   /// Flags besides `-shared -fPIC -o`: no unsafe fast-math (see docs/design/host_compiler.md).
   /// `-ffp-contract=off`: no fused multiply-adds the IR did not ask for (they change results).
-  std::vector<std::string> flags = {"-O3",        "-march=native",   "-fopenmp",
-                                    "-std=c++17", "-fno-math-errno", "-ffp-contract=off"};
+  /// `-mno-red-zone`: gcc 12 with AVX-512 (`-march=native` on such a CPU) placed a kernel's
+  /// stack accumulator (`float acc[20]`) in the red zone 8 bytes off the 16-byte alignment its
+  /// `vmovdqa` stores need: a segfault in test_im2col. Without the red zone the frame is aligned.
+  std::vector<std::string> flags = {"-O3",          "-march=native",   "-fopenmp",
+                                    "-std=c++17",   "-fno-math-errno", "-ffp-contract=off",
+                                    "-mno-red-zone"};
   /// Flags after the source file (libraries to link).
   std::vector<std::string> link_flags;
   /// A header every source starts with (the generated code's prelude), or empty. A source that

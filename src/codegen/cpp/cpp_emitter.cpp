@@ -173,13 +173,25 @@ std::string Emitter::expr(const Expr& e) {
       return "(!" + expr(e.as<Not>()->a) + ")";
     case ExprKind::Select: {
       const Select* s = e.as<Select>();
-      return "(" + expr(s->cond) + " ? " + expr(s->t) + " : " + expr(s->f) + ")";
+      const std::string cond = expr(s->cond);
+      load_guards_.push_back(cond);
+      const std::string t = expr(s->t);
+      load_guards_.back() = "!" + cond;
+      const std::string f = expr(s->f);
+      load_guards_.pop_back();
+      return "(" + cond + " ? " + t + " : " + f + ")";
     }
     case ExprKind::Cast:
       return cast(e.dtype(), e.as<Cast>()->value);
     case ExprKind::Load: {
       const Load* l = e.as<Load>();
-      return buf_name(l->buffer) + "[" + expr(l->index) + "]";
+      std::string index = expr(l->index);
+      if (!load_guards_.empty() && l->index.kind() != ExprKind::IntImm) {
+        std::string taken;
+        for (const std::string& g : load_guards_) taken += (taken.empty() ? "" : " && ") + g;
+        index = "((" + taken + ") ? " + index + " : 0LL)";
+      }
+      return buf_name(l->buffer) + "[" + index + "]";
     }
     case ExprKind::Call:
       return call(e);

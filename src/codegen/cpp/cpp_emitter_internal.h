@@ -115,6 +115,10 @@ class Emitter {
 
   const Kernel& k_;
   std::ostringstream out_;
+  // Conditions of the Select branches being emitted: a load inside one reads index 0 when its
+  // branch is not taken. A vectorized loop evaluates both branches of a select (a blend), so a
+  // guarded read (padding, im2col) must not address memory outside its buffer.
+  std::vector<std::string> load_guards_;
   int parallel_depth_ = 0;
   int lane_counter_ = 0;  // numbers the lane reductions of the kernel, for unique C++ names
   // While emitting a lane reduction's body: accumulator element -> its lane lvalues.
