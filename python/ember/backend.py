@@ -15,7 +15,7 @@ import torch
 
 from . import _C, config, metrics
 from .errors import InternalError, Unsupported
-from .tracing import _identity_tuple, trace_with_structure
+from .tracing import _identity_tuple, trace_joint, trace_with_structure
 
 log = logging.getLogger("ember")
 
@@ -37,8 +37,6 @@ def _unsupported_reason(gm: torch.fx.GraphModule, example_inputs: Sequence[Any])
         val = node.meta.get("example_value", node.meta.get("val"))
         if isinstance(val, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in val.shape):
             return f"input '{node.name}' has symbolic sizes (dynamic shapes are not supported yet)"
-    if torch.is_grad_enabled() and any(x.requires_grad for x in example_inputs):
-        return "an input requires grad and grad mode is on (training is not supported yet)"
     return None
 
 
@@ -64,6 +62,8 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs) -
     if reason is not None:
         return _fallback(gm, reason)
     kinds, names = _input_kinds(gm, example_inputs)
+    if torch.is_grad_enabled() and any(x.requires_grad for x in example_inputs):
+        return _training(gm, example_inputs, kinds, names)
     try:
         graph, rebuild = trace_with_structure(gm, example_inputs, kinds, names)
         compiled = _C.CompiledGraph(graph, codegen=config.codegen(),
@@ -108,6 +108,38 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs) -
     else:
         def run(*args: torch.Tensor) -> Any:
             return rebuild(compiled(*args))
+    return run
+
+
+def _training(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor], kinds: list[str],
+              names: list[str]) -> Callable:
+    """An input requires grad under grad mode: the joint forward and backward graph, split and
+    compiled (runtime/compiled_function.h); the outputs' grad_fn runs the compiled backward."""
+    requires_grad = [x.requires_grad for x in example_inputs]
+    try:
+        graph, rebuild, sig = trace_joint(gm, example_inputs, requires_grad, kinds, names)
+        compiled = _C.CompiledFunction(graph, sig["num_primals"], sig["num_forward_outputs"],
+                                       sig["tangent_outputs"], sig["grad_inputs"],
+                                       codegen=config.codegen(),
+                                       reductions=config.reduction_kernels(),
+                                       reduction_fusion=config.reduction_fusion())
+    except InternalError:
+        raise
+    except Unsupported as e:
+        return _fallback(gm, str(e))
+    except Exception as e:  # an op failed while tracing: eager will raise the same error
+        return _fallback(gm, f"tracing the backward failed: {type(e).__name__}: {e}")
+    metrics.counters["graphs"] += 1
+    metrics.counters["training_graphs"] += 1
+    metrics.counters["nodes"] += graph.num_nodes
+    metrics.counters["kernels"] += compiled.num_kernels
+    log.debug("ember: compiled a joint graph of %d nodes (%d saved for backward)\n%s",
+              graph.num_nodes, compiled.num_saved, graph)
+    if rebuild is _identity_tuple:
+        return compiled
+
+    def run(*args: torch.Tensor) -> Any:
+        return rebuild(compiled(*args))
     return run
 
 

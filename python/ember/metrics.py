@@ -4,6 +4,8 @@
   graphs        graphs compiled by ember (traced and run by ember's runtime, or, under
                 ember.compile(backend=...), by that backend)
   nodes         ATen nodes in those graphs
+  training_graphs  graphs compiled for training (an input requires grad under grad mode): a
+                joint forward and backward graph, split and compiled
   fallbacks     graphs that run eagerly instead, each with a reason in `fallback_reasons`
   kernels       generated C++ kernels in compiled graphs (fused groups)
   fused_nodes   ATen nodes that run inside generated kernels
@@ -49,7 +51,7 @@ def snapshot() -> dict:
     """A copy of the counters, with every key present."""
     _sync()
     out = {"graphs": 0, "nodes": 0, "fallbacks": 0, "kernels": 0, "fused_nodes": 0,
-           "extern_steps": 0, "fused_attention": 0, "causal_attention": 0, "view_steps": 0, "folded_nodes": 0, "captured_frames": 0,
+           "extern_steps": 0, "fused_attention": 0, "causal_attention": 0, "training_graphs": 0, "view_steps": 0, "folded_nodes": 0, "captured_frames": 0,
            "graph_breaks": 0, "eager_frames": 0, "codegen_notes": 0}
     out.update(counters)
     return out

@@ -96,3 +96,54 @@ def trace(fn: Callable, example_inputs: Sequence[Any], *, device: str | None = N
     device needed (nothing runs)."""
     graph, _ = trace_with_structure(fn, example_inputs, device=device)
     return graph
+
+
+def trace_joint(fn: Callable, example_inputs: Sequence[torch.Tensor], requires_grad: Sequence[bool],
+                kinds: Sequence[str] | None = None, names: Sequence[str] | None = None):
+    """Traces `fn(*example_inputs)` and its backward into one joint graph: autograd runs on the
+    tracer tensors (the inputs flagged in `requires_grad` require grad), and
+    `torch.autograd.grad(outputs, those inputs, tangents)` records the backward ops. Returns
+    (graph, rebuild, signature): the joint graph's non-constant inputs are the example inputs,
+    then one tangent per differentiable output (floating and requiring grad); its outputs are
+    fn's, then one gradient per input in `signature["grad_inputs"]` (inputs that the outputs do
+    not reach get none). `signature` holds num_primals, num_forward_outputs, tangent_outputs and
+    grad_inputs, as _C.CompiledFunction takes them."""
+    for i, x in enumerate(example_inputs):
+        if not isinstance(x, torch.Tensor):
+            raise CompileError(f"input {i} is a {type(x).__name__}; ember traces tensor inputs only")
+    session = _C.TraceSession()
+    kinds = kinds or ["user"] * len(example_inputs)
+    names = names or [f"arg{i}" for i in range(len(example_inputs))]
+    tracer_inputs = [session.add_input(x, k, n, None) for x, k, n in zip(example_inputs, kinds, names)]
+    try:
+        with torch.enable_grad():
+            for t, r in zip(tracer_inputs, requires_grad):
+                if r:
+                    t.requires_grad_(True)
+            with session:
+                out = fn(*tracer_inputs)
+                tensors, rebuild = _flatten_outputs(out)
+            differentiable = [i for i, t in enumerate(tensors)
+                              if t.requires_grad and (t.is_floating_point() or t.is_complex())]
+            # Tangents are inputs like the others: real tensors stand for their metadata.
+            tangents = [session.add_input(torch.empty(tensors[i].shape, dtype=tensors[i].dtype,
+                                                      device=tensors[i].device),
+                                          "user", f"tangent{i}", None)
+                        for i in differentiable]
+            wanted = [i for i, r in enumerate(requires_grad) if r]
+            with session:
+                grads = torch.autograd.grad([tensors[i] for i in differentiable],
+                                            [tracer_inputs[i] for i in wanted], tangents,
+                                            allow_unused=True) if differentiable else []
+                kept = [(i, g) for i, g in zip(wanted, grads) if g is not None]
+                graph = session.finish(tensors + [g for _, g in kept])
+    except Exception as e:
+        session.rethrow_pending_error()
+        if isinstance(e, RuntimeError) and any(m in str(e) for m in _DATA_ACCESS_MESSAGES):
+            raise DataDependentError(
+                f"the program reads the data of a traced tensor ({e}); "
+                "tracing sees shapes and dtypes only") from e
+        raise
+    signature = {"num_primals": len(example_inputs), "num_forward_outputs": len(tensors),
+                 "tangent_outputs": differentiable, "grad_inputs": [i for i, _ in kept]}
+    return graph, rebuild, signature

@@ -12,6 +12,7 @@ void bind_errors(nanobind::module_& m);
 void bind_graph(nanobind::module_& m);
 void bind_tracer(nanobind::module_& m);
 void bind_runtime(nanobind::module_& m);
+void bind_autograd(nanobind::module_& m);
 void bind_capture(nanobind::module_& m);
 void bind_codegen(nanobind::module_& m);
 

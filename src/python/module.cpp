@@ -11,6 +11,7 @@ NB_MODULE(_C, m) {
   ember::python::bind_graph(m);
   ember::python::bind_tracer(m);
   ember::python::bind_runtime(m);
+  ember::python::bind_autograd(m);
   ember::python::bind_capture(m);
   ember::python::bind_codegen(m);
 }

@@ -1,0 +1,188 @@
+#include "graph/partition.h"
+
+#include <string>
+#include <variant>
+
+#include "graph/verifier.h"
+#include "support/error.h"
+
+namespace ember::graph {
+
+namespace {
+
+std::vector<ValueId> reads(const Node& n) {
+  std::vector<ValueId> out;
+  for (const Arg& a : n.args) {
+    if (const auto* r = std::get_if<ValueRef>(&a)) out.push_back(r->id);
+    if (const auto* l = std::get_if<ValueList>(&a)) {
+      for (const auto& item : l->items) {
+        if (item) out.push_back(*item);
+      }
+    }
+  }
+  return out;
+}
+
+// Marks the nodes `roots` need, transitively.
+std::vector<bool> needed_nodes(const Graph& g, const std::vector<ValueId>& roots) {
+  std::vector<bool> need(g.nodes.size(), false);
+  std::vector<ValueId> todo = roots;
+  while (!todo.empty()) {
+    const ValueId v = todo.back();
+    todo.pop_back();
+    const int32_t p = g.values[v].node;
+    if (p < 0 || need[p]) continue;
+    need[p] = true;
+    for (ValueId r : reads(g.nodes[p])) todo.push_back(r);
+  }
+  return need;
+}
+
+// Appends node `n` of `g` to `h` with its values renamed by `remap` (filled for its outputs).
+void copy_node(const Graph& g, const Node& n, Graph& h, std::vector<ValueId>& remap) {
+  std::vector<Arg> args = n.args;
+  auto map = [&](ValueId v) {
+    EMBER_INTERNAL_ASSERT(remap[v] >= 0) << "split_joint: value %" << v << " has no definition";
+    return remap[v];
+  };
+  for (Arg& a : args) {
+    if (auto* r = std::get_if<ValueRef>(&a)) r->id = map(r->id);
+    if (auto* l = std::get_if<ValueList>(&a)) {
+      for (auto& item : l->items) {
+        if (item) item = map(*item);
+      }
+    }
+  }
+  std::vector<TensorType> types;
+  for (ValueId o : n.outputs) types.push_back(g.type(o));
+  const int32_t m = h.add_node(n.op, std::move(args), std::move(types));
+  h.nodes[m].result_slots = n.result_slots;
+  for (size_t i = 0; i < n.outputs.size(); ++i) remap[n.outputs[i]] = h.nodes[m].outputs[i];
+}
+
+}  // namespace
+
+JointSplit split_joint(const Graph& g, const std::vector<bool>& is_tangent,
+                       int num_forward_outputs) {
+  EMBER_INTERNAL_ASSERT(is_tangent.size() == g.inputs.size())
+      << "split_joint: " << is_tangent.size() << " tangent flags for " << g.inputs.size()
+      << " inputs";
+  EMBER_INTERNAL_ASSERT(num_forward_outputs >= 0 &&
+                        num_forward_outputs <= static_cast<int>(g.outputs.size()))
+      << "split_joint: " << num_forward_outputs << " forward outputs of " << g.outputs.size();
+  EMBER_INTERNAL_ASSERT(g.mutations.empty()) << "split_joint: a joint graph with mutations";
+
+  enum class From : int8_t { Primal, Constant, Tangent, Forward, Backward };
+  std::vector<From> from(g.values.size(), From::Forward);
+  std::vector<int> constant_index(g.values.size(), -1);
+  int num_constants = 0;
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    const Input& in = g.inputs[i];
+    if (in.kind == InputKind::Constant) {
+      EMBER_INTERNAL_ASSERT(!is_tangent[i]) << "split_joint: a constant tangent";
+      from[in.value] = From::Constant;
+      constant_index[in.value] = num_constants++;
+    } else {
+      from[in.value] = is_tangent[i] ? From::Tangent : From::Primal;
+    }
+  }
+  const std::vector<ValueId> forward_roots(g.outputs.begin(),
+                                           g.outputs.begin() + num_forward_outputs);
+  const std::vector<bool> forward = needed_nodes(g, forward_roots);
+  const std::vector<bool> any = needed_nodes(g, g.outputs);
+  std::vector<bool> reads_tangent(g.values.size(), false);
+  for (size_t i = 0; i < g.inputs.size(); ++i) reads_tangent[g.inputs[i].value] = is_tangent[i];
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    const Node& n = g.nodes[ni];
+    bool t = false;
+    for (ValueId r : reads(n)) t = t || reads_tangent[r];
+    for (ValueId o : n.outputs) {
+      reads_tangent[o] = t;
+      from[o] = forward[ni] ? From::Forward : From::Backward;
+    }
+    EMBER_INTERNAL_ASSERT(!(forward[ni] && t))
+        << "split_joint: the program's outputs read a tangent (node " << ni << ", "
+        << g.op_of(n).qualified_name() << ")";
+  }
+  for (ValueId v : forward_roots) {
+    EMBER_INTERNAL_ASSERT(from[v] != From::Tangent) << "split_joint: a tangent is an output";
+  }
+
+  // What the backward reads of the forward side, in order of first read.
+  std::vector<ValueId> saved;
+  std::vector<bool> is_saved(g.values.size(), false);
+  std::vector<ValueId> backward_constant_values;
+  std::vector<bool> in_backward_constants(g.values.size(), false);
+  auto backward_reads = [&](ValueId v) {
+    if ((from[v] == From::Forward || from[v] == From::Primal) && !is_saved[v]) {
+      is_saved[v] = true;
+      saved.push_back(v);
+    } else if (from[v] == From::Constant && !in_backward_constants[v]) {
+      in_backward_constants[v] = true;
+      backward_constant_values.push_back(v);
+    }
+  };
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    if (!any[ni] || forward[ni]) continue;
+    for (ValueId r : reads(g.nodes[ni])) backward_reads(r);
+  }
+  for (size_t i = num_forward_outputs; i < g.outputs.size(); ++i) backward_reads(g.outputs[i]);
+
+  JointSplit out;
+  // The forward: primals in, the program's outputs and the saved intermediates out.
+  Graph& f = out.forward;
+  f.ops = g.ops;
+  std::vector<ValueId> fmap(g.values.size(), -1);
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    const Input& in = g.inputs[i];
+    if (is_tangent[i]) continue;
+    fmap[in.value] = f.add_input(g.type(in.value), in.kind, in.name);
+    if (in.kind == InputKind::Constant) out.forward_constants.push_back(constant_index[in.value]);
+  }
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    if (forward[ni]) copy_node(g, g.nodes[ni], f, fmap);
+  }
+  for (ValueId v : forward_roots) {
+    EMBER_INTERNAL_ASSERT(fmap[v] >= 0) << "split_joint: forward output %" << v << " undefined";
+    f.outputs.push_back(fmap[v]);
+  }
+  for (ValueId v : saved) {
+    if (from[v] == From::Forward) {
+      f.outputs.push_back(fmap[v]);
+      out.saved_inputs.push_back(-1);
+    } else {
+      for (size_t i = 0; i < g.inputs.size(); ++i) {
+        if (g.inputs[i].value == v) out.saved_inputs.push_back(static_cast<int>(i));
+      }
+    }
+  }
+
+  // The backward: saved values, tangents and its constants in; the gradients out.
+  Graph& b = out.backward;
+  b.ops = g.ops;
+  std::vector<ValueId> bmap(g.values.size(), -1);
+  for (size_t i = 0; i < saved.size(); ++i) {
+    bmap[saved[i]] = b.add_input(g.type(saved[i]), InputKind::User, "saved" + std::to_string(i));
+  }
+  for (size_t i = 0; i < g.inputs.size(); ++i) {
+    const Input& in = g.inputs[i];
+    if (is_tangent[i]) bmap[in.value] = b.add_input(g.type(in.value), in.kind, in.name);
+  }
+  for (ValueId v : backward_constant_values) {
+    bmap[v] = b.add_input(g.type(v), InputKind::Constant, g.inputs[g.values[v].index].name);
+    out.backward_constants.push_back(constant_index[v]);
+  }
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    if (any[ni] && !forward[ni]) copy_node(g, g.nodes[ni], b, bmap);
+  }
+  for (size_t i = num_forward_outputs; i < g.outputs.size(); ++i) {
+    const ValueId v = g.outputs[i];
+    EMBER_INTERNAL_ASSERT(bmap[v] >= 0) << "split_joint: gradient %" << v << " undefined";
+    b.outputs.push_back(bmap[v]);
+  }
+  check_graph(f);
+  check_graph(b);
+  return out;
+}
+
+}  // namespace ember::graph

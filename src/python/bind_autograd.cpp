@@ -1,0 +1,81 @@
+/// \file
+/// Python view of compiled training graphs: ember._C.CompiledFunction
+/// (runtime/compiled_function.h).
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "python/bindings.h"
+#include "python/torch_caster.h"
+#include "runtime/compiled_function.h"
+#include "support/error.h"
+
+namespace nb = nanobind;
+
+namespace ember::python {
+
+void bind_autograd(nb::module_& m) {
+  using runtime::CompiledFunction;
+  nb::class_<CompiledFunction>(
+      m, "CompiledFunction",
+      "A joint forward-and-backward graph split in two and compiled. Calling it with the "
+      "program's inputs returns a tuple of its outputs; when grad mode is on and an input "
+      "requires grad, the differentiable outputs' grad_fn runs the compiled backward.")
+      .def(
+          "__init__",
+          [](CompiledFunction* self, const tracer::TracedGraph& joint, int num_primals,
+             int num_forward_outputs, std::vector<int> tangent_outputs,
+             std::vector<int> grad_inputs, bool codegen, bool reductions, bool reduction_fusion) {
+            runtime::JointSignature sig;
+            // The non-constant inputs are the primals, then the tangents (trace order).
+            int seen = 0;
+            for (const graph::Input& in : joint.graph.inputs) {
+              const bool constant = in.kind == graph::InputKind::Constant;
+              sig.is_tangent.push_back(!constant && seen++ >= num_primals);
+            }
+            EMBER_INTERNAL_ASSERT(seen - num_primals == static_cast<int>(tangent_outputs.size()))
+                << "a joint graph of " << seen - num_primals << " tangents for "
+                << tangent_outputs.size() << " differentiable outputs";
+            sig.num_forward_outputs = num_forward_outputs;
+            sig.tangent_outputs = std::move(tangent_outputs);
+            sig.grad_inputs = std::move(grad_inputs);
+            runtime::ExecutorOptions o;
+            o.codegen = codegen;
+            o.reductions = reductions;
+            o.reduction_fusion = reduction_fusion;
+            new (self) CompiledFunction(joint, std::move(sig), o);
+          },
+          nb::arg("joint"), nb::arg("num_primals"), nb::arg("num_forward_outputs"),
+          nb::arg("tangent_outputs"), nb::arg("grad_inputs"), nb::arg("codegen") = true,
+          nb::arg("reductions") = true, nb::arg("reduction_fusion") = true,
+          "Splits `joint` (ember.tracing.trace_joint) into a forward and a backward graph and "
+          "compiles both.")
+      .def("__call__",
+           [](const CompiledFunction& f, nb::args args) {
+             std::vector<at::Tensor> inputs;
+             inputs.reserve(args.size());
+             for (size_t i = 0; i < args.size(); ++i) {
+               PyObject* a = args[i].ptr();
+               EMBER_CHECK(THPVariable_Check(a))
+                   << "argument " << i << " is a " << Py_TYPE(a)->tp_name << ", not a tensor";
+               inputs.push_back(THPVariable_Unpack(a));
+             }
+             std::vector<at::Tensor> outs = f.run(inputs);
+             nb::object result = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(outs.size())));
+             for (size_t i = 0; i < outs.size(); ++i) {
+               PyTuple_SET_ITEM(result.ptr(), static_cast<Py_ssize_t>(i),
+                                THPVariable_Wrap(outs[i]));
+             }
+             return result;
+           })
+      .def_prop_ro("num_saved", &CompiledFunction::num_saved,
+                   "Values the forward keeps for the backward.")
+      .def_prop_ro("forward_steps",
+                   [](const CompiledFunction& f) { return f.forward().describe_steps(); })
+      .def_prop_ro("backward_steps",
+                   [](const CompiledFunction& f) { return f.backward().describe_steps(); })
+      .def_prop_ro("num_kernels", [](const CompiledFunction& f) {
+        return f.forward().num_kernels() + f.backward().num_kernels();
+      });
+}
+
+}  // namespace ember::python

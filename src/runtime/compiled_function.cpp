@@ -1,0 +1,170 @@
+#include "runtime/compiled_function.h"
+
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/zeros.h>
+#include <torch/csrc/autograd/edge.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/saved_variable.h>
+
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "graph/partition.h"
+#include "support/error.h"
+#include "tracer/convert.h"
+
+namespace ember::runtime {
+
+namespace ag = torch::autograd;
+
+struct CompiledFunction::State {
+  JointSignature signature;
+  std::vector<int> saved_inputs;  ///< graph::JointSplit::saved_inputs, in the primals' numbering
+  int num_forward_outputs = 0;
+  std::optional<Executor> forward, backward;
+};
+
+namespace {
+
+// torch's Node pointer: std::shared_ptr in older releases, c10::intrusive_ptr in newer ones.
+using NodePtr = decltype(std::declval<ag::Edge>().function);
+
+template <class T, class... Args>
+NodePtr make_node(Args&&... args) {
+  if constexpr (std::is_same_v<NodePtr, std::shared_ptr<ag::Node>>) {
+    return std::make_shared<T>(std::forward<Args>(args)...);
+  } else {
+    return c10::make_intrusive<T>(std::forward<Args>(args)...);
+  }
+}
+
+struct OutputMeta {
+  std::vector<int64_t> sizes;
+  at::TensorOptions options;
+};
+
+struct CompiledBackward : ag::Node {
+  std::shared_ptr<const CompiledFunction::State> state;
+  std::vector<ag::SavedVariable> saved;
+  std::vector<OutputMeta> tangent_meta;  ///< for gradients that no loss reached: zeros
+  bool released = false;
+
+  ag::variable_list apply(ag::variable_list&& grads) override {
+    EMBER_CHECK(!released)
+        << "trying to backward through an ember-compiled graph a second time, after its saved "
+        << "values were freed: pass retain_graph=True to the first backward";
+    EMBER_UNSUPPORTED(!at::GradMode::is_enabled())
+        << "double backward (create_graph=True) through an ember-compiled graph is not supported";
+    std::vector<at::Tensor> inputs;
+    inputs.reserve(saved.size() + grads.size());
+    for (const ag::SavedVariable& s : saved) inputs.push_back(s.unpack());
+    EMBER_INTERNAL_ASSERT(grads.size() == tangent_meta.size())
+        << "the backward got " << grads.size() << " gradients for " << tangent_meta.size()
+        << " outputs";
+    for (size_t i = 0; i < grads.size(); ++i) {
+      inputs.push_back(grads[i].defined()
+                           ? grads[i]
+                           : at::zeros(tangent_meta[i].sizes, tangent_meta[i].options));
+    }
+    std::vector<at::Tensor> out = state->backward->run(inputs);
+    return ag::variable_list(out.begin(), out.end());
+  }
+
+  void release_variables() override {
+    saved.clear();
+    released = true;
+  }
+
+  std::string name() const override { return "EmberCompiledBackward"; }
+};
+
+}  // namespace
+
+CompiledFunction::CompiledFunction(tracer::TracedGraph joint, JointSignature signature,
+                                   ExecutorOptions options) {
+  EMBER_UNSUPPORTED(joint.graph.mutations.empty())
+      << "training a graph that mutates its inputs (BatchNorm's running statistics, in-place "
+      << "updates of inputs) is not supported yet";
+  graph::JointSplit split =
+      graph::split_joint(joint.graph, signature.is_tangent, signature.num_forward_outputs);
+  auto state = std::make_shared<State>();
+  // Joint input index -> index among the non-constant primals (what a caller passes).
+  std::vector<int> primal_number(joint.graph.inputs.size(), -1);
+  int next = 0;
+  for (size_t i = 0; i < joint.graph.inputs.size(); ++i) {
+    if (!signature.is_tangent[i] && joint.graph.inputs[i].kind != graph::InputKind::Constant) {
+      primal_number[i] = next++;
+    }
+  }
+  for (int s : split.saved_inputs) state->saved_inputs.push_back(s < 0 ? -1 : primal_number[s]);
+  auto constants = [&](const std::vector<int>& which) {
+    std::vector<at::Tensor> out;
+    for (int c : which) out.push_back(joint.constants.at(c));
+    return out;
+  };
+  state->forward.emplace(
+      tracer::TracedGraph{std::move(split.forward), constants(split.forward_constants)}, options);
+  state->backward.emplace(
+      tracer::TracedGraph{std::move(split.backward), constants(split.backward_constants)}, options);
+  state->num_forward_outputs = signature.num_forward_outputs;
+  state->signature = std::move(signature);
+  state_ = std::move(state);
+}
+
+CompiledFunction::~CompiledFunction() = default;
+
+const Executor& CompiledFunction::forward() const {
+  return *state_->forward;
+}
+const Executor& CompiledFunction::backward() const {
+  return *state_->backward;
+}
+int CompiledFunction::num_saved() const {
+  return static_cast<int>(state_->saved_inputs.size());
+}
+
+std::vector<at::Tensor> CompiledFunction::run(const std::vector<at::Tensor>& inputs) const {
+  const State& s = *state_;
+  std::vector<at::Tensor> all = s.forward->run(inputs);
+  std::vector<at::Tensor> outputs(all.begin(), all.begin() + s.num_forward_outputs);
+  bool needs_grad = false;
+  if (at::GradMode::is_enabled()) {
+    for (int i : s.signature.grad_inputs) needs_grad = needs_grad || inputs.at(i).requires_grad();
+  }
+  if (!needs_grad) return outputs;
+
+  NodePtr node = make_node<CompiledBackward>();
+  auto* backward = static_cast<CompiledBackward*>(node.get());
+  backward->state = state_;
+  size_t next_saved = s.num_forward_outputs;
+  for (int from_input : s.saved_inputs) {
+    // An intermediate is saved detached (it may also be an output, whose grad_fn is this node:
+    // a cycle otherwise); the alias shares its version counter, so in-place changes are caught.
+    if (from_input < 0) {
+      backward->saved.emplace_back(all.at(next_saved++).detach(), false);
+    } else {
+      backward->saved.emplace_back(inputs.at(from_input), false);
+    }
+  }
+  std::vector<at::Tensor> grad_inputs;
+  for (int i : s.signature.grad_inputs) grad_inputs.push_back(inputs.at(i));
+  node->set_next_edges(ag::collect_next_edges(grad_inputs));
+  for (int o : s.signature.tangent_outputs) {
+    at::Tensor& out = outputs.at(o);
+    // An output that is an input or shares its memory (a view) would take this node as its
+    // grad_fn: it runs as a copy instead.
+    for (const at::Tensor& in : inputs) {
+      if (out.is_alias_of(in)) {
+        out = out.clone();
+        break;
+      }
+    }
+    backward->tangent_meta.push_back({out.sizes().vec(), out.options()});
+    ag::create_gradient_edge(out, node);
+  }
+  return outputs;
+}
+
+}  // namespace ember::runtime

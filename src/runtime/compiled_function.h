@@ -1,0 +1,60 @@
+/// \file
+/// A compiled graph that autograd differentiates: the forward and the backward graph of a joint
+/// graph (graph/partition.h), each run by an Executor, joined by a torch::autograd::Node.
+///
+/// A call runs the forward graph on the primals. When grad mode is on and an input that has a
+/// gradient in the joint graph requires grad, the differentiable outputs get one backward node
+/// (`EmberCompiledBackward`) as their grad_fn, holding what the backward reads as SavedVariables
+/// (so an in-place change of a saved input is caught, as eager autograd does). The node's
+/// backward runs the backward graph on the saved values and the incoming gradients (zeros for
+/// an output no loss reached) and returns one gradient per input edge. Under no_grad or
+/// inference_mode, or when no input requires grad, only the forward runs and nothing is saved.
+///
+/// Not supported: a second backward through a node whose saved values were freed (an error, as
+/// eager's, naming retain_graph); double backward (create_graph=True): an error naming it.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <vector>
+
+#include "runtime/executor.h"
+#include "tracer/trace_session.h"
+
+namespace ember::runtime {
+
+/// How a joint graph's inputs and outputs relate to the program's (see tracing.trace_joint).
+struct JointSignature {
+  std::vector<bool> is_tangent;  ///< per input of the joint graph
+  int num_forward_outputs = 0;   ///< the program's outputs, first among the joint's outputs
+  /// Per tangent (in input order): the index of the program output it is the gradient of.
+  std::vector<int> tangent_outputs;
+  /// Per gradient (the joint's outputs after the program's): the index, among the joint's
+  /// non-constant, non-tangent inputs, of the input it is the gradient of.
+  std::vector<int> grad_inputs;
+};
+
+class CompiledFunction {
+ public:
+  /// Splits `joint` and compiles both graphs with `options`. Throws Unsupported for a joint
+  /// graph with input mutations (BatchNorm's running statistics: not yet).
+  CompiledFunction(tracer::TracedGraph joint, JointSignature signature, ExecutorOptions options);
+  ~CompiledFunction();
+
+  /// Runs the program on `inputs` (the joint's non-constant primals, in order): returns its
+  /// outputs, the differentiable ones attached to a backward node when autograd needs them.
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const;
+
+  const Executor& forward() const;
+  const Executor& backward() const;
+  /// Values the forward keeps for the backward (intermediates and inputs).
+  int num_saved() const;
+
+  struct State;
+
+ private:
+  std::shared_ptr<const State> state_;
+};
+
+}  // namespace ember::runtime

@@ -1,0 +1,118 @@
+#include "graph/partition.h"
+
+#include <gtest/gtest.h>
+
+#include "graph/printer.h"
+#include "support/error.h"
+
+namespace ember::graph {
+namespace {
+
+TensorType make_type(Dims sizes) {
+  TensorType t;
+  t.dtype = DType::Float32;
+  t.strides = contiguous_strides(sizes);
+  t.sizes = std::move(sizes);
+  return t;
+}
+
+int32_t op(Graph& g, const std::string& name, std::vector<std::string> args) {
+  std::vector<bool> kw(args.size(), false);
+  return g.intern_op({name, "", std::move(args), kw});
+}
+
+/// y = sum(relu(x @ t(w)) * c) with a constant c, then its backward for w:
+///   %0 x, %1 w (primals), %2 c (constant), %3 dy (tangent)
+///   %4 = t(%1); %5 = mm(%0, %4); %6 = relu(%5); %7 = mul(%6, %2); %8 = sum(%7)
+///   %9 = expand(%3); %10 = mul(%9, %2); %11 = threshold_backward(%10, %6); %12 = t(%11);
+///   %13 = mm(%12, %0)
+///   return (%8, %13)
+Graph joint() {
+  Graph g;
+  const ValueId x = g.add_input(make_type({4, 8}), InputKind::User, "x");
+  const ValueId w = g.add_input(make_type({16, 8}), InputKind::Parameter, "w");
+  const ValueId c = g.add_input(make_type({16}), InputKind::Constant);
+  const ValueId dy = g.add_input(make_type({}), InputKind::User, "dy");
+  const int32_t t = op(g, "aten::t", {"self"}), mm = op(g, "aten::mm", {"self", "mat2"});
+  const int32_t relu = op(g, "aten::relu", {"self"});
+  const int32_t mul = op(g, "aten::mul", {"self", "other"}), sum = op(g, "aten::sum", {"self"});
+  const int32_t expand = op(g, "aten::expand", {"self", "size"});
+  const int32_t thb = op(g, "aten::threshold_backward", {"grad_output", "self", "threshold"});
+  auto node = [&](int32_t o, std::vector<Arg> args, Dims sizes) {
+    return g.nodes[g.add_node(o, std::move(args), {make_type(std::move(sizes))})].outputs[0];
+  };
+  const ValueId wt = node(t, {ValueRef{w}}, {8, 16});
+  const ValueId h = node(mm, {ValueRef{x}, ValueRef{wt}}, {4, 16});
+  const ValueId r = node(relu, {ValueRef{h}}, {4, 16});
+  const ValueId m = node(mul, {ValueRef{r}, ValueRef{c}}, {4, 16});
+  const ValueId y = node(sum, {ValueRef{m}}, {});
+  const ValueId e = node(expand, {ValueRef{dy}, std::vector<int64_t>{4, 16}}, {4, 16});
+  const ValueId dm = node(mul, {ValueRef{e}, ValueRef{c}}, {4, 16});
+  const ValueId dh = node(thb, {ValueRef{dm}, ValueRef{r}, 0.0}, {4, 16});
+  const ValueId dht = node(t, {ValueRef{dh}}, {16, 4});
+  const ValueId dw = node(mm, {ValueRef{dht}, ValueRef{x}}, {16, 8});
+  g.outputs = {y, dw};
+  return g;
+}
+
+TEST(SplitJoint, SavesWhatTheBackwardReadsOfTheForward) {
+  const JointSplit s = split_joint(joint(), {false, false, false, true}, 1);
+  EXPECT_EQ(print_graph(s.forward),
+            "graph {\n"
+            "  input %0 : f32[4, 8] cpu  # user x\n"
+            "  input %1 : f32[16, 8] cpu  # param w\n"
+            "  const %2 : f32[16] cpu\n"
+            "  %3 : f32[8, 16] cpu = aten::t(%1)\n"
+            "  %4 : f32[4, 16] cpu = aten::mm(%0, %3)\n"
+            "  %5 : f32[4, 16] cpu = aten::relu(%4)\n"
+            "  %6 : f32[4, 16] cpu = aten::mul(%5, %2)\n"
+            "  %7 : f32[] cpu = aten::sum(%6)\n"
+            "  return (%7, %5)\n"
+            "}\n");
+  // relu's result (a forward output) and x (the caller's) are saved; the constant is the
+  // backward's own input.
+  EXPECT_EQ(s.saved_inputs, (std::vector<int>{-1, 0}));
+  EXPECT_EQ(s.forward_constants, (std::vector<int>{0}));
+  EXPECT_EQ(s.backward_constants, (std::vector<int>{0}));
+  EXPECT_EQ(print_graph(s.backward),
+            "graph {\n"
+            "  input %0 : f32[4, 16] cpu  # user saved0\n"
+            "  input %1 : f32[4, 8] cpu  # user saved1\n"
+            "  input %2 : f32[] cpu  # user dy\n"
+            "  const %3 : f32[16] cpu\n"
+            "  %4 : f32[4, 16] cpu = aten::expand(%2, [4, 16])\n"
+            "  %5 : f32[4, 16] cpu = aten::mul(%4, %3)\n"
+            "  %6 : f32[4, 16] cpu = aten::threshold_backward(%5, %0, 0.0)\n"
+            "  %7 : f32[16, 4] cpu = aten::t(%6)\n"
+            "  %8 : f32[16, 8] cpu = aten::mm(%7, %1)\n"
+            "  return (%8)\n"
+            "}\n");
+}
+
+TEST(SplitJoint, RecomputesWhatOnlyTheGradientsReadOfThePrimals) {
+  // The gradient of x reads t(w)'s transpose again: a node of the primals that the program's
+  // outputs do not need runs in the backward, from the saved w, rather than being saved.
+  Graph g = joint();
+  const int32_t t = g.intern_op({"aten::t", "", {"self"}, {false}});
+  const int32_t mm = g.intern_op({"aten::mm", "", {"self", "mat2"}, {false, false}});
+  TensorType wt_type = make_type({8, 16});
+  const ValueId w2 = g.nodes[g.add_node(t, {ValueRef{1}}, {wt_type})].outputs[0];
+  const ValueId dh = 11;  // threshold_backward's result
+  const ValueId dx =
+      g.nodes[g.add_node(mm, {ValueRef{dh}, ValueRef{w2}}, {make_type({4, 16})})].outputs[0];
+  g.outputs.push_back(dx);
+  const JointSplit s = split_joint(g, {false, false, false, true}, 1);
+  EXPECT_EQ(s.saved_inputs, (std::vector<int>{-1, 0, 1}));  // relu, x, w
+  EXPECT_EQ(s.backward.outputs.size(), 2u);
+  EXPECT_EQ(s.forward.nodes.size(), 5u);
+  EXPECT_EQ(s.backward.nodes.size(), 7u);
+}
+
+TEST(SplitJoint, RejectsAForwardOutputThatReadsATangent) {
+  Graph g = joint();
+  g.outputs = {11, 13};  // threshold_backward's result as a "program output"
+  EXPECT_THROW(split_joint(g, {false, false, false, true}, 1), InternalError);
+}
+
+}  // namespace
+}  // namespace ember::graph
