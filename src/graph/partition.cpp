@@ -1,8 +1,11 @@
 #include "graph/partition.h"
 
+#include <algorithm>
+#include <functional>
 #include <string>
 #include <variant>
 
+#include "graph/max_flow.h"
 #include "graph/verifier.h"
 #include "support/error.h"
 
@@ -60,17 +63,81 @@ void copy_node(const Graph& g, const Node& n, Graph& h, std::vector<ValueId>& re
   for (size_t i = 0; i < n.outputs.size(); ++i) remap[n.outputs[i]] = h.nodes[m].outputs[i];
 }
 
+int64_t value_bytes(const Graph& g, ValueId v) {
+  const TensorType& t = g.type(v);
+  if (!t.is_static()) return int64_t{1} << 40;  // never cheaper than recomputing
+  return numel(t.sizes) * std::max(element_size(t.dtype), 1);
+}
+
+// The min-cut rematerialization partition (AOTAutograd's): over the forward side's values, each
+// split into an in and an out node joined by an edge of its size in bytes; the source feeds the
+// primals and the nodes that may not be recomputed, every data dependency is an uncuttable edge,
+// and each value the backward reads feeds the sink. A minimum cut is the cheapest set of values
+// to save: the forward values past it are recomputed in the backward. Marks in `backward` the
+// forward nodes to recompute.
+void recompute_by_min_cut(const Graph& g, const std::vector<bool>& forward_side,
+                          const std::vector<bool>& forward,
+                          const std::function<bool(const Graph&, const Node&)>& recomputable,
+                          std::vector<bool>& backward) {
+  const int num_values = static_cast<int>(g.values.size());
+  const int source = 2 * num_values, sink = source + 1;
+  FlowNetwork net(sink + 1);
+  auto in = [](ValueId v) { return 2 * v; };
+  auto out = [](ValueId v) { return 2 * v + 1; };
+  for (ValueId v = 0; v < num_values; ++v) {
+    if (!forward_side[v]) continue;
+    net.add_edge(in(v), out(v), value_bytes(g, v));
+    const int32_t p = g.values[v].node;
+    if (p < 0 || !recomputable(g, g.nodes[p])) net.add_edge(source, in(v), FlowNetwork::kInfinite);
+    if (p >= 0) {
+      for (ValueId r : reads(g.nodes[p])) {
+        if (forward_side[r]) net.add_edge(out(r), in(v), FlowNetwork::kInfinite);
+      }
+    }
+  }
+  // What the backward's own nodes and the gradients read of the forward side.
+  std::vector<bool> required(num_values, false);
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    if (!backward[ni]) continue;
+    for (ValueId r : reads(g.nodes[ni])) required[r] = required[r] || forward_side[r];
+  }
+  for (ValueId v : g.outputs) {
+    const int32_t p = g.values[v].node;
+    if (forward_side[v] && (p < 0 || !forward[p])) required[v] = true;
+  }
+  for (ValueId v = 0; v < num_values; ++v) {
+    if (required[v]) net.add_edge(out(v), sink, FlowNetwork::kInfinite);
+  }
+  net.max_flow(source, sink);
+  const std::vector<bool> side = net.source_side(source);
+  // Walk back from the required values: a value past the cut is recomputed by its node.
+  std::vector<ValueId> todo;
+  for (ValueId v = 0; v < num_values; ++v) {
+    if (required[v]) todo.push_back(v);
+  }
+  while (!todo.empty()) {
+    const ValueId v = todo.back();
+    todo.pop_back();
+    const int32_t p = g.values[v].node;
+    if (p < 0 || backward[p] || !forward_side[v]) continue;
+    if (side[in(v)] && !side[out(v)]) continue;  // saved
+    EMBER_INTERNAL_ASSERT(!side[in(v)]) << "min cut: value %" << v << " is neither saved nor "
+                                        << "recomputable";
+    backward[p] = true;
+    for (ValueId r : reads(g.nodes[p])) todo.push_back(r);
+  }
+}
+
 }  // namespace
 
-JointSplit split_joint(const Graph& g, const std::vector<bool>& is_tangent,
-                       int num_forward_outputs) {
+JointSplit split_joint(const Graph& g, const std::vector<bool>& is_tangent, int num_forward_outputs,
+                       const SplitOptions& options) {
   EMBER_INTERNAL_ASSERT(is_tangent.size() == g.inputs.size())
       << "split_joint: " << is_tangent.size() << " tangent flags for " << g.inputs.size()
       << " inputs";
   EMBER_INTERNAL_ASSERT(num_forward_outputs >= 0 &&
                         num_forward_outputs <= static_cast<int>(g.outputs.size()))
       << "split_joint: " << num_forward_outputs << " forward outputs of " << g.outputs.size();
-  EMBER_INTERNAL_ASSERT(g.mutations.empty()) << "split_joint: a joint graph with mutations";
 
   enum class From : int8_t { Primal, Constant, Tangent, Forward, Backward };
   std::vector<From> from(g.values.size(), From::Forward);
@@ -88,8 +155,17 @@ JointSplit split_joint(const Graph& g, const std::vector<bool>& is_tangent,
   }
   const std::vector<ValueId> forward_roots(g.outputs.begin(),
                                            g.outputs.begin() + num_forward_outputs);
-  const std::vector<bool> forward = needed_nodes(g, forward_roots);
-  const std::vector<bool> any = needed_nodes(g, g.outputs);
+  // Input mutations (BatchNorm's running statistics) happen in the forward: their values are
+  // forward roots too.
+  std::vector<ValueId> forward_needs = forward_roots;
+  for (const Mutation& m : g.mutations) {
+    EMBER_INTERNAL_ASSERT(from[m.input] == From::Primal) << "split_joint: a mutated tangent";
+    forward_needs.push_back(m.value);
+  }
+  const std::vector<bool> forward = needed_nodes(g, forward_needs);
+  std::vector<ValueId> all_roots = g.outputs;
+  all_roots.insert(all_roots.end(), forward_needs.begin(), forward_needs.end());
+  const std::vector<bool> any = needed_nodes(g, all_roots);
   std::vector<bool> reads_tangent(g.values.size(), false);
   for (size_t i = 0; i < g.inputs.size(); ++i) reads_tangent[g.inputs[i].value] = is_tangent[i];
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
@@ -108,12 +184,26 @@ JointSplit split_joint(const Graph& g, const std::vector<bool>& is_tangent,
     EMBER_INTERNAL_ASSERT(from[v] != From::Tangent) << "split_joint: a tangent is an output";
   }
 
+  // Nodes of the backward: those the gradients need that the forward does not compute, and (with
+  // `recomputable`) forward nodes recomputed there from saved values.
+  std::vector<bool> backward(g.nodes.size(), false);
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) backward[ni] = any[ni] && !forward[ni];
+  if (options.recomputable) {
+    std::vector<bool> forward_side(g.values.size(), false);
+    for (size_t v = 0; v < g.values.size(); ++v) {
+      forward_side[v] = from[v] == From::Primal || from[v] == From::Forward;
+    }
+    recompute_by_min_cut(g, forward_side, forward, options.recomputable, backward);
+  }
+
   // What the backward reads of the forward side, in order of first read.
   std::vector<ValueId> saved;
   std::vector<bool> is_saved(g.values.size(), false);
   std::vector<ValueId> backward_constant_values;
   std::vector<bool> in_backward_constants(g.values.size(), false);
   auto backward_reads = [&](ValueId v) {
+    const int32_t p = g.values[v].node;
+    if (p >= 0 && backward[p]) return;  // computed in the backward
     if ((from[v] == From::Forward || from[v] == From::Primal) && !is_saved[v]) {
       is_saved[v] = true;
       saved.push_back(v);
@@ -123,7 +213,7 @@ JointSplit split_joint(const Graph& g, const std::vector<bool>& is_tangent,
     }
   };
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
-    if (!any[ni] || forward[ni]) continue;
+    if (!backward[ni]) continue;
     for (ValueId r : reads(g.nodes[ni])) backward_reads(r);
   }
   for (size_t i = num_forward_outputs; i < g.outputs.size(); ++i) backward_reads(g.outputs[i]);
@@ -146,7 +236,9 @@ JointSplit split_joint(const Graph& g, const std::vector<bool>& is_tangent,
     EMBER_INTERNAL_ASSERT(fmap[v] >= 0) << "split_joint: forward output %" << v << " undefined";
     f.outputs.push_back(fmap[v]);
   }
+  for (const Mutation& m : g.mutations) f.mutations.push_back({fmap[m.input], fmap[m.value]});
   for (ValueId v : saved) {
+    out.saved_bytes += value_bytes(g, v);
     if (from[v] == From::Forward) {
       f.outputs.push_back(fmap[v]);
       out.saved_inputs.push_back(-1);
@@ -173,7 +265,7 @@ JointSplit split_joint(const Graph& g, const std::vector<bool>& is_tangent,
     out.backward_constants.push_back(constant_index[v]);
   }
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
-    if (any[ni] && !forward[ni]) copy_node(g, g.nodes[ni], b, bmap);
+    if (backward[ni]) copy_node(g, g.nodes[ni], b, bmap);
   }
   for (size_t i = num_forward_outputs; i < g.outputs.size(); ++i) {
     const ValueId v = g.outputs[i];

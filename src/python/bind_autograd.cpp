@@ -69,6 +69,8 @@ void bind_autograd(nb::module_& m) {
            })
       .def_prop_ro("num_saved", &CompiledFunction::num_saved,
                    "Values the forward keeps for the backward.")
+      .def_prop_ro("saved_bytes", &CompiledFunction::saved_bytes,
+                   "Bytes of the values the forward keeps for the backward.")
       .def_prop_ro("forward_steps",
                    [](const CompiledFunction& f) { return f.forward().describe_steps(); })
       .def_prop_ro("backward_steps",

@@ -1,17 +1,22 @@
 #include "runtime/compiled_function.h"
 
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/enum_tag.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/edge.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/saved_variable.h>
 
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
 
 #include "graph/partition.h"
+#include "sched/index_ops.h"
+#include "sched/pointwise.h"
 #include "support/error.h"
 #include "tracer/convert.h"
 
@@ -80,15 +85,31 @@ struct CompiledBackward : ag::Node {
   std::string name() const override { return "EmberCompiledBackward"; }
 };
 
+// What the min-cut partition may run again in the backward: pointwise ops and views that the
+// scheduler fuses (they cost no launch of their own there), never random ones.
+bool recomputable(const graph::Graph& g, const graph::Node& n) {
+  const graph::OpInfo& info = g.op_of(n);
+  auto op = c10::Dispatcher::singleton().findSchema({info.name, info.overload});
+  if (!op.has_value() || op->hasTag(at::Tag::nondeterministic_seeded)) return false;
+  if (sched::is_pointwise(g, n)) return true;
+  const std::optional<sched::IndexOpKind> kind = sched::index_op_kind(g, n);
+  return kind.has_value() && *kind == sched::IndexOpKind::View;
+}
+
 }  // namespace
+
+bool min_cut_enabled() {
+  const char* v = std::getenv("EMBER_MIN_CUT");
+  return v == nullptr || std::string(v) != "0";
+}
 
 CompiledFunction::CompiledFunction(tracer::TracedGraph joint, JointSignature signature,
                                    ExecutorOptions options) {
-  EMBER_UNSUPPORTED(joint.graph.mutations.empty())
-      << "training a graph that mutates its inputs (BatchNorm's running statistics, in-place "
-      << "updates of inputs) is not supported yet";
-  graph::JointSplit split =
-      graph::split_joint(joint.graph, signature.is_tangent, signature.num_forward_outputs);
+  graph::SplitOptions split_options;
+  if (min_cut_enabled()) split_options.recomputable = recomputable;
+  graph::JointSplit split = graph::split_joint(joint.graph, signature.is_tangent,
+                                               signature.num_forward_outputs, split_options);
+  saved_bytes_ = split.saved_bytes;
   auto state = std::make_shared<State>();
   // Joint input index -> index among the non-constant primals (what a caller passes).
   std::vector<int> primal_number(joint.graph.inputs.size(), -1);

@@ -37,8 +37,8 @@ struct JointSignature {
 
 class CompiledFunction {
  public:
-  /// Splits `joint` and compiles both graphs with `options`. Throws Unsupported for a joint
-  /// graph with input mutations (BatchNorm's running statistics: not yet).
+  /// Splits `joint` and compiles both graphs with `options`. Input mutations (BatchNorm's running
+  /// statistics) are applied by the forward.
   CompiledFunction(tracer::TracedGraph joint, JointSignature signature, ExecutorOptions options);
   ~CompiledFunction();
 
@@ -48,13 +48,19 @@ class CompiledFunction {
 
   const Executor& forward() const;
   const Executor& backward() const;
-  /// Values the forward keeps for the backward (intermediates and inputs).
+  /// Values the forward keeps for the backward (intermediates and inputs), and their bytes.
   int num_saved() const;
+  int64_t saved_bytes() const { return saved_bytes_; }
 
   struct State;
 
  private:
   std::shared_ptr<const State> state_;
+  int64_t saved_bytes_ = 0;
 };
+
+/// EMBER_MIN_CUT=0: the default partition (save what the backward reads) instead of the min-cut
+/// one (graph/partition.h), to measure what recomputation saves.
+bool min_cut_enabled();
 
 }  // namespace ember::runtime

@@ -174,11 +174,10 @@ std::string Emitter::expr(const Expr& e) {
     case ExprKind::Select: {
       const Select* s = e.as<Select>();
       const std::string cond = expr(s->cond);
-      load_guards_.push_back(cond);
+      ++select_depth_;
       const std::string t = expr(s->t);
-      load_guards_.back() = "!" + cond;
       const std::string f = expr(s->f);
-      load_guards_.pop_back();
+      --select_depth_;
       return "(" + cond + " ? " + t + " : " + f + ")";
     }
     case ExprKind::Cast:
@@ -186,10 +185,13 @@ std::string Emitter::expr(const Expr& e) {
     case ExprKind::Load: {
       const Load* l = e.as<Load>();
       std::string index = expr(l->index);
-      if (!load_guards_.empty() && l->index.kind() != ExprKind::IntImm) {
-        std::string taken;
-        for (const std::string& g : load_guards_) taken += (taken.empty() ? "" : " && ") + g;
-        index = "((" + taken + ") ? " + index + " : 0LL)";
+      if (select_depth_ > 0 && l->index.kind() != ExprKind::IntImm) {
+        // A vectorized loop evaluates both arms of a select (a blend): a guarded read (padding,
+        // im2col, cat) is clamped into its buffer, whose value the select then discards.
+        if (std::optional<int64_t> last = last_element(l->buffer)) {
+          index = "ember_min<int64_t>(ember_max<int64_t>(" + index + ", 0LL), " +
+                  std::to_string(*last) + "LL)";
+        }
       }
       return buf_name(l->buffer) + "[" + index + "]";
     }
@@ -198,6 +200,23 @@ std::string Emitter::expr(const Expr& e) {
   }
   EMBER_INTERNAL_ASSERT(false) << "unknown expression kind";
   return "";
+}
+
+std::optional<int64_t> Emitter::last_element(const std::string& buffer) const {
+  for (const loop::BufferParam& b : k_.buffers) {
+    if (b.name != buffer) continue;
+    int64_t last = 0;
+    for (size_t d = 0; d < b.sizes.size(); ++d) {
+      const loop::IntImm* size = b.sizes[d].as<loop::IntImm>();
+      const loop::IntImm* stride = d < b.strides.size() ? b.strides[d].as<loop::IntImm>() : nullptr;
+      if (size == nullptr || stride == nullptr || size->value < 1 || stride->value < 0) {
+        return std::nullopt;
+      }
+      last += (size->value - 1) * stride->value;
+    }
+    return last;
+  }
+  return std::nullopt;
 }
 
 std::pair<Expr, Expr> Emitter::operands(const Expr& e) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -58,6 +59,9 @@ class Emitter {
   std::string round_to(DType t, const std::string& computed);
   std::string expr(const Expr& e);
   std::pair<Expr, Expr> operands(const Expr& e);
+  // The largest element offset of kernel buffer `buffer`, when its sizes and strides are
+  // constants (non-negative strides); nullopt otherwise (and for local buffers).
+  std::optional<int64_t> last_element(const std::string& buffer) const;
   std::string binary(const Expr& e, const char* op);
   std::string helper2(const Expr& e, const char* fn);
   std::string compare(const Expr& e, const char* op);
@@ -115,10 +119,9 @@ class Emitter {
 
   const Kernel& k_;
   std::ostringstream out_;
-  // Conditions of the Select branches being emitted: a load inside one reads index 0 when its
-  // branch is not taken. A vectorized loop evaluates both branches of a select (a blend), so a
-  // guarded read (padding, im2col) must not address memory outside its buffer.
-  std::vector<std::string> load_guards_;
+  // Selects being emitted around the current expression: a load inside one is clamped into its
+  // buffer (last_element), since a vectorized loop evaluates both arms of a select.
+  int select_depth_ = 0;
   int parallel_depth_ = 0;
   int lane_counter_ = 0;  // numbers the lane reductions of the kernel, for unique C++ names
   // While emitting a lane reduction's body: accumulator element -> its lane lvalues.

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "graph/printer.h"
 #include "support/error.h"
 
@@ -106,6 +108,76 @@ TEST(SplitJoint, RecomputesWhatOnlyTheGradientsReadOfThePrimals) {
   EXPECT_EQ(s.backward.outputs.size(), 2u);
   EXPECT_EQ(s.forward.nodes.size(), 5u);
   EXPECT_EQ(s.backward.nodes.size(), 7u);
+}
+
+TEST(SplitJoint, KeepsInputMutationsInTheForward) {
+  // A buffer updated from the forward's values (BatchNorm's running statistics): the forward
+  // computes and applies it, even though no output reads it; the backward has no mutation.
+  Graph g = joint();
+  const ValueId stat = g.add_input(make_type({4, 16}), InputKind::Buffer, "running");
+  const int32_t mul = g.intern_op({"aten::mul", "", {"self", "other"}, {false, false}});
+  const ValueId upd = g.nodes[g.add_node(mul, {ValueRef{5}, ValueRef{stat}}, {make_type({4, 16})})]
+                          .outputs[0];  // mm's result times the old statistics
+  g.mutations.push_back({stat, upd});
+  const JointSplit s = split_joint(g, {false, false, false, true, false}, 1);
+  ASSERT_EQ(s.forward.mutations.size(), 1u);
+  EXPECT_EQ(s.forward.inputs.size(), 4u);  // x, w, the constant, the buffer
+  EXPECT_EQ(s.forward.nodes.size(), 6u);
+  EXPECT_TRUE(s.backward.mutations.empty());
+  EXPECT_EQ(s.backward.nodes.size(), 5u);
+}
+
+TEST(SplitJoint, MinCutRecomputesCheapValuesFromASmallerOne) {
+  //   %0 x [4, 8], %1 w [16, 8], %2 dy []
+  //   %3 = t(w); %4 = mm(x, %3) [4, 16]; %5 = exp(%4); %6 = mul(%5, %5); %7 = sum(%6)
+  //   %8 = expand(dy); %9 = mul(%8, %5); %10 = mul(%9, %6); %11 = t(%10); %12 = mm(%11, x)
+  // The backward reads exp's and mul's results (512 bytes); mm's result (256 bytes) makes both.
+  Graph g;
+  const ValueId x = g.add_input(make_type({4, 8}), InputKind::User, "x");
+  const ValueId w = g.add_input(make_type({16, 8}), InputKind::Parameter, "w");
+  const ValueId dy = g.add_input(make_type({}), InputKind::User, "dy");
+  const int32_t t = op(g, "aten::t", {"self"}), mm = op(g, "aten::mm", {"self", "mat2"});
+  const int32_t ex = op(g, "aten::exp", {"self"}), mul = op(g, "aten::mul", {"self", "other"});
+  const int32_t sum = op(g, "aten::sum", {"self"});
+  const int32_t expand = op(g, "aten::expand", {"self", "size"});
+  auto node = [&](int32_t o, std::vector<Arg> args, Dims sizes) {
+    return g.nodes[g.add_node(o, std::move(args), {make_type(std::move(sizes))})].outputs[0];
+  };
+  const ValueId h = node(mm, {ValueRef{x}, ValueRef{node(t, {ValueRef{w}}, {8, 16})}}, {4, 16});
+  const ValueId a = node(ex, {ValueRef{h}}, {4, 16});
+  const ValueId b = node(mul, {ValueRef{a}, ValueRef{a}}, {4, 16});
+  const ValueId y = node(sum, {ValueRef{b}}, {});
+  const ValueId e = node(expand, {ValueRef{dy}, std::vector<int64_t>{4, 16}}, {4, 16});
+  const ValueId g1 =
+      node(mul, {ValueRef{node(mul, {ValueRef{e}, ValueRef{a}}, {4, 16})}, ValueRef{b}}, {4, 16});
+  const ValueId dw = node(mm, {ValueRef{node(t, {ValueRef{g1}}, {16, 4})}, ValueRef{x}}, {16, 8});
+  g.outputs = {y, dw};
+  const std::vector<bool> tangent = {false, false, true};
+
+  const JointSplit plain = split_joint(g, tangent, 1);
+  EXPECT_EQ(plain.saved_bytes, 256 + 256 + 128);  // exp's and mul's (4 x 16 f32), x (4 x 8)
+  SplitOptions o;
+  o.recomputable = [](const Graph& gg, const Node& n) {
+    const std::string name = gg.op_of(n).name;
+    return name == "aten::exp" || name == "aten::mul" || name == "aten::t";
+  };
+  const JointSplit cut = split_joint(g, tangent, 1, o);
+  EXPECT_EQ(cut.saved_bytes, 256 + 128);  // mm's result and x
+  EXPECT_EQ(cut.saved_inputs, (std::vector<int>{-1, 0}));
+  EXPECT_EQ(print_graph(cut.backward),
+            "graph {\n"
+            "  input %0 : f32[4, 16] cpu  # user saved0\n"
+            "  input %1 : f32[4, 8] cpu  # user saved1\n"
+            "  input %2 : f32[] cpu  # user dy\n"
+            "  %3 : f32[4, 16] cpu = aten::exp(%0)\n"
+            "  %4 : f32[4, 16] cpu = aten::mul(%3, %3)\n"
+            "  %5 : f32[4, 16] cpu = aten::expand(%2, [4, 16])\n"
+            "  %6 : f32[4, 16] cpu = aten::mul(%5, %3)\n"
+            "  %7 : f32[4, 16] cpu = aten::mul(%6, %4)\n"
+            "  %8 : f32[16, 4] cpu = aten::t(%7)\n"
+            "  %9 : f32[16, 8] cpu = aten::mm(%8, %1)\n"
+            "  return (%9)\n"
+            "}\n");
 }
 
 TEST(SplitJoint, RejectsAForwardOutputThatReadsATangent) {
