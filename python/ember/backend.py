@@ -40,6 +40,20 @@ def _unsupported_reason(gm: torch.fx.GraphModule, example_inputs: Sequence[Any])
     return None
 
 
+def _build_or_fallback(gm: torch.fx.GraphModule, build: Callable[[], tuple]) -> tuple | Callable:
+    """build()'s (graph, rebuild, compiled), or eager's callable when ember cannot compile: an
+    Unsupported program, or an op that failed while tracing (eager raises the same error).
+    Internal errors propagate."""
+    try:
+        return build()
+    except InternalError:
+        raise
+    except Unsupported as e:
+        return _fallback(gm, str(e))
+    except Exception as e:
+        return _fallback(gm, f"tracing failed: {type(e).__name__}: {e}")
+
+
 def _input_kinds(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor]):
     names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
     if len(names) != len(example_inputs):
@@ -64,17 +78,16 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs) -
     kinds, names = _input_kinds(gm, example_inputs)
     if torch.is_grad_enabled() and any(x.requires_grad for x in example_inputs):
         return _training(gm, example_inputs, kinds, names)
-    try:
+    def build():
         graph, rebuild = trace_with_structure(gm, example_inputs, kinds, names)
-        compiled = _C.CompiledGraph(graph, codegen=config.codegen(),
-                                    reductions=config.reduction_kernels(),
-                                    reduction_fusion=config.reduction_fusion())
-    except InternalError:
-        raise
-    except Unsupported as e:
-        return _fallback(gm, str(e))
-    except Exception as e:  # an op failed while tracing: eager will raise the same error
-        return _fallback(gm, f"tracing failed: {type(e).__name__}: {e}")
+        return graph, rebuild, _C.CompiledGraph(graph, codegen=config.codegen(),
+                                                reductions=config.reduction_kernels(),
+                                                reduction_fusion=config.reduction_fusion())
+
+    built = _build_or_fallback(gm, build)
+    if callable(built):
+        return built
+    graph, rebuild, compiled = built
     if compiled.has_mutations and compiled.mutated_inputs_alias(list(example_inputs)):
         return _fallback(gm, "an input that the graph mutates shares memory with another input")
     metrics.counters["graphs"] += 1
@@ -116,19 +129,18 @@ def _training(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor], 
     """An input requires grad under grad mode: the joint forward and backward graph, split and
     compiled (runtime/compiled_function.h); the outputs' grad_fn runs the compiled backward."""
     requires_grad = [x.requires_grad for x in example_inputs]
-    try:
+
+    def build():
         graph, rebuild, sig = trace_joint(gm, example_inputs, requires_grad, kinds, names)
-        compiled = _C.CompiledFunction(graph, sig["num_primals"], sig["num_forward_outputs"],
-                                       sig["tangent_outputs"], sig["grad_inputs"],
-                                       codegen=config.codegen(),
-                                       reductions=config.reduction_kernels(),
-                                       reduction_fusion=config.reduction_fusion())
-    except InternalError:
-        raise
-    except Unsupported as e:
-        return _fallback(gm, str(e))
-    except Exception as e:  # an op failed while tracing: eager will raise the same error
-        return _fallback(gm, f"tracing the backward failed: {type(e).__name__}: {e}")
+        return graph, rebuild, _C.CompiledFunction(
+            graph, sig["num_primals"], sig["num_forward_outputs"], sig["tangent_outputs"],
+            sig["grad_inputs"], codegen=config.codegen(), reductions=config.reduction_kernels(),
+            reduction_fusion=config.reduction_fusion())
+
+    built = _build_or_fallback(gm, build)
+    if callable(built):
+        return built
+    graph, rebuild, compiled = built
     metrics.counters["graphs"] += 1
     metrics.counters["training_graphs"] += 1
     metrics.counters["nodes"] += graph.num_nodes

@@ -57,4 +57,17 @@ int Graph::num_constants() const {
   return n;
 }
 
+std::vector<ValueId> tensor_reads(const Node& n) {
+  std::vector<ValueId> out;
+  for (const Arg& a : n.args) {
+    if (const auto* r = std::get_if<ValueRef>(&a)) out.push_back(r->id);
+    if (const auto* l = std::get_if<ValueList>(&a)) {
+      for (const auto& item : l->items) {
+        if (item) out.push_back(*item);
+      }
+    }
+  }
+  return out;
+}
+
 }  // namespace ember::graph

@@ -89,6 +89,10 @@ struct Value {
   int32_t index = 0;  ///< output position in the producing node, or input position
 };
 
+/// The tensor values node `n` reads, in argument order (list elements included; a value read
+/// twice appears twice).
+std::vector<ValueId> tensor_reads(const Node& n);
+
 /// After the last node, graph input `input` takes the contents of `value`.
 struct Mutation {
   ValueId input = -1;

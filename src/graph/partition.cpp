@@ -13,19 +13,6 @@ namespace ember::graph {
 
 namespace {
 
-std::vector<ValueId> reads(const Node& n) {
-  std::vector<ValueId> out;
-  for (const Arg& a : n.args) {
-    if (const auto* r = std::get_if<ValueRef>(&a)) out.push_back(r->id);
-    if (const auto* l = std::get_if<ValueList>(&a)) {
-      for (const auto& item : l->items) {
-        if (item) out.push_back(*item);
-      }
-    }
-  }
-  return out;
-}
-
 // Marks the nodes `roots` need, transitively.
 std::vector<bool> needed_nodes(const Graph& g, const std::vector<ValueId>& roots) {
   std::vector<bool> need(g.nodes.size(), false);
@@ -36,7 +23,7 @@ std::vector<bool> needed_nodes(const Graph& g, const std::vector<ValueId>& roots
     const int32_t p = g.values[v].node;
     if (p < 0 || need[p]) continue;
     need[p] = true;
-    for (ValueId r : reads(g.nodes[p])) todo.push_back(r);
+    for (ValueId r : tensor_reads(g.nodes[p])) todo.push_back(r);
   }
   return need;
 }
@@ -90,7 +77,7 @@ void recompute_by_min_cut(const Graph& g, const std::vector<bool>& forward_side,
     const int32_t p = g.values[v].node;
     if (p < 0 || !recomputable(g, g.nodes[p])) net.add_edge(source, in(v), FlowNetwork::kInfinite);
     if (p >= 0) {
-      for (ValueId r : reads(g.nodes[p])) {
+      for (ValueId r : tensor_reads(g.nodes[p])) {
         if (forward_side[r]) net.add_edge(out(r), in(v), FlowNetwork::kInfinite);
       }
     }
@@ -99,7 +86,7 @@ void recompute_by_min_cut(const Graph& g, const std::vector<bool>& forward_side,
   std::vector<bool> required(num_values, false);
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     if (!backward[ni]) continue;
-    for (ValueId r : reads(g.nodes[ni])) required[r] = required[r] || forward_side[r];
+    for (ValueId r : tensor_reads(g.nodes[ni])) required[r] = required[r] || forward_side[r];
   }
   for (ValueId v : g.outputs) {
     const int32_t p = g.values[v].node;
@@ -124,7 +111,7 @@ void recompute_by_min_cut(const Graph& g, const std::vector<bool>& forward_side,
     EMBER_INTERNAL_ASSERT(!side[in(v)]) << "min cut: value %" << v << " is neither saved nor "
                                         << "recomputable";
     backward[p] = true;
-    for (ValueId r : reads(g.nodes[p])) todo.push_back(r);
+    for (ValueId r : tensor_reads(g.nodes[p])) todo.push_back(r);
   }
 }
 
@@ -171,7 +158,7 @@ JointSplit split_joint(const Graph& g, const std::vector<bool>& is_tangent, int 
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const Node& n = g.nodes[ni];
     bool t = false;
-    for (ValueId r : reads(n)) t = t || reads_tangent[r];
+    for (ValueId r : tensor_reads(n)) t = t || reads_tangent[r];
     for (ValueId o : n.outputs) {
       reads_tangent[o] = t;
       from[o] = forward[ni] ? From::Forward : From::Backward;
@@ -214,7 +201,7 @@ JointSplit split_joint(const Graph& g, const std::vector<bool>& is_tangent, int 
   };
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     if (!backward[ni]) continue;
-    for (ValueId r : reads(g.nodes[ni])) backward_reads(r);
+    for (ValueId r : tensor_reads(g.nodes[ni])) backward_reads(r);
   }
   for (size_t i = num_forward_outputs; i < g.outputs.size(); ++i) backward_reads(g.outputs[i]);
 

@@ -49,24 +49,8 @@ void bind_autograd(nb::module_& m) {
           nb::arg("reductions") = true, nb::arg("reduction_fusion") = true,
           "Splits `joint` (ember.tracing.trace_joint) into a forward and a backward graph and "
           "compiles both.")
-      .def("__call__",
-           [](const CompiledFunction& f, nb::args args) {
-             std::vector<at::Tensor> inputs;
-             inputs.reserve(args.size());
-             for (size_t i = 0; i < args.size(); ++i) {
-               PyObject* a = args[i].ptr();
-               EMBER_CHECK(THPVariable_Check(a))
-                   << "argument " << i << " is a " << Py_TYPE(a)->tp_name << ", not a tensor";
-               inputs.push_back(THPVariable_Unpack(a));
-             }
-             std::vector<at::Tensor> outs = f.run(inputs);
-             nb::object result = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(outs.size())));
-             for (size_t i = 0; i < outs.size(); ++i) {
-               PyTuple_SET_ITEM(result.ptr(), static_cast<Py_ssize_t>(i),
-                                THPVariable_Wrap(outs[i]));
-             }
-             return result;
-           })
+      .def("__call__", [](const CompiledFunction& f,
+                          nb::args args) { return tensor_tuple(f.run(tensor_args(args))); })
       .def_prop_ro("num_saved", &CompiledFunction::num_saved,
                    "Values the forward keeps for the backward.")
       .def_prop_ro("saved_bytes", &CompiledFunction::saved_bytes,

@@ -196,23 +196,7 @@ void bind_runtime(nb::module_& m) {
           "softmax, bmm) as one scaled_dot_product_attention call (default: CUDA graphs with "
           "Triton kernels).")
       .def("__call__",
-           [](const Executor& e, nb::args args) {
-             std::vector<at::Tensor> inputs;
-             inputs.reserve(args.size());
-             for (size_t i = 0; i < args.size(); ++i) {
-               PyObject* a = args[i].ptr();
-               EMBER_CHECK(THPVariable_Check(a))
-                   << "argument " << i << " is a " << Py_TYPE(a)->tp_name << ", not a tensor";
-               inputs.push_back(THPVariable_Unpack(a));
-             }
-             std::vector<at::Tensor> outs = e.run(inputs);
-             nb::object result = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(outs.size())));
-             for (size_t i = 0; i < outs.size(); ++i) {
-               PyTuple_SET_ITEM(result.ptr(), static_cast<Py_ssize_t>(i),
-                                THPVariable_Wrap(outs[i]));
-             }
-             return result;
-           })
+           [](const Executor& e, nb::args args) { return tensor_tuple(e.run(tensor_args(args))); })
       .def("run", &Executor::run, nb::arg("inputs"))
       .def("mutated_inputs_alias", &Executor::mutated_inputs_alias, nb::arg("inputs"))
       .def_prop_ro("has_mutations", &Executor::has_mutations)

@@ -5,6 +5,10 @@
 #include <nanobind/nanobind.h>
 #include <torch/csrc/autograd/python_variable.h>
 
+#include <vector>
+
+#include "support/error.h"
+
 namespace nanobind::detail {
 
 template <>
@@ -23,3 +27,30 @@ struct type_caster<at::Tensor> {
 };
 
 }  // namespace nanobind::detail
+
+namespace ember::python {
+
+/// The tensors a compiled callable was called with (a UserError names an argument that is not a
+/// tensor).
+inline std::vector<at::Tensor> tensor_args(const nanobind::args& args) {
+  std::vector<at::Tensor> inputs;
+  inputs.reserve(args.size());
+  for (size_t i = 0; i < args.size(); ++i) {
+    PyObject* a = args[i].ptr();
+    EMBER_CHECK(THPVariable_Check(a))
+        << "argument " << i << " is a " << Py_TYPE(a)->tp_name << ", not a tensor";
+    inputs.push_back(THPVariable_Unpack(a));
+  }
+  return inputs;
+}
+
+/// A Python tuple of `tensors`.
+inline nanobind::object tensor_tuple(const std::vector<at::Tensor>& tensors) {
+  nanobind::object result = nanobind::steal(PyTuple_New(static_cast<Py_ssize_t>(tensors.size())));
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    PyTuple_SET_ITEM(result.ptr(), static_cast<Py_ssize_t>(i), THPVariable_Wrap(tensors[i]));
+  }
+  return result;
+}
+
+}  // namespace ember::python

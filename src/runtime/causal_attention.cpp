@@ -26,19 +26,6 @@ namespace {
 
 using graph::ValueId;
 
-std::vector<ValueId> tensor_reads(const graph::Node& n) {
-  std::vector<ValueId> out;
-  for (const graph::Arg& a : n.args) {
-    if (const auto* r = std::get_if<graph::ValueRef>(&a)) out.push_back(r->id);
-    if (const auto* l = std::get_if<graph::ValueList>(&a)) {
-      for (const auto& item : l->items) {
-        if (item) out.push_back(*item);
-      }
-    }
-  }
-  return out;
-}
-
 int arg_index(const graph::OpInfo& op, const std::string& name) {
   for (size_t i = 0; i < op.arg_names.size(); ++i) {
     if (op.arg_names[i] == name) return static_cast<int>(i);
@@ -113,7 +100,7 @@ int causal_attention(tracer::TracedGraph& traced) {
     if (n.outputs.empty()) continue;
     const bool metadata_only = reads_only_metadata(qualified);
     bool ok = true;
-    for (ValueId v : tensor_reads(n)) {
+    for (ValueId v : graph::tensor_reads(n)) {
       ok = ok && (computable[v] || (metadata_only && g.type(v).is_static()));
     }
     for (ValueId o : n.outputs) ok = ok && g.type(o).is_static();
@@ -139,7 +126,7 @@ int causal_attention(tracer::TracedGraph& traced) {
       const int32_t p = g.values[v].node;
       if (p < 0 || needed[p]) continue;
       needed[p] = true;
-      for (ValueId r : tensor_reads(g.nodes[p])) todo.push_back(r);
+      for (ValueId r : graph::tensor_reads(g.nodes[p])) todo.push_back(r);
     }
   }
   c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
@@ -148,7 +135,7 @@ int causal_attention(tracer::TracedGraph& traced) {
     if (!needed[ni]) continue;
     EMBER_INTERNAL_ASSERT(node_computable[ni]) << "a causal mask reads node " << ni;
     std::vector<ValueId> stand_ins;  // what a metadata-only op reads of a graph input
-    for (ValueId v : tensor_reads(g.nodes[ni])) {
+    for (ValueId v : graph::tensor_reads(g.nodes[ni])) {
       if (!env[v].defined()) {
         env[v] = stand_in(g.type(v));
         stand_ins.push_back(v);
@@ -183,7 +170,7 @@ int causal_attention(tracer::TracedGraph& traced) {
   // Drops the computable nodes nothing reads any more (the masks' nodes), last to first.
   std::vector<int> readers(h.values.size(), 0);
   for (const graph::Node& n : h.nodes) {
-    for (ValueId v : tensor_reads(n)) ++readers[v];
+    for (ValueId v : graph::tensor_reads(n)) ++readers[v];
   }
   for (ValueId v : h.outputs) ++readers[v];
   for (const graph::Mutation& mu : h.mutations) ++readers[mu.value];
@@ -195,7 +182,7 @@ int causal_attention(tracer::TracedGraph& traced) {
     for (ValueId o : n.outputs) unread = unread && readers[o] == 0;
     if (!unread) continue;
     dropped[ni] = true;
-    for (ValueId v : tensor_reads(n)) --readers[v];
+    for (ValueId v : graph::tensor_reads(n)) --readers[v];
   }
 
   graph::Graph out;

@@ -19,19 +19,6 @@ namespace {
 
 using graph::ValueId;
 
-std::vector<ValueId> tensor_reads(const graph::Node& n) {
-  std::vector<ValueId> out;
-  for (const graph::Arg& a : n.args) {
-    if (const auto* r = std::get_if<graph::ValueRef>(&a)) out.push_back(r->id);
-    if (const auto* l = std::get_if<graph::ValueList>(&a)) {
-      for (const auto& item : l->items) {
-        if (item) out.push_back(*item);
-      }
-    }
-  }
-  return out;
-}
-
 // `t` with the traced sizes and strides of `type` (a copy when the kernel chose another layout).
 at::Tensor with_traced_layout(const at::Tensor& t, const graph::TensorType& type) {
   const std::vector<int64_t> sizes = graph::constant_values(type.sizes);
@@ -79,7 +66,7 @@ int fold_constants(tracer::TracedGraph& traced, const FoldOptions& options) {
     if (n.outputs.empty()) continue;
     const bool metadata_only = reads_only_metadata(g.op_of(n).qualified_name());
     bool ok = true;
-    for (ValueId v : tensor_reads(n)) {
+    for (ValueId v : graph::tensor_reads(n)) {
       ok = ok && (constant[v] || (metadata_only && g.type(v).is_static()));
     }
     for (ValueId o : n.outputs) {
@@ -94,7 +81,7 @@ int fold_constants(tracer::TracedGraph& traced, const FoldOptions& options) {
       continue;
     }
     std::vector<std::pair<ValueId, at::Tensor>> stand_ins;
-    for (ValueId v : tensor_reads(n)) {
+    for (ValueId v : graph::tensor_reads(n)) {
       if (!constant[v] && !env[v].defined()) {
         env[v] = stand_in(g.type(v));
         stand_ins.emplace_back(v, env[v]);
@@ -121,7 +108,7 @@ int fold_constants(tracer::TracedGraph& traced, const FoldOptions& options) {
   std::vector<bool> needed(g.values.size(), false);
   for (int32_t ni = 0; ni < static_cast<int32_t>(g.nodes.size()); ++ni) {
     if (folded[ni]) continue;
-    for (ValueId v : tensor_reads(g.nodes[ni])) needed[v] = true;
+    for (ValueId v : graph::tensor_reads(g.nodes[ni])) needed[v] = true;
   }
 
   graph::Graph h;
