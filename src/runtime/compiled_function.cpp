@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/saved_variable.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
 #include <string>
@@ -172,16 +173,17 @@ std::vector<at::Tensor> CompiledFunction::run(const std::vector<at::Tensor>& inp
   std::vector<at::Tensor> grad_inputs;
   for (int i : s.signature.grad_inputs) grad_inputs.push_back(inputs.at(i));
   node->set_next_edges(ag::collect_next_edges(grad_inputs));
+  std::vector<const c10::TensorImpl*> attached;
   for (int o : s.signature.tangent_outputs) {
     at::Tensor& out = outputs.at(o);
-    // An output that is an input or shares its memory (a view) would take this node as its
-    // grad_fn: it runs as a copy instead.
-    for (const at::Tensor& in : inputs) {
-      if (out.is_alias_of(in)) {
-        out = out.clone();
-        break;
-      }
-    }
+    // An output that is an input or shares its memory (a view) would take this node as an
+    // input's grad_fn, and one tensor returned twice can have one gradient edge: each runs as a
+    // copy instead.
+    bool copy = std::find(attached.begin(), attached.end(), out.unsafeGetTensorImpl()) !=
+                attached.end();
+    for (const at::Tensor& in : inputs) copy = copy || out.is_alias_of(in);
+    if (copy) out = out.clone();
+    attached.push_back(out.unsafeGetTensorImpl());
     backward->tangent_meta.push_back({out.sizes().vec(), out.options()});
     ag::create_gradient_edge(out, node);
   }

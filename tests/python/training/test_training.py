@@ -157,3 +157,14 @@ def test_min_cut_saves_fewer_bytes_than_the_default_partition(monkeypatch):
             want = (e.detach(), w1.grad, w2.grad)
         for g_, w_ in zip(got, want):
             torch.testing.assert_close(g_, w_, atol=1e-4, rtol=1e-4)
+
+
+def test_outputs_that_alias_inputs_or_repeat():
+    # An output that is an input's view, and one tensor returned twice: each gets its own
+    # gradient edge (a copy), and the gradients match eager's.
+    def f(x, w):
+        y = x * w
+        return y, y, x.view(-1), (y + 1).sum()
+
+    x, w = torch.randn(3, 4, requires_grad=True), torch.randn(4, requires_grad=True)
+    check_model(f, (x, w), grad=True, expect_graphs=1, expect_fallbacks=0, check_aliasing=False)
