@@ -179,8 +179,8 @@ std::vector<at::Tensor> CompiledFunction::run(const std::vector<at::Tensor>& inp
     // An output that is an input or shares its memory (a view) would take this node as an
     // input's grad_fn, and one tensor returned twice can have one gradient edge: each runs as a
     // copy instead.
-    bool copy = std::find(attached.begin(), attached.end(), out.unsafeGetTensorImpl()) !=
-                attached.end();
+    bool copy =
+        std::find(attached.begin(), attached.end(), out.unsafeGetTensorImpl()) != attached.end();
     for (const at::Tensor& in : inputs) copy = copy || out.is_alias_of(in);
     if (copy) out = out.clone();
     attached.push_back(out.unsafeGetTensorImpl());

@@ -9,17 +9,36 @@
 #include "support/error.h"
 #include "tracer/attention_rewrite.h"
 #include "tracer/trace_session.h"
+#include "tracer/tracer_tensor.h"
 
 namespace ember::tracer {
 
 namespace {
 
+// The session of the first tracer tensor among the op's arguments, when it is entered (on some
+// thread), else nullptr.
+TraceSession* session_of_arguments(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
+  const size_t n = op.schema().arguments().size();
+  for (size_t i = stack.size() - n; i < stack.size(); ++i) {
+    if (!stack[i].isTensor()) continue;
+    if (TracerTensorImpl* t = as_tracer(stack[i].toTensor())) {
+      return t->session() != nullptr && t->session()->active() ? t->session() : nullptr;
+    }
+  }
+  return nullptr;
+}
+
 void tracer_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
+  // The trace's own thread, or another that works for it while it waits: autograd's engine runs
+  // a CUDA tensor's backward on its device thread, with the dispatch state of the caller's
+  // thread but not ember's thread-local session (the joint graph of a CUDA program).
   TraceSession* session = TraceSession::current();
+  if (session == nullptr) session = session_of_arguments(op, *stack);
   EMBER_CHECK(session != nullptr)
       << "a tracer tensor reached " << op.schema().name()
       << " outside of its trace: a tensor escaped the traced function (was it stored globally?)";
   try {
+    std::lock_guard<std::recursive_mutex> one_at_a_time(session->record_mutex());
     session->record(op, stack);
   } catch (const ember::Error&) {
     session->note_error(std::current_exception());

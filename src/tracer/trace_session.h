@@ -12,6 +12,8 @@
 /// views stay view ops in the graph, so outputs alias as in eager. See docs/design/tracer.md.
 #pragma once
 
+#include <mutex>
+
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -54,6 +56,9 @@ class TraceSession {
   void enter();
   void exit();
   bool active() const { return active_; }
+  /// Held while an op is recorded: another thread may record for this session while its own
+  /// thread waits (autograd's device threads, see dispatch.cpp).
+  std::recursive_mutex& record_mutex() { return record_mutex_; }
 
   /// Ends the trace: `outputs` become the graph's outputs (tracer tensors, functional wrappers or
   /// real tensors, which become constants). Syncs inputs and records their mutations. Verifies the
@@ -120,6 +125,7 @@ class TraceSession {
   bool outer_reapply_views_ = false;
   TraceSession* outer_session_ = nullptr;
   bool active_ = false;
+  std::recursive_mutex record_mutex_;
   bool finished_ = false;
   bool strict_constants_ = false;
   /// A convolution was recorded channels-last on a contiguous input (see finish).
