@@ -76,10 +76,73 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs) -
     if reason is not None:
         return _fallback(gm, reason)
     kinds, names = _input_kinds(gm, example_inputs)
+    attrs = _tensor_attributes(gm)
+    if attrs:
+        return _with_attributes_lifted(gm, example_inputs, kinds, names, attrs)
+    return _compile(gm, gm, example_inputs, kinds, names)
+
+
+def _tensor_attributes(gm: torch.fx.GraphModule) -> list[tuple[str, torch.Tensor]]:
+    """The tensors the graph reads as attributes (get_attr nodes), with their paths."""
+    out = []
+    for node in gm.graph.nodes:
+        if node.op != "get_attr":
+            continue
+        value = gm
+        for part in node.target.split("."):
+            value = getattr(value, part)
+        if isinstance(value, torch.Tensor) and all(node.target != p for p, _ in out):
+            out.append((node.target, value))
+    return out
+
+
+def _with_attributes_lifted(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor],
+                            kinds: list[str], names: list[str],
+                            attrs: list[tuple[str, torch.Tensor]]) -> Callable:
+    """Tensors the graph reads as attributes (Dynamo installs an optimizer's parameters and state
+    so) become inputs after the graph's own, as AOTAutograd lifts them: their in-place updates
+    are then the graph's input mutations, and each call passes the live tensors."""
+    n = len(example_inputs)
+    tensors = [t for _, t in attrs]
+
+    def traced(*args: torch.Tensor) -> Any:
+        # The attributes are the tracer tensors while the graph runs on them.
+        saved = []
+        try:
+            for (path, _), t in zip(attrs, args[n:]):
+                owner, _, name = path.rpartition(".")
+                mod = gm.get_submodule(owner) if owner else gm
+                table = next((d for d in (mod._parameters, mod._buffers) if name in d),
+                             mod.__dict__)
+                saved.append((table, name, table[name]))
+                table[name] = t
+            return gm(*args[:n])
+        finally:
+            for table, name, old in reversed(saved):
+                table[name] = old
+
+    all_kinds = kinds + ["param" if isinstance(t, torch.nn.Parameter) else "buffer"
+                         for t in tensors]
+    all_names = names + [f"attr_{path}" for path, _ in attrs]
+    inner = _compile(gm, traced, list(example_inputs) + tensors, all_kinds, all_names)
+    if inner == gm.forward:  # a fallback: eager runs the graph as Dynamo made it
+        return inner
+
+    def run(*args: torch.Tensor) -> Any:
+        return inner(*args, *tensors)
+    return run
+
+
+def _compile(gm: torch.fx.GraphModule, fn: Callable, example_inputs: Sequence[torch.Tensor],
+             kinds: list[str], names: list[str]) -> Callable:
+    """`fn` (gm, or gm with lifted attributes) compiled for `example_inputs`, or gm's eager
+    forward with a logged reason."""
+    n_gm = len([p for p in gm.graph.nodes if p.op == "placeholder"])
     if torch.is_grad_enabled() and any(x.requires_grad for x in example_inputs):
-        return _training(gm, example_inputs, kinds, names)
+        return _training(gm, fn, example_inputs, kinds, names)
+
     def build():
-        graph, rebuild = trace_with_structure(gm, example_inputs, kinds, names)
+        graph, rebuild = trace_with_structure(fn, example_inputs, kinds, names)
         return graph, rebuild, _C.CompiledGraph(graph, codegen=config.codegen(),
                                                 reductions=config.reduction_kernels(),
                                                 reduction_fusion=config.reduction_fusion())
@@ -114,7 +177,7 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs) -
         def run(*args: torch.Tensor) -> Any:
             if compiled.mutated_inputs_alias(list(args)):
                 metrics.counters["aliased_input_calls"] += 1
-                return gm(*args)
+                return gm(*args[:n_gm])
             return rebuild(compiled(*args))
     elif rebuild is _identity_tuple:
         return compiled  # Dynamo calls the C++ CompiledGraph directly: no Python per call
@@ -124,14 +187,14 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs) -
     return run
 
 
-def _training(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor], kinds: list[str],
-              names: list[str]) -> Callable:
+def _training(gm: torch.fx.GraphModule, fn: Callable, example_inputs: Sequence[torch.Tensor],
+              kinds: list[str], names: list[str]) -> Callable:
     """An input requires grad under grad mode: the joint forward and backward graph, split and
     compiled (runtime/compiled_function.h); the outputs' grad_fn runs the compiled backward."""
     requires_grad = [x.requires_grad for x in example_inputs]
 
     def build():
-        graph, rebuild, sig = trace_joint(gm, example_inputs, requires_grad, kinds, names)
+        graph, rebuild, sig = trace_joint(fn, example_inputs, requires_grad, kinds, names)
         return graph, rebuild, _C.CompiledFunction(
             graph, sig["num_primals"], sig["num_forward_outputs"], sig["tangent_outputs"],
             sig["grad_inputs"], codegen=config.codegen(), reductions=config.reduction_kernels(),
