@@ -395,3 +395,17 @@ def test_eager_attention_runs_as_one_sdpa_step_cuda(dtype):
             err = (got.double() - ref).abs().max().item()
             eager_err = (fn(*args).double() - ref).abs().max().item()
             assert err <= 1.1 * eager_err + 1e-5, (fn.__name__, err, eager_err)
+
+
+def test_training_on_cuda_matches_eager():
+    # docs/design/autograd.md: the joint graph of a CUDA program (autograd runs its backward on
+    # the engine's device thread, which records into the trace through the tracer tensors),
+    # split by the min cut, both halves compiled to Triton kernels; gradients match eager's.
+    import ember
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(), torch.nn.LayerNorm(64),
+                                torch.nn.Linear(64, 8)).cuda()
+    check_model(model, (torch.randn(16, 32, device="cuda"),), grad=True, expect_graphs=1,
+                expect_fallbacks=0, atol=1e-4, rtol=1e-4)
+    assert ember.metrics.snapshot()["training_graphs"] == 1
