@@ -59,6 +59,11 @@ void bind_autograd(nb::module_& m) {
                    [](const CompiledFunction& f) { return f.forward().describe_steps(); })
       .def_prop_ro("backward_steps",
                    [](const CompiledFunction& f) { return f.backward().describe_steps(); })
+      .def_prop_ro("num_parameter_kernels",
+                   [](const CompiledFunction& f) {
+                     return f.forward().num_parameter_kernels() +
+                            f.backward().num_parameter_kernels();
+                   })
       .def_prop_ro("num_kernels", [](const CompiledFunction& f) {
         return f.forward().num_kernels() + f.backward().num_kernels();
       });

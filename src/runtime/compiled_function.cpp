@@ -111,6 +111,7 @@ CompiledFunction::CompiledFunction(tracer::TracedGraph joint, JointSignature sig
   graph::JointSplit split = graph::split_joint(joint.graph, signature.is_tangent,
                                                signature.num_forward_outputs, split_options);
   saved_bytes_ = split.saved_bytes;
+  options.parameter_cache = false;  // each training step changes the parameters
   auto state = std::make_shared<State>();
   // Joint input index -> index among the non-constant primals (what a caller passes).
   std::vector<int> primal_number(joint.graph.inputs.size(), -1);

@@ -538,7 +538,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
     int at = last_use[v];
     if (at >= 0 && at < keep) steps_[at].release.push_back(static_cast<graph::ValueId>(v));
   }
-  mark_parameter_kernels();
+  if (options.parameter_cache) mark_parameter_kernels();
   plan_reuse(last_use, defined_at);
   if (!triton_) plan_memory(last_use);  // the arena is host memory: not for Triton kernels yet
 

@@ -62,6 +62,10 @@ struct ExecutorOptions {
   /// (runtime/attention_fusion.h): -1 on graphs with Triton kernels on a CUDA device
   /// (EMBER_FUSE_ATTENTION=0: never, =1: on any device), 0 never, 1 on any kernel graph.
   int fuse_attention = -1;
+  /// Kernels of parameters only keep their outputs across calls while the parameters are unchanged
+  /// (Kernel::parameter_cache). Off for training graphs: every step changes the parameters, and
+  /// the kept outputs would only hold memory between steps.
+  bool parameter_cache = true;
 };
 
 /// EMBER_VERIFY_KERNELS=1: each call of a compiled graph also runs its unfused program, and every

@@ -168,3 +168,22 @@ def test_outputs_that_alias_inputs_or_repeat():
 
     x, w = torch.randn(3, 4, requires_grad=True), torch.randn(4, requires_grad=True)
     check_model(f, (x, w), grad=True, expect_graphs=1, expect_fallbacks=0, check_aliasing=False)
+
+
+def test_training_graphs_keep_no_outputs_of_parameter_kernels():
+    # Kernels of parameters only keep their outputs across calls in inference graphs (a weight's
+    # cast under autocast); a training step changes the parameters, so training graphs do not.
+    import ember._C as C
+    from ember.tracing import trace_joint
+
+    def f(x, w):
+        return x.double() @ w.double().tanh()  # the cast and tanh: a kernel of the weight only
+
+    args = (torch.randn(4, 8), torch.randn(8, 8))
+    inference = C.CompiledGraph(ember.tracing.trace_with_structure(
+        f, args, ["user", "param"])[0])
+    assert inference.num_parameter_kernels == 1
+    joint, _, sig = trace_joint(f, args, [False, True], ["user", "param"])
+    training = C.CompiledFunction(joint, sig["num_primals"], sig["num_forward_outputs"],
+                                  sig["tangent_outputs"], sig["grad_inputs"])
+    assert training.num_parameter_kernels == 0
