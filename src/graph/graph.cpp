@@ -70,4 +70,39 @@ std::vector<ValueId> tensor_reads(const Node& n) {
   return out;
 }
 
+std::vector<bool> nodes_needed_by(const Graph& g, const std::vector<ValueId>& roots) {
+  std::vector<bool> need(g.nodes.size(), false);
+  std::vector<ValueId> todo = roots;
+  while (!todo.empty()) {
+    const ValueId v = todo.back();
+    todo.pop_back();
+    const int32_t p = g.values[v].node;
+    if (p < 0 || need[p]) continue;
+    need[p] = true;
+    for (ValueId r : tensor_reads(g.nodes[p])) todo.push_back(r);
+  }
+  return need;
+}
+
+void copy_node(const Graph& from, const Node& n, Graph& to, std::vector<ValueId>& remap) {
+  auto map = [&](ValueId v) {
+    EMBER_INTERNAL_ASSERT(remap[v] >= 0) << "copy_node: value %" << v << " has no definition";
+    return remap[v];
+  };
+  std::vector<Arg> args = n.args;
+  for (Arg& a : args) {
+    if (auto* r = std::get_if<ValueRef>(&a)) r->id = map(r->id);
+    if (auto* l = std::get_if<ValueList>(&a)) {
+      for (auto& item : l->items) {
+        if (item) item = map(*item);
+      }
+    }
+  }
+  std::vector<TensorType> types;
+  for (ValueId o : n.outputs) types.push_back(from.type(o));
+  const int32_t m = to.add_node(n.op, std::move(args), std::move(types));
+  to.nodes[m].result_slots = n.result_slots;
+  for (size_t i = 0; i < n.outputs.size(); ++i) remap[n.outputs[i]] = to.nodes[m].outputs[i];
+}
+
 }  // namespace ember::graph

@@ -93,6 +93,7 @@ struct Value {
 /// twice appears twice).
 std::vector<ValueId> tensor_reads(const Node& n);
 
+
 /// After the last node, graph input `input` takes the contents of `value`.
 struct Mutation {
   ValueId input = -1;
@@ -120,5 +121,13 @@ class Graph {
   /// Number of inputs of kind Constant.
   int num_constants() const;
 };
+
+/// The nodes of `g` that computing `roots` needs, transitively (a flag per node).
+std::vector<bool> nodes_needed_by(const Graph& g, const std::vector<ValueId>& roots);
+
+/// Appends node `n` of `from` to `to`, its arguments renamed by `remap` (from's value -> to's;
+/// each argument must be mapped already: an internal error names it otherwise), and maps its
+/// outputs in `remap`. For passes that rebuild a graph without some of its nodes.
+void copy_node(const Graph& from, const Node& n, Graph& to, std::vector<ValueId>& remap);
 
 }  // namespace ember::graph

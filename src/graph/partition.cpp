@@ -13,43 +13,6 @@ namespace ember::graph {
 
 namespace {
 
-// Marks the nodes `roots` need, transitively.
-std::vector<bool> needed_nodes(const Graph& g, const std::vector<ValueId>& roots) {
-  std::vector<bool> need(g.nodes.size(), false);
-  std::vector<ValueId> todo = roots;
-  while (!todo.empty()) {
-    const ValueId v = todo.back();
-    todo.pop_back();
-    const int32_t p = g.values[v].node;
-    if (p < 0 || need[p]) continue;
-    need[p] = true;
-    for (ValueId r : tensor_reads(g.nodes[p])) todo.push_back(r);
-  }
-  return need;
-}
-
-// Appends node `n` of `g` to `h` with its values renamed by `remap` (filled for its outputs).
-void copy_node(const Graph& g, const Node& n, Graph& h, std::vector<ValueId>& remap) {
-  std::vector<Arg> args = n.args;
-  auto map = [&](ValueId v) {
-    EMBER_INTERNAL_ASSERT(remap[v] >= 0) << "split_joint: value %" << v << " has no definition";
-    return remap[v];
-  };
-  for (Arg& a : args) {
-    if (auto* r = std::get_if<ValueRef>(&a)) r->id = map(r->id);
-    if (auto* l = std::get_if<ValueList>(&a)) {
-      for (auto& item : l->items) {
-        if (item) item = map(*item);
-      }
-    }
-  }
-  std::vector<TensorType> types;
-  for (ValueId o : n.outputs) types.push_back(g.type(o));
-  const int32_t m = h.add_node(n.op, std::move(args), std::move(types));
-  h.nodes[m].result_slots = n.result_slots;
-  for (size_t i = 0; i < n.outputs.size(); ++i) remap[n.outputs[i]] = h.nodes[m].outputs[i];
-}
-
 int64_t value_bytes(const Graph& g, ValueId v) {
   const TensorType& t = g.type(v);
   if (!t.is_static()) return int64_t{1} << 40;  // never cheaper than recomputing
@@ -149,10 +112,10 @@ JointSplit split_joint(const Graph& g, const std::vector<bool>& is_tangent, int 
     EMBER_INTERNAL_ASSERT(from[m.input] == From::Primal) << "split_joint: a mutated tangent";
     forward_needs.push_back(m.value);
   }
-  const std::vector<bool> forward = needed_nodes(g, forward_needs);
+  const std::vector<bool> forward = nodes_needed_by(g, forward_needs);
   std::vector<ValueId> all_roots = g.outputs;
   all_roots.insert(all_roots.end(), forward_needs.begin(), forward_needs.end());
-  const std::vector<bool> any = needed_nodes(g, all_roots);
+  const std::vector<bool> any = nodes_needed_by(g, all_roots);
   std::vector<bool> reads_tangent(g.values.size(), false);
   for (size_t i = 0; i < g.inputs.size(); ++i) reads_tangent[g.inputs[i].value] = is_tangent[i];
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {

@@ -114,21 +114,14 @@ int causal_attention(tracer::TracedGraph& traced) {
   if (candidates.empty()) return 0;
 
   // Evaluates the masks: each computable node they need, once, as the executor would run it.
-  std::vector<bool> needed(g.nodes.size(), false);
+  std::vector<ValueId> masks;
   for (int32_t ni : candidates) {
     const graph::Node& n = g.nodes[ni];
-    const auto& mask = std::get<graph::ValueRef>(
-        n.args[arg_index(g.op_of(n), mask_arg_name(g.op_of(n).qualified_name()))]);
-    std::vector<ValueId> todo = {mask.id};
-    while (!todo.empty()) {
-      const ValueId v = todo.back();
-      todo.pop_back();
-      const int32_t p = g.values[v].node;
-      if (p < 0 || needed[p]) continue;
-      needed[p] = true;
-      for (ValueId r : graph::tensor_reads(g.nodes[p])) todo.push_back(r);
-    }
+    masks.push_back(std::get<graph::ValueRef>(
+                        n.args[arg_index(g.op_of(n), mask_arg_name(g.op_of(n).qualified_name()))])
+                        .id);
   }
+  const std::vector<bool> needed = graph::nodes_needed_by(g, masks);
   c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
   torch::jit::Stack stack;
   for (int32_t ni = 0; ni < static_cast<int32_t>(g.nodes.size()); ++ni) {
@@ -192,22 +185,7 @@ int causal_attention(tracer::TracedGraph& traced) {
     remap[in.value] = out.add_input(h.type(in.value), in.kind, in.name);
   }
   for (int32_t ni = 0; ni < static_cast<int32_t>(h.nodes.size()); ++ni) {
-    if (dropped[ni]) continue;
-    const graph::Node& n = h.nodes[ni];
-    std::vector<graph::Arg> args = n.args;
-    for (graph::Arg& a : args) {
-      if (auto* r = std::get_if<graph::ValueRef>(&a)) r->id = remap[r->id];
-      if (auto* l = std::get_if<graph::ValueList>(&a)) {
-        for (auto& item : l->items) {
-          if (item) item = remap[*item];
-        }
-      }
-    }
-    std::vector<graph::TensorType> types;
-    for (ValueId o : n.outputs) types.push_back(h.type(o));
-    const int32_t m = out.add_node(n.op, std::move(args), std::move(types));
-    out.nodes[m].result_slots = n.result_slots;
-    for (size_t i = 0; i < n.outputs.size(); ++i) remap[n.outputs[i]] = out.nodes[m].outputs[i];
+    if (!dropped[ni]) graph::copy_node(h, h.nodes[ni], out, remap);
   }
   for (ValueId v : h.outputs) out.outputs.push_back(remap[v]);
   for (const graph::Mutation& mu : h.mutations) {

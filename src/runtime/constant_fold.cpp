@@ -132,22 +132,7 @@ int fold_constants(tracer::TracedGraph& traced, const FoldOptions& options) {
     return remap[v];
   };
   for (int32_t ni = 0; ni < static_cast<int32_t>(g.nodes.size()); ++ni) {
-    if (folded[ni]) continue;
-    const graph::Node& n = g.nodes[ni];
-    std::vector<graph::Arg> args = n.args;
-    for (graph::Arg& a : args) {
-      if (auto* r = std::get_if<graph::ValueRef>(&a)) r->id = map_value(r->id);
-      if (auto* l = std::get_if<graph::ValueList>(&a)) {
-        for (auto& item : l->items) {
-          if (item) item = map_value(*item);
-        }
-      }
-    }
-    std::vector<graph::TensorType> types;
-    for (ValueId o : n.outputs) types.push_back(g.type(o));
-    int32_t m = h.add_node(n.op, std::move(args), std::move(types));
-    h.nodes[m].result_slots = n.result_slots;
-    for (size_t i = 0; i < n.outputs.size(); ++i) remap[n.outputs[i]] = h.nodes[m].outputs[i];
+    if (!folded[ni]) graph::copy_node(g, g.nodes[ni], h, remap);
   }
   for (ValueId v : g.outputs) h.outputs.push_back(map_value(v));
   for (const graph::Mutation& m : g.mutations) {
