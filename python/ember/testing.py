@@ -336,7 +336,7 @@ def _loss(outputs) -> torch.Tensor | None:
     for _, t in _tensor_leaves(outputs, "out"):
         if t.requires_grad and t.is_floating_point():
             g = torch.Generator().manual_seed(1234)
-            w = torch.rand(t.shape, generator=g, dtype=torch.float64).to(t.dtype)
+            w = torch.rand(t.shape, generator=g, dtype=torch.float64).to(t.device, t.dtype)
             term = (t * w).sum()
             total = term if total is None else total + term
     return total

@@ -31,9 +31,11 @@ TraceSession* session_of_arguments(const c10::OperatorHandle& op, const torch::j
 void tracer_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   // The trace's own thread, or another that works for it while it waits: autograd's engine runs
   // a CUDA tensor's backward on its device thread, with the dispatch state of the caller's
-  // thread but not ember's thread-local session (the joint graph of a CUDA program).
+  // thread but not ember's thread-local session (the joint graph of a CUDA program). A factory
+  // op there has no tracer tensor to find its session by: it records into the one entered.
   TraceSession* session = TraceSession::current();
   if (session == nullptr) session = session_of_arguments(op, *stack);
+  if (session == nullptr) session = TraceSession::only_entered();
   EMBER_CHECK(session != nullptr)
       << "a tracer tensor reached " << op.schema().name()
       << " outside of its trace: a tensor escaped the traced function (was it stored globally?)";

@@ -11,6 +11,10 @@
 #include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
 
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
 #include "graph/verifier.h"
 #include "support/error.h"
 #include "tracer/batch_norm_inference.h"
@@ -27,6 +31,10 @@ namespace ember::tracer {
 namespace {
 
 thread_local TraceSession* tls_current = nullptr;
+
+// The sessions entered on any thread (only_entered()).
+std::mutex entered_mutex;
+std::vector<TraceSession*> entered_sessions;
 
 namespace fz = at::functionalization::impl;
 
@@ -192,6 +200,11 @@ TraceSession* TraceSession::current() {
   return tls_current;
 }
 
+TraceSession* TraceSession::only_entered() {
+  std::lock_guard<std::mutex> lock(entered_mutex);
+  return entered_sessions.size() == 1 ? entered_sessions.front() : nullptr;
+}
+
 at::Tensor TraceSession::add_input(const at::Tensor& example, graph::InputKind kind,
                                    const std::string& name, std::optional<c10::Device> device) {
   EMBER_INTERNAL_ASSERT(!finished_) << "add_input after finish";
@@ -233,6 +246,8 @@ void TraceSession::enter() {
   fz::setFunctionalizationReapplyViewsTLS(true);
   tls_current = this;
   active_ = true;
+  std::lock_guard<std::mutex> lock(entered_mutex);
+  entered_sessions.push_back(this);
 }
 
 void TraceSession::exit() {
@@ -248,6 +263,8 @@ void TraceSession::exit() {
   fz::setFunctionalizationReapplyViewsTLS(outer_reapply_views_);
   tls_current = outer_session_;
   active_ = false;
+  std::lock_guard<std::mutex> lock(entered_mutex);
+  std::erase(entered_sessions, this);
 }
 
 graph::ValueId TraceSession::add_constant(const at::Tensor& t) {

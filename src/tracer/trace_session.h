@@ -71,6 +71,10 @@ class TraceSession {
 
   /// The session that is entered on this thread, or nullptr.
   static TraceSession* current();
+  /// The session entered on some thread, when exactly one is, else nullptr: for a thread that
+  /// inherited the tracing thread's dispatch state but not its session (autograd's device
+  /// threads run a factory op, `scalar_tensor` or `zeros`, with no tracer tensor to find it by).
+  static TraceSession* only_entered();
 
   /// The thread's dispatch state from before enter(); the kernel restores it while it computes
   /// metadata, so that meta and eager calls are not traced.
