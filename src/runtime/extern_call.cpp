@@ -65,12 +65,21 @@ void ExternCall::run(std::vector<at::Tensor>& env, torch::jit::Stack& stack) con
   // Results are matched to outputs by position among the tensor results, so an optional result
   // that is undefined here but was defined while tracing (or the reverse) keeps the others in
   // place. Kernels may leave out optional results that meta kernels return (cuDNN attention).
+  // With as many tensor results as the trace had, they match by position, undefined ones
+  // included: native_batch_norm_backward with output_mask [False, True, True] returns no grad_input
+  // on the CPU where its meta kernel returned one (nothing reads it).
+  size_t num_results = 0;
+  for (const c10::IValue& r : stack) {
+    if (r.isTensor()) ++num_results;
+    if (r.isTensorList()) num_results += r.toTensorList().size();
+  }
+  const bool by_position = num_results == step.outputs.size();
   size_t k = 0;
   int32_t slot = 0;
   auto take = [&](const at::Tensor& t) {
     int32_t this_slot = slot++;
     if (step.result_slots.empty()) {
-      if (!t.defined()) return;
+      if (!t.defined() && !by_position) return;
       EMBER_INTERNAL_ASSERT(k < step.outputs.size())
           << step.op->schema().name() << " returned more tensors than it did while tracing";
       env[step.outputs[k++]] = t;

@@ -15,14 +15,22 @@ namespace ember::tracer {
 
 namespace {
 
-// The session of the first tracer tensor among the op's arguments, when it is entered (on some
-// thread), else nullptr.
+// The session of a tracer tensor among the op's arguments (tensor lists included), when it is
+// entered (on some thread), else nullptr.
 TraceSession* session_of_arguments(const c10::OperatorHandle& op, const torch::jit::Stack& stack) {
   const size_t n = op.schema().arguments().size();
+  auto entered = [](const at::Tensor& x) -> TraceSession* {
+    TracerTensorImpl* t = as_tracer(x);
+    return t != nullptr && t->session() != nullptr && t->session()->active() ? t->session()
+                                                                              : nullptr;
+  };
   for (size_t i = stack.size() - n; i < stack.size(); ++i) {
-    if (!stack[i].isTensor()) continue;
-    if (TracerTensorImpl* t = as_tracer(stack[i].toTensor())) {
-      return t->session() != nullptr && t->session()->active() ? t->session() : nullptr;
+    if (stack[i].isTensor()) {
+      if (TraceSession* s = entered(stack[i].toTensor())) return s;
+    } else if (stack[i].isTensorList()) {  // cat, stack
+      for (const at::Tensor& x : stack[i].toTensorList().vec()) {
+        if (TraceSession* s = entered(x)) return s;
+      }
     }
   }
   return nullptr;

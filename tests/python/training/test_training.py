@@ -121,6 +121,16 @@ def test_batch_norm_training_updates_running_statistics():
     assert m["graphs"] == 1
 
 
+def test_batch_norm_first_layer_input_without_grad():
+    # native_batch_norm_backward with output_mask [False, True, True] returns no grad_input on
+    # the CPU, where its meta kernel returned one: the results still match by position
+    # (runtime/extern_call.cpp).
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.BatchNorm2d(4), nn.ReLU(), nn.Flatten(), nn.Linear(256, 3)).train()
+    check_model(model, (torch.randn(2, 4, 8, 8),), grad=True, runs=2, expect_graphs=1,
+                expect_fallbacks=0, atol=1e-5, rtol=1e-4)
+
+
 def test_min_cut_saves_fewer_bytes_than_the_default_partition(monkeypatch):
     # gelu, * 2 and tanh between two products: the default partition saves what the backward
     # reads (gelu's input and the tanh's output, ...); the min cut saves the first product's
