@@ -101,6 +101,7 @@ def _record_metrics(compiler: Any, seen: list) -> None:
             metrics.counters["extern_steps"] += r["extern_steps"]
             metrics.counters["fused_attention"] += r["fused_attention"]
             metrics.counters["causal_attention"] += r["causal_attention"]
+            metrics.counters["training_graphs"] += int(r.get("training", False))
             for note in r["codegen_notes"]:
                 metrics.counters["codegen_notes"] += 1
                 metrics.fallback_reasons.append(f"{r['code']}: not generated: {note}")

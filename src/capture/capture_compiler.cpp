@@ -1,12 +1,16 @@
 #include "capture/capture_compiler.h"
 
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/string.h>
+#include <torch/csrc/autograd/autograd.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <sstream>
+#include <string>
 #include <unordered_set>
 
 #include "capture/compiled_frame.h"
@@ -58,6 +62,7 @@ void fill_record(CaptureRecord& rec, const GraphRunner& runner, const GuardSet& 
   rec.guards = static_cast<int>(guards.size());
   rec.inputs = static_cast<int>(inputs);
   rec.graph = graph::print_graph(runner.graph());
+  rec.training = runner.training();
   rec.guard_text = guards.describe(sources);
 }
 
@@ -110,10 +115,89 @@ std::vector<at::Tensor> graph_inputs(const Attempt& a, const FrameView& f) {
   return inputs;
 }
 
-/// Compiles the attempt's graph with `tensors` as its outputs: with ember's Executor, or with
-/// the options' backend, which gets the graph inputs of this call of `f` as example inputs.
+/// The joint graph of the attempt, when grad mode is on, graph inputs require grad and some of
+/// `tensors` (the outputs) are differentiable: one tangent input per differentiable output
+/// (after every primal), and autograd run on the tracer tensors records the backward, whose
+/// gradients follow the program's outputs (as ember.tracing.trace_joint does for Dynamo's
+/// graphs). nullptr when no output is differentiable: the graph is an inference graph.
+std::unique_ptr<GraphRunner> finish_training(Attempt& a, const std::vector<at::Tensor>& tensors,
+                                             const CaptureOptions& options) {
+  std::vector<int> differentiable;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const at::Tensor& t = tensors[i];
+    if (t.defined() && t.requires_grad() && (t.is_floating_point() || t.is_complex())) {
+      differentiable.push_back(static_cast<int>(i));
+    }
+  }
+  if (differentiable.empty()) return nullptr;
+  tracer::TraceSession& s = *a.session;
+  runtime::JointSignature sig;
+  tracer::TracedGraph joint;
+  try {
+    s.exit();
+    std::vector<at::Tensor> tangents;
+    for (int i : differentiable) {
+      const at::Tensor& t = tensors[static_cast<size_t>(i)];
+      at::Tensor example = at::empty(t.sizes(), at::TensorOptions(t.scalar_type()).device(t.device()));
+      tangents.push_back(
+          s.add_input(example, graph::InputKind::User, "tangent" + std::to_string(i), std::nullopt));
+    }
+    s.enter();
+    std::vector<at::Tensor> outputs;
+    for (int i : differentiable) outputs.push_back(tensors[static_cast<size_t>(i)]);
+    const std::vector<at::Tensor>& leaves = a.interp->grad_leaves();
+    std::vector<at::Tensor> grads;
+    {
+      // The engine refuses to run under the GIL (meta kernels written in Python take it back).
+      nb::gil_scoped_release no_gil;
+      grads = torch::autograd::grad(outputs, leaves, tangents, /*retain_graph=*/false,
+                                    /*create_graph=*/false, /*allow_unused=*/true);
+    }
+    std::vector<at::Tensor> all = tensors;
+    for (size_t k = 0; k < grads.size(); ++k) {
+      if (!grads[k].defined()) continue;  // an input the outputs do not reach
+      all.push_back(grads[k]);
+      sig.grad_inputs.push_back(a.interp->grad_leaf_inputs()[k]);
+    }
+    joint = s.finish(all);
+  } catch (...) {
+    s.exit();
+    throw;
+  }
+  s.exit();
+  const int num_primals = static_cast<int>(a.interp->input_sources().size());
+  int seen = 0;
+  for (const graph::Input& in : joint.graph.inputs) {
+    const bool constant = in.kind == graph::InputKind::Constant;
+    sig.is_tangent.push_back(!constant && seen++ >= num_primals);
+  }
+  EMBER_INTERNAL_ASSERT(seen - num_primals == static_cast<int>(differentiable.size()))
+      << "a joint graph of " << seen - num_primals << " tangents for " << differentiable.size()
+      << " differentiable outputs";
+  sig.num_forward_outputs = static_cast<int>(tensors.size());
+  sig.tangent_outputs = std::move(differentiable);
+  return make_training_runner(std::move(joint), std::move(sig), options.executor);
+}
+
+/// Compiles the attempt's graph with `tensors` as its outputs: with ember's Executor (a joint
+/// graph when the outputs need a backward), or with the options' backend, which gets the graph
+/// inputs of this call of `f` as example inputs.
 std::unique_ptr<GraphRunner> finish(Attempt& a, const std::vector<at::Tensor>& tensors,
                                     const CaptureOptions& options, const FrameView& f) {
+  if (!a.interp->grad_leaves().empty()) {
+    EMBER_UNSUPPORTED(at::GradMode::is_enabled())
+        << "a graph that ends under no_grad reads inputs that require grad (a graph break inside "
+        << "a no_grad block of a training frame)";
+    if (options.backend.is_valid()) {
+      for (const at::Tensor& t : tensors) {
+        EMBER_UNSUPPORTED(!(t.defined() && t.requires_grad()))
+            << "an output requires grad: training graphs are not handed to a foreign backend "
+            << "(use ember's own, or torch.compile)";
+      }
+    } else if (std::unique_ptr<GraphRunner> runner = finish_training(a, tensors, options)) {
+      return runner;
+    }
+  }
   tracer::TracedGraph traced;
   try {
     traced = a.session->finish(tensors);

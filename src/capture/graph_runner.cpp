@@ -57,6 +57,37 @@ class ExecutorRunner final : public GraphRunner {
   runtime::Executor executor_;
 };
 
+class TrainingRunner final : public GraphRunner {
+ public:
+  TrainingRunner(tracer::TracedGraph joint, runtime::JointSignature signature,
+                 const runtime::ExecutorOptions& options)
+      : function_(std::move(joint), std::move(signature), options) {}
+
+  std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const override {
+    HookPause pause;
+    return function_.run(inputs);
+  }
+  const graph::Graph& graph() const override { return function_.forward().graph(); }
+  int num_kernels() const override {
+    return function_.forward().num_kernels() + function_.backward().num_kernels();
+  }
+  int num_extern_steps() const override {
+    return function_.forward().num_extern_steps() + function_.backward().num_extern_steps();
+  }
+  bool training() const override { return true; }
+  std::vector<std::string> codegen_notes() const override {
+    std::vector<std::string> notes;
+    for (const runtime::Executor* e : {&function_.forward(), &function_.backward()}) {
+      for (const std::string& n : e->refused_kernels()) notes.push_back(n);
+      if (!e->codegen_error().empty()) notes.push_back(e->codegen_error());
+    }
+    return notes;
+  }
+
+ private:
+  runtime::CompiledFunction function_;
+};
+
 class BackendRunner final : public GraphRunner {
  public:
   BackendRunner(tracer::TracedGraph traced, nb::object compiled)
@@ -121,6 +152,12 @@ std::string backend_name(nb::handle backend) {
 std::unique_ptr<GraphRunner> make_executor_runner(tracer::TracedGraph traced,
                                                   const runtime::ExecutorOptions& options) {
   return std::make_unique<ExecutorRunner>(std::move(traced), options);
+}
+
+std::unique_ptr<GraphRunner> make_training_runner(tracer::TracedGraph joint,
+                                                  runtime::JointSignature signature,
+                                                  const runtime::ExecutorOptions& options) {
+  return std::make_unique<TrainingRunner>(std::move(joint), std::move(signature), options);
 }
 
 std::unique_ptr<GraphRunner> make_backend_runner(tracer::TracedGraph traced, nb::handle backend,

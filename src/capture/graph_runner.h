@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "runtime/compiled_function.h"
 #include "runtime/executor.h"
 #include "tracer/trace_session.h"
 
@@ -40,6 +41,8 @@ class GraphRunner {
   virtual int num_causal_attention() const { return 0; }
   /// Why kernels were not generated: each refused kernel, or why the whole graph runs unfused.
   virtual std::vector<std::string> codegen_notes() const { return {}; }
+  /// A joint graph: the outputs' grad_fn runs its compiled backward (make_training_runner).
+  virtual bool training() const { return false; }
 
   bool has_mutations() const { return !graph().mutations.empty(); }
   /// True when the graph mutates an input that shares memory with another input: the graph was
@@ -49,6 +52,12 @@ class GraphRunner {
 
 /// Runs `traced` with ember's Executor (compiled now, see runtime::Executor).
 std::unique_ptr<GraphRunner> make_executor_runner(tracer::TracedGraph traced,
+                                                  const runtime::ExecutorOptions& options);
+
+/// Runs a joint forward-and-backward graph as a runtime::CompiledFunction (split and compiled
+/// now): the outputs' grad_fn runs the compiled backward. graph() is the forward graph.
+std::unique_ptr<GraphRunner> make_training_runner(tracer::TracedGraph joint,
+                                                  runtime::JointSignature signature,
                                                   const runtime::ExecutorOptions& options);
 
 /// Exports `traced` (to_graph_module) and compiles it with `backend` now, passing

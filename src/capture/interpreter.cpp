@@ -185,6 +185,7 @@ struct NestedStop {};
 nb::object Interpreter::run(const FrameView& f, int stop_at, int64_t stop_count) {
   stop_at_ = stop_at;
   stop_count_ = stop_count;
+  entry_grad_ = at::GradMode::is_enabled();
   // With blocks change grad mode and autocast for real; an interrupted capture must not leave
   // them changed. Autocast's cache of casts may hold tracer tensors afterwards: emptied.
   struct RestoreGlobalState {

@@ -20,6 +20,7 @@
 /// itself raises propagates as a Python error (nanobind::python_error).
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <Python.h>
 #include <nanobind/nanobind.h>
 
@@ -151,6 +152,11 @@ class Interpreter {
 
   /// The source each graph input reads, in input order.
   const std::vector<int>& input_sources() const { return input_sources_; }
+  /// Graph inputs that require grad under grad mode (tracer tensors that autograd records on),
+  /// and their positions among input_sources(): the joint graph differentiates the outputs
+  /// with respect to them (capture_compiler.cpp).
+  const std::vector<at::Tensor>& grad_leaves() const { return grad_leaves_; }
+  const std::vector<int>& grad_leaf_inputs() const { return grad_leaf_inputs_; }
   /// Number of instructions interpreted and functions inlined (for logs).
   int64_t instructions() const { return instructions_; }
   int64_t inlined_calls() const { return inlined_calls_; }
@@ -289,6 +295,9 @@ class Interpreter {
   PyObject* direct_callable_ = nullptr;
   nanobind::object handled_exc_;  ///< the exception an except clause handles (sys.exc_info)
   bool grad_inputs_ = false;      ///< a graph input requires grad
+  bool entry_grad_ = true;        ///< grad mode when the frame was entered
+  std::vector<at::Tensor> grad_leaves_;
+  std::vector<int> grad_leaf_inputs_;
   std::vector<Store> stores_;
   /// TypeMatch-guarded objects -> the sources they were read from.
   std::unordered_map<PyObject*, std::vector<int>> identity_free_;

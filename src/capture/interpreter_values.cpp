@@ -141,9 +141,6 @@ nb::object Interpreter::wrap(nb::handle v, int source) {
       EMBER_UNSUPPORTED(real.layout() == c10::kStrided && !real.is_quantized() && !real.is_nested())
           << sources_.name(source) << " is a " << real.layout() << " tensor; only strided "
           << "tensors are supported";
-      EMBER_UNSUPPORTED(!(real.requires_grad() && at::GradMode::is_enabled()))
-          << sources_.name(source) << " requires grad and grad mode is on: training graphs are "
-          << "not captured yet (run under torch.no_grad() or torch.inference_mode())";
       guards_.add_tensor(source, o);
       if (real.requires_grad()) grad_inputs_ = true;
       graph::InputKind kind =
@@ -157,6 +154,16 @@ nb::object Interpreter::wrap(nb::handle v, int source) {
         throw;
       }
       session_.enter();
+      if (real.requires_grad() && at::GradMode::is_enabled()) {
+        // Autograd records the program's ops on it: the joint graph (capture_compiler.cpp),
+        // whose backward node the call attaches under grad mode only.
+        EMBER_UNSUPPORTED(entry_grad_)
+            << sources_.name(source) << " requires grad and is read under enable_grad in a frame "
+            << "called under no_grad: training graphs are captured for calls under grad mode";
+        tracer.requires_grad_(true);
+        grad_leaves_.push_back(tracer);
+        grad_leaf_inputs_.push_back(static_cast<int>(input_sources_.size()));
+      }
       out = nb::steal(THPVariable_Wrap(tracer));
       input_sources_.push_back(source);
       tracer_of_[o] = out.ptr();

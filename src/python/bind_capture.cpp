@@ -27,6 +27,7 @@ nb::dict record_dict(const capture::CaptureRecord& r) {
   d["extern_steps"] = r.extern_steps;
   d["fused_attention"] = r.fused_attention;
   d["causal_attention"] = r.causal_attention;
+  d["training"] = r.training;
   d["codegen_notes"] = r.codegen_notes;
   d["guards"] = r.guards;
   d["inputs"] = r.inputs;

@@ -97,10 +97,11 @@ def test_generator_function():
 
 
 def test_input_requiring_grad_under_grad_mode():
+    # Captured as a joint graph (tests/python/training/test_capture_training.py).
     def f(x, w):
         return (x * w).sum()
     w = r(3).requires_grad_()
-    check(f, r(3), w, captured=0, eager=1, reason="grad", fresh=False)
+    check(f, r(3), w, captured=1, eager=0, fresh=False)
 
 
 def test_module_setattr_counter():

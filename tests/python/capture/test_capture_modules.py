@@ -379,9 +379,10 @@ class Scale(nn.Module):
         return x * self.w
 
 
-def test_grad_mode_with_parameters_requiring_grad_is_eager():
-    """Parameters require grad: under grad mode the frame is not captured (inference only)."""
-    check(Scale(), r(2, 4), captured=0, eager=1, reason="grad")
+def test_grad_mode_with_parameters_requiring_grad_is_captured_for_training():
+    """Parameters require grad: under grad mode the frame is captured as a joint graph
+    (tests/python/training/test_capture_training.py checks the gradients)."""
+    check(Scale(), r(2, 4), captured=1, eager=0)
 
 
 def _frames_in_subprocess(code):
@@ -394,13 +395,13 @@ def _frames_in_subprocess(code):
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def test_grad_mode_linear_reason():
+def test_grad_mode_linear_is_a_training_graph():
     snap, reasons = _frames_in_subprocess("""
-        ember.compile(nn.Linear(4, 3))(x)
+        out = ember.compile(nn.Linear(4, 3))(x)
+        out.sum().backward()
         print(json.dumps([ember.metrics.snapshot(), ember.metrics.fallback_reasons]))
     """)
-    assert snap["eager_frames"] == 1
-    assert any("grad" in r for r in reasons), reasons
+    assert snap["eager_frames"] == 0 and snap["training_graphs"] == 1, (snap, reasons)
 
 
 def test_eager_under_grad_mode_does_not_poison_later_compiles():
