@@ -409,3 +409,66 @@ def test_training_on_cuda_matches_eager():
     check_model(model, (torch.randn(16, 32, device="cuda"),), grad=True, expect_graphs=1,
                 expect_fallbacks=0, atol=1e-4, rtol=1e-4)
     assert ember.metrics.snapshot()["training_graphs"] == 1
+
+
+def test_training_factory_ops_on_the_device_thread_cuda():
+    # BERT's backward makes scalar_tensor / zeros / cat on autograd's CUDA device thread, which
+    # inherits the trace's dispatch state but not its session (tracer/dispatch.cpp): before, the
+    # joint trace failed and the graph ran eagerly.
+    import ember
+
+    def f(x, w):
+        h = torch.where(x > 0, x @ w, torch.zeros((), device=x.device))
+        return torch.cat([h, h.softmax(-1)], -1).masked_fill(x[:, :1] > 1, 0.5)
+
+    x = torch.randn(8, 16, device="cuda")
+    w = torch.randn(16, 16, device="cuda", requires_grad=True)
+    check_model(f, (x, w), grad=True, expect_graphs=1, expect_fallbacks=0, atol=1e-4, rtol=1e-4)
+    assert ember.metrics.snapshot()["training_graphs"] == 1
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_training_convnet_batch_norm_split_cuda(dtype):
+    # Channels-last batch norm in training as split sums (tracer/split_reduction.h), the
+    # convolution bias gradients as split column sums; gradients and running statistics match
+    # eager over two steps (bf16 under autocast, as the bench's training mode).
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 3, padding=1), torch.nn.BatchNorm2d(32),
+                                torch.nn.ReLU(), torch.nn.Conv2d(32, 32, 3, padding=1, groups=32),
+                                torch.nn.BatchNorm2d(32), torch.nn.ReLU()).cuda().train()
+
+    def f(x):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            return model(x).float()
+
+    x = torch.randn(16, 3, 32, 32, device="cuda")
+    tol = {"atol": 5e-2, "rtol": 5e-2} if dtype == "bf16" else {"atol": 1e-3, "rtol": 1e-3}
+    check_model(f, (x,), grad=True, expect_graphs=1, expect_fallbacks=0, **tol)
+
+
+def test_column_sum_split_cuda():
+    # A linear layer's bias gradient (x.sum(0) of [8192, 768]) as partials, then their sum.
+    def f(x, y):
+        return x.sum(0), x.mean(0, keepdim=True), y.sum((0, 2, 3))
+
+    x = torch.randn(8192, 768, device="cuda")
+    y = torch.randn(64, 64, 28, 28, device="cuda").to(memory_format=torch.channels_last)
+    check_model(f, (x, y), expect_graphs=1, expect_fallbacks=0, atol=1e-2, rtol=1e-4)
+
+
+def test_capture_path_training_cuda():
+    # ember.compile with parameters requiring grad: a joint graph from the capture path.
+    import copy
+
+    import ember
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.GELU(),
+                                torch.nn.Linear(64, 8)).cuda()
+    twin = copy.deepcopy(model)
+    c = ember.compile(twin)
+    x = torch.randn(16, 32, device="cuda")
+    model(x).square().sum().backward()
+    c(x).square().sum().backward()
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, atol=1e-4, rtol=1e-4)
