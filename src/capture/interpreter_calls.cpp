@@ -89,6 +89,30 @@ bool is_denied_torch_function(std::string_view name) {
   return false;
 }
 
+/// A class of torch, or nullptr when this torch has none by that name.
+PyObject* torch_class(const char* module, const char* name) {
+  PyObject* m = PyImport_ImportModule(module);
+  PyObject* t = m != nullptr ? PyObject_GetAttrString(m, name) : nullptr;
+  Py_XDECREF(m);
+  if (t == nullptr) PyErr_Clear();
+  return t;  // kept for the process
+}
+
+/// torch.optim optimizers, learning-rate schedulers and AMP's gradient scaler: objects whose
+/// methods mutate real tensors and counters they hold.
+bool is_stateful_torch_object(nb::handle v) {
+  static PyObject* optimizer = torch_class("torch.optim", "Optimizer");
+  static PyObject* scheduler = torch_class("torch.optim.lr_scheduler", "LRScheduler");
+  static PyObject* scaler = torch_class("torch.amp", "GradScaler");
+  for (PyObject* t : {optimizer, scheduler, scaler}) {
+    if (t == nullptr) continue;
+    int r = PyObject_IsInstance(v.ptr(), t);
+    if (r < 0) throw nb::python_error();
+    if (r == 1) return true;
+  }
+  return false;
+}
+
 /// Tensor methods that read a tensor's data into Python.
 bool is_data_read(std::string_view name) {
   size_t dot = name.rfind('.');
@@ -272,7 +296,18 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
       args.insert(args.begin(), nb::borrow(self));
       return inline_function(fn, std::move(args), kwnames);
     }
-    EMBER_UNSUPPORTED(runs_for_real(fn) || is_tensor(self))
+    // An optimizer's, learning-rate scheduler's or gradient scaler's methods change real state
+    // (the parameters, the step count) when they run, so they never run at capture time: a
+    // graph break, and the call runs in Python. (Run for real, SGD.step updated the parameters once during the
+    // capture and again when the break ran it: twice per call.)
+    EMBER_UNSUPPORTED(!is_stateful_torch_object(nb::handle(self)))
+        << "calling " << name_of(fn) << " of a " << type_name_of(nb::handle(self))
+        << " (it changes real state: parameters, steps, scales) at " << location();
+    // Tensor methods written in Python (Tensor.backward, register_hook, retain_grad) are denied
+    // as the torch functions are: backward on tracer tensors would consume the joint graph's
+    // autograd graph and fill the tracer leaves' .grad, not the parameters'.
+    EMBER_UNSUPPORTED(runs_for_real(fn) ||
+                      (is_tensor(self) && !is_denied_torch_function(name_of(fn))))
         << "calling " << name_of(fn) << " (a library method) at " << location();
     return call_real(callable, std::move(args), kwnames);
   }

@@ -132,3 +132,60 @@ def test_retain_graph_and_a_second_backward():
     first = lin.weight.grad.clone()
     out.backward()
     torch.testing.assert_close(lin.weight.grad, 2 * first)
+
+
+def test_backward_inside_the_frame_is_a_graph_break():
+    # Tensor.backward on tracer tensors would consume the joint graph's autograd graph and fill
+    # the tracer leaves' .grad: it breaks the graph and runs in Python.
+    def step(m, x):
+        loss = m(x).square().sum()
+        loss.backward()
+        return loss
+
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 2)
+    twin = copy.deepcopy(lin)
+    x = torch.randn(4, 3)
+    c = ember.compile(step)
+    ember.metrics.reset()
+    torch.testing.assert_close(c(twin, x), step(lin, x))
+    torch.testing.assert_close(twin.weight.grad, lin.weight.grad)
+    assert ember.metrics.snapshot()["graph_breaks"] == 1
+    assert any("Tensor.backward" in r for r in ember.metrics.fallback_reasons)
+
+
+def test_whole_training_step_with_an_optimizer_matches_eager():
+    # zero_grad, forward, backward and SGD.step in one compiled function: the optimizer's methods
+    # never run at capture time (run there, SGD.step updated the parameters during the capture
+    # and again in Python: twice per call).
+    def step(m, opt, x):
+        opt.zero_grad()
+        loss = m(x).square().sum()
+        loss.backward()
+        opt.step()
+        return loss
+
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 2)
+    twin = copy.deepcopy(lin)
+    o1 = torch.optim.SGD(lin.parameters(), lr=0.1, momentum=0.9)
+    o2 = torch.optim.SGD(twin.parameters(), lr=0.1, momentum=0.9)
+    x = torch.randn(4, 3)
+    c = ember.compile(step)
+    for _ in range(3):
+        torch.testing.assert_close(c(twin, o2, x), step(lin, o1, x))
+        torch.testing.assert_close(twin.weight, lin.weight)
+        torch.testing.assert_close(twin.bias, lin.bias)
+
+
+def test_optimizer_step_alone_is_not_run_at_capture_time():
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 2)
+    opt = torch.optim.Adam(lin.parameters(), lr=0.1)
+    lin(torch.randn(4, 3)).sum().backward()
+    twin, twin_opt = copy.deepcopy(lin), None
+    twin_opt = torch.optim.Adam(twin.parameters(), lr=0.1)
+    twin.weight.grad, twin.bias.grad = lin.weight.grad.clone(), lin.bias.grad.clone()
+    ember.compile(lambda: twin_opt.step())()
+    opt.step()
+    torch.testing.assert_close(twin.weight, lin.weight)
