@@ -197,7 +197,10 @@ void bind_runtime(nb::module_& m) {
           "Triton kernels).")
       .def("__call__",
            [](const Executor& e, nb::args args) { return tensor_tuple(e.run(tensor_args(args))); })
-      .def("run", &Executor::run, nb::arg("inputs"))
+      .def(
+          "run",
+          [](const Executor& e, const std::vector<at::Tensor>& inputs) { return e.run(inputs); },
+          nb::arg("inputs"))
       .def("mutated_inputs_alias", &Executor::mutated_inputs_alias, nb::arg("inputs"))
       .def_prop_ro("has_mutations", &Executor::has_mutations)
       .def_prop_ro("num_kernels", &Executor::num_kernels)

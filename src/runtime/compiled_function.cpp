@@ -4,6 +4,7 @@
 #include <ATen/core/enum_tag.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/zeros.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/edge.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/saved_variable.h>
@@ -74,7 +75,13 @@ struct CompiledBackward : ag::Node {
                            ? grads[i]
                            : at::zeros(tangent_meta[i].sizes, tangent_meta[i].options));
     }
-    std::vector<at::Tensor> out = state->backward->run(inputs);
+    if (!ag::get_current_graph_task_keep_graph()) {
+      // No second backward will come: the saved values go now, and the backward program frees
+      // each after its last use (ExecutorOptions::release_inputs), as eager autograd frees a
+      // node's saved tensors once it has run. Otherwise they would all live to the end.
+      release_variables();
+    }
+    std::vector<at::Tensor> out = state->backward->run(std::move(inputs));
     return ag::variable_list(out.begin(), out.end());
   }
 
@@ -129,8 +136,11 @@ CompiledFunction::CompiledFunction(tracer::TracedGraph joint, JointSignature sig
   };
   state->forward.emplace(
       tracer::TracedGraph{std::move(split.forward), constants(split.forward_constants)}, options);
+  ExecutorOptions backward_options = options;
+  backward_options.release_inputs = true;
   state->backward.emplace(
-      tracer::TracedGraph{std::move(split.backward), constants(split.backward_constants)}, options);
+      tracer::TracedGraph{std::move(split.backward), constants(split.backward_constants)},
+      backward_options);
   state->num_forward_outputs = signature.num_forward_outputs;
   state->signature = std::move(signature);
   state_ = std::move(state);

@@ -532,7 +532,15 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
   const int keep = static_cast<int>(steps_.size());
   for (graph::ValueId v : g.outputs) last_use[v] = keep;
   for (const graph::Mutation& m : g.mutations) last_use[m.value] = keep;
-  for (const graph::Input& in : g.inputs) last_use[in.value] = keep;
+  release_inputs_ = options.release_inputs && g.mutations.empty();
+  if (!release_inputs_) {
+    for (const graph::Input& in : g.inputs) last_use[in.value] = keep;
+  } else {
+    // Constants stay (the executor owns them); non-constant inputs go at their last use.
+    for (const graph::Input& in : g.inputs) {
+      if (in.kind == graph::InputKind::Constant) last_use[in.value] = keep;
+    }
+  }
   for (size_t v = 0; v < last_use.size(); ++v) {
     if (last_use[v] < 0) last_use[v] = defined_at[v];  // never read: free where defined
     int at = last_use[v];
@@ -770,11 +778,31 @@ bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env,
 }
 
 std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) const {
-  const graph::Graph& g = traced_.graph;
   // The graph was traced under the caller's autocast state: its casts are nodes already, and an
   // op traced in a region with autocast off (a rotary embedding's fp32 matmul) must not be cast
   // again because the caller's autocast is on now.
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  check_inputs(inputs);
+  if (cuda_graph_) {
+    auto replayed = cuda_graph_->run(
+        inputs, [this](const std::vector<at::Tensor>& in) { return run_program(in); });
+    if (replayed.has_value()) return std::move(*replayed);
+  }
+  return run_program(inputs);
+}
+
+std::vector<at::Tensor> Executor::run(std::vector<at::Tensor>&& inputs) const {
+  if (!release_inputs_ || cuda_graph_) {
+    const std::vector<at::Tensor> kept = std::move(inputs);
+    return run(kept);
+  }
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  check_inputs(inputs);
+  return run_program(inputs, &inputs);
+}
+
+void Executor::check_inputs(const std::vector<at::Tensor>& inputs) const {
+  const graph::Graph& g = traced_.graph;
   EMBER_CHECK(inputs.size() == input_slots_.size())
       << "expected " << input_slots_.size() << " input tensors but got " << inputs.size();
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -790,15 +818,10 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
           << graph::type_str(t);
     }
   }
-  if (cuda_graph_) {
-    auto replayed = cuda_graph_->run(
-        inputs, [this](const std::vector<at::Tensor>& in) { return run_program(in); });
-    if (replayed.has_value()) return std::move(*replayed);
-  }
-  return run_program(inputs);
 }
 
-std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inputs) const {
+std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inputs,
+                                              std::vector<at::Tensor>* owned) const {
   const graph::Graph& g = traced_.graph;
   if (unfused_ && !strides_match(inputs)) return unfused_->run(inputs);
   std::vector<at::Tensor> reference;
@@ -807,7 +830,11 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
   }
 
   std::vector<at::Tensor> env(g.values.size());
-  for (size_t i = 0; i < inputs.size(); ++i) env[input_slots_[i]] = inputs[i];
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    env[input_slots_[i]] = owned != nullptr ? std::move((*owned)[i]) : inputs[i];
+  }
+  // From here on `inputs` may have been moved from (owned): read the program's values instead.
+  bool inputs_gone = owned != nullptr;
   for (const auto& [value, index] : constant_slots_) env[value] = traced_.constants[index];
 
   torch::jit::Stack stack;
@@ -866,6 +893,9 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
         // An index tensor holds an out-of-range index. Nothing is mutated before the last step:
         // the unfused program runs the ATen ops, which raise eager's error.
         EMBER_INTERNAL_ASSERT(unfused_ != nullptr) << "kernel step without an unfused program";
+        EMBER_CHECK(!inputs_gone) << "an index is out of range in a kernel of the graph's "
+                                  << "backward (ember frees its inputs as it goes, so the ATen "
+                                  << "ops that would name it cannot run again)";
         return unfused_->run(inputs);
       }
       if (step.fused && step.fused->chosen() == -2) decide_fused_step(step, env, stack);

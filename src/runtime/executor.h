@@ -66,6 +66,12 @@ struct ExecutorOptions {
   /// (Kernel::parameter_cache). Off for training graphs: every step changes the parameters, and
   /// the kept outputs would only hold memory between steps.
   bool parameter_cache = true;
+  /// Inputs are dropped at their last use, not kept to the end of the call: with run(&&), which
+  /// takes the caller's references, an input's memory goes as soon as the program is done with
+  /// it. For the backward of a training graph, whose saved activations eager autograd frees node
+  /// by node. (A kernel that finds an out-of-range index then raises instead of rerunning the
+  /// call unfused.)
+  bool release_inputs = false;
 };
 
 /// EMBER_VERIFY_KERNELS=1: each call of a compiled graph also runs its unfused program, and every
@@ -91,6 +97,8 @@ class Executor {
   /// differ from the traced ones run unfused (kernels bake strides in). Applies the graph's input
   /// mutations, then returns its outputs.
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const;
+  /// The same, taking the caller's references to the inputs (see release_inputs).
+  std::vector<at::Tensor> run(std::vector<at::Tensor>&& inputs) const;
 
   /// True when the graph mutates an input that shares memory with another input. The graph was
   /// traced assuming inputs do not alias, so such a call must run eagerly instead.
@@ -272,7 +280,10 @@ class Executor {
   bool run_view(const Step& step, std::vector<at::Tensor>& env) const;
   bool strides_match(const std::vector<at::Tensor>& inputs) const;
   /// run() after its checks of the inputs: the program of steps.
-  std::vector<at::Tensor> run_program(const std::vector<at::Tensor>& inputs) const;
+  void check_inputs(const std::vector<at::Tensor>& inputs) const;
+  /// `owned`: the inputs to move into the program's values (run(&&)), else nullptr.
+  std::vector<at::Tensor> run_program(const std::vector<at::Tensor>& inputs,
+                                      std::vector<at::Tensor>* owned = nullptr) const;
   /// EMBER_VERIFY_KERNELS=1 (runtime/kernel_check.cpp): every value of the unfused program run
   /// on `inputs`, none released and no mutation applied, the reference for check_kernel.
   std::vector<at::Tensor> reference_values(const std::vector<at::Tensor>& inputs) const;
@@ -291,6 +302,7 @@ class Executor {
   int num_fused_nodes_ = 0;
   int num_folded_nodes_ = 0;
   int num_causal_attention_ = 0;
+  bool release_inputs_ = false;
   int64_t arena_bytes_ = 0;  ///< 0: no arena
   int num_arena_buffers_ = 0;
   /// Arenas of finished calls, kept for the next ones (one per call running at once): large
