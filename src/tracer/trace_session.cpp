@@ -4,6 +4,7 @@
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/enum_tag.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/core/InferenceMode.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
@@ -190,6 +191,24 @@ torch::jit::Stack run_on_zeros(const c10::OperatorHandle& op, c10::ArrayRef<c10:
 
 }  // namespace
 
+namespace {
+
+// A tracer tensor requires grad when the tensor it stands for does (under no_grad too): ATen's
+// decompositions read it. matmul folds a 3D input times a weight into one mm when the weight
+// requires grad (should_fold), else it runs a bmm over the leading dim with the weight expanded:
+// Longformer's projections of its [seq, batch, 768] transposed input became 36 batched products
+// of 4 rows each on the H200 (49.8 of 80 ms per step) where eager runs 128x128-tile gemms.
+// Under grad mode this makes autograd record too, which only the joint trace wants: it sets
+// requires_grad itself, so this applies under no_grad (and never in inference mode, where
+// inference tensors cannot require grad outside it later).
+void mirror_requires_grad(const at::Tensor& real, at::Tensor& tracer) {
+  if (real.requires_grad() && !at::GradMode::is_enabled() && !c10::InferenceMode::is_enabled()) {
+    tracer.requires_grad_(true);
+  }
+}
+
+}  // namespace
+
 TraceSession::TraceSession() = default;
 
 TraceSession::~TraceSession() {
@@ -217,6 +236,7 @@ at::Tensor TraceSession::add_input(const at::Tensor& example, graph::InputKind k
   at::Tensor meta = meta_like(example);
   at::Tensor tracer = make_tracer(this, v, std::move(meta), device.value_or(example.device()));
   at::Tensor functional = fz::to_functional_tensor(tracer);
+  mirror_requires_grad(example, functional);
   functional_inputs_.push_back(functional);
   functional_input_index_.push_back(graph_.inputs.size() - 1);
   return functional;
@@ -229,7 +249,9 @@ at::Tensor TraceSession::add_constant_tensor(const at::Tensor& t) {
   graph::ValueId v = add_constant(t);
   strict_constants_ = strict;
   at::Tensor tracer = make_tracer(this, v, meta_like(t), t.device());
-  return fz::to_functional_tensor(tracer);
+  at::Tensor functional = fz::to_functional_tensor(tracer);
+  mirror_requires_grad(t, functional);
+  return functional;
 }
 
 void TraceSession::enter() {
