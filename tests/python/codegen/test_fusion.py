@@ -110,3 +110,22 @@ def test_aten_results_with_other_strides_than_traced_run_unfused():
     stats = check_model(f, (torch.randn(3, 4),), check_strides=False, expect_graphs=1,
                         expect_fallbacks=0)
     assert stats["kernels"] == 2, stats
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_number_to_a_tensor_power_is_fused(dtype):
+    # aten::pow.Scalar (Adam's bias corrections, beta ** step): kernels, not an ATen call (the
+    # [1]-shaped bias term is its own kernel).
+    def f(step, x):
+        return (1 - 0.9 ** step) * x + 2.0 ** (x / 4)
+
+    stats = check_model(f, (torch.rand(1, dtype=dtype) * 10, torch.randn(6, 5, dtype=dtype)),
+                        expect_graphs=1, expect_fallbacks=0)
+    assert stats["extern_steps"] == 0 and "aten::pow.Scalar" not in str(stats), stats
+
+
+def test_integer_power_of_a_number_stays_an_aten_call():
+    def f(e):
+        return 3 ** e
+
+    check_model(f, (torch.arange(6),), expect_graphs=1, expect_fallbacks=0)

@@ -376,3 +376,8 @@ def test_layer_norm_over_short_rows_runs_as_row_tiles():
     if INTERPRET:
         source = compiled.kernel_sources[0]
         assert "prow = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]" in source
+
+
+def test_number_to_a_tensor_power():
+    # aten::pow.Scalar (Adam's beta ** step) in a Triton kernel.
+    run(lambda s, x: (1 - 0.9 ** s) * x + 2.0 ** (x / 4), torch.rand(1) * 10, r(6, 5), atol=1e-5)
