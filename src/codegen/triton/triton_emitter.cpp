@@ -172,6 +172,13 @@ std::string Emitter::expr(const Expr& e) {
           const char* f = call_text(c->fn);
           if (f == nullptr) refuse(std::string("the call ") + call_fn_name(c->fn));
           if (c->fn == CallFn::Abs && !is_float(e.dtype())) return "tl.abs(" + args[0] + ")";
+          // libdevice takes tensors: a literal operand (pow.Scalar's base) as a typed scalar.
+          for (size_t i = 0; i < args.size(); ++i) {
+            if ((c->args[i].as<FloatImm>() || c->args[i].as<IntImm>()) &&
+                args[i].rfind("tl.", 0) != 0) {
+              args[i] = "tl.full([], " + args[i] + ", " + tl_dtype(c->args[i].dtype()) + ")";
+            }
+          }
           s = std::string(f) + "(" + args[0];
           for (size_t i = 1; i < args.size(); ++i) s += ", " + args[i];
           s += ")";

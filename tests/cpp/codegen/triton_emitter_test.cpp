@@ -297,5 +297,20 @@ TEST(TritonEmitter, BlockSizeIsAPowerOfTwoBetween16AndTheMaximum) {
   EXPECT_EQ(triton_block_size(5000, 1024), 1024);
 }
 
+// libdevice takes tensors: a literal operand of a libdevice call (pow.Scalar's base, Adam's
+// beta ** step) is a typed scalar, not a Python float (Triton's interpreter raised on it).
+TEST(TritonEmitter, LiteralOperandsOfLibdeviceCallsAreTypedScalars) {
+  loop::Kernel k =
+      loop::parse_kernel(read(std::string(EMBER_CODEGEN_GOLDEN_DIR) + "/pow_scalar_base.loop"));
+  std::string why;
+  auto t = emit_triton(k, &why);
+  ASSERT_TRUE(t.has_value()) << why;
+  const std::string body = kernel_function(*t);
+  EXPECT_NE(body.find("libdevice.pow(tl.full([], 0.89999997615814209, tl.float32), "),
+            std::string::npos)
+      << body;
+  expect_golden(body, "pow_scalar_base.triton.golden");
+}
+
 }  // namespace
 }  // namespace ember::codegen

@@ -66,6 +66,8 @@ def test_generated_kernels_compile_to_sm90_cubins(tmp_path):
         (str(GOLDEN / "codegen/golden/column_sum.loop"), {}),
         # A copy to channels-last in 2D tiles.
         (str(GOLDEN / "codegen/golden/to_channels_last.loop"), {}),
+        # libdevice.pow with a literal base (pow.Scalar: Adam's beta ** step), a typed scalar.
+        (str(GOLDEN / "codegen/golden/pow_scalar_base.loop"), {"n": 64}),
     ]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     r = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(kernels)], env=env,
@@ -74,7 +76,8 @@ def test_generated_kernels_compile_to_sm90_cubins(tmp_path):
     result = json.loads(r.stdout.strip().splitlines()[-1])
     assert [name for name, _, _ in result] == ["ember_gelu_bias", "ember_softmax", "ember_softmax",
                                                "ember_rms_norm", "ember_column_sum",
-                                               "ember_to_channels_last"]
+                                               "ember_to_channels_last",
+                                               "ember_pow_scalar_base"]
     for name, size, warps in result:
         assert size > 1000 and warps >= 1, (name, size, warps)
 
