@@ -339,7 +339,10 @@ void Emitter::stmt(const Stmt& s) {
       const std::string index = expr(st->index);
       std::string addr = buf_name(st->buffer) + " + (" + index + ")";
       if (!m.empty() && !uses_any(st->index, block_vars_)) {
-        refuse("a store of one element inside a block");
+        if (!one_element_) refuse("a store of one element inside a block");
+        // A flat kernel of one element (a 0-dim result: a loss scaled, an optimizer's step
+        // count): one lane is active, so the store broadcast over the block writes once.
+        addr += " + 0 * lin";
       }
       if (m.empty()) {
         scalar_store(st->buffer, index, v);
@@ -611,7 +614,10 @@ TritonKernel Emitter::run() {
     decompose(nest, "lin");
     block_mask_ = "xmask";
     reuse_block_loads_ = true;
+    // (i32 indices: the sizes are constant, so the nest's length evaluates.)
+    one_element_ = index_cast_.empty() && product_.empty() && eval_expr(total, EvalEnv{}).i == 1;
     stmt(inner);
+    one_element_ = false;
     block_mask_.clear();
     out.grid_extent = total;
     out.block_extent = total;

@@ -299,6 +299,8 @@ class Emitter {
   /// Flat and tiled forms: each distinct block load is done once, into a variable (a pointwise
   /// body that names an input twice, such as gelu's x * (1 + erf(x)), loads it once).
   bool reuse_block_loads_ = false;
+  /// A flat kernel whose nest has one element: stores at constant addresses are one lane's.
+  bool one_element_ = false;
   std::map<std::string, std::pair<std::string, std::string>> persistent_lanes_;
   std::map<std::string, std::map<std::string, std::string>> load_cache_;  ///< buffer -> load
   /// Persistent rows: stores not yet read from memory, per buffer (load text -> line index).

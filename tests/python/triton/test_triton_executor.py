@@ -379,7 +379,8 @@ def test_layer_norm_over_short_rows_runs_as_row_tiles():
 
 
 def test_number_to_a_tensor_power():
-    # aten::pow.Scalar (Adam's beta ** step) in a Triton kernel. (A kernel of one element has
-    # no Triton form yet, "a store of one element inside a block": its nodes run as ATen calls.)
-    run(lambda s, x: (1 - 0.9 ** s) * x + 2.0 ** (x / 4), torch.rand(6, 1) * 10, r(6, 5),
+    # aten::pow.Scalar (Adam's beta ** step) in a Triton kernel; the [1]-shaped bias term is a
+    # flat kernel of one element, whose store at a constant address is one lane's.
+    run(lambda s, x: (1 - 0.9 ** s) * x + 2.0 ** (x / 4), torch.rand(1) * 10, r(6, 5),
         kernels=2, atol=1e-5)
+    run(lambda s, x: ((1 - 0.9 ** s) * 3, x.sum() * 0.5), torch.rand(1) * 10, r(5), atol=1e-5)
