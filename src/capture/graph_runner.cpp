@@ -61,7 +61,11 @@ class TrainingRunner final : public GraphRunner {
  public:
   TrainingRunner(tracer::TracedGraph joint, runtime::JointSignature signature,
                  const runtime::ExecutorOptions& options)
-      : function_(std::move(joint), std::move(signature), options) {}
+      : function_(std::move(joint), std::move(signature), options,
+                  [](const std::function<void()>& body) {
+                    HookPause pause;  // the backward's Python (Triton) is not the program's
+                    body();
+                  }) {}
 
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const override {
     HookPause pause;

@@ -31,6 +31,7 @@ struct CompiledFunction::State {
   std::vector<int> saved_inputs;  ///< graph::JointSplit::saved_inputs, in the primals' numbering
   int num_forward_outputs = 0;
   std::optional<Executor> forward, backward;
+  RunScope backward_scope;
 };
 
 namespace {
@@ -81,7 +82,13 @@ struct CompiledBackward : ag::Node {
       // node's saved tensors once it has run. Otherwise they would all live to the end.
       release_variables();
     }
-    std::vector<at::Tensor> out = state->backward->run(std::move(inputs));
+    std::vector<at::Tensor> out;
+    auto body = [&] { out = state->backward->run(std::move(inputs)); };
+    if (state->backward_scope) {
+      state->backward_scope(body);
+    } else {
+      body();
+    }
     return ag::variable_list(out.begin(), out.end());
   }
 
@@ -112,7 +119,7 @@ bool min_cut_enabled() {
 }
 
 CompiledFunction::CompiledFunction(tracer::TracedGraph joint, JointSignature signature,
-                                   ExecutorOptions options) {
+                                   ExecutorOptions options, RunScope backward_scope) {
   graph::SplitOptions split_options;
   if (min_cut_enabled()) split_options.recomputable = recomputable;
   graph::JointSplit split = graph::split_joint(joint.graph, signature.is_tangent,
@@ -142,6 +149,7 @@ CompiledFunction::CompiledFunction(tracer::TracedGraph joint, JointSignature sig
       tracer::TracedGraph{std::move(split.backward), constants(split.backward_constants)},
       backward_options);
   state->num_forward_outputs = signature.num_forward_outputs;
+  state->backward_scope = std::move(backward_scope);
   state->signature = std::move(signature);
   state_ = std::move(state);
 }

@@ -16,6 +16,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -35,11 +36,17 @@ struct JointSignature {
   std::vector<int> grad_inputs;
 };
 
+/// Runs its argument: what a caller wraps around each run of the backward program, which
+/// autograd's engine starts outside the caller's code (ember.compile pauses its frame hook there:
+/// Triton's compiler and interpreter run Python that is not the program's).
+using RunScope = std::function<void(const std::function<void()>&)>;
+
 class CompiledFunction {
  public:
   /// Splits `joint` and compiles both graphs with `options`. Input mutations (BatchNorm's running
   /// statistics) are applied by the forward.
-  CompiledFunction(tracer::TracedGraph joint, JointSignature signature, ExecutorOptions options);
+  CompiledFunction(tracer::TracedGraph joint, JointSignature signature, ExecutorOptions options,
+                   RunScope backward_scope = {});
   ~CompiledFunction();
 
   /// Runs the program on `inputs` (the joint's non-constant primals, in order): returns its
