@@ -138,9 +138,10 @@ std::unique_ptr<GraphRunner> finish_training(Attempt& a, const std::vector<at::T
     std::vector<at::Tensor> tangents;
     for (int i : differentiable) {
       const at::Tensor& t = tensors[static_cast<size_t>(i)];
-      at::Tensor example = at::empty(t.sizes(), at::TensorOptions(t.scalar_type()).device(t.device()));
-      tangents.push_back(
-          s.add_input(example, graph::InputKind::User, "tangent" + std::to_string(i), std::nullopt));
+      at::Tensor example =
+          at::empty(t.sizes(), at::TensorOptions(t.scalar_type()).device(t.device()));
+      tangents.push_back(s.add_input(example, graph::InputKind::User, "tangent" + std::to_string(i),
+                                     std::nullopt));
     }
     s.enter();
     std::vector<at::Tensor> outputs;

@@ -298,8 +298,8 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
     }
     // An optimizer's, learning-rate scheduler's or gradient scaler's methods change real state
     // (the parameters, the step count) when they run, so they never run at capture time: a
-    // graph break, and the call runs in Python. (Run for real, SGD.step updated the parameters once during the
-    // capture and again when the break ran it: twice per call.)
+    // graph break, and the call runs in Python. (Run for real, SGD.step updated the parameters once
+    // during the capture and again when the break ran it: twice per call.)
     EMBER_UNSUPPORTED(!is_stateful_torch_object(nb::handle(self)))
         << "calling " << name_of(fn) << " of a " << type_name_of(nb::handle(self))
         << " (it changes real state: parameters, steps, scales) at " << location();

@@ -4,9 +4,9 @@
 #include <ATen/core/enum_tag.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/zeros.h>
-#include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/edge.h>
 #include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/saved_variable.h>
 
 #include <algorithm>

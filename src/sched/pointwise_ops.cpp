@@ -247,13 +247,13 @@ const std::map<std::string, Rule>& rule_table() {
     // A Python number to a tensor's power (Adam's bias corrections: beta ** step), float only.
     // The number is converted to the result's dtype first, as TensorIterator does a wrapped
     // scalar (0.9 is 0.8984375 in bf16).
-    t["aten::pow.Scalar"] = {Mode::Float,
-                             {"exponent"},
-                             [](P p, V x) {
-                               return loop::Call::make(CallFn::Pow,
-                                                       {p.rounded_param("self"), x[0]});
-                             },
-                             [](P p) { return loop::is_float(p.out) && p.scalar_ok("self"); }};
+    t["aten::pow.Scalar"] = {
+        Mode::Float,
+        {"exponent"},
+        [](P p, V x) {
+          return loop::Call::make(CallFn::Pow, {p.rounded_param("self"), x[0]});
+        },
+        [](P p) { return loop::is_float(p.out) && p.scalar_ok("self"); }};
     t["aten::pow.Tensor_Tensor"] = {Mode::Float, {"self", "exponent"}, [](P, V x) {
                                       return loop::Call::make(CallFn::Pow, {x[0], x[1]});
                                     }};

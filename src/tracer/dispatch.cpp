@@ -22,7 +22,7 @@ TraceSession* session_of_arguments(const c10::OperatorHandle& op, const torch::j
   auto entered = [](const at::Tensor& x) -> TraceSession* {
     TracerTensorImpl* t = as_tracer(x);
     return t != nullptr && t->session() != nullptr && t->session()->active() ? t->session()
-                                                                              : nullptr;
+                                                                             : nullptr;
   };
   for (size_t i = stack.size() - n; i < stack.size(); ++i) {
     if (stack[i].isTensor()) {

@@ -109,7 +109,7 @@ constexpr int64_t kColumnTile = 256;         // kept elements per program of a c
 constexpr int64_t kMaxColumnPrograms = 128;  // fewer programs than this: split
 constexpr int64_t kMinColumnRows = 256;      // rows worth splitting
 constexpr int64_t kMinColumnElements = 1 << 16;
-constexpr int64_t kColumnPrograms = 1024;    // the first stage's programs, about
+constexpr int64_t kColumnPrograms = 1024;  // the first stage's programs, about
 constexpr int64_t kMinRowsPerPartial = 32;
 
 // The dims of a non-overlapping and dense `x` from the largest stride to the smallest (size-1
@@ -346,7 +346,8 @@ bool split_batch_norm_training(const c10::OperatorHandle& op, torch::jit::Stack*
   const int64_t c = x.size(1);
   const std::optional<at::Tensor> weight = optional_tensor((*stack)[base + 1]);
   const std::optional<at::Tensor> bias = optional_tensor((*stack)[base + 2]);
-  for (const auto& t : {weight, bias, std::optional<at::Tensor>(rm), std::optional<at::Tensor>(rv)}) {
+  for (const auto& t :
+       {weight, bias, std::optional<at::Tensor>(rm), std::optional<at::Tensor>(rv)}) {
     if (t.has_value() && (t->dim() != 1 || t->size(0) != c || t->device() != x.device())) {
       return false;
     }

@@ -3,8 +3,8 @@
 #include <ATen/FunctionalTensorWrapper.h>
 #include <ATen/core/LegacyTypeDispatch.h>
 #include <ATen/core/enum_tag.h>
-#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/core/InferenceMode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
