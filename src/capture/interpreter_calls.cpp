@@ -243,6 +243,13 @@ bool Interpreter::runs_for_real(nb::handle callable) const {
         module == "_operator" || module == "operator")) {
     return false;
   }
+  // Functions that read or write what tracing does not see: parameters' .grad (clip_grad_norm_
+  // on a list of parameters saw no gradients on their tracer tensors and clipped nothing) and
+  // .data (vector_to_parameters).
+  if (starts_with(module, "torch.nn.utils.clip_grad") ||
+      starts_with(module, "torch.nn.utils.convert_parameters")) {
+    return false;
+  }
   return !is_denied_torch_function(name_of(callable));
 }
 

@@ -189,3 +189,23 @@ def test_optimizer_step_alone_is_not_run_at_capture_time():
     ember.compile(lambda: twin_opt.step())()
     opt.step()
     torch.testing.assert_close(twin.weight, lin.weight)
+
+
+def test_clip_grad_norm_runs_in_python():
+    # clip_grad_norm_ reads the parameters' .grad, which their tracer tensors do not have: run
+    # for real at capture time it saw no gradients and clipped nothing (silently). It breaks the
+    # graph and runs in Python.
+    torch.manual_seed(0)
+    lin = nn.Linear(3, 2)
+    twin = copy.deepcopy(lin)
+    x = torch.randn(4, 3)
+
+    def clip(ps):
+        return torch.nn.utils.clip_grad_norm_(ps, 0.1)
+
+    c = ember.compile(clip)
+    for _ in range(2):
+        (lin(x) * 10).sum().backward()
+        (twin(x) * 10).sum().backward()
+        torch.testing.assert_close(c(list(twin.parameters())), clip(list(lin.parameters())))
+        torch.testing.assert_close(twin.weight.grad, lin.weight.grad)
