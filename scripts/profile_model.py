@@ -24,6 +24,12 @@ from ember.bench import harness as H
 from ember.bench import models as M
 
 
+RECORD_SHAPES = False
+PRODUCTS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul",
+            "aten::_scaled_dot_product_efficient_attention",
+            "aten::_scaled_dot_product_flash_attention", "aten::convolution")
+
+
 def profile(model: str, backend: str, dtype: str, steps: int, top: int, device: str = "cuda",
             size: str = "full", batch_size: int | None = None) -> dict:
     spec = M.REGISTRY[model]
@@ -44,7 +50,7 @@ def profile(model: str, backend: str, dtype: str, steps: int, top: int, device: 
     sync()
     step_ms = (time.perf_counter() - t0) / steps * 1e3
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    with torch.profiler.profile(activities=acts) as prof:
+    with torch.profiler.profile(activities=acts, record_shapes=RECORD_SHAPES) as prof:
         for _ in range(steps):
             inst.step()
         sync()
@@ -58,9 +64,15 @@ def profile(model: str, backend: str, dtype: str, steps: int, top: int, device: 
     rows = sorted(per.items(), key=lambda kv: -kv[1][0])
     kernel_ms = sum(v[0] for v in per.values())
     launches = sum(v[1] for v in per.values()) / steps
+    products = collections.Counter()
+    if RECORD_SHAPES:  # the products' input shapes: which layouts reach cuBLAS and cuDNN
+        for e in prof.events():
+            if e.name in PRODUCTS and e.device_type != torch.autograd.DeviceType.CUDA:
+                products[f"{e.name} {e.input_shapes}"] += 1
     return {"model": model, "backend": backend, "dtype": dtype, "step_ms": step_ms,
             "first_call_s": first, "kernel_ms": kernel_ms, "launches_per_step": launches,
-            "top": [(name[:140], round(ms, 4), n // steps) for name, (ms, n) in rows[:top]]}
+            "top": [(name[:140], round(ms, 4), n // steps) for name, (ms, n) in rows[:top]],
+            "products": [(k, n // steps) for k, n in products.most_common(top)]}
 
 
 def print_sources(names: list[str]) -> None:
@@ -97,7 +109,16 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=None, help="override the model's batch size")
     p.add_argument("--sources", type=int, default=0,
                    help="print the Triton source of the N slowest ember kernels of each run")
+    p.add_argument("--no-tf32", action="store_true",
+                   help="fp32 products without TF32 (on by default, as ember.bench)")
+    p.add_argument("--shapes", action="store_true",
+                   help="also list the ATen matrix products (mm, bmm, addmm, ...) by input shapes")
     a = p.parse_args()
+    if torch.cuda.is_available():
+        torch.backends.cuda.matmul.allow_tf32 = not a.no_tf32
+        torch.backends.cudnn.allow_tf32 = not a.no_tf32
+    global RECORD_SHAPES
+    RECORD_SHAPES = a.shapes
     out = []
     for model in a.models:
         for backend in a.backends.split(","):
@@ -112,6 +133,8 @@ def main() -> None:
                   f"{r['first_call_s']:.1f} s")
             for name, ms, n in r["top"]:
                 print(f"  {ms:8.4f} ms  x{n:<4d} {name}")
+            for name, n in r["products"]:
+                print(f"  x{n:<4d} {name}")
             if a.sources:
                 print_sources([name for name, _, _ in r["top"] if name.startswith("ember_k")][:a.sources])
             if torch.cuda.is_available():
