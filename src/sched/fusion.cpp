@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -284,41 +285,75 @@ std::vector<ValueId> Scheduler::violators(const std::vector<std::pair<int, Use>>
   return out;
 }
 
+// Note [Held kernels]
+// Pointwise values are added in graph order to the open kernel of their shape. A value of
+// another shape used to close it, so an optimizer step (per parameter: the moments' update over
+// the parameter's shape, the bias corrections on the step count, a scalar, then the parameter's
+// update) ran as four kernels, the moments read twice. Now the open kernel is held while a
+// kernel of the other shape is built, and a later value of its shape opens it again (the other
+// one is held in turn); Adam runs one kernel per parameter and one of scalars. Order: two kernels
+// built side by side are independent until one reads a value the other stores; then the other is
+// emitted first (order_held, and any extern, view or reduction that reads a held value closes it
+// before it runs). A kernel with view steps waiting on it is not held.
 Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
   Plan plan;
-  std::optional<KernelBuilder> open;
+  std::unique_ptr<KernelBuilder> open;
   // View steps of values the open kernel writes, run right after it.
   std::vector<PlanStep> pending;
   std::set<ValueId> pending_values;
   // Or the open reduction kernel (at most one of the two is open).
   std::optional<ReductionGroupBuilder> open_reduction;
+  // A pointwise kernel set aside while a kernel of another shape is built (Note [Held kernels]):
+  // values of its shape that come after that kernel join it again.
+  std::unique_ptr<KernelBuilder> held;
   auto stores_open = [&](ValueId v) {
     return (open && open->stores(v)) || (open_reduction && open_reduction->stores(v));
   };
-  auto close = [&] {
-    if (!open && !open_reduction) return;
+  auto emit = [&](KernelGroup group, const std::vector<Use>& group_uses) {
     int gi = static_cast<int>(plan.groups.size());
-    const std::string name = "k" + std::to_string(gi);
-    plan.groups.push_back(open ? open->finish(name, options_)
-                               : open_reduction->finish(name, options_));
-    for (const Use& u : open ? open->uses() : open_reduction->uses()) uses->emplace_back(gi, u);
+    plan.groups.push_back(std::move(group));
+    for (const Use& u : group_uses) uses->emplace_back(gi, u);
     plan.steps.push_back({PlanStep::Kind::Kernel, gi});
+  };
+  auto close_held = [&] {
+    if (!held) return;
+    emit(held->finish("k" + std::to_string(plan.groups.size()), options_), held->uses());
+    held.reset();
+  };
+  auto close = [&] {
+    close_held();  // it runs first: the open kernel reads none of its values
+    if (!open && !open_reduction) return;
+    const std::string name = "k" + std::to_string(plan.groups.size());
+    emit(open ? open->finish(name, options_) : open_reduction->finish(name, options_),
+         open ? open->uses() : open_reduction->uses());
     open.reset();
     open_reduction.reset();
     plan.steps.insert(plan.steps.end(), pending.begin(), pending.end());
     pending.clear();
     pending_values.clear();
   };
+  // The held kernel must run before the open one once that reads a value it stores.
+  auto order_held = [&] {
+    if (!held || !open) return;
+    for (ValueId in : open->inputs()) {
+      if (held->stores(in)) {
+        close_held();
+        return;
+      }
+    }
+  };
   for (int32_t ni = 0; ni < static_cast<int32_t>(g_.nodes.size()); ++ni) {
     const graph::Node& n = g_.nodes[ni];
     switch (cls_[ni]) {
       case NodeClass::Extern: {
-        // An extern that reads a value of the open kernel must run after it.
-        bool reads_open = false;
+        // An extern that reads a value of the open (or held) kernel must run after it.
+        bool reads_open = false, reads_held = false;
         for (ValueId v : all_reads(n)) {
           reads_open |= stores_open(v) || pending_values.count(v) > 0;
+          reads_held |= held && held->stores(v);
         }
         if (reads_open) close();
+        if (reads_held) close_held();
         plan.steps.push_back({PlanStep::Kind::Extern, ni});
         break;
       }
@@ -326,6 +361,7 @@ Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
         // Only makes tensors aliasing its root, and kernels read through views: a view of a value
         // of the open kernel waits for it instead of closing it.
         PlanStep step{PlanStep::Kind::View, ni, view_root(n.outputs[0])};
+        if (held && held->stores(step.root)) close_held();
         if (stores_open(step.root)) {
           pending.push_back(step);
           pending_values.insert(n.outputs.begin(), n.outputs.end());
@@ -380,12 +416,28 @@ Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
           close();
         }
         std::vector<int64_t> shape = sizes_of(g_.type(v));
+        if (open && open->shape() != shape && held && held->shape() == shape) {
+          // Back to the held kernel's shape: it is open again, and the open one is held in turn
+          // (or, with view steps waiting on it, runs now). Whichever later reads the other's
+          // values runs second (order_held).
+          std::unique_ptr<KernelBuilder> resumed = std::move(held);
+          if (pending.empty() && !open_reduction) {
+            held = std::move(open);
+          } else {
+            close();
+          }
+          open = std::move(resumed);
+        } else if (open && open->shape() != shape && pending.empty() && !open_reduction) {
+          close_held();
+          held = std::move(open);  // set aside: later values of its shape may join it
+        }
         if (open && (open->shape() != shape || !open->add_store(v))) close();
         if (!open) {
-          open.emplace(*this, shape);
+          open = std::make_unique<KernelBuilder>(*this, shape);
           bool ok = open->add_store(v);
           EMBER_INTERNAL_ASSERT(ok) << "value %" << v << " conflicts with an empty kernel";
         }
+        order_held();
         break;
       }
       case NodeClass::View:

@@ -37,3 +37,28 @@ def test_optimizer_steps_match_eager(name):
             torch.testing.assert_close(opt.state[p][k], v, atol=1e-6, rtol=1e-5)
     m = ember.metrics.snapshot()
     assert m["fallbacks"] == 0 and m["graphs"] >= 1, (m, ember.metrics.fallback_reasons)
+
+
+def test_adam_step_is_two_kernels_per_parameter():
+    # Note [Held kernels] (sched/fusion.cpp): the moments' update and the parameter's update are
+    # one kernel over the parameter's shape, the step count and bias corrections one of scalars;
+    # aten::pow.Scalar (beta ** step) is a kernel, not an ATen call.
+    import ember
+
+    torch.manual_seed(0)
+    m = torch.nn.Linear(16, 8)
+    ref = copy.deepcopy(m)
+    opt = torch.optim.Adam(m.parameters(), lr=1e-2)
+    ref_opt = torch.optim.Adam(ref.parameters(), lr=1e-2)
+    x = torch.randn(4, 16)
+    step = torch.compile(opt.step, backend="ember")
+    ember.metrics.reset()
+    for _ in range(3):
+        for model, o, run in ((m, opt, step), (ref, ref_opt, ref_opt.step)):
+            o.zero_grad()
+            model(x).square().sum().backward()
+            run()
+        for p, q in zip(m.parameters(), ref.parameters()):
+            torch.testing.assert_close(p, q)
+    snap = ember.metrics.snapshot()
+    assert snap["kernels"] == 4 and snap["extern_steps"] == 0, snap
