@@ -346,6 +346,18 @@ nb::object Interpreter::load_attr(nb::handle obj, PyObject* name) {
   if (!stores_.empty()) {
     if (const Store* s = find_store(obj, name)) return s->value;
   }
+  if (is_tensor(obj) && (PyUnicode_CompareWithASCIIString(name, "grad") == 0 ||
+                         PyUnicode_CompareWithASCIIString(name, "_grad") == 0)) {
+    // A tracer tensor has no gradient: a graph input's is its real tensor's, read through the
+    // input's source (a tensor input, or None, guarded). Read from the tracer, every `p.grad`
+    // was None (a norm over `if p.grad is not None` came out 0, silently).
+    auto real = real_of_.find(obj.ptr());
+    EMBER_UNSUPPORTED(real != real_of_.end())
+        << "reading ." << nb::cast<std::string>(nb::handle(name))
+        << " of a tensor the frame computed, at " << location();
+    nb::object g = checked(PyObject_GetAttr(real->second, name));
+    return wrap(g, sources_.attr(tensor_source_.at(real->second), name));
+  }
   nb::object v = checked(PyObject_GetAttr(obj.ptr(), name));
   if (is_tensor(obj)) return v;
   if (is_fresh(obj) && PyUnicode_CompareWithASCIIString(name, "__dict__") == 0) return fresh(v);

@@ -276,6 +276,7 @@ class Interpreter {
   std::unordered_map<PyObject*, int> source_of_;        ///< non-constant objects read from sources
   std::unordered_map<PyObject*, PyObject*> tracer_of_;  ///< real tensor -> its tracer tensor
   std::unordered_map<PyObject*, int> tensor_source_;    ///< real tensor -> its first source
+  std::unordered_map<PyObject*, PyObject*> real_of_;    ///< tracer tensor -> its real tensor
   std::unordered_map<int, nanobind::object> wrapped_;   ///< source -> what wrap() returned
   std::unordered_map<PyObject*, int> copy_source_;      ///< wrapped copy -> its container's source
   std::unordered_map<PyObject*, nanobind::object> copy_of_;  ///< list or dict -> the frame's copy

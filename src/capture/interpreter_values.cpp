@@ -167,6 +167,7 @@ nb::object Interpreter::wrap(nb::handle v, int source) {
       out = nb::steal(THPVariable_Wrap(tracer));
       input_sources_.push_back(source);
       tracer_of_[o] = out.ptr();
+      real_of_[out.ptr()] = o;
       tensor_source_[o] = source;
       keepalive_.push_back(nb::borrow(v));
     }

@@ -209,3 +209,29 @@ def test_clip_grad_norm_runs_in_python():
         (twin(x) * 10).sum().backward()
         torch.testing.assert_close(c(list(twin.parameters())), clip(list(lin.parameters())))
         torch.testing.assert_close(twin.weight.grad, lin.weight.grad)
+
+
+def test_reading_grad_of_a_parameter_reads_the_real_gradient():
+    # A tracer tensor has no .grad: a graph input's gradient is its real tensor's, read through
+    # the input's source (before, every p.grad read as None and this norm came out 0).
+    lin = nn.Linear(3, 2)
+    ps = list(lin.parameters())
+
+    def grad_norm(ps):
+        total = torch.zeros(())
+        for p in ps:
+            if p.grad is not None:
+                total = total + (p.grad ** 2).sum()
+        return total
+
+    c = ember.compile(grad_norm)
+    with torch.no_grad():
+        torch.testing.assert_close(c(ps), grad_norm(ps))  # no gradients yet: 0
+    for _ in range(2):
+        lin(torch.randn(4, 3)).sum().backward()
+        with torch.no_grad():
+            torch.testing.assert_close(c(ps), grad_norm(ps))
+    lin.zero_grad(set_to_none=True)
+    lin(torch.randn(4, 3)).square().sum().backward()
+    with torch.no_grad():
+        torch.testing.assert_close(c(ps), grad_norm(ps))
