@@ -131,7 +131,7 @@ std::unique_ptr<GraphRunner> finish_training(Attempt& a, const std::vector<at::T
   }
   if (differentiable.empty()) return nullptr;
   tracer::TraceSession& s = *a.session;
-  runtime::JointSignature sig;
+  std::vector<int> grad_inputs;
   tracer::TracedGraph joint;
   try {
     s.exit();
@@ -158,7 +158,7 @@ std::unique_ptr<GraphRunner> finish_training(Attempt& a, const std::vector<at::T
     for (size_t k = 0; k < grads.size(); ++k) {
       if (!grads[k].defined()) continue;  // an input the outputs do not reach
       all.push_back(grads[k]);
-      sig.grad_inputs.push_back(a.interp->grad_leaf_inputs()[k]);
+      grad_inputs.push_back(a.interp->grad_leaf_inputs()[k]);
     }
     joint = s.finish(all);
   } catch (...) {
@@ -166,17 +166,10 @@ std::unique_ptr<GraphRunner> finish_training(Attempt& a, const std::vector<at::T
     throw;
   }
   s.exit();
-  const int num_primals = static_cast<int>(a.interp->input_sources().size());
-  int seen = 0;
-  for (const graph::Input& in : joint.graph.inputs) {
-    const bool constant = in.kind == graph::InputKind::Constant;
-    sig.is_tangent.push_back(!constant && seen++ >= num_primals);
-  }
-  EMBER_INTERNAL_ASSERT(seen - num_primals == static_cast<int>(differentiable.size()))
-      << "a joint graph of " << seen - num_primals << " tangents for " << differentiable.size()
-      << " differentiable outputs";
-  sig.num_forward_outputs = static_cast<int>(tensors.size());
-  sig.tangent_outputs = std::move(differentiable);
+  // The primals are the interpreter's inputs; the tangents were added after them.
+  runtime::JointSignature sig = runtime::joint_signature(
+      joint.graph, static_cast<int>(a.interp->input_sources().size()),
+      static_cast<int>(tensors.size()), std::move(differentiable), std::move(grad_inputs));
   return make_training_runner(std::move(joint), std::move(sig), options.executor);
 }
 

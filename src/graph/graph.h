@@ -93,7 +93,6 @@ struct Value {
 /// twice appears twice).
 std::vector<ValueId> tensor_reads(const Node& n);
 
-
 /// After the last node, graph input `input` takes the contents of `value`.
 struct Mutation {
   ValueId input = -1;

@@ -25,19 +25,9 @@ void bind_autograd(nb::module_& m) {
           [](CompiledFunction* self, const tracer::TracedGraph& joint, int num_primals,
              int num_forward_outputs, std::vector<int> tangent_outputs,
              std::vector<int> grad_inputs, bool codegen, bool reductions, bool reduction_fusion) {
-            runtime::JointSignature sig;
-            // The non-constant inputs are the primals, then the tangents (trace order).
-            int seen = 0;
-            for (const graph::Input& in : joint.graph.inputs) {
-              const bool constant = in.kind == graph::InputKind::Constant;
-              sig.is_tangent.push_back(!constant && seen++ >= num_primals);
-            }
-            EMBER_INTERNAL_ASSERT(seen - num_primals == static_cast<int>(tangent_outputs.size()))
-                << "a joint graph of " << seen - num_primals << " tangents for "
-                << tangent_outputs.size() << " differentiable outputs";
-            sig.num_forward_outputs = num_forward_outputs;
-            sig.tangent_outputs = std::move(tangent_outputs);
-            sig.grad_inputs = std::move(grad_inputs);
+            runtime::JointSignature sig =
+                runtime::joint_signature(joint.graph, num_primals, num_forward_outputs,
+                                         std::move(tangent_outputs), std::move(grad_inputs));
             runtime::ExecutorOptions o;
             o.codegen = codegen;
             o.reductions = reductions;

@@ -113,6 +113,23 @@ bool recomputable(const graph::Graph& g, const graph::Node& n) {
 
 }  // namespace
 
+JointSignature joint_signature(const graph::Graph& joint, int num_primals, int num_forward_outputs,
+                               std::vector<int> tangent_outputs, std::vector<int> grad_inputs) {
+  JointSignature sig;
+  int seen = 0;
+  for (const graph::Input& in : joint.inputs) {
+    const bool constant = in.kind == graph::InputKind::Constant;
+    sig.is_tangent.push_back(!constant && seen++ >= num_primals);
+  }
+  EMBER_INTERNAL_ASSERT(seen - num_primals == static_cast<int>(tangent_outputs.size()))
+      << "a joint graph of " << seen - num_primals << " tangents for " << tangent_outputs.size()
+      << " differentiable outputs";
+  sig.num_forward_outputs = num_forward_outputs;
+  sig.tangent_outputs = std::move(tangent_outputs);
+  sig.grad_inputs = std::move(grad_inputs);
+  return sig;
+}
+
 bool min_cut_enabled() {
   const char* v = std::getenv("EMBER_MIN_CUT");
   return v == nullptr || std::string(v) != "0";

@@ -36,6 +36,11 @@ struct JointSignature {
   std::vector<int> grad_inputs;
 };
 
+/// The signature of a joint graph whose non-constant inputs are `num_primals` primals, then one
+/// tangent per entry of `tangent_outputs` (trace order; an internal error otherwise).
+JointSignature joint_signature(const graph::Graph& joint, int num_primals, int num_forward_outputs,
+                               std::vector<int> tangent_outputs, std::vector<int> grad_inputs);
+
 /// Runs its argument: what a caller wraps around each run of the backward program, which
 /// autograd's engine starts outside the caller's code (ember.compile pauses its frame hook there:
 /// Triton's compiler and interpreter run Python that is not the program's).
