@@ -30,13 +30,59 @@ PRODUCTS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matm
             "aten::_scaled_dot_product_flash_attention", "aten::convolution")
 
 
+def training_memory(inst: H.Instance) -> dict:
+    """MiB over the memory held before a training step: held after the forward (saved activations
+    and outputs), the forward's peak, and the step's peak (forward and backward)."""
+    torch.cuda.synchronize()
+    inst.opt.zero_grad(set_to_none=True)
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    with inst.amp():
+        loss, out = inst.callable(*inst.args, **inst.kwargs)
+    torch.cuda.synchronize()
+    held = torch.cuda.memory_allocated() - base
+    fwd_peak = torch.cuda.max_memory_allocated() - base
+    loss.backward()
+    torch.cuda.synchronize()
+    step_peak = torch.cuda.max_memory_allocated() - base
+    del loss, out
+    return {"held_after_forward_mb": held / 2**20, "forward_peak_mb": fwd_peak / 2**20,
+            "step_peak_mb": step_peak / 2**20, "saved_mb": SAVED_BYTES[0] / 2**20}
+
+
+# Bytes the compiled training graphs save for their backward (ember's CompiledFunction.saved_bytes).
+SAVED_BYTES = [0]
+
+
+def watch_saved_bytes() -> None:
+    import sys  # noqa: PLC0415
+
+    from ember import _C  # noqa: PLC0415
+    import ember.backend  # noqa: F401, PLC0415
+
+    mod = sys.modules["ember.backend"]
+
+    class Proxy:
+        def __getattr__(self, name: str):
+            return getattr(_C, name)
+
+        @staticmethod
+        def CompiledFunction(*args, **kwargs):  # noqa: N802
+            f = _C.CompiledFunction(*args, **kwargs)
+            SAVED_BYTES[0] += f.saved_bytes
+            return f
+
+    mod._C = Proxy()
+
+
 def profile(model: str, backend: str, dtype: str, steps: int, top: int, device: str = "cuda",
-            size: str = "full", batch_size: int | None = None) -> dict:
+            size: str = "full", batch_size: int | None = None, mode: str = "inference") -> dict:
     spec = M.REGISTRY[model]
-    wl = spec.build(size, "inference", device, batch_size)
+    wl = spec.build(size, mode, device, batch_size)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     compile_fn = None if backend == "eager" else H.resolve_backend(backend)
-    inst = H.Instance(wl.model, wl, "inference", dtype, device, compile_fn)
+    SAVED_BYTES[0] = 0
+    inst = H.Instance(wl.model, wl, mode, dtype, device, compile_fn)
     t0 = time.perf_counter()
     inst.step()
     sync()
@@ -69,8 +115,9 @@ def profile(model: str, backend: str, dtype: str, steps: int, top: int, device: 
         for e in prof.events():
             if e.name in PRODUCTS and e.device_type != torch.autograd.DeviceType.CUDA:
                 products[f"{e.name} {e.input_shapes}"] += 1
-    return {"model": model, "backend": backend, "dtype": dtype, "step_ms": step_ms,
-            "first_call_s": first, "kernel_ms": kernel_ms, "launches_per_step": launches,
+    memory = training_memory(inst) if mode == "training" and device.startswith("cuda") else {}
+    return {"model": model, "backend": backend, "dtype": dtype, "mode": mode, "step_ms": step_ms,
+            "memory": memory, "first_call_s": first, "kernel_ms": kernel_ms, "launches_per_step": launches,
             "top": [(name[:140], round(ms, 4), n // steps) for name, (ms, n) in rows[:top]],
             "products": [(k, n // steps) for k, n in products.most_common(top)]}
 
@@ -100,6 +147,8 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("models", nargs="+")
     p.add_argument("--dtype", default="bf16")
+    p.add_argument("--mode", default="inference", choices=("inference", "training"),
+                   help="training: a training step (forward, backward, SGD), with its memory")
     p.add_argument("--backends", default="eager,ember-capture")
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--top", type=int, default=20)
@@ -114,6 +163,7 @@ def main() -> None:
     p.add_argument("--shapes", action="store_true",
                    help="also list the ATen matrix products (mm, bmm, addmm, ...) by input shapes")
     a = p.parse_args()
+    watch_saved_bytes()
     if torch.cuda.is_available():
         torch.backends.cuda.matmul.allow_tf32 = not a.no_tf32
         torch.backends.cudnn.allow_tf32 = not a.no_tf32
@@ -123,7 +173,8 @@ def main() -> None:
     for model in a.models:
         for backend in a.backends.split(","):
             try:
-                r = profile(model, backend, a.dtype, a.steps, a.top, a.device, a.size, a.batch_size)
+                r = profile(model, backend, a.dtype, a.steps, a.top, a.device, a.size, a.batch_size,
+                            a.mode)
             except Exception as e:  # noqa: BLE001
                 print(f"{model} {backend}: failed: {type(e).__name__}: {e}")
                 continue
@@ -131,6 +182,8 @@ def main() -> None:
             print(f"\n== {model} {backend} {a.dtype}: step {r['step_ms']:.3f} ms, kernels "
                   f"{r['kernel_ms']:.3f} ms, {r['launches_per_step']:.0f} launches, first call "
                   f"{r['first_call_s']:.1f} s")
+            if r["memory"]:
+                print("  memory MiB: " + ", ".join(f"{k[:-3]} {v:.0f}" for k, v in r["memory"].items()))
             for name, ms, n in r["top"]:
                 print(f"  {ms:8.4f} ms  x{n:<4d} {name}")
             for name, n in r["products"]:

@@ -15,6 +15,7 @@ ExternCall make_extern_call(const graph::Graph& g, int32_t n) {
       << "operator " << info.qualified_name() << " is not registered in this process";
   ExternCall step;
   step.op = *handle;
+  const c10::FunctionSchema& schema = handle->schema();
   step.outputs = node.outputs;
   step.result_slots = node.result_slots;
   step.args.reserve(node.args.size());
@@ -26,6 +27,12 @@ ExternCall make_extern_call(const graph::Graph& g, int32_t n) {
     } else if (auto* l = std::get_if<graph::ValueList>(&a)) {
       step.list_args.emplace_back(static_cast<int>(i), l);
       step.args.emplace_back();
+    } else if (std::holds_alternative<graph::NoneArg>(a) && i < schema.arguments().size() &&
+               schema.arguments()[i].type()->kind() == c10::TypeKind::TensorType) {
+      // An undefined tensor where the schema's Tensor is not optional: autograd passes these
+      // (_scaled_dot_product_efficient_attention_backward's attn_bias with no mask), and the
+      // kernel's unboxing refuses a None there.
+      step.args.emplace_back(at::Tensor());
     } else {
       step.args.push_back(tracer::to_ivalue(a));
     }

@@ -472,3 +472,22 @@ def test_capture_path_training_cuda():
     c(x).square().sum().backward()
     for p, q in zip(model.parameters(), twin.parameters()):
         torch.testing.assert_close(q.grad, p.grad, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_training_attention_without_mask_gradient_cuda(masked):
+    # fp32 SDPA on CUDA runs the memory-efficient kernel, whose backward takes attn_bias as a
+    # (non-optional) Tensor: autograd passes an undefined one when there is no mask, recorded as
+    # None. The extern call passed None and the kernel's unboxing raised "Expected Tensor but got
+    # None" (BERT, DistilBERT and ViT training fell back in the first fp32 GPU run).
+    import ember
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(4, 8, 64, 32, device="cuda", requires_grad=True) for _ in range(3))
+    mask = torch.randn(4, 1, 64, 64, device="cuda") if masked else None
+
+    def f(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask).sin()
+
+    check_model(f, (q, k, v), grad=True, expect_graphs=1, expect_fallbacks=0, atol=1e-4, rtol=1e-4)
+    assert ember.metrics.snapshot()["training_graphs"] == 1
