@@ -8,6 +8,7 @@
 
 #include "support/error.h"
 #include "tracer/attention_rewrite.h"
+#include "tracer/batch_norm_rewrite.h"
 #include "tracer/trace_session.h"
 #include "tracer/tracer_tensor.h"
 
@@ -106,6 +107,7 @@ void register_tracer_kernels() {
     }
   });
   register_attention_rewrite();
+  register_batch_norm_rewrite();
 }
 
 }  // namespace ember::tracer

@@ -19,6 +19,7 @@
 #include "graph/verifier.h"
 #include "support/error.h"
 #include "tracer/batch_norm_inference.h"
+#include "tracer/decompose_backward.h"
 #include "tracer/conv_bias.h"
 #include "tracer/conv_layout.h"
 #include "tracer/convert.h"
@@ -337,6 +338,7 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
 
   if (any_tracer && record_batch_norm_update(op, stack)) return;
   if (any_tracer && choose_sdp_backend(op, stack)) return;
+  if (any_tracer && record_backward_decomposition(op, stack)) return;
   if (any_tracer && record_split_reduction(op, stack)) return;
   if (any_tracer && record_batch_norm_inference(op, stack)) return;
   if (any_tracer) {

@@ -446,6 +446,43 @@ def test_training_convnet_batch_norm_split_cuda(dtype):
     check_model(f, (x,), grad=True, expect_graphs=1, expect_fallbacks=0, **tol)
 
 
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_training_batch_norm_is_not_cudnn_and_backward_is_generated_cuda(dtype, monkeypatch):
+    # tracer/batch_norm_rewrite.h: f32 training batch norm on CUDA is recorded as
+    # native_batch_norm (split into sums), not cudnn_batch_norm; tracer/decompose_backward.h: its
+    # backward, the ReLU's and the residual's are sums and pointwise ops in generated kernels.
+    import sys
+
+    backend = sys.modules["ember.backend"]
+    made, real = [], backend._C
+
+    class Proxy:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        @staticmethod
+        def CompiledFunction(*args, **kwargs):  # noqa: N802
+            made.append(real.CompiledFunction(*args, **kwargs))
+            return made[-1]
+
+    monkeypatch.setattr(backend, "_C", Proxy())
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False)
+    bn = torch.nn.BatchNorm2d(16)
+    model = torch.nn.Sequential(conv, bn, torch.nn.ReLU()).cuda().train()
+
+    def f(x):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            return (model(x) + x).float()
+
+    x = torch.randn(32, 16, 32, 32, device="cuda")
+    tol = {"atol": 5e-2, "rtol": 5e-2} if dtype == "bf16" else {"atol": 1e-3, "rtol": 1e-3}
+    check_model(f, (x,), grad=True, expect_graphs=1, expect_fallbacks=0, **tol)
+    steps = " ".join(made[-1].forward_steps + made[-1].backward_steps)
+    for op in ("cudnn_batch_norm", "native_batch_norm", "threshold_backward"):
+        assert f"extern aten::{op}" not in steps, steps
+
+
 def test_column_sum_split_cuda():
     # A linear layer's bias gradient (x.sum(0) of [8192, 768]) as partials, then their sum.
     def f(x, y):

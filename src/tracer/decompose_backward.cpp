@@ -1,0 +1,305 @@
+#include "tracer/decompose_backward.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "tracer/tracer_tensor.h"
+
+namespace ember::tracer {
+
+namespace {
+
+using Stack = torch::jit::Stack;
+
+// The reductions are decomposed on CUDA; EMBER_DECOMPOSE_BACKWARD=all does it on every device
+// (the CPU tests compare the decompositions with eager).
+bool decomposes_reductions(const at::Tensor& x) {
+  if (x.device().is_cuda()) return true;
+  const char* env = std::getenv("EMBER_DECOMPOSE_BACKWARD");
+  return env != nullptr && std::string_view(env) == "all";
+}
+
+bool is_half(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
+
+bool is_float(const at::Tensor& t) {
+  return t.defined() && at::isFloatingType(t.scalar_type()) && t.scalar_type() != at::kFloat8_e4m3fn;
+}
+
+// The type an op computes in: f32 for halves, as eager's opmath.
+at::Tensor opmath(const at::Tensor& t) { return is_half(t.scalar_type()) ? t.to(at::kFloat) : t; }
+
+at::Tensor zero_like_scalar(const at::Tensor& t) {
+  return at::scalar_tensor(0, t.options().dtype(t.scalar_type()));
+}
+
+std::optional<at::Tensor> optional_tensor(const c10::IValue& v) {
+  if (v.isTensor() && v.toTensor().defined()) return v.toTensor();
+  return std::nullopt;
+}
+
+// The pointwise backward ops: grad_output and one tensor of the same shape, the result in
+// grad_output's dtype. Each returns its result, or an undefined tensor to leave the op alone.
+using Pointwise = std::function<at::Tensor(const at::Tensor& g, const at::Tensor& x,
+                                           c10::ArrayRef<c10::IValue> rest)>;
+
+const std::unordered_map<std::string, Pointwise>& pointwise_rules() {
+  static const auto* rules = new std::unordered_map<std::string, Pointwise>{
+      {"aten::threshold_backward",
+       [](const at::Tensor& g, const at::Tensor& x, c10::ArrayRef<c10::IValue> rest) {
+         return at::where(x.le(rest[0].toScalar()), zero_like_scalar(g), g);
+       }},
+      {"aten::hardtanh_backward",
+       [](const at::Tensor& g, const at::Tensor& x, c10::ArrayRef<c10::IValue> rest) {
+         at::Tensor out = x.le(rest[0].toScalar()).logical_or(x.ge(rest[1].toScalar()));
+         return at::where(out, zero_like_scalar(g), g);
+       }},
+      {"aten::leaky_relu_backward",
+       [](const at::Tensor& g, const at::Tensor& x, c10::ArrayRef<c10::IValue> rest) {
+         at::Tensor gf = opmath(g);
+         return at::where(x.gt(0), gf, gf.mul(rest[0].toScalar())).to(g.scalar_type());
+       }},
+      {"aten::gelu_backward",
+       [](const at::Tensor& g, const at::Tensor& x, c10::ArrayRef<c10::IValue> rest) {
+         const at::Tensor gf = opmath(g), xf = opmath(x);
+         const std::string approximate = rest[0].toStringRef();
+         at::Tensor d;
+         if (approximate == "none") {
+           const double alpha = M_SQRT1_2;                   // 1 / sqrt(2)
+           const double beta = M_2_SQRTPI * M_SQRT1_2 * 0.5;  // 1 / sqrt(2 pi)
+           at::Tensor cdf = xf.mul(alpha).erf().add(1).mul(0.5);
+           at::Tensor pdf = xf.mul(xf).mul(-0.5).exp().mul(beta);
+           d = cdf.add(xf.mul(pdf));
+         } else if (approximate == "tanh") {
+           const double beta = M_SQRT2 * M_2_SQRTPI * 0.5;  // sqrt(2 / pi)
+           const double kappa = 0.044715;
+           at::Tensor x_sq = xf.mul(xf);
+           at::Tensor inner = xf.add(x_sq.mul(xf).mul(kappa)).mul(beta);
+           at::Tensor t = inner.tanh();
+           at::Tensor left_derivative = t.add(1).mul(0.5);
+           at::Tensor right_derivative =
+               t.mul(t).neg().add(1).mul(x_sq.mul(3 * kappa).add(1).mul(beta));
+           d = left_derivative.add(xf.mul(0.5).mul(right_derivative));
+         } else {
+           return at::Tensor();
+         }
+         return gf.mul(d).to(g.scalar_type());
+       }},
+      {"aten::silu_backward",
+       [](const at::Tensor& g, const at::Tensor& x, c10::ArrayRef<c10::IValue>) {
+         const at::Tensor gf = opmath(g), xf = opmath(x);
+         at::Tensor s = xf.sigmoid();
+         return gf.mul(s).mul(xf.mul(s.neg().add(1)).add(1)).to(g.scalar_type());
+       }},
+      {"aten::sigmoid_backward",
+       [](const at::Tensor& g, const at::Tensor& y, c10::ArrayRef<c10::IValue>) {
+         const at::Tensor gf = opmath(g), yf = opmath(y);
+         return gf.mul(yf.neg().add(1)).mul(yf).to(g.scalar_type());
+       }},
+      {"aten::tanh_backward",
+       [](const at::Tensor& g, const at::Tensor& y, c10::ArrayRef<c10::IValue>) {
+         const at::Tensor gf = opmath(g), yf = opmath(y);
+         return gf.mul(yf.mul(yf).neg().add(1)).to(g.scalar_type());
+       }},
+      {"aten::hardsigmoid_backward",
+       [](const at::Tensor& g, const at::Tensor& x, c10::ArrayRef<c10::IValue>) {
+         const at::Tensor gf = opmath(g);
+         at::Tensor inside = x.gt(-3.0).logical_and(x.lt(3.0));
+         return at::where(inside, gf.div(6.0), zero_like_scalar(gf)).to(g.scalar_type());
+       }},
+      {"aten::hardswish_backward",
+       [](const at::Tensor& g, const at::Tensor& x, c10::ArrayRef<c10::IValue>) {
+         const at::Tensor gf = opmath(g), xf = opmath(x);
+         at::Tensor mid = at::where(xf.lt(3.0), gf.mul(xf.div(3.0).add(0.5)), gf);
+         return at::where(xf.le(-3.0), zero_like_scalar(gf), mid).to(g.scalar_type());
+       }},
+      {"aten::softplus_backward",
+       [](const at::Tensor& g, const at::Tensor& x, c10::ArrayRef<c10::IValue> rest) {
+         const at::Tensor gf = opmath(g), xf = opmath(x);
+         at::Tensor xb = xf.mul(rest[0].toScalar());
+         at::Tensor z = xb.exp();
+         return at::where(xb.gt(rest[1].toScalar()), gf, gf.mul(z).div(z.add(1)))
+             .to(g.scalar_type());
+       }},
+  };
+  return *rules;
+}
+
+// _softmax_backward_data(grad_output, output, dim, input_dtype) and the log-softmax one.
+at::Tensor softmax_backward(const at::Tensor& g, const at::Tensor& y, int64_t dim,
+                            at::ScalarType input_dtype, bool log) {
+  const at::Tensor gf = opmath(g), yf = opmath(y);
+  at::Tensor out;
+  if (log) {
+    out = gf.sub(yf.exp().mul(gf.sum(dim, true)));
+  } else {
+    out = yf.mul(gf.sub(gf.mul(yf).sum(dim, true)));
+  }
+  return out.to(input_dtype);
+}
+
+// native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight?, bias?,
+//                            output_mask) -> (grad_input, grad_weight, grad_bias)
+bool layer_norm_backward(Stack* stack) {
+  constexpr size_t kArgs = 8;
+  const size_t base = stack->size() - kArgs;
+  const c10::IValue* a = stack->data() + base;
+  if (!a[0].isTensor() || !a[1].isTensor() || !a[3].isTensor() || !a[4].isTensor()) return false;
+  const at::Tensor g = a[0].toTensor(), x = a[1].toTensor();
+  const at::Tensor mean = a[3].toTensor(), rstd = a[4].toTensor();
+  if (!is_float(g) || !is_float(x) || !decomposes_reductions(x)) return false;
+  const std::vector<int64_t> normalized = a[2].toIntVector();
+  const std::optional<at::Tensor> weight = optional_tensor(a[5]);
+  const std::vector<bool> mask = {a[7].toBoolList()[0], a[7].toBoolList()[1],
+                                  a[7].toBoolList()[2]};
+  const int64_t k = static_cast<int64_t>(normalized.size());
+  const int64_t axis = x.dim() - k;
+  if (k == 0 || axis < 0 || mean.dim() != x.dim() || rstd.dim() != x.dim()) return false;
+  int64_t n = 1;
+  for (int64_t s : normalized) n *= s;
+  std::vector<int64_t> inner, outer;
+  for (int64_t d = 0; d < x.dim(); ++d) (d < axis ? outer : inner).push_back(d);
+
+  const at::Tensor gf = opmath(g), xf = opmath(x);
+  const at::Tensor x_hat = xf.sub(mean.to(xf.scalar_type())).mul(rstd.to(xf.scalar_type()));
+  at::Tensor grad_input, grad_weight, grad_bias;
+  if (mask[0]) {
+    at::Tensor gw = weight.has_value() ? gf.mul(opmath(*weight)) : gf;
+    at::Tensor sum_gw = gw.sum(inner, true);
+    at::Tensor sum_gw_xhat = gw.mul(x_hat).sum(inner, true);
+    grad_input = gw.mul(static_cast<double>(n))
+                     .sub(sum_gw)
+                     .sub(x_hat.mul(sum_gw_xhat))
+                     .mul(rstd.to(xf.scalar_type()).div(static_cast<double>(n)))
+                     .to(x.scalar_type());
+  }
+  if (mask[1] && weight.has_value()) {
+    grad_weight = outer.empty() ? gf.mul(x_hat) : gf.mul(x_hat).sum(outer, false);
+    grad_weight = grad_weight.to(weight->scalar_type());
+  }
+  const std::optional<at::Tensor> bias = optional_tensor(a[6]);
+  if (mask[2] && bias.has_value()) {
+    grad_bias = outer.empty() ? gf : gf.sum(outer, false);
+    grad_bias = grad_bias.to(bias->scalar_type());
+  }
+  torch::jit::drop(*stack, kArgs);
+  torch::jit::push(*stack, std::move(grad_input), std::move(grad_weight), std::move(grad_bias));
+  return true;
+}
+
+// native_batch_norm_backward(grad_out, input, weight?, running_mean?, running_var?, save_mean?,
+//                            save_invstd?, train, eps, output_mask)
+bool batch_norm_backward(Stack* stack) {
+  constexpr size_t kArgs = 10;
+  const size_t base = stack->size() - kArgs;
+  const c10::IValue* a = stack->data() + base;
+  if (!a[0].isTensor() || !a[1].isTensor() || !a[7].isBool()) return false;
+  const at::Tensor g = a[0].toTensor(), x = a[1].toTensor();
+  if (!is_float(g) || !is_float(x) || x.dim() < 2 || !decomposes_reductions(x)) return false;
+  const bool train = a[7].toBool();
+  const double eps = a[8].toDouble();
+  const std::optional<at::Tensor> weight = optional_tensor(a[2]);
+  std::optional<at::Tensor> mean, invstd;
+  if (train) {
+    mean = optional_tensor(a[5]);
+    invstd = optional_tensor(a[6]);
+  } else {
+    mean = optional_tensor(a[3]);
+    std::optional<at::Tensor> var = optional_tensor(a[4]);
+    if (var.has_value()) invstd = var->to(at::kFloat).add(eps).rsqrt();
+  }
+  if (!mean.has_value() || !invstd.has_value()) return false;
+  const int64_t c = x.size(1);
+  if (mean->numel() != c || invstd->numel() != c) return false;
+  const std::vector<bool> mask = {a[9].toBoolList()[0], a[9].toBoolList()[1],
+                                  a[9].toBoolList()[2]};
+  std::vector<int64_t> reduced, per_channel(static_cast<size_t>(x.dim()), 1);
+  per_channel[1] = c;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (d != 1) reduced.push_back(d);
+  }
+  const double r = static_cast<double>(x.numel() / std::max<int64_t>(c, 1));
+
+  const at::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  const at::Tensor gf = g.to(acc), xf = x.to(acc);
+  const at::Tensor m = mean->to(acc).view(per_channel);
+  const at::Tensor is = invstd->to(acc).view(per_channel);
+  const at::Tensor x_hat = xf.sub(m).mul(is);
+  at::Tensor sum_g, sum_g_xhat;
+  if (train || mask[1] || mask[2]) sum_g = gf.sum(reduced, false);
+  if (train || mask[1]) sum_g_xhat = gf.mul(x_hat).sum(reduced, false);
+  at::Tensor grad_input, grad_weight, grad_bias;
+  if (mask[0]) {
+    at::Tensor scale = weight.has_value() ? is.mul(weight->to(acc).view(per_channel)) : is;
+    at::Tensor centered = gf;
+    if (train) {
+      centered = gf.sub(sum_g.div(r).view(per_channel))
+                     .sub(x_hat.mul(sum_g_xhat.div(r).view(per_channel)));
+    }
+    grad_input = centered.mul(scale).to(x.scalar_type());
+  }
+  const at::ScalarType wtype = weight.has_value() ? weight->scalar_type() : x.scalar_type();
+  if (mask[1]) grad_weight = sum_g_xhat.to(wtype);
+  if (mask[2]) grad_bias = sum_g.to(wtype);
+  torch::jit::drop(*stack, kArgs);
+  torch::jit::push(*stack, std::move(grad_input), std::move(grad_weight), std::move(grad_bias));
+  return true;
+}
+
+}  // namespace
+
+bool record_backward_decomposition(const c10::OperatorHandle& op, Stack* stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  if (!schema.overload_name().empty()) return false;
+  const std::string& name = schema.name();
+  if (name.find("backward") == std::string::npos) return false;
+  const size_t num_args = schema.arguments().size();
+  if (stack->size() < num_args || num_args < 2) return false;
+  const size_t base = stack->size() - num_args;
+  // Recorded below autograd and autocast: the decompositions' ops are the graph's, as they are.
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+
+  const auto& rules = pointwise_rules();
+  if (auto it = rules.find(name); it != rules.end()) {
+    const c10::IValue& gv = (*stack)[base];
+    const c10::IValue& xv = (*stack)[base + 1];
+    if (!gv.isTensor() || !xv.isTensor()) return false;
+    const at::Tensor g = gv.toTensor(), x = xv.toTensor();
+    if (!is_float(g) || !is_float(x) || g.sizes() != x.sizes()) return false;
+    if (as_tracer(g) == nullptr && as_tracer(x) == nullptr) return false;
+    at::Tensor out =
+        it->second(g, x, c10::ArrayRef<c10::IValue>(stack->data() + base + 2, num_args - 2));
+    if (!out.defined()) return false;
+    torch::jit::drop(*stack, num_args);
+    torch::jit::push(*stack, std::move(out));
+    return true;
+  }
+  if (name == "aten::_softmax_backward_data" || name == "aten::_log_softmax_backward_data") {
+    const c10::IValue* a = stack->data() + base;
+    if (!a[0].isTensor() || !a[1].isTensor()) return false;
+    const at::Tensor g = a[0].toTensor(), y = a[1].toTensor();
+    if (!is_float(g) || !is_float(y) || g.sizes() != y.sizes() || !decomposes_reductions(y)) {
+      return false;
+    }
+    at::Tensor out = softmax_backward(g, y, a[2].toInt(), a[3].toScalarType(),
+                                      name == "aten::_log_softmax_backward_data");
+    torch::jit::drop(*stack, num_args);
+    torch::jit::push(*stack, std::move(out));
+    return true;
+  }
+  if (name == "aten::native_layer_norm_backward" && num_args == 8) return layer_norm_backward(stack);
+  if (name == "aten::native_batch_norm_backward" && num_args == 10) {
+    return batch_norm_backward(stack);
+  }
+  return false;
+}
+
+}  // namespace ember::tracer

@@ -1,0 +1,49 @@
+#pragma once
+
+// Backward ops recorded as the ops the scheduler fuses.
+//
+// Autograd's derivative formulas call ATen's backward kernels: `threshold_backward` for a ReLU,
+// `gelu_backward`, `native_layer_norm_backward`, `_softmax_backward_data`, ... The scheduler
+// lowers none of them, so a joint graph ran each as an ATen call between its fused kernels: a
+// ReLU's backward read and wrote a whole activation on its own, and a linear layer's bias
+// gradient could not fuse with the activation gradient it sums. Inductor decomposes them; so does
+// the tracer here, when it records one on tracer tensors, into pointwise ops and sums that the
+// scheduler already fuses (and, on CUDA, splits: tracer/split_reduction.h).
+//
+// Numerics are eager's: half and bfloat16 operands are computed in f32 and the results rounded
+// once to the op's result dtype, as its kernels do with their opmath type.
+//
+//   threshold_backward(g, x, t)          where(x <= t, 0, g)
+//   hardtanh_backward(g, x, lo, hi)      where(x <= lo or x >= hi, 0, g)
+//   leaky_relu_backward(g, x, s, _)      where(x > 0, g, g * s)
+//   gelu_backward(g, x, "none")          g * (Phi(x) + x * phi(x))
+//   gelu_backward(g, x, "tanh")          g * (0.5 (1 + t) + 0.5 x (1 - t^2) k' (1 + 3 c x^2)),
+//                                        t = tanh(k' (x + c x^3))
+//   silu_backward(g, x)                  g * s (1 + x (1 - s)), s = sigmoid(x)
+//   sigmoid_backward(g, y)               g * (1 - y) * y
+//   tanh_backward(g, y)                  g * (1 - y^2)
+//   hardsigmoid_backward(g, x)           where(-3 < x < 3, g / 6, 0)
+//   hardswish_backward(g, x)             where(x <= -3, 0, where(x < 3, g (x / 3 + 0.5), g))
+//   softplus_backward(g, x, b, t)        where(x b > t, g, g z / (z + 1)), z = exp(x b)
+// and, on CUDA (or with EMBER_DECOMPOSE_BACKWARD=all, for the CPU tests), the reductions:
+//   _softmax_backward_data(g, y, d, _)      y * (g - sum_d(g * y))
+//   _log_softmax_backward_data(g, y, d, _)  g - exp(y) * sum_d(g)
+//   native_layer_norm_backward              x^ = (x - mean) rstd, gw = g * w:
+//       dx = rstd / N * (N gw - sum(gw) - x^ sum(gw x^)),  dw = sum_rows(g x^),  db = sum_rows(g)
+//   native_batch_norm_backward (training)   x^ = (x - mean) invstd, over every dim but 1:
+//       dx = (g - mean(g) - x^ mean(g x^)) invstd w,        dw = sum(g x^),     db = sum(g)
+//   native_batch_norm_backward (eval)       dx = g rsqrt(running_var + eps) w
+// The CPU keeps ATen's kernels for these (they are fast there, and ember's own reductions over
+// rows are not faster).
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+namespace ember::tracer {
+
+/// Records `op` called with the arguments on top of `stack` (tracer tensors) as its
+/// decomposition, replacing the arguments with its results, and returns true; or returns false
+/// and leaves the stack alone when the call is recorded as it is.
+bool record_backward_decomposition(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+}  // namespace ember::tracer

@@ -1,0 +1,114 @@
+"""Backward ops recorded as the ops the scheduler fuses (tracer/decompose_backward.h): each
+activation's backward, softmax's, layer norm's and batch norm's run in generated kernels, not as
+ATen calls, and their gradients match eager's (f32 and bf16, eager's rounding)."""
+
+import copy
+import sys
+
+import pytest
+import torch
+import torch.nn as nn
+
+import ember
+
+BACKEND = sys.modules["ember.backend"]
+
+
+@pytest.fixture
+def compiled_functions(monkeypatch):
+    """The CompiledFunctions the backend makes, to read their backward programs."""
+    made = []
+    real = BACKEND._C
+
+    class Proxy:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        @staticmethod
+        def CompiledFunction(*args, **kwargs):  # noqa: N802
+            f = real.CompiledFunction(*args, **kwargs)
+            made.append(f)
+            return f
+
+    monkeypatch.setattr(BACKEND, "_C", Proxy())
+    # The reductions are decomposed on CUDA; here on the CPU too.
+    monkeypatch.setenv("EMBER_DECOMPOSE_BACKWARD", "all")
+    return made
+
+
+ACTIVATIONS = {
+    "threshold_backward": nn.ReLU(),
+    "hardtanh_backward": nn.ReLU6(),
+    "leaky_relu_backward": nn.LeakyReLU(0.1),
+    "gelu_backward": nn.GELU(),
+    "gelu_backward(tanh)": nn.GELU(approximate="tanh"),
+    "silu_backward": nn.SiLU(),
+    "sigmoid_backward": nn.Sigmoid(),
+    "tanh_backward": nn.Tanh(),
+    "hardsigmoid_backward": nn.Hardsigmoid(),
+    "hardswish_backward": nn.Hardswish(),
+    "softplus_backward": nn.Softplus(beta=2.0, threshold=3.0),
+    "_softmax_backward_data": nn.Softmax(-1),
+    "_log_softmax_backward_data": nn.LogSoftmax(-1),
+    "native_layer_norm_backward": nn.LayerNorm(24),
+    "native_layer_norm_backward(no affine)": nn.LayerNorm(24, elementwise_affine=False),
+}
+
+
+def grads_of(model, x, loss_weight):
+    x = x.detach().requires_grad_(True)
+    (model(x).float() * loss_weight).sum().backward()
+    return [x.grad] + [p.grad for p in model.parameters()]
+
+
+def run_both(layer, x, dtype, compiled_functions):
+    torch.manual_seed(0)
+    model = layer.to(dtype)
+    twin = copy.deepcopy(model)
+    weight = torch.randn(x.shape, dtype=torch.float32)
+    want = grads_of(model, x.to(dtype), weight)
+    got = grads_of(torch.compile(twin, backend="ember"), x.to(dtype), weight)
+    assert len(compiled_functions) == 1
+    return want, got, compiled_functions[0].backward_steps
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("name", list(ACTIVATIONS))
+def test_activation_backward_is_generated_and_matches_eager(name, dtype, compiled_functions):
+    x = torch.randn(16, 24) * 4
+    x[0, :8] = torch.tensor([-3.0, 3.0, 0.0, -6.0, 6.0, 1.5, -1.0, 1.0])  # the kinks
+    want, got, steps = run_both(copy.deepcopy(ACTIVATIONS[name]), x, dtype, compiled_functions)
+    op = "aten::" + name.split("(")[0]
+    assert not any(op in s for s in steps), steps
+    tol = dict(atol=1e-5, rtol=1e-4) if dtype == torch.float32 else dict(atol=2e-2, rtol=2e-2)
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g, w, **tol)
+
+
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "nhwc"])
+def test_batch_norm_backward_is_generated_and_matches_eager(train, channels_last,
+                                                           compiled_functions):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
+                          nn.Conv2d(8, 8, 1), nn.BatchNorm2d(8, affine=False))
+    model.train(train)
+    if not train:
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.uniform_(-1, 1)
+                m.running_var.uniform_(0.5, 2)
+    twin = copy.deepcopy(model)
+    x = torch.randn(4, 3, 10, 10)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    weight = torch.randn(4, 8, 10, 10)
+    want = grads_of(model, x, weight)
+    got = grads_of(torch.compile(twin, backend="ember"), x, weight)
+    steps = compiled_functions[0].backward_steps
+    assert not any("native_batch_norm_backward" in s for s in steps), steps
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g, w, atol=1e-4, rtol=1e-4)
+    for a, b in zip(model.buffers(), twin.buffers()):
+        torch.testing.assert_close(b, a)
+    assert ember.metrics.snapshot()["training_graphs"] == 1
