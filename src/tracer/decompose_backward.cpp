@@ -214,7 +214,8 @@ bool batch_norm_backward(Stack* stack) {
   } else {
     mean = optional_tensor(a[3]);
     std::optional<at::Tensor> var = optional_tensor(a[4]);
-    if (var.has_value()) invstd = var->to(at::kFloat).add(eps).rsqrt();
+    const at::ScalarType acc = x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+    if (var.has_value()) invstd = var->to(acc).add(eps).rsqrt();
   }
   if (!mean.has_value() || !invstd.has_value()) return false;
   const int64_t c = x.size(1);
@@ -251,6 +252,65 @@ bool batch_norm_backward(Stack* stack) {
   if (mask[2]) grad_bias = sum_g.to(wtype);
   torch::jit::drop(*stack, kArgs);
   torch::jit::push(*stack, std::move(grad_input), std::move(grad_weight), std::move(grad_bias));
+  return true;
+}
+
+// nll_loss_backward(grad_output, self, target, weight?, reduction, ignore_index, total_weight):
+// the one class a row's target names gets -grad_output (over total_weight for a mean), every
+// other element 0. Recorded as a comparison with an arange, which fuses with the log-softmax
+// backward that reads it, where ATen writes a whole [N, C] tensor of zeros and scatters into it.
+bool nll_loss_backward(Stack* stack) {
+  constexpr size_t kArgs = 7;
+  const size_t base = stack->size() - kArgs;
+  const c10::IValue* a = stack->data() + base;
+  if (!a[0].isTensor() || !a[1].isTensor() || !a[2].isTensor() || !a[6].isTensor()) return false;
+  if (optional_tensor(a[3]).has_value()) return false;  // class weights: ATen's kernel
+  const at::Tensor g = a[0].toTensor(), self = a[1].toTensor(), target = a[2].toTensor();
+  const at::Tensor total_weight = a[6].toTensor();
+  const int64_t reduction = a[4].toInt();
+  const int64_t ignore_index = a[5].toInt();
+  if (!is_float(self) || self.dim() != 2 || target.dim() != 1 ||
+      target.size(0) != self.size(0) || at::isFloatingType(target.scalar_type())) {
+    return false;
+  }
+  const at::Tensor t = target.unsqueeze(1);
+  at::Tensor hit = t.eq(at::arange(self.size(1), target.options()));
+  hit = hit.logical_and(t.ne(ignore_index));
+  at::Tensor scale = opmath(g).neg();
+  if (reduction == 0) {
+    if (g.dim() != 1) return false;
+    scale = scale.unsqueeze(1);
+  } else if (reduction == 1) {
+    scale = scale.div(total_weight.to(scale.scalar_type()));
+  } else if (reduction != 2) {
+    return false;
+  }
+  at::Tensor out = at::where(hit, scale, zero_like_scalar(scale)).to(self.scalar_type());
+  torch::jit::drop(*stack, kArgs);
+  torch::jit::push(*stack, std::move(out));
+  return true;
+}
+
+// slice_backward(grad, input_sizes, dim, start, end, step) and select_backward(grad,
+// input_sizes, dim, index): zeros with the gradient scattered in, which the scheduler computes
+// element by element (Llama's rotary embedding: the two halves' gradients in one kernel with
+// their sum).
+bool scatter_backward(const std::string& name, Stack* stack, size_t num_args) {
+  const size_t base = stack->size() - num_args;
+  const c10::IValue* a = stack->data() + base;
+  if (!a[0].isTensor()) return false;
+  const at::Tensor g = a[0].toTensor();
+  const std::vector<int64_t> sizes = a[1].toIntVector();
+  const int64_t dim = a[2].toInt();
+  at::Tensor zeros = at::zeros(sizes, g.options());
+  at::Tensor out;
+  if (name == "aten::slice_backward") {
+    out = zeros.slice_scatter(g, dim, a[3].toInt(), a[4].toInt(), a[5].toInt());
+  } else {
+    out = zeros.select_scatter(g, dim, a[3].toInt());
+  }
+  torch::jit::drop(*stack, num_args);
+  torch::jit::push(*stack, std::move(out));
   return true;
 }
 
@@ -296,6 +356,11 @@ bool record_backward_decomposition(const c10::OperatorHandle& op, Stack* stack) 
     return true;
   }
   if (name == "aten::native_layer_norm_backward" && num_args == 8) return layer_norm_backward(stack);
+  if (name == "aten::nll_loss_backward" && num_args == 7) return nll_loss_backward(stack);
+  if ((name == "aten::slice_backward" && num_args == 6) ||
+      (name == "aten::select_backward" && num_args == 4)) {
+    return scatter_backward(name, stack, num_args);
+  }
   if (name == "aten::native_batch_norm_backward" && num_args == 10) {
     return batch_norm_backward(stack);
   }

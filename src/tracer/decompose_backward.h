@@ -25,6 +25,9 @@
 //   hardsigmoid_backward(g, x)           where(-3 < x < 3, g / 6, 0)
 //   hardswish_backward(g, x)             where(x <= -3, 0, where(x < 3, g (x / 3 + 0.5), g))
 //   softplus_backward(g, x, b, t)        where(x b > t, g, g z / (z + 1)), z = exp(x b)
+//   nll_loss_backward(g, x, t, None, r, i, w)  where(t[:, None] == arange(C) and t != i, -g / w, 0)
+//                                        (-g for a sum, -g[:, None] for none)
+//   slice_backward, select_backward      zeros(sizes).slice_scatter(g, ...), .select_scatter
 // and, on CUDA (or with EMBER_DECOMPOSE_BACKWARD=all, for the CPU tests), the reductions:
 //   _softmax_backward_data(g, y, d, _)      y * (g - sum_d(g * y))
 //   _log_softmax_backward_data(g, y, d, _)  g - exp(y) * sum_d(g)

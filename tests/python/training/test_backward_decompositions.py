@@ -112,3 +112,46 @@ def test_batch_norm_backward_is_generated_and_matches_eager(train, channels_last
     for a, b in zip(model.buffers(), twin.buffers()):
         torch.testing.assert_close(b, a)
     assert ember.metrics.snapshot()["training_graphs"] == 1
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+def test_cross_entropy_backward_is_generated_and_matches_eager(reduction, compiled_functions):
+    # nll_loss_backward as a comparison with an arange: with log_softmax's backward it is one
+    # kernel, no [N, C] tensor of zeros scattered into.
+    torch.manual_seed(0)
+    model = nn.Linear(16, 40)
+    twin = copy.deepcopy(model)
+    x, target = torch.randn(24, 16), torch.randint(0, 40, (24,))
+    target[:3] = -100  # ignored rows
+
+    def loss(m):
+        out = nn.functional.cross_entropy(m(x), target, reduction=reduction)
+        return out.sum() if reduction == "none" else out
+
+    loss(model).backward()
+    compiled = torch.compile(lambda: loss(twin), backend="ember")
+    compiled().backward()
+    steps = compiled_functions[0].backward_steps
+    assert not any("nll_loss_backward" in s or "log_softmax_backward" in s for s in steps), steps
+    for p, q in zip(model.parameters(), twin.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, atol=1e-5, rtol=1e-4)
+
+
+def test_slice_and_select_backward_are_generated_and_match_eager(compiled_functions):
+    # Llama's rotate_half: the halves' gradients are slice_backward calls, summed.
+    def rotate_half(x):
+        x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+        return torch.cat((-x2, x1), dim=-1)
+
+    def f(x, w):
+        h = x * w
+        return (h * 0.5 + rotate_half(h) * 2.0) * x[:, 1:2].exp() + x[:, 0, None] + h[::2].sum()
+
+    x, w = torch.randn(6, 8), torch.randn(8)
+    want = torch.autograd.grad(f(x.requires_grad_(), w.requires_grad_()).sum(), (x, w))
+    x2, w2 = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+    got = torch.autograd.grad(torch.compile(f, backend="ember")(x2, w2).sum(), (x2, w2))
+    steps = compiled_functions[0].backward_steps
+    assert not any("slice_backward" in s or "select_backward" in s for s in steps), steps
+    for a, b in zip(want, got):
+        torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4)
