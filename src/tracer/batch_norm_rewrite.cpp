@@ -5,8 +5,10 @@
 #include <ATen/ops/native_batch_norm.h>
 #include <torch/library.h>
 
+#include <cstdlib>
 #include <mutex>
 #include <optional>
+#include <string_view>
 
 namespace ember::tracer {
 
@@ -32,7 +34,9 @@ void batch_norm_kernel(const c10::OperatorHandle& /*op*/, torch::jit::Stack* sta
   const double eps = (*stack)[base + 7].toDouble();
   const bool cudnn_enabled = (*stack)[base + 8].toBool();
   at::Tensor out;
-  if (training && input.device().is_cuda() && input.dim() >= 2 && input.numel() > 0) {
+  const char* env = std::getenv("EMBER_CUDNN_BATCH_NORM");
+  const bool rewrite = env != nullptr && std::string_view(env) == "0";
+  if (rewrite && training && input.device().is_cuda() && input.dim() >= 2 && input.numel() > 0) {
     out = std::get<0>(at::native_batch_norm(input, weight, bias, running_mean, running_var,
                                             training, momentum, eps));
   } else {

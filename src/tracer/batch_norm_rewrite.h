@@ -9,12 +9,19 @@
 // min cut must save (it cannot be recomputed). `native_batch_norm` is what the tracer turns into
 // staged sums and a pointwise normalization (tracer/split_reduction.h), and its backward into sums
 // and pointwise ops (tracer/decompose_backward.h), all fused with their neighbours. In the first
-// fp32 GPU training run, ResNet-50 took 45.6 ms per step against Inductor's 36.7, and MobileNetV2
-// kept twice the activations Inductor keeps.
+// fp32 GPU training run, ResNet-50 took 45.6 ms per step against Inductor's 36.7 (bf16, with
+// native batch norm: 30.6 against 29.6), and MobileNetV2 kept twice the activations Inductor
+// keeps.
 //
 // So on AutogradPrivateUse1 (tracer tensors, above autograd, so NativeBatchNormBackward is what
-// autograd records), a call in training mode on a CUDA tensor calls `native_batch_norm`. Every
-// other call runs the composite unchanged.
+// autograd records), a call in training mode on a CUDA tensor calls `native_batch_norm`, when
+// EMBER_CUDNN_BATCH_NORM=0. Every other call runs the composite unchanged.
+//
+// Off by default until measured on its own: the one GPU run with it on (2026-12-02) also
+// decomposed the batch-norm backward (Note [Batch-norm backward], decompose_backward.h), and
+// together they were slower (ResNet-50 f32 54.7 ms per step against 45.6 with cuDNN). It halved
+// MobileNetV2's activations held for the backward (4934 -> 2465 MiB), but not its peak, which
+// comes in the backward (7256 -> 7177 MiB).
 
 namespace ember::tracer {
 

@@ -33,11 +33,18 @@
 //   _log_softmax_backward_data(g, y, d, _)  g - exp(y) * sum_d(g)
 //   native_layer_norm_backward              x^ = (x - mean) rstd, gw = g * w:
 //       dx = rstd / N * (N gw - sum(gw) - x^ sum(gw x^)),  dw = sum_rows(g x^),  db = sum_rows(g)
+// The CPU keeps ATen's kernels for these (they are fast there, and ember's own reductions over
+// rows are not faster). With EMBER_DECOMPOSE_BACKWARD=all only (every device):
 //   native_batch_norm_backward (training)   x^ = (x - mean) invstd, over every dim but 1:
 //       dx = (g - mean(g) - x^ mean(g x^)) invstd w,        dw = sum(g x^),     db = sum(g)
 //   native_batch_norm_backward (eval)       dx = g rsqrt(running_var + eps) w
-// The CPU keeps ATen's kernels for these (they are fast there, and ember's own reductions over
-// rows are not faster).
+//
+// Note [Batch-norm backward]: decomposed by default at first, batch norm's backward made CNN
+// training slower on the H200 (2026-12-02, f32 with the cuDNN rewrite of batch_norm_rewrite.h:
+// ResNet-50 45.6 -> 54.7 ms per step, ResNet-18 5.3 -> 7.0, MobileNetV2 20.5 -> 24.9; bf16
+// ResNet-50 30.6 -> 40.0), and tripled ResNet-50's compile time. Its two per-channel sums are
+// column reductions of the activation gradient, each a split reduction of its own that computes
+// the gradient's chain again; ATen's kernel reads it once for both. Not profiled yet.
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>

@@ -448,9 +448,10 @@ def test_training_convnet_batch_norm_split_cuda(dtype):
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_training_batch_norm_is_not_cudnn_and_backward_is_generated_cuda(dtype, monkeypatch):
-    # tracer/batch_norm_rewrite.h: f32 training batch norm on CUDA is recorded as
-    # native_batch_norm (split into sums), not cudnn_batch_norm; tracer/decompose_backward.h: its
-    # backward, the ReLU's and the residual's are sums and pointwise ops in generated kernels.
+    # tracer/batch_norm_rewrite.h (EMBER_CUDNN_BATCH_NORM=0): f32 training batch norm on CUDA is
+    # recorded as native_batch_norm (split into sums), not cudnn_batch_norm;
+    # tracer/decompose_backward.h (EMBER_DECOMPOSE_BACKWARD=all): its backward, the ReLU's and
+    # the residual's are sums and pointwise ops in generated kernels.
     import sys
 
     backend = sys.modules["ember.backend"]
@@ -466,6 +467,9 @@ def test_training_batch_norm_is_not_cudnn_and_backward_is_generated_cuda(dtype, 
             return made[-1]
 
     monkeypatch.setattr(backend, "_C", Proxy())
+    # Both off by default (Note [Batch-norm backward] in tracer/decompose_backward.h).
+    monkeypatch.setenv("EMBER_CUDNN_BATCH_NORM", "0")
+    monkeypatch.setenv("EMBER_DECOMPOSE_BACKWARD", "all")
     torch.manual_seed(0)
     conv = torch.nn.Conv2d(16, 16, 3, padding=1, bias=False)
     bn = torch.nn.BatchNorm2d(16)
