@@ -214,8 +214,33 @@ JointSplit split_joint(const Graph& g, const std::vector<bool>& is_tangent, int 
     bmap[v] = b.add_input(g.type(v), InputKind::Constant, g.inputs[g.values[v].index].name);
     out.backward_constants.push_back(constant_index[v]);
   }
+  // Nodes that read no tangent (forward nodes recomputed, a weight's transpose) go just before
+  // their first reader, not at the backward's start: recomputed in joint order, every recomputed
+  // activation was alive from the backward's start to its use, and the backward peaked at the
+  // saved values plus all of them (MobileNetV2 f32 on the H200: 7177 MiB, eager's 7214, with half
+  // of eager's activations saved). Nodes that read a tangent keep the joint's order.
+  std::vector<bool> emitted(g.nodes.size(), false);
+  std::function<void(int32_t)> emit = [&](int32_t ni) {
+    if (emitted[ni]) return;
+    emitted[ni] = true;
+    for (ValueId r : tensor_reads(g.nodes[ni])) {
+      const int32_t p = g.values[r].node;
+      if (p >= 0 && backward[p]) emit(p);
+    }
+    copy_node(g, g.nodes[ni], b, bmap);
+  };
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
-    if (backward[ni]) copy_node(g, g.nodes[ni], b, bmap);
+    if (!backward[ni]) continue;
+    bool tangent = false;
+    for (ValueId o : g.nodes[ni].outputs) tangent = tangent || reads_tangent[o];
+    if (tangent) emit(static_cast<int32_t>(ni));
+  }
+  for (size_t i = num_forward_outputs; i < g.outputs.size(); ++i) {
+    const int32_t p = g.values[g.outputs[i]].node;
+    if (p >= 0 && backward[p]) emit(p);
+  }
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    if (backward[ni]) emit(static_cast<int32_t>(ni));  // none left, by construction
   }
   for (size_t i = num_forward_outputs; i < g.outputs.size(); ++i) {
     const ValueId v = g.outputs[i];

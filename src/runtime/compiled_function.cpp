@@ -72,8 +72,11 @@ struct CompiledBackward : ag::Node {
         << "the backward got " << grads.size() << " gradients for " << tangent_meta.size()
         << " outputs";
     for (size_t i = 0; i < grads.size(); ++i) {
+      // The tangents were traced contiguous. A gradient with other strides (`y.sum().backward()`
+      // passes ones expanded over y, all strides 0) would send the whole backward program to
+      // its unfused form (Executor::strides_match): one contiguous copy is far cheaper.
       inputs.push_back(grads[i].defined()
-                           ? grads[i]
+                           ? grads[i].contiguous()
                            : at::zeros(tangent_meta[i].sizes, tangent_meta[i].options));
     }
     if (!ag::get_current_graph_task_keep_graph()) {

@@ -10,7 +10,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <iostream>
 #include <set>
+#include <sstream>
+#include <string_view>
+#include <unordered_set>
 #include <thread>
 
 #include "codegen/cpp/cpp_emitter.h"
@@ -820,10 +824,61 @@ void Executor::check_inputs(const std::vector<at::Tensor>& inputs) const {
   }
 }
 
+namespace {
+
+// EMBER_DEBUG_LIVE=1: the bytes of the distinct storages a run's values hold before each step,
+// and the most, printed to stderr at the run's end with the steps around the peak (every step
+// with EMBER_DEBUG_LIVE=2). For finding
+// what a program keeps alive (scripts/profile_model.py --mode training shows the peaks).
+struct LiveBytes {
+  const std::vector<at::Tensor>& env;
+  bool on = false;
+  bool all = false;  // EMBER_DEBUG_LIVE=2: every step
+  int64_t peak = 0;
+  int peak_step = -1;
+  std::vector<int64_t> before;
+  explicit LiveBytes(const std::vector<at::Tensor>& e) : env(e) {
+    const char* v = std::getenv("EMBER_DEBUG_LIVE");
+    on = v != nullptr && (std::string_view(v) == "1" || std::string_view(v) == "2");
+    all = on && std::string_view(v) == "2";
+  }
+  void note(int step) {
+    if (!on) return;
+    std::unordered_set<const void*> seen;
+    int64_t bytes = 0;
+    for (const at::Tensor& t : env) {
+      if (!t.defined() || !t.has_storage()) continue;
+      const c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+      if (seen.insert(s).second) bytes += static_cast<int64_t>(s->nbytes());
+    }
+    before.push_back(bytes);
+    if (bytes > peak) peak = bytes, peak_step = step;
+  }
+  void report(const Executor& e) const {
+    if (!on || before.empty()) return;
+    std::vector<std::string> steps = e.describe_steps();
+    std::ostringstream os;
+    os << "ember live bytes: " << steps.size() << " steps, at start " << before.front() / (1 << 20)
+       << " MiB, peak " << peak / (1 << 20) << " MiB before step " << peak_step << ", at end "
+       << before.back() / (1 << 20) << " MiB\n";
+    const int from = all ? 0 : std::max(0, peak_step - 3);
+    const int to = all ? static_cast<int>(steps.size()) : peak_step + 2;
+    for (int i = from; i < std::min<int>(static_cast<int>(steps.size()), to); ++i) {
+      os << "  " << i << ": " << before[i] / (1 << 20) << " MiB  " << steps[i] << "\n";
+    }
+    std::cerr << os.str();
+  }
+};
+
+}  // namespace
+
 std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inputs,
                                               std::vector<at::Tensor>* owned) const {
   const graph::Graph& g = traced_.graph;
-  if (unfused_ && !strides_match(inputs)) return unfused_->run(inputs);
+  if (unfused_ && !strides_match(inputs)) {
+    unfused_runs_.fetch_add(1, std::memory_order_relaxed);
+    return unfused_->run(inputs);
+  }
   std::vector<at::Tensor> reference;
   if (verify_kernels_enabled() && unfused_ && !kernels_.empty()) {
     reference = unfused_->reference_values(inputs);
@@ -861,7 +916,9 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
       e.free_arenas_.push_back(std::move(arena));
     }
   } give_back{*this, arena};
+  LiveBytes live(env);
   for (const Step& step : steps_) {
+    live.note(steps_.empty() ? 0 : static_cast<int>(&step - steps_.data()));
     if (step.fused_into >= 0 && steps_[step.fused_into].fused->chosen() >= 0) {
       // The product runs inside its epilogue's step (or, if that cannot, there).
       for (graph::ValueId v : step.release) env[v].reset();
@@ -947,6 +1004,8 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
     }
     for (graph::ValueId v : step.release) env[v].reset();
   }
+  live.note(static_cast<int>(steps_.size()));
+  live.report(*this);
   if (!g.mutations.empty()) {
     at::NoGradGuard no_grad;  // as eager updates BatchNorm's running statistics
     for (const graph::Mutation& m : g.mutations) env[m.input].copy_(env[m.value]);

@@ -16,6 +16,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -118,6 +119,8 @@ class Executor {
   /// Kernel outputs that nothing reads after their kernel and that its Triton form keeps in
   /// registers: never written nor allocated (a softmax's f32 result cast to bf16 in its kernel).
   int num_unwritten_outputs() const { return num_unwritten_outputs_; }
+  /// Calls that ran the unfused program because an input's strides differ from the traced ones.
+  int64_t num_unfused_runs() const { return unfused_runs_.load(std::memory_order_relaxed); }
   /// Nodes computed once at construction by constant folding.
   int num_folded_nodes() const { return num_folded_nodes_; }
   /// Attention nodes whose constant causal mask became is_causal (runtime/causal_attention.h).
@@ -273,6 +276,7 @@ class Executor {
   void plan_reuse(const std::vector<int>& last_use, const std::vector<int>& defined_at);
   int num_reused_buffers_ = 0;
   int num_unwritten_outputs_ = 0;
+  mutable std::atomic<int64_t> unfused_runs_{0};
   int num_fused_attention_ = 0;
   /// Makes a view step's views. False when the root does not have the traced layout and the step
   /// is an extern view op (then the caller makes the dispatcher call); a collapsed chain then

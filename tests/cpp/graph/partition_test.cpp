@@ -169,11 +169,13 @@ TEST(SplitJoint, MinCutRecomputesCheapValuesFromASmallerOne) {
             "  input %0 : f32[4, 16] cpu  # user saved0\n"
             "  input %1 : f32[4, 8] cpu  # user saved1\n"
             "  input %2 : f32[] cpu  # user dy\n"
-            "  %3 : f32[4, 16] cpu = aten::exp(%0)\n"
-            "  %4 : f32[4, 16] cpu = aten::mul(%3, %3)\n"
-            "  %5 : f32[4, 16] cpu = aten::expand(%2, [4, 16])\n"
-            "  %6 : f32[4, 16] cpu = aten::mul(%5, %3)\n"
-            "  %7 : f32[4, 16] cpu = aten::mul(%6, %4)\n"
+            // Recomputed values come just before their first reader, not first: exp before the
+            // product that reads it, the square after the tangent's expand.
+            "  %3 : f32[4, 16] cpu = aten::expand(%2, [4, 16])\n"
+            "  %4 : f32[4, 16] cpu = aten::exp(%0)\n"
+            "  %5 : f32[4, 16] cpu = aten::mul(%3, %4)\n"
+            "  %6 : f32[4, 16] cpu = aten::mul(%4, %4)\n"
+            "  %7 : f32[4, 16] cpu = aten::mul(%5, %6)\n"
             "  %8 : f32[16, 4] cpu = aten::t(%7)\n"
             "  %9 : f32[16, 8] cpu = aten::mm(%8, %1)\n"
             "  return (%9)\n"
