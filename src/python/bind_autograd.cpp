@@ -49,10 +49,11 @@ void bind_autograd(nb::module_& m) {
                    [](const CompiledFunction& f) { return f.forward().describe_steps(); })
       .def_prop_ro("backward_steps",
                    [](const CompiledFunction& f) { return f.backward().describe_steps(); })
-      .def_prop_ro("backward_unfused_runs",
-                   [](const CompiledFunction& f) { return f.backward().num_unfused_runs(); },
-                   "Backward calls that ran unfused: a gradient's strides differed from the traced "
-                   "ones.")
+      .def_prop_ro(
+          "backward_unfused_runs",
+          [](const CompiledFunction& f) { return f.backward().num_unfused_runs(); },
+          "Backward calls that ran unfused: a gradient's strides differed from the traced "
+          "ones.")
       .def_prop_ro("num_parameter_kernels",
                    [](const CompiledFunction& f) {
                      return f.forward().num_parameter_kernels() +

@@ -14,8 +14,8 @@
 #include <set>
 #include <sstream>
 #include <string_view>
-#include <unordered_set>
 #include <thread>
+#include <unordered_set>
 
 #include "codegen/cpp/cpp_emitter.h"
 #include "runtime/causal_attention.h"

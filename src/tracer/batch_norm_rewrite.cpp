@@ -40,8 +40,8 @@ void batch_norm_kernel(const c10::OperatorHandle& /*op*/, torch::jit::Stack* sta
     out = std::get<0>(at::native_batch_norm(input, weight, bias, running_mean, running_var,
                                             training, momentum, eps));
   } else {
-    out = at::native::batch_norm(input, weight, bias, running_mean, running_var, training,
-                                 momentum, eps, cudnn_enabled);
+    out = at::native::batch_norm(input, weight, bias, running_mean, running_var, training, momentum,
+                                 eps, cudnn_enabled);
   }
   torch::jit::drop(*stack, kArgs);
   torch::jit::push(*stack, std::move(out));

@@ -27,16 +27,23 @@ bool decompose_all() {
 
 // The reductions are decomposed on CUDA; EMBER_DECOMPOSE_BACKWARD=all does it on every device
 // (the CPU tests compare the decompositions with eager).
-bool decomposes_reductions(const at::Tensor& x) { return x.device().is_cuda() || decompose_all(); }
+bool decomposes_reductions(const at::Tensor& x) {
+  return x.device().is_cuda() || decompose_all();
+}
 
-bool is_half(at::ScalarType t) { return t == at::kHalf || t == at::kBFloat16; }
+bool is_half(at::ScalarType t) {
+  return t == at::kHalf || t == at::kBFloat16;
+}
 
 bool is_float(const at::Tensor& t) {
-  return t.defined() && at::isFloatingType(t.scalar_type()) && t.scalar_type() != at::kFloat8_e4m3fn;
+  return t.defined() && at::isFloatingType(t.scalar_type()) &&
+         t.scalar_type() != at::kFloat8_e4m3fn;
 }
 
 // The type an op computes in: f32 for halves, as eager's opmath.
-at::Tensor opmath(const at::Tensor& t) { return is_half(t.scalar_type()) ? t.to(at::kFloat) : t; }
+at::Tensor opmath(const at::Tensor& t) {
+  return is_half(t.scalar_type()) ? t.to(at::kFloat) : t;
+}
 
 at::Tensor zero_like_scalar(const at::Tensor& t) {
   return at::scalar_tensor(0, t.options().dtype(t.scalar_type()));
@@ -74,7 +81,7 @@ const std::unordered_map<std::string, Pointwise>& pointwise_rules() {
          const std::string approximate = rest[0].toStringRef();
          at::Tensor d;
          if (approximate == "none") {
-           const double alpha = M_SQRT1_2;                   // 1 / sqrt(2)
+           const double alpha = M_SQRT1_2;                    // 1 / sqrt(2)
            const double beta = M_2_SQRTPI * M_SQRT1_2 * 0.5;  // 1 / sqrt(2 pi)
            at::Tensor cdf = xf.mul(alpha).erf().add(1).mul(0.5);
            at::Tensor pdf = xf.mul(xf).mul(-0.5).exp().mul(beta);
@@ -159,8 +166,7 @@ bool layer_norm_backward(Stack* stack) {
   if (!is_float(g) || !is_float(x) || !decomposes_reductions(x)) return false;
   const std::vector<int64_t> normalized = a[2].toIntVector();
   const std::optional<at::Tensor> weight = optional_tensor(a[5]);
-  const std::vector<bool> mask = {a[7].toBoolList()[0], a[7].toBoolList()[1],
-                                  a[7].toBoolList()[2]};
+  const std::vector<bool> mask = {a[7].toBoolList()[0], a[7].toBoolList()[1], a[7].toBoolList()[2]};
   const int64_t k = static_cast<int64_t>(normalized.size());
   const int64_t axis = x.dim() - k;
   if (k == 0 || axis < 0 || mean.dim() != x.dim() || rstd.dim() != x.dim()) return false;
@@ -224,8 +230,7 @@ bool batch_norm_backward(Stack* stack) {
   if (!mean.has_value() || !invstd.has_value()) return false;
   const int64_t c = x.size(1);
   if (mean->numel() != c || invstd->numel() != c) return false;
-  const std::vector<bool> mask = {a[9].toBoolList()[0], a[9].toBoolList()[1],
-                                  a[9].toBoolList()[2]};
+  const std::vector<bool> mask = {a[9].toBoolList()[0], a[9].toBoolList()[1], a[9].toBoolList()[2]};
   std::vector<int64_t> reduced, per_channel(static_cast<size_t>(x.dim()), 1);
   per_channel[1] = c;
   for (int64_t d = 0; d < x.dim(); ++d) {
@@ -273,8 +278,8 @@ bool nll_loss_backward(Stack* stack) {
   const at::Tensor total_weight = a[6].toTensor();
   const int64_t reduction = a[4].toInt();
   const int64_t ignore_index = a[5].toInt();
-  if (!is_float(self) || self.dim() != 2 || target.dim() != 1 ||
-      target.size(0) != self.size(0) || at::isFloatingType(target.scalar_type())) {
+  if (!is_float(self) || self.dim() != 2 || target.dim() != 1 || target.size(0) != self.size(0) ||
+      at::isFloatingType(target.scalar_type())) {
     return false;
   }
   const at::Tensor t = target.unsqueeze(1);
@@ -359,7 +364,8 @@ bool record_backward_decomposition(const c10::OperatorHandle& op, Stack* stack) 
     torch::jit::push(*stack, std::move(out));
     return true;
   }
-  if (name == "aten::native_layer_norm_backward" && num_args == 8) return layer_norm_backward(stack);
+  if (name == "aten::native_layer_norm_backward" && num_args == 8)
+    return layer_norm_backward(stack);
   if (name == "aten::nll_loss_backward" && num_args == 7) return nll_loss_backward(stack);
   if ((name == "aten::slice_backward" && num_args == 6) ||
       (name == "aten::select_backward" && num_args == 4)) {
