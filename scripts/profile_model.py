@@ -22,6 +22,7 @@ import torch
 
 from ember.bench import harness as H
 from ember.bench import models as M
+from ember.testing import recorded_compiled_functions
 
 
 RECORD_SHAPES = False
@@ -30,7 +31,7 @@ PRODUCTS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matm
             "aten::_scaled_dot_product_flash_attention", "aten::convolution")
 
 
-def training_memory(inst: H.Instance) -> dict:
+def training_memory(inst: H.Instance, saved_bytes: int) -> dict:
     """MiB over the memory held before a training step: held after the forward (saved activations
     and outputs), the forward's peak, and the step's peak (forward and backward)."""
     torch.cuda.synchronize()
@@ -47,32 +48,7 @@ def training_memory(inst: H.Instance) -> dict:
     step_peak = torch.cuda.max_memory_allocated() - base
     del loss, out
     return {"held_after_forward_mb": held / 2**20, "forward_peak_mb": fwd_peak / 2**20,
-            "step_peak_mb": step_peak / 2**20, "saved_mb": SAVED_BYTES[0] / 2**20}
-
-
-# Bytes the compiled training graphs save for their backward (ember's CompiledFunction.saved_bytes).
-SAVED_BYTES = [0]
-
-
-def watch_saved_bytes() -> None:
-    import sys  # noqa: PLC0415
-
-    from ember import _C  # noqa: PLC0415
-    import ember.backend  # noqa: F401, PLC0415
-
-    mod = sys.modules["ember.backend"]
-
-    class Proxy:
-        def __getattr__(self, name: str):
-            return getattr(_C, name)
-
-        @staticmethod
-        def CompiledFunction(*args, **kwargs):  # noqa: N802
-            f = _C.CompiledFunction(*args, **kwargs)
-            SAVED_BYTES[0] += f.saved_bytes
-            return f
-
-    mod._C = Proxy()
+            "step_peak_mb": step_peak / 2**20, "saved_mb": saved_bytes / 2**20}
 
 
 def profile(model: str, backend: str, dtype: str, steps: int, top: int, device: str = "cuda",
@@ -81,12 +57,12 @@ def profile(model: str, backend: str, dtype: str, steps: int, top: int, device: 
     wl = spec.build(size, mode, device, batch_size)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     compile_fn = None if backend == "eager" else H.resolve_backend(backend)
-    SAVED_BYTES[0] = 0
-    inst = H.Instance(wl.model, wl, mode, dtype, device, compile_fn)
-    t0 = time.perf_counter()
-    inst.step()
-    sync()
-    first = time.perf_counter() - t0
+    with recorded_compiled_functions() as made:  # ember's training graphs, for saved_bytes
+        inst = H.Instance(wl.model, wl, mode, dtype, device, compile_fn)
+        t0 = time.perf_counter()
+        inst.step()
+        sync()
+        first = time.perf_counter() - t0
     for _ in range(3):
         inst.step()
     sync()
@@ -115,7 +91,9 @@ def profile(model: str, backend: str, dtype: str, steps: int, top: int, device: 
         for e in prof.events():
             if e.name in PRODUCTS and e.device_type != torch.autograd.DeviceType.CUDA:
                 products[f"{e.name} {e.input_shapes}"] += 1
-    memory = training_memory(inst) if mode == "training" and device.startswith("cuda") else {}
+    memory = {}
+    if mode == "training" and device.startswith("cuda"):
+        memory = training_memory(inst, sum(f.saved_bytes for f in made))
     return {"model": model, "backend": backend, "dtype": dtype, "mode": mode, "step_ms": step_ms,
             "memory": memory, "first_call_s": first, "kernel_ms": kernel_ms, "launches_per_step": launches,
             "top": [(name[:140], round(ms, 4), n // steps) for name, (ms, n) in rows[:top]],
@@ -163,7 +141,6 @@ def main() -> None:
     p.add_argument("--shapes", action="store_true",
                    help="also list the ATen matrix products (mm, bmm, addmm, ...) by input shapes")
     a = p.parse_args()
-    watch_saved_bytes()
     if torch.cuda.is_available():
         torch.backends.cuda.matmul.allow_tf32 = not a.no_tf32
         torch.backends.cudnn.allow_tf32 = not a.no_tf32

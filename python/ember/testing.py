@@ -40,6 +40,36 @@ _TOLERANCES: dict[torch.dtype, tuple[float, float]] = {
 }
 
 
+@contextlib.contextmanager
+def recorded_compiled_functions():
+    """Yields a list that collects the training graphs (`_C.CompiledFunction`) that
+    torch.compile(backend="ember") makes inside the block, to read their forward and backward
+    programs (`forward_steps`, `backward_steps`) and counters (`saved_bytes`,
+    `backward_unfused_runs`)."""
+    import sys  # noqa: PLC0415
+
+    from . import backend as _  # noqa: F401, PLC0415
+
+    module = sys.modules["ember.backend"]
+    real = module._C
+    made: list = []
+
+    class Recorder:
+        def __getattr__(self, name: str):
+            return getattr(real, name)
+
+        @staticmethod
+        def CompiledFunction(*args, **kwargs):  # noqa: N802
+            made.append(real.CompiledFunction(*args, **kwargs))
+            return made[-1]
+
+    module._C = Recorder()
+    try:
+        yield made
+    finally:
+        module._C = real
+
+
 def default_tolerances(dtype: torch.dtype) -> tuple[float, float]:
     """(rtol, atol) for `dtype`; (0, 0) for integer, bool and other exact dtypes."""
     return _TOLERANCES.get(dtype, (0.0, 0.0))

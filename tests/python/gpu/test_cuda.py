@@ -5,7 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ember.testing import check_model
+from ember.testing import check_model, recorded_compiled_functions
 
 pytestmark = [
     pytest.mark.gpu,
@@ -452,21 +452,6 @@ def test_training_batch_norm_is_not_cudnn_and_backward_is_generated_cuda(dtype, 
     # recorded as native_batch_norm (split into sums), not cudnn_batch_norm;
     # tracer/decompose_backward.h (EMBER_DECOMPOSE_BACKWARD=all): its backward, the ReLU's and
     # the residual's are sums and pointwise ops in generated kernels.
-    import sys
-
-    backend = sys.modules["ember.backend"]
-    made, real = [], backend._C
-
-    class Proxy:
-        def __getattr__(self, name):
-            return getattr(real, name)
-
-        @staticmethod
-        def CompiledFunction(*args, **kwargs):  # noqa: N802
-            made.append(real.CompiledFunction(*args, **kwargs))
-            return made[-1]
-
-    monkeypatch.setattr(backend, "_C", Proxy())
     # Both off by default (Note [Batch-norm backward] in tracer/decompose_backward.h).
     monkeypatch.setenv("EMBER_CUDNN_BATCH_NORM", "0")
     monkeypatch.setenv("EMBER_DECOMPOSE_BACKWARD", "all")
@@ -481,7 +466,8 @@ def test_training_batch_norm_is_not_cudnn_and_backward_is_generated_cuda(dtype, 
 
     x = torch.randn(32, 16, 32, 32, device="cuda")
     tol = {"atol": 5e-2, "rtol": 5e-2} if dtype == "bf16" else {"atol": 1e-3, "rtol": 1e-3}
-    check_model(f, (x,), grad=True, expect_graphs=1, expect_fallbacks=0, **tol)
+    with recorded_compiled_functions() as made:
+        check_model(f, (x,), grad=True, expect_graphs=1, expect_fallbacks=0, **tol)
     steps = " ".join(made[-1].forward_steps + made[-1].backward_steps)
     for op in ("cudnn_batch_norm", "native_batch_norm", "threshold_backward"):
         assert f"extern aten::{op}" not in steps, steps

@@ -3,37 +3,22 @@ activation's backward, softmax's, layer norm's and batch norm's run in generated
 ATen calls, and their gradients match eager's (f32 and bf16, eager's rounding)."""
 
 import copy
-import sys
 
 import pytest
 import torch
 import torch.nn as nn
 
 import ember
-
-BACKEND = sys.modules["ember.backend"]
+from ember.testing import recorded_compiled_functions
 
 
 @pytest.fixture
 def compiled_functions(monkeypatch):
     """The CompiledFunctions the backend makes, to read their backward programs."""
-    made = []
-    real = BACKEND._C
-
-    class Proxy:
-        def __getattr__(self, name):
-            return getattr(real, name)
-
-        @staticmethod
-        def CompiledFunction(*args, **kwargs):  # noqa: N802
-            f = real.CompiledFunction(*args, **kwargs)
-            made.append(f)
-            return f
-
-    monkeypatch.setattr(BACKEND, "_C", Proxy())
     # The reductions are decomposed on CUDA; here on the CPU too.
     monkeypatch.setenv("EMBER_DECOMPOSE_BACKWARD", "all")
-    return made
+    with recorded_compiled_functions() as made:
+        yield made
 
 
 ACTIVATIONS = {

@@ -9,7 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import ember
-from ember.testing import check_model
+from ember.testing import check_model, recorded_compiled_functions
 
 
 class MLP(nn.Module):
@@ -199,38 +199,24 @@ def test_training_graphs_keep_no_outputs_of_parameter_kernels():
     assert training.num_parameter_kernels == 0
 
 
-def test_backward_runs_fused_for_an_expanded_gradient_and_recomputes_late(monkeypatch):
+def test_backward_runs_fused_for_an_expanded_gradient_and_recomputes_late():
     # `y.sum().backward()` outside the compiled function passes ones expanded over y (strides 0):
     # the backward program was traced for a contiguous tangent and ran its unfused form on every
     # call. The node now makes the gradient contiguous. And the min cut's recomputed forward
     # values run just before their first reader (graph/partition.cpp), not all at the start.
-    import sys
-
-    backend = sys.modules["ember.backend"]
-    made, real = [], backend._C
-
-    class Proxy:
-        def __getattr__(self, name):
-            return getattr(real, name)
-
-        @staticmethod
-        def CompiledFunction(*args, **kwargs):  # noqa: N802
-            made.append(real.CompiledFunction(*args, **kwargs))
-            return made[-1]
-
-    monkeypatch.setattr(backend, "_C", Proxy())
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
     twin = __import__("copy").deepcopy(model)
     compiled = torch.compile(twin, backend="ember")
     x = torch.randn(16, 8)
-    for _ in range(2):
-        model.zero_grad()
-        twin.zero_grad()
-        model(x).sum().backward()
-        compiled(x).sum().backward()
-        for p, q in zip(model.parameters(), twin.parameters()):
-            torch.testing.assert_close(q.grad, p.grad, atol=1e-5, rtol=1e-4)
+    with recorded_compiled_functions() as made:
+        for _ in range(2):
+            model.zero_grad()
+            twin.zero_grad()
+            model(x).sum().backward()
+            compiled(x).sum().backward()
+            for p, q in zip(model.parameters(), twin.parameters()):
+                torch.testing.assert_close(q.grad, p.grad, atol=1e-5, rtol=1e-4)
     assert len(made) == 1
     assert made[0].backward_unfused_runs == 0
     steps = made[0].backward_steps
