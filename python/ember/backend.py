@@ -15,7 +15,7 @@ import torch
 
 from . import _C, config, metrics
 from .errors import InternalError, Unsupported
-from .tracing import _identity_tuple, trace_joint, trace_with_structure
+from .tracing import _flatten_outputs, _identity_tuple, trace_joint, trace_with_structure
 
 log = logging.getLogger("ember")
 
@@ -187,6 +187,23 @@ def _compile(gm: torch.fx.GraphModule, fn: Callable, example_inputs: Sequence[to
     return run
 
 
+def _eager_backward(fn: Callable, sig: dict) -> Callable:
+    """Double backward's fallback (runtime/compiled_function.h): the compiled backward records no
+    history, so with create_graph=True the program runs again eagerly on the call's inputs and
+    autograd differentiates that; the gradients it returns can be differentiated again."""
+    tangent_outputs, grad_inputs = sig["tangent_outputs"], sig["grad_inputs"]
+
+    def run(primals: tuple, grads: tuple) -> tuple:
+        metrics.counters["double_backward_fallbacks"] += 1
+        log.info("ember: double backward (create_graph=True) runs the graph again eagerly")
+        with torch.enable_grad():
+            tensors, _ = _flatten_outputs(fn(*primals))
+            return torch.autograd.grad([tensors[i] for i in tangent_outputs],
+                                       [primals[i] for i in grad_inputs], list(grads),
+                                       create_graph=True, allow_unused=True)
+    return run
+
+
 def _training(gm: torch.fx.GraphModule, fn: Callable, example_inputs: Sequence[torch.Tensor],
               kinds: list[str], names: list[str]) -> Callable:
     """An input requires grad under grad mode: the joint forward and backward graph, split and
@@ -195,10 +212,12 @@ def _training(gm: torch.fx.GraphModule, fn: Callable, example_inputs: Sequence[t
 
     def build():
         graph, rebuild, sig = trace_joint(fn, example_inputs, requires_grad, kinds, names)
-        return graph, rebuild, _C.CompiledFunction(
+        compiled = _C.CompiledFunction(
             graph, sig["num_primals"], sig["num_forward_outputs"], sig["tangent_outputs"],
             sig["grad_inputs"], codegen=config.codegen(), reductions=config.reduction_kernels(),
             reduction_fusion=config.reduction_fusion())
+        compiled.set_eager_backward(_eager_backward(fn, sig))
+        return graph, rebuild, compiled
 
     built = _build_or_fallback(gm, build)
     if callable(built):

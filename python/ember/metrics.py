@@ -23,6 +23,8 @@
   graph_breaks     graph breaks taken, each with a reason in `fallback_reasons`
   eager_frames     frames ember.compile could not capture; they run eagerly, each with a reason
                    in `fallback_reasons`
+  double_backward_fallbacks  double backward (create_graph=True) through a compiled training
+                   graph, run again eagerly and differentiated by autograd
   codegen_notes    kernels the GPU code generator refused (their nodes run as ATen calls), and
                    graphs that run without generated kernels, each with a reason in
                    `fallback_reasons`

@@ -49,6 +49,33 @@ void bind_autograd(nb::module_& m) {
                    [](const CompiledFunction& f) { return f.forward().describe_steps(); })
       .def_prop_ro("backward_steps",
                    [](const CompiledFunction& f) { return f.backward().describe_steps(); })
+      .def(
+          "set_eager_backward",
+          [](CompiledFunction& f, nb::callable fn) {
+            // Held by backward nodes, which autograd may free on its own threads: released
+            // under the GIL.
+            auto held =
+                std::shared_ptr<nb::object>(new nb::object(std::move(fn)), [](nb::object* o) {
+                  nb::gil_scoped_acquire gil;
+                  delete o;
+                });
+            f.set_eager_backward([held](const std::vector<at::Tensor>& primals,
+                                        const std::vector<at::Tensor>& grads) {
+              nb::gil_scoped_acquire gil;
+              nb::object r = (*held)(tensor_tuple(primals), tensor_tuple(grads));
+              std::vector<at::Tensor> out;
+              for (nb::handle item : r) {
+                out.push_back(item.is_none() ? at::Tensor() : THPVariable_Unpack(item.ptr()));
+              }
+              return out;
+            });
+          },
+          nb::arg("fn"),
+          "Installs double backward's fallback: fn(primals, grads) runs the program eagerly and "
+          "returns the inputs' gradients (create_graph=True), in grad_inputs order.")
+      .def_prop_ro("replayable", &CompiledFunction::replayable,
+                   "No input mutations and no random ops: double backward may run the program "
+                   "again eagerly.")
       .def_prop_ro(
           "backward_unfused_runs",
           [](const CompiledFunction& f) { return f.backward().num_unfused_runs(); },

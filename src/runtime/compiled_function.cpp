@@ -58,13 +58,16 @@ struct CompiledBackward : ag::Node {
   std::vector<ag::SavedVariable> saved;
   std::vector<OutputMeta> tangent_meta;  ///< for gradients that no loss reached: zeros
   bool released = false;
+  /// Double backward's fallback, with every primal of the call (when each was a leaf).
+  std::shared_ptr<const EagerBackward> eager;
+  std::vector<ag::SavedVariable> primals;
+  std::string no_replay;  ///< why double backward cannot fall back, when it cannot
 
   ag::variable_list apply(ag::variable_list&& grads) override {
     EMBER_CHECK(!released)
         << "trying to backward through an ember-compiled graph a second time, after its saved "
         << "values were freed: pass retain_graph=True to the first backward";
-    EMBER_UNSUPPORTED(!at::GradMode::is_enabled())
-        << "double backward (create_graph=True) through an ember-compiled graph is not supported";
+    if (at::GradMode::is_enabled()) return double_backward(grads);
     std::vector<at::Tensor> inputs;
     inputs.reserve(saved.size() + grads.size());
     for (const ag::SavedVariable& s : saved) inputs.push_back(s.unpack());
@@ -95,8 +98,29 @@ struct CompiledBackward : ag::Node {
     return ag::variable_list(out.begin(), out.end());
   }
 
+  // create_graph=True: the compiled backward records no history, so the program runs again
+  // eagerly on the call's inputs and autograd differentiates that (EagerBackward).
+  ag::variable_list double_backward(const ag::variable_list& grads) {
+    EMBER_UNSUPPORTED(no_replay.empty())
+        << "double backward (create_graph=True) through an ember-compiled graph: " << no_replay;
+    std::vector<at::Tensor> args;
+    args.reserve(primals.size());
+    for (const ag::SavedVariable& p : primals) args.push_back(p.unpack());
+    std::vector<at::Tensor> gs;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      gs.push_back(grads[i].defined() ? grads[i]
+                                      : at::zeros(tangent_meta[i].sizes, tangent_meta[i].options));
+    }
+    std::vector<at::Tensor> out = (*eager)(args, gs);
+    EMBER_INTERNAL_ASSERT(out.size() == state->signature.grad_inputs.size())
+        << "double backward's fallback returned " << out.size() << " gradients for "
+        << state->signature.grad_inputs.size() << " inputs";
+    return ag::variable_list(out.begin(), out.end());
+  }
+
   void release_variables() override {
     saved.clear();
+    primals.clear();
     released = true;
   }
 
@@ -172,6 +196,16 @@ CompiledFunction::CompiledFunction(tracer::TracedGraph joint, JointSignature sig
   state->backward_scope = std::move(backward_scope);
   state->signature = std::move(signature);
   state_ = std::move(state);
+  replayable_ = joint.graph.mutations.empty();
+  for (const graph::Node& n : joint.graph.nodes) {
+    const graph::OpInfo& info = joint.graph.op_of(n);
+    auto op = c10::Dispatcher::singleton().findSchema({info.name, info.overload});
+    if (op.has_value() && op->hasTag(at::Tag::nondeterministic_seeded)) replayable_ = false;
+  }
+}
+
+void CompiledFunction::set_eager_backward(EagerBackward f) {
+  eager_backward_ = std::make_shared<const EagerBackward>(std::move(f));
 }
 
 CompiledFunction::~CompiledFunction() = default;
@@ -199,6 +233,27 @@ std::vector<at::Tensor> CompiledFunction::run(const std::vector<at::Tensor>& inp
   NodePtr node = make_node<CompiledBackward>();
   auto* backward = static_cast<CompiledBackward*>(node.get());
   backward->state = state_;
+  if (!eager_backward_) {
+    backward->no_replay = "not supported (no eager fallback is installed)";
+  } else if (!replayable_) {
+    backward->no_replay =
+        "not supported for a graph that mutates its inputs (BatchNorm's running statistics) or "
+        "draws random numbers (dropout): running it again would change them";
+  } else {
+    // Leaves only: the program is run again on these tensors, so their history must not be
+    // needed (a leaf's is itself), and a leaf is held by its owner anyway (no memory kept).
+    for (size_t i = 0; i < inputs.size() && backward->no_replay.empty(); ++i) {
+      if (inputs[i].grad_fn()) {
+        backward->no_replay = "input " + std::to_string(i) +
+                              " of the compiled graph is not a leaf of autograd's graph (only "
+                              "leaves, such as parameters, are kept to run it again eagerly)";
+      }
+    }
+    if (backward->no_replay.empty()) {
+      backward->eager = eager_backward_;
+      for (const at::Tensor& x : inputs) backward->primals.emplace_back(x, false);
+    }
+  }
   size_t next_saved = s.num_forward_outputs;
   for (int from_input : s.saved_inputs) {
     // An intermediate is saved detached (it may also be an output, whose grad_fn is this node:

@@ -10,8 +10,14 @@
 /// an output no loss reached) and returns one gradient per input edge. Under no_grad or
 /// inference_mode, or when no input requires grad, only the forward runs and nothing is saved.
 ///
-/// Not supported: a second backward through a node whose saved values were freed (an error, as
-/// eager's, naming retain_graph); double backward (create_graph=True): an error naming it.
+/// Double backward (create_graph=True) falls back to eager: with an eager fallback installed
+/// (set_eager_backward), the node runs the program again eagerly on its inputs and differentiates
+/// that with autograd, so the gradients have a history to differentiate again. Only for a graph
+/// without input mutations or random ops (running it again would update BatchNorm's statistics
+/// twice, or draw other dropout masks) whose inputs are autograd leaves (parameters, inputs
+/// made to require grad); otherwise an Unsupported error names what is missing. Not supported: a
+/// second backward through a node whose saved values were freed (an error, as eager's, naming
+/// retain_graph).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -46,6 +52,13 @@ JointSignature joint_signature(const graph::Graph& joint, int num_primals, int n
 /// Triton's compiler and interpreter run Python that is not the program's).
 using RunScope = std::function<void(const std::function<void()>&)>;
 
+/// Double backward's fallback: given the program's primals (the tensors the call got) and the
+/// gradients of its differentiable outputs, runs the program eagerly and returns, with
+/// create_graph, the gradients of the inputs in JointSignature::grad_inputs order (undefined for
+/// one the outputs do not reach).
+using EagerBackward = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>& primals,
+                                                            const std::vector<at::Tensor>& grads)>;
+
 class CompiledFunction {
  public:
   /// Splits `joint` and compiles both graphs with `options`. Input mutations (BatchNorm's running
@@ -64,11 +77,19 @@ class CompiledFunction {
   int num_saved() const;
   int64_t saved_bytes() const { return saved_bytes_; }
 
+  /// Installs double backward's fallback. Calls made after it keep their leaf inputs for it.
+  void set_eager_backward(EagerBackward f);
+  /// Whether the joint graph may run again for double backward: no input mutations, no random
+  /// ops.
+  bool replayable() const { return replayable_; }
+
   struct State;
 
  private:
   std::shared_ptr<const State> state_;
+  std::shared_ptr<const EagerBackward> eager_backward_;
   int64_t saved_bytes_ = 0;
+  bool replayable_ = false;
 };
 
 /// EMBER_MIN_CUT=0: the default partition (save what the backward reads) instead of the min-cut

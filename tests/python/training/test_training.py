@@ -79,11 +79,40 @@ def test_autograd_grad_retain_graph_and_unused_inputs():
     assert ember.metrics.snapshot()["fallbacks"] == 0
 
 
-def test_double_backward_is_refused_with_a_clear_error():
-    cf = torch.compile(lambda x: (x.exp() * x).sum(), backend="ember")
+def test_double_backward_falls_back_to_eager():
+    # create_graph=True: the compiled backward records no history, so the node runs the program
+    # again eagerly and differentiates that; the gradients differentiate again (a gradient
+    # penalty, a Hessian-vector product), matching eager's.
+    def f(x, w):
+        return ((x @ w).tanh() * x.exp()).sum()
+
+    torch.manual_seed(0)
+    x, w = torch.randn(4, 3, requires_grad=True), torch.randn(3, 3, requires_grad=True)
+    cf = torch.compile(f, backend="ember")
+    results = []
+    for fn in (f, cf):
+        gx, gw = torch.autograd.grad(fn(x, w), (x, w), create_graph=True)
+        penalty = gx.square().sum() + gw.sin().sum()
+        results.append(torch.autograd.grad(penalty, (x, w)))
+    for want, got in zip(*results):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    assert ember.metrics.snapshot()["double_backward_fallbacks"] == 1
+    # Plain backward still runs the compiled backward.
+    gx, gw = torch.autograd.grad(cf(x, w), (x, w))
+    assert gx.grad_fn is None and ember.metrics.snapshot()["double_backward_fallbacks"] == 1
+
+
+def test_double_backward_is_refused_where_running_again_would_differ():
+    # Dropout would draw another mask, BatchNorm would update its statistics twice: a clear
+    # error names why, rather than wrong second derivatives.
+    cf = torch.compile(lambda x: torch.nn.functional.dropout(x.exp(), 0.5).sum(), backend="ember")
     x = torch.randn(3, requires_grad=True)
-    with pytest.raises(Exception, match="double backward"):
+    with pytest.raises(Exception, match="double backward.*random"):
         torch.autograd.grad(cf(x), (x,), create_graph=True)
+    cg = torch.compile(lambda x: (x.exp() * x).sum(), backend="ember")
+    y = torch.randn(3, requires_grad=True) * 2  # not a leaf
+    with pytest.raises(Exception, match="double backward.*not a leaf"):
+        torch.autograd.grad(cg(y), (y,), create_graph=True)
 
 
 def test_saved_input_changed_in_place_is_caught():
