@@ -35,9 +35,11 @@ bool is_half(at::ScalarType t) {
   return t == at::kHalf || t == at::kBFloat16;
 }
 
+// The dtypes eager's backward kernels compute (float8 types have none of these ops).
 bool is_float(const at::Tensor& t) {
-  return t.defined() && at::isFloatingType(t.scalar_type()) &&
-         t.scalar_type() != at::kFloat8_e4m3fn;
+  if (!t.defined()) return false;
+  const at::ScalarType s = t.scalar_type();
+  return s == at::kFloat || s == at::kDouble || s == at::kHalf || s == at::kBFloat16;
 }
 
 // The type an op computes in: f32 for halves, as eager's opmath.
