@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "loop/equality.h"
 #include "loop/simplify_internal.h"
@@ -162,21 +163,37 @@ Expr fold_constants(const Expr& e, const RuleContext&) {
 
 // ---- integer arithmetic ----------------------------------------------------------------------
 
-/// Finds c*d*(a // d) + c*(a % d) among the terms and replaces the pair with c*a.
+/// Whether `div` is `a // d` for the dividend `a` and constant divisor `d` of `rem` (`a % d`):
+/// the same dividend and divisor, or, when `a` is itself `x // e` (e > 0), `x // (e * d)`, the
+/// form div-mod-nested gives `(x // e) // d`.
+bool is_quotient_of(const FloorDiv& div, const Mod& rem, int64_t d) {
+  auto dd = as_const_int(div.b);
+  if (!dd) return false;
+  if (*dd == d && structurally_equal(div.a, rem.a)) return true;
+  const auto* inner = rem.a.as<FloorDiv>();
+  auto e = inner != nullptr ? as_const_int(inner->b) : std::nullopt;
+  int64_t ed;
+  return e && *e > 0 && !__builtin_mul_overflow(*e, d, &ed) && ed == *dd &&
+         structurally_equal(div.a, inner->a);
+}
+
+/// Finds c*d*(a // d) + c*(a % d) among the terms and replaces the pair with c*a. A run of
+/// index digits, `((r // 56) % 56) * 3584 + (r // 3136) * 200704 + (r % 56) * 64` (a row index
+/// split into (n, h, w) and read back at channels-last strides), folds to `r * 64` this way:
+/// the middle term is `((r // 56) // 56) * 3584 * 56` after div-mod-nested.
 bool recombine_div_mod(Linear& l) {
   for (size_t p = 0; p < l.terms.size(); ++p) {
     const auto* div = l.terms[p].first.as<FloorDiv>();
     if (div == nullptr) continue;
     for (size_t q = 0; q < l.terms.size(); ++q) {
       const auto* rem = l.terms[q].first.as<Mod>();
-      auto d = as_const_int(div->b);
+      auto d = rem != nullptr ? as_const_int(rem->b) : std::nullopt;
       int64_t c = l.terms[q].second, cd;
-      if (rem == nullptr || !d || !structurally_equal(div->b, rem->b) ||
-          !structurally_equal(div->a, rem->a) || __builtin_mul_overflow(c, *d, &cd) ||
-          cd != l.terms[p].second) {
+      if (rem == nullptr || !d || *d <= 0 || !is_quotient_of(*div, *rem, *d) ||
+          __builtin_mul_overflow(c, *d, &cd) || cd != l.terms[p].second) {
         continue;
       }
-      Expr a = div->a;
+      Expr a = rem->a;
       l.terms.erase(l.terms.begin() + std::max(p, q));
       l.terms.erase(l.terms.begin() + std::min(p, q));
       l.terms.push_back({a, c});

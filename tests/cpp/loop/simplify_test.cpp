@@ -116,6 +116,14 @@ TEST(Simplify, RecombinesFloorDivAndModOfTheSameDividend) {
   EXPECT_EQ(simp("((((k + n) // 8) * 8) + ((k + n) % 8))", "linear-canonical"), "(k + n)");
   EXPECT_EQ(simp("((((k // 8) * 16) + ((k % 8) * 2)) + 1)", "linear-canonical"), "((k * 2) + 1)");
   EXPECT_EQ(simp("(((k // 8) * 4) + (k % 8))"), "((k % 8) + ((k // 8) * 4))");
+  // Digits of a row index read back at their strides: (k // 56) // 56 is k // 3136.
+  EXPECT_EQ(simp("(((((k // 56) % 56) * 3584) + ((k % 56) * 64)) + ((k // 3136) * 200704))",
+                 "linear-canonical"),
+            "(k * 64)");
+  EXPECT_EQ(simp("((((k // 4) % 8) * 2) + ((k // 32) * 16))", "linear-canonical"),
+            "((k // 4) * 2)");
+  EXPECT_EQ(simp("((((k // 4) % 8) * 2) + ((k // 32) * 8))"),
+            "((((k // 4) % 8) * 2) + ((k // 32) * 8))");
 }
 
 TEST(Simplify, SortsOperandsOfCommutativeIntegerNodes) {
