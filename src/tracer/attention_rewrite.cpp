@@ -1,7 +1,9 @@
 #include "tracer/attention_rewrite.h"
 
+#include <ATen/Context.h>
 #include <ATen/ExpandUtils.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/_scaled_dot_product_attention_math.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 #include <ATen/ops/scaled_dot_product_attention_native.h>
 #include <ATen/ops/where.h>
@@ -50,8 +52,14 @@ void attention_kernel(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stac
   }
   at::Tensor out;
   if (row.has_value()) {
-    at::Tensor unmasked = at::native::scaled_dot_product_attention(
-        query, key, value, std::nullopt, dropout_p, false, scale, enable_gqa);
+    // Note [f32 attention on CUDA] in the header.
+    const bool math = query.device().is_cuda() && query.scalar_type() == at::kFloat &&
+                      at::globalContext().allowTF32CuBLAS() && dropout_p == 0.0;
+    at::Tensor unmasked =
+        math ? std::get<0>(at::_scaled_dot_product_attention_math(
+                   query, key, value, std::nullopt, 0.0, false, std::nullopt, scale, enable_gqa))
+             : at::native::scaled_dot_product_attention(query, key, value, std::nullopt, dropout_p,
+                                                        false, scale, enable_gqa);
     out = at::where(*row, unmasked, 0);
   } else {
     out = at::native::scaled_dot_product_attention(query, key, value, mask, dropout_p, is_causal,
