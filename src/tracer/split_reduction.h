@@ -32,7 +32,8 @@
 //     elements the rows are split into about 1024 programs' worth of partials (a divisor of the
 //     rows, at least 32 rows each), then summed. A reduction over a run of inner dims too (the
 //     batch and the H x W of an NCHW tensor) sums the inner run as rows first.
-//   - training batch norm (`_native_batch_norm_legit_functional`, training=True) on CUDA: its
+//   - training batch norm (`_native_batch_norm_legit_functional`, training=True) on CUDA with at
+//     least 256 rows (N x H x W): its
 //     statistics as the staged sums above, `out = (x - mean) * (invstd * w) + b` (eager's form),
 //     the running statistics updated with the unbiased variance, save_mean and save_invstd in
 //     the dtypes of the op's meta kernel. ember's own batch-norm kernel over a channels-last

@@ -129,16 +129,20 @@ def test_column_reductions_left_alone(case):
     assert graph.ops == ["aten::sum.dim_IntList"], str(graph)
 
 
-def test_training_batch_norm_is_sums_in_stages():
+@pytest.mark.parametrize("shape", [(32, 64, 28, 28), (16, 512, 7, 7)])
+def test_training_batch_norm_is_sums_in_stages(shape):
+    # (16, 512, 7, 7): 784 rows, ResNet-18's last stage, whose unsplit kernel ran 4 programs.
     bn = torch.ops.aten._native_batch_norm_legit_functional
-    x = torch.randn(32, 64, 28, 28, dtype=BF16).to(memory_format=torch.channels_last)
-    w, b, rm, rv = torch.randn(64), torch.randn(64), torch.randn(64), torch.rand(64)
+    n, c, h, wd = shape
+    x = torch.randn(*shape, dtype=BF16).to(memory_format=torch.channels_last)
+    w, b, rm, rv = torch.randn(c), torch.randn(c), torch.randn(c), torch.rand(c)
     graph = ember.trace(lambda *a: bn(*a, True, 0.1, 1e-5), [x, w, b, rm, rv], device="cuda:0")
     text = str(graph)
     assert "aten::_native_batch_norm_legit_functional" not in graph.ops, text
     assert graph.ops.count("aten::sum.dim_IntList") == 4 and "aten::rsqrt" in graph.ops, text
     # Statistics in f32 as the op's meta kernel gives them; the output in bf16, channels-last.
-    assert "bf16[32, 64, 28, 28]{50176, 1, 1792, 64} cuda:0 = aten::_to_copy" in text, text
+    layout = f"{{{c * h * wd}, 1, {wd * c}, {c}}}"
+    assert f"bf16[{n}, {c}, {h}, {wd}]{layout} cuda:0 = aten::_to_copy" in text, text
 
 
 # The rewritten graphs against eager, on the CPU (EMBER_SPLIT_REDUCTIONS=all splits there too).
