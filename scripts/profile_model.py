@@ -94,6 +94,15 @@ def profile(model: str, backend: str, dtype: str, steps: int, top: int, device: 
     memory = {}
     if mode == "training" and device.startswith("cuda"):
         memory = training_memory(inst, sum(f.saved_bytes for f in made))
+    if mode == "training" and made:
+        # What the forward keeps for the backward, by producing op (graph/partition.h).
+        saved = collections.defaultdict(lambda: [0, 0])
+        for f in made:
+            for op, _type, nbytes in f.saved_values:
+                saved[op][0] += nbytes
+                saved[op][1] += 1
+        memory["saved_by_op_mb"] = [(op, round(b / 2**20, 1), n)
+                                    for op, (b, n) in sorted(saved.items(), key=lambda kv: -kv[1][0])]
     return {"model": model, "backend": backend, "dtype": dtype, "mode": mode, "step_ms": step_ms,
             "memory": memory, "first_call_s": first, "kernel_ms": kernel_ms, "launches_per_step": launches,
             "top": [(name[:140], round(ms, 4), n // steps) for name, (ms, n) in rows[:top]],
@@ -160,7 +169,12 @@ def main() -> None:
                   f"{r['kernel_ms']:.3f} ms, {r['launches_per_step']:.0f} launches, first call "
                   f"{r['first_call_s']:.1f} s")
             if r["memory"]:
-                print("  memory MiB: " + ", ".join(f"{k[:-3]} {v:.0f}" for k, v in r["memory"].items()))
+                sizes = {k: v for k, v in r["memory"].items() if k != "saved_by_op_mb"}
+                if sizes:
+                    print("  memory MiB: " + ", ".join(f"{k[:-3]} {v:.0f}" for k, v in sizes.items()))
+                if r["memory"].get("saved_by_op_mb"):
+                    print("  saved MiB by op: " + ", ".join(
+                        f"{op} {mb} (x{n})" for op, mb, n in r["memory"]["saved_by_op_mb"][:8]))
             for name, ms, n in r["top"]:
                 print(f"  {ms:8.4f} ms  x{n:<4d} {name}")
             for name, n in r["products"]:

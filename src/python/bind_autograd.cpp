@@ -1,9 +1,12 @@
 /// \file
 /// Python view of compiled training graphs: ember._C.CompiledFunction
 /// (runtime/compiled_function.h).
+#include <algorithm>
+
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include "graph/types.h"
 #include "python/bindings.h"
 #include "python/torch_caster.h"
 #include "runtime/compiled_function.h"
@@ -45,6 +48,27 @@ void bind_autograd(nb::module_& m) {
                    "Values the forward keeps for the backward.")
       .def_prop_ro("saved_bytes", &CompiledFunction::saved_bytes,
                    "Bytes of the values the forward keeps for the backward.")
+      .def_prop_ro(
+          "saved_values",
+          [](const CompiledFunction& f) {
+            // The forward's outputs after the program's own are the saved values that are not
+            // primal inputs (graph/partition.h).
+            const graph::Graph& g = f.forward().graph();
+            nb::list out;
+            for (size_t i = static_cast<size_t>(f.num_forward_outputs()); i < g.outputs.size();
+                 ++i) {
+              const graph::Value& v = g.values.at(g.outputs[i]);
+              const std::string op =
+                  v.node < 0 ? "input" : g.op_of(g.nodes.at(v.node)).qualified_name();
+              const int64_t bytes =
+                  graph::numel(v.type.sizes) * std::max(graph::element_size(v.type.dtype), 1);
+              out.append(nb::make_tuple(op, graph::type_str(v.type), bytes));
+            }
+            return out;
+          },
+          "(producing op, type, bytes) of each value the forward saves for the backward that is "
+          "not "
+          "a primal input (those are saved as they are).")
       .def_prop_ro("forward_steps",
                    [](const CompiledFunction& f) { return f.forward().describe_steps(); })
       .def_prop_ro("backward_steps",

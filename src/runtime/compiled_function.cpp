@@ -216,6 +216,9 @@ const Executor& CompiledFunction::forward() const {
 const Executor& CompiledFunction::backward() const {
   return *state_->backward;
 }
+int CompiledFunction::num_forward_outputs() const {
+  return state_->num_forward_outputs;
+}
 int CompiledFunction::num_saved() const {
   return static_cast<int>(state_->saved_inputs.size());
 }

@@ -76,6 +76,8 @@ class CompiledFunction {
   /// Values the forward keeps for the backward (intermediates and inputs), and their bytes.
   int num_saved() const;
   int64_t saved_bytes() const { return saved_bytes_; }
+  /// The program's outputs: the forward graph's first outputs (the saved values follow).
+  int num_forward_outputs() const;
 
   /// Installs double backward's fallback. Calls made after it keep their leaf inputs for it.
   void set_eager_backward(EagerBackward f);

@@ -182,6 +182,11 @@ def test_min_cut_saves_fewer_bytes_than_the_default_partition(monkeypatch):
     monkeypatch.setenv("EMBER_MIN_CUT", "0")
     plain = compile_it()
     assert cut.saved_bytes < plain.saved_bytes, (cut.saved_bytes, plain.saved_bytes)
+    # saved_values: (producing op, type, bytes) of the saved intermediates (w1 and w2, primal
+    # inputs, are saved as they are and not listed); the min cut saves the first product.
+    assert [(op, t) for op, t, _ in cut.saved_values] == [("aten::mm", "f32[16, 64] cpu")], \
+        cut.saved_values
+    assert sum(b for _, _, b in cut.saved_values) <= cut.saved_bytes
     assert any("gelu" in s for s in cut.backward_steps), cut.backward_steps  # recomputed there
     want = None
     for c in (cut, plain):
