@@ -132,7 +132,8 @@ auto param_fields(const BufferParam& p) {
 }  // namespace
 
 bool structurally_equal(const Kernel& a, const Kernel& b) {
-  if (a.name != b.name || a.size_vars != b.size_vars || a.buffers.size() != b.buffers.size()) {
+  if (a.name != b.name || a.size_vars != b.size_vars || a.buffers.size() != b.buffers.size() ||
+      a.combo != b.combo) {
     return false;
   }
   for (size_t i = 0; i < a.buffers.size(); ++i) {
@@ -160,6 +161,7 @@ uint64_t structural_hash(const Kernel& k) {
   h.u64(k.buffers.size());
   for (const BufferParam& p : k.buffers) hash_fields(h, param_fields(p));
   hash_field(h, k.body);
+  h.u64(k.combo ? 1 : 0);
   return h.digest();
 }
 

@@ -108,6 +108,7 @@ class Parser {
       k.size_vars.push_back(name("size variable"));
       size_vars_.insert(k.size_vars.back());
     }
+    k.combo = accept("combo");
     expect("{");
     while (is_param()) k.buffers.push_back(param());
     std::vector<Stmt> stmts;

@@ -3,7 +3,7 @@
 ///
 /// Grammar (tokens are separated by optional whitespace; `#` starts a comment to end of line):
 ///
-///   kernel     := 'kernel' NAME '(' [NAME {',' NAME}] ')' '{' {param} {stmt} '}'
+///   kernel     := 'kernel' NAME '(' [NAME {',' NAME}] ')' ['combo'] '{' {param} {stmt} '}'
 ///   param      := ROLE NAME ':' DTYPE dims 'strides' dims      ROLE: input output inout temp
 ///   dims       := '[' [expr {',' expr}] ']'
 ///   body       := '{' {stmt} '}'                    one statement, or a Block of several

@@ -229,7 +229,7 @@ std::string print_kernel(const Kernel& k) {
   std::ostringstream os;
   os << "kernel " << k.name << "(";
   for (size_t i = 0; i < k.size_vars.size(); ++i) os << (i > 0 ? ", " : "") << k.size_vars[i];
-  os << ") {\n";
+  os << (k.combo ? ") combo {\n" : ") {\n");
   for (const BufferParam& b : k.buffers) {
     os << "  " << buffer_role_name(b.role) << " " << b.name << " : " << dtype_name(b.dtype);
     print_dims(os, b.sizes);

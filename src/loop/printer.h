@@ -37,8 +37,9 @@
 ///  - `alloc buf : f32[n, 4] {`
 ///  - a Block prints its statements in order (the body of a brace is a Block or one statement).
 ///
-/// Kernel: `kernel name(size vars) {`, one line per buffer parameter
-/// (`<role> name : <dtype>[sizes] strides [strides]`), the body's statements, `}` and a newline.
+/// Kernel: `kernel name(size vars) {` (`kernel name(size vars) combo {` for a combo kernel), one
+/// line per buffer parameter (`<role> name : <dtype>[sizes] strides [strides]`), the body's
+/// statements, `}` and a newline.
 /// Undefined handles print as `<undefined>`, so broken IR still prints for error messages.
 #pragma once
 

@@ -280,4 +280,10 @@ const BufferParam* Kernel::find_buffer(const std::string& name) const {
   return nullptr;
 }
 
+std::vector<Stmt> Kernel::parts() const {
+  if (!combo) return {body};
+  if (const auto* b = body.as<Block>()) return b->stmts;
+  return {body};
+}
+
 }  // namespace ember::loop

@@ -223,14 +223,24 @@ struct BufferParam {
 
 /// A loop function: one compiled kernel. `size_vars` are its shape symbols (the i64 scalar
 /// arguments after the buffers); `buffers` are its buffer arguments, in order.
+///
+/// A combo kernel (`combo`, made by sched/combo.h: horizontal fusion) runs independent parts: the
+/// statements of its body Block (or the body itself, when it is not a Block). No part reads or
+/// writes a buffer that another part writes, so running them in order, in any other order or at
+/// once gives the same result: the C++ backend runs them in order, the Triton backend gives each
+/// part its own range of programs of one launch.
 struct Kernel {
   std::string name;
   std::vector<std::string> size_vars;
   std::vector<BufferParam> buffers;
   Stmt body;
+  bool combo = false;
 
   /// The parameter named `name`, or nullptr.
   const BufferParam* find_buffer(const std::string& name) const;
+  /// A combo kernel's parts, in order: the body Block's statements, or the body alone. The whole
+  /// body as one part for any other kernel.
+  std::vector<Stmt> parts() const;
 };
 
 /// Values of size variables, by name. Kept outside the IR so that sizes stay symbolic.

@@ -185,6 +185,50 @@ bool has_loop(const Stmt& s) {
   return found;
 }
 
+namespace {
+
+Expr rename_loads(const Expr& e, const std::map<std::string, std::string>& names) {
+  Expr r = map_children(e, [&](const Expr& c) { return rename_loads(c, names); });
+  if (const auto* l = r.as<Load>()) {
+    auto it = names.find(l->buffer);
+    if (it != names.end()) return Load::make(r.dtype(), it->second, l->index);
+  }
+  return r;
+}
+
+}  // namespace
+
+Stmt rename_buffers(const Stmt& s, const std::map<std::string, std::string>& names) {
+  Stmt r = map_stmt_children(
+      s, [&](const Expr& e) { return rename_loads(e, names); },
+      [&](const Stmt& c) { return c.defined() ? rename_buffers(c, names) : c; });
+  auto renamed = [&](const std::string& b) {
+    auto it = names.find(b);
+    return it == names.end() ? b : it->second;
+  };
+  if (const auto* st = r.as<Store>(); st != nullptr && names.count(st->buffer)) {
+    return Store::make(renamed(st->buffer), st->index, st->value);
+  }
+  if (const auto* a = r.as<Accumulate>()) {
+    std::vector<std::string> buffers;
+    for (const std::string& b : a->buffers) buffers.push_back(renamed(b));
+    if (buffers != a->buffers) return Accumulate::make(a->op, buffers, a->index, a->values);
+  }
+  return r;
+}
+
+void buffer_accesses(const Stmt& s, std::set<std::string>& reads, std::set<std::string>& writes) {
+  std::function<void(const Expr&)> expr = [&](const Expr& e) {
+    if (const auto* l = e.as<Load>()) reads.insert(l->buffer);
+    for_each_child(e, expr);
+  };
+  if (const auto* st = s.as<Store>()) writes.insert(st->buffer);
+  if (const auto* a = s.as<Accumulate>()) writes.insert(a->buffers.begin(), a->buffers.end());
+  for_each_stmt_child(s, expr, [&](const Stmt& c) {
+    if (c.defined()) buffer_accesses(c, reads, writes);
+  });
+}
+
 Expr substitute(const Expr& e, const std::map<std::string, Expr>& replacements) {
   const std::string* name = nullptr;
   if (const auto* v = e.as<Var>()) name = &v->name;

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 
 #include "loop/stmt.h"
@@ -32,6 +33,13 @@ void for_each_stmt_child(const Stmt& s, const std::function<void(const Expr&)>& 
 
 /// Whether `s` contains a For.
 bool has_loop(const Stmt& s);
+
+/// `s` with every buffer named in `names` (Loads, Stores, Accumulates) renamed to its entry.
+Stmt rename_buffers(const Stmt& s, const std::map<std::string, std::string>& names);
+
+/// Adds to `reads` the buffers `s` loads from and to `writes` those it stores or accumulates
+/// into, its own Allocates' included (by name).
+void buffer_accesses(const Stmt& s, std::set<std::string>& reads, std::set<std::string>& writes);
 
 /// Replaces every Var and SizeVar named in `replacements` with its expression (which must have
 /// the same dtype). Not capture-avoiding: the IR has no shadowing (stmt.h).

@@ -38,6 +38,7 @@ class Verifier {
     }
     context_.clear();
     if (k_.body.defined()) stmt(k_.body);
+    if (k_.combo && k_.body.defined()) parts();
     return std::move(errors_);
   }
 
@@ -154,6 +155,24 @@ class Verifier {
     } else {
       for_each_stmt_child(
           s, [&](const Expr& e) { expr(e); }, [&](const Stmt& c) { stmt(c); });
+    }
+  }
+
+  /// A combo kernel's parts are independent: none reads or writes a buffer another one writes.
+  void parts() {
+    const std::vector<Stmt> parts = k_.parts();
+    std::vector<std::set<std::string>> reads(parts.size()), writes(parts.size());
+    for (size_t i = 0; i < parts.size(); ++i) buffer_accesses(parts[i], reads[i], writes[i]);
+    for (size_t i = 0; i < parts.size(); ++i) {
+      for (const std::string& b : writes[i]) {
+        if (!k_.find_buffer(b)) continue;  // an allocation of the part's own
+        for (size_t j = 0; j < parts.size(); ++j) {
+          if (j != i && (reads[j].count(b) || writes[j].count(b))) {
+            error() << "combo part " << j << " touches buffer '" << b << "', which part " << i
+                    << " writes";
+          }
+        }
+      }
     }
   }
 

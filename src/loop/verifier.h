@@ -21,7 +21,9 @@ namespace ember::loop {
 ///    an Allocate does not reuse a name in scope;
 ///  - a Load's dtype is its buffer's dtype; a Store's value has its buffer's dtype;
 ///    Accumulate buffers have the dtypes their op needs (argmax/argmin index slot: i64);
-///  - nothing is stored or accumulated into an input buffer.
+///  - nothing is stored or accumulated into an input buffer;
+///  - a combo kernel's parts are independent: no part reads or writes a buffer parameter that
+///    another part writes.
 std::vector<std::string> verify_kernel(const Kernel& k);
 
 /// Throws InternalError listing every problem when verify_kernel finds any.

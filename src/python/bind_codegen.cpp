@@ -33,6 +33,7 @@ nb::dict triton_kernel(const std::string& text, const std::map<std::string, int6
   d["source"] = t->source;
   d["form"] = t->form == codegen::TritonKernel::Form::Flat    ? "flat"
               : t->form == codegen::TritonKernel::Form::Tiled ? "tiled"
+              : t->form == codegen::TritonKernel::Form::Combo ? "combo"
                                                               : "rows";
   d["block_param"] = t->block_param;
   d["block"] = l.block;

@@ -94,6 +94,12 @@ bool triton_interpret_env() {
   return e != nullptr && std::string(e) == "1";
 }
 
+/// EMBER_COMBO_KERNELS=0: independent pointwise kernels stay apart (sched/combo.h).
+bool combo_kernels_enabled() {
+  const char* e = std::getenv("EMBER_COMBO_KERNELS");
+  return e == nullptr || std::string(e) != "0";
+}
+
 /// Whether node `n`, of an op tagged nondeterministic_seeded, draws random numbers: not when its
 /// dropout probability is a constant 0 (the attention kernels' `dropout_p`) or it is a dropout
 /// with `train` false.
@@ -310,6 +316,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
   sopts.reductions = options.reductions;
   sopts.reduction_fusion = options.reduction_fusion;
   sopts.index_asserts = triton;  // a device-side assert per index read, as eager's CUDA kernels
+  sopts.combo_kernels = combo_kernels_enabled();
   sched::Plan plan = sched::schedule_graph(g, sopts);
   const char* fa_env = std::getenv("EMBER_FUSE_ATTENTION");
   const std::string fa = fa_env != nullptr ? fa_env : "";
@@ -365,6 +372,11 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
         auto refuse = [&](const sched::KernelGroup& group, const std::string& why) {
           EMBER_UNSUPPORTED(round < kMaxRefusalRounds) << why;
           refused = true;
+          if (group.kernel.combo && sopts.combo_kernels) {
+            // Its parts get kernels of their own next round, where the one refused is found.
+            sopts.combo_kernels = false;
+            return;
+          }
           refused_kernels_.push_back(why);
           if (sopts.extern_nodes.empty()) sopts.extern_nodes.assign(g.nodes.size(), false);
           for (int32_t n : group.nodes) sopts.extern_nodes[n] = true;
@@ -456,7 +468,11 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
           }
           k.allocations.push_back(std::move(out));
         }
-        k.description = "kernel " + (triton ? k.triton->kernel().name : group.kernel.name) + ":";
+        k.description = "kernel " + (triton ? k.triton->kernel().name : group.kernel.name);
+        if (group.kernel.combo) {
+          k.description += " (combo of " + std::to_string(group.kernel.parts().size()) + ")";
+        }
+        k.description += ":";
         for (size_t j = 0; j < group.nodes.size(); ++j) {
           k.description += (j ? ", " : " ") + g.op_of(g.nodes[group.nodes[j]]).qualified_name();
         }

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "sched/batch_norm.h"
+#include "sched/combo.h"
 #include "sched/fusion_internal.h"
 #include "sched/index_ops.h"
 #include "sched/kernel_params.h"
@@ -479,7 +480,8 @@ Plan Scheduler::run() {
 }  // namespace
 
 Plan schedule_graph(const graph::Graph& g, const ScheduleOptions& options) {
-  return Scheduler(g, options).run();
+  Plan plan = Scheduler(g, options).run();
+  return options.combo_kernels ? combine_kernels(g, std::move(plan)) : plan;
 }
 
 PlanUses plan_uses(const graph::Graph& g, const Plan& plan) {

@@ -98,6 +98,9 @@ struct ScheduleOptions {
   /// Values (by id) that never join a reduction's kernel as epilogues (they get a kernel of
   /// their own): a sibling copy that would keep a fused attention's softmax kernel alive.
   std::vector<bool> no_epilogue;
+  /// Whether independent pointwise kernels are merged into combo kernels (combo.h: horizontal
+  /// fusion), one launch each.
+  bool combo_kernels = true;
 };
 
 /// Requires a verifier-valid graph whose tensors are all on the CPU (C++ kernels) or all on one
@@ -112,7 +115,8 @@ struct ScheduleOptions {
 ///    so outputs alias as in eager;
 ///  - a kernel writes its outputs with the traced sizes and strides and reads realized values at
 ///    their traced strides and storage offsets relative to the buffer it reads (the runtime
-///    checks graph inputs' strides).
+///    checks graph inputs' strides);
+///  - with `combo_kernels`, independent pointwise kernels are merged (combine_kernels, combo.h).
 Plan schedule_graph(const graph::Graph& g, const ScheduleOptions& options = {});
 
 /// Who reads and writes each value in `plan` (requires a plan of `g`).

@@ -71,8 +71,8 @@ Expr as_index(Expr e);
 void collect_vars(const Expr& e, std::set<std::string>& out);
 // What evaluating `e` once costs (Note [Recompute or realize]).
 int expression_cost(const Expr& e);
+// Statements: loop::rename_buffers (loop/traverse.h).
 Expr rename_buffers(const Expr& e, const std::map<std::string, std::string>& names);
-Stmt rename_buffers(const Stmt& s, const std::map<std::string, std::string>& names);
 
 // One instantiation of an inlined value in a kernel: the value at one index.
 struct Use {

@@ -134,17 +134,6 @@ Expr rename_buffers(const Expr& e, const std::map<std::string, std::string>& nam
   return r;
 }
 
-Stmt rename_buffers(const Stmt& s, const std::map<std::string, std::string>& names) {
-  Stmt r = loop::map_stmt_children(
-      s, [&](const Expr& e) { return rename_buffers(e, names); },
-      [&](const Stmt& c) { return rename_buffers(c, names); });
-  if (const auto* st = r.as<loop::Store>()) {
-    auto it = names.find(st->buffer);
-    if (it != names.end()) return loop::Store::make(it->second, st->index, st->value);
-  }
-  return r;
-}
-
 // ---- KernelBuilder ------------------------------------------------------------------------------
 
 KernelBuilder::KernelBuilder(const FusionState& s, std::vector<int64_t> shape)

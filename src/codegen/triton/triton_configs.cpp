@@ -22,8 +22,9 @@ std::vector<TritonConfig> triton_configs(const TritonKernel& k, const Bindings& 
   std::vector<TritonConfig> out{{def.block, 4, row_tile ? k.rows_per_program : 0}};
   const int64_t extent = eval_int(k.block_extent, sizes);
   const int64_t grid = eval_int(k.grid_extent, sizes);
-  // Flat: the grid is the elements; Rows: the rows (a row tile's too), each of `extent`.
-  int64_t elements = k.form == TritonKernel::Form::Flat ? grid : grid * extent;
+  // Flat and Combo: the grid is the elements; Rows: the rows (a row tile's too), each of `extent`.
+  const bool flat = k.form == TritonKernel::Form::Flat || k.form == TritonKernel::Form::Combo;
+  int64_t elements = flat ? grid : grid * extent;
   if (k.form == TritonKernel::Form::Tiled) {
     elements = grid * eval_int(k.tile_cols, sizes) * eval_int(k.tile_rows, sizes);
   }
@@ -36,7 +37,7 @@ std::vector<TritonConfig> triton_configs(const TritonKernel& k, const Bindings& 
     add({16, 2});
     return out;
   }
-  if (k.form == TritonKernel::Form::Flat) {
+  if (flat) {
     for (TritonConfig c : {TritonConfig{512, 4}, TritonConfig{256, 4}, TritonConfig{1024, 8}}) {
       if (c.block <= def.block) add(c);
     }

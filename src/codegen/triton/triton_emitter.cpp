@@ -551,7 +551,8 @@ TritonKernel Emitter::run() {
       weight *= ext->value;
     }
   }
-  if (flat && product_.empty() && index_cast_.empty() && nest.size() >= 2 && tiled_form_enabled()) {
+  if (flat && product_.empty() && !part_ && index_cast_.empty() && nest.size() >= 2 &&
+      tiled_form_enabled()) {
     std::vector<std::string> vars;
     bool constant = true;
     for (const For* f : nest) {
@@ -606,8 +607,7 @@ TritonKernel Emitter::run() {
       index_cast_ = ".to(tl.int64)";  // the flattened nest itself is too long for i32
     }
     if (product_.empty()) {  // an epilogue's lin and xmask are the template's
-      line("lin = tl.program_id(0)" + index_cast_ + " * XBLOCK + tl.arange(0, XBLOCK)" +
-           index_cast_);
+      line("lin = " + pid_ + index_cast_ + " * XBLOCK + tl.arange(0, XBLOCK)" + index_cast_);
       line("xmask = lin < (" + expr(total) + ")");
     }
     for (const For* f : nest) block_vars_.insert(f->var.as<Var>()->name);
@@ -630,14 +630,14 @@ TritonKernel Emitter::run() {
     if (rows_ > 1) {
       // A row tile: rows [p * XBLOCK, (p + 1) * XBLOCK) as an [XBLOCK, 1] block, the rows past
       // the end masked; XBLOCK is a constexpr the launcher tunes (rows_per_program its default).
-      line("prow = tl.program_id(0)" + index_cast_ + " * XBLOCK + tl.arange(0, XBLOCK)" +
-           index_cast_ + "[:, None]");
+      line("prow = " + pid_ + index_cast_ + " * XBLOCK + tl.arange(0, XBLOCK)" + index_cast_ +
+           "[:, None]");
       line("pmask = prow < (" + expr(product(rows)) + ")");
       row_mask_ = "pmask";
       for (const For* f : rows) block_vars_.insert(f->var.as<Var>()->name);
       decompose(rows, "prow");
     } else if (!rows.empty()) {
-      decompose(rows, "tl.program_id(0)" + index_cast_);
+      decompose(rows, pid_ + index_cast_);
     }
     stmt(rest);
     out.grid_extent = product(rows);  // rows; a row tile's programs: triton_programs
@@ -747,6 +747,97 @@ void Emitter::drop_private_stores(TritonKernel& out) {
   }
 }
 
+// The Triton kernel of combo kernel `k` (triton_emitter.h): a jit function per part, then the
+// kernel, which calls the part whose range of programs holds its program id. A part's buffers are
+// its function's arguments a0, a1, ... in the kernel's order, so parts that compute the same
+// thing on other buffers (an optimizer's update of parameters of one shape, its scalars) have
+// the same function, emitted and compiled once.
+TritonKernel emit_combo(const Kernel& k, const std::vector<std::string>& private_buffers) {
+  TritonKernel out;
+  out.name = "ember_" + k.name;
+  out.form = TritonKernel::Form::Combo;
+  out.block_param = "XBLOCK";
+  out.int32_indices = true;
+  // The argument list of buffers `buffers` and the kernel's sizes, then `tail`.
+  auto arguments = [&](const std::vector<BufferParam>& buffers, const std::string& tail) {
+    std::string a;
+    for (const BufferParam& b : buffers) a += "b_" + b.name + ", ";
+    for (const std::string& s : k.size_vars) a += "s_" + s + ", ";
+    return a + tail;
+  };
+  std::ostringstream functions, kernel;
+  kernel << "\n\n@triton.jit\ndef " << out.name << "("
+         << arguments(k.buffers, "XBLOCK: tl.constexpr") << "):\n"
+         << "    pid = tl.program_id(0)\n";
+  std::map<std::string, std::string> function_of;  // a part's function body -> its name
+  Expr total = IntImm::make(kIndexType, 0);
+  Expr widest = IntImm::make(kIndexType, 1);
+  std::string start;  // the first program of the next part: after the previous one's range
+  const std::vector<Stmt> stmts = k.parts();
+  for (size_t i = 0; i < stmts.size(); ++i) {
+    // The part as a kernel of its own over the buffers it touches, renamed a0, a1, ...
+    std::set<std::string> reads, writes;
+    buffer_accesses(stmts[i], reads, writes);
+    Kernel part;
+    part.name = "part";
+    part.size_vars = k.size_vars;
+    std::map<std::string, std::string> names;
+    std::vector<std::string> private_here;
+    std::vector<BufferParam> used;  // k's buffers, as the part's arguments
+    for (const BufferParam& b : k.buffers) {
+      if (!reads.count(b.name) && !writes.count(b.name)) continue;
+      BufferParam p = b;
+      p.name = "a" + std::to_string(part.buffers.size());
+      names[b.name] = p.name;
+      if (std::find(private_buffers.begin(), private_buffers.end(), b.name) !=
+          private_buffers.end()) {
+        private_here.push_back(p.name);
+      }
+      used.push_back(b);
+      part.buffers.push_back(std::move(p));
+    }
+    part.body = collapse_loops(rename_buffers(stmts[i], names));
+    Emitter e(part, /*row_tiles=*/false, private_here);
+    e.set_part();
+    const TritonKernel t = e.run();
+    Expr extent;
+    std::string programs;
+    if (t.form == TritonKernel::Form::Flat) {
+      extent = simplify(t.grid_extent);
+      programs = "((" + e.index_text(extent) + " + XBLOCK - 1) // XBLOCK)";
+      widest = make_binary(ExprKind::Max, widest, extent);
+    } else if (t.form == TritonKernel::Form::Rows && !has_loop(part.body)) {
+      extent = IntImm::make(kIndexType, 1);  // scalar code: one program
+      programs = "1";
+    } else {
+      refuse("a combo part that is not a pointwise nest or scalar code");
+    }
+    out.part_extents.push_back(extent);
+    total = make_binary(ExprKind::Add, total, extent);
+    out.int32_indices = out.int32_indices && t.int32_indices;
+    for (const std::string& u : t.unused_buffers) {
+      for (const auto& [name, renamed] : names) {
+        if (renamed == u) out.unused_buffers.push_back(name);
+      }
+    }
+    const std::string body = "(" + arguments(part.buffers, "pid, XBLOCK: tl.constexpr") + "):\n" +
+                             (e.body().empty() ? "    pass\n" : e.body());
+    auto [it, fresh] = function_of.try_emplace(body, out.name + "_p" + std::to_string(i));
+    if (fresh) functions << "\n\n@triton.jit\ndef " << it->second << body;
+    const std::string end = "end" + std::to_string(i);
+    kernel << "    " << end << " = " << (start.empty() ? "" : start + " + ") << programs << "\n";
+    kernel << "    if " << (start.empty() ? "" : "(pid >= " + start + ") & ") << "(pid < " << end
+           << "):\n";
+    kernel << "        " << it->second << "("
+           << arguments(used, (start.empty() ? "pid" : "pid - " + start) + ", XBLOCK") << ")\n";
+    start = end;
+  }
+  out.grid_extent = simplify(total);
+  out.block_extent = simplify(widest);
+  out.source = std::string(kTritonPrelude) + functions.str() + kernel.str();
+  return out;
+}
+
 }  // namespace triton_detail
 
 using namespace loop;
@@ -756,6 +847,7 @@ using triton_detail::NoTritonForm;
 std::optional<TritonKernel> emit_triton(const Kernel& k, std::string* why,
                                         const std::vector<std::string>& private_buffers) {
   try {
+    if (k.combo) return triton_detail::emit_combo(k, private_buffers);
     // A pointwise nest that indices walk as one run is one loop: the flat form then recovers
     // fewer loop variables by division and modulo per element.
     Kernel collapsed = k;
@@ -775,6 +867,7 @@ std::optional<TritonKernel> emit_triton(const Kernel& k, std::string* why,
 std::optional<std::string> emit_triton_epilogue(const Kernel& k, const std::string& product,
                                                 std::string* why) {
   try {
+    if (k.combo) triton_detail::refuse("an epilogue of a combo kernel");
     Kernel collapsed = k;
     collapsed.body = collapse_loops(k.body);
     Emitter e(collapsed, /*row_tiles=*/false, {});
@@ -810,6 +903,11 @@ int64_t triton_programs(const TritonKernel& k, const Bindings& sizes, int block,
     }
     case TritonKernel::Form::Rows:
       return grid;
+    case TritonKernel::Form::Combo: {
+      int64_t programs = 0;
+      for (const Expr& e : k.part_extents) programs += (eval_expr(e, env).i + block - 1) / block;
+      return programs;
+    }
   }
   return grid;
 }

@@ -7,7 +7,12 @@
 /// its size variables in order (`s_<size>`), then one block size, a `tl.constexpr` (`XBLOCK` or
 /// `RBLOCK`). The grid is one-dimensional (triton_programs).
 ///
-/// Two forms, chosen from the kernel's loop structure:
+/// A combo kernel (loop::Kernel::combo) is one kernel whose programs are split among its parts:
+/// each part is a jit function of its own (a flat nest, or scalar code for 0-dim values) taking
+/// its program index among the part's programs, and the kernel calls the part whose range of
+/// program ids holds its own (ranges of ceil(elements / XBLOCK) programs, in part order).
+///
+/// Otherwise two forms, chosen from the kernel's loop structure:
 ///  - Flat: a perfect loop nest whose innermost body only binds values and stores (pointwise).
 ///    The nest is flattened; program p handles elements [p * XBLOCK, (p + 1) * XBLOCK) of it,
 ///    masked at the end, and recovers each loop variable by division and modulo.
@@ -37,13 +42,18 @@ struct TritonKernel {
   /// Tiled: a flat nest with a transposing read, run as 2D tiles of XBLOCK x XBLOCK elements over
   /// its innermost loop (axis 1) and the loop the read is contiguous along (axis 0); the other
   /// loops are scalars per program.
-  enum class Form { Flat, Rows, Tiled };
+  /// Combo: the parts of a combo kernel (loop::Kernel::combo), each a flat nest or scalar code,
+  /// one after another along the grid: part i has ceil(part_extents[i] / XBLOCK) programs.
+  enum class Form { Flat, Rows, Tiled, Combo };
   std::string name;    ///< the @triton.jit function's name
   std::string source;  ///< a Python module defining it
   Form form = Form::Flat;
   /// Rows: the number of programs; Flat: the number of elements, in programs of XBLOCK; Tiled:
-  /// the programs per tile (the product of the untiled loops). Over the kernel's size variables.
+  /// the programs per tile (the product of the untiled loops); Combo: the parts' elements
+  /// together. Over the kernel's size variables.
   loop::Expr grid_extent;
+  /// Combo: each part's elements (1 for scalar code), in order.
+  std::vector<loop::Expr> part_extents;
   /// Tiled: the extents of the loops along axis 1 and axis 0 of a tile.
   loop::Expr tile_cols, tile_rows;
   /// What the block size divides: the flattened nest's element count (Flat) or the longest inner

@@ -115,6 +115,15 @@ class Emitter {
   /// reads of `product` are all at the nest's own row-major element, replaced by `acc_c`; `lin`
   /// and `xmask` come from the template.
   void set_epilogue(const std::string& product) { product_ = product; }
+  /// Emits the kernel as a part of a combo kernel (emit_triton of a loop::Kernel::combo): its
+  /// program id is the variable `pid` (the program's index among the part's programs), and a
+  /// flat nest stays flat (no 2D tiles: the combo's XBLOCK is a flat block).
+  void set_part() {
+    pid_ = "pid";
+    part_ = true;
+  }
+  /// `e` (an index expression over the kernel's size variables) as Python text.
+  std::string index_text(const Expr& e) { return expr(e); }
   /// The kernel function's body, one statement per line at its indentation (after run()).
   const std::string& body() const { return body_; }
 
@@ -180,6 +189,8 @@ class Emitter {
   const bool row_tiles_;
   const std::vector<std::string> private_buffers_;
   std::string product_;  ///< set_epilogue
+  std::string pid_ = "tl.program_id(0)";
+  bool part_ = false;  ///< set_part
   /// The flat nest's loop variables and their row-major weights (an epilogue's check).
   std::vector<std::pair<std::string, int64_t>> nest_weights_;
   std::string body_;

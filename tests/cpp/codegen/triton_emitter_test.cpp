@@ -50,6 +50,37 @@ TEST(TritonEmitter, PointwiseKernelIsFlatDeterministicAndMatchesGolden) {
   EXPECT_EQ(l.programs, 4);  // ceil(3300 / 1024)
 }
 
+TEST(TritonEmitter, ComboKernelSplitsItsProgramsAmongItsParts) {
+  const std::string text = read(std::string(EMBER_CODEGEN_GOLDEN_DIR) + "/combo.loop");
+  loop::Kernel k = loop::parse_kernel(text);
+  ASSERT_TRUE(k.combo);
+  EXPECT_EQ(loop::print_kernel(k), text);
+  std::string why;
+  auto t = emit_triton(k, &why);
+  ASSERT_TRUE(t.has_value()) << why;
+  EXPECT_EQ(t->form, TritonKernel::Form::Combo);
+  EXPECT_EQ(t->block_param, "XBLOCK");
+  ASSERT_EQ(t->part_extents.size(), 4u);
+  // The two parts that scale a matrix by s are one function, called twice.
+  const std::string& src = t->source;
+  EXPECT_NE(src.find("def ember_combo_p0("), std::string::npos);
+  EXPECT_EQ(src.find("def ember_combo_p1("), std::string::npos);
+  EXPECT_NE(src.find("def ember_combo_p2("), std::string::npos);
+  EXPECT_NE(src.find("def ember_combo_p3("), std::string::npos);
+  expect_golden(src.substr(src.find("\n\n@triton.jit\ndef ember_combo_p0(")),
+                "combo.triton.golden");
+  auto again = emit_triton(loop::parse_kernel(loop::print_kernel(k)), &why);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_EQ(t->source, again->source);
+  // m = 100: two parts of 800 elements in blocks of 1024, one of 5, one of scalars.
+  TritonLaunch l = triton_launch(*t, {{"m", 100}});
+  EXPECT_EQ(l.block, 1024);
+  EXPECT_EQ(l.programs, 4);
+  EXPECT_EQ(triton_programs(*t, {{"m", 100}}, 256), 4 + 4 + 1 + 1);
+  // Not an epilogue of a matrix product.
+  EXPECT_FALSE(emit_triton_epilogue(k, "x", &why).has_value());
+}
+
 TEST(TritonEmitter, SoftmaxIsARowKernelWithThreeBlockLoops) {
   loop::Kernel k = loop::parse_kernel(read(std::string(EMBER_LOOP_GOLDEN_DIR) + "/softmax.loop"));
   std::string why;

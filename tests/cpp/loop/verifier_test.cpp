@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+
 #include "loop/parser.h"
 #include "support/error.h"
 #include "test_util.h"
@@ -139,6 +141,34 @@ TEST(CheckKernel, ThrowsAnInternalErrorWithTheKernelText) {
         << msg;
     EXPECT_NE(msg.find("  z[0] = f32(0)"), std::string::npos) << msg;
   }
+}
+
+TEST(VerifyKernel, ChecksThatComboPartsAreIndependent) {
+  const char* text =
+      "kernel two(n) combo {\n"
+      "  input x : f32[n] strides [1]\n"
+      "  output y : f32[n] strides [1]\n"
+      "  output z : f32[n] strides [1]\n"
+      "  for (i, 0, n) {\n"
+      "    y[i] = x[i]\n"
+      "  }\n"
+      "  for (i, 0, n) {\n"
+      "    z[i] = %s[i]\n"
+      "  }\n"
+      "}\n";
+  char buf[512];
+  std::snprintf(buf, sizeof buf, text, "x");
+  Kernel ok = parse_kernel(buf);
+  EXPECT_TRUE(ok.combo);
+  EXPECT_EQ(ok.parts().size(), 2u);
+  EXPECT_EQ(verify_kernel(ok), Messages{});
+  // The second part reads what the first writes: not independent.
+  std::snprintf(buf, sizeof buf, text, "y");
+  EXPECT_EQ(verify_kernel(parse_kernel(buf)),
+            Messages{"combo part 1 touches buffer 'y', which part 0 writes"});
+  Kernel plain = parse_kernel(buf);
+  plain.combo = false;  // in order, the same statements are a valid kernel
+  EXPECT_EQ(verify_kernel(plain), Messages{});
 }
 
 }  // namespace

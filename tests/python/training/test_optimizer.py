@@ -39,12 +39,12 @@ def test_optimizer_steps_match_eager(name):
     assert m["fallbacks"] == 0 and m["graphs"] >= 1, (m, ember.metrics.fallback_reasons)
 
 
-def test_adam_step_is_two_kernels_per_parameter():
-    # Note [Held kernels] (sched/fusion.cpp): the moments' update and the parameter's update are
-    # one kernel over the parameter's shape, the step count and bias corrections one of scalars;
-    # aten::pow.Scalar (beta ** step) is a kernel, not an ATen call.
-    import ember
-
+def test_adam_step_is_two_kernels():
+    # Note [Held kernels] (sched/fusion.cpp): per parameter, the moments' update and the
+    # parameter's update are one kernel over the parameter's shape, the step count and bias
+    # corrections one of scalars; aten::pow.Scalar (beta ** step) is a kernel, not an ATen call.
+    # Note [Combo kernels] (sched/combo.cpp): the scalar kernels of the weight and the bias are
+    # one combo kernel, their updates another (four kernels before).
     torch.manual_seed(0)
     m = torch.nn.Linear(16, 8)
     ref = copy.deepcopy(m)
@@ -61,4 +61,57 @@ def test_adam_step_is_two_kernels_per_parameter():
         for p, q in zip(m.parameters(), ref.parameters()):
             torch.testing.assert_close(p, q)
     snap = ember.metrics.snapshot()
-    assert snap["kernels"] == 4 and snap["extern_steps"] == 0, snap
+    assert snap["kernels"] == 2 and snap["extern_steps"] == 0, snap
+
+
+SHAPES = [(16, 8), (16,), (12, 16), (12,), (3, 4, 5), (7,), (2, 3), (1,), (5, 1, 2), (33,)]
+OPTIMIZERS = {
+    "Adam": lambda ps: torch.optim.Adam(ps, lr=1e-2, foreach=False),
+    "AdamW": lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, foreach=False),
+    "SGD": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=1e-2, foreach=False),
+}
+# Kernels of the compiled steps, whatever the number of parameters (up to sched/combo.h's
+# kMaxComboParts): Adam and AdamW one combo of every parameter's scalars (step count, bias
+# corrections) and one of their updates; SGD one graph for its first step (the momentum buffers
+# made) and one after, each one combo of every parameter's update.
+KERNELS = {"Adam": 2, "AdamW": 2, "SGD": 2}
+
+
+def optimizer_steps_match_eager(name, shapes, device="cpu", steps=3):
+    """Runs `steps` compiled steps of optimizer `name` over parameters of `shapes` and the same
+    steps eagerly; parameters and optimizer state must match. Returns ember.metrics' snapshot."""
+    torch.manual_seed(0)
+    params = [torch.nn.Parameter(torch.randn(s, device=device)) for s in shapes]
+    twins = [torch.nn.Parameter(p.detach().clone()) for p in params]
+    opt, eager_opt = OPTIMIZERS[name](params), OPTIMIZERS[name](twins)
+    torch._dynamo.reset()
+    ember.metrics.reset()
+    step = torch.compile(opt.step, backend="ember")
+    for _ in range(steps):
+        for p, q in zip(params, twins):
+            p.grad = torch.randn_like(p)
+            q.grad = p.grad.clone()
+        step()
+        eager_opt.step()
+        for p, q in zip(params, twins):
+            torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5)
+    for p, q in zip(params, twins):
+        assert opt.state[p].keys() == eager_opt.state[q].keys()
+        for k, v in eager_opt.state[q].items():
+            torch.testing.assert_close(opt.state[p][k], v, atol=1e-6, rtol=1e-5)
+    snap = ember.metrics.snapshot()
+    assert snap["fallbacks"] == 0 and snap["extern_steps"] == 0, (snap,
+                                                                ember.metrics.fallback_reasons)
+    return snap
+
+
+@pytest.mark.parametrize("name", ["Adam", "AdamW", "SGD"])
+def test_optimizer_steps_over_many_parameters_are_a_few_combo_kernels(name):
+    """Ten parameters of different shapes: the per-parameter kernels of an optimizer step are
+    merged into combo kernels (Note [Combo kernels]), so the step runs as a small constant number
+    of kernels, as eager's foreach code runs a handful of multi-tensor kernels, not two (or one)
+    per parameter."""
+    snap = optimizer_steps_match_eager(name, SHAPES)
+    assert snap["kernels"] == KERNELS[name], snap
+    few = optimizer_steps_match_eager(name, SHAPES[:2])
+    assert few["kernels"] == snap["kernels"], (few, snap)
