@@ -315,8 +315,20 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
         throw Unsupported(break_reason + " (no graph break there: " + e.what() + ")");
       }
       runner = finish(*a, tensors, options_, f);
-      EMBER_UNSUPPORTED(!runner->has_mutations())
-          << break_reason << " (no graph break there: the graph before it mutates an input)";
+      if (runner->has_mutations()) {
+        // The caller's tensors hold the mutations once the segment has run: the state reads the
+        // inputs it holds from their sources (an optimizer's step before a scheduler's).
+        EMBER_UNSUPPORTED(!runner->mutated_inputs_alias(graph_inputs(*a, f)))
+            << break_reason << " (no graph break there: the graph before it mutates an input "
+            << "that shares memory with another input)";
+        std::vector<at::Tensor> unused;
+        try {
+          templates =
+              state_templates(state, *a->interp, unused, stores, /*inputs_as_sources=*/true);
+        } catch (const Unsupported& e) {
+          throw Unsupported(break_reason + " (no graph break there: " + e.what() + ")");
+        }
+      }
       fill_record(rec, *runner, a->guards, a->sources, a->interp->input_sources().size());
       auto segment = std::make_shared<Segment>();
       segment->sources = a->sources;
@@ -352,6 +364,10 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
     if (log_enabled("guards")) log_warning("ember: guards of " + rec.code + "\n" + rec.guard_text);
     if (log_enabled("graph")) log_warning("ember: graph of " + rec.code + "\n" + rec.graph);
     result.action = CompileResult::Action::Run;
+  } catch (const EagerThisCall& e) {
+    // Not a failure to capture the program (not raised under fullgraph, not remembered): this
+    // call makes what the next capture reads.
+    give_up(CompileResult::Action::Eager, e.what());
   } catch (const Unsupported& e) {
     unsupported(e.what());
   } catch (nb::python_error& e) {

@@ -43,6 +43,8 @@ struct TemplateBuilder {
   /// A break's state: a builtin iterator becomes the list of what it has left (build_resume
   /// iterates it again). Elsewhere (a return value, a stored value) it can not be rebuilt.
   bool iterators_as_lists = false;
+  /// See state_templates.
+  bool inputs_as_sources = false;
 
   /// An Alias template if `o` was seen before; else gives it a slot in `t`.
   bool alias(PyObject* o, OutputTemplate& t) {
@@ -130,6 +132,15 @@ struct TemplateBuilder {
   OutputTemplate of(nb::handle v) {
     OutputTemplate t;
     PyObject* o = v.ptr();
+    if (THPVariable_Check(o) && inputs_as_sources) {
+      int source = interp.input_source_of(v);
+      EMBER_UNSUPPORTED(source >= 0)
+          << "the graph before it mutates an input, and the frame's state holds a tensor it "
+          << "computed";
+      t.kind = OutputTemplate::Kind::Source;
+      t.index = source;
+      return t;
+    }
     if (THPVariable_Check(o)) {
       const at::Tensor& tensor = THPVariable_Unpack(o);
       auto it = tensor_index.find(tensor.unsafeGetTensorImpl());
@@ -684,10 +695,12 @@ BreakCode build_nested_break_code(PyCodeObject* co, PyObject* globals, const byt
 
 std::vector<OutputTemplate> state_templates(const StopState& state, const Interpreter& interp,
                                             std::vector<at::Tensor>& tensors,
-                                            std::vector<AttrStore>& stores) {
+                                            std::vector<AttrStore>& stores,
+                                            bool inputs_as_sources) {
   TemplateBuilder b{interp, tensors, {}, {}};
   std::vector<OutputTemplate> out;
   b.iterators_as_lists = true;
+  b.inputs_as_sources = inputs_as_sources;
   for (const nb::object& v : state.stack) {
     if (v.is_valid()) out.push_back(b.of(v));
   }

@@ -53,9 +53,15 @@ struct Segment {
 /// Builds the per-value templates of `state` (graph outputs appended to `tensors`), and of the
 /// interpreter's attribute stores into `stores`. Throws Unsupported for a value that cannot be
 /// rebuilt.
+///
+/// `inputs_as_sources`: for a graph whose segment mutates inputs. A graph input's tensor is read
+/// again from its source (the caller's tensor, updated by the graph), so that the rest of the
+/// frame sees the same object; any other tensor is Unsupported (a graph output is a new tensor,
+/// which would not alias the input it was a view of).
 std::vector<OutputTemplate> state_templates(const StopState& state, const Interpreter& interp,
                                             std::vector<at::Tensor>& tensors,
-                                            std::vector<AttrStore>& stores);
+                                            std::vector<AttrStore>& stores,
+                                            bool inputs_as_sources = false);
 
 /// The template of one value (a frame's return value), and those of the stores.
 OutputTemplate value_template(nanobind::handle v, const Interpreter& interp,

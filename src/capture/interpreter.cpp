@@ -242,11 +242,15 @@ nb::object Interpreter::run(const FrameView& f, int stop_at, int64_t stop_count)
       cell_origin_[PyTuple_GET_ITEM(f.closure, j)] = {-1, slot};
     }
   }
+  nb::object result;
   try {
-    return run_frame(fr);
+    result = run_frame(fr);
   } catch (const NestedStop&) {
     return nb::none();
   }
+  EMBER_UNSUPPORTED(stop_.pc >= 0 || at::GradMode::is_enabled() == entry_grad_)
+      << "the frame returns with grad mode changed (torch.set_grad_enabled)";
+  return result;
 }
 
 nb::object Interpreter::run_frame(Frame& fr) {
@@ -282,6 +286,8 @@ nb::object Interpreter::run_frame(Frame& fr) {
       continue;
     } catch (const GraphBreak&) {
       throw;
+    } catch (const EagerThisCall&) {
+      throw;
     } catch (const DataDependentError& e) {
       if (!fr.top && !nestable(fr, in)) throw;
       reason = e.what();
@@ -313,8 +319,17 @@ nb::object Interpreter::run_frame(Frame& fr) {
       }
       if (reason.empty()) throw;
     }
-    if (!fr.top) throw GraphBreak(reason, static_cast<int>(pc), data_dependent, count);
-    if (breakable(fr, in, fr.code->co_ncellvars > 0 && cells_captured(fr))) {
+    // A break while torch.set_grad_enabled has changed grad mode would run the rest of the frame
+    // under the caller's (the segment does not set it).
+    const bool grad_as_entered = at::GradMode::is_enabled() == entry_grad_;
+    if (!fr.top && grad_as_entered) {
+      throw GraphBreak(reason, static_cast<int>(pc), data_dependent, count);
+    }
+    if (!fr.top) {
+      if (data_dependent) throw DataDependentError(reason);
+      throw Unsupported(reason);
+    }
+    if (grad_as_entered && breakable(fr, in, fr.code->co_ncellvars > 0 && cells_captured(fr))) {
       throw GraphBreak(reason, static_cast<int>(pc), data_dependent);
     }
     if (data_dependent) throw DataDependentError(reason);
@@ -360,6 +375,8 @@ nb::object Interpreter::load_attr(nb::handle obj, PyObject* name) {
   }
   nb::object v = checked(PyObject_GetAttr(obj.ptr(), name));
   if (is_tensor(obj)) return v;
+  // A C method bound to the object (an OrderedDict's values): fixed by the object's own guard.
+  if (PyCFunction_Check(v.ptr()) && PyCFunction_GET_SELF(v.ptr()) == obj.ptr()) return v;
   if (is_fresh(obj) && PyUnicode_CompareWithASCIIString(name, "__dict__") == 0) return fresh(v);
   int source = source_of(obj);
   if (source < 0) return v;
@@ -424,8 +441,46 @@ nb::object Interpreter::load_deref(Frame& fr, int slot) {
   return wrap(v, source);
 }
 
+nb::object Interpreter::tensor_keyed_item(nb::handle obj, nb::handle key) {
+  int source = source_of(obj);
+  auto real = real_of_.find(key.ptr());
+  if (source < 0 || real == real_of_.end()) return {};
+  static PyTypeObject* defaultdict =
+      reinterpret_cast<PyTypeObject*>(imported("collections", "defaultdict"));
+  static PyTypeObject* ordered =
+      reinterpret_cast<PyTypeObject*>(imported("collections", "OrderedDict"));
+  PyTypeObject* t = Py_TYPE(obj.ptr());
+  if (t != &PyDict_Type && t != defaultdict && t != ordered) return {};
+  int key_source = tensor_source_.at(real->second);
+  PyObject* v = PyDict_GetItemWithError(obj.ptr(), real->second);  // borrowed; no __missing__
+  if (v == nullptr) {
+    if (PyErr_Occurred()) throw nb::python_error();
+    std::string what = sources_.name(source) + " has no entry for " + sources_.name(key_source);
+    // A defaultdict would make one: run the frame eagerly, and capture it on the next call, when
+    // the entry exists (an optimizer's first step creates its state).
+    if (t == defaultdict) {
+      throw EagerThisCall(what + " (the first step of an optimizer creates its state), at " +
+                          location());
+    }
+    EMBER_UNSUPPORTED(false) << what << " at " << location();
+  }
+  nb::object value = nb::borrow(v);
+  return wrap(value, sources_.item_of(source, key_source));
+}
+
 nb::object Interpreter::subscr(nb::handle obj, nb::handle key) {
   pin_identity(key);
+  if (is_tensor(key)) {
+    // A dict keyed by the real tensors of graph inputs (an optimizer's `state[p]`).
+    if (nb::object v = tensor_keyed_item(obj, key); v.is_valid()) return v;
+  }
+  if (PyType_Check(obj.ptr()) && (obj.ptr() == reinterpret_cast<PyObject*>(&PyList_Type) ||
+                                  obj.ptr() == reinterpret_cast<PyObject*>(&PyDict_Type) ||
+                                  obj.ptr() == reinterpret_cast<PyObject*>(&PyTuple_Type) ||
+                                  obj.ptr() == reinterpret_cast<PyObject*>(&PySet_Type) ||
+                                  obj.ptr() == reinterpret_cast<PyObject*>(&PyType_Type))) {
+    return checked(PyObject_GetItem(obj.ptr(), key.ptr()));  // list[Tensor]: a type annotation
+  }
   int source = source_of(obj);
   if (source >= 0 && is_guardable_constant(key.ptr())) {
     nb::object v = checked(PyObject_GetItem(obj.ptr(), key.ptr()));

@@ -67,6 +67,14 @@ class GraphBreak : public Unsupported {
   int64_t count_;
 };
 
+/// Thrown when the frame is to run eagerly for this call only and be captured again on the next:
+/// what it reads is made by running it (an optimizer's first step creates its state: `state[p]`
+/// of a defaultdict with no entry for `p`). Never a graph break: it ends the whole capture.
+class EagerThisCall : public Unsupported {
+ public:
+  using Unsupported::Unsupported;
+};
+
 /// One frame's state where the interpreter stopped.
 struct FrameState {
   nanobind::object code;     ///< the code object
@@ -130,6 +138,12 @@ class Interpreter {
     if (s >= 0) return s;
     auto it = copy_source_.find(v.ptr());
     return it == copy_source_.end() ? -1 : it->second;
+  }
+
+  /// The source of the graph input whose tracer tensor is `v`, or -1.
+  int input_source_of(nanobind::handle v) const {
+    auto real = real_of_.find(v.ptr());
+    return real == real_of_.end() ? -1 : tensor_source_.at(real->second);
   }
 
   /// A store to an attribute of an object from outside the frame (side_effects.h): done for
@@ -252,6 +266,31 @@ class Interpreter {
   nanobind::object module_dict_view(nanobind::object module, std::string_view what,
                                     const std::string& where);
   bool is_library_code(PyCodeObject* code) const;
+  /// Whether `code` is library code that is inlined all the same when called: torch.optim's
+  /// optimizers (their step, its wrappers and the functional updates), as Dynamo inlines them.
+  /// LR schedulers stay library code (their methods are graph breaks).
+  bool is_inlined_library_code(PyCodeObject* code) const;
+  /// Whether a call of `fn` (a Python function) is inlined: program code or inlined library code.
+  bool inlines(PyObject* fn) const;
+  /// `obj`.keys() / values() / items() of a dict from outside the frame read from a source: a
+  /// new list of its entries, each value wrapped with its item source (its length guarded).
+  nanobind::object dict_view(nanobind::handle obj, std::string_view what);
+  /// `obj`[key] where `obj` is a dict from outside the frame and `key` a graph input's tracer
+  /// tensor: the entry of the real tensor, read through an ItemOf source. Null when it is not
+  /// such a lookup.
+  nanobind::object tensor_keyed_item(nanobind::handle obj, nanobind::handle key);
+  /// For torch._dynamo.disable's wrapper of torch.optim code (once torch.compile has run, Dynamo
+  /// wraps every optimizer's _init_group and the fused updates: not for Dynamo to trace), the
+  /// function it wraps, to be inlined; null for any other callable.
+  nanobind::object dynamo_disabled_original(nanobind::handle fn);
+  /// A call of the wrapper an LR scheduler puts in place of its optimizer's `step`: the
+  /// optimizer's step inlined; null when `fn` is no such wrapper (see the definition).
+  nanobind::object call_scheduler_patched_step(nanobind::handle fn,
+                                               std::vector<nanobind::object>& args,
+                                               nanobind::handle kwnames);
+  /// torch.set_grad_enabled(mode): grad mode set for real (restored when the interpreter stops).
+  nanobind::object set_grad_enabled(nanobind::handle cls, std::vector<nanobind::object> args,
+                                    nanobind::handle kwnames);
   // interpreter_objects.cpp: objects of the program's classes.
   /// Whether `cls` is a plain class of the program that the frame may construct.
   bool constructible(nanobind::handle cls) const;

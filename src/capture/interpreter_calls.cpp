@@ -236,9 +236,140 @@ bool Interpreter::is_library_code(PyCodeObject* code) const {
            (file.substr(at) == "_collections_abc.py" || file.substr(at) == "_collections_abc>"));
 }
 
+bool Interpreter::is_inlined_library_code(PyCodeObject* code) const {
+  static const std::string optim_dir = [] {
+    nb::object m = checked(PyImport_ImportModule("torch.optim"));
+    std::string file = nb::cast<std::string>(checked(PyObject_GetAttrString(m.ptr(), "__file__")));
+    return file.substr(0, file.find_last_of("/\\") + 1);
+  }();
+  std::string_view file = PyUnicode_AsUTF8(code->co_filename);
+  if (!starts_with(file, optim_dir)) return false;
+  std::string_view rest = file.substr(optim_dir.size());
+  return rest != "lr_scheduler.py" && rest != "swa_utils.py";
+}
+
+bool Interpreter::inlines(PyObject* fn) const {
+  if (!PyFunction_Check(fn)) return false;
+  PyCodeObject* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn));
+  return !is_library_code(code) || is_inlined_library_code(code);
+}
+
+nb::object Interpreter::dynamo_disabled_original(nb::handle fn) {
+  if (!PyFunction_Check(fn.ptr()) || inlines(fn.ptr())) return {};
+  nb::object flag = nb::steal(PyObject_GetAttrString(fn.ptr(), "_torchdynamo_disable"));
+  if (!flag.is_valid()) {
+    PyErr_Clear();
+    return {};
+  }
+  nb::object name = nb::steal(PyUnicode_FromString("_torchdynamo_orig_callable"));
+  nb::object original = nb::steal(PyObject_GetAttr(fn.ptr(), name.ptr()));
+  if (!original.is_valid()) {
+    PyErr_Clear();
+    return {};
+  }
+  // Dynamo's own refusals of an optimizer's step (SparseAdam, LBFGS) are kept.
+  if (flag.ptr() != Py_True || !PyFunction_Check(original.ptr()) ||
+      !is_inlined_library_code(
+          reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(original.ptr()))) ||
+      name_of(original).substr(name_of(original).rfind('.') + 1) == "step") {
+    return {};
+  }
+  int source = source_of(fn);
+  if (source >= 0) return wrap(original, sources_.attr(source, name.ptr()));
+  keepalive_.push_back(original);
+  return original;
+}
+
+nb::object Interpreter::dict_view(nb::handle obj, std::string_view what) {
+  int source = source_of(obj);
+  EMBER_INTERNAL_ASSERT(source >= 0) << "a dict view of a dict without a source";
+  guards_.add_len(source, obj.ptr());
+  nb::object keys = checked(PySequence_List(obj.ptr()));  // in the dict's own order
+  nb::object out = fresh(checked(PyList_New(0)));
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.ptr()); ++i) {
+    PyObject* key = PyList_GET_ITEM(keys.ptr(), i);
+    EMBER_UNSUPPORTED(is_guardable_constant(key))
+        << "calling " << what << "() of a " << type_name_of(obj) << " with a key of type "
+        << type_name_of(key) << " at " << location();
+    nb::object entry;
+    if (what == "keys") {
+      entry = nb::borrow(key);
+    } else {
+      nb::object value =
+          wrap(checked(PyObject_GetItem(obj.ptr(), key)), sources_.item(source, key));
+      entry = what == "values" ? value : checked(PyTuple_Pack(2, key, value.ptr()));
+    }
+    if (PyList_Append(out.ptr(), entry.ptr()) < 0) throw nb::python_error();
+  }
+  return out;
+}
+
+nb::object Interpreter::set_grad_enabled(nb::handle cls, std::vector<nb::object> args,
+                                         nb::handle kwnames) {
+  EMBER_UNSUPPORTED(args.size() == 1 && !kwnames.is_valid() && PyBool_Check(args[0].ptr()))
+      << "torch.set_grad_enabled with a " << (args.empty() ? "NULL" : type_name_of(args[0]))
+      << " at " << location();
+  // Set for real: later ops are recorded under it, and run() restores it when the capture stops.
+  // A graph break is never taken while it differs from the frame's entry (run_frame), and a
+  // frame that returns with it changed runs eagerly (run).
+  EMBER_UNSUPPORTED(!(args[0].ptr() == Py_True && grad_inputs_ && !entry_grad_))
+      << "torch.set_grad_enabled(True) with inputs that require grad in a frame called under "
+      << "no_grad at " << location();
+  return call_real(cls, std::move(args), kwnames);
+}
+
+nb::object Interpreter::call_scheduler_patched_step(nb::handle fn, std::vector<nb::object>& args,
+                                                    nb::handle kwnames) {
+  // An LR scheduler replaces its optimizer's `step` by a wrapper (lr_scheduler.py) that sets
+  // `opt._opt_called` and calls the class's step on `opt_ref()`: inlined as that, when the
+  // wrapper was read as the `step` attribute of the optimizer its weak reference points to.
+  if (PyObject_HasAttrString(fn.ptr(), "_wrapped_by_lr_sched") != 1) return {};
+  int fn_source = source_of(fn);
+  PyCodeObject* co = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn.ptr()));
+  PyObject* closure = PyFunction_GET_CLOSURE(fn.ptr());
+  if (fn_source < 0 || closure == nullptr || sources_.at(fn_source).kind != SourceKind::Attr) {
+    return {};
+  }
+  int opt_ref = -1;
+  int func = -1;
+  const int nfree = co->co_nfreevars;
+  for (int i = 0; i < nfree; ++i) {
+    PyObject* name = local_name(co, co->co_nlocalsplus - nfree + i);
+    if (name == nullptr) return {};
+    if (PyUnicode_CompareWithASCIIString(name, "opt_ref") == 0) opt_ref = i;
+    if (PyUnicode_CompareWithASCIIString(name, "func") == 0) func = i;
+  }
+  if (opt_ref < 0 || func < 0 || PyTuple_GET_SIZE(closure) != nfree) return {};
+  PyObject* ref = PyCell_GET(PyTuple_GET_ITEM(closure, opt_ref));
+  if (ref == nullptr || !PyWeakref_CheckRef(ref)) return {};
+  nb::object opt = checked(PyObject_CallNoArgs(ref));
+  int opt_source = sources_.at(fn_source).parent;
+  auto known = wrapped_.find(opt_source);
+  if (known == wrapped_.end() || known->second.ptr() != opt.ptr()) return {};
+  nb::object called = nb::steal(PyUnicode_FromString("_opt_called"));
+  store_attr(opt, called.ptr(), nb::handle(Py_True));
+  nb::object closure_name = nb::steal(PyUnicode_FromString("__closure__"));
+  nb::object contents_name = nb::steal(PyUnicode_FromString("cell_contents"));
+  nb::object index = nb::steal(PyLong_FromLong(func));
+  int step_source =
+      sources_.attr(sources_.item(sources_.attr(fn_source, closure_name.ptr()), index.ptr()),
+                    contents_name.ptr());
+  nb::object step = wrap(nb::borrow(PyCell_GET(PyTuple_GET_ITEM(closure, func))), step_source);
+  EMBER_UNSUPPORTED(inlines(step.ptr()))
+      << "an LR scheduler's wrapper of " << type_name_of(opt) << ".step at " << location();
+  args.insert(args.begin(), opt);
+  return inline_function(step, std::move(args), kwnames);
+}
+
 bool Interpreter::runs_for_real(nb::handle callable) const {
   std::string module = module_of(callable);
   if (is_pure_library_function(module, name_of(callable))) return true;
+  // torch.optim's functions change the optimizers' state (an LR scheduler's wrapper of `step`
+  // runs the step): never at capture time.
+  if (module == "torch.optim" || starts_with(module, "torch.optim.") ||
+      module == "torch.amp.grad_scaler") {
+    return false;
+  }
   if (!(module == "torch" || starts_with(module, "torch.") || module == "math" ||
         module == "_operator" || module == "operator")) {
     return false;
@@ -275,8 +406,11 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
   if (PyMethod_Check(c)) {
     PyObject* self = PyMethod_GET_SELF(c);
     PyObject* fn = PyMethod_GET_FUNCTION(c);
-    if (PyFunction_Check(fn) &&
-        !is_library_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn)))) {
+    if (nb::object original = dynamo_disabled_original(fn); original.is_valid()) {
+      args.insert(args.begin(), nb::borrow(self));
+      return inline_function(original, std::move(args), kwnames);
+    }
+    if (inlines(fn)) {
       int method_source = source_of(callable);
       if (method_source >= 0 && source_of(fn) < 0) {
         // Its closure cells are read through the method's source: m.__func__.__closure__[i].
@@ -306,7 +440,9 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
     // An optimizer's, learning-rate scheduler's or gradient scaler's methods change real state
     // (the parameters, the step count) when they run, so they never run at capture time: a
     // graph break, and the call runs in Python. (Run for real, SGD.step updated the parameters once
-    // during the capture and again when the break ran it: twice per call.)
+    // during the capture and again when the break ran it: twice per call.) An optimizer's step
+    // is torch.optim code, inlined above; what is left here is the methods torch wraps in
+    // torch._disable_dynamo (zero_grad, state_dict, load_state_dict), schedulers and scalers.
     EMBER_UNSUPPORTED(!is_stateful_torch_object(nb::handle(self)))
         << "calling " << name_of(fn) << " of a " << type_name_of(nb::handle(self))
         << " (it changes real state: parameters, steps, scales) at " << location();
@@ -326,8 +462,12 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
         name_of(callable) == "deepcopy") {
       return deep_copy(args[0]);
     }
-    if (!is_library_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(c)))) {
-      return inline_function(callable, std::move(args), kwnames);
+    if (inlines(c)) return inline_function(callable, std::move(args), kwnames);
+    if (nb::object original = dynamo_disabled_original(callable); original.is_valid()) {
+      return inline_function(original, std::move(args), kwnames);
+    }
+    if (nb::object r = call_scheduler_patched_step(callable, args, kwnames); r.is_valid()) {
+      return r;
     }
     EMBER_UNSUPPORTED(runs_for_real(callable))
         << "calling " << module_of(callable) << "." << name_of(callable) << " at " << location();
@@ -340,13 +480,33 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
         std::string_view(PyModule_GetName(self)) == "builtins") {
       return call_builtin(callable, std::move(args), kwnames);
     }
+    std::string_view leaf = std::string_view(name).substr(name.rfind('.') + 1);
     if (self != nullptr && is_tensor(self)) {
       if (is_data_read(name)) {
         throw DataDependentError("calling " + name + " reads tensor data, at " + location());
       }
       EMBER_UNSUPPORTED(!is_denied_torch_function(name))
           << "calling " << name << " at " << location();
+      if ((leaf == "addcdiv_" || leaf == "addcmul_" || leaf == "addcdiv" || leaf == "addcmul") &&
+          args.size() == 3 && kwnames.is_valid() && PyTuple_GET_SIZE(kwnames.ptr()) == 1 &&
+          PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(kwnames.ptr(), 0), "value") == 0 &&
+          is_tensor(args[2])) {
+        // A tensor `value` (an optimizer's step size, which _get_value keeps a tensor under
+        // compilation) is read as a number by the argument parser: .item(), a data read. The
+        // kernel computes self + (value * t1) / t2 (or * t2), so scaling t1 first is the same.
+        nb::object scaled = checked(PyNumber_Multiply(args[0].ptr(), args[2].ptr()));
+        return call_real(callable, {scaled, args[1]}, nb::handle());
+      }
       return call_real(callable, std::move(args), kwnames);
+    }
+    static PyObject* ordered_dict = imported("collections", "OrderedDict");
+    static PyObject* default_dict = imported("collections", "defaultdict");
+    if (self != nullptr && args.empty() && !kwnames.is_valid() &&
+        (leaf == "keys" || leaf == "values" || leaf == "items") && source_of(self) >= 0 &&
+        (Py_TYPE(self) == reinterpret_cast<PyTypeObject*>(ordered_dict) ||
+         Py_TYPE(self) == reinterpret_cast<PyTypeObject*>(default_dict))) {
+      // An OrderedDict or defaultdict from outside the frame (an optimizer's hook registries).
+      return dict_view(self, leaf);
     }
     if (self != nullptr && is_fresh(self) && rebuildable_object_type(self) != nullptr) {
       return call_real(callable, std::move(args), kwnames);  // dict methods of a new object
@@ -362,7 +522,29 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
     }
     EMBER_UNSUPPORTED(runs_for_real(callable))
         << "calling " << module_of(callable) << "." << name << " at " << location();
-    std::string_view leaf = std::string_view(name).substr(name.rfind('.') + 1);
+    if ((leaf == "_foreach_addcdiv_" || leaf == "_foreach_addcmul_" || leaf == "_foreach_addcdiv" ||
+         leaf == "_foreach_addcmul") &&
+        args.size() == 4 && !kwnames.is_valid() && is_tensor(args[3])) {
+      // Per-tensor scalars as a tensor (a foreach optimizer's step sizes, stacked under
+      // compilation), which the meta kernel wants on the CPU: tensor1 scaled first instead,
+      // self + (s_i * t1_i) / t2_i as the kernel computes it.
+      static PyObject* unbind = imported("torch", "unbind");
+      nb::object scalars = checked(PyObject_CallOneArg(unbind, args[3].ptr()));
+      nb::object t1 = checked(PySequence_Fast(args[1].ptr(), "tensor1 must be a sequence"));
+      Py_ssize_t n = PySequence_Fast_GET_SIZE(t1.ptr());
+      EMBER_UNSUPPORTED(PyTuple_GET_SIZE(scalars.ptr()) == n)
+          << "calling " << name << " with " << PyTuple_GET_SIZE(scalars.ptr()) << " scalars for "
+          << n << " tensors at " << location();
+      nb::object scaled = checked(PyList_New(n));
+      for (Py_ssize_t i = 0; i < n; ++i) {
+        PyList_SET_ITEM(scaled.ptr(), i,
+                        checked(PyNumber_Multiply(PySequence_Fast_GET_ITEM(t1.ptr(), i),
+                                                  PyTuple_GET_ITEM(scalars.ptr(), i)))
+                            .release()
+                            .ptr());
+      }
+      return call_real(callable, {args[0], scaled, args[2]}, nb::handle());
+    }
     if ((leaf == "tensor" || leaf == "as_tensor") && !args.empty() &&
         is_number_data(args[0].ptr())) {
       // Its data is written in the program: the tensor it makes is a constant of the graph.
@@ -397,6 +579,8 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
     return call_real(callable, std::move(args), kwnames);
   }
   if (PyType_Check(c)) {
+    static PyObject* set_grad = imported("torch", "set_grad_enabled");
+    if (c == set_grad) return set_grad_enabled(callable, std::move(args), kwnames);
     if (c == reinterpret_cast<PyObject*>(&PyType_Type) && args.size() == 1) {
       return call_real(callable, std::move(args), kwnames);
     }
@@ -424,7 +608,8 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
       args = {cls, self};
       return call_real(callable, std::move(args), kwnames);
     }
-    if (is_safe_builtin_type(c)) {
+    static PyObject* chain = imported("itertools", "chain");
+    if (is_safe_builtin_type(c) || c == chain) {
       for (auto& a : args) {
         a = materialized(a);
         EMBER_UNSUPPORTED(!a.is_valid() || is_plain_value(a) || is_fresh(a) ||
@@ -613,6 +798,12 @@ nb::object Interpreter::call_builtin(nb::handle fn, std::vector<nb::object> args
       return load_attr(args[0], args[1].ptr());
     } catch (nb::python_error& e) {
       if (!e.matches(PyExc_AttributeError)) throw;
+      // The default stands for a missing attribute: guarded where that is a C lookup (no
+      // __getattr__ to run per call), as an optimizer's grad_scale.
+      int source = source_of(args[0]);
+      if (source >= 0 && Py_TYPE(args[0].ptr())->tp_getattro == PyObject_GenericGetAttr) {
+        guards_.add_equals(sources_.has_attr(source, args[1].ptr()), Py_False);
+      }
       return args[2];
     }
   }

@@ -69,7 +69,9 @@ bool Interpreter::enters_for_real(nb::handle mgr) const {
   nb::handle type = reinterpret_cast<PyObject*>(Py_TYPE(mgr.ptr()));
   std::string module = attr_string(type, "__module__");
   std::string name = attr_string(type, "__qualname__");
-  if (module == "torch.autograd.grad_mode") return name == "no_grad" || name == "enable_grad";
+  if (module == "torch.autograd.grad_mode") {
+    return name == "no_grad" || name == "enable_grad" || name == "set_grad_enabled";
+  }
   if (module == "contextlib") return name == "nullcontext";
   // torch.autocast (and its torch.cpu.amp / torch.cuda.amp subclasses): ops traced inside see
   // its casts, as in eager (the tracer's tensors carry the autocast key of their device).
@@ -143,6 +145,16 @@ bool Interpreter::step_exceptions(Frame& fr, const Instr& in) {
       // real (the interpreter restores grad mode when it stops); a manager whose __enter__ is
       // program code is inlined like any method.
       nb::object mgr = pop(fr);
+      static PyObject* record_function = imported("torch.autograd.profiler", "record_function");
+      if (PyObject_TypeCheck(mgr.ptr(), reinterpret_cast<PyTypeObject*>(record_function))) {
+        // A profiler range (an optimizer's step is one): nothing to record in a graph. Entered as
+        // a nullcontext, whose __exit__ runs for real.
+        static PyObject* nullcontext = imported("contextlib", "nullcontext");
+        nb::object null = checked(PyObject_CallNoArgs(nullcontext));
+        st.push_back(checked(PyObject_GetAttrString(null.ptr(), "__exit__")));
+        st.push_back(nb::none());
+        return true;
+      }
       if (is_inference_mode(mgr)) {
         // inference_mode(True) is entered as no_grad: the same values; the graph's outputs are
         // ordinary tensors (not inference tensors).

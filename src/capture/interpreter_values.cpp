@@ -154,9 +154,11 @@ nb::object Interpreter::wrap(nb::handle v, int source) {
         throw;
       }
       session_.enter();
-      if (real.requires_grad() && at::GradMode::is_enabled()) {
+      if (real.requires_grad() && (entry_grad_ || at::GradMode::is_enabled())) {
         // Autograd records the program's ops on it: the joint graph (capture_compiler.cpp),
-        // whose backward node the call attaches under grad mode only.
+        // whose backward node the call attaches under grad mode only. In a frame called under
+        // grad mode it is a leaf even when read under no_grad (inside an optimizer's step), so
+        // that ops on it after grad mode is back on are recorded, as in eager.
         EMBER_UNSUPPORTED(entry_grad_)
             << sources_.name(source) << " requires grad and is read under enable_grad in a frame "
             << "called under no_grad: training graphs are captured for calls under grad mode";

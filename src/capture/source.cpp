@@ -98,6 +98,17 @@ int SourceTable::module_member(int parent, PyObject* name, int registry) {
   return add(SourceKind::ModuleMember, parent, registry, name);
 }
 
+int SourceTable::item_of(int parent, int key_source) {
+  EMBER_INTERNAL_ASSERT(parent >= 0 && parent < size() && key_source >= 0 && key_source < size())
+      << "an item of a missing source";
+  return add(SourceKind::ItemOf, parent, key_source, nullptr);
+}
+
+int SourceTable::has_attr(int parent, PyObject* name) {
+  EMBER_INTERNAL_ASSERT(parent >= 0 && parent < size()) << "hasattr of a missing source";
+  return add(SourceKind::HasAttr, parent, 0, name);
+}
+
 int SourceTable::attr(int parent, PyObject* name) {
   EMBER_INTERNAL_ASSERT(parent >= 0 && parent < size()) << "attr of a missing source";
   return add(SourceKind::Attr, parent, 0, name);
@@ -124,6 +135,10 @@ std::string SourceTable::name(int id) const {
       return name(s.parent) + "." + nb::cast<std::string>(nb::str(s.key));
     case SourceKind::Item:
       return name(s.parent) + "[" + repr(s.key.ptr()) + "]";
+    case SourceKind::ItemOf:
+      return name(s.parent) + "[" + name(s.index) + "]";
+    case SourceKind::HasAttr:
+      return "hasattr(" + name(s.parent) + ", " + repr(s.key.ptr()) + ")";
     case SourceKind::Const:
       if (PyDict_Check(s.key.ptr())) {
         PyObject* mod = PyDict_GetItemString(s.key.ptr(), "__name__");
@@ -159,6 +174,29 @@ int SourceTable::evaluate(const FrameView& f, std::vector<nb::object>& out) cons
       case SourceKind::Item:
         v = PyObject_GetItem(out[static_cast<size_t>(s.parent)].ptr(), s.key.ptr());
         break;
+      case SourceKind::ItemOf: {
+        PyObject* d = out[static_cast<size_t>(s.parent)].ptr();
+        PyObject* key = out[static_cast<size_t>(s.index)].ptr();
+        if (PyDict_Check(d)) {
+          v = PyDict_GetItemWithError(d, key);  // borrowed; no __missing__
+          if (v == nullptr && !PyErr_Occurred()) PyErr_SetObject(PyExc_KeyError, key);
+          Py_XINCREF(v);
+        } else {
+          v = PyObject_GetItem(d, key);
+        }
+        break;
+      }
+      case SourceKind::HasAttr: {
+        v = PyObject_GetAttr(out[static_cast<size_t>(s.parent)].ptr(), s.key.ptr());
+        if (v != nullptr) {
+          Py_DECREF(v);
+          v = Py_NewRef(Py_True);
+        } else if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
+          PyErr_Clear();
+          v = Py_NewRef(Py_False);
+        }
+        break;
+      }
       case SourceKind::Const:
         v = s.key.ptr();
         Py_INCREF(v);

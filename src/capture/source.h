@@ -31,6 +31,12 @@ enum class SourceKind : uint8_t {
   /// from that dict directly (`index`: 0 _parameters, 1 _buffers, 2 _modules) instead of through
   /// nn.Module.__getattr__ (Python): two dict lookups per call.
   ModuleMember,
+  /// parent[v], where v is the value of source `index` (evaluated before it): a dict keyed by a
+  /// tensor or object read through another source (an optimizer's `state[param]`). A dict
+  /// (or defaultdict) is read without `__missing__`: a missing key fails the lookup.
+  ItemOf,
+  /// hasattr(parent, key) as True or False: an attribute the capture found missing.
+  HasAttr,
 };
 
 struct Source {
@@ -53,6 +59,8 @@ class SourceTable {
   int item(int parent, PyObject* key);
   int constant(PyObject* obj);
   int module_member(int parent, PyObject* name, int registry);
+  int item_of(int parent, int key_source);
+  int has_attr(int parent, PyObject* name);
 
   int size() const { return static_cast<int>(nodes_.size()); }
   const Source& at(int id) const { return nodes_[static_cast<size_t>(id)]; }

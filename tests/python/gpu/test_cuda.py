@@ -1,6 +1,8 @@
 """The backend on CUDA tensors: tracer tensors report cuda:0, the executor runs ATen's CUDA kernels.
 Skipped where no GPU is present (CI); run on the GPU machine."""
 
+import copy
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -61,6 +63,30 @@ def test_attention_with_a_row_mask_uses_the_fused_kernel():
     # Eager computes this mask's attention with the math decomposition, ember with a fused
     # kernel: bf16 results within a few ulps.
     check_model(f, (q, k, v, rows), expect_graphs=1, expect_fallbacks=0, atol=4e-3, rtol=2e-2)
+
+
+@pytest.mark.parametrize("tf32", [True, False])
+def test_f32_attention_with_a_row_mask_is_the_math_form_under_tf32(tf32):
+    # Note [f32 attention on CUDA]: with TF32 products allowed, the math form (two bmm on the
+    # tensor cores, a fused softmax) instead of the memory-efficient kernel; gradients too.
+    import ember
+
+    def f(q, k, v, rows):
+        m = rows[None, None, :, None].expand(2, 1, 128, 128)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = tf32
+    try:
+        q, k, v = (torch.randn(2, 4, 128, 64, device="cuda", requires_grad=True) for _ in range(3))
+        rows = torch.rand(128, device="cuda") > 0.2
+        text = str(ember.trace(f, (q, k, v, rows)))
+        assert ("aten::_safe_softmax" in text) == tf32, text
+        assert ("_scaled_dot_product_" in text) != tf32, text
+        tol = dict(atol=2e-2, rtol=2e-2) if tf32 else {}
+        check_model(f, (q, k, v, rows), grad=True, expect_graphs=1, expect_fallbacks=0, **tol)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
 
 
 @pytest.mark.parametrize("bias", [False, True])
@@ -485,8 +511,6 @@ def test_column_sum_split_cuda():
 
 def test_capture_path_training_cuda():
     # ember.compile with parameters requiring grad: a joint graph from the capture path.
-    import copy
-
     import ember
 
     torch.manual_seed(0)
@@ -518,3 +542,34 @@ def test_training_attention_without_mask_gradient_cuda(masked):
 
     check_model(f, (q, k, v), grad=True, expect_graphs=1, expect_fallbacks=0, atol=1e-4, rtol=1e-4)
     assert ember.metrics.snapshot()["training_graphs"] == 1
+
+
+@pytest.mark.parametrize("name", ["SGD-momentum", "Adam", "AdamW-foreach"])
+def test_training_optimizer_step_through_ember_compile_cuda(name):
+    # ember.compile(opt.step) on CUDA: torch.optim's code inlined, its step count a 0-dim CPU
+    # tensor beside the CUDA parameters (not capturable), the updates in-place mutations of the
+    # graph's inputs (horizontally fused kernels). Parameters and state against eager's.
+    import ember
+
+    make = {"SGD-momentum": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=1e-2),
+            "Adam": lambda ps: torch.optim.Adam(ps, lr=1e-2),
+            "AdamW-foreach": lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1,
+                                                          foreach=True)}[name]
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.Tanh(),
+                                torch.nn.Linear(64, 8)).cuda()
+    twin = copy.deepcopy(model)
+    opt, twin_opt = make(model.parameters()), make(twin.parameters())
+    step = ember.compile(twin_opt.step)
+    for i in range(4):
+        torch.manual_seed(i)
+        for p, q in zip(model.parameters(), twin.parameters()):
+            p.grad = torch.randn_like(p)
+            q.grad = p.grad.clone()
+        opt.step()
+        step()
+        for p, q in zip(model.parameters(), twin.parameters()):
+            torch.testing.assert_close(q, p, atol=1e-5, rtol=1e-5)
+    for p, q in zip(model.parameters(), twin.parameters()):
+        for key, value in opt.state[p].items():
+            torch.testing.assert_close(twin_opt.state[q][key], value, atol=1e-5, rtol=1e-5)
