@@ -227,6 +227,9 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("num_arena_buffers", &Executor::num_arena_buffers)
       .def_prop_ro("num_reused_buffers", &Executor::num_reused_buffers,
                    "Kernel outputs planned to be written into a dead input's memory (in place).")
+      .def_prop_ro("num_written_through", &Executor::num_written_through,
+                   "Mutation values planned to be written into their input by their kernel, "
+                   "with no copy at the end (Note [Mutations written in place]).")
       .def_prop_ro("num_unwritten_outputs", &Executor::num_unwritten_outputs,
                    "Kernel outputs nothing reads after their Triton kernel, which keeps them in "
                    "registers: never written nor allocated.")

@@ -568,6 +568,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
   }
   if (options.parameter_cache) mark_parameter_kernels();
   plan_reuse(last_use, defined_at);
+  plan_mutation_writes(defined_at);
   if (!triton_) plan_memory(last_use);  // the arena is host memory: not for Triton kernels yet
 
   if (options.cuda_graphs) {
@@ -732,8 +733,8 @@ bool Executor::run_view(const Step& step, std::vector<at::Tensor>& env) const {
   return true;
 }
 
-bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env,
-                          const at::Tensor& arena) const {
+bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const at::Tensor& arena,
+                          bool write_through) const {
   std::vector<void*> buffers;
   buffers.reserve(k.inputs.size() + k.outputs.size() + 1);
   for (size_t i = 0; i < k.inputs.size(); ++i) {
@@ -764,9 +765,12 @@ bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env,
     }
     if (out.reuse_input >= 0) {
       // The input is dead after this kernel: when nothing else holds its memory, write there.
+      // A mutated graph input (write_through) is the caller's: written when no other input
+      // shares its storage (Note [Mutations written in place]).
       const at::Tensor& x = env[k.inputs[out.reuse_input]];
-      if (x.use_count() == 1 && x.storage().use_count() == 1 && x.dtype() == out.options.dtype() &&
-          has_layout(x, out.sizes, out.strides)) {
+      const bool free =
+          out.write_through ? write_through : x.use_count() == 1 && x.storage().use_count() == 1;
+      if (free && x.dtype() == out.options.dtype() && has_layout(x, out.sizes, out.strides)) {
         t = x;
         buffers.push_back(t.data_ptr());
         continue;
@@ -906,6 +910,19 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
   }
   // From here on `inputs` may have been moved from (owned): read the program's values instead.
   bool inputs_gone = owned != nullptr;
+  // Note [Mutations written in place]: only when no two inputs share a storage this call.
+  bool write_through = false;
+  if (num_written_through_ > 0) {
+    std::vector<const c10::StorageImpl*> storages;
+    storages.reserve(input_slots_.size());
+    for (graph::ValueId v : input_slots_) {
+      if (env[v].defined() && env[v].has_storage()) {
+        storages.push_back(env[v].storage().unsafeGetStorageImpl());
+      }
+    }
+    std::sort(storages.begin(), storages.end());
+    write_through = std::adjacent_find(storages.begin(), storages.end()) == storages.end();
+  }
   for (const auto& [value, index] : constant_slots_) env[value] = traced_.constants[index];
 
   torch::jit::Stack stack;
@@ -962,7 +979,7 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
       if (step.fused && !env[step.matmul_operands.out].defined()) {
         steps_[step.fused_product_step].call->run(env, stack);  // the product's step was skipped
       }
-      if (!run_kernel(kernels_[step.kernel], env, arena)) {
+      if (!run_kernel(kernels_[step.kernel], env, arena, write_through)) {
         // An index tensor holds an out-of-range index. Nothing is mutated before the last step:
         // the unfused program runs the ATen ops, which raise eager's error.
         EMBER_INTERNAL_ASSERT(unfused_ != nullptr) << "kernel step without an unfused program";
@@ -1024,7 +1041,17 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
   live.report(*this);
   if (!g.mutations.empty()) {
     at::NoGradGuard no_grad;  // as eager updates BatchNorm's running statistics
-    for (const graph::Mutation& m : g.mutations) env[m.input].copy_(env[m.value]);
+    for (const graph::Mutation& m : g.mutations) {
+      at::Tensor& target = env[m.input];
+      const at::Tensor& value = env[m.value];
+      if (value.unsafeGetTensorImpl() == target.unsafeGetTensorImpl()) {
+        // Written in place by its kernel (Note [Mutations written in place]): what copy_ would
+        // have told autograd.
+        if (!target.is_inference()) target.unsafeGetTensorImpl()->bump_version();
+        continue;
+      }
+      target.copy_(value);
+    }
   }
   std::vector<at::Tensor> outs;
   outs.reserve(g.outputs.size());

@@ -116,6 +116,8 @@ class Executor {
   int num_arena_buffers() const { return num_arena_buffers_; }
   /// Kernel outputs planned to be written into a dead input's memory (in place).
   int num_reused_buffers() const { return num_reused_buffers_; }
+  /// Mutation values that kernels write into their input directly (no copy at the end).
+  int num_written_through() const { return num_written_through_; }
   /// Kernel outputs that nothing reads after their kernel and that its Triton form keeps in
   /// registers: never written nor allocated (a softmax's f32 result cast to bf16 in its kernel).
   int num_unwritten_outputs() const { return num_unwritten_outputs_; }
@@ -171,6 +173,11 @@ class Executor {
       /// place, see sched::KernelGroup::reuse), or -1. Checked per call: the input must be the
       /// only reference to its storage, in the traced layout; else a fresh allocation.
       int reuse_input = -1;
+      /// reuse_input is the graph input this output is written back into (a mutation), which
+      /// the caller holds: written there directly instead of copied at the end
+      /// (plan_mutation_writes). Checked per call: the traced layout, and no other input shares
+      /// its storage.
+      bool write_through = false;
       /// A private output the Triton kernel never writes (codegen::TritonKernel::unused_buffers):
       /// an empty tensor stands in for it.
       bool unused = false;
@@ -264,7 +271,9 @@ class Executor {
   Step view_step(int32_t node, graph::ValueId root) const;
   std::optional<View> view_of(const graph::Node& node, const c10::FunctionSchema& schema) const;
   /// Runs one kernel; false when it reported an out-of-range index (and wrote nothing).
-  bool run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const at::Tensor& arena) const;
+  /// `write_through`: outputs marked Output::write_through may be written into their input.
+  bool run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const at::Tensor& arena,
+                  bool write_through = false) const;
   /// Places kernel outputs that only live inside a call in one arena (memory planning).
   void plan_memory(const std::vector<int>& last_use);
   /// Gives Kernel::parameter_cache to kernels that read parameters only (not ones the graph
@@ -275,6 +284,9 @@ class Executor {
   /// nothing aliases.
   void plan_reuse(const std::vector<int>& last_use, const std::vector<int>& defined_at);
   int num_reused_buffers_ = 0;
+  /// Note [Mutations written in place] (executor_memory.cpp).
+  void plan_mutation_writes(const std::vector<int>& defined_at);
+  int num_written_through_ = 0;
   int num_unwritten_outputs_ = 0;
   mutable std::atomic<int64_t> unfused_runs_{0};
   int num_fused_attention_ = 0;

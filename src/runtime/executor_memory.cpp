@@ -49,6 +49,70 @@ void Executor::plan_reuse(const std::vector<int>& last_use, const std::vector<in
   }
 }
 
+// Note [Mutations written in place]
+// A graph that updates its inputs (an optimizer step: the parameters and their moments) computes
+// each new value into a buffer of its own and copies it into the input at the end, as
+// functionalization leaves it: per parameter of Adam, three more passes of reading and writing
+// over the updated tensors. When the kernel that computes a mutation's value reads the input only
+// at the element it writes (sched::KernelGroup::reuse, which puts the mutated input first), and
+// nothing after that kernel reads the input (no step, no view of it, no aliasing ATen result),
+// the kernel writes the value into the input directly and the final copy is skipped (the version
+// counter is bumped instead, as copy_ would). Not when the value is also a graph output (it
+// would alias the input, where eager's may not). At run time the input must have the traced
+// layout and share its storage with no other input (checked per call; else a fresh buffer and
+// the copy, as before).
+void Executor::plan_mutation_writes(const std::vector<int>& defined_at) {
+  const graph::Graph& g = traced_.graph;
+  if (g.mutations.empty()) return;
+  std::vector<bool> output(g.values.size(), false);
+  for (graph::ValueId v : g.outputs) output[v] = true;
+  for (const graph::Mutation& m : g.mutations) {
+    const int s = defined_at[m.value];
+    if (s < 0 || output[m.value] || steps_[s].kernel < 0 || steps_[s].fused) continue;
+    Kernel& k = kernels_[steps_[s].kernel];
+    if (k.parameter_cache) continue;
+    bool paired = false;
+    for (const auto& [u, v] : k.reuse) paired |= u == m.input && v == m.value;
+    if (!paired) continue;
+    // Nothing after the kernel reads the input or anything made from it.
+    bool read_later = false;
+    std::vector<graph::ValueId> aliases = {m.input};
+    for (size_t t = 0; t < steps_.size() && !read_later; ++t) {
+      const Step& step = steps_[t];
+      std::vector<graph::ValueId> reads;
+      if (step.kernel >= 0) {
+        reads = kernels_[step.kernel].inputs;
+      } else if (!step.call) {
+        reads = {step.view->root};
+      } else {
+        reads = step.call->reads();
+      }
+      bool reads_alias = false;
+      for (graph::ValueId r : reads) {
+        reads_alias |= std::find(aliases.begin(), aliases.end(), r) != aliases.end();
+      }
+      if (!reads_alias) continue;
+      if (t > static_cast<size_t>(s)) read_later = true;
+      // Views of the input, and ATen results that may alias it, read it later through them.
+      if (step.kernel < 0 && !step.call) {
+        for (const ViewOutput& o : step.view->outputs) aliases.push_back(o.value);
+      } else if (step.kernel < 0 && step.may_alias) {
+        aliases.insert(aliases.end(), step.call->outputs.begin(), step.call->outputs.end());
+      }
+    }
+    for (graph::ValueId a : aliases) read_later |= output[a] && a != m.input;
+    if (read_later) continue;
+    auto in = std::find(k.inputs.begin(), k.inputs.end(), m.input);
+    auto out = std::find(k.outputs.begin(), k.outputs.end(), m.value);
+    if (in == k.inputs.end() || out == k.outputs.end()) continue;
+    Kernel::Output& alloc = k.allocations[out - k.outputs.begin()];
+    alloc.reuse_input = static_cast<int>(in - k.inputs.begin());
+    alloc.write_through = true;
+    alloc.arena_offset = -1;
+    ++num_written_through_;
+  }
+}
+
 void Executor::mark_parameter_kernels() {
   const char* env = std::getenv("EMBER_PARAMETER_CACHE");
   if (env != nullptr && std::string(env) == "0") return;  // to measure what it gains

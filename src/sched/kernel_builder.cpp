@@ -324,7 +324,17 @@ std::vector<std::pair<ValueId, ValueId>> KernelBuilder::reusable_inputs(const St
   for (const auto& [v, var] : st_.stores) {
     const graph::TensorType& tv = g_.type(v);
     const Expr at = loop::simplify(offset_of(tv, id), bounds_);
-    for (ValueId u : st_.inputs) {
+    // The input that `v` is written back into (an optimizer's parameter, its moments) first: the
+    // executor may then write `v` there directly (Executor::plan_mutation_writes).
+    std::vector<ValueId> candidates;
+    for (const graph::Mutation& m : g_.mutations) {
+      if (m.value == v &&
+          std::find(st_.inputs.begin(), st_.inputs.end(), m.input) != st_.inputs.end()) {
+        candidates.push_back(m.input);
+      }
+    }
+    candidates.insert(candidates.end(), st_.inputs.begin(), st_.inputs.end());
+    for (ValueId u : candidates) {
       const graph::TensorType& tu = g_.type(u);
       if (taken.count(u) || tu.dtype != tv.dtype || tu.sizes != tv.sizes ||
           tu.strides != tv.strides) {

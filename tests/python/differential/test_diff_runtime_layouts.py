@@ -238,3 +238,56 @@ def test_constant_folding_of_metadata_only_ops():
     assert g.describe_steps() and all("new_ones" not in s and "full_like" not in s
                                       for s in g.describe_steps())
     torch.testing.assert_close(g(x)[0], fn(x), rtol=0, atol=0)
+
+
+def test_mutations_are_written_into_their_input():
+    # Note [Mutations written in place] (runtime/executor_memory.cpp): an optimizer-like update
+    # is computed into the parameter directly, with no copy at the end; autograd's version
+    # counter still moves, as copy_ would move it.
+    def fn(p, m, g):
+        m.mul_(0.9).add_(g)
+        p.sub_(m * 0.1)
+        return g * 2
+
+    p, m, g = torch.randn(64, 32), torch.randn(64, 32), torch.randn(64, 32)
+    gr = _compile(fn, [p, m, g])
+    assert gr.num_written_through == 2, gr.num_written_through
+    p_ref, m_ref = p.clone(), m.clone()
+    for _ in range(3):
+        version = p._version
+        fn(p_ref, m_ref, g)
+        gr(p, m, g)
+        torch.testing.assert_close(p, p_ref)
+        torch.testing.assert_close(m, m_ref)
+        assert p._version > version
+
+
+def test_mutated_inputs_read_later_or_shared_are_copied():
+    # p is read after the product, which reads p's new value: the scheduler computes the new
+    # value again in that last kernel, which may then write it into p (nothing reads p after it).
+    def fn(p, w, g):
+        t = p + g
+        y = t @ w + p
+        p.copy_(t)
+        return y
+
+    p, w, g = torch.randn(16, 16), torch.randn(16, 16), torch.randn(16, 16)
+    gr = _compile(fn, [p, w, g])
+    p_ref = p.clone()
+    want = fn(p_ref, w, g)
+    (got,) = gr(p, w, g)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(p, p_ref)
+
+    # The same tensor as two inputs: the kernel may not write into it while the other is read.
+    def update(p, q):
+        p.add_(q * 2)
+        return q + 1
+
+    x = torch.randn(32)
+    gr = _compile(update, [x, torch.randn(32)])
+    assert gr.num_written_through == 1
+    want = x.clone()
+    update(want, want.clone())
+    gr(x, x)
+    torch.testing.assert_close(x, want)
