@@ -23,6 +23,7 @@
 #include "tracer/conv_layout.h"
 #include "tracer/convert.h"
 #include "tracer/decompose_backward.h"
+#include "tracer/foreach_ops.h"
 #include "tracer/matmul_padding.h"
 #include "tracer/meta_cache.h"
 #include "tracer/split_reduction.h"
@@ -336,6 +337,7 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
     });
   }
 
+  if (any_tracer && record_foreach_as_per_tensor_ops(op, stack)) return;
   if (any_tracer && record_batch_norm_update(op, stack)) return;
   if (any_tracer && choose_sdp_backend(op, stack)) return;
   if (any_tracer && record_backward_decomposition(op, stack)) return;

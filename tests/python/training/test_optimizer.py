@@ -69,6 +69,12 @@ OPTIMIZERS = {
     "Adam": lambda ps: torch.optim.Adam(ps, lr=1e-2, foreach=False),
     "AdamW": lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, foreach=False),
     "SGD": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=1e-2, foreach=False),
+    # The multi-tensor path (the default on CUDA): its _foreach_* ops are recorded as the
+    # per-tensor ops (tracer/foreach_ops.h), which fuse and merge as the for-loop's.
+    "Adam-foreach": lambda ps: torch.optim.Adam(ps, lr=1e-2, foreach=True),
+    "AdamW-foreach": lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, foreach=True),
+    "SGD-foreach": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=1e-2,
+                                              foreach=True),
 }
 # Kernels of the compiled steps, whatever the number of parameters (up to sched/combo.h's
 # kMaxComboParts): Adam and AdamW one combo of every parameter's scalars (step count, bias
@@ -103,6 +109,15 @@ def optimizer_steps_match_eager(name, shapes, device="cpu", steps=3):
     assert snap["fallbacks"] == 0 and snap["extern_steps"] == 0, (snap,
                                                                 ember.metrics.fallback_reasons)
     return snap
+
+
+@pytest.mark.parametrize("name", ["Adam-foreach", "AdamW-foreach", "SGD-foreach"])
+def test_foreach_optimizer_steps_are_kernels_not_aten_calls(name):
+    """foreach=True: no _foreach_* ATen call is left (extern_steps == 0 is asserted by the
+    helper), and the kernels do not grow with the parameters."""
+    snap = optimizer_steps_match_eager(name, SHAPES)
+    few = optimizer_steps_match_eager(name, SHAPES[:2])
+    assert snap["kernels"] <= 4 and few["kernels"] <= 4, (few, snap)
 
 
 @pytest.mark.parametrize("name", ["Adam", "AdamW", "SGD"])
