@@ -61,6 +61,9 @@ void attention_kernel(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stac
              : at::native::scaled_dot_product_attention(query, key, value, std::nullopt, dropout_p,
                                                         false, scale, enable_gqa);
     out = at::where(*row, unmasked, 0);
+    // Eager's result on CUDA is the math decomposition's, contiguous; the fused kernels return
+    // [batch, queries, heads, dim] permuted. The where's kernel writes eager's layout.
+    if (query.device().is_cuda()) out = out.contiguous();
   } else {
     out = at::native::scaled_dot_product_attention(query, key, value, mask, dropout_p, is_causal,
                                                    scale, enable_gqa);

@@ -31,4 +31,7 @@ def test_f32_row_mask_attention_on_cuda_is_the_math_form(tf32):
     text = str(ember.trace(attention, (q, k, v, rows), device="cuda:0"))
     assert text.count("aten::bmm") == 2 and "aten::_safe_softmax" in text, text
     assert "_scaled_dot_product_" not in text and "aten::where.self" in text, text
+    # Eager's (math) result is contiguous; so is the traced one (no strides printed).
+    result = text.split("return (")[1].split(")")[0]
+    assert f"  {result} : f32[2, 4, 128, 64] cuda:0 = " in text, text
 
