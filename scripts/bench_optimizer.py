@@ -46,6 +46,7 @@ def main() -> None:
         "eager foreach": (True, lambda s: s),
         "ember.compile": (False, ember.compile),
         "torch.compile(backend=ember)": (False, lambda s: torch.compile(s, backend="ember")),
+        "ember.compile, foreach=True": (True, ember.compile),
         "inductor": (False, torch.compile),
     }
     n_params = sum(1 for _ in base.parameters())
