@@ -56,6 +56,16 @@ def _assert_same(model, opt, ref, ref_opt):
                 assert actual[key] == value, (name, key)
 
 
+def _step_both(i, model, opt, step, ref, ref_opt):
+    """Step i: the same gradients on both models, eager's step and the compiled one, then
+    parameters and state compared."""
+    _set_grads(ref, i)
+    _set_grads(model, i)
+    ref_opt.step()
+    step()
+    _assert_same(model, opt, ref, ref_opt)
+
+
 def _hook_stats():
     return ember._C.capture_hook_stats()
 
@@ -124,11 +134,7 @@ def test_changing_lr_between_calls_is_honoured():
     for i, lr in enumerate(lrs):
         for group in opt.param_groups + ref_opt.param_groups:
             group["lr"] = lr
-        _set_grads(ref, i)
-        _set_grads(model, i)
-        ref_opt.step()
-        step()
-        _assert_same(model, opt, ref, ref_opt)
+        _step_both(i, model, opt, step, ref, ref_opt)
     counters = ember.metrics.snapshot()
     # Call 1 eager (state), then one graph per lr value; the last call reuses the first graph.
     assert counters["captured_frames"] == 3, ember.metrics.fallback_reasons
@@ -145,11 +151,7 @@ def test_tensor_lr_is_a_graph_input():
     for i, lr in enumerate([1e-2, 1e-2, 5e-2, 1e-3]):
         for group in opt.param_groups + ref_opt.param_groups:
             group["lr"].fill_(lr)
-        _set_grads(ref, i)
-        _set_grads(model, i)
-        ref_opt.step()
-        step()
-        _assert_same(model, opt, ref, ref_opt)
+        _step_both(i, model, opt, step, ref, ref_opt)
     counters = ember.metrics.snapshot()
     assert counters["captured_frames"] == 1 and counters["eager_frames"] == 1, (
         ember.metrics.fallback_reasons)
@@ -266,11 +268,7 @@ def test_first_step_under_fullgraph_runs_eagerly_without_raising():
     model, opt, ref, ref_opt = _pair("Adam")
     step = ember.compile(opt.step, fullgraph=True)
     for i in range(3):
-        _set_grads(ref, i)
-        _set_grads(model, i)
-        ref_opt.step()
-        step()
-        _assert_same(model, opt, ref, ref_opt)
+        _step_both(i, model, opt, step, ref, ref_opt)
     assert ember.metrics.snapshot()["captured_frames"] == 1
 
 
@@ -282,11 +280,7 @@ def test_step_after_dynamo_wrapped_the_optimizers():
     model, opt, ref, ref_opt = _pair("Adam")
     step = ember.compile(opt.step)
     for i in range(3):
-        _set_grads(ref, i)
-        _set_grads(model, i)
-        ref_opt.step()
-        step()
-        _assert_same(model, opt, ref, ref_opt)
+        _step_both(i, model, opt, step, ref, ref_opt)
     counters = ember.metrics.snapshot()
     assert counters["captured_frames"] == 1 and counters["eager_frames"] == 1, (
         ember.metrics.fallback_reasons)
