@@ -24,21 +24,8 @@ using graph::DType;
 using graph::NoneArg;
 using graph::ValueRef;
 
-graph::TensorType f32(graph::Dims sizes) {
-  return test::type(DType::Float32, std::move(sizes));
-}
-
-struct Builder : test::Builder {
-  ValueRef mul(ValueRef a, ValueRef b, graph::TensorType out) {
-    return op("aten::mul.Tensor", {"self", "other"}, {a, b}, out);
-  }
-  ValueRef add(ValueRef a, ValueRef b, graph::TensorType out) {
-    return op("aten::add.Tensor", {"self", "other", "alpha"}, {a, b, int64_t{1}}, out);
-  }
-  ValueRef sub(ValueRef a, ValueRef b, graph::TensorType out) {
-    return op("aten::sub.Tensor", {"self", "other", "alpha"}, {a, b, int64_t{1}}, out);
-  }
-};
+using test::Builder;
+using test::f32;
 
 // An optimizer-like step over parameters of `shapes`, in the order eager's per-parameter loop
 // traces it: per parameter, a step count s' = s + s (0-dim, an output: its own kernel) and the

@@ -43,7 +43,21 @@ struct Builder {
     int32_t n = g.add_node(g.intern_op(info), std::move(args), {std::move(out)});
     return graph::ValueRef{g.nodes[n].outputs[0]};
   }
+  graph::ValueRef mul(graph::ValueRef a, graph::ValueRef b, graph::TensorType out) {
+    return op("aten::mul.Tensor", {"self", "other"}, {a, b}, std::move(out));
+  }
+  graph::ValueRef add(graph::ValueRef a, graph::ValueRef b, graph::TensorType out) {
+    return op("aten::add.Tensor", {"self", "other", "alpha"}, {a, b, int64_t{1}}, std::move(out));
+  }
+  graph::ValueRef sub(graph::ValueRef a, graph::ValueRef b, graph::TensorType out) {
+    return op("aten::sub.Tensor", {"self", "other", "alpha"}, {a, b, int64_t{1}}, std::move(out));
+  }
 };
+
+/// A contiguous f32 CPU tensor type.
+inline graph::TensorType f32(graph::Dims sizes) {
+  return type(graph::DType::Float32, std::move(sizes));
+}
 
 inline std::string read(const std::string& path) {
   std::ifstream in(path);

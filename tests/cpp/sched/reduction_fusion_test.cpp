@@ -25,15 +25,8 @@ using graph::DType;
 using graph::NoneArg;
 using graph::ValueRef;
 
-graph::TensorType f32(graph::Dims sizes) {
-  return test::type(DType::Float32, std::move(sizes));
-}
-
-struct Builder : test::Builder {
-  ValueRef mul(ValueRef a, ValueRef b, graph::TensorType out) {
-    return op("aten::mul.Tensor", {"self", "other"}, {a, b}, out);
-  }
-};
+using test::Builder;
+using test::f32;
 
 // RMSNorm without eps: w * (x * rsqrt(mean(x^2, -1, keepdim))), x [rows, cols].
 Builder rms_norm(int64_t rows, int64_t cols, bool flip_rows = false) {
