@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "capture/bytecode/instruction.h"
@@ -77,6 +78,25 @@ bool is_tracer(nanobind::handle v);
 /// The type's name, for messages.
 inline std::string type_name_of(nanobind::handle v) {
   return v.ptr() == nullptr ? "NULL" : Py_TYPE(v.ptr())->tp_name;
+}
+
+/// A callable's __qualname__ (else __name__, else its type's name), for messages and policy.
+inline std::string name_of(nanobind::handle c) {
+  PyObject* n = PyObject_GetAttrString(c.ptr(), "__qualname__");
+  if (n == nullptr) {
+    PyErr_Clear();
+    n = PyObject_GetAttrString(c.ptr(), "__name__");
+    if (n == nullptr) {
+      PyErr_Clear();
+      return type_name_of(c);
+    }
+  }
+  nanobind::object name = nanobind::steal(n);
+  return PyUnicode_Check(n) ? std::string(PyUnicode_AsUTF8(n)) : type_name_of(c);
+}
+
+inline bool starts_with(std::string_view s, std::string_view p) {
+  return s.substr(0, p.size()) == p;
 }
 
 /// Whether `v` is of a type whose operators and methods are safe to run for real at capture

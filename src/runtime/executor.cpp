@@ -911,18 +911,7 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
   // From here on `inputs` may have been moved from (owned): read the program's values instead.
   bool inputs_gone = owned != nullptr;
   // Note [Mutations written in place]: only when no two inputs share a storage this call.
-  bool write_through = false;
-  if (num_written_through_ > 0) {
-    std::vector<const c10::StorageImpl*> storages;
-    storages.reserve(input_slots_.size());
-    for (graph::ValueId v : input_slots_) {
-      if (env[v].defined() && env[v].has_storage()) {
-        storages.push_back(env[v].storage().unsafeGetStorageImpl());
-      }
-    }
-    std::sort(storages.begin(), storages.end());
-    write_through = std::adjacent_find(storages.begin(), storages.end()) == storages.end();
-  }
+  const bool write_through = num_written_through_ > 0 && inputs_own_their_storage(env);
   for (const auto& [value, index] : constant_slots_) env[value] = traced_.constants[index];
 
   torch::jit::Stack stack;

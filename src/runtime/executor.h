@@ -286,6 +286,9 @@ class Executor {
   int num_reused_buffers_ = 0;
   /// Note [Mutations written in place] (executor_memory.cpp).
   void plan_mutation_writes(const std::vector<int>& defined_at);
+  /// Whether no two of a call's inputs (in `env`) share a storage: mutations may then be written
+  /// in place.
+  bool inputs_own_their_storage(const std::vector<at::Tensor>& env) const;
   int num_written_through_ = 0;
   int num_unwritten_outputs_ = 0;
   mutable std::atomic<int64_t> unfused_runs_{0};

@@ -113,6 +113,18 @@ void Executor::plan_mutation_writes(const std::vector<int>& defined_at) {
   }
 }
 
+bool Executor::inputs_own_their_storage(const std::vector<at::Tensor>& env) const {
+  std::vector<const c10::StorageImpl*> storages;
+  storages.reserve(input_slots_.size());
+  for (graph::ValueId v : input_slots_) {
+    if (env[v].defined() && env[v].has_storage()) {
+      storages.push_back(env[v].storage().unsafeGetStorageImpl());
+    }
+  }
+  std::sort(storages.begin(), storages.end());
+  return std::adjacent_find(storages.begin(), storages.end()) == storages.end();
+}
+
 void Executor::mark_parameter_kernels() {
   const char* env = std::getenv("EMBER_PARAMETER_CACHE");
   if (env != nullptr && std::string(env) == "0") return;  // to measure what it gains

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import ember
+from optimizer_steps import SHAPES, optimizer_steps_match_eager
 from triton_check import DEVICE, INTERPRET, check_kernel
 
 GOLDEN = pathlib.Path(__file__).parents[2] / "cpp"
@@ -26,14 +27,6 @@ def test_combo_kernel_matches_the_reference_interpreter():
         k = check_kernel(text, {"m": m})
         assert k["form"] == "combo"
         assert k["source"].count("@triton.jit\ndef ember_combo_p") == 3
-
-
-OPTIMIZERS = {
-    "Adam": lambda ps: torch.optim.Adam(ps, lr=1e-2, foreach=False),
-    "AdamW": lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, foreach=False),
-    "SGD": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=1e-2, foreach=False),
-}
-SHAPES = [(16, 8), (16,), (12, 16), (12,), (3, 4, 5), (7,), (2, 3), (1,), (5, 1, 2), (33,)]
 
 
 @pytest.mark.parametrize("name", ["Adam", "AdamW", "SGD"])
@@ -54,26 +47,7 @@ def test_optimizer_steps_run_as_triton_combo_kernels(name, monkeypatch):
             return made[-1]
 
     monkeypatch.setattr(backend, "_C", Recorder())
-    torch.manual_seed(0)
-    params = [torch.nn.Parameter(torch.randn(s, device=DEVICE)) for s in SHAPES]
-    twins = [torch.nn.Parameter(p.detach().clone()) for p in params]
-    opt, eager_opt = OPTIMIZERS[name](params), OPTIMIZERS[name](twins)
-    torch._dynamo.reset()
-    ember.metrics.reset()
-    step = torch.compile(opt.step, backend="ember")
-    for _ in range(3):
-        for p, q in zip(params, twins):
-            p.grad = torch.randn_like(p)
-            q.grad = p.grad.clone()
-        step()
-        eager_opt.step()
-        for p, q in zip(params, twins):
-            torch.testing.assert_close(p, q, atol=1e-6, rtol=1e-5)
-    for p, q in zip(params, twins):
-        for k, v in eager_opt.state[q].items():
-            torch.testing.assert_close(opt.state[p][k], v, atol=1e-6, rtol=1e-5)
-    snap = ember.metrics.snapshot()
-    assert snap["fallbacks"] == 0 and snap["extern_steps"] == 0, snap
+    snap = optimizer_steps_match_eager(name, SHAPES, device=DEVICE)
     assert snap["kernels"] == 2, snap  # see tests/python/training/test_optimizer.py
     assert made and all(g.num_kernels >= 1 for g in made)
     for g in made:

@@ -1,0 +1,151 @@
+/// \file
+/// Library code the interpreter inlines (torch.optim's, the abstract collections' mixins) and the
+/// library calls it handles itself: Dynamo's disabled wrappers of optimizer methods, an LR
+/// scheduler's patched `step`, dict views of dicts from outside the frame, and
+/// torch.set_grad_enabled (docs/design/capture.md).
+#include <string>
+#include <string_view>
+
+#include "capture/interpreter_internal.h"
+
+namespace nb = nanobind;
+
+namespace ember::capture {
+
+bool Interpreter::is_library_code(PyCodeObject* code) const {
+  if (!in_files(code, options_.library_prefixes)) return false;
+  // The abstract collections' mixin methods (Mapping.__contains__, get, ...) are inlined: they
+  // only call the program's own special methods.
+  std::string_view file = PyUnicode_AsUTF8(code->co_filename);
+  constexpr std::string_view kAbc = "_collections_abc";
+  size_t at = file.find(kAbc);
+  return !(at != std::string_view::npos &&
+           (file.substr(at) == "_collections_abc.py" || file.substr(at) == "_collections_abc>"));
+}
+
+bool Interpreter::is_inlined_library_code(PyCodeObject* code) const {
+  static const std::string optim_dir = [] {
+    nb::object m = checked(PyImport_ImportModule("torch.optim"));
+    std::string file = nb::cast<std::string>(checked(PyObject_GetAttrString(m.ptr(), "__file__")));
+    return file.substr(0, file.find_last_of("/\\") + 1);
+  }();
+  std::string_view file = PyUnicode_AsUTF8(code->co_filename);
+  if (!starts_with(file, optim_dir)) return false;
+  std::string_view rest = file.substr(optim_dir.size());
+  return rest != "lr_scheduler.py" && rest != "swa_utils.py";
+}
+
+bool Interpreter::inlines(PyObject* fn) const {
+  if (!PyFunction_Check(fn)) return false;
+  PyCodeObject* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn));
+  return !is_library_code(code) || is_inlined_library_code(code);
+}
+
+nb::object Interpreter::dynamo_disabled_original(nb::handle fn) {
+  if (!PyFunction_Check(fn.ptr()) || inlines(fn.ptr())) return {};
+  nb::object flag = nb::steal(PyObject_GetAttrString(fn.ptr(), "_torchdynamo_disable"));
+  if (!flag.is_valid()) {
+    PyErr_Clear();
+    return {};
+  }
+  nb::object name = nb::steal(PyUnicode_FromString("_torchdynamo_orig_callable"));
+  nb::object original = nb::steal(PyObject_GetAttr(fn.ptr(), name.ptr()));
+  if (!original.is_valid()) {
+    PyErr_Clear();
+    return {};
+  }
+  // Dynamo's own refusals of an optimizer's step (SparseAdam, LBFGS) are kept.
+  if (flag.ptr() != Py_True || !PyFunction_Check(original.ptr()) ||
+      !is_inlined_library_code(
+          reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(original.ptr()))) ||
+      name_of(original).substr(name_of(original).rfind('.') + 1) == "step") {
+    return {};
+  }
+  int source = source_of(fn);
+  if (source >= 0) return wrap(original, sources_.attr(source, name.ptr()));
+  keepalive_.push_back(original);
+  return original;
+}
+
+nb::object Interpreter::dict_view(nb::handle obj, std::string_view what) {
+  int source = source_of(obj);
+  EMBER_INTERNAL_ASSERT(source >= 0) << "a dict view of a dict without a source";
+  guards_.add_len(source, obj.ptr());
+  nb::object keys = checked(PySequence_List(obj.ptr()));  // in the dict's own order
+  nb::object out = fresh(checked(PyList_New(0)));
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.ptr()); ++i) {
+    PyObject* key = PyList_GET_ITEM(keys.ptr(), i);
+    EMBER_UNSUPPORTED(is_guardable_constant(key))
+        << "calling " << what << "() of a " << type_name_of(obj) << " with a key of type "
+        << type_name_of(key) << " at " << location();
+    nb::object entry;
+    if (what == "keys") {
+      entry = nb::borrow(key);
+    } else {
+      nb::object value =
+          wrap(checked(PyObject_GetItem(obj.ptr(), key)), sources_.item(source, key));
+      entry = what == "values" ? value : checked(PyTuple_Pack(2, key, value.ptr()));
+    }
+    if (PyList_Append(out.ptr(), entry.ptr()) < 0) throw nb::python_error();
+  }
+  return out;
+}
+
+nb::object Interpreter::set_grad_enabled(nb::handle cls, std::vector<nb::object> args,
+                                         nb::handle kwnames) {
+  EMBER_UNSUPPORTED(args.size() == 1 && !kwnames.is_valid() && PyBool_Check(args[0].ptr()))
+      << "torch.set_grad_enabled with a " << (args.empty() ? "NULL" : type_name_of(args[0]))
+      << " at " << location();
+  // Set for real: later ops are recorded under it, and run() restores it when the capture stops.
+  // A graph break is never taken while it differs from the frame's entry (run_frame), and a
+  // frame that returns with it changed runs eagerly (run).
+  EMBER_UNSUPPORTED(!(args[0].ptr() == Py_True && grad_inputs_ && !entry_grad_))
+      << "torch.set_grad_enabled(True) with inputs that require grad in a frame called under "
+      << "no_grad at " << location();
+  return call_real(cls, std::move(args), kwnames);
+}
+
+nb::object Interpreter::call_scheduler_patched_step(nb::handle fn, std::vector<nb::object>& args,
+                                                    nb::handle kwnames) {
+  // An LR scheduler replaces its optimizer's `step` by a wrapper (lr_scheduler.py) that sets
+  // `opt._opt_called` and calls the class's step on `opt_ref()`: inlined as that, when the
+  // wrapper was read as the `step` attribute of the optimizer its weak reference points to.
+  if (PyObject_HasAttrString(fn.ptr(), "_wrapped_by_lr_sched") != 1) return {};
+  int fn_source = source_of(fn);
+  PyCodeObject* co = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn.ptr()));
+  PyObject* closure = PyFunction_GET_CLOSURE(fn.ptr());
+  if (fn_source < 0 || closure == nullptr || sources_.at(fn_source).kind != SourceKind::Attr) {
+    return {};
+  }
+  int opt_ref = -1;
+  int func = -1;
+  const int nfree = co->co_nfreevars;
+  for (int i = 0; i < nfree; ++i) {
+    PyObject* name = local_name(co, co->co_nlocalsplus - nfree + i);
+    if (name == nullptr) return {};
+    if (PyUnicode_CompareWithASCIIString(name, "opt_ref") == 0) opt_ref = i;
+    if (PyUnicode_CompareWithASCIIString(name, "func") == 0) func = i;
+  }
+  if (opt_ref < 0 || func < 0 || PyTuple_GET_SIZE(closure) != nfree) return {};
+  PyObject* ref = PyCell_GET(PyTuple_GET_ITEM(closure, opt_ref));
+  if (ref == nullptr || !PyWeakref_CheckRef(ref)) return {};
+  nb::object opt = checked(PyObject_CallNoArgs(ref));
+  int opt_source = sources_.at(fn_source).parent;
+  auto known = wrapped_.find(opt_source);
+  if (known == wrapped_.end() || known->second.ptr() != opt.ptr()) return {};
+  nb::object called = nb::steal(PyUnicode_FromString("_opt_called"));
+  store_attr(opt, called.ptr(), nb::handle(Py_True));
+  nb::object closure_name = nb::steal(PyUnicode_FromString("__closure__"));
+  nb::object contents_name = nb::steal(PyUnicode_FromString("cell_contents"));
+  nb::object index = nb::steal(PyLong_FromLong(func));
+  int step_source =
+      sources_.attr(sources_.item(sources_.attr(fn_source, closure_name.ptr()), index.ptr()),
+                    contents_name.ptr());
+  nb::object step = wrap(nb::borrow(PyCell_GET(PyTuple_GET_ITEM(closure, func))), step_source);
+  EMBER_UNSUPPORTED(inlines(step.ptr()))
+      << "an LR scheduler's wrapper of " << type_name_of(opt) << ".step at " << location();
+  args.insert(args.begin(), opt);
+  return inline_function(step, std::move(args), kwnames);
+}
+
+}  // namespace ember::capture
