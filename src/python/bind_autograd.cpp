@@ -6,6 +6,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include "graph/printer.h"
 #include "graph/types.h"
 #include "python/bindings.h"
 #include "python/torch_caster.h"
@@ -73,6 +74,13 @@ void bind_autograd(nb::module_& m) {
                    [](const CompiledFunction& f) { return f.forward().describe_steps(); })
       .def_prop_ro("backward_steps",
                    [](const CompiledFunction& f) { return f.backward().describe_steps(); })
+      .def_prop_ro(
+          "graphs",
+          [](const CompiledFunction& f) {
+            return nb::make_tuple(graph::print_graph(f.forward().graph()),
+                                  graph::print_graph(f.backward().graph()));
+          },
+          "The forward and backward graphs as text (graph/printer.h), as the partition made them.")
       .def(
           "set_eager_backward",
           [](CompiledFunction& f, nb::callable fn) {

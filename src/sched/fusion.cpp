@@ -245,6 +245,9 @@ int Scheduler::cost(ValueId v, std::vector<int>& weights) const {
   return total;
 }
 
+// Elements below which an offender read by broadcast is realized before its readers.
+constexpr int64_t kMaxBroadcastRealize = 1 << 16;
+
 // Values whose inlining the cost rule rejects, outermost first: those not inlined into another
 // offender (realizing an outer one often makes the inner ones single-use).
 std::vector<ValueId> Scheduler::violators(const std::vector<std::pair<int, Use>>& uses) const {
@@ -268,7 +271,14 @@ std::vector<ValueId> Scheduler::violators(const std::vector<std::pair<int, Use>>
       for (ValueId o : n.outputs) readers[u].push_back(o);
     }
   }
+  // Offenders read by broadcast (a per-channel rsqrt(var + eps) read per element) first, alone:
+  // they are small, and once realized their readers often cost little (batch norm's
+  // (x - mean) * invstd, which otherwise was realized whole, a full-size tensor).
   std::vector<ValueId> out;
+  for (ValueId v : bad) {
+    if (broadcast.count(v) && graph::numel(g_.type(v).sizes) < kMaxBroadcastRealize) out.push_back(v);
+  }
+  if (!out.empty()) return out;
   for (ValueId v : bad) {
     // Is another offender reached from v through values that are inlined?
     std::vector<ValueId> stack = readers[v];
@@ -373,16 +383,30 @@ Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
       }
       case NodeClass::Reduction: {
         if (!live_[ni]) break;
-        close();
         std::vector<ValueId> outputs;
         for (ValueId o : n.outputs) {
           if (read_live_[o]) outputs.push_back(o);
         }
+        if (open_reduction && pending.empty()) {
+          // A sibling over the same space joins the open kernel (Note [Sibling reductions]),
+          // when its input is cheap enough to compute in the same pass.
+          std::optional<ReductionSpec> spec = analyze_reduction(g_, n, /*coalesce=*/false);
+          std::vector<int> weights(g_.values.size(), -1);
+          if (spec && (realized(spec->x.value) || prologue_input(n) == spec->x.value) &&
+              (realized(spec->x.value) ||
+               cost(spec->x.value, weights) <= kMaxSinglePassPrologueCost) &&
+              open_reduction->add_sibling(ni, outputs)) {
+            break;
+          }
+        }
+        close();
         open_reduction.emplace(*this, ni, std::move(outputs), options_.reduction_fusion);
         if (open_reduction->has_prologue()) {
-          // Computed once per pass over the row: only cheap inputs are (kMaxPrologueCost).
+          // Computed once per pass over the row: only cheap inputs are (kMaxPrologueCost), or
+          // less cheap ones where the kernel makes one pass (kMaxSinglePassPrologueCost).
           std::vector<int> weights(g_.values.size(), -1);
-          if (cost(open_reduction->input(), weights) > kMaxPrologueCost) {
+          const int most = takes_siblings(g_, n) ? kMaxSinglePassPrologueCost : kMaxPrologueCost;
+          if (cost(open_reduction->input(), weights) > most) {
             // Realize the computed value (a view of it is then read through, as any view).
             throw TooManyInstances{view_root(open_reduction->input())};
           }

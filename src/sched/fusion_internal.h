@@ -37,6 +37,10 @@ constexpr int kTranscendentalCost = 5;
 // The most a reduction's input computed inline (a prologue) may cost: it is computed once per
 // pass over the row (two or three), instead of being written and read once more.
 constexpr int kMaxPrologueCost = 6;
+// The same for a sum, mean, prod, amax or amin (reduction.h, takes_siblings): one pass computes
+// the input once per element (an epilogue may compute parts of it again). Batch norm's backward
+// sum of g * x^ with g a ReLU's masked gradient of a residual add costs about 8.
+constexpr int kMaxSinglePassPrologueCost = 12;
 // Instances of one value in one kernel beyond which it is realized at once, whatever its cost:
 // inlining at many indices can grow exponentially (x.roll(1) + x, repeated), so the rounds of the
 // cost rule must not wait for a complete plan.
@@ -211,6 +215,12 @@ class ReductionGroupBuilder {
   bool stores(ValueId v) const;
   /// Adds stored value `v` as an epilogue. Returns false, changing nothing, when it cannot join.
   bool add_epilogue(ValueId v);
+  /// Adds reduction node `node`, which comes later in the graph, as a sibling (Note [Sibling
+  /// reductions] in reduction_fusion.cpp): one more accumulator in the same pass over the rows.
+  /// `outputs`: its outputs something needs. Returns false, changing nothing, when it cannot
+  /// join: not a sum, mean, prod, amax or amin over this node's space, this node not one either,
+  /// an epilogue already added, or an input that reads a value this kernel stores.
+  bool add_sibling(int32_t node, std::vector<ValueId> outputs);
   KernelGroup finish(const std::string& name, const ScheduleOptions& options) const;
   std::vector<Use> uses() const;
 
@@ -225,6 +235,13 @@ class ReductionGroupBuilder {
   std::optional<KernelBuilder> prologue_;
   Expr x_;  // the input at the identity index (prologue)
   std::optional<KernelBuilder> epilogue_;
+  struct Sibling {
+    int32_t node;
+    std::vector<ValueId> outputs;
+    ValueId x_value;
+    Expr x;  // computed by the prologue builder; undefined: loaded
+  };
+  std::vector<Sibling> siblings_;
 };
 
 }  // namespace ember::sched::fusion_detail

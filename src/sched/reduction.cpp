@@ -70,17 +70,20 @@ DType opmath(DType t) {
 // Builds the RowProgram of one reduction node: the per-kind kernels of docs/design/scheduler.md.
 class ProgramBuilder {
  public:
+  // `siblings`: the specs of fusion.siblings' nodes, in order.
   ProgramBuilder(const graph::Graph& g, const ReductionSpec& s,
-                 const std::map<ValueId, std::string>& buffer_of, const ReductionFusion& fusion)
+                 const std::map<ValueId, std::string>& buffer_of, const ReductionFusion& fusion,
+                 const std::vector<ReductionSpec>& siblings)
       : g_(g),
         s_(s),
         buffer_of_(buffer_of),
         fusion_(fusion),
+        siblings_(siblings),
         space_{s.sizes, s.reduced, s.x.strides} {}
 
   RowProgram build() {
     kind_program();
-    if (fusion_.x.defined()) bind_input_lets();
+    if (!fusion_.x_lets.empty()) bind_input_lets();
     if (fusion_.epilogue.defined()) epilogue();
     return std::move(p_);
   }
@@ -146,26 +149,11 @@ class ProgramBuilder {
     switch (s_.kind) {
       case Kind::Sum:
       case Kind::Mean:
-      case Kind::Prod: {
-        const DType out = dtype(s_.outputs[0].value);
-        const DType a = opmath(out);
-        ReduceOp op = s_.kind == Kind::Prod ? ReduceOp::Prod : ReduceOp::Sum;
-        init("acc", op, a);
-        elements({accumulate(op, "acc", x(a))});
-        Expr total = value("acc", a);
-        if (s_.kind == Kind::Mean) total = div(total, fconst(a, static_cast<double>(n())));
-        row({store(0, total)});
-        break;
-      }
+      case Kind::Prod:
       case Kind::Amax:
-      case Kind::Amin: {
-        const DType a = opmath(xd);
-        ReduceOp op = s_.kind == Kind::Amax ? ReduceOp::Max : ReduceOp::Min;
-        init("acc", op, a);
-        elements({accumulate(op, "acc", x(a))});
-        row({store(0, value("acc", a))});
+      case Kind::Amin:
+        single_accumulators();
         break;
-      }
       case Kind::ArgMax:
       case Kind::ArgMin:
       case Kind::MaxDim:
@@ -236,9 +224,14 @@ class ProgramBuilder {
   // The input element (computed inline with a prologue), converted to `t`.
   Expr x(DType t) const { return cast(t, x_raw()); }
   Expr x_raw() const { return fusion_.x.defined() ? fusion_.x : load(s_.x); }
+  // Sibling `i`'s input element, computed inline or loaded.
+  Expr sibling_x(size_t i) const {
+    const Expr& inline_x = fusion_.siblings[i].x;
+    return inline_x.defined() ? inline_x : load(siblings_[i].x);
+  }
   // Output `i` of the node gets `v` (converted to its dtype), when something needs it.
-  Stmt store(size_t i, Expr v) const {
-    const ReductionOperand& o = s_.outputs[i];
+  Stmt store(size_t i, Expr v) const { return store_to(s_.outputs[i], std::move(v)); }
+  Stmt store_to(const ReductionOperand& o, Expr v) const {
     auto it = buffer_of_.find(o.value);
     if (it == buffer_of_.end()) return loop::Block::make({});
     return loop::Store::make(it->second, offset(o), cast(dtype(o.value), std::move(v)));
@@ -293,6 +286,33 @@ class ProgramBuilder {
   }
 
   // ---- kernels ----------------------------------------------------------------------------
+
+  // Sum, mean, prod, amax, amin: one accumulator each, for the node and every sibling, folded in
+  // one pass (Note [Sibling reductions]). Sums accumulate in the output's compute type, extrema
+  // in the input's.
+  void single_accumulators() {
+    std::vector<Stmt> inits, folds, stores;
+    for (size_t i = 0; i <= siblings_.size(); ++i) {
+      const ReductionSpec& m = i == 0 ? s_ : siblings_[i - 1];
+      const Expr xm = i == 0 ? x_raw() : sibling_x(i - 1);
+      const bool extremum = m.kind == Kind::Amax || m.kind == Kind::Amin;
+      const DType a = opmath(dtype(extremum ? m.x.value : m.outputs[0].value));
+      const ReduceOp op = m.kind == Kind::Prod   ? ReduceOp::Prod
+                          : m.kind == Kind::Amax ? ReduceOp::Max
+                          : m.kind == Kind::Amin ? ReduceOp::Min
+                                                 : ReduceOp::Sum;
+      const std::string name = i == 0 ? "acc" : "acc" + std::to_string(i);
+      add_value(name, a);
+      inits.push_back(set(name, loop::reduction_identity(op, 0, a)));
+      folds.push_back(accumulate(op, name, cast(a, xm)));
+      Expr total = value(name, a);
+      if (m.kind == Kind::Mean) total = div(total, fconst(a, static_cast<double>(n())));
+      stores.push_back(store_to(m.outputs[0], total));
+    }
+    row(std::move(inits));
+    elements(std::move(folds));
+    row(std::move(stores));
+  }
 
   // Two passes: the mean, then the sum of squared deviations from it; in f64 as eager's
   // (Welford) kernel accumulates. var = m2 / max(N - correction, 0).
@@ -500,6 +520,7 @@ class ProgramBuilder {
   const ReductionSpec& s_;
   const std::map<ValueId, std::string>& buffer_of_;
   const ReductionFusion& fusion_;
+  const std::vector<ReductionSpec>& siblings_;
   const ReductionSpace space_;
   RowProgram p_;
 };
@@ -510,6 +531,21 @@ bool is_reduction_kernel_node(const graph::Graph& g, const graph::Node& n) {
   return analyze_reduction(g, n).has_value();
 }
 
+bool takes_siblings(const graph::Graph& g, const graph::Node& n) {
+  std::optional<ReductionSpec> spec = analyze_reduction(g, n, /*coalesce=*/false);
+  if (!spec) return false;
+  switch (spec->kind) {
+    case Kind::Sum:
+    case Kind::Mean:
+    case Kind::Prod:
+    case Kind::Amax:
+    case Kind::Amin:
+      return spec->outputs.size() == 1;
+    default:
+      return false;
+  }
+}
+
 bool supports_reduction_fusion(const graph::Graph& g, const graph::Node& n) {
   std::optional<ReductionSpec> spec = analyze_reduction(g, n, /*coalesce=*/false);
   return spec.has_value() && spec->kind != Kind::GroupNorm;
@@ -518,7 +554,7 @@ bool supports_reduction_fusion(const graph::Graph& g, const graph::Node& n) {
 loop::Kernel build_reduction_kernel(const graph::Graph& g, const graph::Node& n,
                                     const KernelGroup& group, const std::string& name,
                                     const ScheduleOptions& options, const ReductionFusion& fusion) {
-  const bool fused = fusion.x.defined() || fusion.epilogue.defined();
+  const bool fused = fusion.x.defined() || fusion.epilogue.defined() || !fusion.siblings.empty();
   std::optional<ReductionSpec> spec = analyze_reduction(g, n, /*coalesce=*/!fused);
   EMBER_INTERNAL_ASSERT(spec.has_value()) << "build_reduction_kernel: unsupported node";
   EMBER_INTERNAL_ASSERT(!group.outputs.empty()) << "build_reduction_kernel: no outputs";
@@ -527,7 +563,15 @@ loop::Kernel build_reduction_kernel(const graph::Graph& g, const graph::Node& n,
   loop::Kernel k;
   k.name = name;
   const std::map<ValueId, std::string> buffer_of = add_group_buffers(g, group, k);
-  RowProgram program = ProgramBuilder(g, *spec, buffer_of, fusion).build();
+  std::vector<ReductionSpec> siblings;
+  for (const ReductionSibling& sib : fusion.siblings) {
+    std::optional<ReductionSpec> s = analyze_reduction(g, *sib.node, /*coalesce=*/false);
+    EMBER_INTERNAL_ASSERT(s && takes_siblings(g, n) && takes_siblings(g, *sib.node) &&
+                          s->sizes == spec->sizes && s->reduced == spec->reduced)
+        << "build_reduction_kernel: a sibling reduction over another space";
+    siblings.push_back(std::move(*s));
+  }
+  RowProgram program = ProgramBuilder(g, *spec, buffer_of, fusion, siblings).build();
   const ReductionSpace space{spec->sizes, spec->reduced, spec->x.strides};
   k.body = build_reduction_loops(space, program, options.parallel_threshold);
   return k;

@@ -48,11 +48,26 @@ bool is_reduction_kernel_node(const graph::Graph& g, const graph::Node& n);
 ///  - `epilogue`: a statement run once per element of the space after the node's own steps (it
 ///    stores values of the input's shape); it may read the node's outputs, at the element's own
 ///    row (reduced outputs) or element (element outputs) only. Undefined: none.
+///  - `siblings`: further reduction nodes over the same space (sizes and reduced dims), each one
+///    more accumulator folded in the same pass (Note [Sibling reductions], reduction_fusion.cpp).
+///    Each is a sum, mean, prod, amax or amin (takes_siblings), and so is `n`; a sibling's `x`
+///    is its input computed inline (after `x_lets`), or undefined when it is a buffer of the
+///    group.
+struct ReductionSibling {
+  const graph::Node* node = nullptr;
+  loop::Expr x;
+};
+
 struct ReductionFusion {
   loop::Expr x;
   std::vector<std::pair<loop::Expr, loop::Expr>> x_lets;
   loop::Stmt epilogue;
+  std::vector<ReductionSibling> siblings;
 };
+
+/// True when node `n` is a reduction kernel of one accumulator and one output (sum, mean, prod,
+/// amax, amin): what may share a kernel with siblings of the same space.
+bool takes_siblings(const graph::Graph& g, const graph::Node& n);
 
 /// True when node `n`'s kernel can take a ReductionFusion: its space is the input's dims (every
 /// kernel node but native_group_norm, whose space is a view of them).

@@ -31,8 +31,52 @@ ReductionGroupBuilder::ReductionGroupBuilder(const FusionState& s, int32_t node,
 }
 
 bool ReductionGroupBuilder::stores(ValueId v) const {
+  for (const Sibling& sib : siblings_) {
+    if (std::find(sib.outputs.begin(), sib.outputs.end(), v) != sib.outputs.end()) return true;
+  }
   return std::find(outputs_.begin(), outputs_.end(), v) != outputs_.end() ||
          (epilogue_ && epilogue_->stores(v));
+}
+
+// Note [Sibling reductions]
+// Reductions over one space that read no result of each other fold into one kernel: one more
+// accumulator each in the same pass over the rows, which loads what their inputs share once.
+// Batch norm's backward sums the activation gradient g and g * x^ over the same rows (its bias
+// and weight gradients); as two kernels each computed g's chain again (a ReLU's mask, a residual
+// add) and read it once more, where ATen's kernel reads it once for both. A later reduction node
+// joins the open reduction group when both are sums, means, prods, amaxes or amins over the same
+// sizes and reduced dims, no epilogue has joined yet, and its input (computed inline by the same
+// prologue builder, so that shared producers are one let, or loaded) reads nothing the group
+// stores. Only adjacent ones: anything stored between them closes the group, so the tracer
+// records such sums next to each other (tracer/split_reduction.h, sums_in_stages).
+bool ReductionGroupBuilder::add_sibling(int32_t node, std::vector<ValueId> outputs) {
+  if (!fusible_ || epilogue_ || outputs.empty()) return false;
+  const graph::Node& n = g_.nodes[node];
+  if (!takes_siblings(g_, g_.nodes[node_]) || !takes_siblings(g_, n)) return false;
+  std::optional<ReductionSpec> mine = analyze_reduction(g_, g_.nodes[node_], false);
+  std::optional<ReductionSpec> theirs = analyze_reduction(g_, n, false);
+  if (!mine || !theirs || mine->sizes != theirs->sizes || mine->reduced != theirs->reduced) {
+    return false;
+  }
+  for (ValueId v : tensor_args(n)) {
+    if (stores(v)) return false;
+  }
+  Sibling sib{node, std::move(outputs), theirs->x.value, Expr()};
+  if (!s_.realized(sib.x_value)) {
+    std::optional<KernelBuilder> trial;
+    if (prologue_) {
+      trial.emplace(*prologue_);
+    } else {
+      trial.emplace(s_, x_sizes_);
+    }
+    sib.x = trial->compute(sib.x_value);
+    for (ValueId v : trial->inputs()) {
+      if (stores(v)) return false;
+    }
+    prologue_.emplace(std::move(*trial));
+  }
+  siblings_.push_back(std::move(sib));
+  return true;
 }
 
 bool ReductionGroupBuilder::add_epilogue(ValueId v) {
@@ -44,13 +88,17 @@ bool ReductionGroupBuilder::add_epilogue(ValueId v) {
     // The node's outputs are readable at the element's own row (or element) only: where this
     // kernel has just written them.
     trial.emplace(s_, x_sizes_);
-    std::optional<ReductionSpec> spec = analyze_reduction(g_, g_.nodes[node_], false);
-    for (const ReductionOperand& o : spec->outputs) {
-      Expr off = loop::idx(0);
-      for (size_t d = 0; d < o.strides.size(); ++d) {
-        if (o.strides[d] != 0) off = off + loop::var(loop_var(d)) * loop::idx(o.strides[d]);
+    std::vector<int32_t> members = {node_};
+    for (const Sibling& sib : siblings_) members.push_back(sib.node);
+    for (int32_t m : members) {
+      std::optional<ReductionSpec> spec = analyze_reduction(g_, g_.nodes[m], false);
+      for (const ReductionOperand& o : spec->outputs) {
+        Expr off = loop::idx(0);
+        for (size_t d = 0; d < o.strides.size(); ++d) {
+          if (o.strides[d] != 0) off = off + loop::var(loop_var(d)) * loop::idx(o.strides[d]);
+        }
+        trial->bind_reads(o.value, off);
       }
-      trial->bind_reads(o.value, off);
     }
   }
   if (!trial->add_store(v) || trial->has_index_checks()) return false;
@@ -72,12 +120,21 @@ KernelGroup ReductionGroupBuilder::finish(const std::string& name,
   std::set<int32_t> nodes = {node_};
   auto add_input = [&](ValueId v) {
     if (std::find(outputs_.begin(), outputs_.end(), v) != outputs_.end()) return;
+    for (const Sibling& sib : siblings_) {
+      if (std::find(sib.outputs.begin(), sib.outputs.end(), v) != sib.outputs.end()) return;
+    }
     if (std::find(group.inputs.begin(), group.inputs.end(), v) == group.inputs.end()) {
       group.inputs.push_back(v);
     }
   };
   for (ValueId v : tensor_args(n)) {
-    if (!(prologue_ && v == x_value_)) add_input(v);
+    if (!(x_.defined() && v == x_value_)) add_input(v);
+  }
+  for (const Sibling& sib : siblings_) {
+    nodes.insert(sib.node);
+    for (ValueId v : tensor_args(g_.nodes[sib.node])) {
+      if (!(sib.x.defined() && v == sib.x_value)) add_input(v);
+    }
   }
   for (const std::optional<KernelBuilder>* b : {&prologue_, &epilogue_}) {
     if (!*b) continue;
@@ -86,10 +143,13 @@ KernelGroup ReductionGroupBuilder::finish(const std::string& name,
   }
   group.nodes.assign(nodes.begin(), nodes.end());
   group.outputs = outputs_;
+  for (const Sibling& sib : siblings_) {
+    group.outputs.insert(group.outputs.end(), sib.outputs.begin(), sib.outputs.end());
+  }
   if (epilogue_) {
     for (ValueId v : epilogue_->stored_values()) group.outputs.push_back(v);
   }
-  if (!prologue_ && !epilogue_) {
+  if (!prologue_ && !epilogue_ && siblings_.empty()) {
     group.kernel = build_reduction_kernel(g_, n, group, name, options);
     return group;
   }
@@ -103,9 +163,12 @@ KernelGroup ReductionGroupBuilder::finish(const std::string& name,
   for (size_t d = 0; d < x_sizes_.size(); ++d) vars[loop_var(d)] = element_var(d);
   auto expr = [&](const Expr& e) { return rename_buffers(loop::substitute(e, vars), names); };
   ReductionFusion fusion;
+  if (x_.defined()) fusion.x = expr(x_);
   if (prologue_) {
-    fusion.x = expr(x_);
     for (const auto& [var, value] : prologue_->lets()) fusion.x_lets.emplace_back(var, expr(value));
+  }
+  for (const Sibling& sib : siblings_) {
+    fusion.siblings.push_back({&g_.nodes[sib.node], sib.x.defined() ? expr(sib.x) : Expr()});
   }
   if (epilogue_) fusion.epilogue = rename_buffers(loop::substitute(epilogue_->body(), vars), names);
   group.kernel = build_reduction_kernel(g_, n, group, name, options, fusion);

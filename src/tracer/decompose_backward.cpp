@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "tracer/split_reduction.h"
 #include "tracer/tracer_tensor.h"
 
 namespace ember::tracer {
@@ -246,8 +247,14 @@ bool batch_norm_backward(Stack* stack) {
   const at::Tensor is = invstd->to(acc).view(per_channel);
   const at::Tensor x_hat = xf.sub(m).mul(is);
   at::Tensor sum_g, sum_g_xhat;
-  if (train || mask[1] || mask[2]) sum_g = gf.sum(reduced, false);
-  if (train || mask[1]) sum_g_xhat = gf.mul(x_hat).sum(reduced, false);
+  if (train || mask[1]) {
+    // Both over the same rows, recorded side by side: one kernel reads g once for both.
+    std::vector<at::Tensor> sums = record_sums_side_by_side({gf, gf.mul(x_hat)}, reduced, acc);
+    sum_g = sums[0];
+    sum_g_xhat = sums[1];
+  } else if (mask[2]) {
+    sum_g = gf.sum(reduced, false);
+  }
   at::Tensor grad_input, grad_weight, grad_bias;
   if (mask[0]) {
     at::Tensor scale = weight.has_value() ? is.mul(weight->to(acc).view(per_channel)) : is;

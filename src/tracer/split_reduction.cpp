@@ -162,20 +162,29 @@ std::optional<int64_t> column_split_factor(int64_t rows, int64_t kept) {
   return std::nullopt;
 }
 
-// The sum of `x` over `reduced` in `acc` (the kept dims in x's order, or ones where keepdim),
-// as sums over the inner reduced run (rows) and then over the outer one (columns, split in
-// partials when long). Requires column_shape(x, reduced).
-at::Tensor sum_in_stages(const at::Tensor& x, const std::vector<bool>& reduced,
-                         const ColumnShape& shape, at::ScalarType acc, bool keepdim) {
+// The sums of each of `xs` (one shape and layout) over `reduced` in `acc` (the kept dims in x's
+// order, or ones where keepdim), as sums over the inner reduced run (rows) and then over the
+// outer one (columns, split in partials when long). Stage by stage for all of them, so that the
+// sums of one stage are adjacent in the graph and the scheduler folds them into one kernel
+// (Note [Sibling reductions] in sched/reduction_fusion.cpp). Requires column_shape(x, reduced).
+std::vector<at::Tensor> sums_in_stages(std::vector<at::Tensor> xs, const std::vector<bool>& reduced,
+                                       const ColumnShape& shape, at::ScalarType acc,
+                                       bool keepdim) {
+  const at::Tensor x = xs.at(0);
   bool identity = true;
   for (size_t i = 0; i < shape.order.size(); ++i) identity &= shape.order[i] == int64_t(i);
-  at::Tensor y = identity ? x : x.permute(shape.order);
-  y = shape.inner > 1 ? y.reshape({shape.outer, shape.kept, shape.inner}).sum(-1, false, acc)
-                      : y.reshape({shape.outer, shape.kept});  // [outer, kept]
+  for (at::Tensor& y : xs) {
+    if (!identity) y = y.permute(shape.order);
+    y = shape.inner > 1 ? y.reshape({shape.outer, shape.kept, shape.inner}).sum(-1, false, acc)
+                        : y.reshape({shape.outer, shape.kept});  // [outer, kept]
+  }
   const std::optional<int64_t> s =
       shape.outer >= kMinColumnRows ? column_split_factor(shape.outer, shape.kept) : std::nullopt;
-  if (s) y = y.view({*s, shape.outer / *s, shape.kept}).sum(1, false, acc);
-  y = y.sum(0, false, acc);  // [kept]
+  if (s) {
+    for (at::Tensor& y : xs) y = y.view({*s, shape.outer / *s, shape.kept}).sum(1, false, acc);
+  }
+  // [kept]: the partials' sums, side by side again (split once more when the partials are many).
+  xs = record_sums_side_by_side(std::move(xs), {0}, acc);
   // Back to the kept dims in x's order: their sizes in memory order, then permuted.
   std::vector<int64_t> kept_dims, kept_sizes;
   for (int64_t d : shape.order) {
@@ -184,20 +193,27 @@ at::Tensor sum_in_stages(const at::Tensor& x, const std::vector<bool>& reduced,
       kept_sizes.push_back(x.size(d));
     }
   }
-  if (kept_sizes.size() != 1) {
-    y = y.view(kept_sizes);
-    std::vector<int64_t> perm(kept_dims.size());
-    for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(i);
-    std::sort(perm.begin(), perm.end(),
-              [&](int64_t a, int64_t b) { return kept_dims[a] < kept_dims[b]; });
-    if (!std::is_sorted(perm.begin(), perm.end())) y = y.permute(perm).contiguous();
-  }
-  if (keepdim) {
-    for (int64_t d = 0; d < x.dim(); ++d) {
-      if (reduced[static_cast<size_t>(d)]) y = y.unsqueeze(d);
+  for (at::Tensor& y : xs) {
+    if (kept_sizes.size() != 1) {
+      y = y.view(kept_sizes);
+      std::vector<int64_t> perm(kept_dims.size());
+      for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(i);
+      std::sort(perm.begin(), perm.end(),
+                [&](int64_t a, int64_t b) { return kept_dims[a] < kept_dims[b]; });
+      if (!std::is_sorted(perm.begin(), perm.end())) y = y.permute(perm).contiguous();
+    }
+    if (keepdim) {
+      for (int64_t d = 0; d < x.dim(); ++d) {
+        if (reduced[static_cast<size_t>(d)]) y = y.unsqueeze(d);
+      }
     }
   }
-  return y;
+  return xs;
+}
+
+at::Tensor sum_in_stages(const at::Tensor& x, const std::vector<bool>& reduced,
+                         const ColumnShape& shape, at::ScalarType acc, bool keepdim) {
+  return sums_in_stages({x}, reduced, shape, acc, keepdim)[0];
 }
 
 // Whether the scheduler's kernel for this sum would leave the device idle: a column kernel
@@ -383,9 +399,20 @@ bool split_batch_norm_training(const c10::OperatorHandle& op, torch::jit::Stack*
   std::vector<int64_t> per_channel(static_cast<size_t>(x.dim()), 1);
   per_channel[1] = c;
   const double inv_r = 1.0 / static_cast<double>(r);
-  at::Tensor mean = sum_in_stages(x, reduced, *shape, acc, false).mul(inv_r);  // [c]
+  // One pass over x for both statistics: sums of d = x - k and d^2 around a shift k per channel
+  // (the channel's first element), var = mean(d^2) - mean(d)^2. With k a sample of the channel,
+  // mean(d) is of the order of the deviation, so the difference cancels few bits (a plain
+  // E[x^2] - E[x]^2 cancels all of them when the mean is large against the deviation).
+  at::Tensor k = x;
+  for (int64_t d = 0; d < x.dim(); ++d) {
+    if (d != 1) k = k.narrow(d, 0, 1);
+  }
+  at::Tensor d = x.to(acc).sub(k.to(acc));
+  std::vector<at::Tensor> sums = sums_in_stages({d, d.mul(d)}, reduced, *shape, acc, false);
+  at::Tensor shift = sums[0].mul(inv_r);  // mean(d)
+  at::Tensor mean = shift.add(k.to(acc).reshape({c}));
+  at::Tensor var = sums[1].mul(inv_r).sub(shift.mul(shift)).clamp_min(0);
   at::Tensor dev = x.to(acc).sub(mean.view(per_channel));
-  at::Tensor var = sum_in_stages(dev.mul(dev), reduced, *shape, acc, false).mul(inv_r);
   at::Tensor invstd = var.add(eps).rsqrt();
   at::Tensor a = weight.has_value() ? invstd.mul(weight->to(acc)) : invstd;
   at::Tensor out = dev.mul(a.view(per_channel));
@@ -402,6 +429,28 @@ bool split_batch_norm_training(const c10::OperatorHandle& op, torch::jit::Stack*
 }
 
 }  // namespace
+
+std::vector<at::Tensor> record_sums_side_by_side(std::vector<at::Tensor> xs,
+                                                 const std::vector<int64_t>& dims,
+                                                 at::ScalarType acc) {
+  const at::Tensor& x = xs.at(0);
+  const int64_t rank = x.dim();
+  std::vector<bool> reduced(static_cast<size_t>(rank), false);
+  for (int64_t d : dims) reduced[static_cast<size_t>(d < 0 ? d + rank : d)] = true;
+  bool same_layout = true;
+  for (const at::Tensor& y : xs) {
+    same_layout &= y.sizes() == x.sizes() && y.strides() == x.strides();
+  }
+  if (same_layout && splits_on(x) && rank > 0) {
+    const std::optional<ColumnShape> shape = column_shape(x, reduced);
+    if (shape && column_reduction_worth_splitting(*shape)) {
+      c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+      return sums_in_stages(std::move(xs), reduced, *shape, acc, false);
+    }
+  }
+  for (at::Tensor& y : xs) y = y.sum(dims, false, acc);
+  return xs;
+}
 
 bool record_split_reduction(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();

@@ -45,11 +45,23 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
+#include <cstdint>
+#include <vector>
+
 namespace ember::tracer {
 
 /// Records `op` called with the arguments on top of `stack` (tracer tensors) as a split
 /// reduction, replacing the arguments with its results, and returns true; or returns false and
 /// leaves the stack alone when the call is recorded as it is.
 bool record_split_reduction(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+/// The sums of each of `xs` (tracer tensors of one shape) over `dims` in `acc`, recorded
+/// next to each other: split in stages as above where a sum of x would be, stage by stage for
+/// all of them, so that the scheduler folds the sums of each stage into one kernel, which reads
+/// what their inputs share once (Note [Sibling reductions] in sched/reduction_fusion.cpp).
+/// Batch norm's statistics and its backward's two sums.
+std::vector<at::Tensor> record_sums_side_by_side(std::vector<at::Tensor> xs,
+                                                 const std::vector<int64_t>& dims,
+                                                 at::ScalarType acc);
 
 }  // namespace ember::tracer

@@ -214,3 +214,34 @@ def test_random_prologue_reduction_epilogue(seed):
         return (h - r) * 2  # epilogue: reads r at its row (or element)
 
     run(f, x, b, kernels=1, **({"atol": 1e-4, "rtol": 1e-4} if big else {}))
+
+
+# Note [Sibling reductions]: sums (means, prods, amaxes, amins) over one space fold into one pass.
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_batch_norm_backward_sums_are_one_kernel(dtype):
+    # sum(g) and sum(g * x^) with g a ReLU's masked gradient; dx joins as the epilogue.
+    def f(g, x, r, m, s):
+        g = torch.where(r > 0, g, 0)
+        xh = (x - m) * s
+        a, b = g.sum(0), (g * xh).sum(0)
+        return a, b, (g - a / 64 - xh * (b / 64)) * s
+
+    args = [torch.randn(64, 32).to(dtype) for _ in range(3)] + [torch.randn(32), torch.rand(32)]
+    run(f, *args, kernels=1)
+
+
+def test_siblings_of_every_kind_over_rows_and_columns():
+    x = torch.randn(12, 40)
+    run(lambda x: (x.sum(-1), x.amax(-1), x.amin(-1, keepdim=True), (x * x).mean(-1),
+                   x.abs().prod(-1)), x, kernels=1)
+    run(lambda x: (x.sum(0), x.exp().sum(0), x.amax(0)), x, kernels=1)
+
+
+def test_a_reduction_of_a_sibling_result_is_not_a_sibling():
+    # var from the mean: the second reads the first's result, so it runs after it.
+    run(lambda x: (x.mean(0), (x - x.mean(0)).pow(2).sum(0)), torch.randn(50, 7), kernels=2)
+
+
+def test_siblings_over_other_spaces_stay_apart():
+    x = torch.randn(6, 9)
+    run(lambda x: (x.sum(0), x.sum(1), x.argmax(1)), x, kernels=3)
