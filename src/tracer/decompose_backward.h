@@ -44,7 +44,9 @@
 // ResNet-50 45.6 -> 54.7 ms per step, ResNet-18 5.3 -> 7.0, MobileNetV2 20.5 -> 24.9; bf16
 // ResNet-50 30.6 -> 40.0), and tripled ResNet-50's compile time. Its two per-channel sums are
 // column reductions of the activation gradient, each a split reduction of its own that computes
-// the gradient's chain again; ATen's kernel reads it once for both. Not profiled yet.
+// the gradient's chain again; ATen's kernel reads it once for both. Since 2026-12-03 they are
+// recorded side by side (tracer::record_sums_side_by_side) and run as one kernel per stage
+// (Note [Sibling reductions] in sched/reduction_fusion.cpp), which reads g's chain and x once.
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>

@@ -34,7 +34,10 @@
 //     batch and the H x W of an NCHW tensor) sums the inner run as rows first.
 //   - training batch norm (`_native_batch_norm_legit_functional`, training=True) on CUDA with at
 //     least 256 rows (N x H x W): its
-//     statistics as the staged sums above, `out = (x - mean) * (invstd * w) + b` (eager's form),
+//     statistics as the staged sums above, in one pass (the sums of d = x - k and d^2 side by
+//     side, k the channel's first element: var = mean(d^2) - mean(d)^2, which cancels few bits
+//     since mean(d) is of the order of the deviation), `out = (x - mean) * (invstd * w) + b`
+//     (eager's form),
 //     the running statistics updated with the unbiased variance, save_mean and save_invstd in
 //     the dtypes of the op's meta kernel. ember's own batch-norm kernel over a channels-last
 //     input is a column reduction with one program per 256 channels (bf16 ResNet-50 training ran
