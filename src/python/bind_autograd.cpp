@@ -75,6 +75,15 @@ void bind_autograd(nb::module_& m) {
       .def_prop_ro("backward_steps",
                    [](const CompiledFunction& f) { return f.backward().describe_steps(); })
       .def_prop_ro(
+          "refused_kernels",
+          [](const CompiledFunction& f) {
+            std::vector<std::string> out = f.forward().refused_kernels();
+            for (const std::string& r : f.backward().refused_kernels()) out.push_back(r);
+            return out;
+          },
+          "Why the Triton path refused kernels of the forward, then the backward graph (their "
+          "nodes ran as ATen calls).")
+      .def_prop_ro(
           "graphs",
           [](const CompiledFunction& f) {
             return nb::make_tuple(graph::print_graph(f.forward().graph()),
