@@ -5,6 +5,7 @@ steps of the forward and the backward graph, by op, and why the Triton path refu
 """
 import argparse
 import collections
+import re
 
 import torch
 
@@ -33,6 +34,26 @@ def main() -> None:
             print(f"graph {i} {name}: {kernels} kernels, {views} view steps")
             for s, n in kinds.most_common():
                 print(f"  {n:4d} x {s[:150]}")
+        # The first node of each unexpected extern op, with its operands' definitions.
+        for name, text in zip(("forward", "backward"), f.graphs):
+            lines = text.splitlines()
+            defs = {}
+            for ln in lines:
+                for tok in re.findall(r"%(\d+) :", ln.split("=")[0]):
+                    defs[tok] = ln.strip()
+            shown = set()
+            steps = f.forward_steps if name == "forward" else f.backward_steps
+            for st in steps:
+                op = st.split()[1] if st.startswith("extern") else None
+                if not op or op in shown or "convolution" in op or op in ("aten::mm", "aten::addmm"):
+                    continue
+                shown.add(op)
+                node = next((ln.strip() for ln in lines if f"= {op}(" in ln), None)
+                if node is None:
+                    continue
+                print(f"  {name} {op}: {node[:300]}")
+                for tok in re.findall(r"%(\d+)", node.split("=", 1)[1]):
+                    print(f"      {defs.get(tok, '%' + tok)[:300]}")
         for why in f.refused_kernels:
             print("  refused:", why[:600])
 
