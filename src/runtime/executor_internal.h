@@ -1,5 +1,5 @@
 /// \file
-/// What the executor's source files share (executor.cpp, executor_matmul.cpp,
+/// What the executor's source files share (executor_run.cpp, executor_matmul.cpp,
 /// executor_memory.cpp): not part of the runtime's API.
 #pragma once
 

@@ -1,0 +1,408 @@
+/// \file
+/// Running the executor's program, once per call: run() and its checks of the inputs, then
+/// run_program: the program's values, the per-call arena, each step (kernel, view, fused
+/// attention, matrix-product template, extern call) with its values released after it, and the
+/// graph's mutations written back into its inputs.
+#include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_strided.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+
+#include "runtime/executor.h"
+#include "runtime/executor_internal.h"
+#include "support/error.h"
+#include "tracer/convert.h"
+
+namespace ember::runtime {
+
+bool has_layout(const at::Tensor& t, const std::vector<int64_t>& sizes,
+                const std::vector<int64_t>& strides) {
+  if (t.dim() != static_cast<int64_t>(sizes.size())) return false;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    const int64_t size = t.size(static_cast<int64_t>(d));
+    if (size != sizes[d]) return false;
+    if (size > 1 && t.stride(static_cast<int64_t>(d)) != strides[d]) return false;
+  }
+  return true;
+}
+
+bool any_shares_storage(const std::vector<at::Tensor>& inputs, const std::vector<size_t>& which) {
+  for (size_t m : which) {
+    if (m >= inputs.size() || !inputs[m].has_storage()) continue;
+    const c10::StorageImpl* storage = inputs[m].storage().unsafeGetStorageImpl();
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (i != m && inputs[i].defined() && inputs[i].has_storage() &&
+          inputs[i].storage().unsafeGetStorageImpl() == storage) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+bool Executor::mutated_inputs_alias(const std::vector<at::Tensor>& inputs) const {
+  return any_shares_storage(inputs, mutated_input_positions_);
+}
+
+bool Executor::strides_match(const std::vector<at::Tensor>& inputs) const {
+  const graph::Graph& g = traced_.graph;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const graph::TensorType& t = g.type(input_slots_[i]);
+    for (int64_t d = 0; d < inputs[i].dim(); ++d) {
+      if (inputs[i].size(d) > 1 && inputs[i].stride(d) != t.strides[d].constant()) return false;
+    }
+  }
+  return true;
+}
+
+bool Executor::run_view(const Step& step, std::vector<at::Tensor>& env) const {
+  const View& v = *step.view;
+  at::Tensor base = env[v.root];
+  if (!base.defined() || !base.has_storage() || base.layout() != at::kStrided || base.is_conj() ||
+      base.is_neg() || base.key_set().has(c10::DispatchKey::Python)) {
+    if (step.call) return false;
+    EMBER_INTERNAL_ASSERT(false) << "a view step's root " << v.root << " is not a plain tensor";
+  }
+  if (!has_layout(base, v.root_sizes, v.root_strides)) {
+    // An extern op returned another layout than its meta kernel promised. A view op runs as the
+    // dispatcher call; a collapsed chain views a copy in the traced layout (it then aliases the
+    // copy, not the extern's result: both are intermediates).
+    if (step.call) return false;
+    at::Tensor copy = at::empty_strided(v.root_sizes, v.root_strides, base.options());
+    copy.copy_(base);
+    base = copy;
+  }
+  for (const ViewOutput& o : v.outputs) {
+    auto impl = c10::make_intrusive<c10::TensorImpl>(
+        c10::TensorImpl::VIEW, c10::Storage(base.storage()), base.key_set(), base.dtype());
+    impl->set_sizes_and_strides(o.sizes, o.strides, base.storage_offset() + o.offset_delta);
+    impl->set_version_counter(base.unsafeGetTensorImpl()->version_counter());
+    env[o.value] = at::Tensor(std::move(impl));
+  }
+  return true;
+}
+
+bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const at::Tensor& arena,
+                          bool write_through) const {
+  std::vector<void*> buffers;
+  buffers.reserve(k.inputs.size() + k.outputs.size() + 1);
+  for (size_t i = 0; i < k.inputs.size(); ++i) {
+    at::Tensor& x = env[k.inputs[i]];
+    EMBER_INTERNAL_ASSERT(x.defined())
+        << k.description << ": input " << i << " (%" << k.inputs[i] << ") is not defined";
+    const Kernel::Output& want = k.input_layouts[i];
+    if (!has_layout(x, want.sizes, want.strides) || x.dtype() != want.options.dtype() ||
+        x.device() != want.options.device()) {
+      // An extern op returned another layout or dtype than its meta kernel promised (bf16
+      // _native_batch_norm_legit_functional: f32 statistics traced, bf16 returned): copy it into
+      // the traced ones, which the kernel's index math and element type assume.
+      at::Tensor copy = at::empty_strided(want.sizes, want.strides, want.options);
+      copy.copy_(x);
+      x = copy;
+    }
+    buffers.push_back(x.data_ptr());
+  }
+  for (size_t i = 0; i < k.outputs.size(); ++i) {
+    const Kernel::Output& out = k.allocations[i];
+    at::Tensor& t = env[k.outputs[i]];
+    if (out.unused) {
+      // Nothing reads it and the kernel does not write it: an empty stand-in (its pointer is
+      // never dereferenced).
+      t = at::empty({0}, out.options);
+      buffers.push_back(t.data_ptr());
+      continue;
+    }
+    if (out.reuse_input >= 0) {
+      // The input is dead after this kernel: when nothing else holds its memory, write there.
+      // A mutated graph input (write_through) is the caller's: written when no other input
+      // shares its storage (Note [Mutations written in place]).
+      const at::Tensor& x = env[k.inputs[out.reuse_input]];
+      const bool free =
+          out.write_through ? write_through : x.use_count() == 1 && x.storage().use_count() == 1;
+      if (free && x.dtype() == out.options.dtype() && has_layout(x, out.sizes, out.strides)) {
+        t = x;
+        buffers.push_back(t.data_ptr());
+        continue;
+      }
+    }
+    if (out.arena_offset >= 0) {
+      const int64_t itemsize = static_cast<int64_t>(out.options.dtype().itemsize());
+      auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(arena.storage()),
+                                                       arena.key_set(), out.options.dtype());
+      impl->set_sizes_and_strides(out.sizes, out.strides, out.arena_offset / itemsize);
+      t = at::Tensor(std::move(impl));
+    } else {
+      t = at::empty_strided(out.sizes, out.strides, out.options);
+    }
+    buffers.push_back(t.data_ptr());
+  }
+  if (k.triton) {
+    std::vector<at::Tensor> args;
+    args.reserve(k.inputs.size() + k.outputs.size());
+    for (graph::ValueId v : k.inputs) args.push_back(env[v]);
+    for (graph::ValueId v : k.outputs) args.push_back(env[v]);
+    k.triton->launch(args);
+    return true;
+  }
+  bool index_out_of_range = false;
+  if (k.index_status) buffers.push_back(&index_out_of_range);
+  k.fn(buffers.data(), nullptr);
+  return !index_out_of_range;
+}
+
+std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) const {
+  // The graph was traced under the caller's autocast state: its casts are nodes already, and an
+  // op traced in a region with autocast off (a rotary embedding's fp32 matmul) must not be cast
+  // again because the caller's autocast is on now.
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  check_inputs(inputs);
+  if (cuda_graph_) {
+    auto replayed = cuda_graph_->run(
+        inputs, [this](const std::vector<at::Tensor>& in) { return run_program(in); });
+    if (replayed.has_value()) return std::move(*replayed);
+  }
+  return run_program(inputs);
+}
+
+std::vector<at::Tensor> Executor::run(std::vector<at::Tensor>&& inputs) const {
+  if (!release_inputs_ || cuda_graph_) {
+    const std::vector<at::Tensor> kept = std::move(inputs);
+    return run(kept);
+  }
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  check_inputs(inputs);
+  return run_program(inputs, &inputs);
+}
+
+void Executor::check_inputs(const std::vector<at::Tensor>& inputs) const {
+  const graph::Graph& g = traced_.graph;
+  EMBER_CHECK(inputs.size() == input_slots_.size())
+      << "expected " << input_slots_.size() << " input tensors but got " << inputs.size();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const graph::TensorType& t = g.type(input_slots_[i]);
+    const at::Tensor& x = inputs[i];
+    EMBER_CHECK(x.defined()) << "input " << i << " is an undefined tensor";
+    EMBER_CHECK(tracer::to_graph(x.scalar_type()) == t.dtype && x.dim() == t.dim())
+        << "input " << i << " has dtype " << x.scalar_type() << " and " << x.dim()
+        << " dims, but the graph was traced for " << graph::type_str(t);
+    for (int64_t d = 0; d < x.dim(); ++d) {
+      EMBER_CHECK(x.size(d) == t.sizes[d].constant())
+          << "input " << i << " has size " << x.sizes() << ", but the graph was traced for "
+          << graph::type_str(t);
+    }
+  }
+}
+
+namespace {
+
+// EMBER_DEBUG_LIVE=1: the bytes of the distinct storages a run's values hold before each step,
+// and the most, printed to stderr at the run's end with the steps around the peak (every step
+// with EMBER_DEBUG_LIVE=2). For finding
+// what a program keeps alive (scripts/profile_model.py --mode training shows the peaks).
+struct LiveBytes {
+  const std::vector<at::Tensor>& env;
+  bool on = false;
+  bool all = false;  // EMBER_DEBUG_LIVE=2: every step
+  int64_t peak = 0;
+  int peak_step = -1;
+  std::vector<int64_t> before;
+  explicit LiveBytes(const std::vector<at::Tensor>& e) : env(e) {
+    const char* v = std::getenv("EMBER_DEBUG_LIVE");
+    on = v != nullptr && (std::string_view(v) == "1" || std::string_view(v) == "2");
+    all = on && std::string_view(v) == "2";
+  }
+  void note(int step) {
+    if (!on) return;
+    std::unordered_set<const void*> seen;
+    int64_t bytes = 0;
+    for (const at::Tensor& t : env) {
+      if (!t.defined() || !t.has_storage()) continue;
+      const c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
+      if (seen.insert(s).second) bytes += static_cast<int64_t>(s->nbytes());
+    }
+    before.push_back(bytes);
+    if (bytes > peak) peak = bytes, peak_step = step;
+  }
+  void report(const Executor& e) const {
+    if (!on || before.empty()) return;
+    std::vector<std::string> steps = e.describe_steps();
+    std::ostringstream os;
+    os << "ember live bytes: " << steps.size() << " steps, at start " << before.front() / (1 << 20)
+       << " MiB, peak " << peak / (1 << 20) << " MiB before step " << peak_step << ", at end "
+       << before.back() / (1 << 20) << " MiB\n";
+    const int from = all ? 0 : std::max(0, peak_step - 3);
+    const int to = all ? static_cast<int>(steps.size()) : peak_step + 2;
+    for (int i = from; i < std::min<int>(static_cast<int>(steps.size()), to); ++i) {
+      os << "  " << i << ": " << before[i] / (1 << 20) << " MiB  " << steps[i] << "\n";
+    }
+    std::cerr << os.str();
+  }
+};
+
+}  // namespace
+
+std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inputs,
+                                              std::vector<at::Tensor>* owned) const {
+  const graph::Graph& g = traced_.graph;
+  if (unfused_ && !strides_match(inputs)) {
+    unfused_runs_.fetch_add(1, std::memory_order_relaxed);
+    return unfused_->run(inputs);
+  }
+  std::vector<at::Tensor> reference;
+  if (verify_kernels_enabled() && unfused_ && !kernels_.empty()) {
+    reference = unfused_->reference_values(inputs);
+  }
+
+  std::vector<at::Tensor> env(g.values.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    env[input_slots_[i]] = owned != nullptr ? std::move((*owned)[i]) : inputs[i];
+  }
+  // From here on `inputs` may have been moved from (owned): read the program's values instead.
+  bool inputs_gone = owned != nullptr;
+  // Note [Mutations written in place]: only when no two inputs share a storage this call.
+  const bool write_through = num_written_through_ > 0 && inputs_own_their_storage(env);
+  for (const auto& [value, index] : constant_slots_) env[value] = traced_.constants[index];
+
+  torch::jit::Stack stack;
+  // The arena holds intermediates only (no output, mutation value or alias of one is placed in
+  // it, and extern results that alias it are cloned), so nothing references it after the call
+  // and the next call may take it over.
+  at::Tensor arena;
+  if (arena_bytes_ > 0) {
+    {
+      std::lock_guard<std::mutex> lock(arena_mu_);
+      if (!free_arenas_.empty()) {
+        arena = std::move(free_arenas_.back());
+        free_arenas_.pop_back();
+      }
+    }
+    if (!arena.defined()) arena = at::empty({arena_bytes_}, at::TensorOptions().dtype(at::kByte));
+  }
+  struct ArenaReturn {
+    const Executor& e;
+    at::Tensor& arena;
+    ~ArenaReturn() {
+      if (!arena.defined()) return;
+      std::lock_guard<std::mutex> lock(e.arena_mu_);
+      e.free_arenas_.push_back(std::move(arena));
+    }
+  } give_back{*this, arena};
+  LiveBytes live(env);
+  for (const Step& step : steps_) {
+    live.note(steps_.empty() ? 0 : static_cast<int>(&step - steps_.data()));
+    if (step.fused_into >= 0 && steps_[step.fused_into].fused->chosen() >= 0) {
+      // The product runs inside its epilogue's step (or, if that cannot, there).
+      for (graph::ValueId v : step.release) env[v].reset();
+      continue;
+    }
+    if (step.kernel >= 0) {
+      if (!reference.empty()) check_kernel(kernels_[step.kernel], reference);
+      if (step.fused && run_fused_step(step, env)) {
+        for (graph::ValueId v : step.release) env[v].reset();
+        continue;
+      }
+      const Kernel& kernel = kernels_[step.kernel];
+      std::optional<std::vector<ParameterCache::Input>> key;
+      if (kernel.parameter_cache && !cuda_graph_) {
+        key = ParameterCache::key_of(env, kernel.inputs);
+        std::lock_guard<std::mutex> lock(kernel.parameter_cache->mu);
+        if (kernel.parameter_cache->key == *key) {
+          for (size_t i = 0; i < kernel.outputs.size(); ++i) {
+            env[kernel.outputs[i]] = kernel.parameter_cache->outputs[i];
+          }
+          for (graph::ValueId v : step.release) env[v].reset();
+          continue;
+        }
+      }
+      if (step.fused && !env[step.matmul_operands.out].defined()) {
+        steps_[step.fused_product_step].call->run(env, stack);  // the product's step was skipped
+      }
+      if (!run_kernel(kernels_[step.kernel], env, arena, write_through)) {
+        // An index tensor holds an out-of-range index. Nothing is mutated before the last step:
+        // the unfused program runs the ATen ops, which raise eager's error.
+        EMBER_INTERNAL_ASSERT(unfused_ != nullptr) << "kernel step without an unfused program";
+        EMBER_CHECK(!inputs_gone) << "an index is out of range in a kernel of the graph's "
+                                  << "backward (ember frees its inputs as it goes, so the ATen "
+                                  << "ops that would name it cannot run again)";
+        return unfused_->run(inputs);
+      }
+      if (step.fused && step.fused->chosen() == -2) decide_fused_step(step, env, stack);
+      if (key) {
+        std::lock_guard<std::mutex> lock(kernel.parameter_cache->mu);
+        kernel.parameter_cache->key = std::move(*key);
+        kernel.parameter_cache->held.clear();
+        for (graph::ValueId v : kernel.inputs) {
+          kernel.parameter_cache->held.push_back(env[v].storage());
+        }
+        kernel.parameter_cache->outputs.clear();
+        for (graph::ValueId o : kernel.outputs) kernel.parameter_cache->outputs.push_back(env[o]);
+      }
+      for (graph::ValueId v : step.release) env[v].reset();
+      continue;
+    }
+    if (step.attention) {
+      env[step.attention->out] = step.attention->run(env);
+      for (graph::ValueId v : step.release) env[v].reset();
+      continue;
+    }
+    std::optional<at::Tensor> product;
+    if (step.matmul) {
+      const MatmulOperands& o = step.matmul_operands;
+      product = step.matmul->run(env[o.a], env[o.b], o.bias >= 0 ? &env[o.bias] : nullptr,
+                                 step.matmul_sizes, step.matmul_strides, [&] {
+                                   step.call->run(env, stack);
+                                   return env[step.matmul_operands.out];
+                                 });
+    }
+    if (product.has_value()) {
+      env[step.matmul_operands.out] = std::move(*product);
+    } else if (step.view && run_view(step, env)) {
+      // made from the root's storage
+    } else {
+      step.call->run(env, stack);
+      if (arena.defined() && !step.may_alias) {
+        // The plan assumed this op's results are fresh memory (its schema says so). One that
+        // returns a view of an arena buffer anyway would be overwritten when the buffer is
+        // reused: give it its own copy.
+        for (graph::ValueId o : step.call->outputs) {
+          at::Tensor& t = env[o];
+          if (t.defined() && t.has_storage() &&
+              t.storage().unsafeGetStorageImpl() == arena.storage().unsafeGetStorageImpl()) {
+            t = t.clone();
+          }
+        }
+      }
+    }
+    for (graph::ValueId v : step.release) env[v].reset();
+  }
+  live.note(static_cast<int>(steps_.size()));
+  live.report(*this);
+  if (!g.mutations.empty()) {
+    at::NoGradGuard no_grad;  // as eager updates BatchNorm's running statistics
+    for (const graph::Mutation& m : g.mutations) {
+      at::Tensor& target = env[m.input];
+      const at::Tensor& value = env[m.value];
+      if (value.unsafeGetTensorImpl() == target.unsafeGetTensorImpl()) {
+        // Written in place by its kernel (Note [Mutations written in place]): what copy_ would
+        // have told autograd.
+        if (!target.is_inference()) target.unsafeGetTensorImpl()->bump_version();
+        continue;
+      }
+      target.copy_(value);
+    }
+  }
+  std::vector<at::Tensor> outs;
+  outs.reserve(g.outputs.size());
+  for (graph::ValueId v : g.outputs) outs.push_back(env[v]);
+  return outs;
+}
+
+}  // namespace ember::runtime
