@@ -189,8 +189,11 @@ std::optional<Plan> plan_node(const graph::Graph& g, const graph::Node& n) {
       std::optional<DType> t = as_tensor.result();
       if (p.out != DType::Bool || !t || t != as_wrapped.result()) return std::nullopt;
       p.comp = *t;
+      // CUDA converts a CPU scalar (a Python number: a ReLU backward's `x <= 0` in bf16) to the
+      // common dtype and compares in it, as the cast below does; a tensor of another dtype is not
+      // lowered for it yet.
       for (const Operand& o : p.operands) {
-        if (is_reduced(p.comp) && o.dtype != p.comp && !cpu) return std::nullopt;
+        if (is_reduced(p.comp) && o.dtype != p.comp && !cpu && !o.cpu_scalar) return std::nullopt;
       }
       break;
     }

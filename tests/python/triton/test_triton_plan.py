@@ -26,3 +26,18 @@ def test_convnext_block_plan_for_cuda():
     assert len(gelu) == 1
     body = gelu[0]["triton"].split("@triton.jit\ndef ember_")[-1]
     assert "rem //" not in body, body  # one loop: no loop variable recovered by division
+
+
+def test_bf16_relu_backward_mask_is_fused_on_cuda():
+    # `x <= 0` of a bf16 tensor and a Python number: CUDA compares in bf16 as the CPU does, so the
+    # mask is part of the kernel, not an ATen call per ReLU (49 in ResNet-50's bf16 backward).
+    def f(g, y):
+        return torch.ops.aten.threshold_backward(g, y, 0)
+
+    cl = torch.channels_last
+    args = [torch.randn(8, 32, 16, 16, dtype=torch.bfloat16).to(memory_format=cl) for _ in range(2)]
+    plan = C.triton_plan(ember.trace(f, args, device="cuda:0"))
+    assert [p["why"] for p in plan if p["why"]] == [], plan
+    assert len(plan) == 1 and "aten::le.Scalar" in plan[0]["ops"], [p["ops"] for p in plan]
+    body = plan[0]["triton"].split("@triton.jit\ndef ember_")[-1]
+    assert "<=" in body, body
