@@ -3,19 +3,23 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/batch_norm_native.h>
 #include <ATen/ops/native_batch_norm.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
 #include <torch/library.h>
 
 #include <cstdlib>
 #include <mutex>
 #include <optional>
 #include <string_view>
+#include <vector>
+
+#include "support/error.h"
 
 namespace ember::tracer {
 
 namespace {
 
 std::optional<at::Tensor> optional_tensor(const c10::IValue& v) {
-  if (v.isTensor()) return v.toTensor();
+  if (v.isTensor() && v.toTensor().defined()) return v.toTensor();
   return std::nullopt;
 }
 
@@ -48,6 +52,52 @@ void batch_norm_kernel(const c10::OperatorHandle& /*op*/, torch::jit::Stack* sta
 }
 
 }  // namespace
+
+std::optional<CudnnNormalization> cudnn_normalization(const c10::OperatorHandle& op,
+                                                      const torch::jit::Stack& stack) {
+  // aten::cudnn_batch_norm(input, weight, bias?, running_mean?, running_var?, training,
+  //                        exponential_average_factor, epsilon) -> (Tensor, Tensor, Tensor, Tensor)
+  const c10::FunctionSchema& schema = op.schema();
+  constexpr size_t kArgs = 8;
+  if (schema.name() != "aten::cudnn_batch_norm" || !schema.overload_name().empty() ||
+      schema.arguments().size() != kArgs || stack.size() < kArgs) {
+    return std::nullopt;
+  }
+  const char* env = std::getenv("EMBER_CUDNN_BATCH_NORM");
+  if (env == nullptr || std::string_view(env) != "stats") return std::nullopt;
+  const size_t base = stack.size() - kArgs;
+  const c10::IValue& input = stack[base];
+  if (!input.isTensor() || !stack[base + 5].isBool() || !stack[base + 5].toBool()) {
+    return std::nullopt;
+  }
+  CudnnNormalization n{input.toTensor(), optional_tensor(stack[base + 1]),
+                       optional_tensor(stack[base + 2])};
+  if (!n.x.defined() || !n.x.device().is_cuda() || n.x.dim() < 2 || n.x.numel() == 0) {
+    return std::nullopt;
+  }
+  const int64_t c = n.x.size(1);
+  for (const auto& t : {n.weight, n.bias}) {
+    if (t.has_value() && t->defined() && (t->dim() != 1 || t->size(0) != c)) return std::nullopt;
+  }
+  return n;
+}
+
+void normalize_from_statistics(const CudnnNormalization& n, torch::jit::Stack* stack) {
+  EMBER_INTERNAL_ASSERT(stack->size() >= 4) << "cudnn_batch_norm: four results expected";
+  const size_t base = stack->size() - 4;
+  const at::Tensor mean = (*stack)[base + 1].toTensor();
+  const at::Tensor invstd = (*stack)[base + 2].toTensor();
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  const at::ScalarType dtype = n.x.scalar_type();
+  const at::ScalarType acc = dtype == at::kDouble ? at::kDouble : at::kFloat;
+  std::vector<int64_t> per_channel(static_cast<size_t>(n.x.dim()), 1);
+  per_channel[1] = n.x.size(1);
+  at::Tensor a = invstd.to(acc);
+  if (n.weight.has_value() && n.weight->defined()) a = a.mul(n.weight->to(acc));
+  at::Tensor y = n.x.to(acc).sub(mean.to(acc).view(per_channel)).mul(a.view(per_channel));
+  if (n.bias.has_value() && n.bias->defined()) y = y.add(n.bias->to(acc).view(per_channel));
+  (*stack)[base] = y.to(dtype);
+}
 
 void register_batch_norm_rewrite() {
   static std::once_flag once;

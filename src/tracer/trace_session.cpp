@@ -19,6 +19,7 @@
 #include "graph/verifier.h"
 #include "support/error.h"
 #include "tracer/batch_norm_inference.h"
+#include "tracer/batch_norm_rewrite.h"
 #include "tracer/conv_bias.h"
 #include "tracer/conv_layout.h"
 #include "tracer/convert.h"
@@ -337,6 +338,19 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
     });
   }
 
+  if (any_tracer && !recording_cudnn_batch_norm_) {
+    // Note [cuDNN statistics, ember's normalization]: the op as it is, then ember's output.
+    if (std::optional<CudnnNormalization> n = cudnn_normalization(op, *stack)) {
+      recording_cudnn_batch_norm_ = true;
+      struct Reset {
+        bool& flag;
+        ~Reset() { flag = false; }
+      } reset{recording_cudnn_batch_norm_};
+      record(op, stack);
+      normalize_from_statistics(*n, stack);
+      return;
+    }
+  }
   if (any_tracer && record_foreach_as_per_tensor_ops(op, stack)) return;
   if (any_tracer && record_batch_norm_update(op, stack)) return;
   if (any_tracer && choose_sdp_backend(op, stack)) return;

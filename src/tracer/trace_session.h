@@ -134,6 +134,8 @@ class TraceSession {
   bool strict_constants_ = false;
   /// A convolution was recorded channels-last on a contiguous input (see finish).
   bool channels_last_from_contiguous_ = false;
+  // A cuDNN batch norm recorded as it is (Note [cuDNN statistics, ember's normalization]).
+  bool recording_cudnn_batch_norm_ = false;
   std::exception_ptr pending_error_;
 };
 

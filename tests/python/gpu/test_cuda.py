@@ -499,6 +499,29 @@ def test_training_batch_norm_is_not_cudnn_and_backward_is_generated_cuda(dtype, 
         assert f"extern aten::{op}" not in steps, steps
 
 
+def test_training_batch_norm_cudnn_statistics_ember_normalization_cuda(monkeypatch):
+    # Note [cuDNN statistics, ember's normalization] (EMBER_CUDNN_BATCH_NORM=stats): cuDNN's
+    # forward and backward stay, its output is ember's pointwise normalization, fused with the
+    # ReLU, and the backward saves no batch-norm output (it recomputes it from x). Gradients and
+    # running statistics match eager over two steps.
+    monkeypatch.setenv("EMBER_CUDNN_BATCH_NORM", "stats")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(16, 16, 3, padding=1, bias=False),
+                                torch.nn.BatchNorm2d(16), torch.nn.ReLU(),
+                                torch.nn.Conv2d(16, 16, 1, bias=False), torch.nn.BatchNorm2d(16),
+                                torch.nn.ReLU()).cuda().train()
+    model = model.to(memory_format=torch.channels_last)
+    x = torch.randn(32, 16, 32, 32, device="cuda").to(memory_format=torch.channels_last)
+    with recorded_compiled_functions() as made:
+        check_model(model, (x,), grad=True, expect_graphs=1, expect_fallbacks=0, atol=1e-3,
+                    rtol=1e-3)
+    f = made[-1]
+    steps = " ".join(f.forward_steps + f.backward_steps)
+    assert "extern aten::cudnn_batch_norm" in steps and "cudnn_batch_norm_backward" in steps, steps
+    assert not any(op == "aten::cudnn_batch_norm" and kind.startswith("f32[32")
+                   for op, kind, _ in f.saved_values), f.saved_values
+
+
 def test_column_sum_split_cuda():
     # A linear layer's bias gradient (x.sum(0) of [8192, 768]) as partials, then their sum.
     def f(x, y):
