@@ -1,5 +1,6 @@
 """Prints what ember's training graphs of a suite model run besides generated kernels: the ATen
-steps of the forward and the backward graph, by op, and why the Triton path refused any kernel.
+steps of the forward and the backward graph, by op, why the Triton path refused any kernel, and
+the copies made because an extern returned another layout than traced.
 
     python scripts/debug_training_steps.py timm_resnet50 --dtype bf16 --batch-size 16
 """
@@ -54,6 +55,10 @@ def main() -> None:
                 print(f"  {name} {op}: {node[:300]}")
                 for tok in re.findall(r"%(\d+)", node.split("=", 1)[1]):
                     print(f"      {defs.get(tok, '%' + tok)[:300]}")
+        fwd, bwd, notes = f.layout_copies
+        print(f"  layout copies in one step: forward {fwd}, backward {bwd}")
+        for note in notes:
+            print("    ", note[:300])
         for why in f.refused_kernels:
             print("  refused:", why[:600])
 

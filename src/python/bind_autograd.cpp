@@ -84,6 +84,16 @@ void bind_autograd(nb::module_& m) {
           "Why the Triton path refused kernels of the forward, then the backward graph (their "
           "nodes ran as ATen calls).")
       .def_prop_ro(
+          "layout_copies",
+          [](const CompiledFunction& f) {
+            std::vector<std::string> notes = f.forward().layout_copy_notes();
+            for (const std::string& n : f.backward().layout_copy_notes()) notes.push_back(n);
+            return nb::make_tuple(f.forward().num_layout_copies(),
+                                  f.backward().num_layout_copies(), notes);
+          },
+          "(forward copies, backward copies, notes): copies made at run time because an extern "
+          "returned another layout or dtype than traced (Executor::num_layout_copies).")
+      .def_prop_ro(
           "graphs",
           [](const CompiledFunction& f) {
             return nb::make_tuple(graph::print_graph(f.forward().graph()),

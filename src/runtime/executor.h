@@ -148,6 +148,11 @@ class Executor {
   /// Why each kernel the code generator refused has no generated form; their nodes run as ATen
   /// calls while the rest of the graph still runs in kernels (Triton graphs).
   const std::vector<std::string>& refused_kernels() const { return refused_kernels_; }
+  /// Copies made at run time because an extern op returned another layout or dtype than its
+  /// meta kernel promised (a kernel's input or a view step's root), over every call so far, and
+  /// which values they were (the first few, as "<step>: input i (%v) <sizes> <strides>").
+  int64_t num_layout_copies() const { return layout_copies_.load(std::memory_order_relaxed); }
+  std::vector<std::string> layout_copy_notes() const;
   /// One line per step, in order: "kernel <name>: op, op, ..." for a generated kernel with the
   /// nodes it fuses, "view <op>" for a view step, "extern <op>" for a dispatcher call.
   std::vector<std::string> describe_steps() const;
@@ -292,6 +297,10 @@ class Executor {
   int num_written_through_ = 0;
   int num_unwritten_outputs_ = 0;
   mutable std::atomic<int64_t> unfused_runs_{0};
+  mutable std::atomic<int64_t> layout_copies_{0};
+  mutable std::mutex layout_notes_mu_;
+  mutable std::vector<std::string> layout_copy_notes_;
+  void note_layout_copy(const std::string& where, const at::Tensor& got) const;
   int num_fused_attention_ = 0;
   /// Makes a view step's views. False when the root does not have the traced layout and the step
   /// is an extern view op (then the caller makes the dispatcher call); a collapsed chain then

@@ -63,6 +63,20 @@ bool Executor::strides_match(const std::vector<at::Tensor>& inputs) const {
   return true;
 }
 
+void Executor::note_layout_copy(const std::string& where, const at::Tensor& got) const {
+  layout_copies_.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(layout_notes_mu_);
+  if (layout_copy_notes_.size() >= 32) return;
+  std::ostringstream os;
+  os << where << " came as " << got.scalar_type() << got.sizes() << " strides " << got.strides();
+  layout_copy_notes_.push_back(os.str());
+}
+
+std::vector<std::string> Executor::layout_copy_notes() const {
+  std::lock_guard<std::mutex> lock(layout_notes_mu_);
+  return layout_copy_notes_;
+}
+
 bool Executor::run_view(const Step& step, std::vector<at::Tensor>& env) const {
   const View& v = *step.view;
   at::Tensor base = env[v.root];
@@ -76,6 +90,7 @@ bool Executor::run_view(const Step& step, std::vector<at::Tensor>& env) const {
     // dispatcher call; a collapsed chain views a copy in the traced layout (it then aliases the
     // copy, not the extern's result: both are intermediates).
     if (step.call) return false;
+    note_layout_copy("view of %" + std::to_string(v.root), base);
     at::Tensor copy = at::empty_strided(v.root_sizes, v.root_strides, base.options());
     copy.copy_(base);
     base = copy;
@@ -104,6 +119,9 @@ bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const a
       // An extern op returned another layout or dtype than its meta kernel promised (bf16
       // _native_batch_norm_legit_functional: f32 statistics traced, bf16 returned): copy it into
       // the traced ones, which the kernel's index math and element type assume.
+      note_layout_copy(k.description + ": input " + std::to_string(i) + " (%" +
+                           std::to_string(k.inputs[i]) + ")",
+                       x);
       at::Tensor copy = at::empty_strided(want.sizes, want.strides, want.options);
       copy.copy_(x);
       x = copy;
