@@ -52,6 +52,21 @@ def test_row_reductions_and_softmax():
     run(lambda x: F.log_softmax(x, -1), r(4, 1000))
 
 
+def test_sibling_reductions_share_one_triton_kernel():
+    # Note [Sibling reductions]: one accumulator each in one pass, over rows (one block per row)
+    # and over columns (2D tiles), the second input computed inline.
+    run(lambda x: (x.sum(-1), x.amax(-1), (x * x).mean(-1)), r(8, 300), kernels=1)
+    run(lambda x: (x.sum(0), (x * x).sum(0), x.amin(0)), r(300, 40), kernels=1, atol=1e-4)
+
+    def bn_backward_sums(g, x, m, s):  # channels-last: the kept channels are innermost
+        g = torch.where(x > 0, g, 0)
+        return g.sum((0, 2, 3)), (g * (x - m.view(1, -1, 1, 1)) * s.view(1, -1, 1, 1)).sum((0, 2, 3))
+
+    cl = torch.channels_last
+    run(bn_backward_sums, r(4, 24, 6, 6).to(memory_format=cl), r(4, 24, 6, 6).to(memory_format=cl),
+        r(24), r(24), kernels=1, atol=1e-4, rtol=1e-4)
+
+
 def test_softmax_in_f32_cast_back_writes_only_the_cast():
     """Eager attention's softmax(x, dtype=float32).to(bf16): the f32 result is read only by the
     cast in the same kernel, so the persistent row keeps it in registers and stores only the bf16
