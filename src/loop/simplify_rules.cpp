@@ -166,22 +166,31 @@ Expr fold_constants(const Expr& e, const RuleContext&) {
 /// Whether `div` is `a // d` for the dividend `a` and constant divisor `d` of `rem` (`a % d`):
 /// the same dividend and divisor, or, when `a` is itself `x // e` (e > 0), `x // (e * d)`, the
 /// form div-mod-nested gives `(x // e) // d`.
-bool is_quotient_of(const FloorDiv& div, const Mod& rem, int64_t d) {
+/// Or `a` is what `div`'s dividend over e simplifies to, for div's divisor e * d: the nested
+/// form after div-mod-linear took a multiple out of the inner quotient, ((p * 392 + r) // 56) % 56
+/// as (p * 7 + r // 56) % 56 beside (p * 392 + r) // 3136, or the bounds dropped a part of it,
+/// ((p * 32 + r) // 32) % 32 as p % 32 for 0 <= r < 32.
+bool is_quotient_of(const FloorDiv& div, const Mod& rem, int64_t d, const RuleContext& ctx) {
   auto dd = as_const_int(div.b);
   if (!dd) return false;
   if (*dd == d && structurally_equal(div.a, rem.a)) return true;
   const auto* inner = rem.a.as<FloorDiv>();
   auto e = inner != nullptr ? as_const_int(inner->b) : std::nullopt;
   int64_t ed;
-  return e && *e > 0 && !__builtin_mul_overflow(*e, d, &ed) && ed == *dd &&
-         structurally_equal(div.a, inner->a);
+  if (e && *e > 0 && !__builtin_mul_overflow(*e, d, &ed) && ed == *dd &&
+      structurally_equal(div.a, inner->a)) {
+    return true;
+  }
+  if (d <= 0 || *dd <= d || *dd % d != 0) return false;
+  const Expr outer = ctx.simplify(floordiv(div.a, IntImm::make(div.a.dtype(), *dd / d)));
+  return structurally_equal(outer, rem.a);
 }
 
 /// Finds c*d*(a // d) + c*(a % d) among the terms and replaces the pair with c*a. A run of
 /// index digits, `((r // 56) % 56) * 3584 + (r // 3136) * 200704 + (r % 56) * 64` (a row index
 /// split into (n, h, w) and read back at channels-last strides), folds to `r * 64` this way:
 /// the middle term is `((r // 56) // 56) * 3584 * 56` after div-mod-nested.
-bool recombine_div_mod(Linear& l) {
+bool recombine_div_mod(Linear& l, const RuleContext& ctx) {
   for (size_t p = 0; p < l.terms.size(); ++p) {
     const auto* div = l.terms[p].first.as<FloorDiv>();
     if (div == nullptr) continue;
@@ -189,7 +198,7 @@ bool recombine_div_mod(Linear& l) {
       const auto* rem = l.terms[q].first.as<Mod>();
       auto d = rem != nullptr ? as_const_int(rem->b) : std::nullopt;
       int64_t c = l.terms[q].second, cd;
-      if (rem == nullptr || !d || *d <= 0 || !is_quotient_of(*div, *rem, *d) ||
+      if (rem == nullptr || !d || *d <= 0 || !is_quotient_of(*div, *rem, *d, ctx) ||
           __builtin_mul_overflow(c, *d, &cd) || cd != l.terms[p].second) {
         continue;
       }
@@ -203,12 +212,12 @@ bool recombine_div_mod(Linear& l) {
   return false;
 }
 
-Expr linear_canonical(const Expr& e, const RuleContext&) {
+Expr linear_canonical(const Expr& e, const RuleContext& ctx) {
   if (e.dtype() != kIndexType) return {};
   auto l = linear_form(e);
   if (!l) return {};
   // The recombined term may itself be a sum: rebuild and take the linear form again.
-  while (recombine_div_mod(*l)) {
+  while (recombine_div_mod(*l, ctx)) {
     l = linear_form(rebuild(*l));
     if (!l) return {};
   }

@@ -88,8 +88,8 @@ void bind_autograd(nb::module_& m) {
           [](const CompiledFunction& f) {
             std::vector<std::string> notes = f.forward().layout_copy_notes();
             for (const std::string& n : f.backward().layout_copy_notes()) notes.push_back(n);
-            return nb::make_tuple(f.forward().num_layout_copies(),
-                                  f.backward().num_layout_copies(), notes);
+            return nb::make_tuple(f.forward().num_layout_copies(), f.backward().num_layout_copies(),
+                                  notes);
           },
           "(forward copies, backward copies, notes): copies made at run time because an extern "
           "returned another layout or dtype than traced (Executor::num_layout_copies).")

@@ -276,7 +276,8 @@ std::vector<ValueId> Scheduler::violators(const std::vector<std::pair<int, Use>>
   // (x - mean) * invstd, which otherwise was realized whole, a full-size tensor).
   std::vector<ValueId> out;
   for (ValueId v : bad) {
-    if (broadcast.count(v) && graph::numel(g_.type(v).sizes) < kMaxBroadcastRealize) out.push_back(v);
+    if (broadcast.count(v) && graph::numel(g_.type(v).sizes) < kMaxBroadcastRealize)
+      out.push_back(v);
   }
   if (!out.empty()) return out;
   for (ValueId v : bad) {

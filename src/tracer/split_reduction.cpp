@@ -168,8 +168,7 @@ std::optional<int64_t> column_split_factor(int64_t rows, int64_t kept) {
 // sums of one stage are adjacent in the graph and the scheduler folds them into one kernel
 // (Note [Sibling reductions] in sched/reduction_fusion.cpp). Requires column_shape(x, reduced).
 std::vector<at::Tensor> sums_in_stages(std::vector<at::Tensor> xs, const std::vector<bool>& reduced,
-                                       const ColumnShape& shape, at::ScalarType acc,
-                                       bool keepdim) {
+                                       const ColumnShape& shape, at::ScalarType acc, bool keepdim) {
   const at::Tensor x = xs.at(0);
   bool identity = true;
   for (size_t i = 0; i < shape.order.size(); ++i) identity &= shape.order[i] == int64_t(i);

@@ -122,6 +122,15 @@ TEST(Simplify, RecombinesFloorDivAndModOfTheSameDividend) {
             "(k * 64)");
   EXPECT_EQ(simp("((((k // 4) % 8) * 2) + ((k // 32) * 16))", "linear-canonical"),
             "((k // 4) * 2)");
+  // The same digits of a row n * 392 + k (a partial of a split sum), after the multiple of 56
+  // was taken out of the inner quotient and remainder: (n * 392 + k) // 56 is n * 7 + k // 56.
+  EXPECT_EQ(simp("((((((n * 392) + k) // 3136) * 802816) + ((((n * 7) + (k // 56)) % 56) * "
+                 "14336)) + ((k % 56) * 256))"),
+            "((k * 256) + (n * 100352))");
+  // Or the bounds dropped the row's part of the inner quotient: ((n * 16 + i) // 16) % 16 is
+  // n % 16 for 0 <= i < 16.
+  EXPECT_EQ(simp("((((((n * 16) + i) // 256) * 2048) + ((n % 16) * 128)) + (i * 8))"),
+            "((i * 8) + (n * 128))");
   EXPECT_EQ(simp("((((k // 4) % 8) * 2) + ((k // 32) * 8))"),
             "((((k // 4) % 8) * 2) + ((k // 32) * 8))");
 }

@@ -41,3 +41,17 @@ def test_bf16_relu_backward_mask_is_fused_on_cuda():
     assert len(plan) == 1 and "aten::le.Scalar" in plan[0]["ops"], [p["ops"] for p in plan]
     body = plan[0]["triton"].split("@triton.jit\ndef ember_")[-1]
     assert "<=" in body, body
+
+
+def test_batch_norm_statistics_index_channels_last_rows_linearly():
+    # The staged sums read row n * 32 + r of a channels-last [32, 16, 32, 32] input (1024
+    # partials of 32 rows): its (n, h, w) digits recombine to one stride (loop/simplify_rules.cpp,
+    # recombine_div_mod), with no integer division per element.
+    bn = torch.ops.aten._native_batch_norm_legit_functional
+    x = torch.randn(32, 16, 32, 32, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    args = [x, torch.randn(16), torch.randn(16), torch.randn(16), torch.rand(16)]
+    plan = C.triton_plan(ember.trace(lambda *a: bn(*a, True, 0.1, 1e-5), args, device="cuda:0"))
+    stats = [p for p in plan if p["ops"].count("aten::sum.dim_IntList") == 2]
+    assert stats, [p["ops"] for p in plan]
+    body = stats[0]["triton"].split("@triton.jit\ndef ember_")[-1]
+    assert "_ember_floordiv" not in body and "_ember_mod" not in body, body
