@@ -17,6 +17,7 @@
 #include "loop/stmt.h"
 #include "sched/fusion.h"
 #include "sched/index_ops.h"
+#include "sched/reduction_spec.h"
 
 namespace ember::sched::fusion_detail {
 
@@ -228,6 +229,7 @@ class ReductionGroupBuilder {
   const FusionState& s_;
   const graph::Graph& g_;
   int32_t node_;
+  ReductionSpec spec_;  // of node_, over the input's dims (analyze_reduction, not coalesced)
   std::vector<ValueId> outputs_;
   bool fusible_ = false;
   ValueId x_value_ = -1;
@@ -237,6 +239,7 @@ class ReductionGroupBuilder {
   std::optional<KernelBuilder> epilogue_;
   struct Sibling {
     int32_t node;
+    ReductionSpec spec;
     std::vector<ValueId> outputs;
     ValueId x_value;
     Expr x;  // computed by the prologue builder; undefined: loaded

@@ -531,19 +531,22 @@ bool is_reduction_kernel_node(const graph::Graph& g, const graph::Node& n) {
   return analyze_reduction(g, n).has_value();
 }
 
-bool takes_siblings(const graph::Graph& g, const graph::Node& n) {
-  std::optional<ReductionSpec> spec = analyze_reduction(g, n, /*coalesce=*/false);
-  if (!spec) return false;
-  switch (spec->kind) {
+bool takes_siblings(const ReductionSpec& spec) {
+  switch (spec.kind) {
     case Kind::Sum:
     case Kind::Mean:
     case Kind::Prod:
     case Kind::Amax:
     case Kind::Amin:
-      return spec->outputs.size() == 1;
+      return spec.outputs.size() == 1;
     default:
       return false;
   }
+}
+
+bool takes_siblings(const graph::Graph& g, const graph::Node& n) {
+  std::optional<ReductionSpec> spec = analyze_reduction(g, n, /*coalesce=*/false);
+  return spec && takes_siblings(*spec);
 }
 
 bool supports_reduction_fusion(const graph::Graph& g, const graph::Node& n) {
@@ -566,7 +569,7 @@ loop::Kernel build_reduction_kernel(const graph::Graph& g, const graph::Node& n,
   std::vector<ReductionSpec> siblings;
   for (const ReductionSibling& sib : fusion.siblings) {
     std::optional<ReductionSpec> s = analyze_reduction(g, *sib.node, /*coalesce=*/false);
-    EMBER_INTERNAL_ASSERT(s && takes_siblings(g, n) && takes_siblings(g, *sib.node) &&
+    EMBER_INTERNAL_ASSERT(s && takes_siblings(*spec) && takes_siblings(*s) &&
                           s->sizes == spec->sizes && s->reduced == spec->reduced)
         << "build_reduction_kernel: a sibling reduction over another space";
     siblings.push_back(std::move(*s));

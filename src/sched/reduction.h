@@ -12,6 +12,7 @@
 #include "graph/graph.h"
 #include "loop/stmt.h"
 #include "sched/fusion.h"
+#include "sched/reduction_spec.h"
 
 namespace ember::sched {
 
@@ -68,6 +69,8 @@ struct ReductionFusion {
 /// True when node `n` is a reduction kernel of one accumulator and one output (sum, mean, prod,
 /// amax, amin): what may share a kernel with siblings of the same space.
 bool takes_siblings(const graph::Graph& g, const graph::Node& n);
+/// The same for an analyzed node (analyze_reduction).
+bool takes_siblings(const ReductionSpec& spec);
 
 /// True when node `n`'s kernel can take a ReductionFusion: its space is the input's dims (every
 /// kernel node but native_group_norm, whose space is a view of them).

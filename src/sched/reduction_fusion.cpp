@@ -19,8 +19,9 @@ ReductionGroupBuilder::ReductionGroupBuilder(const FusionState& s, int32_t node,
   const graph::Node& n = g_.nodes[node_];
   std::optional<ReductionSpec> spec = analyze_reduction(g_, n, /*coalesce=*/false);
   EMBER_INTERNAL_ASSERT(spec.has_value()) << "ReductionGroupBuilder: not a reduction kernel node";
+  spec_ = std::move(*spec);
   fusible_ = fuse && supports_reduction_fusion(g_, n);
-  x_value_ = spec->x.value;
+  x_value_ = spec_.x.value;
   x_sizes_ = sizes_of(g_.type(x_value_));
   if (!s_.realized(x_value_)) {
     EMBER_INTERNAL_ASSERT(fusible_)
@@ -52,16 +53,16 @@ bool ReductionGroupBuilder::stores(ValueId v) const {
 bool ReductionGroupBuilder::add_sibling(int32_t node, std::vector<ValueId> outputs) {
   if (!fusible_ || epilogue_ || outputs.empty()) return false;
   const graph::Node& n = g_.nodes[node];
-  if (!takes_siblings(g_, g_.nodes[node_]) || !takes_siblings(g_, n)) return false;
-  std::optional<ReductionSpec> mine = analyze_reduction(g_, g_.nodes[node_], false);
   std::optional<ReductionSpec> theirs = analyze_reduction(g_, n, false);
-  if (!mine || !theirs || mine->sizes != theirs->sizes || mine->reduced != theirs->reduced) {
+  if (!theirs || !takes_siblings(spec_) || !takes_siblings(*theirs) ||
+      spec_.sizes != theirs->sizes || spec_.reduced != theirs->reduced) {
     return false;
   }
   for (ValueId v : tensor_args(n)) {
     if (stores(v)) return false;
   }
-  Sibling sib{node, std::move(outputs), theirs->x.value, Expr()};
+  const ValueId x = theirs->x.value;
+  Sibling sib{node, std::move(*theirs), std::move(outputs), x, Expr()};
   if (!s_.realized(sib.x_value)) {
     std::optional<KernelBuilder> trial;
     if (prologue_) {
@@ -88,10 +89,9 @@ bool ReductionGroupBuilder::add_epilogue(ValueId v) {
     // The node's outputs are readable at the element's own row (or element) only: where this
     // kernel has just written them.
     trial.emplace(s_, x_sizes_);
-    std::vector<int32_t> members = {node_};
-    for (const Sibling& sib : siblings_) members.push_back(sib.node);
-    for (int32_t m : members) {
-      std::optional<ReductionSpec> spec = analyze_reduction(g_, g_.nodes[m], false);
+    std::vector<const ReductionSpec*> members = {&spec_};
+    for (const Sibling& sib : siblings_) members.push_back(&sib.spec);
+    for (const ReductionSpec* spec : members) {
       for (const ReductionOperand& o : spec->outputs) {
         Expr off = loop::idx(0);
         for (size_t d = 0; d < o.strides.size(); ++d) {
@@ -119,10 +119,7 @@ KernelGroup ReductionGroupBuilder::finish(const std::string& name,
   KernelGroup group;
   std::set<int32_t> nodes = {node_};
   auto add_input = [&](ValueId v) {
-    if (std::find(outputs_.begin(), outputs_.end(), v) != outputs_.end()) return;
-    for (const Sibling& sib : siblings_) {
-      if (std::find(sib.outputs.begin(), sib.outputs.end(), v) != sib.outputs.end()) return;
-    }
+    if (stores(v)) return;  // written by this kernel
     if (std::find(group.inputs.begin(), group.inputs.end(), v) == group.inputs.end()) {
       group.inputs.push_back(v);
     }

@@ -77,7 +77,7 @@ std::optional<CudnnNormalization> cudnn_normalization(const c10::OperatorHandle&
   }
   const int64_t c = n.x.size(1);
   for (const auto& t : {n.weight, n.bias}) {
-    if (t.has_value() && t->defined() && (t->dim() != 1 || t->size(0) != c)) return std::nullopt;
+    if (t.has_value() && (t->dim() != 1 || t->size(0) != c)) return std::nullopt;
   }
   return n;
 }
@@ -93,9 +93,9 @@ void normalize_from_statistics(const CudnnNormalization& n, torch::jit::Stack* s
   std::vector<int64_t> per_channel(static_cast<size_t>(n.x.dim()), 1);
   per_channel[1] = n.x.size(1);
   at::Tensor a = invstd.to(acc);
-  if (n.weight.has_value() && n.weight->defined()) a = a.mul(n.weight->to(acc));
+  if (n.weight.has_value()) a = a.mul(n.weight->to(acc));
   at::Tensor y = n.x.to(acc).sub(mean.to(acc).view(per_channel)).mul(a.view(per_channel));
-  if (n.bias.has_value() && n.bias->defined()) y = y.add(n.bias->to(acc).view(per_channel));
+  if (n.bias.has_value()) y = y.add(n.bias->to(acc).view(per_channel));
   (*stack)[base] = y.to(dtype);
 }
 
