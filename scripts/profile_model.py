@@ -57,6 +57,9 @@ def profile(model: str, backend: str, dtype: str, steps: int, top: int, device: 
     wl = spec.build(size, mode, device, batch_size)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     compile_fn = None if backend == "eager" else H.resolve_backend(backend)
+    # A fresh Dynamo per run: code shared by models (transformers' helpers) otherwise recompiles
+    # with automatic dynamic shapes, and ember runs a graph with SymInt inputs eagerly.
+    torch._dynamo.reset()
     with recorded_compiled_functions() as made:  # ember's training graphs, for saved_bytes
         inst = H.Instance(wl.model, wl, mode, dtype, device, compile_fn)
         t0 = time.perf_counter()

@@ -63,8 +63,9 @@ std::optional<CudnnNormalization> cudnn_normalization(const c10::OperatorHandle&
       schema.arguments().size() != kArgs || stack.size() < kArgs) {
     return std::nullopt;
   }
+  // The default (unset or "stats"); "1" keeps cuDNN's output, "0" leaves cuDNN (above).
   const char* env = std::getenv("EMBER_CUDNN_BATCH_NORM");
-  if (env == nullptr || std::string_view(env) != "stats") return std::nullopt;
+  if (env != nullptr && std::string_view(env) != "stats") return std::nullopt;
   const size_t base = stack.size() - kArgs;
   const c10::IValue& input = stack[base];
   if (!input.isTensor() || !stack[base + 5].isBool() || !stack[base + 5].toBool()) {

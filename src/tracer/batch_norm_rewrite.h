@@ -34,7 +34,10 @@
 // from cuDNN's saved mean and inverse deviation: pointwise in x, which cuDNN's backward saves
 // anyway, so the ReLU after it fuses into it and the backward recomputes it instead of keeping
 // it. cuDNN still writes its own y (dead). Autograd is unchanged: the op's backward node is
-// cuDNN's, and y has the op's own gradient. Off by default until timed on the GPU.
+// cuDNN's, and y has the op's own gradient. The default since it was timed (H200, fp32, against
+// cuDNN's output kept: ResNet-50 44.86 ms per step against 44.39, peak 0.87x of eager's against
+// 1.30x; MobileNetV2 0.68x against 1.00x; ResNet-18 0.70x against 1.03x); EMBER_CUDNN_BATCH_NORM=1
+// keeps cuDNN's output.
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
@@ -53,8 +56,8 @@ struct CudnnNormalization {
 };
 
 /// The inputs of `op` called with the arguments on top of `stack` when it is a training-mode
-/// `aten::cudnn_batch_norm` on a CUDA tracer tensor and EMBER_CUDNN_BATCH_NORM=stats; else
-/// nullopt.
+/// `aten::cudnn_batch_norm` on a CUDA tracer tensor, unless EMBER_CUDNN_BATCH_NORM is set to
+/// something other than `stats`; else nullopt.
 std::optional<CudnnNormalization> cudnn_normalization(const c10::OperatorHandle& op,
                                                       const torch::jit::Stack& stack);
 

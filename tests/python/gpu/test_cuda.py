@@ -500,11 +500,11 @@ def test_training_batch_norm_is_not_cudnn_and_backward_is_generated_cuda(dtype, 
 
 
 def test_training_batch_norm_cudnn_statistics_ember_normalization_cuda(monkeypatch):
-    # Note [cuDNN statistics, ember's normalization] (EMBER_CUDNN_BATCH_NORM=stats): cuDNN's
+    # Note [cuDNN statistics, ember's normalization] (the default): cuDNN's
     # forward and backward stay, its output is ember's pointwise normalization, fused with the
     # ReLU, and the backward saves no batch-norm output (it recomputes it from x). Gradients and
     # running statistics match eager over two steps.
-    monkeypatch.setenv("EMBER_CUDNN_BATCH_NORM", "stats")
+    monkeypatch.delenv("EMBER_CUDNN_BATCH_NORM", raising=False)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(16, 16, 3, padding=1, bias=False),
                                 torch.nn.BatchNorm2d(16), torch.nn.ReLU(),

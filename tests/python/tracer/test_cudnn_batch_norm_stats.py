@@ -1,5 +1,5 @@
-"""Note [cuDNN statistics, ember's normalization] (tracer/batch_norm_rewrite.h): with
-EMBER_CUDNN_BATCH_NORM=stats a training-mode cuDNN batch norm keeps cuDNN's statistics and
+"""Note [cuDNN statistics, ember's normalization] (tracer/batch_norm_rewrite.h): by default
+(EMBER_CUDNN_BATCH_NORM unset or stats) a training-mode cuDNN batch norm keeps cuDNN's statistics and
 backward, and its output is ember's pointwise normalization from them, which fuses with the ReLU
 after it. Traced for cuda:0 with no GPU (nothing runs)."""
 
@@ -37,7 +37,13 @@ def test_the_output_is_normalized_from_cudnn_statistics(monkeypatch):
                for ln in text.splitlines()), text
 
 
-def test_by_default_the_output_is_cudnn_s(monkeypatch):
+def test_the_default_is_ember_s_normalization(monkeypatch):
     monkeypatch.delenv("EMBER_CUDNN_BATCH_NORM", raising=False)
+    graph = ember.trace(bn_relu, args(), device="cuda:0")
+    assert "aten::sub.Tensor" in graph.ops, str(graph)
+
+
+def test_cudnn_s_output_is_kept_with_1(monkeypatch):
+    monkeypatch.setenv("EMBER_CUDNN_BATCH_NORM", "1")
     graph = ember.trace(bn_relu, args(), device="cuda:0")
     assert "aten::sub.Tensor" not in graph.ops, str(graph)
