@@ -98,8 +98,14 @@ def trace(fn: Callable, example_inputs: Sequence[Any], *, device: str | None = N
     return graph
 
 
+def _device_available(device: str) -> bool:
+    kind = torch.device(device).type
+    return kind == "cpu" or (kind == "cuda" and torch.cuda.is_available())
+
+
 def trace_joint(fn: Callable, example_inputs: Sequence[torch.Tensor], requires_grad: Sequence[bool],
-                kinds: Sequence[str] | None = None, names: Sequence[str] | None = None):
+                kinds: Sequence[str] | None = None, names: Sequence[str] | None = None,
+                device: str | None = None):
     """Traces `fn(*example_inputs)` and its backward into one joint graph: autograd runs on the
     tracer tensors (the inputs flagged in `requires_grad` require grad), and
     `torch.autograd.grad(outputs, those inputs, tangents)` records the backward ops. Returns
@@ -107,14 +113,17 @@ def trace_joint(fn: Callable, example_inputs: Sequence[torch.Tensor], requires_g
     then one tangent per differentiable output (floating and requiring grad); its outputs are
     fn's, then one gradient per input in `signature["grad_inputs"]` (inputs that the outputs do
     not reach get none). `signature` holds num_primals, num_forward_outputs, tangent_outputs and
-    grad_inputs, as _C.CompiledFunction takes them."""
+    grad_inputs, as _C.CompiledFunction takes them. `device` ("cuda:0") traces as if the inputs
+    were on that device, as `trace` does (Note [Tracing for a device this torch lacks]); pass
+    the result to `_C.split_training_graph`, then each side to `_C.triton_plan`."""
     for i, x in enumerate(example_inputs):
         if not isinstance(x, torch.Tensor):
             raise CompileError(f"input {i} is a {type(x).__name__}; ember traces tensor inputs only")
     session = _C.TraceSession()
     kinds = kinds or ["user"] * len(example_inputs)
     names = names or [f"arg{i}" for i in range(len(example_inputs))]
-    tracer_inputs = [session.add_input(x, k, n, None) for x, k, n in zip(example_inputs, kinds, names)]
+    tracer_inputs = [session.add_input(x, k, n, device)
+                     for x, k, n in zip(example_inputs, kinds, names)]
     try:
         with torch.enable_grad():
             for t, r in zip(tracer_inputs, requires_grad):
@@ -127,14 +136,20 @@ def trace_joint(fn: Callable, example_inputs: Sequence[torch.Tensor], requires_g
                               if t.requires_grad and (t.is_floating_point() or t.is_complex())]
             # Tangents are inputs like the others: real tensors stand for their metadata.
             tangents = [session.add_input(torch.empty(tensors[i].shape, dtype=tensors[i].dtype,
-                                                      device=tensors[i].device),
-                                          "user", f"tangent{i}", None)
+                                                      device="cpu" if device else tensors[i].device),
+                                          "user", f"tangent{i}", device)
                         for i in differentiable]
             wanted = [i for i, r in enumerate(requires_grad) if r]
             with session:
-                grads = torch.autograd.grad([tensors[i] for i in differentiable],
-                                            [tracer_inputs[i] for i in wanted], tangents,
-                                            allow_unused=True) if differentiable else []
+                outs = [tensors[i] for i in differentiable]
+                ins = [tracer_inputs[i] for i in wanted]
+                if not differentiable:
+                    grads = []
+                elif device is not None and not _device_available(device):
+                    # Note [A backward without autograd's engine]
+                    grads = _C.walk_backward(outs, tangents, ins)
+                else:
+                    grads = torch.autograd.grad(outs, ins, tangents, allow_unused=True)
                 kept = [(i, g) for i, g in zip(wanted, grads) if g is not None]
                 graph = session.finish(tensors + [g for _, g in kept])
     except Exception as e:

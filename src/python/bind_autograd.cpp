@@ -19,6 +19,19 @@ namespace ember::python {
 
 void bind_autograd(nb::module_& m) {
   using runtime::CompiledFunction;
+  m.def(
+      "split_training_graph",
+      [](const tracer::TracedGraph& joint, int num_primals, int num_forward_outputs,
+         std::vector<int> tangent_outputs, std::vector<int> grad_inputs) {
+        runtime::TrainingGraphs g = runtime::split_training_graph(
+            joint, runtime::joint_signature(joint.graph, num_primals, num_forward_outputs,
+                                            std::move(tangent_outputs), std::move(grad_inputs)));
+        return nb::make_tuple(std::move(g.forward), std::move(g.backward), g.split.saved_bytes);
+      },
+      nb::arg("joint"), nb::arg("num_primals"), nb::arg("num_forward_outputs"),
+      nb::arg("tangent_outputs"), nb::arg("grad_inputs"),
+      "(forward, backward, saved bytes): `joint` split as CompiledFunction splits it, nothing "
+      "compiled (so a joint traced for cuda:0 works without a GPU: pass each to triton_plan).");
   nb::class_<CompiledFunction>(
       m, "CompiledFunction",
       "A joint forward-and-backward graph split in two and compiled. Calling it with the "

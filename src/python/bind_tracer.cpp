@@ -7,6 +7,7 @@
 #include "python/bindings.h"
 #include "python/torch_caster.h"
 #include "support/error.h"
+#include "tracer/backward_walk.h"
 #include "tracer/dispatch.h"
 #include "tracer/meta_cache.h"
 #include "tracer/trace_session.h"
@@ -32,6 +33,11 @@ void bind_tracer(nb::module_& m) {
   m.def("clear_meta_cache", &tracer::clear_meta_cache,
         "Empties the tracer's cache of meta-kernel results (for measurements).");
   m.def("meta_cache_size", &tracer::meta_cache_size, "Entries in the meta-kernel result cache.");
+  m.def("walk_backward", &tracer::walk_backward, nb::arg("outputs"), nb::arg("tangents"),
+        nb::arg("inputs"),
+        "torch.autograd.grad(outputs, inputs, tangents, allow_unused=True) without autograd's "
+        "engine (Note [A backward without autograd's engine]): for tracing on a device this "
+        "torch lacks. Undefined tensors (None) where no output reaches an input.");
   using tracer::TraceSession;
   nb::class_<TraceSession>(m, "TraceSession",
                            "Records the ATen ops run on tracer tensors into a Graph. Use:\n"

@@ -16,6 +16,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "graph/cse.h"
 #include "graph/partition.h"
 #include "sched/index_ops.h"
 #include "sched/pointwise.h"
@@ -138,6 +139,13 @@ bool recomputable(const graph::Graph& g, const graph::Node& n) {
   return kind.has_value() && *kind == sched::IndexOpKind::View;
 }
 
+// What merge_common_subexpressions may merge: ops that compute the same from the same arguments.
+bool deterministic(const graph::Graph& g, const graph::Node& n) {
+  const graph::OpInfo& info = g.op_of(n);
+  auto op = c10::Dispatcher::singleton().findSchema({info.name, info.overload});
+  return op.has_value() && !op->hasTag(at::Tag::nondeterministic_seeded);
+}
+
 }  // namespace
 
 JointSignature joint_signature(const graph::Graph& joint, int num_primals, int num_forward_outputs,
@@ -162,13 +170,30 @@ bool min_cut_enabled() {
   return v == nullptr || std::string(v) != "0";
 }
 
-CompiledFunction::CompiledFunction(tracer::TracedGraph joint, JointSignature signature,
-                                   ExecutorOptions options, RunScope backward_scope) {
+TrainingGraphs split_training_graph(const tracer::TracedGraph& joint,
+                                    const JointSignature& signature) {
   graph::SplitOptions split_options;
   if (min_cut_enabled()) split_options.recomputable = recomputable;
-  graph::JointSplit split = graph::split_joint(joint.graph, signature.is_tangent,
+  graph::CseResult merged = graph::merge_common_subexpressions(joint.graph, deterministic);
+  graph::JointSplit split = graph::split_joint(merged.graph, signature.is_tangent,
                                                signature.num_forward_outputs, split_options);
-  saved_bytes_ = split.saved_bytes;
+  auto constants = [&](const std::vector<int>& which) {
+    std::vector<at::Tensor> out;
+    for (int c : which) out.push_back(joint.constants.at(c));
+    return out;
+  };
+  TrainingGraphs out;
+  out.forward = tracer::TracedGraph{std::move(split.forward), constants(split.forward_constants)};
+  out.backward =
+      tracer::TracedGraph{std::move(split.backward), constants(split.backward_constants)};
+  out.split = std::move(split);
+  return out;
+}
+
+CompiledFunction::CompiledFunction(tracer::TracedGraph joint, JointSignature signature,
+                                   ExecutorOptions options, RunScope backward_scope) {
+  TrainingGraphs graphs = split_training_graph(joint, signature);
+  saved_bytes_ = graphs.split.saved_bytes;
   options.parameter_cache = false;  // each training step changes the parameters
   auto state = std::make_shared<State>();
   // Joint input index -> index among the non-constant primals (what a caller passes).
@@ -179,19 +204,13 @@ CompiledFunction::CompiledFunction(tracer::TracedGraph joint, JointSignature sig
       primal_number[i] = next++;
     }
   }
-  for (int s : split.saved_inputs) state->saved_inputs.push_back(s < 0 ? -1 : primal_number[s]);
-  auto constants = [&](const std::vector<int>& which) {
-    std::vector<at::Tensor> out;
-    for (int c : which) out.push_back(joint.constants.at(c));
-    return out;
-  };
-  state->forward.emplace(
-      tracer::TracedGraph{std::move(split.forward), constants(split.forward_constants)}, options);
+  for (int s : graphs.split.saved_inputs) {
+    state->saved_inputs.push_back(s < 0 ? -1 : primal_number[s]);
+  }
+  state->forward.emplace(std::move(graphs.forward), options);
   ExecutorOptions backward_options = options;
   backward_options.release_inputs = true;
-  state->backward.emplace(
-      tracer::TracedGraph{std::move(split.backward), constants(split.backward_constants)},
-      backward_options);
+  state->backward.emplace(std::move(graphs.backward), backward_options);
   state->num_forward_outputs = signature.num_forward_outputs;
   state->backward_scope = std::move(backward_scope);
   state->signature = std::move(signature);

@@ -26,6 +26,7 @@
 #include <memory>
 #include <vector>
 
+#include "graph/partition.h"
 #include "runtime/executor.h"
 #include "tracer/trace_session.h"
 
@@ -93,6 +94,15 @@ class CompiledFunction {
   int64_t saved_bytes_ = 0;
   bool replayable_ = false;
 };
+
+/// A joint graph split as CompiledFunction splits it (graph/partition.h, the min-cut partition
+/// unless EMBER_MIN_CUT=0), each side with the constants it reads.
+struct TrainingGraphs {
+  tracer::TracedGraph forward, backward;
+  graph::JointSplit split;  ///< saved_inputs, saved_bytes (its graphs moved out: empty)
+};
+TrainingGraphs split_training_graph(const tracer::TracedGraph& joint,
+                                    const JointSignature& signature);
 
 /// EMBER_MIN_CUT=0: the default partition (save what the backward reads) instead of the min-cut
 /// one (graph/partition.h), to measure what recomputation saves.

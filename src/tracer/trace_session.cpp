@@ -18,6 +18,7 @@
 
 #include "graph/verifier.h"
 #include "support/error.h"
+#include "tracer/absent_device_guard.h"
 #include "tracer/batch_norm_inference.h"
 #include "tracer/batch_norm_rewrite.h"
 #include "tracer/conv_bias.h"
@@ -238,6 +239,8 @@ at::Tensor TraceSession::add_input(const at::Tensor& example, graph::InputKind k
   EMBER_INTERNAL_ASSERT(!active_) << "add_input while the trace is entered";
   at::Tensor meta = meta_like(example);
   at::Tensor tracer = make_tracer(this, v, std::move(meta), device.value_or(example.device()));
+  // Note [Tracing for a device this torch lacks]: the CPU reads as the stand-in device.
+  if (device && ensure_device_guard(device->type())) stand_in_device_ = device;
   at::Tensor functional = fz::to_functional_tensor(tracer);
   mirror_requires_grad(example, functional);
   functional_inputs_.push_back(functional);
@@ -423,8 +426,8 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
     const c10::Argument& a = schema.arguments()[i];
     const c10::IValue& v = (*stack)[base + i];
     auto note_device = [&](const at::Tensor& t) {
-      c10::Device d = t.device();
-      if (t.dim() == 0 && d.is_cpu()) {
+      c10::Device d = stand_in(t.device());
+      if (t.dim() == 0 && t.device().is_cpu()) {
         if (!scalar_device) scalar_device = d;
       } else if (!tensor_device) {
         tensor_device = d;
@@ -474,7 +477,7 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
       }
       args.emplace_back(std::move(list));
     } else if (v.isDevice()) {
-      if (!device_arg) device_arg = v.toDevice();
+      if (!device_arg) device_arg = stand_in(v.toDevice());
       args.push_back(to_arg(v, a.real_type(), op_name));
       meta_stack.emplace_back(c10::Device(c10::kMeta));
     } else if (v.isGenerator()) {

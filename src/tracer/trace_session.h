@@ -131,6 +131,12 @@ class TraceSession {
   bool active_ = false;
   std::recursive_mutex record_mutex_;
   bool finished_ = false;
+  /// Note [Tracing for a device this torch lacks]: set by add_input's device when it is a
+  /// stand-in; `stand_in` reads the CPU as it.
+  std::optional<c10::Device> stand_in_device_;
+  c10::Device stand_in(c10::Device d) const {
+    return stand_in_device_ && d.is_cpu() ? *stand_in_device_ : d;
+  }
   bool strict_constants_ = false;
   /// A convolution was recorded channels-last on a contiguous input (see finish).
   bool channels_last_from_contiguous_ = false;

@@ -5,6 +5,7 @@
 #include <ATen/ops/empty.h>
 
 #include "support/error.h"
+#include "tracer/absent_device_guard.h"
 
 namespace ember::tracer {
 
@@ -31,6 +32,7 @@ TracerTensorImpl::TracerTensorImpl(TraceSession* session, graph::ValueId value, 
       value_(value),
       meta_(std::move(meta)) {
   key_set_ = key_set_ | autocast_key_for(device);
+  ensure_device_guard(device.type());  // Note [Tracing for a device this torch lacks]
   set_sizes_and_strides(meta_.sizes(), meta_.strides(), meta_.storage_offset());
 }
 
