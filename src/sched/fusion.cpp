@@ -99,6 +99,7 @@ class Scheduler final : public FusionState {
   ValueId prologue_input(const graph::Node& n) const;
   Plan build(std::vector<std::pair<int, Use>>* uses);
   int cost(ValueId v, std::vector<int>& weights) const;
+  bool generated(ValueId v) const;
   std::vector<ValueId> violators(const std::vector<std::pair<int, Use>>& uses) const;
 
   const graph::Graph& g_;
@@ -245,6 +246,32 @@ int Scheduler::cost(ValueId v, std::vector<int>& weights) const {
   return total;
 }
 
+// Whether `v` is computed from values much smaller than itself (Note [Recompute or realize]): every
+// value in memory that its inlined expression reads has at most 1/kGeneratedRatio of its
+// elements (the gradient of a loss, where(arange == target, -w/N, 0), from the targets).
+// Computing it again reads almost nothing; realizing it writes it and reads it back.
+constexpr int64_t kGeneratedRatio = 64;
+bool Scheduler::generated(ValueId v) const {
+  const int64_t n = graph::numel(g_.type(v).sizes);
+  std::set<ValueId> seen;
+  std::vector<ValueId> stack{v};
+  while (!stack.empty()) {
+    ValueId u = stack.back();
+    stack.pop_back();
+    if (!seen.insert(u).second) continue;
+    if (is_view(u)) {
+      stack.push_back(view_input(g_, g_.nodes[g_.values[u].node]));
+      continue;
+    }
+    if (realized(u)) {
+      if (graph::numel(g_.type(u).sizes) * kGeneratedRatio > n) return false;
+      continue;
+    }
+    for (ValueId r : all_reads(g_.nodes[g_.values[u].node])) stack.push_back(r);
+  }
+  return true;
+}
+
 // Elements below which an offender read by broadcast is realized before its readers.
 constexpr int64_t kMaxBroadcastRealize = 1 << 16;
 
@@ -260,7 +287,8 @@ std::vector<ValueId> Scheduler::violators(const std::vector<std::pair<int, Use>>
   std::vector<int> weights(g_.values.size(), -1);
   std::set<ValueId> bad;
   for (const auto& [v, inst] : instances) {
-    if ((inst.size() > 1 || broadcast.count(v)) && cost(v, weights) > kMaxRecomputeCost) {
+    if ((inst.size() > 1 || broadcast.count(v)) && cost(v, weights) > kMaxRecomputeCost &&
+        (cost(v, weights) > kMaxGeneratedCost || !generated(v))) {
       bad.insert(v);
     }
   }
@@ -281,18 +309,29 @@ std::vector<ValueId> Scheduler::violators(const std::vector<std::pair<int, Use>>
   }
   if (!out.empty()) return out;
   for (ValueId v : bad) {
-    // Is another offender reached from v through values that are inlined?
+    // Inner: every use of v goes through another offender (inlined values only in between), so
+    // realizing those may leave v one instance. A use that reaches a realized value without an
+    // offender on the way stays when they are realized: v is realized now. (A chain of sums,
+    // the gradient of a residual stream, is one offender per link, each read by its layer's
+    // kernels and by the next link: one link per round would run out of rounds.)
     std::vector<ValueId> stack = readers[v];
     std::set<ValueId> seen;
-    bool inner = false;
-    while (!stack.empty() && !inner) {
+    bool through_offender = false, direct = false;
+    while (!stack.empty() && !direct) {
       ValueId w = stack.back();
       stack.pop_back();
-      if ((realized(w) && !is_view(w)) || !seen.insert(w).second) continue;
-      if (bad.count(w)) inner = true;
+      if (!seen.insert(w).second) continue;
+      if (bad.count(w)) {
+        through_offender = true;
+        continue;
+      }
+      if (realized(w) && !is_view(w)) {
+        direct = true;
+        continue;
+      }
       for (ValueId r : readers[w]) stack.push_back(r);
     }
-    if (!inner) out.push_back(v);
+    if (direct || !through_offender) out.push_back(v);
   }
   return out;
 }

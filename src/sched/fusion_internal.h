@@ -34,6 +34,10 @@ using loop::Stmt;
 // views and data movement count 0, summed over the inlined producers) is realized instead: a
 // kernel of its own shape writes it once and the readers load it.
 constexpr int kMaxRecomputeCost = 3;
+// A value computed from values of at most 1/64 of its elements (Scheduler::generated: a loss's
+// gradient from the targets, a mask from positions) is recomputed up to this cost: it reads
+// almost nothing, where realizing it writes it whole and reads it back in every reader.
+constexpr int kMaxGeneratedCost = 12;
 constexpr int kTranscendentalCost = 5;
 // The most a reduction's input computed inline (a prologue) may cost: it is computed once per
 // pass over the row (two or three), instead of being written and read once more.
