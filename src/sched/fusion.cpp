@@ -100,6 +100,8 @@ class Scheduler final : public FusionState {
   Plan build(std::vector<std::pair<int, Use>>* uses);
   int cost(ValueId v, std::vector<int>& weights) const;
   bool generated(ValueId v) const;
+  template <typename InMemory, typename Inlined>
+  bool walk_inlined(ValueId v, InMemory&& in_memory, Inlined&& inlined) const;
   std::vector<ValueId> violators(const std::vector<std::pair<int, Use>>& uses) const;
 
   const graph::Graph& g_;
@@ -205,10 +207,11 @@ ValueId Scheduler::prologue_input(const graph::Node& n) const {
   return c == NodeClass::Pointwise || c == NodeClass::Compute ? x : -1;
 }
 
-// What evaluating `v` once more costs (Note [Recompute or realize]): the weights of the values
-// inlined into it, each counted once.
-int Scheduler::cost(ValueId v, std::vector<int>& weights) const {
-  int total = 0;
+// Visits what `v`'s inlined expression is made of, each value once, reading through views:
+// `inlined(u)` for each computed value (v first), `in_memory(u)` for each realized one, which
+// returns false to stop the walk (walk_inlined then returns false).
+template <typename InMemory, typename Inlined>
+bool Scheduler::walk_inlined(ValueId v, InMemory&& in_memory, Inlined&& inlined) const {
   std::set<ValueId> seen;
   std::vector<ValueId> stack{v};
   while (!stack.empty()) {
@@ -219,30 +222,45 @@ int Scheduler::cost(ValueId v, std::vector<int>& weights) const {
       stack.push_back(view_input(g_, g_.nodes[g_.values[u].node]));
       continue;
     }
-    if (realized(u)) continue;
-    const graph::Node& n = g_.nodes[g_.values[u].node];
-    if (weights[u] < 0) {
-      if (node_class(u) == NodeClass::Pointwise) {
-        std::vector<Expr> in;
-        for (ValueId a : tensor_args(n)) {
-          in.push_back(
-              loop::Var::make("x" + std::to_string(in.size()), *to_loop_dtype(g_.type(a).dtype)));
-        }
-        weights[u] = expression_cost(lower_pointwise(g_, n, in));
-      } else if (is_batch_norm_inference(g_, n)) {  // arithmetic on its operands
-        PlaceholderReader reader(g_);
-        Index index;
-        for (size_t d = 0; d < g_.type(u).sizes.size(); ++d) index.push_back(loop::idx(0));
-        weights[u] = expression_cost(lower_batch_norm_inference(g_, n, index, reader));
-      } else if (is_pool(g_, n)) {  // a compare or an add per window element
-        weights[u] = pool_window(g_, n);
-      } else {  // index ops move data; a gather also loads an index
-        weights[u] = index_tensor_args(g_, n).empty() ? 0 : 1;
-      }
+    if (realized(u)) {
+      if (!in_memory(u)) return false;
+      continue;
     }
-    total += weights[u];
-    for (ValueId r : all_reads(n)) stack.push_back(r);
+    inlined(u);
+    for (ValueId r : all_reads(g_.nodes[g_.values[u].node])) stack.push_back(r);
   }
+  return true;
+}
+
+// What evaluating `v` once more costs (Note [Recompute or realize]): the weights of the values
+// inlined into it, each counted once.
+int Scheduler::cost(ValueId v, std::vector<int>& weights) const {
+  int total = 0;
+  walk_inlined(
+      v, [](ValueId) { return true; },
+      [&](ValueId u) {
+        const graph::Node& n = g_.nodes[g_.values[u].node];
+        if (weights[u] < 0) {
+          if (node_class(u) == NodeClass::Pointwise) {
+            std::vector<Expr> in;
+            for (ValueId a : tensor_args(n)) {
+              in.push_back(loop::Var::make("x" + std::to_string(in.size()),
+                                           *to_loop_dtype(g_.type(a).dtype)));
+            }
+            weights[u] = expression_cost(lower_pointwise(g_, n, in));
+          } else if (is_batch_norm_inference(g_, n)) {  // arithmetic on its operands
+            PlaceholderReader reader(g_);
+            Index index;
+            for (size_t d = 0; d < g_.type(u).sizes.size(); ++d) index.push_back(loop::idx(0));
+            weights[u] = expression_cost(lower_batch_norm_inference(g_, n, index, reader));
+          } else if (is_pool(g_, n)) {  // a compare or an add per window element
+            weights[u] = pool_window(g_, n);
+          } else {  // index ops move data; a gather also loads an index
+            weights[u] = index_tensor_args(g_, n).empty() ? 0 : 1;
+          }
+        }
+        total += weights[u];
+      });
   return total;
 }
 
@@ -253,23 +271,9 @@ int Scheduler::cost(ValueId v, std::vector<int>& weights) const {
 constexpr int64_t kGeneratedRatio = 64;
 bool Scheduler::generated(ValueId v) const {
   const int64_t n = graph::numel(g_.type(v).sizes);
-  std::set<ValueId> seen;
-  std::vector<ValueId> stack{v};
-  while (!stack.empty()) {
-    ValueId u = stack.back();
-    stack.pop_back();
-    if (!seen.insert(u).second) continue;
-    if (is_view(u)) {
-      stack.push_back(view_input(g_, g_.nodes[g_.values[u].node]));
-      continue;
-    }
-    if (realized(u)) {
-      if (graph::numel(g_.type(u).sizes) * kGeneratedRatio > n) return false;
-      continue;
-    }
-    for (ValueId r : all_reads(g_.nodes[g_.values[u].node])) stack.push_back(r);
-  }
-  return true;
+  return walk_inlined(
+      v, [&](ValueId u) { return graph::numel(g_.type(u).sizes) * kGeneratedRatio <= n; },
+      [](ValueId) {});
 }
 
 // Elements below which an offender read by broadcast is realized before its readers.
