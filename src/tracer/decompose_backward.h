@@ -33,6 +33,8 @@
 //   _log_softmax_backward_data(g, y, d, _)  g - exp(y) * sum_d(g)
 //   native_layer_norm_backward              x^ = (x - mean) rstd, gw = g * w:
 //       dx = rstd / N * (N gw - sum(gw) - x^ sum(gw x^)),  dw = sum_rows(g x^),  db = sum_rows(g)
+//   convolution_backward(..., mask)         its bias's gradient as sum(g) over every dim but 1,
+//       the rest cuDNN's (mask[2] false): ConvNeXt-T's depthwise biases, 0.96 ms per bf16 step
 // The CPU keeps ATen's kernels for these (they are fast there, and ember's own reductions over
 // rows are not faster). With EMBER_DECOMPOSE_BACKWARD=all only (every device):
 //   native_batch_norm_backward (training)   x^ = (x - mean) invstd, over every dim but 1:

@@ -140,3 +140,19 @@ def test_slice_and_select_backward_are_generated_and_match_eager(compiled_functi
     assert not any("slice_backward" in s or "select_backward" in s for s in steps), steps
     for a, b in zip(want, got):
         torch.testing.assert_close(b, a, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize("groups", [1, 8], ids=["dense", "depthwise"])
+def test_convolution_bias_gradient_is_generated_and_matches_eager(groups, dtype,
+                                                                  compiled_functions):
+    # ConvNeXt's depthwise convolutions: the bias's gradient is a sum of the output's gradient in
+    # generated kernels; convolution_backward computes the input's and the weight's only.
+    torch.manual_seed(0)
+    layer = nn.Sequential(nn.Conv2d(8, 8, 7, padding=3, groups=groups), nn.GELU())
+    want, got, _ = run_both(layer, torch.randn(4, 8, 12, 12), dtype, compiled_functions)
+    backward = compiled_functions[0].graphs[1]
+    assert "aten::convolution_backward" in backward and "[True, True, False])" in backward, backward
+    tol = dict(atol=1e-4, rtol=1e-4) if dtype == torch.float32 else dict(atol=5e-2, rtol=2e-2)
+    for w, g in zip(want, got):
+        torch.testing.assert_close(g, w, **tol)
