@@ -1,6 +1,7 @@
 #include "tracer/absent_device_guard.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/native/transformers/attention.h>
 #include <c10/core/Allocator.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/library.h>
@@ -83,10 +84,26 @@ at::Tensor empty_on_stand_in(c10::IntArrayRef size, std::optional<at::ScalarType
                                    dtype.value_or(at::kFloat), memory_format);
 }
 
+// Attention's backend, which eager asks CUDA's kernel for through a DispatchStub that a torch
+// without CUDA lacks (so every SDPA took the math path). What eager chooses on an H200 for the
+// suite's models (torch 2.11): cuDNN's kernel for bf16 and f16 without a mask and with heads of
+// at most 128 (a multiple of 8), the memory-efficient one otherwise. An approximation, for plans.
+int64_t emulated_sdp_choice(const at::Tensor& q, const at::Tensor& /*k*/, const at::Tensor& /*v*/,
+                            const std::optional<at::Tensor>& mask, double dropout,
+                            bool /*is_causal*/, std::optional<double> /*scale*/,
+                            bool /*enable_gqa*/) {
+  const bool half = q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf;
+  const int64_t head = q.dim() == 4 ? q.size(-1) : 0;
+  const bool no_mask = !mask.has_value() || !mask->defined();
+  if (head == 0 || head % 8 != 0 || dropout != 0.0) return 0;  // sdp::SDPBackend::math
+  return half && no_mask && head <= 128 ? 3 : 2;               // cudnn_attention : efficient
+}
+
 void register_cuda_empty() {
   static torch::Library* lib =
       new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::CUDA, __FILE__, __LINE__);
   lib->impl("empty.memory_format", TORCH_FN(empty_on_stand_in));
+  at::native::_fused_sdp_choice_stub.set_cuda_dispatch_ptr(&emulated_sdp_choice);
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "tracer/convert.h"
 #include "tracer/decompose_backward.h"
 #include "tracer/foreach_ops.h"
+#include "tracer/log_softmax_rewrite.h"
 #include "tracer/matmul_padding.h"
 #include "tracer/meta_cache.h"
 #include "tracer/split_reduction.h"
@@ -365,6 +366,7 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
     std::optional<at::Tensor> r = index_put_as_where(op, args);
     if (!r.has_value()) r = pad_unaligned_matmul(op, args);
     if (!r.has_value()) r = convolution_bias_apart(op, args);
+    if (!r.has_value()) r = log_softmax_as_logsumexp(op, args);
     if (!r.has_value()) {
       bool from_contiguous = false;
       r = channels_last_convolution(op, args, &from_contiguous);
@@ -577,8 +579,8 @@ bool TraceSession::choose_sdp_backend(const c10::OperatorHandle& op, torch::jit:
   } catch (const std::exception&) {
     stack->resize(base);
     stack->insert(stack->end(), saved.begin(), saved.end());
-    return false;
   }
+  return false;
 }
 
 bool TraceSession::record_batch_norm_update(const c10::OperatorHandle& op,
