@@ -58,6 +58,9 @@ void bind_autograd(nb::module_& m) {
           "compiles both.")
       .def("__call__", [](const CompiledFunction& f,
                           nb::args args) { return tensor_tuple(f.run(tensor_args(args))); })
+      .def_prop_ro("num_zero_tangent_programs", &CompiledFunction::num_zero_tangent_programs,
+                   "Backward programs compiled for calls where some outputs got no gradient "
+                   "(each such tangent one zero, read by broadcast).")
       .def_prop_ro("num_saved", &CompiledFunction::num_saved,
                    "Values the forward keeps for the backward.")
       .def_prop_ro("saved_bytes", &CompiledFunction::saved_bytes,

@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -33,6 +35,12 @@ struct CompiledFunction::State {
   int num_forward_outputs = 0;
   std::optional<Executor> forward, backward;
   RunScope backward_scope;
+  // Note [Gradients no loss reached]: the backward graph, and its programs compiled for calls
+  // where some tangents are undefined (by which ones), made on first need.
+  tracer::TracedGraph backward_graph;
+  ExecutorOptions backward_options;
+  mutable std::mutex variants_mutex;
+  mutable std::map<std::vector<bool>, std::shared_ptr<Executor>> zero_tangent_variants;
 };
 
 namespace {
@@ -49,10 +57,72 @@ NodePtr make_node(Args&&... args) {
   }
 }
 
+// Note [Gradients no loss reached]
+// A program output that no loss reaches (a language model's logits, returned next to its loss)
+// gets no gradient: autograd passes an undefined tensor, and the backward program was traced
+// with a tangent of the output's size. Filled with zeros, it cost a write and a read of the
+// whole tensor and its memory (DistilBERT's f32 logits: 8 GB). So a call with undefined
+// tangents runs the backward compiled again with each of those tangents a single zero, read by
+// broadcast (an expand of a 0-dim input), made on the first such call and kept.
+tracer::TracedGraph with_zero_tangents(const tracer::TracedGraph& traced,
+                                       const std::vector<bool>& zero_input) {
+  const graph::Graph& g = traced.graph;
+  graph::Graph out;
+  out.ops = g.ops;
+  std::vector<graph::ValueId> remap(g.values.size(), -1);
+  auto expand = c10::Dispatcher::singleton().findSchemaOrThrow("aten::expand", "");
+  size_t non_constant = 0;
+  for (const graph::Input& in : g.inputs) {
+    const graph::TensorType& t = g.type(in.value);
+    const bool zero = in.kind != graph::InputKind::Constant && zero_input.at(non_constant++);
+    if (!zero) {
+      remap[in.value] = out.add_input(t, in.kind, in.name);
+      continue;
+    }
+    graph::TensorType scalar = t;
+    scalar.sizes.clear();
+    scalar.strides.clear();
+    scalar.storage_offset = 0;
+    const graph::ValueId v = out.add_input(scalar, in.kind, in.name);
+    graph::TensorType broadcast = scalar;
+    broadcast.sizes = t.sizes;
+    broadcast.strides.assign(t.sizes.size(), graph::DimExpr(0));
+    std::vector<int64_t> sizes;
+    for (const graph::DimExpr& d : t.sizes) sizes.push_back(d.constant());
+    const int32_t node = out.add_node(out.intern_op(tracer::op_info(expand.schema())),
+                                      {graph::ValueRef{v}, sizes, false}, {broadcast});
+    remap[in.value] = out.nodes[node].outputs[0];
+  }
+  for (const graph::Node& n : g.nodes) graph::copy_node(g, n, out, remap);
+  for (graph::ValueId o : g.outputs) out.outputs.push_back(remap.at(o));
+  return tracer::TracedGraph{std::move(out), traced.constants};
+}
+
 struct OutputMeta {
   std::vector<int64_t> sizes;
   at::TensorOptions options;
 };
+
+// The backward program for calls whose tangents `undefined` says are undefined (Note
+// [Gradients no loss reached]), or nullptr when it cannot be made (then zeros of full size).
+std::shared_ptr<Executor> zero_tangent_program(const CompiledFunction::State& s,
+                                               const std::vector<bool>& undefined) {
+  std::lock_guard<std::mutex> lock(s.variants_mutex);
+  auto it = s.zero_tangent_variants.find(undefined);
+  if (it != s.zero_tangent_variants.end()) return it->second;
+  // Non-constant inputs of the backward: the saved values, then the tangents.
+  std::vector<bool> zero_input(s.saved_inputs.size(), false);
+  zero_input.insert(zero_input.end(), undefined.begin(), undefined.end());
+  std::shared_ptr<Executor> program;
+  try {
+    program = std::make_shared<Executor>(with_zero_tangents(s.backward_graph, zero_input),
+                                         s.backward_options);
+  } catch (const std::exception&) {
+    program = nullptr;  // the full-size zeros still work
+  }
+  s.zero_tangent_variants.emplace(undefined, program);
+  return program;
+}
 
 struct CompiledBackward : ag::Node {
   std::shared_ptr<const CompiledFunction::State> state;
@@ -75,13 +145,27 @@ struct CompiledBackward : ag::Node {
     EMBER_INTERNAL_ASSERT(grads.size() == tangent_meta.size())
         << "the backward got " << grads.size() << " gradients for " << tangent_meta.size()
         << " outputs";
+    std::vector<bool> undefined(grads.size(), false);
+    bool any_undefined = false;
+    for (size_t i = 0; i < grads.size(); ++i) {
+      undefined[i] = !grads[i].defined();
+      any_undefined = any_undefined || undefined[i];
+    }
+    const Executor* program = &*state->backward;
+    std::shared_ptr<Executor> variant;
+    if (any_undefined) variant = zero_tangent_program(*state, undefined);
+    if (variant) program = variant.get();
     for (size_t i = 0; i < grads.size(); ++i) {
       // The tangents were traced contiguous. A gradient with other strides (`y.sum().backward()`
       // passes ones expanded over y, all strides 0) would send the whole backward program to
       // its unfused form (Executor::strides_match): one contiguous copy is far cheaper.
-      inputs.push_back(grads[i].defined()
-                           ? grads[i].contiguous()
-                           : at::zeros(tangent_meta[i].sizes, tangent_meta[i].options));
+      if (!undefined[i]) {
+        inputs.push_back(grads[i].contiguous());
+      } else if (variant) {  // Note [Gradients no loss reached]: one zero, read by broadcast
+        inputs.push_back(at::zeros({}, tangent_meta[i].options));
+      } else {
+        inputs.push_back(at::zeros(tangent_meta[i].sizes, tangent_meta[i].options));
+      }
     }
     if (!ag::get_current_graph_task_keep_graph()) {
       // No second backward will come: the saved values go now, and the backward program frees
@@ -90,7 +174,7 @@ struct CompiledBackward : ag::Node {
       release_variables();
     }
     std::vector<at::Tensor> out;
-    auto body = [&] { out = state->backward->run(std::move(inputs)); };
+    auto body = [&] { out = program->run(std::move(inputs)); };
     if (state->backward_scope) {
       state->backward_scope(body);
     } else {
@@ -210,6 +294,8 @@ CompiledFunction::CompiledFunction(tracer::TracedGraph joint, JointSignature sig
   state->forward.emplace(std::move(graphs.forward), options);
   ExecutorOptions backward_options = options;
   backward_options.release_inputs = true;
+  state->backward_graph = graphs.backward;
+  state->backward_options = backward_options;
   state->backward.emplace(std::move(graphs.backward), backward_options);
   state->num_forward_outputs = signature.num_forward_outputs;
   state->backward_scope = std::move(backward_scope);
@@ -237,6 +323,12 @@ const Executor& CompiledFunction::backward() const {
 }
 int CompiledFunction::num_forward_outputs() const {
   return state_->num_forward_outputs;
+}
+int CompiledFunction::num_zero_tangent_programs() const {
+  std::lock_guard<std::mutex> lock(state_->variants_mutex);
+  int n = 0;
+  for (const auto& [mask, program] : state_->zero_tangent_variants) n += program != nullptr;
+  return n;
 }
 int CompiledFunction::num_saved() const {
   return static_cast<int>(state_->saved_inputs.size());

@@ -87,6 +87,9 @@ class CompiledFunction {
   bool replayable() const { return replayable_; }
 
   struct State;
+  /// Backward programs compiled for calls with undefined tangents (Note [Gradients no loss
+  /// reached]).
+  int num_zero_tangent_programs() const;
 
  private:
   std::shared_ptr<const State> state_;
