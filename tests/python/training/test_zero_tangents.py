@@ -21,11 +21,14 @@ class Head(torch.nn.Module):
         return torch.nn.functional.cross_entropy(logits, t), logits
 
 
-def test_an_output_without_gradient_runs_the_zero_tangent_program():
+def head_and_twin():
     torch.manual_seed(0)
     model = Head()
-    twin = copy.deepcopy(model)
-    x, t = torch.randn(8, 16), torch.randint(0, 40, (8,))
+    return model, copy.deepcopy(model), torch.randn(8, 16), torch.randint(0, 40, (8,))
+
+
+def test_an_output_without_gradient_runs_the_zero_tangent_program():
+    model, twin, x, t = head_and_twin()
     with recorded_compiled_functions() as made:
         compiled = torch.compile(twin, backend="ember")
         for _ in range(2):
@@ -43,10 +46,7 @@ def test_an_output_without_gradient_runs_the_zero_tangent_program():
 
 
 def test_both_outputs_reached_use_the_full_program():
-    torch.manual_seed(0)
-    model = Head()
-    twin = copy.deepcopy(model)
-    x, t = torch.randn(8, 16), torch.randint(0, 40, (8,))
+    model, twin, x, t = head_and_twin()
     with recorded_compiled_functions() as made:
         loss, logits = torch.compile(twin, backend="ember")(x, t)
         (loss + logits.square().mean()).backward()
