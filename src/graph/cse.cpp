@@ -23,10 +23,9 @@ bool is_transpose(const Graph& g, const Node& n) {
 
 }  // namespace
 
-CseResult merge_common_subexpressions(
-    const Graph& g, const std::function<bool(const Graph&, const Node&)>& may_merge) {
-  CseResult r;
-  Graph& out = r.graph;
+Graph merge_common_subexpressions(const Graph& g,
+                                  const std::function<bool(const Graph&, const Node&)>& may_merge) {
+  Graph out;
   out.ops = g.ops;
   std::vector<ValueId> remap(g.values.size(), -1);
   for (const Input& in : g.inputs)
@@ -57,7 +56,6 @@ CseResult merge_common_subexpressions(
               x != nullptr && same_layout(g.type(x->id), g.type(n.outputs[0])) &&
               remap[x->id] >= 0) {
             remap[n.outputs[0]] = remap[x->id];
-            ++r.merged;
             continue;
           }
         }
@@ -80,7 +78,6 @@ CseResult merge_common_subexpressions(
       if (!fresh) {
         const Node& kept = out.nodes.at(it->second);
         for (size_t i = 0; i < n.outputs.size(); ++i) remap[n.outputs[i]] = kept.outputs[i];
-        ++r.merged;
         continue;
       }
       copy_node(g, n, out, remap);
@@ -92,7 +89,7 @@ CseResult merge_common_subexpressions(
   for (ValueId o : g.outputs) out.outputs.push_back(remap.at(o));
   for (const Mutation& m : g.mutations)
     out.mutations.push_back({remap.at(m.input), remap.at(m.value)});
-  return r;
+  return out;
 }
 
 }  // namespace ember::graph

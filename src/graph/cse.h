@@ -16,16 +16,11 @@
 
 namespace ember::graph {
 
-struct CseResult {
-  Graph graph;
-  int merged = 0;  ///< nodes dropped: duplicates and transposes undone
-};
-
 /// `g` with its common subexpressions merged. `may_merge` says which nodes may be (deterministic,
 /// no side effects: never a random op). Requires: a verified graph. Guarantees: the same inputs
 /// (in order, kinds and names), outputs and mutations, in the same order; each kept node in its
 /// order; the result passes the verifier.
-CseResult merge_common_subexpressions(
-    const Graph& g, const std::function<bool(const Graph&, const Node&)>& may_merge);
+Graph merge_common_subexpressions(const Graph& g,
+                                  const std::function<bool(const Graph&, const Node&)>& may_merge);
 
 }  // namespace ember::graph

@@ -258,8 +258,8 @@ TrainingGraphs split_training_graph(const tracer::TracedGraph& joint,
                                     const JointSignature& signature) {
   graph::SplitOptions split_options;
   if (min_cut_enabled()) split_options.recomputable = recomputable;
-  graph::CseResult merged = graph::merge_common_subexpressions(joint.graph, deterministic);
-  graph::JointSplit split = graph::split_joint(merged.graph, signature.is_tangent,
+  const graph::Graph merged = graph::merge_common_subexpressions(joint.graph, deterministic);
+  graph::JointSplit split = graph::split_joint(merged, signature.is_tangent,
                                                signature.num_forward_outputs, split_options);
   auto constants = [&](const std::vector<int>& which) {
     std::vector<at::Tensor> out;

@@ -113,8 +113,8 @@ std::vector<at::Tensor> walk_backward(const std::vector<at::Tensor>& outputs,
     if (t != targets.end() && grad.defined()) {
       for (size_t i : t->second) grads[i] = grads[i].defined() ? at::add(grads[i], grad) : grad;
     }
-    if (t == targets.end() || !target_nodes.count(e.function.get()) ||
-        !e.function->next_edges().empty()) {
+    // An input's own accumulator only collects; any other node takes the gradient as input.
+    if (t == targets.end() || !e.function->next_edges().empty()) {
       accumulate(pending_of(e.function.get()), e.input_nr, std::move(grad));
     }
   };

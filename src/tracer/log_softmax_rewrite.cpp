@@ -2,8 +2,7 @@
 
 #include <ATen/ATen.h>
 
-#include <cstdlib>
-#include <string_view>
+#include "tracer/split_reduction.h"
 
 namespace ember::tracer {
 
@@ -21,11 +20,7 @@ std::optional<at::Tensor> log_softmax_as_logsumexp(const c10::OperatorHandle& op
     return std::nullopt;
   }
   const at::Tensor& x = args[0].toTensor();
-  if (!x.defined() || x.dim() < 1) return std::nullopt;
-  const char* env = std::getenv("EMBER_SPLIT_REDUCTIONS");  // "all": on the CPU too, for tests
-  if (!x.device().is_cuda() && (env == nullptr || std::string_view(env) != "all")) {
-    return std::nullopt;
-  }
+  if (!x.defined() || x.dim() < 1 || !splits_on(x)) return std::nullopt;
   const int64_t dim = args[1].toInt() < 0 ? args[1].toInt() + x.dim() : args[1].toInt();
   const at::ScalarType t = x.scalar_type();
   if (dim != x.dim() - 1 || x.size(dim) < kMinRow ||

@@ -16,13 +16,6 @@
 
 namespace ember::tracer {
 
-namespace {
-
-constexpr int64_t kMaxRows = 256;             // results: fewer than this, and the device idles
-constexpr int64_t kMinRowElements = 1 << 16;  // elements per result worth splitting
-constexpr int64_t kMinPartials = 1024;        // rows of the first stage
-constexpr int64_t kMinChannelsPerGroup = 8;
-
 // Splits are for CUDA, where a program per result leaves SMs idle. EMBER_SPLIT_REDUCTIONS=all
 // applies them on every device (the CPU tests run the rewritten graphs against eager).
 bool splits_on(const at::Tensor& x) {
@@ -30,6 +23,13 @@ bool splits_on(const at::Tensor& x) {
   const char* env = std::getenv("EMBER_SPLIT_REDUCTIONS");
   return env != nullptr && std::string_view(env) == "all";
 }
+
+namespace {
+
+constexpr int64_t kMaxRows = 256;             // results: fewer than this, and the device idles
+constexpr int64_t kMinRowElements = 1 << 16;  // elements per result worth splitting
+constexpr int64_t kMinPartials = 1024;        // rows of the first stage
+constexpr int64_t kMinChannelsPerGroup = 8;
 
 std::optional<at::Tensor> optional_tensor(const c10::IValue& v) {
   if (v.isTensor() && v.toTensor().defined()) return v.toTensor();

@@ -58,6 +58,10 @@ namespace ember::tracer {
 /// leaves the stack alone when the call is recorded as it is.
 bool record_split_reduction(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+/// Whether the CUDA-only reduction rewrites apply to `x`: on CUDA, or on every device with
+/// EMBER_SPLIT_REDUCTIONS=all.
+bool splits_on(const at::Tensor& x);
+
 /// The sums of each of `xs` (tracer tensors of one shape) over `dims` in `acc`, recorded
 /// next to each other: split in stages as above where a sum of x would be, stage by stage for
 /// all of them, so that the scheduler folds the sums of each stage into one kernel, which reads
