@@ -92,6 +92,34 @@ TEST(ReductionFusion, EpilogueReadingAnotherRowGetsItsOwnKernel) {
   EXPECT_EQ(plan.groups[0].nodes.size(), 2u);  // pow (prologue) and mean
 }
 
+// Autocast's order before a linear (Note [Casts of inputs move to their reader]): the norm, the
+// cast of the weight (another shape), then the cast of the activation. The weight's cast waits
+// for the matmul that reads it, so the activation's cast is the norm's epilogue.
+TEST(ReductionFusion, CastOfAnInputDoesNotCloseTheNorm) {
+  Builder b = rms_norm(6, 40);
+  ValueRef y{b.g.outputs[0]};
+  ValueRef w2 = b.input(f32({40, 8}));
+  const std::vector<std::string> names = {"self",       "dtype",        "layout",       "device",
+                                          "pin_memory", "non_blocking", "memory_format"};
+  auto cast = [&](ValueRef x, graph::Dims sizes) {
+    return b.op("aten::_to_copy", names,
+                {x, DType::BFloat16, NoneArg{}, NoneArg{}, NoneArg{}, false, NoneArg{}},
+                test::type(DType::BFloat16, std::move(sizes)));
+  };
+  ValueRef w2h = cast(w2, {40, 8});
+  ValueRef yh = cast(y, {6, 40});
+  ValueRef out = b.op("aten::mm", {"self", "mat2"}, {yh, w2h}, test::type(DType::BFloat16, {6, 8}));
+  b.g.outputs = {out.id};
+  Plan plan = schedule_graph(b.g);
+  // The norm with both casts of y in one kernel, the weight's cast, the matmul.
+  ASSERT_EQ(plan.groups.size(), 2u);
+  ASSERT_EQ(plan.steps.size(), 3u);
+  EXPECT_EQ(plan.groups[0].nodes.size(), 6u);  // pow, mean, rsqrt, mul, mul, cast
+  EXPECT_EQ(plan.groups[0].outputs.back(), yh.id);
+  EXPECT_EQ(plan.groups[1].outputs, std::vector<graph::ValueId>{w2h.id});
+  EXPECT_EQ(plan.steps[2].kind, PlanStep::Kind::Extern);
+}
+
 TEST(ReductionFusion, OptionTurnsItOff) {
   Builder b = rms_norm(6, 40);
   ScheduleOptions options;
