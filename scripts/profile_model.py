@@ -16,6 +16,7 @@ import argparse
 import collections
 import json
 import os
+import re
 import time
 
 import torch
@@ -106,10 +107,33 @@ def profile(model: str, backend: str, dtype: str, steps: int, top: int, device: 
                 saved[op][1] += 1
         memory["saved_by_op_mb"] = [(op, round(b / 2**20, 1), n)
                                     for op, (b, n) in sorted(saved.items(), key=lambda kv: -kv[1][0])]
+    # ember's kernels by name: their buffers' MiB and ops (Executor::describe_steps), for the
+    # bandwidth each reaches.
+    kernels = {}
+    for f in made:
+        for line in f.forward_steps + f.backward_steps:
+            m = KERNEL_STEP.match(line)
+            if m:
+                kernels[m.group(1)] = (float(m.group(2)), short_ops(m.group(3)))
+    gen_ms = gen_mib = 0.0
+    for name, (ms, n) in per.items():
+        if name in kernels:
+            gen_ms += ms
+            gen_mib += kernels[name][0] * n / steps
     return {"model": model, "backend": backend, "dtype": dtype, "mode": mode, "step_ms": step_ms,
+            "kernels": kernels, "generated_ms": gen_ms, "generated_mib": gen_mib,
             "memory": memory, "first_call_s": first, "kernel_ms": kernel_ms, "launches_per_step": launches,
             "top": [(name[:140], round(ms, 4), n // steps) for name, (ms, n) in rows[:top]],
             "products": [(k, n // steps) for k, n in products.most_common(top)]}
+
+
+KERNEL_STEP = re.compile(r"kernel (\S+)(?: \(combo of \d+\))? \[([\d.]+) MiB\]: (.*)")
+
+
+def short_ops(ops: str) -> str:
+    """'aten::add.Tensor, aten::add.Tensor, aten::gelu' as 'addx2 gelu'."""
+    names = [o.strip().removeprefix("aten::").split(".")[0] for o in ops.split(",")]
+    return " ".join(f"{n}x{c}" if c > 1 else n for n, c in collections.Counter(names).most_common())
 
 
 def print_sources(names: list[str]) -> None:
@@ -178,7 +202,13 @@ def main() -> None:
                 if r["memory"].get("saved_by_op_mb"):
                     print("  saved MiB by op: " + ", ".join(
                         f"{op} {mb} (x{n})" for op, mb, n in r["memory"]["saved_by_op_mb"][:8]))
+            if r["generated_ms"]:
+                print(f"  ember's kernels: {r['generated_ms']:.3f} ms, {r['generated_mib']:.0f} MiB of "
+                      f"buffers, {r['generated_mib'] * 2**20 / (r['generated_ms'] * 1e-3) / 1e12:.2f} TB/s")
             for name, ms, n in r["top"]:
+                k = r["kernels"].get(name)
+                if k:  # MiB per launch, and the bandwidth that gives at ms / n per launch
+                    name += f"  [{k[0]:.1f} MiB, {k[0] * 2**20 * n / (ms * 1e-3) / 1e12:.2f} TB/s] {k[1]}"
                 print(f"  {ms:8.4f} ms  x{n:<4d} {name}")
             for name, n in r["products"]:
                 print(f"  x{n:<4d} {name}")

@@ -12,7 +12,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <iomanip>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "codegen/cpp/cpp_emitter.h"
@@ -457,6 +459,19 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
         k.description = "kernel " + (triton ? k.triton->kernel().name : group.kernel.name);
         if (group.kernel.combo) {
           k.description += " (combo of " + std::to_string(group.kernel.parts().size()) + ")";
+        }
+        {
+          // Its buffers' bytes, each read or written once: a lower bound on its memory traffic
+          // (scripts/profile_model.py sets it beside the kernel's time).
+          int64_t bytes = 0;
+          for (const std::vector<graph::ValueId>* vs : {&group.inputs, &group.outputs}) {
+            for (graph::ValueId v : *vs) {
+              bytes += graph::numel(g.type(v).sizes) * graph::element_size(g.type(v).dtype);
+            }
+          }
+          std::ostringstream mib;
+          mib << std::fixed << std::setprecision(1) << static_cast<double>(bytes) / (1 << 20);
+          k.description += " [" + mib.str() + " MiB]";
         }
         k.description += ":";
         for (size_t j = 0; j < group.nodes.size(); ++j) {
