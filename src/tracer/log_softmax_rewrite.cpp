@@ -34,4 +34,35 @@ std::optional<at::Tensor> log_softmax_as_logsumexp(const c10::OperatorHandle& op
   return out_type == at::kFloat ? y : y.to(out_type);
 }
 
+std::optional<std::pair<at::Tensor, at::Tensor>> nll_loss_as_gather(
+    const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
+  // nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int reduction,
+  //                  SymInt ignore_index) -> (Tensor output, Tensor total_weight)
+  const c10::FunctionSchema& schema = op.schema();
+  if (schema.name() != "aten::nll_loss_forward" || !schema.overload_name().empty() ||
+      args.size() != 5 || !args[0].isTensor() || !args[1].isTensor() || !args[3].isInt() ||
+      !args[4].isInt()) {
+    return std::nullopt;
+  }
+  if (args[2].isTensor() && args[2].toTensor().defined()) return std::nullopt;  // class weights
+  const at::Tensor& self = args[0].toTensor();
+  const at::Tensor& target = args[1].toTensor();
+  const int64_t reduction = args[3].toInt();
+  const at::ScalarType t = self.scalar_type();
+  if (!self.defined() || !target.defined() || !splits_on(self) || self.dim() != 2 ||
+      self.size(1) < kMinRow || (t != at::kFloat && t != at::kBFloat16 && t != at::kHalf) ||
+      target.dim() != 1 || target.size(0) != self.size(0) ||
+      (target.scalar_type() != at::kLong && target.scalar_type() != at::kInt) ||
+      (reduction != 1 && reduction != 2)) {
+    return std::nullopt;
+  }
+  const at::Tensor valid = target.ne(args[4].toInt());
+  const at::Tensor column = at::where(valid, target, at::zeros({}, target.options()));
+  const at::Tensor picked = self.gather(1, column.unsqueeze(1)).squeeze(1).to(at::kFloat);
+  const at::Tensor loss = at::where(valid, picked.neg(), at::zeros({}, picked.options())).sum();
+  const at::Tensor count = valid.sum(at::kFloat);
+  const at::Tensor output = reduction == 1 ? loss.div(count) : loss;
+  return std::make_pair(output.to(t), count.to(t));
+}
+
 }  // namespace ember::tracer

@@ -377,6 +377,12 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
       stack->emplace_back(std::move(*r));
       return;
     }
+    if (auto loss = nll_loss_as_gather(op, args)) {
+      torch::jit::drop(*stack, num_args);
+      stack->emplace_back(std::move(loss->first));
+      stack->emplace_back(std::move(loss->second));
+      return;
+    }
   }
 
   // A factory called by the program (not from inside functionalization, which wraps results
