@@ -19,16 +19,32 @@ int64_t value_bytes(const Graph& g, ValueId v) {
   return numel(t.sizes) * std::max(element_size(t.dtype), 1);
 }
 
+// Note [Recompute reads few large tensors]
+// A residual stream is a chain of adds, h_k = h_{k-1} + o_k, each h_k read by its layer's norm in
+// the backward. In bytes the cheapest cut saves h_0 and every o_k (bf16 matmul outputs, half an
+// f32 h_k each) and recomputes the h_k, but the last layer's norm comes first in the backward and
+// needs h_L: its recompute reads every o_k and computes every prefix sum, which the scheduler
+// then writes at once for the other layers (ViT-B bf16: one kernel reading 25 tensors and writing
+// 22 f32 ones, 2.6 GB, all alive from the backward's start; Llama's head: 17). So a recomputed
+// value may read at most kMaxRecomputeLargeReads large tensors (at least half its elements) among
+// the saved values and primals; past that, the first value of the chain that would exceed it is
+// computed in the forward and saved (banned from recompute), and the cut is made again. The chain
+// then saves every third h_k and recomputes the two in between from it and their o_k.
+constexpr int kMaxRecomputeLargeReads = 3;
+constexpr int kMaxBanRounds = 8;
+
 // The min-cut rematerialization partition (AOTAutograd's): over the forward side's values, each
 // split into an in and an out node joined by an edge of its size in bytes; the source feeds the
 // primals and the nodes that may not be recomputed, every data dependency is an uncuttable edge,
 // and each value the backward reads feeds the sink. A minimum cut is the cheapest set of values
-// to save: the forward values past it are recomputed in the backward. Marks in `backward` the
-// forward nodes to recompute.
-void recompute_by_min_cut(const Graph& g, const std::vector<bool>& forward_side,
-                          const std::vector<bool>& forward,
-                          const std::function<bool(const Graph&, const Node&)>& recomputable,
-                          std::vector<bool>& backward) {
+// to save: the forward values past it are recomputed in the backward. Returns the forward nodes
+// to recompute (nodes whose values are in `banned` are never recomputed).
+std::vector<bool> min_cut_recompute(const Graph& g, const std::vector<bool>& forward_side,
+                                    const std::vector<bool>& forward,
+                                    const std::function<bool(const Graph&, const Node&)>& recomputable,
+                                    const std::vector<bool>& required,
+                                    const std::vector<bool>& backward,
+                                    const std::vector<bool>& banned) {
   const int num_values = static_cast<int>(g.values.size());
   const int source = 2 * num_values, sink = source + 1;
   FlowNetwork net(sink + 1);
@@ -38,13 +54,84 @@ void recompute_by_min_cut(const Graph& g, const std::vector<bool>& forward_side,
     if (!forward_side[v]) continue;
     net.add_edge(in(v), out(v), value_bytes(g, v));
     const int32_t p = g.values[v].node;
-    if (p < 0 || !recomputable(g, g.nodes[p])) net.add_edge(source, in(v), FlowNetwork::kInfinite);
+    if (p < 0 || banned[v] || !recomputable(g, g.nodes[p])) {
+      net.add_edge(source, in(v), FlowNetwork::kInfinite);
+    }
     if (p >= 0) {
       for (ValueId r : tensor_reads(g.nodes[p])) {
         if (forward_side[r]) net.add_edge(out(r), in(v), FlowNetwork::kInfinite);
       }
     }
   }
+  for (ValueId v = 0; v < num_values; ++v) {
+    if (required[v]) net.add_edge(out(v), sink, FlowNetwork::kInfinite);
+  }
+  net.max_flow(source, sink);
+  const std::vector<bool> side = net.source_side(source);
+  // Walk back from the required values: a value past the cut is recomputed by its node.
+  std::vector<bool> recompute(g.nodes.size(), false);
+  std::vector<ValueId> todo;
+  for (ValueId v = 0; v < num_values; ++v) {
+    if (required[v]) todo.push_back(v);
+  }
+  while (!todo.empty()) {
+    const ValueId v = todo.back();
+    todo.pop_back();
+    const int32_t p = g.values[v].node;
+    if (p < 0 || backward[p] || recompute[p] || !forward_side[v]) continue;
+    if (side[in(v)] && !side[out(v)]) continue;  // saved
+    EMBER_INTERNAL_ASSERT(!side[in(v)]) << "min cut: value %" << v << " is neither saved nor "
+                                        << "recomputable";
+    recompute[p] = true;
+    for (ValueId r : tensor_reads(g.nodes[p])) todo.push_back(r);
+  }
+  return recompute;
+}
+
+// Values whose recompute reads too many large tensors (Note [Recompute reads few large
+// tensors]), each the first of its chain: values in graph order, each with the large saved values
+// and primals its recompute reads (up to one past the limit), a banned one counting as saved.
+std::vector<ValueId> over_read(const Graph& g, const std::vector<bool>& recompute) {
+  std::vector<std::vector<ValueId>> reads(g.values.size());
+  std::vector<ValueId> out;
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    if (!recompute[ni]) continue;
+    const Node& n = g.nodes[ni];
+    for (ValueId o : n.outputs) {
+      const int64_t half = numel(g.type(o).sizes) / 2;
+      std::vector<ValueId> large;
+      auto add = [&](ValueId r) {
+        if (numel(g.type(r).sizes) >= half && large.size() <= kMaxRecomputeLargeReads &&
+            std::find(large.begin(), large.end(), r) == large.end()) {
+          large.push_back(r);
+        }
+      };
+      for (ValueId r : tensor_reads(n)) {
+        const int32_t p = g.values[r].node;
+        if (p >= 0 && recompute[p]) {
+          for (ValueId x : reads[r]) add(x);
+        } else {
+          add(r);
+        }
+      }
+      if (large.size() > kMaxRecomputeLargeReads) {
+        out.push_back(o);
+        reads[o] = {};  // saved from now on: its readers read it alone
+        continue;
+      }
+      reads[o] = std::move(large);
+    }
+  }
+  return out;
+}
+
+// Marks in `backward` the forward nodes to recompute: min_cut_recompute, with values banned from
+// recompute until no recompute reads too much (Note [Recompute reads few large tensors]).
+void recompute_by_min_cut(const Graph& g, const std::vector<bool>& forward_side,
+                          const std::vector<bool>& forward,
+                          const std::function<bool(const Graph&, const Node&)>& recomputable,
+                          std::vector<bool>& backward) {
+  const int num_values = static_cast<int>(g.values.size());
   // What the backward's own nodes and the gradients read of the forward side.
   std::vector<bool> required(num_values, false);
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
@@ -55,27 +142,16 @@ void recompute_by_min_cut(const Graph& g, const std::vector<bool>& forward_side,
     const int32_t p = g.values[v].node;
     if (forward_side[v] && (p < 0 || !forward[p])) required[v] = true;
   }
-  for (ValueId v = 0; v < num_values; ++v) {
-    if (required[v]) net.add_edge(out(v), sink, FlowNetwork::kInfinite);
+  std::vector<bool> banned(num_values, false);
+  std::vector<bool> recompute;
+  for (int round = 0;; ++round) {
+    recompute = min_cut_recompute(g, forward_side, forward, recomputable, required, backward, banned);
+    const std::vector<ValueId> over = round < kMaxBanRounds ? over_read(g, recompute)
+                                                            : std::vector<ValueId>{};
+    if (over.empty()) break;
+    for (ValueId v : over) banned[v] = true;
   }
-  net.max_flow(source, sink);
-  const std::vector<bool> side = net.source_side(source);
-  // Walk back from the required values: a value past the cut is recomputed by its node.
-  std::vector<ValueId> todo;
-  for (ValueId v = 0; v < num_values; ++v) {
-    if (required[v]) todo.push_back(v);
-  }
-  while (!todo.empty()) {
-    const ValueId v = todo.back();
-    todo.pop_back();
-    const int32_t p = g.values[v].node;
-    if (p < 0 || backward[p] || !forward_side[v]) continue;
-    if (side[in(v)] && !side[out(v)]) continue;  // saved
-    EMBER_INTERNAL_ASSERT(!side[in(v)]) << "min cut: value %" << v << " is neither saved nor "
-                                        << "recomputable";
-    backward[p] = true;
-    for (ValueId r : tensor_reads(g.nodes[p])) todo.push_back(r);
-  }
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) backward[ni] = backward[ni] || recompute[ni];
 }
 
 }  // namespace

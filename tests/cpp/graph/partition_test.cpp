@@ -182,6 +182,54 @@ TEST(SplitJoint, MinCutRecomputesCheapValuesFromASmallerOne) {
             "}\n");
 }
 
+// Note [Recompute reads few large tensors]: a residual stream h_k = h_{k-1} + o_k (f32 plus
+// bf16) whose h_1 ... h_6 the backward reads. The cheapest cut saves h_1 and o_2 ... o_6 (896
+// bytes) and recomputes h_2 ... h_6, h_6 from six tensors; with the limit of three it saves h_4
+// too and recomputes the two after each saved h_k from it.
+TEST(SplitJoint, MinCutRecomputeReadsAtMostThreeLargeTensors) {
+  Graph g;
+  const ValueId h0 = g.add_input(make_type({4, 16}), InputKind::User, "h0");
+  std::vector<ValueId> o;
+  for (int k = 1; k <= 6; ++k) {
+    TensorType t = make_type({4, 16});
+    t.dtype = DType::BFloat16;
+    o.push_back(g.add_input(t, InputKind::User, "o" + std::to_string(k)));
+  }
+  const ValueId dy = g.add_input(make_type({}), InputKind::User, "dy");
+  const int32_t add = op(g, "aten::add", {"self", "other"});
+  const int32_t mul = op(g, "aten::mul", {"self", "other"}), sum = op(g, "aten::sum", {"self"});
+  const int32_t expand = op(g, "aten::expand", {"self", "size"});
+  auto node = [&](int32_t o, std::vector<Arg> args, Dims sizes) {
+    return g.nodes[g.add_node(o, std::move(args), {make_type(std::move(sizes))})].outputs[0];
+  };
+  std::vector<ValueId> h = {h0};
+  for (int k = 0; k < 6; ++k) h.push_back(node(add, {ValueRef{h.back()}, ValueRef{o[k]}}, {4, 16}));
+  const ValueId y = node(sum, {ValueRef{h.back()}}, {});
+  const ValueId e = node(expand, {ValueRef{dy}, std::vector<int64_t>{4, 16}}, {4, 16});
+  ValueId grad = node(mul, {ValueRef{e}, ValueRef{h[1]}}, {4, 16});
+  for (int k = 2; k <= 6; ++k) {
+    grad = node(add, {ValueRef{grad}, ValueRef{node(mul, {ValueRef{e}, ValueRef{h[k]}}, {4, 16})}},
+                {4, 16});
+  }
+  g.outputs = {y, grad};
+  std::vector<bool> tangent(8, false);
+  tangent.back() = true;
+  SplitOptions opts;
+  opts.recomputable = [](const Graph& gg, const Node& n) { return gg.op_of(n).name == "aten::add"; };
+  const JointSplit cut = split_joint(g, tangent, 1, opts);
+  // h_1, h_4, o_2, o_3, o_5, o_6
+  EXPECT_EQ(cut.saved_bytes, 2 * 256 + 4 * 128) << print_graph(cut.backward);
+  int recomputed = 0;
+  for (const Node& n : cut.backward.nodes) {
+    if (cut.backward.op_of(n).name != "aten::add") continue;
+    for (const Arg& a : n.args) {  // h_{k-1} + o_k: reads a saved bf16 value
+      const auto* r = std::get_if<ValueRef>(&a);
+      recomputed += r && cut.backward.type(r->id).dtype == DType::BFloat16 ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(recomputed, 4) << print_graph(cut.backward);  // h_2, h_3, h_5, h_6
+}
+
 TEST(SplitJoint, RejectsAForwardOutputThatReadsATangent) {
   Graph g = joint();
   g.outputs = {11, 13};  // threshold_backward's result as a "program output"
