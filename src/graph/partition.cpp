@@ -125,12 +125,41 @@ std::vector<ValueId> over_read(const Graph& g, const std::vector<bool>& recomput
   return out;
 }
 
+// Note [Values the backward writes anyway are saved]
+// Recomputing a value is free when the kernels that read it compute it inline. A matrix product
+// or convolution of the backward reads it from memory: recomputed, it is written there (GELU's
+// output for fc2's weight gradient in ViT-B: its input read and it written, 295 MB a layer), where
+// saving it costs only memory (the forward wrote it for its own product). Such values are banned
+// from recompute (Inductor's partitioner does the same: is_materialized_backwards). Off by
+// default until measured on the GPU: EMBER_SAVE_MATERIALIZED=1.
+std::vector<bool> materialized_in_backward(const Graph& g, const std::vector<bool>& forward_side,
+                                           const std::vector<bool>& backward,
+                                           const SplitOptions& options) {
+  std::vector<bool> out(g.values.size(), false);
+  if (!options.reads_memory || !options.is_view) return out;
+  for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+    const Node& n = g.nodes[ni];
+    if (!backward[ni] || !options.reads_memory(g, n)) continue;
+    for (ValueId r : tensor_reads(n)) {
+      // Through views: to the value they alias.
+      while (g.values[r].node >= 0 && options.is_view(g, g.nodes[g.values[r].node])) {
+        const std::vector<ValueId> in = tensor_reads(g.nodes[g.values[r].node]);
+        if (in.empty()) break;
+        r = in[0];
+      }
+      const int32_t p = g.values[r].node;
+      if (p >= 0 && forward_side[r] && options.recomputable(g, g.nodes[p])) out[r] = true;
+    }
+  }
+  return out;
+}
+
 // Marks in `backward` the forward nodes to recompute: min_cut_recompute, with values banned from
 // recompute until no recompute reads too much (Note [Recompute reads few large tensors]).
 void recompute_by_min_cut(const Graph& g, const std::vector<bool>& forward_side,
-                          const std::vector<bool>& forward,
-                          const std::function<bool(const Graph&, const Node&)>& recomputable,
+                          const std::vector<bool>& forward, const SplitOptions& options,
                           std::vector<bool>& backward) {
+  const auto& recomputable = options.recomputable;
   const int num_values = static_cast<int>(g.values.size());
   // What the backward's own nodes and the gradients read of the forward side.
   std::vector<bool> required(num_values, false);
@@ -142,7 +171,7 @@ void recompute_by_min_cut(const Graph& g, const std::vector<bool>& forward_side,
     const int32_t p = g.values[v].node;
     if (forward_side[v] && (p < 0 || !forward[p])) required[v] = true;
   }
-  std::vector<bool> banned(num_values, false);
+  std::vector<bool> banned = materialized_in_backward(g, forward_side, backward, options);
   std::vector<bool> recompute;
   for (int round = 0;; ++round) {
     recompute = min_cut_recompute(g, forward_side, forward, recomputable, required, backward, banned);
@@ -219,7 +248,7 @@ JointSplit split_joint(const Graph& g, const std::vector<bool>& is_tangent, int 
     for (size_t v = 0; v < g.values.size(); ++v) {
       forward_side[v] = from[v] == From::Primal || from[v] == From::Forward;
     }
-    recompute_by_min_cut(g, forward_side, forward, options.recomputable, backward);
+    recompute_by_min_cut(g, forward_side, forward, options, backward);
   }
 
   // What the backward reads of the forward side, in order of first read.

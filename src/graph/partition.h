@@ -50,6 +50,13 @@ struct SplitOptions {
   /// primals and the nodes that may not be recomputed on one side and what the backward reads on
   /// the other. Unset: the default partition (save what the backward reads).
   std::function<bool(const Graph&, const Node&)> recomputable;
+  /// With `recomputable`, optional: nodes that read their tensor arguments from memory (the
+  /// scheduler's externs: products, convolutions, attention), and views (an alias of their first
+  /// tensor argument). A value that a backward node reading memory reads, directly or through
+  /// views, is written in the backward when it is recomputed there; it is computed in the forward
+  /// and saved instead (Note [Values the backward writes anyway are saved]).
+  std::function<bool(const Graph&, const Node&)> reads_memory;
+  std::function<bool(const Graph&, const Node&)> is_view;
 };
 
 /// Splits `joint`. `is_tangent[i]` says whether the joint's input i is a tangent (never a

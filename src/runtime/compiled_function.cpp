@@ -22,6 +22,7 @@
 #include "graph/partition.h"
 #include "sched/index_ops.h"
 #include "sched/pointwise.h"
+#include "sched/reduction.h"
 #include "support/error.h"
 #include "tracer/convert.h"
 
@@ -223,6 +224,25 @@ bool recomputable(const graph::Graph& g, const graph::Node& n) {
   return kind.has_value() && *kind == sched::IndexOpKind::View;
 }
 
+// What the scheduler runs as an extern, reading its arguments from memory: not a pointwise op,
+// an index op or a reduction it fuses.
+bool reads_memory(const graph::Graph& g, const graph::Node& n) {
+  return !sched::is_pointwise(g, n) && !sched::index_op_kind(g, n).has_value() &&
+         !sched::is_reduction_kernel_node(g, n);
+}
+
+bool is_view(const graph::Graph& g, const graph::Node& n) {
+  const std::optional<sched::IndexOpKind> kind = sched::index_op_kind(g, n);
+  return kind.has_value() && *kind == sched::IndexOpKind::View;
+}
+
+// Note [Values the backward writes anyway are saved] (graph/partition.cpp): on with
+// EMBER_SAVE_MATERIALIZED=1.
+bool save_materialized() {
+  const char* v = std::getenv("EMBER_SAVE_MATERIALIZED");
+  return v != nullptr && std::string(v) == "1";
+}
+
 // What merge_common_subexpressions may merge: ops that compute the same from the same arguments.
 bool deterministic(const graph::Graph& g, const graph::Node& n) {
   const graph::OpInfo& info = g.op_of(n);
@@ -258,6 +278,10 @@ TrainingGraphs split_training_graph(const tracer::TracedGraph& joint,
                                     const JointSignature& signature) {
   graph::SplitOptions split_options;
   if (min_cut_enabled()) split_options.recomputable = recomputable;
+  if (min_cut_enabled() && save_materialized()) {
+    split_options.reads_memory = reads_memory;
+    split_options.is_view = is_view;
+  }
   const graph::Graph merged = graph::merge_common_subexpressions(joint.graph, deterministic);
   graph::JointSplit split = graph::split_joint(merged, signature.is_tangent,
                                                signature.num_forward_outputs, split_options);

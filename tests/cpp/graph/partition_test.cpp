@@ -230,6 +230,39 @@ TEST(SplitJoint, MinCutRecomputeReadsAtMostThreeLargeTensors) {
   EXPECT_EQ(recomputed, 4) << print_graph(cut.backward);  // h_2, h_3, h_5, h_6
 }
 
+// Note [Values the backward writes anyway are saved]: a = exp(h) (f32, h bf16) is read by the
+// backward's product through a transpose. The cheapest cut saves h and recomputes a, which the
+// backward then writes for the product; with reads_memory and is_view a is saved.
+TEST(SplitJoint, SavesWhatABackwardProductReads) {
+  Graph g;
+  TensorType bf16 = make_type({4, 16});
+  bf16.dtype = DType::BFloat16;
+  const ValueId h = g.add_input(bf16, InputKind::User, "h");
+  const ValueId dy = g.add_input(make_type({}), InputKind::User, "dy");
+  const int32_t ex = op(g, "aten::exp", {"self"}), sum = op(g, "aten::sum", {"self"});
+  const int32_t t = op(g, "aten::t", {"self"}), mm = op(g, "aten::mm", {"self", "mat2"});
+  const int32_t expand = op(g, "aten::expand", {"self", "size"});
+  auto node = [&](int32_t o, std::vector<Arg> args, Dims sizes) {
+    return g.nodes[g.add_node(o, std::move(args), {make_type(std::move(sizes))})].outputs[0];
+  };
+  const ValueId a = node(ex, {ValueRef{h}}, {4, 16});
+  const ValueId y = node(sum, {ValueRef{a}}, {});
+  const ValueId e = node(expand, {ValueRef{dy}, std::vector<int64_t>{4, 16}}, {4, 16});
+  const ValueId grad = node(mm, {ValueRef{node(t, {ValueRef{a}}, {16, 4})}, ValueRef{e}}, {16, 16});
+  g.outputs = {y, grad};
+  auto name = [](const Graph& gg, const Node& n) { return gg.op_of(n).name; };
+  SplitOptions opts;
+  opts.recomputable = [&](const Graph& gg, const Node& n) {
+    return name(gg, n) == "aten::exp" || name(gg, n) == "aten::t";
+  };
+  EXPECT_EQ(split_joint(g, {false, true}, 1, opts).saved_bytes, 128);  // h; exp recomputed
+  opts.reads_memory = [&](const Graph& gg, const Node& n) { return name(gg, n) == "aten::mm"; };
+  opts.is_view = [&](const Graph& gg, const Node& n) { return name(gg, n) == "aten::t"; };
+  const JointSplit cut = split_joint(g, {false, true}, 1, opts);
+  EXPECT_EQ(cut.saved_bytes, 256);  // a
+  for (const Node& n : cut.backward.nodes) EXPECT_NE(name(cut.backward, n), "aten::exp");
+}
+
 TEST(SplitJoint, RejectsAForwardOutputThatReadsATangent) {
   Graph g = joint();
   g.outputs = {11, 13};  // threshold_backward's result as a "program output"
