@@ -130,8 +130,9 @@ std::vector<ValueId> over_read(const Graph& g, const std::vector<bool>& recomput
 // or convolution of the backward reads it from memory: recomputed, it is written there (GELU's
 // output for fc2's weight gradient in ViT-B: its input read and it written, 295 MB a layer), where
 // saving it costs only memory (the forward wrote it for its own product). Such values are banned
-// from recompute (Inductor's partitioner does the same: is_materialized_backwards). Off by
-// default until measured on the GPU: EMBER_SAVE_MATERIALIZED=1.
+// from recompute (Inductor's partitioner does the same: is_materialized_backwards). On the H200
+// in bf16 training: ViT-B 42.6 -> 41.1 ms (peak 6.7 -> 8.4 GB, Inductor's 8.7), Llama 22.1 ->
+// 20.9 ms (3.4 -> 4.2 GB, Inductor's 4.8). EMBER_SAVE_MATERIALIZED=0 turns it off.
 std::vector<bool> materialized_in_backward(const Graph& g, const std::vector<bool>& forward_side,
                                            const std::vector<bool>& backward,
                                            const SplitOptions& options) {

@@ -236,11 +236,11 @@ bool is_view(const graph::Graph& g, const graph::Node& n) {
   return kind.has_value() && *kind == sched::IndexOpKind::View;
 }
 
-// Note [Values the backward writes anyway are saved] (graph/partition.cpp): on with
-// EMBER_SAVE_MATERIALIZED=1.
+// Note [Values the backward writes anyway are saved] (graph/partition.cpp): off with
+// EMBER_SAVE_MATERIALIZED=0.
 bool save_materialized() {
   const char* v = std::getenv("EMBER_SAVE_MATERIALIZED");
-  return v != nullptr && std::string(v) == "1";
+  return v == nullptr || std::string(v) != "0";
 }
 
 // What merge_common_subexpressions may merge: ops that compute the same from the same arguments.

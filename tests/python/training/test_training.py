@@ -163,8 +163,11 @@ def test_batch_norm_first_layer_input_without_grad():
 def test_min_cut_saves_fewer_bytes_than_the_default_partition(monkeypatch):
     # gelu, * 2 and tanh between two products: the default partition saves what the backward
     # reads (gelu's input and the tanh's output, ...); the min cut saves the first product's
-    # result and recomputes the pointwise chain in the backward (graph/partition.h).
+    # result and recomputes the pointwise chain in the backward (graph/partition.h). Without
+    # Note [Values the backward writes anyway are saved], which saves the tanh's output too (the
+    # second product's weight gradient reads it).
     import ember._C as C
+    monkeypatch.setenv("EMBER_SAVE_MATERIALIZED", "0")
     from ember.tracing import trace_joint
 
     def f(x, w1, w2):
@@ -203,6 +206,23 @@ def test_min_cut_saves_fewer_bytes_than_the_default_partition(monkeypatch):
             torch.testing.assert_close(g_, w_, atol=1e-4, rtol=1e-4)
 
 
+def test_what_a_backward_product_reads_is_saved_not_recomputed():
+    # Note [Values the backward writes anyway are saved] (graph/partition.cpp): the tanh's output
+    # is read by the second product's weight gradient; recomputed, the backward would write it.
+    import ember._C as C
+    from ember.tracing import trace_joint
+
+    def f(x, w1, w2):
+        return (F.gelu(x @ w1) * 2).tanh() @ w2
+
+    args = (torch.randn(16, 32), torch.randn(32, 64), torch.randn(64, 8))
+    graph, _, sig = trace_joint(f, args, [False, True, True])
+    c = C.CompiledFunction(graph, sig["num_primals"], sig["num_forward_outputs"],
+                           sig["tangent_outputs"], sig["grad_inputs"])
+    assert sorted(op for op, _, _ in c.saved_values) == ["aten::mm", "aten::tanh"], c.saved_values
+    assert not any("tanh" in s for s in c.backward_steps), c.backward_steps
+
+
 def test_outputs_that_alias_inputs_or_repeat():
     # An output that is an input's view, and one tensor returned twice: each gets its own
     # gradient edge (a copy), and the gradients match eager's.
@@ -233,11 +253,13 @@ def test_training_graphs_keep_no_outputs_of_parameter_kernels():
     assert training.num_parameter_kernels == 0
 
 
-def test_backward_runs_fused_for_an_expanded_gradient_and_recomputes_late():
+def test_backward_runs_fused_for_an_expanded_gradient_and_recomputes_late(monkeypatch):
     # `y.sum().backward()` outside the compiled function passes ones expanded over y (strides 0):
     # the backward program was traced for a contiguous tangent and ran its unfused form on every
     # call. The node now makes the gradient contiguous. And the min cut's recomputed forward
     # values run just before their first reader (graph/partition.cpp), not all at the start.
+    # (The GELU's output is recomputed without Note [Values the backward writes anyway are saved].)
+    monkeypatch.setenv("EMBER_SAVE_MATERIALIZED", "0")
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 32), nn.GELU(), nn.Linear(32, 32), nn.Tanh(), nn.Linear(32, 4))
     twin = __import__("copy").deepcopy(model)
