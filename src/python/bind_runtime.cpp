@@ -28,6 +28,7 @@ nb::list triton_plan(const tracer::TracedGraph& traced) {
   const graph::Graph& g = traced.graph;
   sched::ScheduleOptions o;
   o.index_asserts = true;  // as the executor's Triton graphs
+  o.chunk_single_rows = false;
   sched::Plan plan = sched::schedule_graph(g, o);
   const std::vector<std::vector<graph::ValueId>> private_outputs = sched::private_outputs(g, plan);
   nb::list out;

@@ -304,6 +304,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
   sopts.reductions = options.reductions;
   sopts.reduction_fusion = options.reduction_fusion;
   sopts.index_asserts = triton;  // a device-side assert per index read, as eager's CUDA kernels
+  sopts.chunk_single_rows = !triton;
   sopts.combo_kernels = combo_kernels_enabled();
   sched::Plan plan = sched::schedule_graph(g, sopts);
   const char* fa_env = std::getenv("EMBER_FUSE_ATTENTION");

@@ -98,6 +98,11 @@ struct ScheduleOptions {
   /// Values (by id) that never join a reduction's kernel as epilogues (they get a kernel of
   /// their own): a sibling copy that would keep a fused attention's softmax kernel alive.
   std::vector<bool> no_epilogue;
+  /// Whether a reduction to a single row (a full sum) runs its elements in parallel chunks with
+  /// partial accumulators (OpenMP on the CPU). The Triton emitter runs a row in one program and
+  /// refuses the chunks, so its graphs set it false (the tracer splits large CUDA reductions in
+  /// stages instead: tracer/split_reduction.h).
+  bool chunk_single_rows = true;
   /// Whether independent pointwise kernels are merged into combo kernels (combo.h: horizontal
   /// fusion), one launch each.
   bool combo_kernels = true;

@@ -168,8 +168,8 @@ Stmt to_partials(const Stmt& body, const Expr& chunk) {
 
 class Builder {
  public:
-  Builder(const ReductionSpace& s, const RowProgram& p, int64_t threshold)
-      : s_(s), p_(p), threshold_(threshold) {}
+  Builder(const ReductionSpace& s, const RowProgram& p, int64_t threshold, bool chunk)
+      : s_(s), p_(p), threshold_(threshold), chunk_(chunk) {}
 
   Stmt build() {
     std::vector<size_t> kept = memory_order(s_, false);
@@ -211,7 +211,7 @@ class Builder {
     }
     for (const LoopDims& l : loops) bind_loop_dims(s_, l, subst);
 
-    const bool split = rows == 1 && !loops.empty() && parallel(loops[0].extent) &&
+    const bool split = chunk_ && rows == 1 && !loops.empty() && parallel(loops[0].extent) &&
                        product(s_.sizes) >= 2 * kMinChunkElements;
     std::vector<Stmt> steps;
     for (const RowStep& st : p_.steps) {
@@ -405,6 +405,7 @@ class Builder {
   const ReductionSpace& s_;
   const RowProgram& p_;
   const int64_t threshold_;
+  const bool chunk_;  // a single row in parallel chunks (ScheduleOptions::chunk_single_rows)
   int64_t work_ = 0;
   std::map<std::string, Expr> size1_;  // x<d> of size-1 dims: 0
 };
@@ -433,11 +434,11 @@ Expr row_index() {
 }
 
 Stmt build_reduction_loops(const ReductionSpace& space, const RowProgram& program,
-                           int64_t parallel_threshold) {
+                           int64_t parallel_threshold, bool chunk_single_rows) {
   EMBER_INTERNAL_ASSERT(space.sizes.size() == space.reduced.size() &&
                         space.sizes.size() == space.x_strides.size())
       << "build_reduction_loops: inconsistent space";
-  return Builder(space, program, parallel_threshold).build();
+  return Builder(space, program, parallel_threshold, chunk_single_rows).build();
 }
 
 }  // namespace ember::sched

@@ -63,7 +63,8 @@ bool uses_inner_layout(const ReductionSpace& space);
 ///  - inner layout (the input's smallest-stride dim is reduced): an outer loop over rows, the
 ///    reduced dims inside in memory order (contiguous ones merged into one loop), the innermost
 ///    vectorized; per-row values are one-element buffers. A single large row is split into
-///    chunks that run in parallel with per-chunk partial accumulators, combined in chunk order.
+///    chunks that run in parallel with per-chunk partial accumulators, combined in chunk order
+///    (with `chunk_single_rows`).
 ///  - outer layout (a kept dim is the smallest-stride one): rows of that dim are processed in
 ///    tiles: loops over the reduced dims with the tile's dim innermost and vectorized; per-row
 ///    values are tile-sized buffers.
@@ -71,6 +72,6 @@ bool uses_inner_layout(const ReductionSpace& space);
 /// elements. Requires: a program whose bodies use only element_var(d) for d < rank, row_index()
 /// and the kernel's buffers. Deterministic for given inputs (no dependence on thread count).
 loop::Stmt build_reduction_loops(const ReductionSpace& space, const RowProgram& program,
-                                 int64_t parallel_threshold);
+                                 int64_t parallel_threshold, bool chunk_single_rows = true);
 
 }  // namespace ember::sched

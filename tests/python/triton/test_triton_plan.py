@@ -55,3 +55,13 @@ def test_batch_norm_statistics_index_channels_last_rows_linearly():
     assert stats, [p["ops"] for p in plan]
     body = stats[0]["triton"].split("@triton.jit\ndef ember_")[-1]
     assert "_ember_floordiv" not in body and "_ember_mod" not in body, body
+
+
+def test_a_full_sum_is_one_program_not_cpu_chunks():
+    # ScheduleOptions::chunk_single_rows: the CPU splits one long row into parallel chunks with
+    # partial sums, which the Triton emitter refused (the loss of a ConvNeXt's logits, 128 x 1000,
+    # ran as an ATen call).
+    x = torch.randn(128, 1000, dtype=torch.bfloat16)
+    plan = C.triton_plan(ember.trace(lambda x: x.float().sum(), [x], device="cuda:0"))
+    assert [p["why"] for p in plan if p["why"]] == [], plan
+    assert len(plan) == 1 and "acc_part" not in plan[0]["loop"], plan[0]["loop"]
