@@ -8,6 +8,9 @@ full-size model plans in seconds on the CPU machine.
 
     python scripts/plan_training_graphs.py timm_vit_base_patch16_224 --dtype bf16 [--top 30]
     python scripts/plan_training_graphs.py timm_vit_base_patch16_224 --dtype bf16 --code b12
+
+timm models need timm on the path and --vision-stub (scripts/vision_stub.py): timm installed with
+`pip install --no-deps --target /tmp/timmlib timm`, run with PYTHONPATH=/tmp/timmlib.
 """
 import argparse
 import collections
@@ -83,7 +86,13 @@ def main() -> None:
     p.add_argument("--top", type=int, default=25, help="kernels listed per graph, by bytes")
     p.add_argument("--code", default=None, help="print one kernel's Triton code and loop IR: "
                    "f<N> / b<N> for the forward / backward kernel N of graph 0, or g<G>b<N>")
+    p.add_argument("--vision-stub", action="store_true",
+                   help="stand-ins for torchvision and PIL, so timm's models build (vision_stub.py)")
     a = p.parse_args()
+    if a.vision_stub:
+        import vision_stub  # noqa: PLC0415 (scripts/, beside this file)
+
+        vision_stub.install()
     wl = M.REGISTRY[a.model].build(a.size, "training", "cpu", a.batch_size)
     plans = []
 

@@ -39,12 +39,11 @@ constexpr int kMaxBanRounds = 8;
 // and each value the backward reads feeds the sink. A minimum cut is the cheapest set of values
 // to save: the forward values past it are recomputed in the backward. Returns the forward nodes
 // to recompute (nodes whose values are in `banned` are never recomputed).
-std::vector<bool> min_cut_recompute(const Graph& g, const std::vector<bool>& forward_side,
-                                    const std::vector<bool>& forward,
-                                    const std::function<bool(const Graph&, const Node&)>& recomputable,
-                                    const std::vector<bool>& required,
-                                    const std::vector<bool>& backward,
-                                    const std::vector<bool>& banned) {
+std::vector<bool> min_cut_recompute(
+    const Graph& g, const std::vector<bool>& forward_side, const std::vector<bool>& forward,
+    const std::function<bool(const Graph&, const Node&)>& recomputable,
+    const std::vector<bool>& required, const std::vector<bool>& backward,
+    const std::vector<bool>& banned) {
   const int num_values = static_cast<int>(g.values.size());
   const int source = 2 * num_values, sink = source + 1;
   FlowNetwork net(sink + 1);
@@ -175,9 +174,10 @@ void recompute_by_min_cut(const Graph& g, const std::vector<bool>& forward_side,
   std::vector<bool> banned = materialized_in_backward(g, forward_side, backward, options);
   std::vector<bool> recompute;
   for (int round = 0;; ++round) {
-    recompute = min_cut_recompute(g, forward_side, forward, recomputable, required, backward, banned);
-    const std::vector<ValueId> over = round < kMaxBanRounds ? over_read(g, recompute)
-                                                            : std::vector<ValueId>{};
+    recompute =
+        min_cut_recompute(g, forward_side, forward, recomputable, required, backward, banned);
+    const std::vector<ValueId> over =
+        round < kMaxBanRounds ? over_read(g, recompute) : std::vector<ValueId>{};
     if (over.empty()) break;
     for (ValueId v : over) banned[v] = true;
   }

@@ -576,8 +576,8 @@ loop::Kernel build_reduction_kernel(const graph::Graph& g, const graph::Node& n,
   }
   RowProgram program = ProgramBuilder(g, *spec, buffer_of, fusion, siblings).build();
   const ReductionSpace space{spec->sizes, spec->reduced, spec->x.strides};
-  k.body = build_reduction_loops(space, program, options.parallel_threshold,
-                                 options.chunk_single_rows);
+  k.body =
+      build_reduction_loops(space, program, options.parallel_threshold, options.chunk_single_rows);
   return k;
 }
 

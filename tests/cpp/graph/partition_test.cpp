@@ -215,7 +215,9 @@ TEST(SplitJoint, MinCutRecomputeReadsAtMostThreeLargeTensors) {
   std::vector<bool> tangent(8, false);
   tangent.back() = true;
   SplitOptions opts;
-  opts.recomputable = [](const Graph& gg, const Node& n) { return gg.op_of(n).name == "aten::add"; };
+  opts.recomputable = [](const Graph& gg, const Node& n) {
+    return gg.op_of(n).name == "aten::add";
+  };
   const JointSplit cut = split_joint(g, tangent, 1, opts);
   // h_1, h_4, o_2, o_3, o_5, o_6
   EXPECT_EQ(cut.saved_bytes, 2 * 256 + 4 * 128) << print_graph(cut.backward);
