@@ -16,7 +16,7 @@ namespace {
 int64_t value_bytes(const Graph& g, ValueId v) {
   const TensorType& t = g.type(v);
   if (!t.is_static()) return int64_t{1} << 40;  // never cheaper than recomputing
-  return numel(t.sizes) * std::max(element_size(t.dtype), 1);
+  return nbytes(t);
 }
 
 // Note [Recompute reads few large tensors]

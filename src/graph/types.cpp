@@ -157,6 +157,10 @@ int64_t numel(const Dims& sizes) {
   return n;
 }
 
+int64_t nbytes(const TensorType& t) {
+  return numel(t.sizes) * std::max(element_size(t.dtype), 1);
+}
+
 std::vector<int64_t> constant_values(const Dims& dims) {
   std::vector<int64_t> out;
   out.reserve(dims.size());

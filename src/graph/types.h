@@ -103,6 +103,9 @@ struct TensorType {
   bool operator==(const TensorType&) const = default;
 };
 
+/// Bytes of a tensor of type `t` (its elements, at least one byte each). Requires constant sizes.
+int64_t nbytes(const TensorType& t);
+
 /// "f32[2, 3]", with "{s0, s1}" strides when not contiguous, "+off" when the storage offset is not
 /// zero, then the device and " grad" when requires_grad.
 std::string type_str(const TensorType& t);

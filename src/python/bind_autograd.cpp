@@ -77,9 +77,7 @@ void bind_autograd(nb::module_& m) {
               const graph::Value& v = g.values.at(g.outputs[i]);
               const std::string op =
                   v.node < 0 ? "input" : g.op_of(g.nodes.at(v.node)).qualified_name();
-              const int64_t bytes =
-                  graph::numel(v.type.sizes) * std::max(graph::element_size(v.type.dtype), 1);
-              out.append(nb::make_tuple(op, graph::type_str(v.type), bytes));
+              out.append(nb::make_tuple(op, graph::type_str(v.type), graph::nbytes(v.type)));
             }
             return out;
           },

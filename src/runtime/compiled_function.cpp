@@ -213,15 +213,18 @@ struct CompiledBackward : ag::Node {
   std::string name() const override { return "EmberCompiledBackward"; }
 };
 
+bool is_view(const graph::Graph& g, const graph::Node& n) {
+  const std::optional<sched::IndexOpKind> kind = sched::index_op_kind(g, n);
+  return kind.has_value() && *kind == sched::IndexOpKind::View;
+}
+
 // What the min-cut partition may run again in the backward: pointwise ops and views that the
 // scheduler fuses (they cost no launch of their own there), never random ones.
 bool recomputable(const graph::Graph& g, const graph::Node& n) {
   const graph::OpInfo& info = g.op_of(n);
   auto op = c10::Dispatcher::singleton().findSchema({info.name, info.overload});
   if (!op.has_value() || op->hasTag(at::Tag::nondeterministic_seeded)) return false;
-  if (sched::is_pointwise(g, n)) return true;
-  const std::optional<sched::IndexOpKind> kind = sched::index_op_kind(g, n);
-  return kind.has_value() && *kind == sched::IndexOpKind::View;
+  return sched::is_pointwise(g, n) || is_view(g, n);
 }
 
 // What the scheduler runs as an extern, reading its arguments from memory: not a pointwise op,
@@ -229,11 +232,6 @@ bool recomputable(const graph::Graph& g, const graph::Node& n) {
 bool reads_memory(const graph::Graph& g, const graph::Node& n) {
   return !sched::is_pointwise(g, n) && !sched::index_op_kind(g, n).has_value() &&
          !sched::is_reduction_kernel_node(g, n);
-}
-
-bool is_view(const graph::Graph& g, const graph::Node& n) {
-  const std::optional<sched::IndexOpKind> kind = sched::index_op_kind(g, n);
-  return kind.has_value() && *kind == sched::IndexOpKind::View;
 }
 
 // Note [Values the backward writes anyway are saved] (graph/partition.cpp): off with

@@ -466,9 +466,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
           // (scripts/profile_model.py sets it beside the kernel's time).
           int64_t bytes = 0;
           for (const std::vector<graph::ValueId>* vs : {&group.inputs, &group.outputs}) {
-            for (graph::ValueId v : *vs) {
-              bytes += graph::numel(g.type(v).sizes) * graph::element_size(g.type(v).dtype);
-            }
+            for (graph::ValueId v : *vs) bytes += graph::nbytes(g.type(v));
           }
           std::ostringstream mib;
           mib << std::fixed << std::setprecision(1) << static_cast<double>(bytes) / (1 << 20);
