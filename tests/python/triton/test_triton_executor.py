@@ -99,6 +99,20 @@ def test_column_reductions_keep_an_array_of_accumulators_in_one_block():
     run(lambda x: torch.var_mean(x, (0, 2, 3)), r(4, 3, 5, 5), atol=1e-4)
 
 
+def test_column_tiles_fold_partials_in_two_dimensions():
+    """A column reduction over many rows keeps a block of partials per array and reduces it
+    once after its loop over tiles (Note [Column tiles fold in two dimensions]): NaN still
+    propagates through max and min, prod and any/all combine elementwise, and a bf16 array
+    keeps its fold per tile."""
+    x = r(300, 40)
+    x[7, 3] = float("nan")
+    x[250, 30] = float("nan")
+    run(lambda x: (x.amax(0), x.amin(0)), x, kernels=1)
+    run(lambda x: ((x * 0.01 + 1).prod(0), (x > 2).any(0), (x > -3).all(0)), r(300, 40), atol=1e-4)
+    run(lambda x: x.sum(0), r(500, 96, dtype=torch.bfloat16), kernels=1, atol=0.5, rtol=0.02)
+    run(lambda x: x.float().sum(0), r(500, 96, dtype=torch.bfloat16), kernels=1, atol=1e-3)
+
+
 def test_layer_norm():
     run(lambda x, w, b: F.layer_norm(x, (50,), w, b), r(6, 50), r(50), r(50), atol=1e-4)
 
