@@ -172,6 +172,9 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=None, help="override the model's batch size")
     p.add_argument("--sources", type=int, default=0,
                    help="print the Triton source of the N slowest ember kernels of each run")
+    p.add_argument("--slow-sources", type=float, default=0.0, metavar="TBPS",
+                   help="also print the source of each listed ember kernel of at least 16 MiB that "
+                        "reaches less than TBPS TB/s")
     p.add_argument("--no-tf32", action="store_true",
                    help="fp32 products without TF32 (on by default, as ember.bench)")
     p.add_argument("--shapes", action="store_true",
@@ -212,8 +215,15 @@ def main() -> None:
                 print(f"  {ms:8.4f} ms  x{n:<4d} {name}")
             for name, n in r["products"]:
                 print(f"  x{n:<4d} {name}")
-            if a.sources:
-                print_sources([name for name, _, _ in r["top"] if name.startswith("ember_k")][:a.sources])
+            names = [name for name, _, _ in r["top"] if name.startswith("ember_k")][:a.sources]
+            if a.slow_sources:
+                # Listed kernels of at least 16 MiB below that bandwidth, whatever their rank.
+                for name, ms, n in r["top"]:
+                    k = r["kernels"].get(name)
+                    if k and k[0] >= 16 and k[0] * 2**20 * n / (ms * 1e-3) / 1e12 < a.slow_sources:
+                        names += [name] if name not in names else []
+            if names:
+                print_sources(names)
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
     if a.json:
