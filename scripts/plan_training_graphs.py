@@ -63,6 +63,32 @@ def output_types(text: str, n: int) -> list[torch.Tensor]:
     return [torch.empty(types[v][1], dtype=types[v][0], device="meta") for v in names[:n]]
 
 
+def saved_by_op(text: str, n: int) -> list[tuple[str, float, int]]:
+    """MiB of the outputs after the first `n` of a printed forward graph (what it saves for the
+    backward), by the op that makes each (inputs as "input"), largest first."""
+    sizes, ops = {}, {}
+    for m in VALUE.finditer(text):
+        numel = 1
+        for s in m.group(3).split(","):
+            numel *= int(s) if s.strip() else 1
+        sizes[m.group(1)] = numel * torch.empty(0, dtype=DTYPES[m.group(2)]).element_size()
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("input "):
+            ops[line.split()[1]] = "input"
+        elif line.startswith(("%", "(%")) and " = " in line:
+            lhs, rhs = line.split(" = ", 1)
+            for v in re.findall(r"%\d+", lhs):
+                ops[v] = rhs.split("(")[0]
+    names = text.split("return (")[-1].split(")")[0].replace(" ", "").split(",")
+    total = collections.defaultdict(lambda: [0, 0])
+    for v in dict.fromkeys(names[n:]):
+        total[ops.get(v, "?")][0] += sizes.get(v, 0)
+        total[ops.get(v, "?")][1] += 1
+    rows = [(op, b / 2**20, c) for op, (b, c) in total.items()]
+    return sorted(rows, key=lambda r: -r[1])
+
+
 class Stub(torch.autograd.Function):
     """Stands for a compiled graph: zeros of the outputs' shapes, zero gradients."""
 
@@ -101,7 +127,7 @@ def main() -> None:
         requires_grad = [x.requires_grad for x in example_inputs]
         joint, _, sig = trace_joint(gm, example_inputs, requires_grad, kinds, names, device="cuda:0")
         forward, backward, saved = C.split_training_graph(joint, **sig)
-        plans.append((forward, backward, saved))
+        plans.append((forward, backward, saved, sig["num_forward_outputs"]))
         metas = output_types(str(forward), sig["num_forward_outputs"])
         return lambda *args: list(Stub.apply(metas, *args))
 
@@ -115,8 +141,10 @@ def main() -> None:
     loss.backward()
 
     total_ms = 0.0
-    for gi, (forward, backward, saved) in enumerate(plans):
+    for gi, (forward, backward, saved, num_outputs) in enumerate(plans):
         print(f"== graph {gi}: saved for the backward {saved / 2**20:.1f} MiB")
+        by_op = saved_by_op(str(forward), num_outputs)
+        print("  saved MiB by op: " + ", ".join(f"{op} {mb:.1f} (x{n})" for op, mb, n in by_op[:8]))
         for side, graph in (("f", forward), ("b", backward)):
             plan = C.triton_plan(graph)
             fused = collections.Counter(o for k in plan for o in k["ops"])

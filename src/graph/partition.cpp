@@ -33,6 +33,18 @@ int64_t value_bytes(const Graph& g, ValueId v) {
 constexpr int kMaxRecomputeLargeReads = 3;
 constexpr int kMaxBanRounds = 8;
 
+// Note [Narrow casts run in the forward]
+// Only values the forward computes are candidates of the min cut; a value the backward computes
+// from them without a tangent is computed there. A cast to a one-byte integer type that reads no
+// tangent (a max pool's window offsets, Note [Max-pool indices saved as window offsets] in
+// tracer/pool_offsets.h) is computed in the forward instead, with what it reads: the min cut may
+// then save it (a byte an element) where the backward would read the wide values it comes from.
+bool narrow_cast(const Graph& g, const Node& n) {
+  if (g.op_of(n).name != "aten::_to_copy" || n.outputs.size() != 1) return false;
+  const DType t = g.type(n.outputs[0]).dtype;
+  return element_size(t) == 1 && !is_floating(t);
+}
+
 // The min-cut rematerialization partition (AOTAutograd's): over the forward side's values, each
 // split into an in and an out node joined by an edge of its size in bytes; the source feeds the
 // primals and the nodes that may not be recomputed, every data dependency is an uncuttable edge,
@@ -218,20 +230,26 @@ JointSplit split_joint(const Graph& g, const std::vector<bool>& is_tangent, int 
     EMBER_INTERNAL_ASSERT(from[m.input] == From::Primal) << "split_joint: a mutated tangent";
     forward_needs.push_back(m.value);
   }
+  std::vector<bool> reads_tangent(g.values.size(), false);
+  for (size_t i = 0; i < g.inputs.size(); ++i) reads_tangent[g.inputs[i].value] = is_tangent[i];
+  for (const Node& n : g.nodes) {
+    bool t = false;
+    for (ValueId r : tensor_reads(n)) t = t || reads_tangent[r];
+    for (ValueId o : n.outputs) reads_tangent[o] = t;
+  }
+  if (options.recomputable) {
+    for (const Node& n : g.nodes) {
+      if (narrow_cast(g, n) && !reads_tangent[n.outputs[0]]) forward_needs.push_back(n.outputs[0]);
+    }
+  }
   const std::vector<bool> forward = nodes_needed_by(g, forward_needs);
   std::vector<ValueId> all_roots = g.outputs;
   all_roots.insert(all_roots.end(), forward_needs.begin(), forward_needs.end());
   const std::vector<bool> any = nodes_needed_by(g, all_roots);
-  std::vector<bool> reads_tangent(g.values.size(), false);
-  for (size_t i = 0; i < g.inputs.size(); ++i) reads_tangent[g.inputs[i].value] = is_tangent[i];
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     const Node& n = g.nodes[ni];
-    bool t = false;
-    for (ValueId r : tensor_reads(n)) t = t || reads_tangent[r];
-    for (ValueId o : n.outputs) {
-      reads_tangent[o] = t;
-      from[o] = forward[ni] ? From::Forward : From::Backward;
-    }
+    const bool t = !n.outputs.empty() && reads_tangent[n.outputs[0]];
+    for (ValueId o : n.outputs) from[o] = forward[ni] ? From::Forward : From::Backward;
     EMBER_INTERNAL_ASSERT(!(forward[ni] && t))
         << "split_joint: the program's outputs read a tangent (node " << ni << ", "
         << g.op_of(n).qualified_name() << ")";

@@ -355,6 +355,32 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
       return;
     }
   }
+  if (any_tracer && !recording_pool_) {
+    // Note [Max-pool indices saved as window offsets]: the pool as it is, then the offsets.
+    const c10::ArrayRef<c10::IValue> args(stack->data() + base, num_args);
+    if (std::optional<PoolWindow> w = offsets_window(op, args)) {
+      recording_pool_ = true;
+      struct Reset {
+        bool& flag;
+        ~Reset() { flag = false; }
+      } reset{recording_pool_};
+      record(op, stack);
+      const at::Tensor indices = stack->back().toTensor();
+      pool_offsets_.emplace(value_of(indices),
+                            std::make_pair(record_window_offsets(indices, *w), *w));
+      return;
+    }
+  }
+  if (any_tracer && schema.name() == "aten::max_pool2d_with_indices_backward" && num_args == 8 &&
+      (*stack)[base + 7].isTensor()) {
+    // The indices a pool above recorded offsets of: rebuilt from them, here.
+    if (TracerTensorImpl* t = as_tracer((*stack)[base + 7].toTensor())) {
+      auto it = pool_offsets_.find(t->value());
+      if (it != pool_offsets_.end()) {
+        (*stack)[base + 7] = record_indices_from_offsets(it->second.first, it->second.second);
+      }
+    }
+  }
   if (any_tracer && record_foreach_as_per_tensor_ops(op, stack)) return;
   if (any_tracer && record_batch_norm_update(op, stack)) return;
   if (any_tracer && choose_sdp_backend(op, stack)) return;

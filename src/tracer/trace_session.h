@@ -22,9 +22,11 @@
 #include <optional>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "graph/graph.h"
+#include "tracer/pool_offsets.h"
 
 namespace ember::tracer {
 
@@ -142,6 +144,10 @@ class TraceSession {
   bool channels_last_from_contiguous_ = false;
   // A cuDNN batch norm recorded as it is (Note [cuDNN statistics, ember's normalization]).
   bool recording_cudnn_batch_norm_ = false;
+  // Note [Max-pool indices saved as window offsets]: a pool recorded as it is, and the offsets
+  // (with their window) recorded for each pool's indices, by the indices' value.
+  bool recording_pool_ = false;
+  std::unordered_map<graph::ValueId, std::pair<at::Tensor, PoolWindow>> pool_offsets_;
   std::exception_ptr pending_error_;
 };
 

@@ -204,8 +204,8 @@ bool Emitter::column_tiles(const For& rows) {
     if (!one_op || is_half(t) || tiles.count(buf) != 0) continue;
     const std::string part = fresh("tile");
     tiles[buf] = part;
-    line(part + " = tl.full([" + tile_rows + ", RBLOCK], " +
-         expr(reduction_identity(op, 0, t)) + ", " + tl_dtype(t) + ")");
+    line(part + " = tl.full([" + tile_rows + ", RBLOCK], " + expr(reduction_identity(op, 0, t)) +
+         ", " + tl_dtype(t) + ")");
   }
   const std::string mn = expr(rows.min), ext = fresh("ext");
   line(ext + " = " + mn + " + " + expr(rows.extent));
@@ -245,7 +245,8 @@ bool Emitter::column_tiles(const For& rows) {
       const DType t = array_types_.at(a->buffers[0]);
       ReduceText r = reduce_text(a->op);
       const std::string id = expr(reduction_identity(a->op, 0, a->values[0].dtype()));
-      const std::string masked = "tl.where(" + block_mask_ + ", " + expr(a->values[0]) + ", " + id + ")";
+      const std::string masked =
+          "tl.where(" + block_mask_ + ", " + expr(a->values[0]) + ", " + id + ")";
       auto tile = tiles.find(a->buffers[0]);
       if (tile != tiles.end()) {
         line(tile->second + " = " + r.combine + "(" + tile->second + ", " + masked + ")");

@@ -1,0 +1,44 @@
+#pragma once
+
+// Note [Max-pool indices saved as window offsets]
+// In training, max_pool2d_with_indices' backward reads the int64 index of each output's maximum
+// in its input plane, so the min cut saved the indices: ResNet-50's stem pool in bf16 at batch
+// 128, 196 MiB, where the pooled values themselves are 49 MiB. Inductor saves a byte per output
+// instead, the maximum's offset in its window (_low_memory_max_pool2d_with_offsets). Where the
+// reduction rewrites apply (splits_on: CUDA, or every device with EMBER_SPLIT_REDUCTIONS=all) and
+// a window has at most 127 positions, the tracer records after the pool the offsets
+//     off = (h - (oh*sH - pH)) / dH * KW + (w - (ow*sW - pW)) / dW     h, w = idx / W, idx % W
+// as int8, and a max_pool2d_with_indices_backward that reads those indices reads instead the
+// indices rebuilt from the offsets, recorded there:
+//     idx = (oh*sH - pH + (off / KW)*dH) * W + (ow*sW - pW + (off % KW)*dW)
+// Both are pointwise: the forward's kernel reads the indices once and writes a byte per output,
+// the min cut saves the offsets (an eighth of the bytes), and in the backward a kernel writes
+// the indices just before ATen's backward reads them. The program's own use of the indices
+// (return_indices=True) still reads the pool's output.
+
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+
+#include <cstdint>
+#include <optional>
+
+namespace ember::tracer {
+
+/// A 2D pooling window, and the width of the input planes it walks.
+struct PoolWindow {
+  int64_t kh = 1, kw = 1, sh = 1, sw = 1, ph = 0, pw = 0, dh = 1, dw = 1;
+  int64_t width = 1;
+};
+
+/// The window of `op` called with `args` when it is a max_pool2d_with_indices on a tracer tensor
+/// whose indices are recorded as offsets (above), else nullopt.
+std::optional<PoolWindow> offsets_window(const c10::OperatorHandle& op,
+                                         c10::ArrayRef<c10::IValue> args);
+
+/// The offsets of `indices` ([..., OH, OW], int64) in their windows, as int8, recorded.
+at::Tensor record_window_offsets(const at::Tensor& indices, const PoolWindow& w);
+
+/// The int64 indices that `offsets` stand for, recorded.
+at::Tensor record_indices_from_offsets(const at::Tensor& offsets, const PoolWindow& w);
+
+}  // namespace ember::tracer
