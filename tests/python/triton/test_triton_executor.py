@@ -99,11 +99,13 @@ def test_column_reductions_keep_an_array_of_accumulators_in_one_block():
     run(lambda x: torch.var_mean(x, (0, 2, 3)), r(4, 3, 5, 5), atol=1e-4)
 
 
-def test_column_tiles_fold_partials_in_two_dimensions():
-    """A column reduction over many rows keeps a block of partials per array and reduces it
-    once after its loop over tiles (Note [Column tiles fold in two dimensions]): NaN still
-    propagates through max and min, prod and any/all combine elementwise, and a bf16 array
-    keeps its fold per tile."""
+@pytest.mark.parametrize("partials", ["0", "1"])
+def test_column_tiles_fold_per_tile_or_in_two_dimensions(partials, monkeypatch):
+    """A column reduction over many rows folds each tile, or with EMBER_TRITON_TILE_PARTIALS=1
+    keeps a block of partials per array reduced once after its loop over tiles (Note [Column
+    tiles fold in two dimensions]): NaN still propagates through max and min, prod and any/all
+    combine elementwise, and a bf16 array keeps its fold per tile."""
+    monkeypatch.setenv("EMBER_TRITON_TILE_PARTIALS", partials)
     x = r(300, 40)
     x[7, 3] = float("nan")
     x[250, 30] = float("nan")
