@@ -33,8 +33,8 @@ std::optional<at::Tensor> channels_last_convolution(const c10::OperatorHandle& o
   return stack[0].toTensor();
 }
 
-void cuda_convolution_layout(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
-                             at::Tensor& meta_result) {
+void convolution_layout(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
+                        at::Tensor& meta_result) {
   const c10::FunctionSchema& schema = op.schema();
   if (schema.name() != "aten::convolution" || !schema.overload_name().empty() || args.size() != 9 ||
       !args[0].isTensor() || !args[1].isTensor() || !meta_result.defined()) {
@@ -42,8 +42,9 @@ void cuda_convolution_layout(const c10::OperatorHandle& op, c10::ArrayRef<c10::I
   }
   const at::Tensor& input = args[0].toTensor();
   const at::Tensor& weight = args[1].toTensor();
-  if (!input.defined() || !weight.defined() || !input.device().is_cuda() || weight.dim() != 4 ||
-      meta_result.dim() != 4 || input.scalar_type() == at::kDouble) {
+  if (!input.defined() || !weight.defined() || weight.dim() != 4 || meta_result.dim() != 4 ||
+      !(input.device().is_cpu() ||
+        (input.device().is_cuda() && input.scalar_type() != at::kDouble))) {
     return;
   }
   constexpr auto kCL = at::MemoryFormat::ChannelsLast;

@@ -322,6 +322,17 @@ graph::ValueId TraceSession::value_of(const at::Tensor& t) {
   return add_constant(t);
 }
 
+namespace {
+// Set while an op a rewrite follows is recorded as it is (the rewrite must not see it again).
+struct RecordingAsIs {
+  bool& flag;
+  explicit RecordingAsIs(bool& f) : flag(f) { flag = true; }
+  ~RecordingAsIs() { flag = false; }
+  RecordingAsIs(const RecordingAsIs&) = delete;
+  RecordingAsIs& operator=(const RecordingAsIs&) = delete;
+};
+}  // namespace
+
 void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   const std::string op_name = c10::toString(schema.operator_name());
@@ -345,11 +356,7 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
   if (any_tracer && !recording_cudnn_batch_norm_) {
     // Note [cuDNN statistics, ember's normalization]: the op as it is, then ember's output.
     if (std::optional<CudnnNormalization> n = cudnn_normalization(op, *stack)) {
-      recording_cudnn_batch_norm_ = true;
-      struct Reset {
-        bool& flag;
-        ~Reset() { flag = false; }
-      } reset{recording_cudnn_batch_norm_};
+      const RecordingAsIs as_is(recording_cudnn_batch_norm_);
       record(op, stack);
       normalize_from_statistics(*n, stack);
       return;
@@ -359,11 +366,7 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
     // Note [Max-pool indices saved as window offsets]: the pool as it is, then the offsets.
     const c10::ArrayRef<c10::IValue> args(stack->data() + base, num_args);
     if (std::optional<PoolWindow> w = offsets_window(op, args)) {
-      recording_pool_ = true;
-      struct Reset {
-        bool& flag;
-        ~Reset() { flag = false; }
-      } reset{recording_pool_};
+      const RecordingAsIs as_is(recording_pool_);
       record(op, stack);
       const at::Tensor indices = stack->back().toTensor();
       pool_offsets_.emplace(value_of(indices),
@@ -534,8 +537,7 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
     }
     if (meta_stack.size() == 1 && meta_stack[0].isTensor()) {
       at::Tensor result = meta_stack[0].toTensor();
-      cuda_convolution_layout(op, c10::ArrayRef<c10::IValue>(stack->data() + base, num_args),
-                              result);
+      convolution_layout(op, c10::ArrayRef<c10::IValue>(stack->data() + base, num_args), result);
       meta_stack[0] = std::move(result);
     }
   }

@@ -73,3 +73,27 @@ def test_channels_last_input_stays_channels_last():
     text = str(ember.trace(lambda x, w: F.relu(F.conv2d(x, w)), [x, w], device="cuda:0"))
     assert "aten::clone" not in text, text
     assert "{1568, 1, 112, 8}" in text.splitlines()[-3], text
+
+
+@pytest.mark.parametrize("case", ["input", "weight", "transposed", "f64"])
+def test_cpu_convolutions_of_channels_last_tensors_give_eager_strides(case):
+    """On the CPU a convolution whose input or weight is channels-last returns channels-last (every
+    dtype, transposed too); the meta kernel does not know, and the kernels after it wrote
+    contiguous outputs (convolution_layout)."""
+    dtype = torch.float64 if case == "f64" else torch.float32
+    x = torch.randn(2, 4, 9, 11, dtype=dtype)
+    w = torch.randn(4, 6, 3, 3, dtype=dtype) if case == "transposed" else torch.randn(6, 4, 3, 3, dtype=dtype)
+    if case == "weight":
+        w = w.to(memory_format=CL)
+    else:
+        x = x.to(memory_format=CL)
+    conv = F.conv_transpose2d if case == "transposed" else F.conv2d
+
+    def fn(x, w):
+        return (conv(x, w, padding=1) + 1).relu()
+
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="ember")(x, w)
+    want = fn(x, w)
+    assert got.stride() == want.stride()
+    torch.testing.assert_close(got, want)
