@@ -93,12 +93,26 @@ bool alpha_ok(const Plan& p) {
   return p.scalar_ok("alpha") && (!is_reduced(p.out) || p.is_one("alpha"));
 }
 
+// An integer floor division by a nonzero constant (index arithmetic: a max pool's window offsets,
+// tracer/pool_offsets.h): FloorDiv, Python's //, as ATen's div_floor_integer.
+bool int_floor_by_constant(const Plan& p) {
+  const Arg* mode = p.arg("rounding_mode");
+  const auto* s = is_none(mode) ? nullptr : std::get_if<std::string>(mode);
+  if (s == nullptr || *s != "floor" || p.operands.size() < 2 || p.operands[1].tensor ||
+      (p.out != DType::Int64 && p.out != DType::Int32)) {
+    return false;
+  }
+  std::optional<double> b = number(p.arg("other"));
+  return b.has_value() && *b != 0 && *b == std::floor(*b);
+}
+
 bool div_mode_ok(const Plan& p) {
   const Arg* mode = p.arg("rounding_mode");
   if (is_none(mode)) return loop::is_float(p.out);
+  if (int_floor_by_constant(p)) return true;
   const auto* s = std::get_if<std::string>(mode);
-  // Integer floor/trunc division and the bf16/f16 kernels (which round a / b first) are left
-  // to ATen.
+  // Other integer floor/trunc divisions and the bf16/f16 kernels (which round a / b first) are
+  // left to ATen.
   return s && (*s == "trunc" || *s == "floor") &&
          (p.out == DType::Float32 || p.out == DType::Float64);
 }
@@ -190,6 +204,7 @@ const std::map<std::string, Rule>& rule_table() {
       const Arg* mode = p.arg("rounding_mode");
       if (is_none(mode)) return div(x[0], x[1]);
       if (std::get<std::string>(*mode) == "trunc") return call(CallFn::Trunc, div(x[0], x[1]));
+      if (int_floor_by_constant(p)) return loop::FloorDiv::make(x[0], x[1]);
       return floor_divide(p, x[0], x[1]);
     };
     auto other_scalar = [](P p) { return !p.operands[1].tensor; };

@@ -79,4 +79,41 @@ at::Tensor record_indices_from_offsets(const at::Tensor& offsets, const PoolWind
   return h * w.width + col;
 }
 
+std::optional<at::Tensor> record_pool_backward_from_offsets(const at::Tensor& grad,
+                                                            const at::Tensor& input,
+                                                            const at::Tensor& offsets,
+                                                            const PoolWindow& w) {
+  if (w.dh != 1 || w.dw != 1 || grad.dim() != input.dim() || offsets.sizes() != grad.sizes()) {
+    return std::nullopt;
+  }
+  const int64_t h_in = input.size(-2), w_in = input.size(-1);
+  const int64_t oh_n = grad.size(-2), ow_n = grad.size(-1);
+  const at::TensorOptions longs = grad.options().dtype(at::kLong);
+  const at::Tensor rows = at::arange(h_in, longs).view({h_in, 1});
+  const at::Tensor cols = at::arange(w_in, longs);
+  const at::Tensor g32 = grad.to(at::kFloat);
+  const at::Tensor off = offsets.to(at::kLong);
+  at::Tensor sum;
+  for (int64_t i = 0; i < (w.kh + w.sh - 1) / w.sh; ++i) {
+    const at::Tensor oh = (rows + w.ph).div(w.sh, "floor") - i;
+    const at::Tensor kh = rows + w.ph - oh * w.sh;
+    const at::Tensor row_ok = oh.ge(0).logical_and(oh.lt(oh_n)).logical_and(kh.lt(w.kh));
+    const at::Tensor ohc = oh.clamp(0, oh_n - 1);
+    for (int64_t j = 0; j < (w.kw + w.sw - 1) / w.sw; ++j) {
+      const at::Tensor ow = (cols + w.pw).div(w.sw, "floor") - j;
+      const at::Tensor kw = cols + w.pw - ow * w.sw;
+      const at::Tensor col_ok = ow.ge(0).logical_and(ow.lt(ow_n)).logical_and(kw.lt(w.kw));
+      const at::Tensor owc = ow.clamp(0, ow_n - 1);
+      const c10::List<std::optional<at::Tensor>> at_window({std::nullopt, std::nullopt, ohc, owc});
+      const c10::List<std::optional<at::Tensor>> at_window3({std::nullopt, ohc, owc});
+      const auto& where = grad.dim() == 4 ? at_window : at_window3;
+      const at::Tensor mine = at::index(off, where).eq(kh * w.kw + kw);
+      const at::Tensor take = mine.logical_and(row_ok.logical_and(col_ok));
+      const at::Tensor term = at::where(take, at::index(g32, where), at::zeros({}, g32.options()));
+      sum = sum.defined() ? sum + term : term;
+    }
+  }
+  return sum.to(input.scalar_type()).contiguous(input.suggest_memory_format());
+}
+
 }  // namespace ember::tracer

@@ -15,6 +15,17 @@
 // the min cut saves the offsets (an eighth of the bytes), and in the backward a kernel writes
 // the indices just before ATen's backward reads them. The program's own use of the indices
 // (return_indices=True) still reads the pool's output.
+//
+// Note [A max pool's backward from its offsets]
+// ATen's backward also reads the pool's input, for its sizes and layout only, and so the min cut
+// saved it (ResNet-50's stem: another 196 MiB). Without dilation the backward is recorded instead
+// as Inductor lowers it: an input element (h, w) can be the maximum only of the windows
+// oh = (h + pH) / sH - i and ow = (w + pW) / sW - j for i < ceil(KH / sH), j < ceil(KW / sW); it
+// takes the gradient of each such window inside the output whose offset is its own,
+//     dx[h, w] = sum over (i, j) of where(valid & off[oh, ow] == kh*KW + kw, g[oh, ow], 0)
+// with kh = h + pH - oh*sH, kw = w + pW - ow*sW, summed in f32 and rounded once (ATen's kernel
+// accumulates in its accumulate type too). It is gathers and pointwise ops: one generated kernel
+// reads the gradient and the offsets, and nothing reads the input.
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -40,5 +51,14 @@ at::Tensor record_window_offsets(const at::Tensor& indices, const PoolWindow& w)
 
 /// The int64 indices that `offsets` stand for, recorded.
 at::Tensor record_indices_from_offsets(const at::Tensor& offsets, const PoolWindow& w);
+
+/// max_pool2d_with_indices_backward recorded as a gather from the windows that can hold each
+/// input element (Note [A max pool's backward from its offsets]): the gradient of `input` (read
+/// for its sizes, dtype and layout only) given `grad` of the pool's output and the `offsets` of
+/// its maxima. nullopt (nothing recorded) for a dilated window.
+std::optional<at::Tensor> record_pool_backward_from_offsets(const at::Tensor& grad,
+                                                            const at::Tensor& input,
+                                                            const at::Tensor& offsets,
+                                                            const PoolWindow& w);
 
 }  // namespace ember::tracer

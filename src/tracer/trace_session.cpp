@@ -376,11 +376,23 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
   }
   if (any_tracer && schema.name() == "aten::max_pool2d_with_indices_backward" && num_args == 8 &&
       (*stack)[base + 7].isTensor()) {
-    // The indices a pool above recorded offsets of: rebuilt from them, here.
+    // The indices a pool above recorded offsets of: the backward from the offsets (Note [A max
+    // pool's backward from its offsets]), or ATen's with the indices rebuilt from them, here.
     if (TracerTensorImpl* t = as_tracer((*stack)[base + 7].toTensor())) {
       auto it = pool_offsets_.find(t->value());
       if (it != pool_offsets_.end()) {
-        (*stack)[base + 7] = record_indices_from_offsets(it->second.first, it->second.second);
+        const auto& [offsets, window] = it->second;
+        std::optional<at::Tensor> dx;
+        if ((*stack)[base].isTensor() && (*stack)[base + 1].isTensor()) {
+          dx = record_pool_backward_from_offsets((*stack)[base].toTensor(),
+                                                 (*stack)[base + 1].toTensor(), offsets, window);
+        }
+        if (dx.has_value()) {
+          torch::jit::drop(*stack, num_args);
+          stack->emplace_back(std::move(*dx));
+          return;
+        }
+        (*stack)[base + 7] = record_indices_from_offsets(offsets, window);
       }
     }
   }

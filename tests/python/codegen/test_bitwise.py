@@ -80,3 +80,16 @@ def test_bitwise_ops_fuse_with_integer_arithmetic(check):
 def test_float_operands_stay_aten_calls():
     with pytest.raises(RuntimeError):
         torch.compile(lambda x: x & 1, backend="ember")(torch.randn(3))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_integer_floor_division_by_a_constant_is_generated(check, dtype):
+    """div.Scalar_mode(floor) of an integer tensor by a nonzero constant is FloorDiv in the
+    kernel (Python's //: toward negative infinity), not an ATen call."""
+    aten = torch.ops.aten
+
+    def f(x):
+        return (aten.div.Scalar_mode(x, 3, rounding_mode="floor") * 2,
+                aten.div.Scalar_mode(x, -4, rounding_mode="floor") + 1)
+
+    one_kernel(check.captured(f, (torch.arange(-20, 20, dtype=dtype).view(5, 8),)))

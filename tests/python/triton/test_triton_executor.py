@@ -415,3 +415,24 @@ def test_number_to_a_tensor_power():
     run(lambda s, x: (1 - 0.9 ** s) * x + 2.0 ** (x / 4), torch.rand(1) * 10, r(6, 5),
         kernels=2, atol=1e-5)
     run(lambda s, x: ((1 - 0.9 ** s) * 3, x.sum() * 0.5), torch.rand(1) * 10, r(5), atol=1e-5)
+
+
+@pytest.mark.parametrize("window", [(3, 2, 1, False), (2, 2, 0, True),
+                                    ((3, 2), (2, 1), (1, 0), True)], ids=["3s2p1", "2s2ceil", "3x2"])
+def test_max_pool_backward_from_window_offsets(window, monkeypatch):
+    """Note [A max pool's backward from its offsets] (tracer/pool_offsets.h): the pool's indices
+    as int8 offsets and its backward as gathers from the windows, in generated kernels only (the
+    integer floor divisions included)."""
+    monkeypatch.setenv("EMBER_SPLIT_REDUCTIONS", "all")
+    k, s, p, ceil = window
+    aten = torch.ops.aten
+
+    def fn(x, g):
+        y, i = aten.max_pool2d_with_indices(x, k, s, p, 1, ceil)
+        return y, aten.max_pool2d_with_indices_backward(g, x, k, s, p, 1, ceil, i)
+
+    x = r(2, 3, 11, 13)
+    y = aten.max_pool2d_with_indices(x, k, s, p, 1, ceil)[0]
+    compiled = run(fn, x, r(*y.shape), atol=1e-5)
+    externs = [st for st in compiled.describe_steps() if st.startswith("extern")]
+    assert externs == ["extern aten::max_pool2d_with_indices"], compiled.describe_steps()
