@@ -54,12 +54,17 @@ DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "f
 VALUE = re.compile(r"(%\d+) : (\w+)\[([^\]]*)\]")
 
 
+def returned(text: str) -> list[str]:
+    """The names of a printed graph's outputs (graph/printer.h), in order."""
+    return text.split("return (")[-1].split(")")[0].replace(" ", "").split(",")
+
+
 def output_types(text: str, n: int) -> list[torch.Tensor]:
     """Meta tensors of the first `n` outputs of a printed graph (graph/printer.h)."""
     types = {}
     for m in VALUE.finditer(text):
         types[m.group(1)] = (DTYPES[m.group(2)], [int(s) for s in m.group(3).split(",") if s.strip()])
-    names = text.split("return (")[-1].split(")")[0].replace(" ", "").split(",")
+    names = returned(text)
     return [torch.empty(types[v][1], dtype=types[v][0], device="meta") for v in names[:n]]
 
 
@@ -80,7 +85,7 @@ def saved_by_op(text: str, n: int) -> list[tuple[str, float, int]]:
             lhs, rhs = line.split(" = ", 1)
             for v in re.findall(r"%\d+", lhs):
                 ops[v] = rhs.split("(")[0]
-    names = text.split("return (")[-1].split(")")[0].replace(" ", "").split(",")
+    names = returned(text)
     total = collections.defaultdict(lambda: [0, 0])
     for v in dict.fromkeys(names[n:]):
         total[ops.get(v, "?")][0] += sizes.get(v, 0)

@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "tracer/split_reduction.h"
 #include "tracer/tracer_tensor.h"
@@ -105,22 +106,33 @@ std::optional<at::Tensor> record_pool_backward_from_offsets(const at::Tensor& gr
   const at::Tensor cols = at::arange(w_in, longs);
   const at::Tensor g32 = grad.to(at::kFloat);
   const at::Tensor off = offsets.to(at::kLong);
+  // The candidate windows along one dim for positions `pos`: their clamped index, the position's
+  // offset in each, and whether the window exists and holds the position.
+  struct Candidate {
+    at::Tensor index, k, ok;
+  };
+  auto candidates = [](const at::Tensor& pos, int64_t k, int64_t s, int64_t p, int64_t n) {
+    std::vector<Candidate> out;
+    const at::Tensor first = (pos + p).div(s, "floor");
+    for (int64_t i = 0; i < (k + s - 1) / s; ++i) {
+      const at::Tensor o = first - i;
+      const at::Tensor in_window = pos + p - o * s;
+      out.push_back({o.clamp(0, n - 1), in_window,
+                     o.ge(0).logical_and(o.lt(n)).logical_and(in_window.lt(k))});
+    }
+    return out;
+  };
+  const std::vector<Candidate> rows_at = candidates(rows, w.kh, w.sh, w.ph, oh_n);
+  const std::vector<Candidate> cols_at = candidates(cols, w.kw, w.sw, w.pw, ow_n);
   at::Tensor sum;
-  for (int64_t i = 0; i < (w.kh + w.sh - 1) / w.sh; ++i) {
-    const at::Tensor oh = (rows + w.ph).div(w.sh, "floor") - i;
-    const at::Tensor kh = rows + w.ph - oh * w.sh;
-    const at::Tensor row_ok = oh.ge(0).logical_and(oh.lt(oh_n)).logical_and(kh.lt(w.kh));
-    const at::Tensor ohc = oh.clamp(0, oh_n - 1);
-    for (int64_t j = 0; j < (w.kw + w.sw - 1) / w.sw; ++j) {
-      const at::Tensor ow = (cols + w.pw).div(w.sw, "floor") - j;
-      const at::Tensor kw = cols + w.pw - ow * w.sw;
-      const at::Tensor col_ok = ow.ge(0).logical_and(ow.lt(ow_n)).logical_and(kw.lt(w.kw));
-      const at::Tensor owc = ow.clamp(0, ow_n - 1);
-      const c10::List<std::optional<at::Tensor>> at_window({std::nullopt, std::nullopt, ohc, owc});
-      const c10::List<std::optional<at::Tensor>> at_window3({std::nullopt, ohc, owc});
-      const auto& where = grad.dim() == 4 ? at_window : at_window3;
-      const at::Tensor mine = at::index(off, where).eq(kh * w.kw + kw);
-      const at::Tensor take = mine.logical_and(row_ok.logical_and(col_ok));
+  for (const Candidate& r : rows_at) {
+    for (const Candidate& c : cols_at) {
+      c10::List<std::optional<at::Tensor>> where;
+      for (int64_t d = 0; d < grad.dim() - 2; ++d) where.push_back(std::nullopt);
+      where.push_back(r.index);
+      where.push_back(c.index);
+      const at::Tensor mine = at::index(off, where).eq(r.k * w.kw + c.k);
+      const at::Tensor take = mine.logical_and(r.ok.logical_and(c.ok));
       const at::Tensor term = at::where(take, at::index(g32, where), at::zeros({}, g32.options()));
       sum = sum.defined() ? sum + term : term;
     }

@@ -2,10 +2,7 @@
 /// The Triton emitter's loops over blocks (triton_emitter_internal.h): an inner loop of a row
 /// program as a loop over masked blocks (or one block, persistent), its row accumulators, and a
 /// column reduction's loop over rows as 2D tiles.
-#include <algorithm>
-#include <cstdlib>
 #include <functional>
-#include <map>
 
 #include "codegen/triton/triton_emitter_internal.h"
 
@@ -163,7 +160,6 @@ bool Emitter::column_tiles(const For& rows) {
   const std::string& col = cols->var.as<Var>()->name;
   // Only Lets and folds into arrays at the lane's own element.
   bool ok = true;
-  std::vector<std::pair<std::string, ReduceOp>> folds;  // (array, op), in order
   std::function<void(const Stmt&)> check = [&](const Stmt& st) {
     if (const auto* b = st.as<Block>()) {
       for (const Stmt& c : b->stmts) check(c);
@@ -176,7 +172,6 @@ bool Emitter::column_tiles(const For& rows) {
                          a->op == ReduceOp::Any || a->op == ReduceOp::All;
       ok = ok && plain && a->buffers.size() == 1 && arrays_.count(a->buffers[0]) != 0 &&
            idx != nullptr && idx->name == col;
-      if (ok) folds.emplace_back(a->buffers[0], a->op);
     } else {
       ok = false;
     }
@@ -185,28 +180,13 @@ bool Emitter::column_tiles(const For& rows) {
   if (!ok) return false;
 
   // Tiles of 4096 elements: 4096 // RBLOCK rows (RBLOCK covers the arrays and the lanes).
-  const std::string tile_rows = "(4096 // RBLOCK)";
   // Note [Column tiles fold in two dimensions]
-  // Folding each tile along axis 0 inside the loop is a reduction across the program's warps in
-  // every iteration. With EMBER_TRITON_TILE_PARTIALS=1 an array folded by one op keeps a [tile
-  // rows, RBLOCK] block of partials instead, combined elementwise in the loop and reduced along
-  // axis 0 once after it, as Inductor's looped reductions do (f16/bf16 arrays still fold per
-  // tile: the order of rounding is their result). Timed on the H200 in bf16 training, it lost:
-  // ResNet-50 28.35 ms against 26.08 per tile (batch norm's sibling sums hold two 4096-element
-  // blocks), ConvNeXt-T 37.69 against 37.17. So it is off by default.
-  const char* env = std::getenv("EMBER_TRITON_TILE_PARTIALS");
-  const bool partials = env != nullptr && std::string(env) == "1";
-  std::map<std::string, std::string> tiles;  // array buffer -> its block of partials
-  for (const auto& [buf, op] : partials ? folds : decltype(folds){}) {
-    bool one_op = true;
-    for (const auto& [b2, op2] : folds) one_op = one_op && (b2 != buf || op2 == op);
-    const DType t = array_types_.at(buf);
-    if (!one_op || is_half(t) || tiles.count(buf) != 0) continue;
-    const std::string part = fresh("tile");
-    tiles[buf] = part;
-    line(part + " = tl.full([" + tile_rows + ", RBLOCK], " + expr(reduction_identity(op, 0, t)) +
-         ", " + tl_dtype(t) + ")");
-  }
+  // Each tile is folded along axis 0 in the loop (a reduction across the program's warps every
+  // iteration). Keeping a [tile rows, RBLOCK] block of partials per array instead, reduced once
+  // after the loop as Inductor's looped reductions do, was tried and timed on the H200 in bf16
+  // training: slower (ResNet-50 28.35 ms against 26.08, batch norm's sibling sums holding two
+  // 4096-element blocks; ConvNeXt-T 37.69 against 37.17), so it was removed.
+  const std::string tile_rows = "(4096 // RBLOCK)";
   const std::string mn = expr(rows.min), ext = fresh("ext");
   line(ext + " = " + mn + " + " + expr(rows.extent));
   std::string x0 = fresh("x");
@@ -245,14 +225,8 @@ bool Emitter::column_tiles(const For& rows) {
       const DType t = array_types_.at(a->buffers[0]);
       ReduceText r = reduce_text(a->op);
       const std::string id = expr(reduction_identity(a->op, 0, a->values[0].dtype()));
-      const std::string masked =
-          "tl.where(" + block_mask_ + ", " + expr(a->values[0]) + ", " + id + ")";
-      auto tile = tiles.find(a->buffers[0]);
-      if (tile != tiles.end()) {
-        line(tile->second + " = " + r.combine + "(" + tile->second + ", " + masked + ")");
-        return;
-      }
-      const std::string part = std::string(r.reduce) + "(" + masked + ")";
+      const std::string part = std::string(r.reduce) + "(tl.where(" + block_mask_ + ", " +
+                               expr(a->values[0]) + ", " + id + "))";
       line(arr + " = " + half_wrap(t, std::string(r.combine) + "(" + arr + ", " + part + ")"));
     }
   };
@@ -267,13 +241,6 @@ bool Emitter::column_tiles(const For& rows) {
   memory_.exit_loop();
   line("pass");
   --indent_;
-  for (const auto& [buf, part] : tiles) {
-    ReduceText r = reduce_text(std::find_if(folds.begin(), folds.end(), [&](const auto& f) {
-                                 return f.first == buf;
-                               })->second);
-    const std::string& arr = arrays_.at(buf);
-    line(arr + " = " + r.combine + "(" + arr + ", " + r.reduce + "(" + part + "))");
-  }
   if (uses_any(cols->extent, {}, true)) {
     if (!array_extent_.defined()) refuse("an inner loop whose extent depends on a loop variable");
   } else {

@@ -99,13 +99,10 @@ def test_column_reductions_keep_an_array_of_accumulators_in_one_block():
     run(lambda x: torch.var_mean(x, (0, 2, 3)), r(4, 3, 5, 5), atol=1e-4)
 
 
-@pytest.mark.parametrize("partials", ["0", "1"])
-def test_column_tiles_fold_per_tile_or_in_two_dimensions(partials, monkeypatch):
-    """A column reduction over many rows folds each tile, or with EMBER_TRITON_TILE_PARTIALS=1
-    keeps a block of partials per array reduced once after its loop over tiles (Note [Column
-    tiles fold in two dimensions]): NaN still propagates through max and min, prod and any/all
-    combine elementwise, and a bf16 array keeps its fold per tile."""
-    monkeypatch.setenv("EMBER_TRITON_TILE_PARTIALS", partials)
+def test_column_tiles_fold_every_op_and_dtype():
+    """A column reduction over many rows folds each 2D tile (Note [Column tiles fold in two
+    dimensions]): NaN propagates through max and min, prod and any/all combine, and bf16 inputs
+    sum in f32 or into a bf16 result."""
     x = r(300, 40)
     x[7, 3] = float("nan")
     x[250, 30] = float("nan")
