@@ -87,8 +87,8 @@ class CompiledModule(torch.nn.Module):
         return getattr(self._modules["_orig_mod"], name)
 
 
-def _record_metrics(compiler: Any, seen: list) -> None:
-    records = compiler.records()
+def _record_metrics(log: Any, seen: list) -> None:
+    records = log.records()
     for r in records[seen[0]:]:
         if r["graph_break"]:
             metrics.counters["graph_breaks"] += 1
@@ -168,7 +168,7 @@ def _compile(model: Any, *, backend: Any, fullgraph: bool, dynamic: bool | None,
         fn = getattr(model, "__func__", model)
         top = getattr(fn, "__code__", None)
         out = _C.capture_function(model, top, compiler)
-    _COMPILERS.append((compiler, [0]))
+    _LOGS.append((compiler.log, [0]))
     return out, compiler
 
 
@@ -193,21 +193,23 @@ def _graph_backend(backend: Any) -> Callable | None:
                        "'inductor', 'eager' or a callable(gm, example_inputs) -> callable")
 
 
-# Compilers made in this process, for ember.metrics (records are read when metrics are read).
-_COMPILERS: list = []
+# The logs of the compilers made in this process, for ember.metrics (records are read when
+# metrics are read). The logs, not the compilers: a compiler lives as long as its compiled
+# function, and with it its cache entries and what their guards hold (the model).
+_LOGS: list = []
 
 
 def sync_metrics() -> None:
     """Adds what the capture compilers did since the last call to ember.metrics.counters."""
-    for compiler, seen in _COMPILERS:
-        _record_metrics(compiler, seen)
+    for log, seen in _LOGS:
+        _record_metrics(log, seen)
 
 
 def records() -> list[dict]:
     """Every frame compile of every ember.compile in this process."""
     out = []
-    for compiler, _ in _COMPILERS:
-        out.extend(compiler.records())
+    for log, _ in _LOGS:
+        out.extend(log.records())
     return out
 
 

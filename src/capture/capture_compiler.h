@@ -54,13 +54,20 @@ struct CaptureRecord {
   std::string guard_text;      ///< the guards, one per line
 };
 
+/// Every compile of one compiler, in order. Shared with ember.metrics, which reads it after the
+/// compiler is gone: a compiler lives as long as its compiled function, no longer.
+struct CaptureLog {
+  std::vector<CaptureRecord> records;
+};
+
 class CaptureCompiler final : public FrameCompiler {
  public:
   explicit CaptureCompiler(CaptureOptions options) : options_(std::move(options)) {}
   CompileResult compile(const FrameView& f) override;
 
   /// Every compile of this compiler, in order.
-  const std::vector<CaptureRecord>& records() const { return records_; }
+  const std::vector<CaptureRecord>& records() const { return log_->records; }
+  const std::shared_ptr<CaptureLog>& log() const { return log_; }
 
   /// Sets the Python error for a C++ exception (ember's error types); installed by the bindings.
   using ErrorSetter = void (*)(const std::exception_ptr&);
@@ -68,7 +75,7 @@ class CaptureCompiler final : public FrameCompiler {
 
  private:
   CaptureOptions options_;
-  std::vector<CaptureRecord> records_;
+  std::shared_ptr<CaptureLog> log_ = std::make_shared<CaptureLog>();
   /// Code objects this compiler runs eagerly, with the global state that decided it.
   std::unordered_map<PyObject*, GlobalState> eager_memo_;
   std::vector<nanobind::object> memo_keepalive_;

@@ -56,6 +56,11 @@ std::string short_repr(PyObject* o) {
   return s.size() > 80 ? s.substr(0, 77) + "..." : s;
 }
 
+/// The object an IdMatch guard names (borrowed), or nullptr once a weakly held one is gone.
+PyObject* id_target(const Guard& g) {
+  return g.weak ? weak_target(g.expected.ptr()) : g.expected.ptr();
+}
+
 std::string meta_text(const TensorMeta& m) {
   std::ostringstream os;
   os << c10::toString(m.dtype) << " " << m.device << " sizes=" << c10::IntArrayRef(m.sizes)
@@ -64,6 +69,21 @@ std::string meta_text(const TensorMeta& m) {
 }
 
 }  // namespace
+
+PyObject* weak_target(PyObject* ref) {
+#if PY_VERSION_HEX >= 0x030D0000
+  PyObject* target = nullptr;
+  if (PyWeakref_GetRef(ref, &target) != 1) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  Py_DECREF(target);
+  return target;
+#else
+  PyObject* target = PyWeakref_GetObject(ref);
+  return target == Py_None ? nullptr : target;
+#endif
+}
 
 bool values_equal(PyObject* a, PyObject* b) {
   if (Py_TYPE(a) != Py_TYPE(b)) return false;
@@ -141,6 +161,20 @@ void GuardSet::add_object(GuardKind kind, int source, PyObject* obj) {
   guards_.push_back(std::move(g));
 }
 
+void GuardSet::add_id(int source, PyObject* obj) {
+  Guard g;
+  g.kind = GuardKind::IdMatch;
+  g.source = source;
+  g.id = obj;
+  if (PyType_SUPPORTS_WEAKREFS(Py_TYPE(obj))) {
+    g.expected = nb::steal(PyWeakref_NewRef(obj, nullptr));
+    g.weak = g.expected.is_valid();
+    if (!g.weak) PyErr_Clear();
+  }
+  if (!g.weak) g.expected = nb::borrow(obj);
+  guards_.push_back(std::move(g));
+}
+
 void GuardSet::add_len(int source, PyObject* container) {
   Py_ssize_t n = PyObject_Length(container);
   if (n < 0) {
@@ -171,7 +205,7 @@ bool GuardSet::passes(const Guard& g, const std::vector<nb::object>& values) con
     case GuardKind::TensorMatch:
       return tensor_matches(v, g.tensor);
     case GuardKind::IdMatch:
-      return v == g.expected.ptr();
+      return v == g.id && (!g.weak || id_target(g) == v);
     case GuardKind::TypeMatch:
       return reinterpret_cast<PyObject*>(Py_TYPE(v)) == g.expected.ptr();
     case GuardKind::Equals:
@@ -224,9 +258,11 @@ std::string GuardSet::first_failure(const std::vector<nb::object>& values,
         if (THPVariable_Check(v)) now_text = meta_text(meta_of(THPVariable_Unpack(v)));
         return name + ": expected a tensor " + meta_text(g.tensor) + ", got " + now_text;
       }
-      case GuardKind::IdMatch:
-        return name + " is not the object seen when compiling (" + short_repr(g.expected.ptr()) +
-               ")";
+      case GuardKind::IdMatch: {
+        PyObject* target = id_target(g);
+        return name + " is not the object seen when compiling (" +
+               (target != nullptr ? short_repr(target) : std::string("since freed")) + ")";
+      }
       case GuardKind::TypeMatch:
         return "type(" + name + ") is " +
                reinterpret_cast<PyTypeObject*>(g.expected.ptr())->tp_name + " failed (now " +
@@ -256,9 +292,12 @@ std::string GuardSet::describe(const SourceTable& sources) const {
       case GuardKind::TensorMatch:
         os << "TENSOR_MATCH " << name << ": " << meta_text(g.tensor) << "\n";
         break;
-      case GuardKind::IdMatch:
-        os << "ID_MATCH " << name << " is " << short_repr(g.expected.ptr()) << "\n";
+      case GuardKind::IdMatch: {
+        PyObject* target = id_target(g);
+        os << "ID_MATCH " << name << " is "
+           << (target != nullptr ? short_repr(target) : std::string("<freed>")) << "\n";
         break;
+      }
       case GuardKind::TypeMatch:
         os << "TYPE_MATCH " << name << ": "
            << reinterpret_cast<PyTypeObject*>(g.expected.ptr())->tp_name << "\n";

@@ -46,10 +46,14 @@ struct TensorMeta {
 struct Guard {
   GuardKind kind = GuardKind::IdMatch;
   int source = -1;
-  nanobind::object expected;  ///< IdMatch, Equals: the object; Len, TypeMatch: its type
-  int64_t length = 0;         ///< Len
-  int other = -1;             ///< Same: the other source
-  TensorMeta tensor;          ///< TensorMatch
+  /// Equals: the value; Len, TypeMatch: the type; IdMatch: a weak reference to the object where
+  /// its type allows one (`weak`), else the object.
+  nanobind::object expected;
+  PyObject* id = nullptr;  ///< IdMatch: the object's address
+  bool weak = false;       ///< IdMatch: `expected` is a weak reference
+  int64_t length = 0;      ///< Len
+  int other = -1;          ///< Same: the other source
+  TensorMeta tensor;       ///< TensorMatch
 };
 
 /// The global state a trace depends on.
@@ -67,7 +71,10 @@ struct GlobalState {
 class GuardSet {
  public:
   void add_tensor(int source, PyObject* tensor);
-  void add_id(int source, PyObject* obj) { add_object(GuardKind::IdMatch, source, obj); }
+  /// Holds `obj` weakly where its type allows (modules, functions, classes): a guard must not
+  /// keep a dropped model alive. Once the object is gone the guard fails, even for a new object
+  /// at the same address.
+  void add_id(int source, PyObject* obj);
   void add_type(int source, PyObject* obj) {
     add_object(GuardKind::TypeMatch, source, reinterpret_cast<PyObject*>(Py_TYPE(obj)));
   }
@@ -97,6 +104,10 @@ class GuardSet {
   std::vector<Guard> guards_;
   GlobalState state_;
 };
+
+/// The object the weak reference `ref` points at (borrowed: valid while the caller holds the
+/// object some other way, or only for comparing addresses), or nullptr once it is gone.
+PyObject* weak_target(PyObject* ref);
 
 /// Equals' comparison: the same exact type and ==, with NaN equal to NaN and 0.0 unequal to -0.0.
 bool values_equal(PyObject* a, PyObject* b);

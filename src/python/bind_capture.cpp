@@ -43,6 +43,17 @@ nb::dict record_dict(const capture::CaptureRecord& r) {
 void bind_capture(nb::module_& m) {
   capture::CaptureCompiler::set_error_setter(&set_python_error);
   using capture::CaptureCompiler;
+  nb::class_<capture::CaptureLog>(m, "CaptureLog",
+                                  "The compiles of one CaptureCompiler; outlives it (for "
+                                  "ember.metrics).")
+      .def(
+          "records",
+          [](const capture::CaptureLog& log) {
+            nb::list out;
+            for (const auto& r : log.records) out.append(record_dict(r));
+            return out;
+          },
+          "As CaptureCompiler.records.");
   nb::class_<CaptureCompiler>(m, "CaptureCompiler",
                               "Captures frames by bytecode analysis and compiles them (one per "
                               "ember.compile call).")
@@ -82,7 +93,11 @@ void bind_capture(nb::module_& m) {
           "One dict per frame compile, in order: code, captured, reason, nodes, kernels, "
           "extern_steps, fused_attention, codegen_notes, guards, inputs, seconds, capture_seconds, "
           "graph, "
-          "guard_text.");
+          "guard_text.")
+      .def_prop_ro(
+          "log", [](const CaptureCompiler& c) { return c.log(); },
+          "The CaptureLog of this compiler's records, which stays readable after the compiler "
+          "is freed.");
   m.def(
       "capture_function",
       [](nb::object fn, nb::object top_code, std::shared_ptr<CaptureCompiler> compiler) {

@@ -596,7 +596,11 @@ def run_model(spec: M.ModelSpec, mode: str, dtype: str, s: Settings,
                 if b == "ember" or b.startswith("ember-capture"):
                     ember_metrics(reset=True)
                 inst = Instance(base, wl, mode, dtype, s.device, compile_fn)
-                dt, _ = timed(inst.step, sync)
+                dt, first_out = timed(inst.step, sync)
+                # Dropped at once: kept alive (as it once was, in `_`), the previous backend's first
+                # output is counted in this backend's base_mem and freed before its memory step,
+                # which lowered every later backend's peak by one output's size.
+                del first_out
                 r.first_call_s = dt
                 if b == "eager":
                     eager_first = dt

@@ -64,9 +64,11 @@ void cf_dealloc(PyObject* self) {
   CompiledFunctionObject* cf = as_cf(self);
   if (cf->weakreflist != nullptr) PyObject_ClearWeakRefs(self);
   cf_clear(self);
+  std::weak_ptr<FrameCompiler> compiler = cf->compiler;
   cf->compiler.~shared_ptr();
   type->tp_free(self);
   Py_DECREF(type);
+  if (compiler.expired()) purge_dead_compilers();
 }
 
 PyObject* cf_descr_get(PyObject* self, PyObject* obj, PyObject* type) {

@@ -56,6 +56,9 @@ struct Globals {
   int cache_size_limit = 8;
   HookStats stats;
   int active_threads = 0;
+  /// A compiler died while some thread was inside a compiled call: its entries are dropped when
+  /// the last one returns (purge_dead_compilers).
+  bool purge_pending = false;
 
   Globals() {
     if (const char* env = std::getenv("EMBER_CACHE_SIZE_LIMIT")) {
@@ -396,7 +399,11 @@ void activate_thread() {
 }
 
 void deactivate_thread() {
-  if (--globals().active_threads == 0) ember_compat_uninstall(eval_frame);
+  Globals& g = globals();
+  if (--g.active_threads == 0) {
+    ember_compat_uninstall(eval_frame);
+    if (g.purge_pending) purge_dead_compilers();
+  }
 }
 
 }  // namespace detail
@@ -422,6 +429,23 @@ HookStats hook_stats() {
 
 void reset_hook_stats() {
   globals().stats = HookStats{};
+}
+
+void purge_dead_compilers() {
+  Globals& g = globals();
+  if (g.active_threads > 0) {  // some thread may be walking a code object's entries
+    g.purge_pending = true;
+    return;
+  }
+  g.purge_pending = false;
+  std::vector<Entry> dropped;  // destroyed after the walk: destructors may run Python code
+  for (ExtraState* s : g.states) {
+    auto dead = std::stable_partition(s->entries.begin(), s->entries.end(),
+                                      [](const Entry& x) { return !x.owner_ref.expired(); });
+    std::move(dead, s->entries.end(), std::back_inserter(dropped));
+    s->entries.erase(dead, s->entries.end());
+  }
+  dropped.clear();
 }
 
 void clear_cache(PyCodeObject* code) {
