@@ -651,13 +651,26 @@ def run_model(spec: M.ModelSpec, mode: str, dtype: str, s: Settings,
                 phase = "memory"
                 if cuda:
                     free_memory(s.device)
+                    before = torch.cuda.memory_allocated()
                     torch.cuda.reset_peak_memory_stats()
                     inst.step()
                     sync()
-                    r.peak_mem_mb = (torch.cuda.max_memory_allocated() - base_mem) / 2**20
+                    peak = torch.cuda.max_memory_allocated()
+                    r.peak_mem_mb = (peak - base_mem) / 2**20
+                    # What the reading rests on: memory freed between this backend's base reading
+                    # and its measured step (held by someone else, so not this backend's saving)
+                    # makes the peak unreadable; it is flagged, not used.
+                    r.extra["mem_mb"] = {"base": round(base_mem / 2**20, 1),
+                                         "before_step": round(before / 2**20, 1),
+                                         "peak": round(peak / 2**20, 1)}
+                    held = before - base_mem  # this backend's own state: its model, its caches
+                    if held < -2**20:
+                        r.extra["mem_note"] = (f"{-held / 2**20:.0f} MB held before this "
+                                               "backend's base reading was freed before its step")
+                        r.peak_mem_mb = None
                     if b == "eager":
                         eager_peak = r.peak_mem_mb
-                    elif eager_peak:
+                    elif eager_peak and r.peak_mem_mb is not None:
                         r.peak_mem_ratio = r.peak_mem_mb / eager_peak
                 live[b] = inst
                 r.status = "pass" if r.accuracy not in ("fail",) else "fail_accuracy"
