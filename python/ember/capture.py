@@ -99,6 +99,7 @@ def _record_metrics(log: Any, seen: list) -> None:
             metrics.counters["nodes"] += r["nodes"]
             metrics.counters["kernels"] += r["kernels"]
             metrics.counters["extern_steps"] += r["extern_steps"]
+            metrics.counters["parameter_kernels"] += r["parameter_kernels"]
             metrics.counters["fused_attention"] += r["fused_attention"]
             metrics.counters["causal_attention"] += r["causal_attention"]
             metrics.counters["training_graphs"] += int(r.get("training", False))

@@ -10,6 +10,8 @@
   kernels       generated C++ kernels in compiled graphs (fused groups)
   fused_nodes   ATen nodes that run inside generated kernels
   extern_steps  nodes of compiled graphs that run as ATen calls
+  parameter_kernels  kernels of parameters and buffers only (ember.compile's graphs), whose
+                outputs are kept across calls while those are unchanged
   fused_attention  eager attention patterns (bmm, softmax, bmm) run as one
                 scaled_dot_product_attention call (CUDA graphs)
   causal_attention  attention calls whose constant causal mask became is_causal=True
@@ -53,7 +55,7 @@ def snapshot() -> dict:
     """A copy of the counters, with every key present."""
     _sync()
     out = {"graphs": 0, "nodes": 0, "fallbacks": 0, "kernels": 0, "fused_nodes": 0,
-           "extern_steps": 0, "fused_attention": 0, "causal_attention": 0, "training_graphs": 0, "view_steps": 0, "folded_nodes": 0, "captured_frames": 0,
+           "extern_steps": 0, "parameter_kernels": 0, "fused_attention": 0, "causal_attention": 0, "training_graphs": 0, "view_steps": 0, "folded_nodes": 0, "captured_frames": 0,
            "graph_breaks": 0, "eager_frames": 0, "codegen_notes": 0}
     out.update(counters)
     return out

@@ -56,6 +56,7 @@ void fill_record(CaptureRecord& rec, const GraphRunner& runner, const GuardSet& 
   rec.nodes = static_cast<int>(runner.graph().nodes.size());
   rec.kernels = runner.num_kernels();
   rec.extern_steps = runner.num_extern_steps();
+  rec.parameter_kernels = runner.num_parameter_kernels();
   rec.fused_attention = runner.num_fused_attention();
   rec.causal_attention = runner.num_causal_attention();
   rec.codegen_notes = runner.codegen_notes();

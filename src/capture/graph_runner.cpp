@@ -43,6 +43,7 @@ class ExecutorRunner final : public GraphRunner {
   const graph::Graph& graph() const override { return executor_.graph(); }
   int num_kernels() const override { return executor_.num_kernels(); }
   int num_extern_steps() const override { return executor_.num_extern_steps(); }
+  int num_parameter_kernels() const override { return executor_.num_parameter_kernels(); }
   int num_fused_attention() const override { return executor_.num_fused_attention(); }
   int num_causal_attention() const override { return executor_.num_causal_attention(); }
   std::vector<std::string> codegen_notes() const override {

@@ -143,8 +143,13 @@ nb::object Interpreter::wrap(nb::handle v, int source) {
           << "tensors are supported";
       guards_.add_tensor(source, o);
       if (real.requires_grad()) grad_inputs_ = true;
-      graph::InputKind kind =
-          isinstance(v, parameter_type()) ? graph::InputKind::Parameter : graph::InputKind::User;
+      // A module's registered buffer (read through its _buffers) is module state like a
+      // parameter: the executor may keep the outputs of kernels that read only such inputs.
+      const Source& src = sources_.at(source);
+      const bool buffer = src.kind == SourceKind::ModuleMember && src.index == 1;
+      graph::InputKind kind = isinstance(v, parameter_type()) ? graph::InputKind::Parameter
+                              : buffer                        ? graph::InputKind::Buffer
+                                                              : graph::InputKind::User;
       session_.exit();
       at::Tensor tracer;
       try {

@@ -76,6 +76,10 @@ struct Node {
 
 enum class InputKind : int8_t { User, Parameter, Buffer, Constant };
 std::string input_kind_name(InputKind k);
+/// A module's parameter or registered buffer: state that outlives a call, unlike a user input.
+inline bool is_module_state(InputKind k) {
+  return k == InputKind::Parameter || k == InputKind::Buffer;
+}
 
 struct Input {
   ValueId value = -1;

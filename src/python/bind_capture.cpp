@@ -25,6 +25,7 @@ nb::dict record_dict(const capture::CaptureRecord& r) {
   d["nodes"] = r.nodes;
   d["kernels"] = r.kernels;
   d["extern_steps"] = r.extern_steps;
+  d["parameter_kernels"] = r.parameter_kernels;
   d["fused_attention"] = r.fused_attention;
   d["causal_attention"] = r.causal_attention;
   d["training"] = r.training;

@@ -63,9 +63,9 @@ struct ExecutorOptions {
   /// (runtime/attention_fusion.h): -1 on graphs with Triton kernels on a CUDA device
   /// (EMBER_FUSE_ATTENTION=0: never, =1: on any device), 0 never, 1 on any kernel graph.
   int fuse_attention = -1;
-  /// Kernels of parameters only keep their outputs across calls while the parameters are unchanged
-  /// (Kernel::parameter_cache). Off for training graphs: every step changes the parameters, and
-  /// the kept outputs would only hold memory between steps.
+  /// Kernels of parameters and buffers only keep their outputs across calls while those are
+  /// unchanged (Kernel::parameter_cache). Off for training graphs: every step changes the
+  /// parameters, and the kept outputs would only hold memory between steps.
   bool parameter_cache = true;
   /// Inputs are dropped at their last use, not kept to the end of the call: with run(&&), which
   /// takes the caller's references, an input's memory goes as soon as the program is done with
@@ -199,8 +199,9 @@ class Executor {
     std::string description;  ///< "kernel <name>: <ops of its nodes>"
     /// sched::KernelGroup::reuse: candidates, decided by plan_reuse.
     std::vector<std::pair<graph::ValueId, graph::ValueId>> reuse;
-    /// A kernel of parameters only (autocast's casts of the weights): its outputs are kept from
-    /// call to call while every input is the same tensor at the same version (ParameterCache).
+    /// A kernel of parameters and buffers only (autocast's casts of the weights, a batch norm's
+    /// per-channel terms in inference): its outputs are kept from call to call while every input
+    /// is the same tensor at the same version (ParameterCache).
     std::shared_ptr<ParameterCache> parameter_cache;
   };
   /// Views made directly from a realized tensor's storage (a TensorImpl with the traced sizes and

@@ -131,7 +131,7 @@ void Executor::mark_parameter_kernels() {
   const graph::Graph& g = traced_.graph;
   std::vector<bool> parameter(g.values.size(), false), kept_out(g.values.size(), false);
   for (const graph::Input& in : g.inputs) {
-    parameter[in.value] = in.kind == graph::InputKind::Parameter;
+    parameter[in.value] = graph::is_module_state(in.kind);
   }
   for (const graph::Mutation& m : g.mutations) {
     parameter[m.input] = false;  // the graph writes it: never a cache key

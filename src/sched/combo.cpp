@@ -144,10 +144,11 @@ bool combinable(const graph::Graph& g, const KernelGroup& group) {
       nest_elements(group.kernel.body) > kMaxComboPartElements) {
     return false;
   }
-  // A kernel of parameters only (autocast's weight casts) is skipped while they are unchanged.
+  // A kernel of parameters and buffers only (autocast's weight casts, a batch norm's per-channel
+  // terms) is skipped while they are unchanged.
   std::set<ValueId> parameters;
   for (const graph::Input& in : g.inputs) {
-    if (in.kind == graph::InputKind::Parameter) parameters.insert(in.value);
+    if (graph::is_module_state(in.kind)) parameters.insert(in.value);
   }
   for (const graph::Mutation& m : g.mutations) parameters.erase(m.input);
   return !std::all_of(group.inputs.begin(), group.inputs.end(), [&](ValueId v) {

@@ -63,3 +63,32 @@ def test_the_cache_can_be_turned_off(monkeypatch):
     w, b = torch.randn(32, 16), torch.randn(32)
     graph, _ = trace_with_structure(linear_bf16, (x, w, b), kinds=["user", "param", "param"])
     assert C.CompiledGraph(graph).num_parameter_kernels == 0
+
+
+class BufferTable(torch.nn.Module):
+    """A kernel of a buffer only: the table's softmax, which ember.compile keeps across calls."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("table", torch.randn(16, 16))
+        self.scale = torch.nn.Parameter(torch.ones(16))
+
+    def forward(self, x):
+        return x @ (self.table * self.scale).softmax(-1)
+
+
+def test_buffers_are_kept_as_parameters_are_and_rerun_when_changed():
+    import ember
+
+    model = BufferTable()
+    c = ember.compile(model)
+    ember.metrics.reset()
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(c(x), model(x))
+        assert ember.metrics.snapshot()["parameter_kernels"] >= 1
+        model.table.mul_(2)  # in place: the version moves, the kept softmax is recomputed
+        torch.testing.assert_close(c(x), model(x))
+        model.table = torch.randn(16, 16)  # another tensor
+        torch.testing.assert_close(c(x), model(x))
