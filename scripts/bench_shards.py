@@ -152,7 +152,7 @@ def load_costs(paths: list[str], bench) -> dict[str, float]:
 
 
 # Driver options that take a value / are flags; everything else goes to the harness.
-DRIVER_OWNED_VALUE = {"--only", "--exclude", "--json", "--html", "--text", "--time-budget", "--from-json"}
+DRIVER_OWNED_VALUE = {"--only", "--exclude", "--skip-done", "--json", "--html", "--text", "--time-budget", "--from-json"}
 DRIVER_OWNED_FLAG = {"--include-heavy", "--list", "--no-overhead", "--worker"}
 
 
@@ -608,6 +608,9 @@ def parse(argv: list[str] | None):
     # harness options the driver itself needs (the rest are passed through)
     p.add_argument("--only", default=None)
     p.add_argument("--exclude", default=None)
+    p.add_argument("--skip-done", default=None,
+                   help="comma-separated earlier report JSONs (globs): leave out the models they ran "
+                        "in this --mode and --dtype (a sweep continued over several calls)")
     p.add_argument("--include-heavy", action="store_true")
     p.add_argument("--mode", default="inference")
     p.add_argument("--dtype", default="fp32")
@@ -657,7 +660,9 @@ def main(argv: list[str] | None = None) -> int:
                 "--dry-run", "--merge"):
         harness_args = _drop(harness_args, opt)
     harness_parse(harness_args)
-    specs = bench.select(_list(args.only), _list(args.exclude), args.include_heavy)
+    exclude = (_list(args.exclude) or []) + sorted(done_models(_list(args.skip_done) or [], args.mode,
+                                                               args.dtype))
+    specs = bench.select(_list(args.only), exclude or None, args.include_heavy)
     ordered = priority_order(specs, _list(args.priority))
     costs = load_costs(_list(args.costs) or [], bench) if args.costs else None
     shards = split_shards([s.name for s in ordered], args.gpus, costs)
@@ -702,6 +707,19 @@ def _drop(argv: list[str], opt: str) -> list[str]:
         out.append(a)
         i += 1
     return out
+
+
+def done_models(patterns: list[str], mode: str, dtype: str) -> set[str]:
+    """Models with a run that was not skipped, in this mode and dtype, in the reports matching
+    `patterns` (merged driver reports, shard reports or harness reports)."""
+    done: set[str] = set()
+    for f in sorted({f for pat in patterns for f in glob.glob(pat)}):
+        with open(f) as fh:
+            d = json.load(fh)
+        for r in d.get("runs", []):
+            if r.get("mode") == mode and r.get("dtype") == dtype and r.get("status") != "skipped":
+                done.add(r["model"])
+    return done
 
 
 def _list(x: str | None) -> list[str] | None:

@@ -181,3 +181,20 @@ def test_merge_on_the_command_line_keeps_the_order_given(shards, bench, tmp_path
     assert shards.main(["--merge", str(zeroth), str(rerun), "--json", str(out)]) == 0
     merged = bench.Report.load(str(out))
     assert merged.meta["merge"]["source"]["GPT2LMHeadModel/inference/bf16"] == "rerun.json"
+
+
+def test_skip_done_leaves_out_models_an_earlier_report_ran(shards, tmp_path):
+    def run(model, mode, dtype, status):
+        return {"model": model, "mode": mode, "dtype": dtype, "status": status}
+
+    (tmp_path / "a_merged.json").write_text(json.dumps({"runs": [
+        run("mlp", "inference", "bf16", "ok"),
+        run("nanogpt", "inference", "bf16", "skipped"),     # not started: still to run
+        run("tiny_resnet", "inference", "fp32", "ok"),      # another dtype
+        run("T5Small", "training", "bf16", "ok"),           # another mode
+    ]}))
+    (tmp_path / "b_merged.json").write_text(json.dumps({"runs": [run("pyg_GCN", "inference", "bf16",
+                                                                     "eager_fail")]}))
+    done = shards.done_models([str(tmp_path / "*_merged.json")], "inference", "bf16")
+    assert done == {"mlp", "pyg_GCN"}
+    assert "--skip-done" not in shards.strip_owned(["--skip-done", "x.json", "--dtype", "bf16"])
