@@ -9,6 +9,9 @@ full-size model plans in seconds on the CPU machine.
     python scripts/plan_training_graphs.py timm_vit_base_patch16_224 --dtype bf16 [--top 30]
     python scripts/plan_training_graphs.py timm_vit_base_patch16_224 --dtype bf16 --code b12
 
+`--mode inference` plans the inference graphs instead (traced for cuda:0 under no_grad, as the
+Executor gets them before its own rewrites: constant folding, attention fusion, causal masks).
+
 timm models need timm on the path and --vision-stub (scripts/vision_stub.py): timm installed with
 `pip install --no-deps --target /tmp/timmlib timm`, run with PYTHONPATH=/tmp/timmlib.
 """
@@ -22,7 +25,7 @@ import torch
 import ember._C as C
 from ember.bench import harness as H
 from ember.bench import models as M
-from ember.tracing import trace_joint
+from ember.tracing import trace_joint, trace_with_structure
 
 B = importlib.import_module("ember.backend")  # the module (ember.backend is its function)
 BYTES = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i64": 8, "i32": 4, "i8": 1, "u8": 1, "b8": 1}
@@ -112,6 +115,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("model")
     p.add_argument("--dtype", default="bf16", choices=("fp32", "bf16", "fp16"))
+    p.add_argument("--mode", default="training", choices=("training", "inference"))
     p.add_argument("--size", default="full")
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--top", type=int, default=25, help="kernels listed per graph, by bytes")
@@ -124,8 +128,16 @@ def main() -> None:
         import vision_stub  # noqa: PLC0415 (scripts/, beside this file)
 
         vision_stub.install()
-    wl = M.REGISTRY[a.model].build(a.size, "training", "cpu", a.batch_size)
+    wl = M.REGISTRY[a.model].build(a.size, a.mode, "cpu", a.batch_size)
     plans = []
+
+    def inference_planner(gm, example_inputs, **_kwargs):
+        kinds, names = B._input_kinds(gm, example_inputs)
+        graph, unflatten = trace_with_structure(gm, example_inputs, kinds, names, device="cuda:0")
+        plans.append((graph, None, 0, 0))
+        text = str(graph)
+        metas = output_types(text, len(returned(text)))
+        return lambda *args: unflatten([torch.zeros(m.shape, dtype=m.dtype) for m in metas])
 
     def planner(gm, example_inputs, **_kwargs):
         kinds, names = B._input_kinds(gm, example_inputs)
@@ -136,21 +148,32 @@ def main() -> None:
         metas = output_types(str(forward), sig["num_forward_outputs"])
         return lambda *args: list(Stub.apply(metas, *args))
 
-    model = H.TrainWrapper(wl.model, wl.loss_fn)
-    compiled = torch.compile(model, backend=planner)
+    training = a.mode == "training"
+    model = H.TrainWrapper(wl.model, wl.loss_fn) if training else wl.model.eval()
+    compiled = torch.compile(model, backend=planner if training else inference_planner)
     if a.dtype != "fp32":  # torch.autocast("cuda") turns itself off on a torch without CUDA
         torch.set_autocast_enabled("cuda", True)
         torch.set_autocast_dtype("cuda", torch.bfloat16 if a.dtype == "bf16" else torch.float16)
-    loss, _ = compiled(*wl.args, **wl.kwargs)
+    if training:
+        loss, _ = compiled(*wl.args, **wl.kwargs)
+    else:
+        with torch.no_grad():
+            compiled(*wl.args, **wl.kwargs)
     torch.set_autocast_enabled("cuda", False)
-    loss.backward()
+    if training:
+        loss.backward()
 
     total_ms = 0.0
     for gi, (forward, backward, saved, num_outputs) in enumerate(plans):
-        print(f"== graph {gi}: saved for the backward {saved / 2**20:.1f} MiB")
-        by_op = saved_by_op(str(forward), num_outputs)
-        print("  saved MiB by op: " + ", ".join(f"{op} {mb:.1f} (x{n})" for op, mb, n in by_op[:8]))
+        if backward is None:
+            print(f"== graph {gi} (inference)")
+        else:
+            print(f"== graph {gi}: saved for the backward {saved / 2**20:.1f} MiB")
+            by_op = saved_by_op(str(forward), num_outputs)
+            print("  saved MiB by op: " + ", ".join(f"{op} {mb:.1f} (x{n})" for op, mb, n in by_op[:8]))
         for side, graph in (("f", forward), ("b", backward)):
+            if graph is None:
+                continue
             plan = C.triton_plan(graph)
             fused = collections.Counter(o for k in plan for o in k["ops"])
             externs = collections.Counter(graph.ops) - fused
