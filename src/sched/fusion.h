@@ -71,6 +71,9 @@ inline bool kernel_device(const graph::Device& d) {
   return d.kind == graph::DeviceKind::CPU || d.kind == graph::DeviceKind::CUDA;
 }
 
+/// EMBER_STORED_PROLOGUES=1 (ScheduleOptions::stored_prologues).
+bool stored_prologues_default();
+
 struct ScheduleOptions {
   /// Outer loops of kernels with at least this many elements run in parallel (OpenMP).
   int64_t parallel_threshold = 32768;
@@ -106,6 +109,10 @@ struct ScheduleOptions {
   /// Whether independent pointwise kernels are merged into combo kernels (combo.h: horizontal
   /// fusion), one launch each.
   bool combo_kernels = true;
+  /// Whether a reduction kernel may also store a value of its input's shape that its prologue
+  /// reads and that the open kernel would store alone (Note [Stored prologues] in fusion.cpp: a
+  /// residual add before its layer's RMSNorm). Off unless EMBER_STORED_PROLOGUES=1: not yet timed.
+  bool stored_prologues = stored_prologues_default();
 };
 
 /// Requires a verifier-valid graph whose tensors are all on the CPU (C++ kernels) or all on one

@@ -137,6 +137,9 @@ class KernelBuilder final : public ElementReader {
   /// Reads of realized value `v` must be at flat offset `offset` (in the loop variables): any
   /// other read, or a use of `v` as an index tensor, makes add_store fail.
   void bind_reads(ValueId v, const Expr& offset);
+  /// Realized value `v` is computed from its node where this builder reads it, not loaded: the
+  /// kernel stores it itself, later (Note [Stored prologues] in fusion.cpp).
+  void compute_inline(ValueId v) { inline_.insert(v); }
   /// The per-element statement: the lets, then the stores of every added value (buffers named
   /// value_buffer(v), loop variables loop_var(d)).
   Stmt body() const;
@@ -194,6 +197,7 @@ class KernelBuilder final : public ElementReader {
   loop::VarBounds bounds_;
   State st_;
   std::map<ValueId, Expr> bound_;  // see bind_reads
+  std::set<ValueId> inline_;       // see compute_inline
   bool conflict_ = false;
   int guard_depth_ = 0;
 };
@@ -210,8 +214,12 @@ class ReductionGroupBuilder {
   /// `outputs`: the node's outputs something needs, in output order; `fuse`: whether epilogues may
   /// join (ScheduleOptions::reduction_fusion). Requires a reduction kernel node whose input is
   /// realized unless `fuse` and supports_reduction_fusion.
-  ReductionGroupBuilder(const FusionState& s, int32_t node, std::vector<ValueId> outputs,
-                        bool fuse);
+  /// `stored`: realized values of the input's shape that the prologue computes inline and the
+  /// kernel stores as its first epilogues (Note [Stored prologues] in fusion.cpp). absorbed()
+  /// tells whether that worked.
+  ReductionGroupBuilder(const FusionState& s, int32_t node, std::vector<ValueId> outputs, bool fuse,
+                        const std::vector<ValueId>& stored = {});
+  bool absorbed() const { return absorbed_; }
 
   bool has_prologue() const { return prologue_.has_value(); }
   /// The node's input.
@@ -233,6 +241,7 @@ class ReductionGroupBuilder {
   const FusionState& s_;
   const graph::Graph& g_;
   int32_t node_;
+  bool absorbed_ = false;
   ReductionSpec spec_;  // of node_, over the input's dims (analyze_reduction, not coalesced)
   std::vector<ValueId> outputs_;
   bool fusible_ = false;

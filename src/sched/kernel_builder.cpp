@@ -197,7 +197,7 @@ Expr KernelBuilder::element(ValueId v, const Index& raw_index, bool guarded) {
     guard_depth_ -= guarded;
     return e;
   }
-  if (s_.realized(v)) {
+  if (s_.realized(v) && inline_.count(v) == 0) {
     if (stores(v)) {
       // Written by this kernel: readable only at its own index, where it is a let.
       Index id = identity();

@@ -14,7 +14,8 @@
 namespace ember::sched::fusion_detail {
 
 ReductionGroupBuilder::ReductionGroupBuilder(const FusionState& s, int32_t node,
-                                             std::vector<ValueId> outputs, bool fuse)
+                                             std::vector<ValueId> outputs, bool fuse,
+                                             const std::vector<ValueId>& stored)
     : s_(s), g_(s.graph()), node_(node), outputs_(std::move(outputs)) {
   const graph::Node& n = g_.nodes[node_];
   std::optional<ReductionSpec> spec = analyze_reduction(g_, n, /*coalesce=*/false);
@@ -23,11 +24,19 @@ ReductionGroupBuilder::ReductionGroupBuilder(const FusionState& s, int32_t node,
   fusible_ = fuse && supports_reduction_fusion(g_, n);
   x_value_ = spec_.x.value;
   x_sizes_ = sizes_of(g_.type(x_value_));
-  if (!s_.realized(x_value_)) {
-    EMBER_INTERNAL_ASSERT(fusible_)
+  const bool x_stored = std::find(stored.begin(), stored.end(), x_value_) != stored.end();
+  if (!s_.realized(x_value_) || x_stored) {
+    EMBER_INTERNAL_ASSERT(fusible_ || !stored.empty())
         << "the input of reduction node " << node_ << " is not realized";
     prologue_.emplace(s_, x_sizes_);
+    for (ValueId v : stored) prologue_->compute_inline(v);
     x_ = prologue_->compute(x_value_);
+  }
+  if (!stored.empty()) {
+    absorbed_ = fusible_ && prologue_.has_value();
+    for (ValueId v : stored) {
+      absorbed_ = absorbed_ && prologue_->nodes().count(g_.values[v].node) > 0 && add_epilogue(v);
+    }
   }
 }
 
