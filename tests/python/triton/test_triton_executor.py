@@ -425,11 +425,27 @@ def test_max_pool_backward_from_window_offsets(window, monkeypatch):
     aten = torch.ops.aten
 
     def fn(x, g):
-        y, i = aten.max_pool2d_with_indices(x, k, s, p, 1, ceil)
-        return y, aten.max_pool2d_with_indices_backward(g, x, k, s, p, 1, ceil, i)
+        # Under grad mode, as in a training graph: under no_grad the indices are not rewritten.
+        with torch.enable_grad():
+            y, i = aten.max_pool2d_with_indices(x, k, s, p, 1, ceil)
+            return y, aten.max_pool2d_with_indices_backward(g, x, k, s, p, 1, ceil, i)
 
     x = r(2, 3, 11, 13)
     y = aten.max_pool2d_with_indices(x, k, s, p, 1, ceil)[0]
     compiled = run(fn, x, r(*y.shape), atol=1e-5)
     externs = [st for st in compiled.describe_steps() if st.startswith("extern")]
     assert externs == ["extern aten::max_pool2d_with_indices"], compiled.describe_steps()
+
+
+def test_max_pool_under_no_grad_is_a_generated_kernel(monkeypatch):
+    """Inference: no backward can read the indices, so they are not rewritten as offsets, and the
+    pool is a generated kernel, not ATen's (which writes int64 indices)."""
+    monkeypatch.setenv("EMBER_SPLIT_REDUCTIONS", "all")
+
+    def fn(x):
+        with torch.no_grad():
+            return torch.ops.aten.max_pool2d_with_indices(x, 3, 2, 1)[0].relu()
+
+    compiled = run(fn, r(2, 3, 11, 13), atol=1e-6)
+    assert not [st for st in compiled.describe_steps() if st.startswith("extern")], \
+        compiled.describe_steps()
