@@ -14,7 +14,9 @@
 // Both are pointwise: the forward's kernel reads the indices once and writes a byte per output,
 // the min cut saves the offsets (an eighth of the bytes), and in the backward a kernel writes
 // the indices just before ATen's backward reads them. The program's own use of the indices
-// (return_indices=True) still reads the pool's output.
+// (return_indices=True) still reads the pool's output. Only under grad mode, where a backward
+// may follow: under no_grad the offsets would be dead but would still read the indices, which
+// keeps the pool an ATen call writing int64 indices instead of a generated kernel.
 //
 // Note [A max pool's backward from its offsets]
 // ATen's backward also reads the pool's input, for its sizes and layout only, and so the min cut
