@@ -109,6 +109,7 @@ class Scheduler final : public FusionState {
   bool generated(ValueId v) const;
   template <typename InMemory, typename Inlined>
   bool walk_inlined(ValueId v, InMemory&& in_memory, Inlined&& inlined) const;
+  int weight(ValueId u) const;
   std::vector<ValueId> stored_prologue(int32_t reduction, const KernelBuilder* open,
                                        bool nothing_pending) const;
   std::vector<ValueId> violators(const std::vector<std::pair<int, Use>>& uses) const;
@@ -277,6 +278,27 @@ bool Scheduler::walk_inlined(ValueId v, InMemory&& in_memory, Inlined&& inlined)
   return true;
 }
 
+// What computing computed value `u` from its operands costs, its own node only.
+int Scheduler::weight(ValueId u) const {
+  const graph::Node& n = g_.nodes[g_.values[u].node];
+  if (node_class(u) == NodeClass::Pointwise) {
+    std::vector<Expr> in;
+    for (ValueId a : tensor_args(n)) {
+      in.push_back(
+          loop::Var::make("x" + std::to_string(in.size()), *to_loop_dtype(g_.type(a).dtype)));
+    }
+    return expression_cost(lower_pointwise(g_, n, in));
+  }
+  if (is_batch_norm_inference(g_, n)) {  // arithmetic on its operands
+    PlaceholderReader reader(g_);
+    Index index;
+    for (size_t d = 0; d < g_.type(u).sizes.size(); ++d) index.push_back(loop::idx(0));
+    return expression_cost(lower_batch_norm_inference(g_, n, index, reader));
+  }
+  if (is_pool(g_, n)) return pool_window(g_, n);    // a compare or an add per window element
+  return index_tensor_args(g_, n).empty() ? 0 : 1;  // index ops move data; a gather loads an index
+}
+
 // What evaluating `v` once more costs (Note [Recompute or realize]): the weights of the values
 // inlined into it, each counted once.
 int Scheduler::cost(ValueId v, std::vector<int>& weights) const {
@@ -284,26 +306,7 @@ int Scheduler::cost(ValueId v, std::vector<int>& weights) const {
   walk_inlined(
       v, [](ValueId) { return true; },
       [&](ValueId u) {
-        const graph::Node& n = g_.nodes[g_.values[u].node];
-        if (weights[u] < 0) {
-          if (node_class(u) == NodeClass::Pointwise) {
-            std::vector<Expr> in;
-            for (ValueId a : tensor_args(n)) {
-              in.push_back(loop::Var::make("x" + std::to_string(in.size()),
-                                           *to_loop_dtype(g_.type(a).dtype)));
-            }
-            weights[u] = expression_cost(lower_pointwise(g_, n, in));
-          } else if (is_batch_norm_inference(g_, n)) {  // arithmetic on its operands
-            PlaceholderReader reader(g_);
-            Index index;
-            for (size_t d = 0; d < g_.type(u).sizes.size(); ++d) index.push_back(loop::idx(0));
-            weights[u] = expression_cost(lower_batch_norm_inference(g_, n, index, reader));
-          } else if (is_pool(g_, n)) {  // a compare or an add per window element
-            weights[u] = pool_window(g_, n);
-          } else {  // index ops move data; a gather also loads an index
-            weights[u] = index_tensor_args(g_, n).empty() ? 0 : 1;
-          }
-        }
+        if (weights[u] < 0) weights[u] = weight(u);
         total += weights[u];
       });
   return total;
@@ -391,13 +394,15 @@ std::vector<ValueId> Scheduler::violators(const std::vector<std::pair<int, Use>>
 // residual add), so it is stored, by a pointwise kernel of its own, and the norm's kernel reads it
 // back: Phi3Small's bf16 inference has 16 such pairs, each writing a 32 MiB f32 sum and reading
 // it again. Inductor stores the sum from the norm's kernel. Here, with
-// ScheduleOptions::stored_prologues, when a reduction comes while the open pointwise kernel stores
-// one value `v`, nothing waits on that kernel, `v` is one cheap pointwise op on values in memory,
-// and the reduction's prologue reads `v` within kMaxPrologueCost: the open kernel is dropped, the
-// prologue computes `v` inline (KernelBuilder::compute_inline) and the reduction's kernel stores
-// it as its first epilogue (in the pass after the reduction; with the row in registers, one pass).
-// Before anything reads `v` again the kernel has run: a reader between the add and the norm would
-// have closed the open kernel, and later readers come after this kernel.
+// ScheduleOptions::stored_prologues, when a reduction comes while the open pointwise kernel of its
+// input's shape stores values the reduction's prologue reads (the sum; sometimes also `sum^2`,
+// realized by the cost rule), nothing waits on that kernel, and computing those values inline
+// (pointwise ops, with what they inline) and the rest of the input costs at most kMaxPrologueCost:
+// the open kernel is dropped, the prologue computes the values inline
+// (KernelBuilder::compute_inline) and the reduction's kernel stores them as its first epilogues
+// (in the pass after the reduction; with the row in registers, one pass). Before anything reads
+// them again the kernel has run: a reader between the add and the norm would have closed the open
+// kernel, and later readers come after this kernel.
 std::vector<ValueId> Scheduler::stored_prologue(int32_t reduction, const KernelBuilder* open,
                                                 bool nothing_pending) const {
   if (!options_.stored_prologues || !options_.reduction_fusion || open == nullptr ||
@@ -417,14 +422,10 @@ std::vector<ValueId> Scheduler::stored_prologue(int32_t reduction, const KernelB
   int total = realized(spec->x.value) ? 0 : cost(spec->x.value, weights);
   for (ValueId v : stored) {
     if (node_class(v) != NodeClass::Pointwise) return {};
-    const graph::Node& vn = g_.nodes[g_.values[v].node];
-    std::vector<Expr> in;
-    for (ValueId a : tensor_args(vn)) {
-      in.push_back(
-          loop::Var::make("x" + std::to_string(in.size()), *to_loop_dtype(g_.type(a).dtype)));
+    for (ValueId a : tensor_args(g_.nodes[g_.values[v].node])) {
       if (std::find(stored.begin(), stored.end(), a) == stored.end()) total += cost(a, weights);
     }
-    total += expression_cost(lower_pointwise(g_, vn, in));
+    total += weight(v);
   }
   return total <= kMaxPrologueCost ? stored : std::vector<ValueId>{};
 }
@@ -536,8 +537,8 @@ Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
           ReductionGroupBuilder trial(*this, ni, outputs, options_.reduction_fusion, v);
           if (trial.absorbed()) {
             close_held();
-            open.reset();  // its one value is stored by the reduction's kernel instead
-            open_reduction.emplace(*this, ni, std::move(outputs), options_.reduction_fusion, v);
+            open.reset();  // its values are stored by the reduction's kernel instead
+            open_reduction.emplace(std::move(trial));
             break;
           }
         }
