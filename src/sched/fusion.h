@@ -71,7 +71,7 @@ inline bool kernel_device(const graph::Device& d) {
   return d.kind == graph::DeviceKind::CPU || d.kind == graph::DeviceKind::CUDA;
 }
 
-/// EMBER_STORED_PROLOGUES=1 (ScheduleOptions::stored_prologues).
+/// False only under EMBER_STORED_PROLOGUES=0 (ScheduleOptions::stored_prologues).
 bool stored_prologues_default();
 
 struct ScheduleOptions {
@@ -111,7 +111,7 @@ struct ScheduleOptions {
   bool combo_kernels = true;
   /// Whether a reduction kernel may also store a value of its input's shape that its prologue
   /// reads and that the open kernel would store alone (Note [Stored prologues] in fusion.cpp: a
-  /// residual add before its layer's RMSNorm). Off unless EMBER_STORED_PROLOGUES=1: not yet timed.
+  /// residual add before its layer's RMSNorm). On unless EMBER_STORED_PROLOGUES=0.
   bool stored_prologues = stored_prologues_default();
 };
 

@@ -1,4 +1,4 @@
-"""Stored prologues (Note [Stored prologues] in src/sched/fusion.cpp, EMBER_STORED_PROLOGUES=1): a
+"""Stored prologues (Note [Stored prologues] in src/sched/fusion.cpp, on unless EMBER_STORED_PROLOGUES=0): a
 residual add that its RMSNorm reads and a later op reads too is stored by the norm's kernel, not
 by a kernel of its own. Differential against eager, C++ kernels and Triton's (interpreted), with
 the kernel count as the assertion."""
