@@ -60,10 +60,11 @@ def _setup() -> None:
     global _prefixes_set
     if not _prefixes_set:
         _C.set_capture_skip_prefixes(library_prefixes())
-        limit = os.environ.get("EMBER_CACHE_SIZE_LIMIT")
-        if limit:
-            _C.set_capture_cache_size_limit(int(limit))
         _prefixes_set = True
+    limit = config.cache_size_limit
+    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+        raise CompileError(f"ember.config.cache_size_limit must be an int >= 0, got {limit!r}")
+    _C.set_capture_cache_size_limit(limit)
 
 
 class CompiledModule(torch.nn.Module):

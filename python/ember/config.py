@@ -4,6 +4,12 @@ from __future__ import annotations
 
 import os
 
+# Most compiled entries one ember.compile keeps per code object (torch.compile's
+# torch._dynamo.config.cache_size_limit). A frame whose entries reach it runs its original
+# bytecode from then on, with one warning naming the guard that failed last: a recompile storm
+# costs eager's time, not a compile per call. Read by every ember.compile call.
+cache_size_limit: int = int(os.environ.get("EMBER_CACHE_SIZE_LIMIT", "8"))
+
 
 def codegen() -> bool:
     """EMBER_CODEGEN=0 turns off generated kernels: every node runs as an ATen call."""

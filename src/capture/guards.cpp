@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <sstream>
+#include <string_view>
 
 #include "support/error.h"
 
@@ -85,9 +86,93 @@ PyObject* weak_target(PyObject* ref) {
 #endif
 }
 
+namespace {
+
+PyObject* interned(const char* s) {
+  return PyUnicode_InternFromString(s);  // kept for the process
+}
+
+/// torch's immutable value types: compared by value, never by identity.
+bool is_torch_value_type(PyTypeObject* t) {
+  std::string_view n(t->tp_name);
+  return n == "torch.device" || n == "torch.dtype" || n == "torch.layout" ||
+         n == "torch.memory_format" || n == "torch.Size";
+}
+
+/// The field names of a frozen dataclass's type (a tuple), or nullptr when `t` is not one.
+PyObject* frozen_dataclass_fields(PyTypeObject* t) {
+  if (!PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE)) return nullptr;
+  static PyObject* params_name = interned("__dataclass_params__");
+  static PyObject* fields_name = interned("__dataclass_fields__");
+  static PyObject* frozen_name = interned("frozen");
+  PyObject* params = _PyType_Lookup(t, params_name);
+  PyObject* fields = _PyType_Lookup(t, fields_name);
+  if (params == nullptr || fields == nullptr || !PyDict_Check(fields)) return nullptr;
+  nb::object frozen = nb::steal(PyObject_GetAttr(params, frozen_name));
+  if (!frozen.is_valid()) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  if (frozen.ptr() != Py_True) return nullptr;
+  // Fields proper (not ClassVar or InitVar pseudo-fields): those with _field_type _FIELD.
+  static PyObject* field_type_name = interned("_field_type");
+  static PyObject* field_marker = [] {
+    nb::object m = nb::steal(PyImport_ImportModule("dataclasses"));
+    PyObject* f = m.is_valid() ? PyObject_GetAttrString(m.ptr(), "_FIELD") : nullptr;
+    if (f == nullptr) PyErr_Clear();
+    return f;  // kept for the process
+  }();
+  nb::object names = nb::steal(PyList_New(0));
+  PyObject* key = nullptr;
+  PyObject* field = nullptr;
+  Py_ssize_t pos = 0;
+  while (PyDict_Next(fields, &pos, &key, &field)) {
+    nb::object kind = nb::steal(PyObject_GetAttr(field, field_type_name));
+    if (!kind.is_valid()) PyErr_Clear();
+    if (field_marker != nullptr && kind.ptr() != field_marker) continue;
+    if (PyList_Append(names.ptr(), key) < 0) {
+      PyErr_Clear();
+      return nullptr;
+    }
+  }
+  return PyList_AsTuple(names.ptr());  // new reference
+}
+
+/// Whether `a` and `b` (of one frozen dataclass type with fields `names`) have equal fields.
+bool fields_equal(PyObject* a, PyObject* b, PyObject* names) {
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); ++i) {
+    PyObject* name = PyTuple_GET_ITEM(names, i);
+    nb::object x = nb::steal(PyObject_GetAttr(a, name));
+    nb::object y = nb::steal(PyObject_GetAttr(b, name));
+    if (!x.is_valid() || !y.is_valid()) {
+      PyErr_Clear();
+      return false;
+    }
+    if (!values_equal(x.ptr(), y.ptr())) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool is_enum_member(nb::handle v) {
+  static PyObject* enum_type = [] {
+    nb::object m = nb::steal(PyImport_ImportModule("enum"));
+    PyObject* t = m.is_valid() ? PyObject_GetAttrString(m.ptr(), "Enum") : nullptr;
+    if (t == nullptr) PyErr_Clear();
+    return t;  // kept for the process
+  }();
+  return enum_type != nullptr &&
+         PyObject_TypeCheck(v.ptr(), reinterpret_cast<PyTypeObject*>(enum_type));
+}
+
 bool values_equal(PyObject* a, PyObject* b) {
   if (Py_TYPE(a) != Py_TYPE(b)) return false;
   if (a == b) return true;
+  if (nb::object names = nb::steal(frozen_dataclass_fields(Py_TYPE(a))); names.is_valid()) {
+    return fields_equal(a, b, names.ptr());
+  }
+  if (PyErr_Occurred()) PyErr_Clear();
   if (PyTuple_CheckExact(a)) {
     Py_ssize_t n = PyTuple_GET_SIZE(a);
     if (PyTuple_GET_SIZE(b) != n) return false;
@@ -141,7 +226,21 @@ bool is_guardable_constant(PyObject* obj) {
     }
     return true;
   }
-  return false;
+  if (is_torch_value_type(Py_TYPE(obj)) || is_enum_member(obj)) return true;
+  nb::object names = nb::steal(frozen_dataclass_fields(Py_TYPE(obj)));
+  if (!names.is_valid()) {
+    PyErr_Clear();
+    return false;
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names.ptr()); ++i) {
+    nb::object field = nb::steal(PyObject_GetAttr(obj, PyTuple_GET_ITEM(names.ptr(), i)));
+    if (!field.is_valid()) {
+      PyErr_Clear();
+      return false;
+    }
+    if (!is_guardable_constant(field.ptr())) return false;
+  }
+  return true;
 }
 
 void GuardSet::add_tensor(int source, PyObject* tensor) {

@@ -8,8 +8,9 @@
 ///   IdMatch      the very object seen while tracing (modules, functions, classes, objects)
 ///   TypeMatch    an object of the exact type seen (an argument of a program's plain class:
 ///                its attributes are guarded one by one as they are read)
-///   Equals       a value of the same exact type that compares equal (None, bool, int, float,
-///                str, bytes, and tuples of these)
+///   Equals       a value of the same exact type that compares equal: the immutable values of
+///                is_guardable_constant (numbers, strings, torch.device / dtype / Size, enum
+///                members, frozen dataclasses of these, tuples of these)
 ///   Len          a list, tuple or container of the traced type and length
 ///   Same         the same object as another source (two inputs that were one tensor)
 ///   StateEquals  plain data (plain_data.h) structurally equal to a snapshot: what a
@@ -112,8 +113,14 @@ PyObject* weak_target(PyObject* ref);
 /// Equals' comparison: the same exact type and ==, with NaN equal to NaN and 0.0 unequal to -0.0.
 bool values_equal(PyObject* a, PyObject* b);
 
-/// Whether `obj` is a value Equals can guard (None, bool, int, float, str, bytes, and tuples of
-/// these).
+/// Whether `obj` is an immutable value that Equals guards: None, bool, int, float, str, bytes,
+/// Ellipsis; torch.device, dtype, layout, memory_format and Size; enum members; frozen
+/// dataclasses whose fields are such values; and tuples of these. Equal values are
+/// interchangeable, so a fresh object of an equal value (a property that makes a new
+/// torch.device per read) passes.
 bool is_guardable_constant(PyObject* obj);
+
+/// Whether `v` is an enum member (enum.Enum).
+bool is_enum_member(nanobind::handle v);
 
 }  // namespace ember::capture

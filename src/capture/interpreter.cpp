@@ -470,6 +470,7 @@ nb::object Interpreter::tensor_keyed_item(nb::handle obj, nb::handle key) {
 
 nb::object Interpreter::subscr(nb::handle obj, nb::handle key) {
   pin_identity(key);
+  if (is_tensor(obj)) return checked(PyObject_GetItem(obj.ptr(), tensor_index(obj, key).ptr()));
   if (is_tensor(key)) {
     // A dict keyed by the real tensors of graph inputs (an optimizer's `state[p]`).
     if (nb::object v = tensor_keyed_item(obj, key); v.is_valid()) return v;
@@ -822,6 +823,7 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
         call(m, {key, v}, {});
         return;
       }
+      if (is_tensor(obj)) key = tensor_index(obj, key);
       if (PyObject_SetItem(obj.ptr(), key.ptr(), v.ptr()) < 0) throw nb::python_error();
       return;
     }

@@ -228,6 +228,11 @@ class Interpreter {
   /// tracer tensor for a tensor, a wrapped copy for a list, tuple or dict).
   nanobind::object wrap(nanobind::handle v, int source);
   int source_of(nanobind::handle v) const;
+  /// A tracer tensor standing for the real tensor `real_tensor` as a constant of the graph.
+  nanobind::object constant_tensor(nanobind::handle real_tensor);
+  /// `key` for indexing the tensor `tensor`, with its lists of ints or bools made constant index
+  /// tensors (what tensor indexing would make of them for real).
+  nanobind::object tensor_index(nanobind::handle tensor, nanobind::handle key);
   /// An object guarded by type only (see wrap) whose identity the trace now depends on (`is`,
   /// `in`, a key, id() or hash()): guarded by identity from here on.
   void pin_identity(nanobind::handle v);
@@ -255,8 +260,17 @@ class Interpreter {
   /// of the program's inlined; `plain_call`: nn.Module.__call__ itself (super().__call__).
   nanobind::object call_module(nanobind::handle module, std::vector<nanobind::object> args,
                                nanobind::handle kwnames, bool plain_call = false);
+  /// Calls `callable` for real. `pin`: objects guarded by type among its arguments (and its
+  /// bound self) are pinned (pin_identity), since the call reads them unguarded; false only
+  /// where what it reads is guarded otherwise or depends on the type alone.
   nanobind::object call_real(nanobind::handle callable, std::vector<nanobind::object> args,
-                             nanobind::handle kwnames);
+                             nanobind::handle kwnames, bool pin = true);
+  /// A C method `leaf` of the container or fresh object `self`, run for real: its arguments
+  /// pinned where it hashes or compares them, not where it only stores them.
+  nanobind::object call_container_method(nanobind::handle method,
+                                         std::vector<nanobind::object> args,
+                                         nanobind::handle kwnames, PyObject* self,
+                                         std::string_view leaf);
   nanobind::object call_builtin(nanobind::handle fn, std::vector<nanobind::object> args,
                                 nanobind::handle kwnames);
   nanobind::object inline_function(nanobind::handle fn, std::vector<nanobind::object> args,
@@ -267,8 +281,10 @@ class Interpreter {
                                     const std::string& where);
   bool is_library_code(PyCodeObject* code) const;
   /// Whether `code` is library code that is inlined all the same when called: torch.optim's
-  /// optimizers (their step, its wrappers and the functional updates), as Dynamo inlines them.
-  /// LR schedulers stay library code (their methods are graph breaks).
+  /// optimizers (their step, its wrappers and the functional updates), as Dynamo inlines them,
+  /// and the wrappers of functions decorated with grad-mode context managers
+  /// (torch/utils/_contextlib.py). LR schedulers stay library code (their methods are graph
+  /// breaks).
   bool is_inlined_library_code(PyCodeObject* code) const;
   /// Whether a call of `fn` (a Python function) is inlined: program code or inlined library code.
   bool inlines(PyObject* fn) const;

@@ -80,8 +80,8 @@ PyObject* torch_class(const char* module, const char* name) {
   return t;  // kept for the process
 }
 
-/// torch.optim optimizers, learning-rate schedulers and AMP's gradient scaler: objects whose
-/// methods mutate real tensors and counters they hold.
+}  // namespace
+
 bool is_stateful_torch_object(nb::handle v) {
   static PyObject* optimizer = torch_class("torch.optim", "Optimizer");
   static PyObject* scheduler = torch_class("torch.optim.lr_scheduler", "LRScheduler");
@@ -94,6 +94,8 @@ bool is_stateful_torch_object(nb::handle v) {
   }
   return false;
 }
+
+namespace {
 
 /// Tensor methods that read a tensor's data into Python.
 bool is_data_read(std::string_view name) {
@@ -355,16 +357,16 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
       return dict_view(self, leaf);
     }
     if (self != nullptr && is_fresh(self) && rebuildable_object_type(self) != nullptr) {
-      return call_real(callable, std::move(args), kwnames);  // dict methods of a new object
+      // dict methods of a new object: what they store is rebuilt from its own source.
+      return call_real(callable, std::move(args), kwnames, /*pin=*/false);
     }
     if (self != nullptr && is_plain_value(self)) {
-      pin_identities(args);  // dict.get(obj), set.add(obj), list.index(obj), ...
       bool mutable_container = PyList_Check(self) || PyDict_Check(self) || PySet_Check(self);
       EMBER_UNSUPPORTED(!mutable_container || is_fresh(self) || !is_mutating_method(name) ||
                         mutates_outside(self))
           << "calling " << type_name_of(self) << "." << name
           << " on a container from outside the function at " << location();
-      return call_real(callable, std::move(args), kwnames);
+      return call_container_method(callable, std::move(args), kwnames, self, leaf);
     }
     EMBER_UNSUPPORTED(runs_for_real(callable))
         << "calling " << module_of(callable) << "." << name << " at " << location();
@@ -403,23 +405,8 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
         throw;
       }
       session_.set_strict_constants(true);
-      if (is_tensor(r) && !is_tracer(r)) {
-        // torch.tensor makes a real tensor: it becomes a constant of the graph.
-        at::Tensor real = THPVariable_Unpack(r.ptr());
-        if (at::functionalization::impl::isFunctionalTensor(real)) {
-          real = at::functionalization::impl::from_functional_tensor(real);
-        }
-        session_.exit();
-        at::Tensor tracer;
-        try {
-          tracer = session_.add_constant_tensor(real);
-        } catch (...) {
-          session_.enter();
-          throw;
-        }
-        session_.enter();
-        r = nb::steal(THPVariable_Wrap(tracer));
-      }
+      // torch.tensor makes a real tensor: it becomes a constant of the graph.
+      if (is_tensor(r) && !is_tracer(r)) r = constant_tensor(r);
       return r;
     }
     return call_real(callable, std::move(args), kwnames);
@@ -428,7 +415,7 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
     static PyObject* set_grad = imported("torch", "set_grad_enabled");
     if (c == set_grad) return set_grad_enabled(callable, std::move(args), kwnames);
     if (c == reinterpret_cast<PyObject*>(&PyType_Type) && args.size() == 1) {
-      return call_real(callable, std::move(args), kwnames);
+      return call_real(callable, std::move(args), kwnames, /*pin=*/false);  // type(obj)
     }
     if (type_name_of(callable) == "type" &&
         std::string_view(reinterpret_cast<PyTypeObject*>(c)->tp_name) == "functools.partial") {
@@ -452,7 +439,7 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
       nb::object self = fr.locals[0];
       if (PyCell_Check(self.ptr())) self = nb::borrow(PyCell_GET(self.ptr()));
       args = {cls, self};
-      return call_real(callable, std::move(args), kwnames);
+      return call_real(callable, std::move(args), kwnames, /*pin=*/false);
     }
     static PyObject* chain = imported("itertools", "chain");
     if (is_safe_builtin_type(c) || c == chain) {
@@ -470,7 +457,16 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
         EMBER_UNSUPPORTED(!args.empty() && !PyFunction_Check(args[0].ptr()))
             << name_of(callable) << " with a Python function at " << location();
       }
-      return call_real(callable, std::move(args), kwnames);
+      // list, tuple, enumerate, zip, reversed, chain, range and slice hold what they are given;
+      // the others hash, compare, convert or call it.
+      bool holds_only = c == reinterpret_cast<PyObject*>(&PyList_Type) ||
+                        c == reinterpret_cast<PyObject*>(&PyTuple_Type) ||
+                        c == reinterpret_cast<PyObject*>(&PyEnum_Type) ||
+                        c == reinterpret_cast<PyObject*>(&PyZip_Type) ||
+                        c == reinterpret_cast<PyObject*>(&PyReversed_Type) ||
+                        c == reinterpret_cast<PyObject*>(&PyRange_Type) ||
+                        c == reinterpret_cast<PyObject*>(&PySlice_Type) || c == chain;
+      return call_real(callable, std::move(args), kwnames, /*pin=*/!holds_only);
     }
     if (PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(c),
                          reinterpret_cast<PyTypeObject*>(PyExc_BaseException))) {
@@ -536,7 +532,8 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
           is_tensor(s) || is_fresh(s) ||
           (is_plain_value(s) && !PyList_Check(self) && !PyDict_Check(self) && !PySet_Check(self)))
           << "calling " << name_of(callable) << " of a " << type_name_of(s) << " at " << location();
-      return call_real(callable, std::move(args), kwnames);
+      return call_container_method(callable, std::move(args), kwnames, self,
+                                   std::string_view(mname).substr(mname.rfind('.') + 1));
     }
     if (tname == "wrapper_descriptor" && name_of(callable) == "object.__setattr__" &&
         args.size() == 3 && PyUnicode_Check(args[1].ptr()) && !kwnames.is_valid()) {
@@ -605,7 +602,17 @@ nb::object Interpreter::module_dict_view(nb::object module, std::string_view wha
 }
 
 nb::object Interpreter::call_real(nb::handle callable, std::vector<nb::object> args,
-                                  nb::handle kwnames) {
+                                  nb::handle kwnames, bool pin) {
+  if (pin && !identity_free_.empty()) {
+    // Code that runs for real reads what it is given without guards: objects guarded by type
+    // are guarded by identity from here on.
+    pin_identities(args);
+    PyObject* c = callable.ptr();
+    if (PyMethod_Check(c)) pin_identity(PyMethod_GET_SELF(c));
+    if (PyCFunction_Check(c) && PyCFunction_GET_SELF(c) != nullptr) {
+      pin_identity(PyCFunction_GET_SELF(c));
+    }
+  }
   size_t nkw = kwnames.is_valid() ? static_cast<size_t>(PyTuple_GET_SIZE(kwnames.ptr())) : 0;
   std::vector<PyObject*> raw(args.size());
   for (size_t i = 0; i < args.size(); ++i) {
@@ -621,6 +628,25 @@ nb::object Interpreter::call_real(nb::handle callable, std::vector<nb::object> a
   }
   if (PyIter_Check(r.ptr()) && !is_tensor(r)) fresh(r);
   return r;
+}
+
+nb::object Interpreter::call_container_method(nb::handle method, std::vector<nb::object> args,
+                                              nb::handle kwnames, PyObject* self,
+                                              std::string_view leaf) {
+  // dict.get(obj), set.add(obj), list.index(obj), ... hash or compare their arguments: those
+  // are pinned. A container's item stores and a list's append, insert and extend only hold
+  // what they store (a ModelOutput's super().__setitem__(name, cache)).
+  size_t held = args.size();
+  if (PyList_Check(self) || PyDict_Check(self) || is_fresh(self)) {
+    if (leaf == "append" || leaf == "extend") {
+      held = 0;
+    } else if (leaf == "insert" || leaf == "__setitem__" || leaf == "setdefault" ||
+               leaf == "__setattr__") {
+      held = 1;
+    }
+  }
+  for (size_t i = 0; i < args.size() && i < held; ++i) pin_identity(args[i]);
+  return call_real(method, std::move(args), kwnames, /*pin=*/false);
 }
 
 nb::object Interpreter::call_builtin(nb::handle fn, std::vector<nb::object> args,
@@ -645,27 +671,40 @@ nb::object Interpreter::call_builtin(nb::handle fn, std::vector<nb::object> args
     } catch (nb::python_error& e) {
       if (!e.matches(PyExc_AttributeError)) throw;
       // The default stands for a missing attribute: guarded where that is a C lookup (no
-      // __getattr__ to run per call), as an optimizer's grad_scale.
+      // __getattr__ to run per call), as an optimizer's grad_scale, and on every object guarded
+      // by type (another object of the type may have it).
       int source = source_of(args[0]);
-      if (source >= 0 && Py_TYPE(args[0].ptr())->tp_getattro == PyObject_GenericGetAttr) {
+      if (source >= 0 && (Py_TYPE(args[0].ptr())->tp_getattro == PyObject_GenericGetAttr ||
+                          identity_free_.count(args[0].ptr()) != 0)) {
         guards_.add_equals(sources_.has_attr(source, args[1].ptr()), Py_False);
       }
       return args[2];
     }
   }
   EMBER_UNSUPPORTED(is_safe_builtin(name)) << "calling builtin " << name << " at " << location();
-  if (name != "len" && name != "isinstance" && name != "issubclass" && name != "callable" &&
-      name != "hasattr" && name != "repr" && name != "format" && name != "ascii") {
-    pin_identities(args);  // id(), hash(), min/max/sorted over objects, ...
+  // What the builtin reads of an object guarded by type is guarded as a value (len, hasattr),
+  // or depends on its type alone (isinstance, issubclass, callable); anything else (id(),
+  // hash(), repr(), min/max/sorted over objects, ...) pins its identity (call_real).
+  bool pin = name != "isinstance" && name != "issubclass" && name != "callable" && name != "iter" &&
+             name != "next";
+  int source = args.size() >= 1 ? source_of(args[0]) : -1;
+  bool by_type = source >= 0 && (is_nn_module(args[0]) || identity_free_.count(args[0].ptr()) != 0);
+  if (name == "len" && args.size() == 1 && nkw == 0 && by_type) {
+    guards_.add_len(source, args[0].ptr());
+    pin = false;
   }
-  if (name == "len" && args.size() == 1 && source_of(args[0]) >= 0 && is_nn_module(args[0])) {
-    guards_.add_len(source_of(args[0]), args[0].ptr());
+  if (name == "hasattr" && args.size() == 2 && nkw == 0 && PyUnicode_Check(args[1].ptr()) &&
+      by_type) {
+    nb::object attr = args[1];
+    nb::object r = call_real(fn, std::move(args), kwnames, /*pin=*/false);
+    guards_.add_equals(sources_.has_attr(source, attr.ptr()), r.ptr());
+    return r;
   }
   if (name != "len" && name != "isinstance" && name != "issubclass" && name != "callable" &&
       name != "hasattr") {
     for (auto& a : args) a = materialized(a);
   }
-  return call_real(fn, std::move(args), kwnames);
+  return call_real(fn, std::move(args), kwnames, pin);
 }
 
 nb::object Interpreter::call_module(nb::handle module, std::vector<nb::object> args,

@@ -13,9 +13,19 @@ using bytecode::Op;
 
 bool Interpreter::step_data(Frame& fr, const Instr& in) {
   auto& st = fr.stack;
-  if (in.op == Op::BUILD_SET || in.op == Op::BUILD_MAP || in.op == Op::BUILD_CONST_KEY_MAP ||
-      in.op == Op::SET_ADD || in.op == Op::MAP_ADD || in.op == Op::SET_UPDATE) {
-    pin_identities(st);  // objects that become keys or set members: hashed by identity
+  // Objects that become set members or dict keys are hashed by identity: pinned.
+  const size_t depth = st.size();
+  if (in.op == Op::BUILD_SET) {
+    for (size_t i = 0; i < static_cast<size_t>(in.arg) && i < depth; ++i)
+      pin_identity(st[depth - 1 - i]);
+  } else if (in.op == Op::BUILD_MAP) {
+    for (size_t i = 0; i < static_cast<size_t>(in.arg) && 2 * i + 2 <= depth; ++i) {
+      pin_identity(st[depth - 2 - 2 * i]);  // k1, v1, ..., kn, vn: the keys
+    }
+  } else if ((in.op == Op::SET_ADD || in.op == Op::SET_UPDATE) && depth >= 1) {
+    pin_identity(st[depth - 1]);
+  } else if (in.op == Op::MAP_ADD && depth >= 2) {
+    pin_identity(st[depth - 2]);  // the key, below its value
   }
   switch (in.op) {
     case Op::BUILD_SLICE: {

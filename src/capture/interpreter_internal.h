@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "capture/bytecode/instruction.h"
+#include "capture/guards.h"
 #include "capture/interpreter.h"
 #include "support/error.h"
 
@@ -110,8 +111,14 @@ PyObject* imported(const char* module, const char* name);
 /// torch.nn.Module.
 PyObject* module_type();
 
-/// Whether `v` is an enum member (enum.Enum).
-bool is_enum_member(nanobind::handle v);
+/// Whether `v` is guarded by its type and what is read of it, not by its identity (wrap): an
+/// nn.Module or an instance of another class written in Python (not an optimizer, scheduler or
+/// grad scaler).
+bool is_identity_free(nanobind::handle v);
+
+/// torch.optim optimizers, learning-rate schedulers and AMP's gradient scaler: objects whose
+/// methods mutate real tensors and counters they hold.
+bool is_stateful_torch_object(nanobind::handle v);
 
 /// Whether `m` is an nn.Module instance.
 bool is_nn_module(nanobind::handle m);

@@ -24,14 +24,20 @@ bool Interpreter::is_library_code(PyCodeObject* code) const {
 }
 
 bool Interpreter::is_inlined_library_code(PyCodeObject* code) const {
-  static const std::string optim_dir = [] {
-    nb::object m = checked(PyImport_ImportModule("torch.optim"));
+  static const std::string torch_dir = [] {
+    nb::object m = checked(PyImport_ImportModule("torch"));
     std::string file = nb::cast<std::string>(checked(PyObject_GetAttrString(m.ptr(), "__file__")));
     return file.substr(0, file.find_last_of("/\\") + 1);
   }();
   std::string_view file = PyUnicode_AsUTF8(code->co_filename);
-  if (!starts_with(file, optim_dir)) return false;
-  std::string_view rest = file.substr(optim_dir.size());
+  if (!starts_with(file, torch_dir)) return false;
+  std::string_view rest = file.substr(torch_dir.size());
+  // The wrapper of a function decorated with a grad-mode context manager (@torch.no_grad(),
+  // @torch.enable_grad(), @torch.inference_mode()): `with ctx_factory(): return func(...)`,
+  // so the decorated function is captured under its context, as Dynamo does.
+  if (rest == "utils/_contextlib.py") return true;
+  if (!starts_with(rest, "optim/")) return false;
+  rest = rest.substr(6);
   return rest != "lr_scheduler.py" && rest != "swa_utils.py";
 }
 

@@ -15,11 +15,6 @@ PyObject* imported(const char* module, const char* name) {
   return checked(PyObject_GetAttrString(m.ptr(), name)).release().ptr();  // kept for the process
 }
 
-bool is_enum_member(nb::handle v) {
-  static PyObject* enum_type = imported("enum", "Enum");
-  return PyObject_TypeCheck(v.ptr(), reinterpret_cast<PyTypeObject*>(enum_type));
-}
-
 namespace {
 
 PyObject* parameter_type() {
@@ -126,6 +121,21 @@ int Interpreter::source_of(nb::handle v) const {
   return it == source_of_.end() ? -1 : it->second;
 }
 
+bool is_identity_free(nb::handle v) {
+  PyObject* o = v.ptr();
+  PyTypeObject* t = Py_TYPE(o);
+  // Instances of classes written in Python; not classes, functions, methods or modules (whose
+  // identity is what the program means), not objects of C types (their state is not read as
+  // attributes), not tensors (TensorMatch).
+  if (!PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE) || PyType_Check(o) || PyModule_Check(o) ||
+      PyFunction_Check(o) || PyMethod_Check(o) || PyCFunction_Check(o) || THPVariable_Check(o)) {
+    return false;
+  }
+  // Optimizers, LR schedulers and grad scalers: their methods change real state, and an
+  // optimizer's state is keyed by its parameters.
+  return !is_stateful_torch_object(v);
+}
+
 nb::object Interpreter::wrap(nb::handle v, int source) {
   auto cached = wrapped_.find(source);
   if (cached != wrapped_.end() && cached->second.ptr() != nullptr) return cached->second;
@@ -219,11 +229,11 @@ nb::object Interpreter::wrap(nb::handle v, int source) {
     guards_.add_id(sources_.attr(source, name.ptr()), PyMethod_GET_FUNCTION(o));
     out = nb::borrow(v);
     source_of_.emplace(o, source);
-  } else if (sources_.at(source).kind == SourceKind::Local && rebuildable_object_type(v) &&
-             !PyType_Check(o)) {
-    // An argument of a program's plain class (a ModelOutput a caller made): its type, not its
-    // identity, so a new object per call does not recompile; what the frame reads of it is
-    // guarded as read. Anything that depends on its identity pins it (pin_identity).
+  } else if (is_identity_free(v)) {
+    // An nn.Module or an object of a program's class: its type, not its identity, so one
+    // compiled frame serves every layer of a class and a new object per call (a cache, a
+    // ModelOutput a caller made) does not recompile; what the frame reads of it is guarded as
+    // read. Anything that depends on its identity pins it (pin_identity).
     guards_.add_type(source, o);
     // Read before through another source: what the trace reads of it is guarded through that
     // one, so this source must hold the same object.
@@ -241,6 +251,104 @@ nb::object Interpreter::wrap(nb::handle v, int source) {
   keepalive_.push_back(out);
   wrapped_[source] = out;
   return out;
+}
+
+nb::object Interpreter::constant_tensor(nb::handle real_tensor) {
+  at::Tensor real = THPVariable_Unpack(real_tensor.ptr());
+  if (at::functionalization::impl::isFunctionalTensor(real)) {
+    real = at::functionalization::impl::from_functional_tensor(real);
+  }
+  session_.exit();
+  at::Tensor tracer;
+  try {
+    tracer = session_.add_constant_tensor(real);
+  } catch (...) {
+    session_.enter();
+    throw;
+  }
+  session_.enter();
+  return nb::steal(THPVariable_Wrap(tracer));
+}
+
+namespace {
+
+/// Whether `v` is a list of bools and ints (nested lists of them when `nested`), and whether
+/// every leaf is a bool.
+bool is_index_list(PyObject* v, bool nested, bool& all_bool) {
+  if (!PyList_CheckExact(v) || PyList_GET_SIZE(v) == 0) return false;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(v); ++i) {
+    PyObject* item = PyList_GET_ITEM(v, i);
+    if (PyList_CheckExact(item)) {
+      if (!nested || !is_index_list(item, nested, all_bool)) return false;
+    } else if (PyBool_Check(item)) {
+    } else if (PyLong_CheckExact(item)) {
+      all_bool = false;
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+nb::object Interpreter::tensor_index(nb::handle tensor, nb::handle key) {
+  // Tensor indexing turns a list of ints (or bools) into an index tensor of the indexed
+  // tensor's device (torch's sequenceToVariable), a real tensor the trace would refuse: it is
+  // made here, as a constant of the graph. A list at the top level counts only when flat (a
+  // nested one is read as a tuple, as numpy's legacy rule has it); inside a tuple, nested
+  // lists count too.
+  auto convert = [&](PyObject* list, bool nested) -> nb::object {
+    bool all_bool = true;
+    if (!is_index_list(list, nested, all_bool)) return {};
+    static PyObject* torch_tensor = imported("torch", "tensor");
+    static PyObject* torch_bool = imported("torch", "bool");
+    static PyObject* torch_long = imported("torch", "long");
+    nb::object device = checked(PyObject_GetAttrString(tensor.ptr(), "device"));
+    nb::object kwargs = checked(PyDict_New());
+    PyDict_SetItemString(kwargs.ptr(), "dtype", all_bool ? torch_bool : torch_long);
+    PyDict_SetItemString(kwargs.ptr(), "device", device.ptr());
+    nb::object args = checked(PyTuple_Pack(1, list));
+    session_.exit();
+    PyObject* real = PyObject_Call(torch_tensor, args.ptr(), kwargs.ptr());
+    session_.enter();
+    return constant_tensor(checked(real));
+  };
+  PyObject* k = key.ptr();
+  if (PyList_CheckExact(k)) {
+    bool all_bool = true;
+    if (is_index_list(k, /*nested=*/false, all_bool) && all_bool) {
+      // A mask over dimension 0 of the size it masks: the positions of its True items (a
+      // bool index's output shape depends on them; a constant's does not).
+      const at::Tensor& t = THPVariable_Unpack(tensor.ptr());
+      if (t.dim() == 0 || t.size(0) != PyList_GET_SIZE(k)) return nb::borrow(key);
+      nb::object positions = checked(PyList_New(0));
+      for (Py_ssize_t i = 0; i < PyList_GET_SIZE(k); ++i) {
+        if (PyList_GET_ITEM(k, i) != Py_True) continue;
+        nb::object p = checked(PyLong_FromSsize_t(i));
+        if (PyList_Append(positions.ptr(), p.ptr()) < 0) throw nb::python_error();
+      }
+      if (PyList_GET_SIZE(positions.ptr()) == 0) return nb::borrow(key);
+      return convert(positions.ptr(), /*nested=*/false);
+    }
+    nb::object t = convert(k, /*nested=*/false);
+    return t.is_valid() ? t : nb::borrow(key);
+  }
+  if (!PyTuple_CheckExact(k)) return nb::borrow(key);
+  nb::object items;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(k); ++i) {
+    PyObject* item = PyTuple_GET_ITEM(k, i);
+    nb::object t = PyList_CheckExact(item) ? convert(item, /*nested=*/true) : nb::object();
+    if (!t.is_valid()) continue;
+    if (!items.is_valid()) {
+      items = checked(PyList_New(0));
+      for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(k); ++j) {
+        if (PyList_Append(items.ptr(), PyTuple_GET_ITEM(k, j)) < 0) throw nb::python_error();
+      }
+    }
+    if (PyList_SetItem(items.ptr(), i, t.release().ptr()) < 0) throw nb::python_error();
+  }
+  return items.is_valid() ? checked(PyList_AsTuple(items.ptr())) : nb::borrow(key);
 }
 
 bool Interpreter::materialize(nb::handle v, std::vector<nb::object>& items) {
@@ -292,7 +400,24 @@ bool Interpreter::mutates_outside(nb::handle v) {
 
 void Interpreter::pin_identity(nb::handle v) {
   if (identity_free_.empty() || !v.is_valid()) return;
-  auto it = identity_free_.find(v.ptr());
+  PyObject* o = v.ptr();
+  if (PyList_CheckExact(o) || PyTuple_CheckExact(o)) {  // what a container holds, one level down
+    for (Py_ssize_t i = 0; i < PySequence_Fast_GET_SIZE(o); ++i) {
+      PyObject* item = PySequence_Fast_GET_ITEM(o, i);
+      if (!PyList_CheckExact(item) && !PyTuple_CheckExact(item)) pin_identity(item);
+    }
+    return;
+  }
+  if (PyDict_CheckExact(o)) {
+    PyObject* key = nullptr;
+    PyObject* value = nullptr;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(o, &pos, &key, &value)) {
+      if (!PyList_CheckExact(value) && !PyTuple_CheckExact(value)) pin_identity(value);
+    }
+    return;
+  }
+  auto it = identity_free_.find(o);
   if (it == identity_free_.end()) return;
   for (int source : it->second) guards_.add_id(source, v.ptr());
   identity_free_.erase(it);

@@ -36,9 +36,11 @@ struct Entry {
 
 /// What ember keeps on a code object (its co_extra slot); freed with the code object.
 struct ExtraState {
-  std::vector<Entry> entries;    ///< most recently used first
-  bool skip_code = false;        ///< a compiler answered SkipCode
-  bool warned_limit = false;     ///< the cache-size-limit warning was issued
+  std::vector<Entry> entries;  ///< most recently used first
+  bool skip_code = false;      ///< a compiler answered SkipCode
+  /// Compilers whose entries for this code reached the cache-size limit: for them the frame
+  /// runs its original bytecode, its entries no longer checked.
+  std::vector<std::pair<const FrameCompiler*, std::weak_ptr<FrameCompiler>>> over_limit;
   uint64_t skip_generation = 0;  ///< the skip-prefix generation `file_skipped` was computed for
   bool file_skipped = false;
   /// The thread compiling this code now (its ThreadState), or null. A compile runs Python code
@@ -240,19 +242,26 @@ void purge_dead_entries(ExtraState* s) {
   s->entries.erase(keep, s->entries.end());
 }
 
-/// EMBER_LOGS=recompiles (or all): the first guard that failed for the entries of `owner` on this
-/// code object, through Python's logging (logger "ember").
-void log_recompile(const FrameView& f, ExtraState& s, const FrameCompiler* owner) {
-  if (!log_enabled("recompiles")) return;
-  std::string why;
+/// The first guard that failed for the most recent entry of `owner` on this code object.
+std::string recompile_reason(const FrameView& f, ExtraState& s, const FrameCompiler* owner) {
   for (auto& e : s.entries) {
     if (e.owner != owner || e.entry == nullptr) continue;
-    why = e.entry->first_failure(f);
-    break;
+    std::string why = e.entry->first_failure(f);
+    return why.empty() ? std::string("no guard failed") : why;
   }
-  log_warning("ember: recompiling " + std::string(PyUnicode_AsUTF8(f.code->co_qualname)) + " (" +
-              PyUnicode_AsUTF8(f.code->co_filename) + ":" + std::to_string(f.code->co_firstlineno) +
-              "): " + (why.empty() ? std::string("no guard failed") : why));
+  return {};
+}
+
+std::string frame_text(const FrameView& f) {
+  return std::string(PyUnicode_AsUTF8(f.code->co_qualname)) + " (" +
+         PyUnicode_AsUTF8(f.code->co_filename) + ":" + std::to_string(f.code->co_firstlineno) + ")";
+}
+
+bool is_over_limit(const ExtraState& s, const FrameCompiler* compiler) {
+  for (const auto& [owner, ref] : s.over_limit) {
+    if (owner == compiler && !ref.expired()) return true;
+  }
+  return false;
 }
 
 PyObject* intercept(PyThreadState* ts, _PyInterpreterFrame* frame, ThreadState& st, ExtraState* s);
@@ -274,28 +283,36 @@ PyObject* on_miss(PyThreadState* ts, _PyInterpreterFrame* frame, ThreadState& st
     HookDisabled off(st);
     purge_dead_entries(s);
   }
-  if (static_cast<int64_t>(s->entries.size()) >= g.cache_size_limit) {
+  int64_t own = std::count_if(s->entries.begin(), s->entries.end(),
+                              [&](const Entry& e) { return e.owner == compiler.get(); });
+  if (own >= g.cache_size_limit) {
+    // A recompile storm (a guard that fails on every call) would otherwise check every entry
+    // and run eagerly on every call: past the limit the frame runs its original bytecode,
+    // with one warning naming the guard that failed last.
     ++g.stats.cache_limit_hits;
     ++g.stats.eager_frames;
-    if (!s->warned_limit) {
-      s->warned_limit = true;
-      HookDisabled off(st);
-      if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
-                           "ember: %S (%S:%d) reached the cache size limit (%d entries); calls "
-                           "that miss the cache run eagerly",
-                           f.code->co_qualname, f.code->co_filename, f.code->co_firstlineno,
-                           g.cache_size_limit) < 0) {
-        return fail(ts, frame);
-      }
-    }
+    std::erase_if(s->over_limit, [](const auto& o) { return o.second.expired(); });
+    s->over_limit.emplace_back(compiler.get(), compiler);
+    HookDisabled off(st);
+    std::string why = own > 0 ? recompile_reason(f, *s, compiler.get()) : "";
+    std::string text = "ember: " + frame_text(f) + " reached the cache size limit (" +
+                       std::to_string(g.cache_size_limit) +
+                       " entries; ember.config.cache_size_limit): from now on it runs without "
+                       "compiling" +
+                       (why.empty() ? std::string() : "; last guard failure: " + why);
+    if (log_enabled("recompiles")) log_warning(text);
+    if (PyErr_WarnEx(PyExc_RuntimeWarning, text.c_str(), 1) < 0) return fail(ts, frame);
     return eval_default(ts, frame);
   }
 
   ++g.stats.compiles;
-  if (!s->entries.empty()) {
+  if (own > 0) {
     ++g.stats.recompiles;
     HookDisabled off(st);
-    log_recompile(f, *s, compiler.get());
+    if (log_enabled("recompiles")) {
+      log_warning("ember: recompiling " + frame_text(f) + ": " +
+                  recompile_reason(f, *s, compiler.get()));
+    }
   }
   CompileResult result;
   {
@@ -384,6 +401,9 @@ PyObject* eval_frame(PyThreadState* ts, _PyInterpreterFrame* frame, int throwfla
   if ((code->co_flags & kGeneratorFlags) != 0) return eval_default(ts, frame);
   ExtraState* s = extra_state(code);
   if (s == nullptr || s->skip_code) return eval_default(ts, frame);
+  if (!s->over_limit.empty() && is_over_limit(*s, st.compiler->get())) {
+    return eval_default(ts, frame);
+  }
   if (reinterpret_cast<PyObject*>(code) != st.top_code && file_skipped(code, s)) {
     return eval_default(ts, frame);
   }
@@ -454,7 +474,7 @@ void clear_cache(PyCodeObject* code) {
     std::move(s->entries.begin(), s->entries.end(), std::back_inserter(dropped));
     s->entries.clear();
     s->skip_code = false;
-    s->warned_limit = false;
+    s->over_limit.clear();
   };
   if (code != nullptr) {
     if (ExtraState* s = find_extra(code)) clear_one(s);

@@ -11,7 +11,9 @@
 ///     (the original frame is never evaluated);
 ///  3. on a miss the active compiler's compile() is called with the hook disabled on the thread;
 ///     a returned entry is cached and run; otherwise the frame runs with the default evaluator.
-///     Past the cache-size limit of a code object the frame runs eagerly, with one warning.
+///     When a compiler's entries for a code object reach the cache-size limit, the frame runs its
+///     original bytecode for that compiler from then on (its entries no longer checked), with
+///     one warning naming the guard that failed last.
 #pragma once
 
 #include <Python.h>
@@ -104,17 +106,18 @@ class HookPause {
 
 /// Frames whose co_filename starts with one of these are not intercepted (their callees are).
 void set_skip_prefixes(std::vector<std::string> prefixes);
-/// Most entries per code object (default 8, EMBER_CACHE_SIZE_LIMIT).
+/// Most entries of one compiler per code object (default 8; ember.config.cache_size_limit,
+/// EMBER_CACHE_SIZE_LIMIT).
 void set_cache_size_limit(int limit);
 
 /// Counters, for tests and ember.metrics.
 struct HookStats {
-  int64_t frames_seen = 0;   ///< frames the hook was called for while active
-  int64_t cache_hits = 0;    ///< cached entries whose check() passed and that ran
-  int64_t compiles = 0;      ///< compile() calls
-  int64_t recompiles = 0;    ///< compile() calls for a code object that already had entries
-  int64_t eager_frames = 0;  ///< frames run with the default evaluator after a miss
-  int64_t cache_limit_hits = 0;
+  int64_t frames_seen = 0;       ///< frames the hook was called for while active
+  int64_t cache_hits = 0;        ///< cached entries whose check() passed and that ran
+  int64_t compiles = 0;          ///< compile() calls
+  int64_t recompiles = 0;        ///< compile() calls for a code object that already had entries
+  int64_t eager_frames = 0;      ///< frames run with the default evaluator after a miss
+  int64_t cache_limit_hits = 0;  ///< times a compiler's entries for a code reached the limit
 };
 HookStats hook_stats();
 void reset_hook_stats();

@@ -129,7 +129,9 @@ class TestCacheEntries(HookTestCase):
         self.assertEqual(s["recompiles"], 1)
         self.assertEqual(s["cache_hits"], 3)
 
-    def test_cache_size_limit_runs_eagerly_and_warns_once(self):
+    def test_cache_size_limit_runs_original_code_and_warns_once(self):
+        # Past the limit the frame runs its original bytecode, its entries no longer checked:
+        # a recompile storm costs no more than eager from then on.
         cc.set_cache_size_limit(2)
         effects = []
 
@@ -149,14 +151,17 @@ class TestCacheEntries(HookTestCase):
             self.assertEqual(cf(2), 20)
             self.assertEqual(cf(3), -3)  # limit reached: eager
             self.assertEqual(cf(4), -4)
-            self.assertEqual(cf(1), 10)  # existing entries still hit
-        self.assertEqual(effects, [3, 4])
+            self.assertEqual(cf(1), -1)  # entries are no longer checked
+        self.assertEqual(effects, [3, 4, 1])
         limit_warnings = [w for w in caught if "cache size limit" in str(w.message)]
         self.assertEqual(len(limit_warnings), 1)
         self.assertIs(limit_warnings[0].category, RuntimeWarning)
         s = self.stats()
-        self.assertEqual(s["cache_limit_hits"], 2)
+        self.assertEqual(s["cache_limit_hits"], 1)
+        self.assertEqual(s["cache_hits"], 0)
         self.assertEqual(rec.count(f.__code__), 2)
+        cc.clear_cache(f.__code__)  # forgets the limit
+        self.assertEqual(cf(5), 50)
 
     def test_limit_warning_as_error_propagates(self):
         cc.set_cache_size_limit(0)
