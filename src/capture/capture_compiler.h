@@ -75,7 +75,15 @@ class CaptureCompiler final : public FrameCompiler {
   static void set_error_setter(ErrorSetter s);
 
  private:
+  /// Whether anything of torch reaches frame `f`: a global of its code that is a torch module,
+  /// or a tensor or nn.Module among its arguments and closure variables (in lists, tuples and
+  /// dicts too). Frames it reaches not are left to run as they are.
+  bool touches_torch(const FrameView& f);
+
   CaptureOptions options_;
+  /// Per code object: the globals dict it was checked with, and whether a global it names is
+  /// torch or one of torch's modules.
+  std::unordered_map<PyObject*, std::pair<PyObject*, bool>> torch_globals_;
   std::shared_ptr<CaptureLog> log_ = std::make_shared<CaptureLog>();
   /// Code objects this compiler runs eagerly, with the global state that decided it.
   std::unordered_map<PyObject*, GlobalState> eager_memo_;

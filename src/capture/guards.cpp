@@ -155,6 +155,40 @@ bool fields_equal(PyObject* a, PyObject* b, PyObject* names) {
 
 }  // namespace
 
+namespace {
+
+/// numpy.generic once numpy is imported (a numpy scalar exists only then), else nullptr.
+PyObject* numpy_generic() {
+  static PyObject* generic = nullptr;
+  if (generic == nullptr) {
+    nb::object numpy = nb::steal(PyImport_GetModule(nb::str("numpy").ptr()));
+    if (!numpy.is_valid()) {
+      PyErr_Clear();
+      return nullptr;
+    }
+    generic = PyObject_GetAttrString(numpy.ptr(), "generic");  // kept for the process
+    if (generic == nullptr) PyErr_Clear();
+  }
+  return generic;
+}
+
+}  // namespace
+
+bool is_numpy_scalar_type(PyObject* t) {
+  if (!PyType_Check(t) ||
+      std::string_view(reinterpret_cast<PyTypeObject*>(t)->tp_name).substr(0, 6) != "numpy.") {
+    return false;
+  }
+  PyObject* generic = numpy_generic();
+  return generic != nullptr && PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(t),
+                                                reinterpret_cast<PyTypeObject*>(generic));
+}
+
+bool is_numpy_scalar(PyObject* v) {
+  return is_numpy_scalar_type(reinterpret_cast<PyObject*>(Py_TYPE(v))) &&
+         (PyNumber_Check(v) || PyBool_Check(v));
+}
+
 bool is_enum_member(nb::handle v) {
   static PyObject* enum_type = [] {
     nb::object m = nb::steal(PyImport_ImportModule("enum"));
@@ -226,7 +260,9 @@ bool is_guardable_constant(PyObject* obj) {
     }
     return true;
   }
-  if (is_torch_value_type(Py_TYPE(obj)) || is_enum_member(obj)) return true;
+  if (is_torch_value_type(Py_TYPE(obj)) || is_enum_member(obj) || is_numpy_scalar(obj)) {
+    return true;
+  }
   nb::object names = nb::steal(frozen_dataclass_fields(Py_TYPE(obj)));
   if (!names.is_valid()) {
     PyErr_Clear();

@@ -114,11 +114,17 @@ PyObject* weak_target(PyObject* ref);
 bool values_equal(PyObject* a, PyObject* b);
 
 /// Whether `obj` is an immutable value that Equals guards: None, bool, int, float, str, bytes,
-/// Ellipsis; torch.device, dtype, layout, memory_format and Size; enum members; frozen
+/// Ellipsis; torch.device, dtype, layout, memory_format and Size; enum members; numpy scalars;
+/// frozen
 /// dataclasses whose fields are such values; and tuples of these. Equal values are
 /// interchangeable, so a fresh object of an equal value (a property that makes a new
 /// torch.device per read) passes.
 bool is_guardable_constant(PyObject* obj);
+
+/// Whether `v` is a numpy scalar (numpy.float64(8.0), numpy.int64, numpy.bool_).
+bool is_numpy_scalar(PyObject* v);
+/// Whether `t` is a numpy scalar type (numpy.float64, ...).
+bool is_numpy_scalar_type(PyObject* t);
 
 /// Whether `v` is an enum member (enum.Enum).
 bool is_enum_member(nanobind::handle v);

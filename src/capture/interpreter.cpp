@@ -379,7 +379,7 @@ nb::object Interpreter::load_attr(nb::handle obj, PyObject* name) {
   if (PyCFunction_Check(v.ptr()) && PyCFunction_GET_SELF(v.ptr()) == obj.ptr()) return v;
   if (is_fresh(obj) && PyUnicode_CompareWithASCIIString(name, "__dict__") == 0) return fresh(v);
   int source = source_of(obj);
-  if (source < 0) return v;
+  if (source < 0) return is_fresh(obj) ? class_attr_of_fresh(obj, name, v) : v;
   if (PyModule_Check(obj.ptr())) {
     // Attributes of torch's own modules (torch.nn.functional.relu, torch.float32) are taken as
     // they are now, without a guard each.
@@ -405,6 +405,31 @@ nb::object Interpreter::load_attr(nb::handle obj, PyObject* name) {
     }
   }
   return wrap(v, sources_.attr(source, name));
+}
+
+nb::object Interpreter::class_attr_of_fresh(nb::handle obj, PyObject* name, nb::object v) {
+  // An attribute of an object the frame made that its class holds (a method, a class-level
+  // table of validators, a constant) is read through the class, a source: its guards (and a
+  // function's closure cells) follow it. The instance's own attributes are the frame's.
+  PyTypeObject* t = Py_TYPE(obj.ptr());
+  if (PyType_Check(obj.ptr()) || !PyType_HasFeature(t, Py_TPFLAGS_HEAPTYPE) ||
+      is_fresh(reinterpret_cast<PyObject*>(t))) {
+    return v;
+  }
+  PyObject* descr = _PyType_Lookup(t, name);  // borrowed
+  if (descr == nullptr) return v;
+  if (PyObject** dict = _PyObject_GetDictPtr(obj.ptr()); dict != nullptr && *dict != nullptr) {
+    PyObject* own = PyDict_GetItemWithError(*dict, name);
+    if (own != nullptr) return v;  // shadowed by the instance's own attribute
+    if (PyErr_Occurred()) throw nb::python_error();
+  }
+  int class_attr = sources_.attr(sources_.constant(reinterpret_cast<PyObject*>(t)), name);
+  if (PyMethod_Check(v.ptr()) && PyMethod_GET_SELF(v.ptr()) == obj.ptr() &&
+      PyMethod_GET_FUNCTION(v.ptr()) == descr) {
+    wrap(nb::handle(descr), class_attr);  // the method's function: guarded, with its cells
+    return v;
+  }
+  return v.ptr() == descr ? wrap(v, class_attr) : v;
 }
 
 nb::object Interpreter::load_deref(Frame& fr, int slot) {
@@ -861,6 +886,43 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
       st.push_back(nb::none());  // END_FOR (3.12) or END_FOR + POP_TOP (3.13) pop both
 #endif
       fr.pc = static_cast<size_t>(in.target);
+      return;
+    }
+    case Op::GET_YIELD_FROM_ITER: {
+      // `yield from it` in a generator run to completion (nn.Module.named_modules): the
+      // iterator is driven by SEND below, each of its items yielded in turn.
+      EMBER_UNSUPPORTED(fr.yields != nullptr) << "yield from in a captured frame at " << location();
+      nb::object v = materialized(pop(fr));
+      EMBER_UNSUPPORTED(is_plain_value(v) || is_fresh(v))
+          << "yield from a " << type_name_of(v) << " at " << location();
+      st.push_back(PyIter_Check(v.ptr()) ? v : fresh(checked(PyObject_GetIter(v.ptr()))));
+      return;
+    }
+    case Op::SEND: {
+      // Only next(): what a generator run to completion sends back to its yield from is None.
+      nb::object sent = pop(fr);
+      nb::handle receiver = peek(fr);
+      EMBER_UNSUPPORTED(sent.is_none() && fr.yields != nullptr && is_fresh(receiver) &&
+                        PyIter_Check(receiver.ptr()))
+          << "SEND to a " << type_name_of(receiver) << " at " << location();
+      PyObject* next = PyIter_Next(receiver.ptr());
+      if (next != nullptr) {
+        st.push_back(nb::steal(next));
+        return;
+      }
+      if (PyErr_Occurred()) throw nb::python_error();
+#if PY_MINOR_VERSION == 11
+      peek(fr) = nb::none();  // the receiver is replaced by its return value (None)
+#else
+      st.push_back(nb::none());  // END_SEND pops the receiver below it
+#endif
+      fr.pc = static_cast<size_t>(in.target);
+      return;
+    }
+    case Op::END_SEND: {
+      nb::object value = pop(fr);
+      pop(fr);
+      st.push_back(std::move(value));
       return;
     }
     case Op::JUMP:

@@ -228,6 +228,9 @@ class Interpreter {
   /// tracer tensor for a tensor, a wrapped copy for a list, tuple or dict).
   nanobind::object wrap(nanobind::handle v, int source);
   int source_of(nanobind::handle v) const;
+  /// `v`, the attribute `name` of `obj`, an object the frame made: wrapped with a source through
+  /// its class when the class holds it (a method's function, a class attribute).
+  nanobind::object class_attr_of_fresh(nanobind::handle obj, PyObject* name, nanobind::object v);
   /// A tracer tensor standing for the real tensor `real_tensor` as a constant of the graph.
   nanobind::object constant_tensor(nanobind::handle real_tensor);
   /// `key` for indexing the tensor `tensor`, with its lists of ints or bools made constant index
@@ -271,6 +274,11 @@ class Interpreter {
                                          std::vector<nanobind::object> args,
                                          nanobind::handle kwnames, PyObject* self,
                                          std::string_view leaf);
+  /// The function a functools.lru_cache wrapper wraps, when it is inlined (with its source);
+  /// null otherwise.
+  nanobind::object lru_wrapped(nanobind::handle wrapper);
+  /// functools.reduce(fn, iterable[, initial]), calling `fn` as the program's calls are made.
+  nanobind::object reduce(std::vector<nanobind::object> args, nanobind::handle kwnames);
   nanobind::object call_builtin(nanobind::handle fn, std::vector<nanobind::object> args,
                                 nanobind::handle kwnames);
   nanobind::object inline_function(nanobind::handle fn, std::vector<nanobind::object> args,

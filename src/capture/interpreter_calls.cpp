@@ -188,7 +188,7 @@ bool is_pure_library_function(std::string_view module, std::string_view name) {
   if (module == "inspect") {
     return name == "signature" || name == "isclass" || name == "isfunction" || name == "ismethod";
   }
-  if (module == "typing") return name == "cast";
+  if (module == "typing") return name == "cast" || name == "get_origin" || name == "get_args";
   return false;
 }
 
@@ -257,6 +257,12 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
     if (nb::object original = dynamo_disabled_original(fn); original.is_valid()) {
       args.insert(args.begin(), nb::borrow(self));
       return inline_function(original, std::move(args), kwnames);
+    }
+    if (std::string_view(Py_TYPE(fn)->tp_name) == "functools._lru_cache_wrapper") {
+      if (nb::object wrapped = lru_wrapped(nb::handle(fn)); wrapped.is_valid()) {
+        args.insert(args.begin(), nb::borrow(self));  // an lru_cache'd method
+        return inline_function(wrapped, std::move(args), kwnames);
+      }
     }
     if (inlines(fn)) {
       int method_source = source_of(callable);
@@ -329,6 +335,10 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
       return call_builtin(callable, std::move(args), kwnames);
     }
     std::string_view leaf = std::string_view(name).substr(name.rfind('.') + 1);
+    if (name == "reduce" && self != nullptr && PyModule_Check(self) &&
+        std::string_view(PyModule_GetName(self)) == "_functools") {
+      return reduce(std::move(args), kwnames);  // its function is called as the program's are
+    }
     if (self != nullptr && is_tensor(self)) {
       if (is_data_read(name)) {
         throw DataDependentError("calling " + name + " reads tensor data, at " + location());
@@ -352,13 +362,19 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
     if (self != nullptr && args.empty() && !kwnames.is_valid() &&
         (leaf == "keys" || leaf == "values" || leaf == "items") && source_of(self) >= 0 &&
         (Py_TYPE(self) == reinterpret_cast<PyTypeObject*>(ordered_dict) ||
-         Py_TYPE(self) == reinterpret_cast<PyTypeObject*>(default_dict))) {
-      // An OrderedDict or defaultdict from outside the frame (an optimizer's hook registries).
+         Py_TYPE(self) == reinterpret_cast<PyTypeObject*>(default_dict) ||
+         (PyDict_Check(self) && rebuildable_object_type(self) != nullptr))) {
+      // An OrderedDict or defaultdict from outside the frame (an optimizer's hook registries),
+      // or an object of a program's dict subclass (a ModelOutput a caller made).
       return dict_view(self, leaf);
     }
     if (self != nullptr && is_fresh(self) && rebuildable_object_type(self) != nullptr) {
       // dict methods of a new object: what they store is rebuilt from its own source.
       return call_real(callable, std::move(args), kwnames, /*pin=*/false);
+    }
+    if (self != nullptr && PyType_Check(self) &&
+        is_safe_builtin_type(self)) {  // dict.fromkeys, int.from_bytes, str.maketrans, ...
+      return call_real(callable, std::move(args), kwnames);
     }
     if (self != nullptr && is_plain_value(self)) {
       bool mutable_container = PyList_Check(self) || PyDict_Check(self) || PySet_Check(self);
@@ -468,6 +484,10 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
                         c == reinterpret_cast<PyObject*>(&PySlice_Type) || c == chain;
       return call_real(callable, std::move(args), kwnames, /*pin=*/!holds_only);
     }
+    if (is_numpy_scalar_type(c) && !kwnames.is_valid() && args.size() <= 1 &&
+        (args.empty() || is_guardable_constant(args[0].ptr()))) {
+      return call_real(callable, std::move(args), kwnames);  // np.float64(1.5)
+    }
     if (PyType_IsSubtype(reinterpret_cast<PyTypeObject*>(c),
                          reinterpret_cast<PyTypeObject*>(PyExc_BaseException))) {
       return call_real(callable, std::move(args), kwnames);
@@ -490,29 +510,53 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
     keepalive_.push_back(original);
     return inline_function(original, std::move(args), kwnames);
   }
+  if (tname == "functools._lru_cache_wrapper") {
+    // lru_cache is for pure functions. Of values (transformers' is_*_available checks), the
+    // call runs for real: its result is the cache's for those values, in eager too. Otherwise
+    // the cache is left out and the wrapped function inlined, as Dynamo does.
+    bool values = true;
+    for (const nb::object& a : args) values = values && is_guardable_constant(a.ptr());
+    if (values) {
+      nb::object r = call_real(callable, args, kwnames);
+      if (is_guardable_constant(r.ptr())) return r;
+    }
+    nb::object wrapped = lru_wrapped(callable);
+    EMBER_UNSUPPORTED(wrapped.is_valid())
+        << "calling " << str_of(callable) << ", whose wrapped function is not inlined, at "
+        << location();
+    return inline_function(wrapped, std::move(args), kwnames);
+  }
   if (tname == "functools.partial") {
     nb::object fn = checked(PyObject_GetAttrString(c, "func"));
     nb::object pargs = checked(PyObject_GetAttrString(c, "args"));
     nb::object pkw = checked(PyObject_GetAttrString(c, "keywords"));
-    EMBER_UNSUPPORTED(PyDict_GET_SIZE(pkw.ptr()) == 0 || !kwnames.is_valid() ||
-                      PyTuple_GET_SIZE(kwnames.ptr()) == 0)
-        << "a functools.partial with keywords called with keywords at " << location();
+    // partial(fn, *pargs, **pkw)(*args, **kw) is fn(*pargs, *args, **{**pkw, **kw}).
+    size_t nkw = kwnames.is_valid() ? static_cast<size_t>(PyTuple_GET_SIZE(kwnames.ptr())) : 0;
     std::vector<nb::object> all;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(pargs.ptr()); ++i) {
       all.push_back(nb::borrow(PyTuple_GET_ITEM(pargs.ptr(), i)));
     }
-    for (auto& a : args) all.push_back(a);
+    for (size_t i = 0; i < args.size() - nkw; ++i) all.push_back(args[i]);
     nb::object names = kwnames.is_valid() ? nb::borrow(kwnames) : nb::object();
     if (PyDict_GET_SIZE(pkw.ptr()) > 0) {
+      nb::object merged = checked(PyDict_Copy(pkw.ptr()));
+      for (size_t j = 0; j < nkw; ++j) {
+        PyObject* key = PyTuple_GET_ITEM(kwnames.ptr(), static_cast<Py_ssize_t>(j));
+        if (PyDict_SetItem(merged.ptr(), key, args[args.size() - nkw + j].ptr()) < 0) {
+          throw nb::python_error();
+        }
+      }
       nb::object list = checked(PyList_New(0));
       PyObject* key = nullptr;
       PyObject* value = nullptr;
       Py_ssize_t pos = 0;
-      while (PyDict_Next(pkw.ptr(), &pos, &key, &value)) {
+      while (PyDict_Next(merged.ptr(), &pos, &key, &value)) {
         if (PyList_Append(list.ptr(), key) < 0) throw nb::python_error();
         all.push_back(nb::borrow(value));
       }
       names = checked(PyList_AsTuple(list.ptr()));
+    } else {
+      for (size_t j = 0; j < nkw; ++j) all.push_back(args[args.size() - nkw + j]);
     }
     return call(fn, std::move(all), names);
   }
@@ -567,9 +611,54 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
         << "calling " << name_of(callable) << " at " << location();
     return call_real(callable, std::move(args), kwnames);
   }
+  if (tname == "numpy.ufunc" && !kwnames.is_valid()) {
+    // np.sqrt(d_model): a numpy function of Python or numpy numbers is a number.
+    bool numbers = true;
+    for (const nb::object& a : args) {
+      numbers = numbers && (PyLong_CheckExact(a.ptr()) || PyFloat_CheckExact(a.ptr()) ||
+                            PyBool_Check(a.ptr()) || is_numpy_scalar(a.ptr()));
+    }
+    EMBER_UNSUPPORTED(numbers) << "calling " << str_of(callable) << " on values that are not "
+                               << "numbers at " << location();
+    return call_real(callable, std::move(args), kwnames);
+  }
   EMBER_UNSUPPORTED(false) << "calling a " << tname << " (" << str_of(callable) << ") at "
                            << location();
   return {};
+}
+
+nb::object Interpreter::lru_wrapped(nb::handle wrapper) {
+  nb::object name = nb::steal(PyUnicode_FromString("__wrapped__"));
+  nb::object wrapped = nb::steal(PyObject_GetAttr(wrapper.ptr(), name.ptr()));
+  if (!wrapped.is_valid()) {
+    PyErr_Clear();
+    return {};
+  }
+  if (!PyFunction_Check(wrapped.ptr()) || !inlines(wrapped.ptr())) return {};
+  int source = source_of(wrapper);
+  if (source >= 0) return wrap(wrapped, sources_.attr(source, name.ptr()));
+  keepalive_.push_back(wrapped);
+  return wrapped;
+}
+
+nb::object Interpreter::reduce(std::vector<nb::object> args, nb::handle kwnames) {
+  EMBER_UNSUPPORTED((args.size() == 2 || args.size() == 3) && !kwnames.is_valid())
+      << "functools.reduce with " << args.size() << " arguments at " << location();
+  std::vector<nb::object> items = unpack_items(materialized(args[1]));
+  size_t first = 0;
+  nb::object acc;
+  if (args.size() == 3) {
+    acc = args[2];
+  } else {
+    if (items.empty()) {
+      PyErr_SetString(PyExc_TypeError, "reduce() of empty iterable with no initial value");
+      throw nb::python_error();
+    }
+    acc = items[0];
+    first = 1;
+  }
+  for (size_t i = first; i < items.size(); ++i) acc = call(args[0], {acc, items[i]}, nb::handle());
+  return acc;
 }
 
 nb::object Interpreter::module_dict_view(nb::object module, std::string_view what,
@@ -686,12 +775,11 @@ nb::object Interpreter::call_builtin(nb::handle fn, std::vector<nb::object> args
   // or depends on its type alone (isinstance, issubclass, callable); anything else (id(),
   // hash(), repr(), min/max/sorted over objects, ...) pins its identity (call_real).
   bool pin = name != "isinstance" && name != "issubclass" && name != "callable" && name != "iter" &&
-             name != "next";
+             name != "next" && name != "len";
   int source = args.size() >= 1 ? source_of(args[0]) : -1;
   bool by_type = source >= 0 && (is_nn_module(args[0]) || identity_free_.count(args[0].ptr()) != 0);
   if (name == "len" && args.size() == 1 && nkw == 0 && by_type) {
-    guards_.add_len(source, args[0].ptr());
-    pin = false;
+    guards_.add_len(source, args[0].ptr());  // a list's or dict's copy has its own Len guard
   }
   if (name == "hasattr" && args.size() == 2 && nkw == 0 && PyUnicode_Check(args[1].ptr()) &&
       by_type) {

@@ -119,11 +119,28 @@ bool Interpreter::step_data(Frame& fr, const Instr& in) {
           nb::object res = checked(PyObject_CallMethod(target.ptr(), "update", "O", v.ptr()));
           break;
         }
-        default:
-          EMBER_UNSUPPORTED(PyDict_CheckExact(v.ptr()))
+        default: {
+          if (PyDict_CheckExact(v.ptr())) {
+            r = PyDict_Update(target.ptr(), v.ptr());
+            break;
+          }
+          // A program's dict subclass (**model_output): its keys, then each item as
+          // obj[key] reads it (the class's __getitem__ inlined), as CPython merges a mapping.
+          EMBER_UNSUPPORTED(PyDict_Check(v.ptr()) && rebuildable_object_type(v) != nullptr &&
+                            (is_fresh(v) || source_of(v) >= 0))
               << "unpacking a " << type_name_of(v) << " as keyword arguments at " << location();
-          r = PyDict_Update(target.ptr(), v.ptr());
+          nb::object keys = is_fresh(v) ? checked(PySequence_List(v.ptr())) : dict_view(v, "keys");
+          for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.ptr()); ++i) {
+            PyObject* key = PyList_GET_ITEM(keys.ptr(), i);
+            if (in.op == Op::DICT_MERGE && PyDict_Contains(target.ptr(), key) == 1) {
+              PyErr_Format(PyExc_TypeError, "got multiple values for keyword argument '%S'", key);
+              throw nb::python_error();
+            }
+            nb::object value = subscr(v, nb::handle(key));
+            if (PyDict_SetItem(target.ptr(), key, value.ptr()) < 0) throw nb::python_error();
+          }
           break;
+        }
       }
       if (r < 0) throw nb::python_error();
       return true;

@@ -111,6 +111,10 @@ PyObject* imported(const char* module, const char* name);
 /// torch.nn.Module.
 PyObject* module_type();
 
+/// Whether `key`, a dict key that is not a guardable constant, is program structure a source can
+/// look up again per call: a class, a function, a form of typing (List, Union, Optional[int]).
+bool is_static_key(PyObject* key);
+
 /// Whether `v` is guarded by its type and what is read of it, not by its identity (wrap): an
 /// nn.Module or an instance of another class written in Python (not an optimizer, scheduler or
 /// grad scaler).

@@ -19,8 +19,19 @@ bool Interpreter::is_library_code(PyCodeObject* code) const {
   std::string_view file = PyUnicode_AsUTF8(code->co_filename);
   constexpr std::string_view kAbc = "_collections_abc";
   size_t at = file.find(kAbc);
-  return !(at != std::string_view::npos &&
-           (file.substr(at) == "_collections_abc.py" || file.substr(at) == "_collections_abc>"));
+  if (at != std::string_view::npos &&
+      (file.substr(at) == "_collections_abc.py" || file.substr(at) == "_collections_abc>")) {
+    return false;
+  }
+  // collections.UserDict and UserList: plain classes over a dict or list in `self.data`, made
+  // and used as the program's own (transformers' shared key-value states).
+  constexpr std::string_view kCollections = "collections/__init__.py";
+  if (file.size() >= kCollections.size() &&
+      file.substr(file.size() - kCollections.size()) == kCollections) {
+    std::string_view qualname = PyUnicode_AsUTF8(code->co_qualname);
+    return !(starts_with(qualname, "UserDict.") || starts_with(qualname, "UserList."));
+  }
+  return true;
 }
 
 bool Interpreter::is_inlined_library_code(PyCodeObject* code) const {

@@ -27,6 +27,35 @@ void Interpreter::store_attr(nb::handle obj, PyObject* name, nb::handle value) {
   if (PyObject_SetAttr(obj.ptr(), name, value.ptr()) < 0) throw nb::python_error();
 }
 
+namespace {
+
+/// Whether `obj.name = value` on an nn.Module lands in its instance dict as a plain store:
+/// nn.Module.__setattr__ (not a subclass's own) puts a value that is no tensor or module, under
+/// a name none of its registries (_parameters, _buffers, _modules) holds, there.
+bool module_attr_store_is_plain(nb::handle obj, PyObject* name, nb::handle value) {
+  if (!is_nn_module(obj) || THPVariable_Check(value.ptr()) || is_nn_module(value)) return false;
+  static PyObject* module_setattr = [] {
+    nb::object setattr_name = nb::steal(PyUnicode_InternFromString("__setattr__"));
+    PyObject* f =
+        _PyType_Lookup(reinterpret_cast<PyTypeObject*>(module_type()), setattr_name.ptr());
+    Py_XINCREF(f);
+    return f;  // kept for the process
+  }();
+  nb::object setattr_name = nb::steal(PyUnicode_InternFromString("__setattr__"));
+  if (_PyType_Lookup(Py_TYPE(obj.ptr()), setattr_name.ptr()) != module_setattr) return false;
+  for (int registry = 0; registry < 3; ++registry) {
+    PyObject* member = module_member_of(obj.ptr(), name, registry);
+    if (member != nullptr) {
+      Py_DECREF(member);
+      return false;
+    }
+    PyErr_Clear();
+  }
+  return true;
+}
+
+}  // namespace
+
 void Interpreter::store_attr_outside(nb::handle obj, PyObject* name, nb::handle value) {
   // Only a store that lands in the instance dict (no data descriptor, no __setattr__) and whose
   // object the compiled frame can find again (it has a source) can be replayed.
@@ -35,9 +64,11 @@ void Interpreter::store_attr_outside(nb::handle obj, PyObject* name, nb::handle 
   int source = source_of(obj);
   nb::object dict = nb::steal(PyObject_GenericGetDict(obj.ptr(), nullptr));
   if (!dict.is_valid()) PyErr_Clear();
-  EMBER_UNSUPPORTED(source >= 0 && t->tp_setattro == PyObject_GenericSetAttr &&
-                    (descr == nullptr || Py_TYPE(descr)->tp_descr_set == nullptr) &&
-                    dict.is_valid() && !PyType_Check(obj.ptr()) && !PyModule_Check(obj.ptr()))
+  EMBER_UNSUPPORTED(
+      source >= 0 &&
+      (t->tp_setattro == PyObject_GenericSetAttr || module_attr_store_is_plain(obj, name, value)) &&
+      (descr == nullptr || Py_TYPE(descr)->tp_descr_set == nullptr) && dict.is_valid() &&
+      !PyType_Check(obj.ptr()) && !PyModule_Check(obj.ptr()))
       << "setting attribute '" << nb::cast<std::string>(nb::handle(name)) << "' of a "
       << type_name_of(obj) << " at " << location();
   Store* s = const_cast<Store*>(find_store(obj, name));

@@ -1,5 +1,6 @@
 /// \file
 /// The interpreter's bookkeeping of values: sources, guards, graph inputs and freshness.
+#include "capture/hook/logs.h"
 #include "capture/interpreter_internal.h"
 #include "tracer/tracer_tensor.h"
 
@@ -91,7 +92,7 @@ bool is_plain_value(nb::handle v) {
   if (Py_TYPE(o) == reinterpret_cast<PyTypeObject*>(size_type())) return true;
   std::string_view n(Py_TYPE(o)->tp_name);
   if (n.substr(0, 19) == "torch.return_types.") return true;  // (values, indices) structseqs
-  if (is_enum_member(v)) return true;
+  if (is_enum_member(v) || is_numpy_scalar(o)) return true;
   return n == "torch.dtype" || n == "torch.device" || n == "torch.layout" ||
          n == "torch.memory_format" || n == "dict_keys" || n == "dict_values" ||
          n == "dict_items" || n == "odict_keys" || n == "odict_values" || n == "odict_items" ||
@@ -119,6 +120,21 @@ bool Interpreter::is_fresh(nb::handle v) const {
 int Interpreter::source_of(nb::handle v) const {
   auto it = source_of_.find(v.ptr());
   return it == source_of_.end() ? -1 : it->second;
+}
+
+bool is_static_key(PyObject* key) {
+  // Classes, functions and typing's forms (a table of validators keyed by List, Union, ...):
+  // program structure, looked up again per call with the object itself (Source::key).
+  if (PyType_Check(key) || PyFunction_Check(key) || PyCFunction_Check(key)) return true;
+  nb::object module =
+      nb::steal(PyObject_GetAttrString(reinterpret_cast<PyObject*>(Py_TYPE(key)), "__module__"));
+  if (!module.is_valid()) {
+    PyErr_Clear();
+    return false;
+  }
+  return PyUnicode_Check(module.ptr()) &&
+         (PyUnicode_CompareWithASCIIString(module.ptr(), "typing") == 0 ||
+          PyUnicode_CompareWithASCIIString(module.ptr(), "types") == 0);
 }
 
 bool is_identity_free(nb::handle v) {
@@ -217,7 +233,7 @@ nb::object Interpreter::wrap(nb::handle v, int source) {
     PyObject* value = nullptr;
     Py_ssize_t pos = 0;
     while (PyDict_Next(o, &pos, &key, &value)) {
-      EMBER_UNSUPPORTED(is_guardable_constant(key))
+      EMBER_UNSUPPORTED(is_guardable_constant(key) || is_static_key(key))
           << sources_.name(source) << " has a key of type " << Py_TYPE(key)->tp_name;
       nb::object item = wrap(value, sources_.item(source, key));
       if (PyDict_SetItem(out.ptr(), key, item.ptr()) < 0) throw nb::python_error();
@@ -419,6 +435,10 @@ void Interpreter::pin_identity(nb::handle v) {
   }
   auto it = identity_free_.find(o);
   if (it == identity_free_.end()) return;
+  if (log_enabled("guards")) {
+    log_warning("ember: guarding " + sources_.name(it->second[0]) +
+                " by identity from here on: " + "the trace depends on it at " + location());
+  }
   for (int source : it->second) guards_.add_id(source, v.ptr());
   identity_free_.erase(it);
 }

@@ -1,5 +1,7 @@
 #include "capture/source.h"
 
+#include "capture/guards.h"
+
 #include <nanobind/stl/string.h>
 
 #include "support/error.h"
@@ -44,8 +46,15 @@ PyObject* module_member_of(PyObject* module, PyObject* name, int registry) {
 }
 
 int SourceTable::add(SourceKind kind, int parent, int index, PyObject* key) {
-  std::string key_text = key == nullptr ? "" : repr(key);
-  if (key != nullptr) key_text = std::string(Py_TYPE(key)->tp_name) + ":" + key_text;
+  std::string key_text;
+  if (key != nullptr) {
+    // A value by its type and repr; anything else (a class or typing form as a dict key) by
+    // its identity: two of them may print the same.
+    key_text =
+        std::string(Py_TYPE(key)->tp_name) + ":" +
+        (is_guardable_constant(key) ? repr(key)
+                                    : "id:" + std::to_string(reinterpret_cast<uintptr_t>(key)));
+  }
   auto k = std::make_tuple(static_cast<int>(kind), parent, index, key_text);
   auto it = dedup_.find(k);
   if (it != dedup_.end()) return it->second;

@@ -360,6 +360,7 @@ PyObject* intercept(PyThreadState* ts, _PyInterpreterFrame* frame, ThreadState& 
   f.closure = (info.function != nullptr && PyFunction_Check(info.function))
                   ? PyFunction_GET_CLOSURE(info.function)
                   : nullptr;
+  f.top = reinterpret_cast<PyObject*>(f.code) == st.top_code;
 
   FrameCompiler* active = st.compiler->get();
   std::shared_ptr<CacheEntry> hit;

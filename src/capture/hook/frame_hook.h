@@ -36,6 +36,7 @@ struct FrameView {
   PyObject* const* localsplus = nullptr;
   int nlocalsplus = 0;
   PyObject* closure = nullptr;  ///< borrowed tuple of cells, or nullptr
+  bool top = false;             ///< the compiled function's own code (CompiledFunction's top_code)
 
   /// Slot `i` of localsplus as the code sees it at its start: for a free variable the cell
   /// itself (from the closure, as LOAD_CLOSURE would read it), for others the slot's object.
