@@ -13,6 +13,8 @@
 #   pytest:A  pytest A (paths and options)
 #   profile:A scripts/profile_model.py A
 #   verify:A  scripts/verify_model.py A (EMBER_VERIFY_KERNELS=1: kernels against their ATen ops)
+#   zoo:A     scripts/zoo_sweep.py A (A names --family, --json @R/NAME.json, --jobs, ...), cut off
+#             after ZOO_TIMEOUT seconds (default: the budget left); its rows are kept as they come
 # In every step's arguments @R stands for the results folder and @LEFT for the seconds left until
 # GPU_RUN_BUDGET (default 570) seconds after the script's start, so a last suite step can fill the call.
 # pytest steps are cut off after PYTEST_TIMEOUT seconds (default 600).
@@ -58,6 +60,10 @@ for step in "$@"; do
       # shellcheck disable=SC2086
       python3 scripts/profile_model.py ${step#profile:} 2>&1 | grep -v USDT | tee -a "$R/profile.log" \
         | tail -80 ;;
+    zoo:*)
+      # shellcheck disable=SC2086
+      timeout "${ZOO_TIMEOUT:-$(( END_AT - t ))}" python3 scripts/zoo_sweep.py ${step#zoo:} 2>&1 \
+        | tee -a "$R/zoo.log" | tail -5 ;;
     verify:*)
       # shellcheck disable=SC2086
       python3 scripts/verify_model.py ${step#verify:} 2>&1 | tee -a "$R/verify.log" | cut -c1-300 \

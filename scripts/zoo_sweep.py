@@ -8,7 +8,9 @@ ember.compile; three calls each (calls 2 and 3 with cloned inputs, same values).
 
 - correct: every tensor of each call's output pytree (dicts, ModelOutputs, lists, tuples; cache
   objects and other non-tensor leaves skipped) matches eager's call within rtol=atol=1e-3 (fp32;
-  5e-2 for bf16), max abs error kept; separately for ember and Dynamo. Eager runs twice: a model
+  5e-2 for bf16), or, where it does not, passes the harness's fp64 check (the backend's rmse
+  against an fp64 copy of the model at most 2x eager's, 3x for small outputs, + tol/10); max abs
+  error kept; separately for ember and Dynamo. Eager runs twice: a model
   whose eager outputs differ between calls is not judged (correct = None).
 - graphs and breaks of call 1. ember: from ember.capture.records(), graphs = records with
   captured, breaks = records with graph_break or not captured (as bench_capture_time.py and
@@ -137,6 +139,27 @@ def compare(ref: list, got: list, tol: float) -> tuple[bool, float, str]:
     return True, worst, ""
 
 
+def rmse_ok(ref: list, got: list, f64: list, tol: float) -> bool:
+    """The harness's fallback check (torch._dynamo.utils.same): where outputs are not allclose,
+    the backend's error against an fp64 run is at most k times eager's (+ tol / 10): deep random
+    networks (ResNet-152, HRNet at random init) reach magnitudes where float32 rounding and
+    TF32 convolutions differ by more than an absolute tolerance."""
+    import torch
+    for a, b, f in zip(ref, got, f64):
+        if not a.is_floating_point() or a.shape != f.shape:
+            continue
+        a, b, f = a.double(), b.double(), f.double().to(a.device)
+        finite = torch.isfinite(a) & torch.isfinite(b) & torch.isfinite(f)
+        if not bool(finite.any()):
+            continue
+        ref_err = torch.sqrt(torch.mean(torch.square((f - a)[finite]))).item()
+        res_err = torch.sqrt(torch.mean(torch.square((f - b)[finite]))).item()
+        mult = 3.0 if tol >= 2e-2 or a.numel() < 1000 else 2.0
+        if res_err > mult * ref_err + tol / 10:
+            return False
+    return True
+
+
 def worker(a: argparse.Namespace) -> None:
     import logging
     import torch
@@ -192,10 +215,34 @@ def worker(a: argparse.Namespace) -> None:
     if not ref:
         row["deterministic"] = deterministic = False  # nothing to compare
 
+    f64_cache: list = []
+
+    def fp64_outputs() -> list | None:
+        """Outputs of an fp64 copy of the model (made once, when a comparison first fails)."""
+        if not f64_cache:
+            import copy
+            try:
+                to64 = (lambda t: t.double() if isinstance(t, torch.Tensor) and t.is_floating_point()
+                        else t)
+                m64 = copy.deepcopy(wl.model).double()
+                args = torch.utils._pytree.tree_map(to64, clone(wl.args))
+                kwargs = torch.utils._pytree.tree_map(to64, clone(wl.kwargs))
+                torch.manual_seed(0)
+                with torch.no_grad():
+                    f64_cache.append([t.detach() for t in tensors_of(m64(*args, **kwargs))])
+            except Exception:
+                f64_cache.append(None)
+        return f64_cache[0]
+
     def judge(prefix: str, outs: list) -> None:
         oks, errs, why = [], [], ""
         for o in outs:
             ok, err, w = compare(ref, o, tol)
+            if not ok and err < math.inf:
+                f64 = fp64_outputs()
+                if f64 is not None and len(f64) == len(ref) and rmse_ok(ref, o, f64, tol):
+                    ok, w = True, ""
+                    row[f"{prefix}_by_fp64"] = True  # passed by the fp64 rmse check
             oks.append(ok)
             errs.append(err)
             why = why or w

@@ -507,6 +507,10 @@ nb::object Interpreter::subscr(nb::handle obj, nb::handle key) {
                                   obj.ptr() == reinterpret_cast<PyObject*>(&PyType_Type))) {
     return checked(PyObject_GetItem(obj.ptr(), key.ptr()));  // list[Tensor]: a type annotation
   }
+  if (!PyType_Check(obj.ptr()) && is_static_key(obj.ptr()) && !PyFunction_Check(obj.ptr()) &&
+      !PyCFunction_Check(obj.ptr())) {
+    return checked(PyObject_GetItem(obj.ptr(), key.ptr()));  // typing.List[Tensor]
+  }
   int source = source_of(obj);
   if (source >= 0 && is_guardable_constant(key.ptr())) {
     nb::object v = checked(PyObject_GetItem(obj.ptr(), key.ptr()));
@@ -731,7 +735,11 @@ void Interpreter::step(Frame& fr, const Instr& in, bool& returned, nb::object& r
                         !PyList_CheckExact(a.ptr()))
           << "an in-place operator on a list from outside the function at " << location();
       st.push_back(checked(binary_op(in.arg, a.ptr(), b.ptr())));
-      if (inplace && !outside && PyList_CheckExact(st.back().ptr())) fresh(st.back());
+      PyObject* r = st.back().ptr();
+      // A list, dict or set the operator made (`[(0, 0)] * n`, `a + b`, `d | e`) is the
+      // frame's own, as is one it extended in place.
+      bool container = PyList_CheckExact(r) || PyDict_CheckExact(r) || PySet_CheckExact(r);
+      if (container && (inplace ? !outside : (r != a.ptr() && r != b.ptr()))) fresh(st.back());
       return;
     }
     case Op::UNARY_NEGATIVE:

@@ -323,6 +323,12 @@ nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
     if (nb::object r = call_scheduler_patched_step(callable, args, kwnames); r.is_valid()) {
       return r;
     }
+    if (!args.empty() && is_nn_module(args[0]) &&
+        starts_with(module_of(callable), "torch.nn.modules.")) {
+      // nn.LayerNorm.forward(self, x) called on the class: inlined as a module's forward is
+      // (run for real, it read the module's parameters as real tensors).
+      return inline_function(callable, std::move(args), kwnames);
+    }
     EMBER_UNSUPPORTED(runs_for_real(callable))
         << "calling " << module_of(callable) << "." << name_of(callable) << " at " << location();
     return call_real(callable, std::move(args), kwnames);
@@ -848,8 +854,15 @@ nb::object Interpreter::call_module(nb::handle module, std::vector<nb::object> a
   PyObject* dict = PyObject_GenericGetDict(module.ptr(), nullptr);
   if (dict != nullptr) {
     nb::object d = nb::steal(dict);
-    EMBER_UNSUPPORTED(PyDict_GetItemString(dict, "forward") == nullptr)
-        << type_name_of(module) << " has an instance attribute 'forward' at " << location();
+    if (PyDict_GetItemString(dict, "forward") != nullptr) {
+      // `self.forward = self.forward_slicing` (timm's FasterNet): the instance's own forward,
+      // read (and guarded) as an attribute, is what nn.Module.__call__ calls.
+      int source = source_of(module);
+      EMBER_UNSUPPORTED(source >= 0)
+          << type_name_of(module) << " has an instance attribute 'forward' at " << location();
+      nb::object forward = load_attr(module, nb::str("forward").ptr());
+      return call(forward, std::move(args), kwnames);
+    }
   } else {
     PyErr_Clear();
   }

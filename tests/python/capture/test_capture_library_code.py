@@ -229,3 +229,56 @@ def test_frames_without_tensors_are_left_alone():
     for _ in range(3):
         same(c, f, r(3))
     assert not [rec for rec in ember.capture.records()[before:] if "helper" in rec["code"]]
+
+
+def test_instance_forward_attribute():
+    # timm's FasterNet sets `self.forward = self.forward_slicing` per instance.
+    class P(torch.nn.Module):
+        def __init__(self, mode):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 4)
+            self.forward = self.times_two if mode == "a" else self.minus_one
+
+        def times_two(self, x):
+            return self.lin(x) * 2
+
+        def minus_one(self, x):
+            return self.lin(x) - 1
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = P("a"), P("b")
+
+        def forward(self, x):
+            return self.a(x) + self.b(x)
+
+    with torch.no_grad():
+        check(Net(), r(2, 4))
+
+
+def test_typing_subscript_at_run_time():
+    def f(x):
+        xs = torch.jit.annotate(typing.List[torch.Tensor], [])
+        xs.append(x * 2)
+        return xs[0]
+    check(f, r(3))
+
+
+def test_list_made_by_an_operator_is_the_frames():
+    def f(x):
+        pad = [(0, 0)] * x.ndim
+        pad[0] = (1, 1)
+        return torch.nn.functional.pad(x, sum(pad[::-1], ()))
+    check(f, r(2, 3))
+
+
+def test_nn_forward_called_on_the_class():
+    # SqueezeBERT's LayerNorm: nn.LayerNorm.forward(self, x) on a subclass.
+    class ChannelLayerNorm(torch.nn.LayerNorm):
+        def forward(self, x):
+            return torch.nn.LayerNorm.forward(self, x.transpose(1, 2)).transpose(1, 2)
+
+    m = ChannelLayerNorm(4)
+    with torch.no_grad():
+        check(m, r(2, 4, 3))
