@@ -117,6 +117,30 @@ std::vector<at::Tensor> graph_inputs(const Attempt& a, const FrameView& f) {
   return inputs;
 }
 
+/// Guards that the inputs the graph mutates keep the memory overlaps they have on this call
+/// (none, usually: a graph traced on distinct tensors reads the other inputs' values from
+/// before the mutation). Returns whether a mutated input overlaps another input now.
+bool add_aliasing_guards(Attempt& a, const GraphRunner& runner, const FrameView& f) {
+  if (!runner.has_mutations()) return false;
+  const std::vector<at::Tensor> inputs = graph_inputs(a, f);
+  const std::vector<int>& sources = a.interp->input_sources();
+  bool overlaps = false;
+  for (size_t m : runner.mutated_input_positions()) {
+    EMBER_INTERNAL_ASSERT(m < inputs.size() && m < sources.size())
+        << "a mutated input outside the graph's inputs";
+    std::vector<int> others;
+    std::vector<at::Tensor> tensors{inputs[m]};
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (i == m) continue;
+      others.push_back(sources[i]);
+      tensors.push_back(inputs[i]);
+    }
+    a.guards.add_aliasing(sources[m], std::move(others), tensors);
+    overlaps = overlaps || runtime::any_shares_storage(inputs, {m});
+  }
+  return overlaps;
+}
+
 /// The joint graph of the attempt, when grad mode is on, graph inputs require grad and some of
 /// `tensors` (the outputs) are differentiable: one tangent input per differentiable output
 /// (after every primal), and autograd run on the tracer tensors records the backward, whose
@@ -327,6 +351,25 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
   // global state (a later call under no_grad may capture what grad mode prevented).
   PyObject* code_key = reinterpret_cast<PyObject*>(f.code);
   GlobalState state_now = GlobalState::current();
+  if (state_now.torch_function_modes > 0 || state_now.dispatch_modes > 0) {
+    // A compiled graph would run under the mode without calling it (a TorchFunctionMode, the
+    // DeviceContext of torch.set_default_device, a TorchDispatchMode): the call runs eagerly,
+    // the frames it makes too (the mode's handlers among them, which run with the mode popped),
+    // and entries compiled without modes never run under one (GlobalState).
+    result.action = CompileResult::Action::EagerUnhooked;
+    result.reason = state_now.torch_function_modes > 0
+                        ? "a torch function mode is active (a TorchFunctionMode, or the default "
+                          "device that torch.set_default_device set)"
+                        : "a torch dispatch mode is active";
+    if (f.top) {
+      rec.reason = result.reason;
+      log_->records.push_back(rec);
+      if (log_enabled("graph_breaks") || log_enabled("breaks")) {
+        log_warning("ember: " + rec.code + " runs eagerly: " + result.reason);
+      }
+    }
+    return result;
+  }
   auto memo = eager_memo_.find(code_key);
   if (memo != eager_memo_.end() && memo->second == state_now) {
     result.action = CompileResult::Action::Eager;
@@ -345,6 +388,17 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
     } else {
       give_up(CompileResult::Action::SkipCode, reason);
     }
+  };
+  // Inputs that overlap where the graph mutates one: the functional graph would read values
+  // from before the mutation. Calls whose inputs overlap so run the frame's own bytecode (an
+  // entry whose guards admit just them); calls of distinct inputs keep their compiled entry.
+  auto eager_for_aliasing = [&](Attempt& a) {
+    give_up(CompileResult::Action::Run,
+            "an input that the graph mutates overlaps another input in memory (calls with "
+            "inputs aliased so run eagerly)");
+    result.entry = std::make_unique<EagerFrame>(a.sources, a.guards);
+    rec.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    log_->records.push_back(rec);
   };
   InterpreterOptions iopts;
   iopts.library_prefixes = options_.library_prefixes;
@@ -374,13 +428,9 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
       std::vector<AttrStore> stores;
       OutputTemplate output = value_template(a->value, *a->interp, tensors, stores);
       runner = finish(*a, tensors, options_, f);
-      if (runner->has_mutations()) {
-        if (runner->mutated_inputs_alias(graph_inputs(*a, f))) {
-          give_up(CompileResult::Action::Eager,
-                  "an input that the graph mutates shares memory with another input");
-          log_->records.push_back(rec);
-          return result;
-        }
+      if (add_aliasing_guards(*a, *runner, f)) {
+        eager_for_aliasing(*a);
+        return result;
       }
       fill_record(rec, *runner, a->guards, a->sources, a->interp->input_sources().size());
       auto entry = std::make_unique<CompiledFrame>(
@@ -398,12 +448,13 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
         throw Unsupported(break_reason + " (no graph break there: " + e.what() + ")");
       }
       runner = finish(*a, tensors, options_, f);
+      if (add_aliasing_guards(*a, *runner, f)) {
+        eager_for_aliasing(*a);
+        return result;
+      }
       if (runner->has_mutations()) {
         // The caller's tensors hold the mutations once the segment has run: the state reads the
         // inputs it holds from their sources (an optimizer's step before a scheduler's).
-        EMBER_UNSUPPORTED(!runner->mutated_inputs_alias(graph_inputs(*a, f)))
-            << break_reason << " (no graph break there: the graph before it mutates an input "
-            << "that shares memory with another input)";
         std::vector<at::Tensor> unused;
         try {
           templates =

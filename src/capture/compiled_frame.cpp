@@ -100,4 +100,23 @@ PyObject* BreakFrame::run(const FrameView& f) {
   return PyObject_Vectorcall(fn_.ptr(), f.localsplus, static_cast<size_t>(nargs_), nullptr);
 }
 
+int EagerFrame::check(const FrameView& f) {
+  std::vector<nb::object> values;
+  if (sources_.evaluate(f, values) >= 0) return 0;
+  return guards_.check(values) ? 1 : 0;
+}
+
+std::string EagerFrame::first_failure(const FrameView& f) {
+  std::vector<nb::object> values;
+  int failed = sources_.evaluate(f, values);
+  if (failed >= 0) return sources_.name(failed) + " could not be read";
+  return guards_.first_failure(values, sources_);
+}
+
+PyObject* EagerFrame::run(const FrameView&) {
+  PyErr_SetString(PyExc_SystemError,
+                  "ember: an entry that runs the frame's own bytecode was asked to run it itself");
+  return nullptr;
+}
+
 }  // namespace ember::capture

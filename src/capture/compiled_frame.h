@@ -75,4 +75,24 @@ class BreakFrame final : public CacheEntry {
   int nargs_ = 0;
 };
 
+/// A decision to run the frame's own bytecode, for the calls its guards admit: a call whose
+/// capture could not be compiled for a reason of that call's values (inputs that alias where
+/// the graph mutates one), remembered so that such calls neither capture again nor make the
+/// compiled entries of other calls run eagerly. The hook runs the frame as it is (run() is
+/// never called).
+class EagerFrame final : public CacheEntry {
+ public:
+  EagerFrame(SourceTable sources, GuardSet guards)
+      : sources_(std::move(sources)), guards_(std::move(guards)) {}
+
+  int check(const FrameView& f) override;
+  PyObject* run(const FrameView& f) override;
+  std::string first_failure(const FrameView& f) override;
+  bool runs_original() const override { return true; }
+
+ private:
+  SourceTable sources_;
+  GuardSet guards_;
+};
+
 }  // namespace ember::capture

@@ -13,7 +13,7 @@ namespace nb = nanobind;
 
 namespace ember::capture {
 
-bool GraphRunner::mutated_inputs_alias(const std::vector<at::Tensor>& inputs) const {
+std::vector<size_t> GraphRunner::mutated_input_positions() const {
   const graph::Graph& g = graph();
   std::vector<size_t> mutated;  // positions in `inputs`
   size_t position = 0;
@@ -24,7 +24,7 @@ bool GraphRunner::mutated_inputs_alias(const std::vector<at::Tensor>& inputs) co
     }
     ++position;
   }
-  return runtime::any_shares_storage(inputs, mutated);
+  return mutated;
 }
 
 namespace {

@@ -47,9 +47,13 @@ class GraphRunner {
   virtual bool training() const { return false; }
 
   bool has_mutations() const { return !graph().mutations.empty(); }
-  /// True when the graph mutates an input that shares memory with another input: the graph was
+  /// The positions among run()'s inputs of the inputs the graph mutates.
+  std::vector<size_t> mutated_input_positions() const;
+  /// True when the graph mutates an input that overlaps another input in memory: the graph was
   /// traced assuming inputs do not alias, so such a call must run eagerly instead.
-  bool mutated_inputs_alias(const std::vector<at::Tensor>& inputs) const;
+  bool mutated_inputs_alias(const std::vector<at::Tensor>& inputs) const {
+    return runtime::any_shares_storage(inputs, mutated_input_positions());
+  }
 };
 
 /// Runs `traced` with ember's Executor (compiled now, see runtime::Executor).

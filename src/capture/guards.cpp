@@ -4,14 +4,20 @@
 
 #include <nanobind/stl/string.h>
 
+#include <ATen/Context.h>
+#include <ATen/Parallel.h>
+#include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/grad_mode.h>
+#include <c10/core/DefaultDtype.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <cmath>
 #include <sstream>
 #include <string_view>
 
+#include "runtime/executor.h"
 #include "support/error.h"
 
 namespace nb = nanobind;
@@ -246,7 +252,55 @@ GlobalState GlobalState::current() {
   s.autocast_cuda = at::autocast::is_autocast_enabled(at::kCUDA);
   if (s.autocast_cpu) s.autocast_cpu_dtype = at::autocast::get_autocast_dtype(at::kCPU);
   if (s.autocast_cuda) s.autocast_cuda_dtype = at::autocast::get_autocast_dtype(at::kCUDA);
+  s.default_dtype = c10::typeMetaToScalarType(c10::get_default_dtype());
+  at::Context& ctx = at::globalContext();
+  s.deterministic = ctx.deterministicAlgorithms();
+  s.deterministic_warn_only = ctx.deterministicAlgorithmsWarnOnly();
+  s.matmul_precision = static_cast<int8_t>(ctx.float32MatmulPrecision());
+  s.tf32_cublas = ctx.allowTF32CuBLAS();
+  s.tf32_cudnn = ctx.allowTF32CuDNN();
+  s.fp16_reduction = static_cast<int8_t>(ctx.allowFP16ReductionCuBLAS());
+  s.bf16_reduction = static_cast<int8_t>(ctx.allowBF16ReductionCuBLAS());
+  s.num_threads = at::get_num_threads();
+  s.torch_function_modes = at::impl::PythonTorchFunctionTLS::stack_len();
+  s.torch_function_disabled =
+      static_cast<int8_t>(at::impl::PythonTorchFunctionTLS::get_disabled_state());
+  s.dispatch_modes = c10::impl::TorchDispatchModeTLS::stack_len();
   return s;
+}
+
+std::vector<std::pair<std::string, std::string>> GlobalState::fields() const {
+  auto b = [](bool v) { return std::string(v ? "True" : "False"); };
+  auto n = [](int64_t v) { return std::to_string(v); };
+  return {
+      {"grad_enabled", b(grad_enabled)},
+      {"autocast_cpu", autocast_text(autocast_cpu, autocast_cpu_dtype)},
+      {"autocast_cuda", autocast_text(autocast_cuda, autocast_cuda_dtype)},
+      {"default_dtype", c10::toString(default_dtype)},
+      {"deterministic_algorithms", b(deterministic)},
+      {"deterministic_warn_only", b(deterministic_warn_only)},
+      {"float32_matmul_precision", n(matmul_precision)},
+      {"cuda.matmul.allow_tf32", b(tf32_cublas)},
+      {"cudnn.allow_tf32", b(tf32_cudnn)},
+      {"fp16_reduction", n(fp16_reduction)},
+      {"bf16_reduction", n(bf16_reduction)},
+      {"num_threads", n(num_threads)},
+      {"torch_function_modes", n(torch_function_modes)},
+      {"torch_function_disabled", n(torch_function_disabled)},
+      {"dispatch_modes", n(dispatch_modes)},
+  };
+}
+
+std::string GlobalState::diff(const GlobalState& now) const {
+  auto before = fields();
+  auto after = now.fields();
+  std::string out;
+  for (size_t i = 0; i < before.size(); ++i) {
+    if (before[i].second == after[i].second) continue;
+    if (!out.empty()) out += ", ";
+    out += before[i].first + " " + before[i].second + " -> " + after[i].second;
+  }
+  return out;
 }
 
 bool is_guardable_constant(PyObject* obj) {
@@ -325,6 +379,20 @@ void GuardSet::add_len(int source, PyObject* container) {
   guards_.push_back(std::move(g));
 }
 
+void GuardSet::add_aliasing(int source, std::vector<int> others,
+                            const std::vector<at::Tensor>& tensors) {
+  EMBER_INTERNAL_ASSERT(tensors.size() == others.size() + 1)
+      << "an aliasing guard needs the tensor and one per other input";
+  Guard g;
+  g.kind = GuardKind::Aliasing;
+  g.source = source;
+  for (size_t i = 0; i < others.size(); ++i) {
+    g.shares.push_back(runtime::memory_overlaps(tensors[0], tensors[i + 1]) ? 1 : 0);
+  }
+  g.others = std::move(others);
+  guards_.push_back(std::move(g));
+}
+
 void GuardSet::add_same(int source, int other) {
   Guard g;
   g.kind = GuardKind::Same;
@@ -332,6 +400,29 @@ void GuardSet::add_same(int source, int other) {
   g.other = other;
   guards_.push_back(std::move(g));
 }
+
+namespace {
+
+/// Whether `values[o]` overlaps `t` for each other source `o` of Aliasing guard `g` exactly
+/// where it did when compiling; `first_change`, when given, gets the first other that differs.
+bool aliasing_matches(const Guard& g, const std::vector<nb::object>& values,
+                      size_t* first_change = nullptr) {
+  PyObject* v = values[static_cast<size_t>(g.source)].ptr();
+  if (!THPVariable_Check(v)) return false;
+  const at::Tensor& t = THPVariable_Unpack(v);
+  for (size_t i = 0; i < g.others.size(); ++i) {
+    PyObject* o = values[static_cast<size_t>(g.others[i])].ptr();
+    const bool shares =
+        o != nullptr && THPVariable_Check(o) && runtime::memory_overlaps(t, THPVariable_Unpack(o));
+    if (shares != (g.shares[i] != 0)) {
+      if (first_change != nullptr) *first_change = i;
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
 
 bool GuardSet::passes(const Guard& g, const std::vector<nb::object>& values) const {
   PyObject* v = values[static_cast<size_t>(g.source)].ptr();
@@ -358,6 +449,8 @@ bool GuardSet::passes(const Guard& g, const std::vector<nb::object>& values) con
       return v == values[static_cast<size_t>(g.other)].ptr();
     case GuardKind::StateEquals:
       return plain_data_equal(v, g.expected.ptr());
+    case GuardKind::Aliasing:
+      return aliasing_matches(g, values);
   }
   return false;
 }
@@ -373,15 +466,7 @@ bool GuardSet::check(const std::vector<nb::object>& values) const {
 std::string GuardSet::first_failure(const std::vector<nb::object>& values,
                                     const SourceTable& sources) const {
   GlobalState now = GlobalState::current();
-  if (!(now == state_)) {
-    std::ostringstream os;
-    os << "global state: grad_enabled " << state_.grad_enabled << " -> " << now.grad_enabled
-       << ", autocast cpu " << autocast_text(state_.autocast_cpu, state_.autocast_cpu_dtype)
-       << " -> " << autocast_text(now.autocast_cpu, now.autocast_cpu_dtype) << ", cuda "
-       << autocast_text(state_.autocast_cuda, state_.autocast_cuda_dtype) << " -> "
-       << autocast_text(now.autocast_cuda, now.autocast_cuda_dtype);
-    return os.str();
-  }
+  if (!(now == state_)) return "global state: " + state_.diff(now);
   for (const Guard& g : guards_) {
     if (passes(g, values)) continue;
     std::string name = sources.name(g.source);
@@ -410,6 +495,13 @@ std::string GuardSet::first_failure(const std::vector<nb::object>& values,
         return name + " is not " + sources.name(g.other);
       case GuardKind::StateEquals:
         return "the state of " + name + " changed since compiling";
+      case GuardKind::Aliasing: {
+        size_t i = 0;
+        if (!THPVariable_Check(v)) return name + " is not a tensor";
+        aliasing_matches(g, values, &i);
+        return name + (g.shares[i] != 0 ? " no longer shares" : " now shares") + " memory with " +
+               sources.name(g.others[i]) + " (the graph mutates " + name + ")";
+      }
     }
   }
   return {};
@@ -417,10 +509,9 @@ std::string GuardSet::first_failure(const std::vector<nb::object>& values,
 
 std::string GuardSet::describe(const SourceTable& sources) const {
   std::ostringstream os;
-  os << "global state: grad_enabled=" << state_.grad_enabled
-     << " autocast_cpu=" << autocast_text(state_.autocast_cpu, state_.autocast_cpu_dtype)
-     << " autocast_cuda=" << autocast_text(state_.autocast_cuda, state_.autocast_cuda_dtype)
-     << "\n";
+  os << "global state:";
+  for (const auto& [field, value] : state_.fields()) os << " " << field << "=" << value;
+  os << "\n";
   for (const Guard& g : guards_) {
     std::string name = sources.name(g.source);
     switch (g.kind) {
@@ -451,6 +542,17 @@ std::string GuardSet::describe(const SourceTable& sources) const {
         os << "STATE_EQUALS " << name << " (a " << Py_TYPE(g.expected.ptr())->tp_name
            << " and everything it holds)\n";
         break;
+      case GuardKind::Aliasing: {
+        os << "ALIASING " << name << " (mutated) overlaps";
+        bool any = false;
+        for (size_t i = 0; i < g.others.size(); ++i) {
+          if (g.shares[i] == 0) continue;
+          os << (any ? ", " : " ") << sources.name(g.others[i]);
+          any = true;
+        }
+        os << (any ? "" : " no other input") << "\n";
+        break;
+      }
     }
   }
   return os.str();

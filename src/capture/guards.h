@@ -15,10 +15,14 @@
 ///   Same         the same object as another source (two inputs that were one tensor)
 ///   StateEquals  plain data (plain_data.h) structurally equal to a snapshot: what a
 ///                copy.deepcopy at capture time read
-/// Plus the global state read once per call: grad mode and the autocast state (on or off, and
-/// its dtype, per device).
+///   Aliasing     a tensor the graph mutates shares memory with exactly the other inputs it
+///                shared memory with when compiling (none, for a graph traced on distinct
+///                tensors: its functional form reads the other inputs' old values)
+/// Plus the global state read once per call (GlobalState): what changes the meaning of a trace
+/// without changing any input.
 #pragma once
 
+#include <ATen/core/Tensor.h>
 #include <Python.h>
 #include <c10/core/Device.h>
 #include <c10/core/DispatchKeySet.h>
@@ -27,13 +31,23 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "capture/source.h"
 
 namespace ember::capture {
 
-enum class GuardKind : uint8_t { TensorMatch, IdMatch, TypeMatch, Equals, Len, Same, StateEquals };
+enum class GuardKind : uint8_t {
+  TensorMatch,
+  IdMatch,
+  TypeMatch,
+  Equals,
+  Len,
+  Same,
+  StateEquals,
+  Aliasing
+};
 
 struct TensorMeta {
   c10::ScalarType dtype = c10::ScalarType::Undefined;
@@ -55,9 +69,13 @@ struct Guard {
   int64_t length = 0;      ///< Len
   int other = -1;          ///< Same: the other source
   TensorMeta tensor;       ///< TensorMatch
+  /// Aliasing: the other tensor inputs, and for each whether it shares memory with `source`.
+  std::vector<int> others;
+  std::vector<uint8_t> shares;
 };
 
-/// The global state a trace depends on.
+/// The global state a trace depends on: what Dynamo's global-state guard covers. Read in C++
+/// on every call of a compiled frame (a few loads of thread-local and global flags).
 struct GlobalState {
   bool grad_enabled = false;
   bool autocast_cpu = false;
@@ -65,8 +83,33 @@ struct GlobalState {
   /// The autocast dtype of a device where autocast is on; Undefined where it is off.
   c10::ScalarType autocast_cpu_dtype = c10::ScalarType::Undefined;
   c10::ScalarType autocast_cuda_dtype = c10::ScalarType::Undefined;
+  /// torch.set_default_dtype: the dtype of factory calls and of Python floats made tensors.
+  c10::ScalarType default_dtype = c10::ScalarType::Float;
+  /// torch.use_deterministic_algorithms(mode, warn_only=...).
+  bool deterministic = false;
+  bool deterministic_warn_only = false;
+  /// torch.set_float32_matmul_precision, torch.backends.cuda.matmul.allow_tf32,
+  /// torch.backends.cudnn.allow_tf32 and cuBLAS's reduced-precision reductions.
+  int8_t matmul_precision = 0;
+  bool tf32_cublas = false;
+  bool tf32_cudnn = false;
+  int8_t fp16_reduction = 0;
+  int8_t bf16_reduction = 0;
+  /// torch.set_num_threads.
+  int num_threads = 0;
+  /// The torch function mode stack (torch.set_default_device pushes one; so does any
+  /// TorchFunctionMode), whether torch function is disabled, and the dispatch mode stack.
+  /// Capture gives up where either stack is non-empty: a compiled graph would bypass the modes.
+  int64_t torch_function_modes = 0;
+  int8_t torch_function_disabled = 0;
+  int64_t dispatch_modes = 0;
+
   static GlobalState current();
   bool operator==(const GlobalState&) const = default;
+  /// `name=value` for each field, in declaration order.
+  std::vector<std::pair<std::string, std::string>> fields() const;
+  /// The fields that differ from `now`, as `name old -> new`, comma-separated.
+  std::string diff(const GlobalState& now) const;
 };
 
 class GuardSet {
@@ -86,6 +129,10 @@ class GuardSet {
   }
   void add_len(int source, PyObject* container);
   void add_same(int source, int other);
+  /// `source`: a tensor the graph mutates; `others`: the other tensor inputs; `tensors`: the
+  /// values of `source` and then `others` at capture, whose memory overlaps the guard keeps
+  /// (runtime::memory_overlaps).
+  void add_aliasing(int source, std::vector<int> others, const std::vector<at::Tensor>& tensors);
   void set_global_state(GlobalState s) { state_ = s; }
 
   /// Whether every guard passes on `values` (SourceTable::evaluate of the call's frame).

@@ -81,7 +81,11 @@ struct ExecutorOptions {
 /// finding a kernel that computes something else than its nodes; slow.
 bool verify_kernels_enabled();
 
-/// Whether an input at one of the positions `which` shares its storage with another input.
+/// Whether the bytes `a` and `b` can reach overlap: one storage and intersecting ranges (views
+/// of one tensor that touch disjoint ranges do not overlap; interleaved ones are said to).
+bool memory_overlaps(const at::Tensor& a, const at::Tensor& b);
+
+/// Whether an input at one of the positions `which` overlaps another input in memory.
 bool any_shares_storage(const std::vector<at::Tensor>& inputs, const std::vector<size_t>& which);
 
 class Executor {

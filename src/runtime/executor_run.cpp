@@ -34,15 +34,35 @@ bool has_layout(const at::Tensor& t, const std::vector<int64_t>& sizes,
   return true;
 }
 
+namespace {
+
+/// The byte range [first, last) that `t` can reach in its storage; empty for no elements.
+std::pair<int64_t, int64_t> byte_range(const at::Tensor& t) {
+  int64_t extent = 1;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) == 0) return {0, 0};
+    extent += (t.size(d) - 1) * std::abs(t.stride(d));
+  }
+  const int64_t item = static_cast<int64_t>(t.element_size());
+  const int64_t first = t.storage_offset() * item;
+  return {first, first + extent * item};
+}
+
+}  // namespace
+
+bool memory_overlaps(const at::Tensor& a, const at::Tensor& b) {
+  if (!a.defined() || !b.defined() || !a.has_storage() || !b.has_storage()) return false;
+  if (a.storage().unsafeGetStorageImpl() != b.storage().unsafeGetStorageImpl()) return false;
+  auto [a0, a1] = byte_range(a);
+  auto [b0, b1] = byte_range(b);
+  return a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1;
+}
+
 bool any_shares_storage(const std::vector<at::Tensor>& inputs, const std::vector<size_t>& which) {
   for (size_t m : which) {
-    if (m >= inputs.size() || !inputs[m].has_storage()) continue;
-    const c10::StorageImpl* storage = inputs[m].storage().unsafeGetStorageImpl();
+    if (m >= inputs.size()) continue;
     for (size_t i = 0; i < inputs.size(); ++i) {
-      if (i != m && inputs[i].defined() && inputs[i].has_storage() &&
-          inputs[i].storage().unsafeGetStorageImpl() == storage) {
-        return true;
-      }
+      if (i != m && memory_overlaps(inputs[m], inputs[i])) return true;
     }
   }
   return false;

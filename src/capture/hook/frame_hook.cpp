@@ -334,12 +334,21 @@ PyObject* on_miss(PyThreadState* ts, _PyInterpreterFrame* frame, ThreadState& st
       }
       std::shared_ptr<CacheEntry> entry(std::move(result.entry));
       s->entries.insert(s->entries.begin(), Entry{entry, compiler.get(), compiler});
+      if (entry->runs_original()) {
+        ++g.stats.eager_frames;
+        return eval_default(ts, frame);
+      }
       return run_entry(ts, frame, *entry, f);
     }
     case CompileResult::Action::SkipCode:
       s->skip_code = true;
       ++g.stats.eager_frames;
       return eval_default(ts, frame);
+    case CompileResult::Action::EagerUnhooked: {
+      ++g.stats.eager_frames;
+      HookDisabled off(st);
+      return eval_default(ts, frame);
+    }
     case CompileResult::Action::Eager:
       break;
   }
@@ -382,6 +391,10 @@ PyObject* intercept(PyThreadState* ts, _PyInterpreterFrame* frame, ThreadState& 
   }
   if (hit != nullptr) {
     ++globals().stats.cache_hits;
+    if (hit->runs_original()) {
+      ++globals().stats.eager_frames;
+      return eval_default(ts, frame);
+    }
     return run_entry(ts, frame, *hit, f);
   }
   return on_miss(ts, frame, st, s, f);

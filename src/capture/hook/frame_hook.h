@@ -62,14 +62,18 @@ class CacheEntry {
   /// A description of the first guard that fails for `f` (for EMBER_LOGS=recompiles); empty
   /// when none fails or the entry cannot tell.
   virtual std::string first_failure(const FrameView& f) { return {}; }
+  /// True for an entry that stands for running the frame's own bytecode on the calls its guards
+  /// admit: the hook evaluates the frame itself and never calls run().
+  virtual bool runs_original() const { return false; }
 };
 
 /// What a compiler decided for a frame.
 struct CompileResult {
   enum class Action {
-    Run,      ///< cache `entry` and run it
-    Eager,    ///< run this call with the default evaluator; try again on the next call
-    SkipCode  ///< never intercept this code object again (callees still are)
+    Run,            ///< cache `entry` and run it
+    Eager,          ///< run this call with the default evaluator; try again on the next call
+    EagerUnhooked,  ///< as Eager, and the frames this call makes are not intercepted either
+    SkipCode        ///< never intercept this code object again (callees still are)
   };
   Action action = Action::Eager;
   std::unique_ptr<CacheEntry> entry;
