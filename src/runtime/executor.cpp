@@ -419,6 +419,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
         for (const auto& ks : unit_kernels) sources.push_back(codegen::emit_cpp_unit(ks));
         HostCompileOptions compile_options = HostCompileOptions::from_env();
         compile_options.prelude = codegen::cpp_prelude();
+        compile_options.key_parts.push_back("torch " EMBER_TORCH_VERSION_STRING);
         libraries_ = compile_and_load_all(sources, compile_options);
         kernel_sources_ = sources;
       }

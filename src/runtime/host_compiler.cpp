@@ -1,6 +1,7 @@
 #include "runtime/host_compiler.h"
 
 #include <dlfcn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #if defined(__GLIBC__)
 #include <gnu/libc-version.h>
@@ -17,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "runtime/kernel_cache.h"
 #include "support/error.h"
 #include "support/hash.h"
 
@@ -67,9 +69,16 @@ std::string compiler_id(const std::string& compiler) {
   return out;
 }
 
+/// Loads entry `so`, or returns nullptr (the entry removed) when dlopen refuses it.
 std::shared_ptr<KernelLibrary> load(const std::string& key, const fs::path& so) {
   void* handle = dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
-  EMBER_INTERNAL_ASSERT(handle != nullptr) << "dlopen(" << so.string() << "): " << dlerror();
+  if (handle == nullptr) {
+    const char* err = dlerror();
+    warn_once("dlopen:" + key, "the kernel cache entry " + so.string() + " could not be loaded (" +
+                                   (err ? err : "?") + "); it was removed and is compiled again");
+    remove_entry(so);
+    return nullptr;
+  }
   auto lib = std::make_shared<KernelLibrary>(handle, so.string());
   std::lock_guard<std::mutex> lock(g_mutex);
   g_loaded[key] = lib;
@@ -98,9 +107,9 @@ std::string precompiled_prelude(const HostCompileOptions& options) {
   auto it = built.find(hex);
   if (it != built.end()) return it->second;
   const char* env = std::getenv("EMBER_PRELUDE_DIR");
-  // Beside the kernel cache (`<EMBER_CACHE_DIR>/kernels`): `<EMBER_CACHE_DIR>/prelude`.
-  fs::path dir =
-      (env && *env ? fs::path(env) : fs::path(cache_dir()).parent_path() / "prelude") / hex;
+  // Beside the kernel cache (`<EMBER_CACHE_DIR>/kernels`): `<EMBER_CACHE_DIR>/prelude`, which
+  // is checked as the kernel cache is (the compiler reads a .gch from it into every kernel).
+  fs::path dir = (env && *env ? fs::path(env) : fs::path(cache_subdir("prelude"))) / hex;
   fs::path header = dir / "ember_prelude.h";
   fs::path gch = dir / "ember_prelude.h.gch";
   std::error_code ec;
@@ -131,15 +140,24 @@ std::string precompiled_prelude(const HostCompileOptions& options) {
   return built[hex];
 }
 
-// Compiles `source` into `<dir>/<key>.so` unless it is there. Safe to run concurrently with other
-// processes: the object is written under a unique name and renamed into place.
+// Compiles `source` into `<dir>/<key>.so` unless a whole entry is there (kernel_cache.h: a
+// corrupted one is removed and rebuilt). Safe to run concurrently with other processes: the
+// object is written under a unique name, then published (renamed into place with its sidecar).
 void compile_to_cache(const std::string& key, const std::string& source,
                       const HostCompileOptions& options) {
   fs::path dir = cache_dir();
   fs::path so = dir / (key + ".so");
-  if (fs::exists(so)) {
-    ++g_disk_hits;
-    return;
+  std::error_code ec;
+  if (fs::exists(so, ec)) {
+    std::string why;
+    if (verify_entry(so, &why)) {
+      touch_entry(so);
+      ++g_disk_hits;
+      return;
+    }
+    warn_once("entry:" + key, "the kernel cache entry " + so.string() + " failed its check (" +
+                                  why + "); it was removed and is compiled again");
+    remove_entry(so);
   }
   std::string unique = key + "." + std::to_string(getpid()) + "." +
                        std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()));
@@ -153,6 +171,7 @@ void compile_to_cache(const std::string& key, const std::string& source,
   {
     std::ofstream out(src);
     out << (header.empty() ? source : source.substr(options.prelude.size()));
+    EMBER_UNSUPPORTED(out.good()) << "cannot write " << src.string() << " in the kernel cache";
   }
   std::string cmd = quote(options.compiler);
   for (const std::string& f : options.flags) cmd += " " + quote(f);
@@ -164,15 +183,25 @@ void compile_to_cache(const std::string& key, const std::string& source,
   int rc = std::system(cmd.c_str());
   if (rc != 0) {
     std::string output = read_file(log);
-    std::error_code ec;
     fs::remove(tmp, ec);
+    fs::remove(src, ec);
+    fs::remove(log, ec);
+    const bool missing = WIFEXITED(rc) && WEXITSTATUS(rc) == 127;
+    warn_once("compiler:" + options.compiler,
+              missing ? "the C++ compiler '" + options.compiler +
+                            "' was not found: generated CPU kernels run as ATen calls instead "
+                            "(slower). Install g++ or set EMBER_CXX to a C++ compiler."
+                      : "the C++ compiler '" + options.compiler + "' failed (exit " +
+                            std::to_string(WIFEXITED(rc) ? WEXITSTATUS(rc) : rc) +
+                            "): some generated CPU kernels run as ATen "
+                            "calls instead (slower). Its output:\n" +
+                            output.substr(0, 2000));
     EMBER_UNSUPPORTED(false) << "the host compiler failed (exit " << rc << ") on " << src.string()
                              << ":\n"
                              << output;
   }
-  fs::rename(tmp, so);
+  publish_entry(tmp, so);
   // Keep the source next to the object for debugging (whole); drop the (empty) log.
-  std::error_code ec;
   if (header.empty()) {
     fs::rename(src, dir / (key + ".cpp"), ec);
   } else {
@@ -180,6 +209,7 @@ void compile_to_cache(const std::string& key, const std::string& source,
     std::ofstream(dir / (key + ".cpp")) << source;
   }
   fs::remove(log, ec);
+  evict_to_cap(dir, cache_cap_bytes());
 }
 
 }  // namespace
@@ -190,7 +220,11 @@ KernelLibrary::~KernelLibrary() = default;
 
 void* KernelLibrary::symbol(const std::string& name) const {
   void* p = dlsym(handle_, name.c_str());
-  EMBER_INTERNAL_ASSERT(p != nullptr) << "symbol " << name << " missing from " << path_;
+  if (p == nullptr) {
+    const char* err = dlerror();
+    EMBER_INTERNAL_ASSERT(false) << "symbol " << name << " missing from " << path_ << " ("
+                                 << (err ? err : "no dlerror") << ")";
+  }
   return p;
 }
 
@@ -231,27 +265,16 @@ bool libmvec_usable() {
 }
 
 std::string cache_dir() {
-  fs::path dir;
-  if (const char* d = std::getenv("EMBER_CACHE_DIR"); d != nullptr && *d) {
-    dir = d;
-  } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x) {
-    dir = fs::path(x) / "ember";
-  } else if (const char* h = std::getenv("HOME"); h != nullptr && *h) {
-    dir = fs::path(h) / ".cache" / "ember";
-  } else {
-    dir = fs::temp_directory_path() / "ember-cache";
-  }
-  dir /= "kernels";
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  EMBER_CHECK(!ec) << "cannot create the kernel cache directory " << dir.string() << ": "
-                   << ec.message() << " (set EMBER_CACHE_DIR)";
-  return dir.string();
+  return cache_subdir("kernels");
 }
 
 std::string cache_key(const std::string& source, const HostCompileOptions& options) {
   Hasher h;
-  h.str("ember-host-compiler-v1").str(options.compiler).str(compiler_id(options.compiler));
+  // v2: entries carry a sidecar (kernel_cache.h); -march=native means this CPU's features.
+  h.str("ember-host-compiler-v2").str(options.compiler).str(compiler_id(options.compiler));
+  h.str(cpu_features()).str(EMBER_VERSION_STRING);
+  h.u64(options.key_parts.size());
+  for (const std::string& p : options.key_parts) h.str(p);
   h.u64(options.flags.size());
   for (const std::string& f : options.flags) h.str(f);
   h.u64(options.link_flags.size());
@@ -292,7 +315,15 @@ std::vector<std::shared_ptr<KernelLibrary>> compile_and_load_all(
     for (auto& job : jobs) job.get();  // rethrows the first failure
   }
   fs::path dir = cache_dir();
-  for (size_t i : todo) libs[i] = load(keys[i], dir / (keys[i] + ".so"));
+  for (size_t i : todo) {
+    libs[i] = load(keys[i], dir / (keys[i] + ".so"));
+    if (libs[i] == nullptr) {  // refused by dlopen and removed: built once more
+      compile_to_cache(keys[i], sources[i], options);
+      libs[i] = load(keys[i], dir / (keys[i] + ".so"));
+      EMBER_UNSUPPORTED(libs[i] != nullptr)
+          << "a kernel compiled into " << dir.string() << " could not be loaded";
+    }
+  }
   return libs;
 }
 

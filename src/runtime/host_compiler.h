@@ -3,9 +3,10 @@
 /// through an on-disk cache: a second process that needs the same source compiles nothing.
 ///
 /// Plain C++ (no torch). The cache key is the hash of the source, the compiler's identity
-/// (path and `--version` output) and the flags. The cache lives in `EMBER_CACHE_DIR`, else
-/// `$XDG_CACHE_HOME/ember`, else `~/.cache/ember`. Objects are written to a temporary name and
-/// renamed into place, so concurrent processes never load a half-written file.
+/// (path and `--version` output), the flags, the CPU's features (what -march=native means),
+/// ember's version and the caller's key parts (torch's version). The cache is
+/// `<cache_root()>/kernels`, a trusted store (kernel_cache.h): private to this user, entries
+/// published whole with a checked sidecar, corrupted ones rebuilt, its size capped.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,8 @@ struct HostCompileOptions {
                                     "-mno-red-zone"};
   /// Flags after the source file (libraries to link).
   std::vector<std::string> link_flags;
+  /// More that the cache key covers (the executor adds torch's version).
+  std::vector<std::string> key_parts;
   /// A header every source starts with (the generated code's prelude), or empty. A source that
   /// starts with it is compiled as the rest of its text with the prelude included from a header
   /// precompiled once per prelude, compiler and flags (in the cache directory): parsing the
@@ -71,7 +74,7 @@ struct HostCompilerStats {
 /// libmvec.so, unless `EMBER_LIBMVEC=0`.
 bool libmvec_usable();
 
-/// The cache directory, created if missing.
+/// The kernel cache directory, `<cache_root()>/kernels` (kernel_cache.h), created if missing.
 std::string cache_dir();
 
 /// The key under which `source` compiled with `options` is cached (hex).
