@@ -27,11 +27,21 @@ def _fallback(gm: torch.fx.GraphModule, reason: str) -> Callable:
     return gm.forward
 
 
+# Higher-order ops whose eager implementation runs their subgraphs with Dynamo or a dispatch
+# mode, which tracing cannot enter: a graph holding one runs eagerly.
+_CONTROL_FLOW_OPS = frozenset({"cond", "while_loop", "while_loop_stack_output", "scan", "map_impl",
+                               "associative_scan"})
+
+
 def _unsupported_reason(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:
     for i, x in enumerate(example_inputs):
         if not isinstance(x, torch.Tensor):
             return f"input {i} is a {type(x).__name__} (dynamic shapes are not supported yet)"
     for node in gm.graph.nodes:
+        if (node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator)
+                and node.target.name() in _CONTROL_FLOW_OPS):
+            return (f"the graph holds torch.{node.target.name()} (a control-flow higher-order op, "
+                    "not compiled by ember yet)")
         if node.op != "placeholder":
             continue
         val = node.meta.get("example_value", node.meta.get("val"))

@@ -372,7 +372,8 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
   }
   auto memo = eager_memo_.find(code_key);
   if (memo != eager_memo_.end() && memo->second == state_now) {
-    result.action = CompileResult::Action::Eager;
+    result.action = unhooked_.contains(code_key) ? CompileResult::Action::EagerUnhooked
+                                                 : CompileResult::Action::Eager;
     result.reason = "runs eagerly (decided before)";
     return result;
   }
@@ -498,6 +499,15 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
     if (log_enabled("guards")) log_warning("ember: guards of " + rec.code + "\n" + rec.guard_text);
     if (log_enabled("graph")) log_warning("ember: graph of " + rec.code + "\n" + rec.graph);
     result.action = CompileResult::Action::Run;
+  } catch (const RunsUnhooked& e) {
+    if (options_.fullgraph) {
+      unsupported(e.what());
+    } else {
+      eager_memo_[code_key] = state_now;
+      memo_keepalive_.push_back(nb::borrow(code_key));
+      unhooked_.insert(code_key);
+      give_up(CompileResult::Action::EagerUnhooked, e.what());
+    }
   } catch (const EagerThisCall& e) {
     // Not a failure to capture the program (not raised under fullgraph, not remembered): this
     // call makes what the next capture reads.

@@ -16,6 +16,7 @@
 #include <nanobind/nanobind.h>
 
 #include <unordered_map>
+#include <unordered_set>
 
 #include "capture/guards.h"
 #include "capture/hook/frame_hook.h"
@@ -65,6 +66,7 @@ class CaptureCompiler final : public FrameCompiler {
  public:
   explicit CaptureCompiler(CaptureOptions options) : options_(std::move(options)) {}
   CompileResult compile(const FrameView& f) override;
+  bool fullgraph() const override { return options_.fullgraph; }
 
   /// Every compile of this compiler, in order.
   const std::vector<CaptureRecord>& records() const { return log_->records; }
@@ -87,6 +89,8 @@ class CaptureCompiler final : public FrameCompiler {
   std::shared_ptr<CaptureLog> log_ = std::make_shared<CaptureLog>();
   /// Code objects this compiler runs eagerly, with the global state that decided it.
   std::unordered_map<PyObject*, GlobalState> eager_memo_;
+  /// Code objects of eager_memo_ whose callees run unhooked too (RunsUnhooked).
+  std::unordered_set<PyObject*> unhooked_;
   std::vector<nanobind::object> memo_keepalive_;
 };
 

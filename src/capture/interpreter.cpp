@@ -288,6 +288,8 @@ nb::object Interpreter::run_frame(Frame& fr) {
       throw;
     } catch (const EagerThisCall&) {
       throw;
+    } catch (const RunsUnhooked&) {
+      throw;
     } catch (const DataDependentError& e) {
       if (!fr.top && !nestable(fr, in)) throw;
       reason = e.what();

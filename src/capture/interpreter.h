@@ -75,6 +75,15 @@ class EagerThisCall : public Unsupported {
   using Unsupported::Unsupported;
 };
 
+/// Thrown where the frame must run eagerly with the hook off for the frames it calls: a
+/// higher-order op (torch.cond, ...) whose eager implementation compiles its branches with
+/// Dynamo, whose own frame evaluation must not meet ember's. Never a graph break: the whole frame
+/// runs eagerly, unhooked (remembered for the global state; fullgraph raises).
+class RunsUnhooked : public Unsupported {
+ public:
+  using Unsupported::Unsupported;
+};
+
 /// One frame's state where the interpreter stopped.
 struct FrameState {
   nanobind::object code;     ///< the code object
@@ -261,6 +270,9 @@ class Interpreter {
                              std::vector<nanobind::object> args, nanobind::handle kwnames);
   /// A call of an nn.Module: its forward inlined (after its hooks are checked), or a __call__
   /// of the program's inlined; `plain_call`: nn.Module.__call__ itself (super().__call__).
+  /// torch.utils.checkpoint.checkpoint(fn, *args, **kwargs): fn(*args, **kwargs), its own
+  /// keywords (use_reentrant, ...) dropped.
+  nanobind::object call_checkpointed(std::vector<nanobind::object> args, nanobind::handle kwnames);
   nanobind::object call_module(nanobind::handle module, std::vector<nanobind::object> args,
                                nanobind::handle kwnames, bool plain_call = false);
   /// Calls `callable` for real. `pin`: objects guarded by type among its arguments (and its
@@ -307,6 +319,10 @@ class Interpreter {
   /// wraps every optimizer's _init_group and the fused updates: not for Dynamo to trace), the
   /// function it wraps, to be inlined; null for any other callable.
   nanobind::object dynamo_disabled_original(nanobind::handle fn);
+  /// The function a torch.compile'd function wraps (`_torchdynamo_orig_callable` of a
+  /// compile_wrapper that is not a torch._dynamo.disable), or an invalid object. Captured as
+  /// Dynamo captures a nested compiled function: its original is inlined.
+  nanobind::object torch_compiled_original(nanobind::handle fn);
   /// A call of the wrapper an LR scheduler puts in place of its optimizer's `step`: the
   /// optimizer's step inlined; null when `fn` is no such wrapper (see the definition).
   nanobind::object call_scheduler_patched_step(nanobind::handle fn,

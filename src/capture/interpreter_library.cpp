@@ -84,6 +84,23 @@ nb::object Interpreter::dynamo_disabled_original(nb::handle fn) {
   return original;
 }
 
+nb::object Interpreter::torch_compiled_original(nb::handle fn) {
+  if (!PyFunction_Check(fn.ptr()) || inlines(fn.ptr())) return {};
+  nb::object name = nb::steal(PyUnicode_FromString("_torchdynamo_orig_callable"));
+  nb::object original = nb::steal(PyObject_GetAttr(fn.ptr(), name.ptr()));
+  if (!original.is_valid()) {
+    PyErr_Clear();
+    return {};
+  }
+  nb::object disabled = nb::steal(PyObject_GetAttrString(fn.ptr(), "_torchdynamo_disable"));
+  if (!disabled.is_valid()) PyErr_Clear();
+  if (disabled.is_valid() && PyObject_IsTrue(disabled.ptr()) != 0) return {};
+  int source = source_of(fn);
+  if (source >= 0) return wrap(original, sources_.attr(source, name.ptr()));
+  keepalive_.push_back(original);
+  return original;
+}
+
 nb::object Interpreter::dict_view(nb::handle obj, std::string_view what) {
   int source = source_of(obj);
   EMBER_INTERNAL_ASSERT(source >= 0) << "a dict view of a dict without a source";

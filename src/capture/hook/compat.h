@@ -46,6 +46,9 @@ int ember_compat_tstate_tracing(PyThreadState* ts);
 /// there was none). The evaluator owns the frame from then on: never abandon it afterwards.
 PyObject* ember_compat_eval_default(PyThreadState* ts, struct _PyInterpreterFrame* frame,
                                     int throwflag);
+/// Whether `frame` is the one this thread is passing to the previous evaluator now: it came back
+/// to ember's hook through an evaluator that chains to ember (see compat_common.c).
+int ember_compat_is_chaining(struct _PyInterpreterFrame* frame);
 
 /// Installs `fn` as the interpreter's eval function, remembering the previous one for
 /// ember_compat_eval_default. A no-op when `fn` is already installed.

@@ -16,13 +16,54 @@
 // only (subinterpreters are not supported).
 static _PyFrameEvalFunction previous_eval = NULL;
 
+// The frame this thread is passing to a previous evaluator, if any. Two evaluators that each
+// saved the other as their previous (Dynamo's shim installed before ember's hook, then again
+// over it by a torch.compile call inside an ember-compiled program) would pass a frame between
+// them forever: a frame that comes back while it is being chained runs in the default evaluator.
+// One slot per thread for the whole process: both of ember's modules (_C and _capture_core) carry
+// this file, and a frame can pass through both; the first module installed publishes its slot
+// as the capsule sys._ember_chaining_slot, and later ones use it.
+static _Thread_local struct _PyInterpreterFrame* own_chaining = NULL;
+static struct _PyInterpreterFrame** own_chaining_slot(void) {
+  return &own_chaining;
+}
+typedef struct _PyInterpreterFrame** (*ChainingSlot)(void);
+static ChainingSlot chaining_slot = own_chaining_slot;
+
+static void share_chaining_slot(void) {
+  static int done = 0;
+  if (done) return;
+  done = 1;
+  PyObject* capsule = PySys_GetObject("_ember_chaining_slot");  // borrowed
+  if (capsule != NULL && PyCapsule_IsValid(capsule, "ember.chaining_slot")) {
+    chaining_slot = (ChainingSlot)PyCapsule_GetPointer(capsule, "ember.chaining_slot");
+    return;
+  }
+  PyObject* mine = PyCapsule_New((void*)own_chaining_slot, "ember.chaining_slot", NULL);
+  if (mine == NULL || PySys_SetObject("_ember_chaining_slot", mine) != 0) PyErr_Clear();
+  Py_XDECREF(mine);
+}
+
 PyObject* ember_compat_eval_default(PyThreadState* ts, struct _PyInterpreterFrame* frame,
                                     int throwflag) {
-  if (previous_eval != NULL) return previous_eval(ts, frame, throwflag);
+  struct _PyInterpreterFrame** chaining = chaining_slot();
+  if (previous_eval != NULL && frame != *chaining &&
+      previous_eval != _PyInterpreterState_GetEvalFrameFunc(ts->interp)) {
+    struct _PyInterpreterFrame* saved = *chaining;
+    *chaining = frame;
+    PyObject* result = previous_eval(ts, frame, throwflag);
+    *chaining = saved;
+    return result;
+  }
   return _PyEval_EvalFrameDefault(ts, frame, throwflag);
 }
 
+int ember_compat_is_chaining(struct _PyInterpreterFrame* frame) {
+  return frame == *chaining_slot();
+}
+
 void ember_compat_install(_PyFrameEvalFunction fn) {
+  share_chaining_slot();
   PyInterpreterState* interp = PyInterpreterState_Get();
   _PyFrameEvalFunction current = _PyInterpreterState_GetEvalFrameFunc(interp);
   if (current == fn) return;

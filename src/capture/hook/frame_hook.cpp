@@ -402,7 +402,9 @@ PyObject* intercept(PyThreadState* ts, _PyInterpreterFrame* frame, ThreadState& 
 
 PyObject* eval_frame(PyThreadState* ts, _PyInterpreterFrame* frame, int throwflag) {
   ThreadState& st = thread_state;
-  if (st.compiler == nullptr) return ember_compat_eval_default(ts, frame, throwflag);
+  if (st.compiler == nullptr || ember_compat_is_chaining(frame)) {
+    return ember_compat_eval_default(ts, frame, throwflag);
+  }
   Globals& g = globals();
   ++g.stats.frames_seen;
   // Generator resumptions, gen.throw/close, frames of trace callbacks: never ours.
@@ -414,7 +416,11 @@ PyObject* eval_frame(PyThreadState* ts, _PyInterpreterFrame* frame, int throwfla
   // The creation call of a generator or coroutine function: left alone.
   if ((code->co_flags & kGeneratorFlags) != 0) return eval_default(ts, frame);
   ExtraState* s = extra_state(code);
-  if (s == nullptr || s->skip_code) return eval_default(ts, frame);
+  if (s == nullptr) return eval_default(ts, frame);
+  if (s->skip_code &&
+      !(reinterpret_cast<PyObject*>(code) == st.top_code && (*st.compiler)->fullgraph())) {
+    return eval_default(ts, frame);
+  }
   if (!s->over_limit.empty() && is_over_limit(*s, st.compiler->get())) {
     return eval_default(ts, frame);
   }

@@ -88,6 +88,9 @@ class FrameCompiler {
   /// Called with the hook disabled on this thread. May raise a Python exception: return Eager
   /// with the exception set to propagate it to the caller of the frame.
   virtual CompileResult compile(const FrameView& f) = 0;
+  /// fullgraph=True: its top frame must be captured whole or raise, so a code object that
+  /// another compiler marked SkipCode is still compiled when it is this compiler's top frame.
+  virtual bool fullgraph() const { return false; }
 };
 
 /// Creates `ember.<module>.CompiledFunction(fn)`: a callable that calls `fn` with `compiler`
