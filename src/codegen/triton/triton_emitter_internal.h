@@ -208,7 +208,8 @@ class Emitter {
   std::string block_shape() const { return rows_ > 1 ? "[XBLOCK, RBLOCK]" : "[RBLOCK]"; }
   /// rows_per_program for a row program over `rows` (constant, or 1) with body `rest`.
   int rows_per_program(const Expr& rows, const Stmt& rest) const {
-    const auto* n = simplify(rows).as<IntImm>();
+    const Expr simple = simplify(rows);  // held: `as` points into it
+    const auto* n = simple.as<IntImm>();
     return n == nullptr ? 1 : triton_shape::rows_per_program(n->value, persistent_extent(rest));
   }
   void refuse_in_row_tile(const std::string& what) const {
