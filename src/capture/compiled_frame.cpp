@@ -77,17 +77,33 @@ PyObject* CompiledFrame::run(const FrameView& f) {
   }
 }
 
-int BreakFrame::check(const FrameView& f) {
+namespace {
+
+/// check() of an entry that reads its sources afresh on each call: 1 when every source reads
+/// and every guard passes, else 0.
+int sources_pass(const SourceTable& sources, const GuardSet& guards, const FrameView& f) {
   std::vector<nb::object> values;
-  if (sources_.evaluate(f, values) >= 0) return 0;
-  return guards_.check(values) ? 1 : 0;
+  if (sources.evaluate(f, values) >= 0) return 0;
+  return guards.check(values) ? 1 : 0;
+}
+
+/// first_failure() of such an entry.
+std::string sources_failure(const SourceTable& sources, const GuardSet& guards,
+                            const FrameView& f) {
+  std::vector<nb::object> values;
+  int failed = sources.evaluate(f, values);
+  if (failed >= 0) return sources.name(failed) + " could not be read";
+  return guards.first_failure(values, sources);
+}
+
+}  // namespace
+
+int BreakFrame::check(const FrameView& f) {
+  return sources_pass(sources_, guards_, f);
 }
 
 std::string BreakFrame::first_failure(const FrameView& f) {
-  std::vector<nb::object> values;
-  int failed = sources_.evaluate(f, values);
-  if (failed >= 0) return sources_.name(failed) + " could not be read";
-  return guards_.first_failure(values, sources_);
+  return sources_failure(sources_, guards_, f);
 }
 
 PyObject* BreakFrame::run(const FrameView& f) {
@@ -101,16 +117,11 @@ PyObject* BreakFrame::run(const FrameView& f) {
 }
 
 int EagerFrame::check(const FrameView& f) {
-  std::vector<nb::object> values;
-  if (sources_.evaluate(f, values) >= 0) return 0;
-  return guards_.check(values) ? 1 : 0;
+  return sources_pass(sources_, guards_, f);
 }
 
 std::string EagerFrame::first_failure(const FrameView& f) {
-  std::vector<nb::object> values;
-  int failed = sources_.evaluate(f, values);
-  if (failed >= 0) return sources_.name(failed) + " could not be read";
-  return guards_.first_failure(values, sources_);
+  return sources_failure(sources_, guards_, f);
 }
 
 PyObject* EagerFrame::run(const FrameView&) {
