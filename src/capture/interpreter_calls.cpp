@@ -71,7 +71,8 @@ bool is_denied_torch_function(std::string_view name) {
   return false;
 }
 
-/// A class of torch, or nullptr when this torch has none by that name.
+}  // namespace
+
 PyObject* torch_class(const char* module, const char* name) {
   PyObject* m = PyImport_ImportModule(module);
   PyObject* t = m != nullptr ? PyObject_GetAttrString(m, name) : nullptr;
@@ -79,8 +80,6 @@ PyObject* torch_class(const char* module, const char* name) {
   if (t == nullptr) PyErr_Clear();
   return t;  // kept for the process
 }
-
-}  // namespace
 
 bool is_stateful_torch_object(nb::handle v) {
   static PyObject* optimizer = torch_class("torch.optim", "Optimizer");
@@ -246,69 +245,16 @@ nb::object Interpreter::call_from(Frame& fr, nb::handle callable, std::vector<nb
   return call(callable, std::move(args), kwnames);
 }
 
-namespace {
-
-/// A function of torch's higher-order ops (torch.cond, while_loop, scan, map, ...), or one of
-/// those operators: their eager implementation compiles its branches with Dynamo, which would
-/// meet tracer tensors.
-bool is_higher_order_op(nb::handle callable) {
-  PyObject* c = callable.ptr();
-  if (PyFunction_Check(c)) {
-    auto* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(c));
-    std::string_view file = PyUnicode_AsUTF8(code->co_filename);
-    return file.find("torch/_higher_order_ops/") != std::string_view::npos;
-  }
-  static PyObject* hop = torch_class("torch._ops", "HigherOrderOperator");
-  return hop != nullptr && PyObject_TypeCheck(c, reinterpret_cast<PyTypeObject*>(hop));
-}
-
-/// torch.utils.checkpoint.checkpoint.
-bool is_checkpoint(nb::handle callable) {
-  static PyObject* checkpoint = torch_class("torch.utils.checkpoint", "checkpoint");
-  return checkpoint != nullptr && callable.ptr() == checkpoint;
-}
-
-}  // namespace
-
-nb::object Interpreter::call_checkpointed(std::vector<nb::object> args, nb::handle kwnames) {
-  // checkpoint(fn, *args, use_reentrant=..., preserve_rng_state=..., context_fn=...,
-  // determinism_check=..., debug=..., **kwargs) computes fn(*args, **kwargs): the capture calls
-  // fn so, as Dynamo captures the checkpointed region. What the backward recomputes is then the
-  // partitioner's choice (it recomputes what is cheap to recompute), not the region's.
-  const Py_ssize_t nkw = kwnames.is_valid() ? PyTuple_GET_SIZE(kwnames.ptr()) : 0;
-  const size_t npos = args.size() - static_cast<size_t>(nkw);
-  EMBER_UNSUPPORTED(npos >= 1) << "torch.utils.checkpoint.checkpoint without a function at "
-                               << location();
-  nb::object fn = args[0];
-  std::vector<nb::object> call_args(args.begin() + 1, args.begin() + static_cast<long>(npos));
-  std::vector<nb::object> names;
-  for (Py_ssize_t i = 0; i < nkw; ++i) {
-    PyObject* name = PyTuple_GET_ITEM(kwnames.ptr(), i);
-    std::string_view n = PyUnicode_AsUTF8(name);
-    if (n == "use_reentrant" || n == "preserve_rng_state" || n == "context_fn" ||
-        n == "determinism_check" || n == "debug") {
-      continue;
-    }
-    names.push_back(nb::borrow(name));
-    call_args.push_back(args[npos + static_cast<size_t>(i)]);
-  }
-  nb::object kw;
-  if (!names.empty()) {
-    kw = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(names.size())));
-    for (size_t i = 0; i < names.size(); ++i) {
-      PyTuple_SET_ITEM(kw.ptr(), static_cast<Py_ssize_t>(i), names[i].release().ptr());
-    }
-  }
-  return call(fn, std::move(call_args), kw);
-}
-
 nb::object Interpreter::call(nb::handle callable, std::vector<nb::object> args,
                              nb::handle kwnames) {
   PyObject* c = callable.ptr();
   EMBER_UNSUPPORTED(c != nullptr) << "calling NULL at " << location();
-  EMBER_UNSUPPORTED(!is_higher_order_op(callable))
-      << "calling " << name_of(callable)
-      << " (a higher-order op: ember does not capture them yet; it runs eagerly) at " << location();
+  if (is_higher_order_op(callable)) {
+    throw RunsUnhooked("calling " + name_of(callable) +
+                       " (a higher-order op: ember does not capture them yet; the frame runs "
+                       "eagerly) at " +
+                       location());
+  }
   if (is_checkpoint(callable)) return call_checkpointed(std::move(args), kwnames);
   if (is_nn_module(callable)) return call_module(callable, std::move(args), kwnames);
   if (PyMethod_Check(c)) {

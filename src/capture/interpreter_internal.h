@@ -124,6 +124,16 @@ bool is_identity_free(nanobind::handle v);
 /// methods mutate real tensors and counters they hold.
 bool is_stateful_torch_object(nanobind::handle v);
 
+/// An attribute of a torch module (a class, a function), or nullptr when this torch has none by
+/// that name; kept for the process.
+PyObject* torch_class(const char* module, const char* name);
+
+/// A function of torch's higher-order ops (torch.cond, while_loop, scan, map, ...) or one of those
+/// operators (interpreter_library.cpp).
+bool is_higher_order_op(nanobind::handle callable);
+/// torch.utils.checkpoint.checkpoint.
+bool is_checkpoint(nanobind::handle callable);
+
 /// Whether `m` is an nn.Module instance.
 bool is_nn_module(nanobind::handle m);
 

@@ -2,7 +2,8 @@
 /// Library code the interpreter inlines (torch.optim's, the abstract collections' mixins) and the
 /// library calls it handles itself: Dynamo's disabled wrappers of optimizer methods, an LR
 /// scheduler's patched `step`, dict views of dicts from outside the frame, and
-/// torch.set_grad_enabled (docs/design/capture.md).
+/// torch.set_grad_enabled, torch.utils.checkpoint (its call, inlined) and the higher-order ops
+/// (torch.cond, ...: the frame runs unhooked) (docs/design/capture.md).
 #include <string>
 #include <string_view>
 
@@ -180,6 +181,58 @@ nb::object Interpreter::call_scheduler_patched_step(nb::handle fn, std::vector<n
       << "an LR scheduler's wrapper of " << type_name_of(opt) << ".step at " << location();
   args.insert(args.begin(), opt);
   return inline_function(step, std::move(args), kwnames);
+}
+
+/// A function of torch's higher-order ops (torch.cond, while_loop, scan, map, ...), or one of
+/// those operators: their eager implementation compiles its branches with Dynamo, which would
+/// meet tracer tensors.
+bool is_higher_order_op(nb::handle callable) {
+  PyObject* c = callable.ptr();
+  if (PyFunction_Check(c)) {
+    auto* code = reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(c));
+    std::string_view file = PyUnicode_AsUTF8(code->co_filename);
+    return file.find("torch/_higher_order_ops/") != std::string_view::npos;
+  }
+  static PyObject* hop = torch_class("torch._ops", "HigherOrderOperator");
+  return hop != nullptr && PyObject_TypeCheck(c, reinterpret_cast<PyTypeObject*>(hop));
+}
+
+/// torch.utils.checkpoint.checkpoint.
+bool is_checkpoint(nb::handle callable) {
+  static PyObject* checkpoint = torch_class("torch.utils.checkpoint", "checkpoint");
+  return checkpoint != nullptr && callable.ptr() == checkpoint;
+}
+
+nb::object Interpreter::call_checkpointed(std::vector<nb::object> args, nb::handle kwnames) {
+  // checkpoint(fn, *args, use_reentrant=..., preserve_rng_state=..., context_fn=...,
+  // determinism_check=..., debug=..., **kwargs) computes fn(*args, **kwargs): the capture calls
+  // fn so, as Dynamo captures the checkpointed region. What the backward recomputes is then the
+  // partitioner's choice (it recomputes what is cheap to recompute), not the region's.
+  const Py_ssize_t nkw = kwnames.is_valid() ? PyTuple_GET_SIZE(kwnames.ptr()) : 0;
+  const size_t npos = args.size() - static_cast<size_t>(nkw);
+  EMBER_UNSUPPORTED(npos >= 1) << "torch.utils.checkpoint.checkpoint without a function at "
+                               << location();
+  nb::object fn = args[0];
+  std::vector<nb::object> call_args(args.begin() + 1, args.begin() + static_cast<long>(npos));
+  std::vector<nb::object> names;
+  for (Py_ssize_t i = 0; i < nkw; ++i) {
+    PyObject* name = PyTuple_GET_ITEM(kwnames.ptr(), i);
+    std::string_view n = PyUnicode_AsUTF8(name);
+    if (n == "use_reentrant" || n == "preserve_rng_state" || n == "context_fn" ||
+        n == "determinism_check" || n == "debug") {
+      continue;
+    }
+    names.push_back(nb::borrow(name));
+    call_args.push_back(args[npos + static_cast<size_t>(i)]);
+  }
+  nb::object kw;
+  if (!names.empty()) {
+    kw = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(names.size())));
+    for (size_t i = 0; i < names.size(); ++i) {
+      PyTuple_SET_ITEM(kw.ptr(), static_cast<Py_ssize_t>(i), names[i].release().ptr());
+    }
+  }
+  return call(fn, std::move(call_args), kw);
 }
 
 }  // namespace ember::capture
