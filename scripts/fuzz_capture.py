@@ -26,7 +26,7 @@ FUZZ_DIR = os.path.join(HERE, "..", "tests", "python", "fuzz")
 
 WORKER = """
 import json, sys
-sys.path.insert(0, {fuzz_dir!r})
+sys.path[:0] = [{fuzz_dir!r}, {fuzz_dir!r} + "/.."]
 import capture_fuzz
 for seed in range({start}, {stop}):
     print(json.dumps({{"seed": seed, "started": True}}), flush=True)
@@ -77,7 +77,7 @@ def main() -> None:
     a = ap.parse_args()
 
     if a.seed is not None:
-        sys.path.insert(0, FUZZ_DIR)
+        sys.path[:0] = [FUZZ_DIR, os.path.join(FUZZ_DIR, "..")]
         import capture_fuzz
         if a.show:
             print(capture_fuzz.make_program(a.seed).source)

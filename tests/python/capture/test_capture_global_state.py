@@ -8,7 +8,6 @@ the old entry serves again once the state is back, and every call matches eager.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 
 import pytest
@@ -18,6 +17,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import ember
 import ember.metrics
+from global_state import default_dtype, deterministic, matmul_precision, num_threads
 
 
 def hook_stats():
@@ -28,47 +28,6 @@ def compiles_during(fn):
     before = hook_stats()["compiles"]
     out = fn()
     return out, hook_stats()["compiles"] - before
-
-
-@contextlib.contextmanager
-def default_dtype(dtype):
-    old = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        yield
-    finally:
-        torch.set_default_dtype(old)
-
-
-@contextlib.contextmanager
-def deterministic(on):
-    old, old_warn = (torch.are_deterministic_algorithms_enabled(),
-                     torch.is_deterministic_algorithms_warn_only_enabled())
-    torch.use_deterministic_algorithms(on)
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(old, warn_only=old_warn)
-
-
-@contextlib.contextmanager
-def matmul_precision(p):
-    old = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision(p)
-    try:
-        yield
-    finally:
-        torch.set_float32_matmul_precision(old)
-
-
-@contextlib.contextmanager
-def num_threads(n):
-    old = torch.get_num_threads()
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
 
 
 def with_factory(x):

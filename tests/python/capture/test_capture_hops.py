@@ -156,3 +156,20 @@ def test_cond_after_dynamo_ran():
     for sign in (1.0, -1.0, 1.0):
         x = torch.rand(4) * sign
         torch.testing.assert_close(c(x), branchy(x))
+
+
+def test_cond_then_a_torch_compiled_callee_over_new_shapes():
+    """torch.cond followed by a call to a torch.compile'd function, over several shapes (Dynamo
+    recompiles the callee with dynamic shapes): ember's tracer tensors must never reach Dynamo
+    ("Cannot call storage_offset() on tensor with symbolic sizes" before EagerUnhooked)."""
+    g = torch.compile(lambda t: t * 3, backend="eager")
+    g(torch.randn(3))
+
+    def f(x):
+        z = torch.cond(x.sum() > 0, lambda t: t.sin(), lambda t: t.cos(), (x,))
+        return g(z) + 1
+
+    c = ember.compile(f)
+    for n, sign in ((4, 1.0), (4, -1.0), (5, 1.0), (6, -1.0), (7, 1.0)):
+        x = torch.rand(n) * sign
+        torch.testing.assert_close(c(x), f(x))

@@ -22,6 +22,7 @@ import random
 import traceback
 from dataclasses import dataclass, field
 
+import global_state
 import torch
 
 import ember
@@ -172,31 +173,11 @@ def make_inputs(p: Program, mode: str, seed: int) -> list[torch.Tensor]:
 
 @contextlib.contextmanager
 def call_state(mode: str):
-    if mode == "default_dtype":
-        old = torch.get_default_dtype()
-        torch.set_default_dtype(torch.float64)
-        try:
-            yield
-        finally:
-            torch.set_default_dtype(old)
-    elif mode == "no_grad":
-        with torch.no_grad():
-            yield
-    elif mode == "deterministic":
-        old = torch.are_deterministic_algorithms_enabled()
-        torch.use_deterministic_algorithms(True)
-        try:
-            yield
-        finally:
-            torch.use_deterministic_algorithms(old)
-    elif mode == "threads":
-        old = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            yield
-        finally:
-            torch.set_num_threads(old)
-    else:
+    state = {"default_dtype": lambda: global_state.default_dtype(torch.float64),
+             "no_grad": torch.no_grad,
+             "deterministic": lambda: global_state.deterministic(True),
+             "threads": lambda: global_state.num_threads(1)}.get(mode, contextlib.nullcontext)
+    with state():
         yield
 
 
