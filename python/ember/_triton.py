@@ -35,13 +35,11 @@ POOL_STATS = {"started": 0, "compiles": 0, "fallbacks": 0}
 
 
 def cache_dir() -> str:
-    """Where compiled kernels are kept: `<EMBER_CACHE_DIR>/triton` (the host compiler's rule for
-    EMBER_CACHE_DIR)."""
-    base = os.environ.get("EMBER_CACHE_DIR")
-    if not base:
-        xdg = os.environ.get("XDG_CACHE_HOME")
-        base = os.path.join(xdg, "ember") if xdg else os.path.join(os.path.expanduser("~"),
-                                                                     ".cache", "ember")
+    """Where compiled kernels are kept: `<ember.config.cache_dir>/triton` (the kernel cache's
+    root, runtime/kernel_cache.h)."""
+    from . import config
+    base = config.get("cache_dir") or os.path.join(tempfile.gettempdir(),
+                                                   f"ember-cache-{os.geteuid()}")
     return os.path.join(base, "triton")
 
 

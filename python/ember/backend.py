@@ -86,10 +86,12 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs) -
     if reason is not None:
         return _fallback(gm, reason)
     kinds, names = _input_kinds(gm, example_inputs)
+    # torch.compile(..., options={...}) passes its options here; ember.config under them.
+    options = config.compile_options(kwargs.get("options"))
     attrs = _tensor_attributes(gm)
     if attrs:
-        return _with_attributes_lifted(gm, example_inputs, kinds, names, attrs)
-    return _compile(gm, gm, example_inputs, kinds, names)
+        return _with_attributes_lifted(gm, example_inputs, kinds, names, attrs, options)
+    return _compile(gm, gm, example_inputs, kinds, names, options)
 
 
 def _tensor_attributes(gm: torch.fx.GraphModule) -> list[tuple[str, torch.Tensor]]:
@@ -108,7 +110,7 @@ def _tensor_attributes(gm: torch.fx.GraphModule) -> list[tuple[str, torch.Tensor
 
 def _with_attributes_lifted(gm: torch.fx.GraphModule, example_inputs: Sequence[torch.Tensor],
                             kinds: list[str], names: list[str],
-                            attrs: list[tuple[str, torch.Tensor]]) -> Callable:
+                            attrs: list[tuple[str, torch.Tensor]], options: dict) -> Callable:
     """Tensors the graph reads as attributes (Dynamo installs an optimizer's parameters and state
     so) become inputs after the graph's own, as AOTAutograd lifts them: their in-place updates
     are then the graph's input mutations, and each call passes the live tensors."""
@@ -134,7 +136,7 @@ def _with_attributes_lifted(gm: torch.fx.GraphModule, example_inputs: Sequence[t
     all_kinds = kinds + ["param" if isinstance(t, torch.nn.Parameter) else "buffer"
                          for t in tensors]
     all_names = names + [f"attr_{path}" for path, _ in attrs]
-    inner = _compile(gm, traced, list(example_inputs) + tensors, all_kinds, all_names)
+    inner = _compile(gm, traced, list(example_inputs) + tensors, all_kinds, all_names, options)
     if inner == gm.forward:  # a fallback: eager runs the graph as Dynamo made it
         return inner
 
@@ -144,18 +146,17 @@ def _with_attributes_lifted(gm: torch.fx.GraphModule, example_inputs: Sequence[t
 
 
 def _compile(gm: torch.fx.GraphModule, fn: Callable, example_inputs: Sequence[torch.Tensor],
-             kinds: list[str], names: list[str]) -> Callable:
-    """`fn` (gm, or gm with lifted attributes) compiled for `example_inputs`, or gm's eager
+             kinds: list[str], names: list[str], options: dict) -> Callable:
+    """`fn` (gm, or gm with lifted attributes) compiled for `example_inputs` with `options`
+    (ember.config.compile_options()), or gm's eager
     forward with a logged reason."""
     n_gm = len([p for p in gm.graph.nodes if p.op == "placeholder"])
     if torch.is_grad_enabled() and any(x.requires_grad for x in example_inputs):
-        return _training(gm, fn, example_inputs, kinds, names)
+        return _training(gm, fn, example_inputs, kinds, names, options)
 
     def build():
-        graph, rebuild = trace_with_structure(fn, example_inputs, kinds, names)
-        return graph, rebuild, _C.CompiledGraph(graph, codegen=config.codegen(),
-                                                reductions=config.reduction_kernels(),
-                                                reduction_fusion=config.reduction_fusion())
+        graph, rebuild = trace_with_structure(fn, example_inputs, kinds, names, options=options)
+        return graph, rebuild, _C.CompiledGraph(graph, options=options)
 
     built = _build_or_fallback(gm, build)
     if callable(built):
@@ -215,17 +216,17 @@ def _eager_backward(fn: Callable, sig: dict) -> Callable:
 
 
 def _training(gm: torch.fx.GraphModule, fn: Callable, example_inputs: Sequence[torch.Tensor],
-              kinds: list[str], names: list[str]) -> Callable:
+              kinds: list[str], names: list[str], options: dict) -> Callable:
     """An input requires grad under grad mode: the joint forward and backward graph, split and
     compiled (runtime/compiled_function.h); the outputs' grad_fn runs the compiled backward."""
     requires_grad = [x.requires_grad for x in example_inputs]
 
     def build():
-        graph, rebuild, sig = trace_joint(fn, example_inputs, requires_grad, kinds, names)
+        graph, rebuild, sig = trace_joint(fn, example_inputs, requires_grad, kinds, names,
+                                          options=options)
         compiled = _C.CompiledFunction(
             graph, sig["num_primals"], sig["num_forward_outputs"], sig["tangent_outputs"],
-            sig["grad_inputs"], codegen=config.codegen(), reductions=config.reduction_kernels(),
-            reduction_fusion=config.reduction_fusion())
+            sig["grad_inputs"], options=options)
         compiled.set_eager_backward(_eager_backward(fn, sig))
         return graph, rebuild, compiled
 

@@ -56,15 +56,17 @@ def library_prefixes() -> list[str]:
     return prefixes
 
 
-def _setup() -> None:
+def _setup(options: dict) -> None:
+    """The frame hook's process-wide settings, from `options` (ember.config.compile_options())."""
     global _prefixes_set
     if not _prefixes_set:
         _C.set_capture_skip_prefixes(library_prefixes())
         _prefixes_set = True
-    limit = config.cache_size_limit
-    if not isinstance(limit, int) or isinstance(limit, bool) or limit < 0:
+    limit = options["capture.cache_size_limit"]
+    if limit < 0:
         raise CompileError(f"ember.config.cache_size_limit must be an int >= 0, got {limit!r}")
     _C.set_capture_cache_size_limit(limit)
+    _C.set_capture_log_topics(options["capture.logs"])
 
 
 class CompiledModule(torch.nn.Module):
@@ -137,11 +139,12 @@ def compile(model: Any = None, *, backend: Any = "ember", fullgraph: bool = Fals
     if model is None:
         return functools.partial(compile, backend=backend, fullgraph=fullgraph, dynamic=dynamic,
                                  mode=mode, options=options)
-    return _compile(model, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode)[0]
+    return _compile(model, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode,
+                    options=options)[0]
 
 
 def _compile(model: Any, *, backend: Any, fullgraph: bool, dynamic: bool | None,
-             mode: str | None) -> tuple[Any, Any]:
+             mode: str | None, options: dict | None = None) -> tuple[Any, Any]:
     """compile(), returning the capture compiler too (for explain)."""
     graph_backend = _graph_backend(backend)
     if mode not in (None, "default", "reduce-overhead", "max-autotune",
@@ -153,10 +156,9 @@ def _compile(model: Any, *, backend: Any, fullgraph: bool, dynamic: bool | None,
     if not callable(model):
         raise CompileError(f"ember.compile: expected a function or nn.Module, got "
                            f"{type(model).__name__}")
-    _setup()
-    compiler = _C.CaptureCompiler(fullgraph=fullgraph, codegen=config.codegen(),
-                                  reductions=config.reduction_kernels(),
-                                  reduction_fusion=config.reduction_fusion(),
+    compiled_options = config.compile_options(options)
+    _setup(compiled_options)
+    compiler = _C.CaptureCompiler(fullgraph=fullgraph, options=compiled_options,
                                   library_prefixes=library_prefixes(), backend=graph_backend,
                                   cuda_graphs=mode in ("reduce-overhead", "max-autotune"),
                                   matmul_templates=mode in ("max-autotune",

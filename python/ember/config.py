@@ -1,29 +1,224 @@
-"""ember's knobs, read from the environment (listed in docs/env_vars.md)."""
+"""ember's options, typed, in one place: the Python half of CompileOptions (src/support/options.h).
+
+Each option has a type, a default, and the environment variable that sets it (docs/env_vars.md).
+Its value is, in order: an override set here (``ember.config.codegen = False``, or for a block
+with ``ember.config.patch(codegen=False)``), else its variable, read when a compile starts, else
+the default. ``compile_options()`` gathers every value, as the dict of ``"group.field"`` keys that
+the C++ boundary (src/python/options.cpp) turns into a CompileOptions; ember.compile's and
+torch.compile's ``options=`` overrides it per compile. No code below that boundary reads the
+environment.
+
+    import ember
+    with ember.config.patch(combo_kernels=False):
+        fn = ember.compile(model)
+    ember.compile(model, options={"reduction_fusion": False})
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
-
-# Most compiled entries one ember.compile keeps per code object (torch.compile's
-# torch._dynamo.config.cache_size_limit). A frame whose entries reach it runs its original
-# bytecode from then on, with one warning naming the guard that failed last: a recompile storm
-# costs eager's time, not a compile per call. Read by every ember.compile call.
-cache_size_limit: int = int(os.environ.get("EMBER_CACHE_SIZE_LIMIT", "8"))
+import sys
+import types
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 
-def codegen() -> bool:
-    """EMBER_CODEGEN=0 turns off generated kernels: every node runs as an ATen call."""
-    return os.environ.get("EMBER_CODEGEN", "1") != "0"
+def _flag(text: str) -> bool:
+    """An on/off variable: "0" (or false/off/no) is off, anything else on."""
+    return text.strip().lower() not in ("0", "false", "off", "no")
 
 
-def reduction_kernels() -> bool:
-    """EMBER_REDUCTION_KERNELS=0 leaves reductions (softmax, layer_norm, sum, var, argmax, ...) to
-    ATen instead of generating kernels for them (on by default)."""
-    return os.environ.get("EMBER_REDUCTION_KERNELS", "1") != "0"
+def _is(word: str) -> Callable[[str], bool]:
+    """A variable that turns a mode on with one word (EMBER_SPLIT_REDUCTIONS=all)."""
+    return lambda text: text.strip() == word
 
 
-def reduction_fusion() -> bool:
-    """EMBER_REDUCTION_FUSION=0 keeps reduction kernels to the reduction alone: their input is
-    realized by a kernel of its own and the pointwise values after them get kernels of their own
-    (prologue and epilogue fusion is on by default)."""
-    return os.environ.get("EMBER_REDUCTION_FUSION", "1") != "0"
+def _cudnn_batch_norm(text: str) -> str:
+    return {"stats": "stats", "1": "keep", "0": "off"}.get(text.strip(), "stats")
+
+
+def _fuse_attention(text: str) -> int:
+    return {"0": 0, "1": 1}.get(text.strip(), -1)
+
+
+def _default_cache_dir() -> str:
+    """`$XDG_CACHE_HOME/ember`, else `~/.cache/ember`, else "" (C++ then uses
+    `<tmp>/ember-cache-<uid>`)."""
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    if xdg:
+        return os.path.join(xdg, "ember")
+    home = os.environ.get("HOME")
+    return os.path.join(home, ".cache", "ember") if home else ""
+
+
+@dataclass(frozen=True)
+class Option:
+    name: str              # ember.config.<name>, and the key of options=
+    key: str               # "group.field" of CompileOptions (or "capture.<name>")
+    type: type
+    default: Any           # or a function of nothing that computes it
+    env: tuple[str, ...]   # variables, the first that is set wins
+    parse: Callable[[str], Any]
+    doc: str
+
+
+OPTIONS: tuple[Option, ...] = (
+    # capture (the frame hook; used by python/ember/capture.py, not CompileOptions)
+    Option("cache_size_limit", "capture.cache_size_limit", int, 8, ("EMBER_CACHE_SIZE_LIMIT",), int,
+           "most compiled entries of one ember.compile per code object; past it the frame runs "
+           "its original bytecode, with one warning naming the guard that failed last"),
+    Option("logs", "capture.logs", str, "", ("EMBER_LOGS",), str,
+           "comma list of what ember.compile logs (logger 'ember'): recompiles, graph_breaks, "
+           "guards, graph, or all"),
+    # trace
+    Option("splits_everywhere", "trace.splits_everywhere", bool, False,
+           ("EMBER_SPLIT_REDUCTIONS",), _is("all"),
+           "the CUDA-only split reductions, log-softmax rewrite and pool offsets on every device"),
+    Option("decompose_backward_everywhere", "trace.decompose_backward_everywhere", bool, False,
+           ("EMBER_DECOMPOSE_BACKWARD",), _is("all"),
+           "every backward decomposition on every device (and the batch-norm backward as sums)"),
+    Option("cudnn_batch_norm", "trace.cudnn_batch_norm", str, "stats",
+           ("EMBER_CUDNN_BATCH_NORM",), _cudnn_batch_norm,
+           "training batch norm on CUDA: stats (cuDNN's statistics, ember's normalization), "
+           "keep (cuDNN's output), off (native_batch_norm, split into sums)"),
+    # sched
+    Option("codegen", "sched.codegen", bool, True, ("EMBER_CODEGEN",), _flag,
+           "generated kernels; off, every node runs as an ATen call"),
+    Option("reduction_kernels", "sched.reductions", bool, True, ("EMBER_REDUCTION_KERNELS",),
+           _flag, "kernels for reductions (softmax, norms, sums, argmax, ...)"),
+    Option("reduction_fusion", "sched.reduction_fusion", bool, True, ("EMBER_REDUCTION_FUSION",),
+           _flag, "reduction kernels with prologues and epilogues"),
+    Option("combo_kernels", "sched.combo_kernels", bool, True, ("EMBER_COMBO_KERNELS",),
+           _flag, "independent pointwise kernels as one combo kernel"),
+    Option("stored_prologues", "sched.stored_prologues", bool, True, ("EMBER_STORED_PROLOGUES",),
+           _flag, "a reduction kernel stores the open pointwise values its prologue reads"),
+    # codegen
+    Option("cxx", "codegen.cxx", str, "c++", ("EMBER_CXX", "CXX"), str,
+           "the host compiler for generated C++ kernels"),
+    Option("libmvec", "codegen.libmvec", bool, True, ("EMBER_LIBMVEC",), _flag,
+           "vector loops call glibc's libmvec where it is usable"),
+    # triton
+    Option("triton", "triton.enabled", bool, True, ("EMBER_TRITON",), _flag,
+           "graphs on one CUDA device get generated Triton kernels"),
+    Option("triton_interpret", "triton.interpret", bool, False, ("EMBER_TRITON_INTERPRET",),
+           _is("1"), "CPU graphs run Triton kernels in Triton's interpreter (tests)"),
+    Option("triton_autotune", "triton.autotune", bool, True, ("EMBER_TRITON_AUTOTUNE",),
+           _flag, "large Triton kernels time their launch configurations at first launch"),
+    Option("triton_persistent", "triton.persistent", bool, True, ("EMBER_TRITON_PERSISTENT",),
+           _flag, "row programs hold a whole row in one block where it fits"),
+    # runtime
+    Option("fuse_attention", "runtime.fuse_attention", int, -1, ("EMBER_FUSE_ATTENTION",),
+           _fuse_attention,
+           "eager attention as one SDPA call: -1 on CUDA graphs with Triton kernels, 0 never, "
+           "1 on any kernel graph"),
+    Option("parameter_cache", "runtime.parameter_cache", bool, True, ("EMBER_PARAMETER_CACHE",),
+           _flag, "kernels of parameters only keep their outputs across calls"),
+    # training
+    Option("min_cut", "training.min_cut", bool, True, ("EMBER_MIN_CUT",), _flag,
+           "training graphs use the min-cut partition"),
+    Option("save_materialized", "training.save_materialized", bool, True,
+           ("EMBER_SAVE_MATERIALIZED",), _flag,
+           "values the backward writes anyway are saved, not recomputed"),
+    # cache (where: the process's, applied by the C++ boundary to runtime::configure_cache)
+    Option("cache_dir", "cache.dir", str, _default_cache_dir, ("EMBER_CACHE_DIR",), str,
+           "the root of ember's caches (kernels/, prelude/, triton/); created 0700"),
+    Option("cache_max_mb", "cache.max_mb", int, 2048, ("EMBER_CACHE_MAX_MB",), int,
+           "the kernel cache's size cap; past it the least recently used kernels go (0: none)"),
+    Option("prelude_dir", "cache.prelude_dir", str, "", ("EMBER_PRELUDE_DIR",), str,
+           "where precompiled preludes live (default: <cache_dir>/prelude)"),
+    # debug
+    Option("verify_kernels", "debug.verify_kernels", bool, False, ("EMBER_VERIFY_KERNELS",),
+           _is("1"), "each call also runs the unfused program and compares every kernel with it"),
+    Option("debug_live", "debug.live_bytes", int, 0, ("EMBER_DEBUG_LIVE",), int,
+           "each run prints the bytes its values hold: 1 around the peak, 2 every step"),
+)
+
+_BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}
+_overrides: dict[str, Any] = {}
+
+
+def _option(name: str) -> Option:
+    o = _BY_NAME.get(name)
+    if o is None:
+        raise AttributeError(f"ember.config has no option {name!r} (options: "
+                             f"{', '.join(sorted(_BY_NAME))})")
+    return o
+
+
+def _check(o: Option, value: Any) -> Any:
+    ok = isinstance(value, o.type) and not (o.type is int and isinstance(value, bool))
+    if not ok:
+        from .errors import CompileError
+        raise CompileError(f"ember option {o.name!r} must be {o.type.__name__}, got {value!r}")
+    return value
+
+
+def get(name: str) -> Any:
+    """The current value of option `name`: its override, else its variable, else its default."""
+    o = _option(name)
+    if name in _overrides:
+        return _overrides[name]
+    for var in o.env:
+        text = os.environ.get(var)
+        if text:
+            try:
+                return o.parse(text)
+            except ValueError:
+                from .errors import CompileError
+                raise CompileError(f"{var}={text!r}: not a valid {o.type.__name__} for ember "
+                                   f"option {name!r}") from None
+    return o.default() if callable(o.default) else o.default
+
+
+@contextlib.contextmanager
+def patch(**values: Any) -> Iterator[None]:
+    """Overrides options for a block (or, as a decorator, a function); the old values come back
+    at its end."""
+    for name in values:
+        _option(name)
+    old = {n: _overrides[n] for n in values if n in _overrides}
+    _overrides.update(values)
+    try:
+        yield
+    finally:
+        for n in values:
+            _overrides.pop(n, None)
+        _overrides.update(old)
+
+
+def compile_options(overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every option's value as ``{"group.field": value}``, for the C++ boundary: the current
+    config with `overrides` (``options=``, by option name) on top. Checks each value's type."""
+    for name in overrides or {}:
+        _option(name)
+    out = {}
+    for o in OPTIONS:
+        value = overrides[o.name] if overrides and o.name in overrides else get(o.name)
+        out[o.key] = _check(o, value)
+    return out
+
+
+class _ConfigModule(types.ModuleType):
+    """`ember.config.<option>` reads the current value; assigning to it sets an override
+    (`del` takes it back)."""
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return get(name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _BY_NAME:
+            _overrides[name] = value
+        else:
+            super().__setattr__(name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name in _BY_NAME:
+            _overrides.pop(name, None)
+        else:
+            super().__delattr__(name)
+
+
+sys.modules[__name__].__class__ = _ConfigModule

@@ -55,10 +55,12 @@ def _flatten_outputs(out: Any) -> tuple[list[torch.Tensor], Callable[[Sequence[t
 
 
 def trace_with_structure(fn: Callable, example_inputs: Sequence[Any], kinds: Sequence[str] | None = None,
-                         names: Sequence[str] | None = None, device: str | None = None):
+                         names: Sequence[str] | None = None, device: str | None = None,
+                         options: dict | None = None):
     """Traces `fn(*example_inputs)`; returns (graph, rebuild) where `rebuild` maps the graph's
     output tensors back to the structure `fn` returned. `device` makes the inputs' tracer tensors
-    report that device (tests trace for "cuda:0" on a machine with no GPU)."""
+    report that device (tests trace for "cuda:0" on a machine with no GPU). `options`:
+    ember.config.compile_options() (None: the current ember.config)."""
     for i, x in enumerate(example_inputs):
         if not isinstance(x, torch.Tensor):
             raise CompileError(
@@ -68,7 +70,7 @@ def trace_with_structure(fn: Callable, example_inputs: Sequence[Any], kinds: Seq
             raise Unsupported(f"input {i} has layout {x.layout}; only strided tensors are supported")
         if x.is_quantized or x.is_nested:
             raise Unsupported(f"input {i} is a quantized or nested tensor")
-    session = _C.TraceSession()
+    session = _C.TraceSession(options=options)
     kinds = kinds or ["user"] * len(example_inputs)
     names = names or [f"arg{i}" for i in range(len(example_inputs))]
     tracer_inputs = [session.add_input(x, k, n, device)
@@ -88,13 +90,17 @@ def trace_with_structure(fn: Callable, example_inputs: Sequence[Any], kinds: Seq
     return graph, rebuild
 
 
-def trace(fn: Callable, example_inputs: Sequence[Any], *, device: str | None = None) -> Graph:
+def trace(fn: Callable, example_inputs: Sequence[Any], *, device: str | None = None,
+          options: dict | None = None) -> Graph:
     """Traces `fn(*example_inputs)` into an ember Graph. nn.Module parameters and buffers are
     captured as constants. Raises DataDependentError for data-dependent ops (`.item()`,
     `.tolist()`, `nonzero`), Unsupported for what ember cannot trace yet. `device` ("cuda:0")
     traces as if the inputs were on that device: the graph the device's choices make, with no
-    device needed (nothing runs)."""
-    graph, _ = trace_with_structure(fn, example_inputs, device=device)
+    device needed (nothing runs). `options`: ember options by name, over ember.config (as
+    ember.compile's `options=`)."""
+    from . import config
+    graph, _ = trace_with_structure(fn, example_inputs, device=device,
+                                    options=config.compile_options(options))
     return graph
 
 
@@ -105,7 +111,7 @@ def _device_available(device: str) -> bool:
 
 def trace_joint(fn: Callable, example_inputs: Sequence[torch.Tensor], requires_grad: Sequence[bool],
                 kinds: Sequence[str] | None = None, names: Sequence[str] | None = None,
-                device: str | None = None):
+                device: str | None = None, options: dict | None = None):
     """Traces `fn(*example_inputs)` and its backward into one joint graph: autograd runs on the
     tracer tensors (the inputs flagged in `requires_grad` require grad), and
     `torch.autograd.grad(outputs, those inputs, tangents)` records the backward ops. Returns
@@ -119,7 +125,7 @@ def trace_joint(fn: Callable, example_inputs: Sequence[torch.Tensor], requires_g
     for i, x in enumerate(example_inputs):
         if not isinstance(x, torch.Tensor):
             raise CompileError(f"input {i} is a {type(x).__name__}; ember traces tensor inputs only")
-    session = _C.TraceSession()
+    session = _C.TraceSession(options=options)
     kinds = kinds or ["user"] * len(example_inputs)
     names = names or [f"arg{i}" for i in range(len(example_inputs))]
     tracer_inputs = [session.add_input(x, k, n, device)

@@ -80,14 +80,16 @@ namespace {
 struct Attempt {
   SourceTable sources;
   GuardSet guards;
-  std::unique_ptr<tracer::TraceSession> session = std::make_unique<tracer::TraceSession>();
+  std::unique_ptr<tracer::TraceSession> session;
   std::unique_ptr<Interpreter> interp;
   nb::object value;  ///< the frame's return value (None when stopped)
 };
 
 std::unique_ptr<Attempt> run_attempt(const FrameView& f, const InterpreterOptions& iopts,
-                                     int stop_at, int64_t stop_count = -1) {
+                                     const CompileOptions& options, int stop_at,
+                                     int64_t stop_count = -1) {
   auto a = std::make_unique<Attempt>();
+  a->session = std::make_unique<tracer::TraceSession>(options);
   a->guards.set_global_state(GlobalState::current());
   a->session->set_strict_constants(true);
   a->interp = std::make_unique<Interpreter>(*a->session, a->sources, a->guards, iopts);
@@ -413,13 +415,14 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - capture_start).count();
     };
     try {
-      a = run_attempt(f, iopts, -1);
+      a = run_attempt(f, iopts, options_.executor.compile, -1);
       capture_done();
     } catch (const GraphBreak& b) {
       if (options_.fullgraph && b.data_dependent()) throw DataDependentError(b.what());
       if (options_.fullgraph) throw Unsupported(b.what());
       break_reason = b.what();
-      a = b.nested() ? run_attempt(f, iopts, -1, b.count()) : run_attempt(f, iopts, b.pc());
+      a = b.nested() ? run_attempt(f, iopts, options_.executor.compile, -1, b.count())
+                     : run_attempt(f, iopts, options_.executor.compile, b.pc());
       EMBER_INTERNAL_ASSERT(a->interp->stop_state().pc >= 0)
           << "the capture did not stop at its graph break";
       capture_done();

@@ -3,12 +3,14 @@
 /// (runtime/compiled_function.h).
 #include <algorithm>
 
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include "graph/printer.h"
 #include "graph/types.h"
 #include "python/bindings.h"
+#include "python/options.h"
 #include "python/torch_caster.h"
 #include "runtime/compiled_function.h"
 #include "support/error.h"
@@ -22,14 +24,16 @@ void bind_autograd(nb::module_& m) {
   m.def(
       "split_training_graph",
       [](const tracer::TracedGraph& joint, int num_primals, int num_forward_outputs,
-         std::vector<int> tangent_outputs, std::vector<int> grad_inputs) {
+         std::vector<int> tangent_outputs, std::vector<int> grad_inputs, nb::handle options) {
         runtime::TrainingGraphs g = runtime::split_training_graph(
-            joint, runtime::joint_signature(joint.graph, num_primals, num_forward_outputs,
-                                            std::move(tangent_outputs), std::move(grad_inputs)));
+            joint,
+            runtime::joint_signature(joint.graph, num_primals, num_forward_outputs,
+                                     std::move(tangent_outputs), std::move(grad_inputs)),
+            compile_options_from(options).training);
         return nb::make_tuple(std::move(g.forward), std::move(g.backward), g.split.saved_bytes);
       },
       nb::arg("joint"), nb::arg("num_primals"), nb::arg("num_forward_outputs"),
-      nb::arg("tangent_outputs"), nb::arg("grad_inputs"),
+      nb::arg("tangent_outputs"), nb::arg("grad_inputs"), nb::arg("options").none() = nb::none(),
       "(forward, backward, saved bytes): `joint` split as CompiledFunction splits it, nothing "
       "compiled (so a joint traced for cuda:0 works without a GPU: pass each to triton_plan).");
   nb::class_<CompiledFunction>(
@@ -41,19 +45,22 @@ void bind_autograd(nb::module_& m) {
           "__init__",
           [](CompiledFunction* self, const tracer::TracedGraph& joint, int num_primals,
              int num_forward_outputs, std::vector<int> tangent_outputs,
-             std::vector<int> grad_inputs, bool codegen, bool reductions, bool reduction_fusion) {
+             std::vector<int> grad_inputs, std::optional<bool> codegen,
+             std::optional<bool> reductions, std::optional<bool> reduction_fusion,
+             nb::handle options) {
             runtime::JointSignature sig =
                 runtime::joint_signature(joint.graph, num_primals, num_forward_outputs,
                                          std::move(tangent_outputs), std::move(grad_inputs));
-            runtime::ExecutorOptions o;
-            o.codegen = codegen;
-            o.reductions = reductions;
-            o.reduction_fusion = reduction_fusion;
-            new (self) CompiledFunction(joint, std::move(sig), o);
+            runtime::ExecutorOptions o{.compile = compile_options_from(options)};
+            if (codegen.has_value()) o.compile.sched.codegen = *codegen;
+            if (reductions.has_value()) o.compile.sched.reductions = *reductions;
+            if (reduction_fusion.has_value()) o.compile.sched.reduction_fusion = *reduction_fusion;
+            new (self) CompiledFunction(joint, std::move(sig), std::move(o));
           },
           nb::arg("joint"), nb::arg("num_primals"), nb::arg("num_forward_outputs"),
-          nb::arg("tangent_outputs"), nb::arg("grad_inputs"), nb::arg("codegen") = true,
-          nb::arg("reductions") = true, nb::arg("reduction_fusion") = true,
+          nb::arg("tangent_outputs"), nb::arg("grad_inputs"),
+          nb::arg("codegen").none() = nb::none(), nb::arg("reductions").none() = nb::none(),
+          nb::arg("reduction_fusion").none() = nb::none(), nb::arg("options").none() = nb::none(),
           "Splits `joint` (ember.tracing.trace_joint) into a forward and a backward graph and "
           "compiles both.")
       .def("__call__", [](const CompiledFunction& f,

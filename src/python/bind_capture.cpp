@@ -1,14 +1,17 @@
 /// \file
 /// Python view of capture: ember._C.CaptureCompiler (one per ember.compile call) and
 /// capture_function, which wraps a callable so that its frames are captured by a compiler.
+#include <nanobind/stl/optional.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include "capture/capture_compiler.h"
 #include "capture/hook/frame_hook.h"
+#include "capture/hook/logs.h"
 #include "python/bindings.h"
 #include "python/capture_core/capture_core.h"
+#include "python/options.h"
 
 namespace nb = nanobind;
 
@@ -60,25 +63,29 @@ void bind_capture(nb::module_& m) {
                               "ember.compile call).")
       .def(
           "__init__",
-          [](CaptureCompiler* self, bool fullgraph, bool codegen, bool reductions,
-             bool reduction_fusion, std::vector<std::string> library_prefixes, nb::object backend,
-             bool cuda_graphs, bool matmul_templates) {
+          [](CaptureCompiler* self, bool fullgraph, std::optional<bool> codegen,
+             std::optional<bool> reductions, std::optional<bool> reduction_fusion,
+             std::vector<std::string> library_prefixes, nb::object backend, bool cuda_graphs,
+             bool matmul_templates, nb::handle options) {
             capture::CaptureOptions o;
             o.fullgraph = fullgraph;
             if (!backend.is_none()) o.backend = std::move(backend);
-            o.executor.codegen = codegen;
-            o.executor.reductions = reductions;
-            o.executor.reduction_fusion = reduction_fusion;
-            o.executor.cuda_graphs = cuda_graphs;
-            o.executor.matmul_templates = matmul_templates;
+            o.executor.compile = compile_options_from(options);
+            CompileOptions& c = o.executor.compile;
+            if (codegen.has_value()) c.sched.codegen = *codegen;
+            if (reductions.has_value()) c.sched.reductions = *reductions;
+            if (reduction_fusion.has_value()) c.sched.reduction_fusion = *reduction_fusion;
+            c.runtime.cuda_graphs |= cuda_graphs;
+            c.runtime.matmul_templates |= matmul_templates;
             o.library_prefixes = std::move(library_prefixes);
             new (self) CaptureCompiler(std::move(o));
           },
-          nb::arg("fullgraph") = false, nb::arg("codegen") = true, nb::arg("reductions") = true,
-          nb::arg("reduction_fusion") = true,
+          nb::arg("fullgraph") = false, nb::arg("codegen").none() = nb::none(),
+          nb::arg("reductions").none() = nb::none(),
+          nb::arg("reduction_fusion").none() = nb::none(),
           nb::arg("library_prefixes") = std::vector<std::string>{},
           nb::arg("backend").none() = nb::none(), nb::arg("cuda_graphs") = false,
-          nb::arg("matmul_templates") = false,
+          nb::arg("matmul_templates") = false, nb::arg("options").none() = nb::none(),
           "backend: None (ember's compiler) or a callable(gm, example_inputs) -> callable, "
           "torch.compile's backend convention (src/capture/graph_runner.h). cuda_graphs: graphs "
           "on one CUDA device are replayed as CUDA graphs (mode='reduce-overhead'). "
@@ -111,6 +118,8 @@ void bind_capture(nb::module_& m) {
       "A callable that calls `fn` with `compiler` capturing its frames.");
   m.def("set_capture_skip_prefixes", &capture::set_skip_prefixes, nb::arg("prefixes"));
   m.def("set_capture_cache_size_limit", &capture::set_cache_size_limit, nb::arg("limit"));
+  m.def("set_capture_log_topics", &capture::set_log_topics, nb::arg("topics"),
+        "What capture logs: a comma list of recompiles, graph_breaks, guards, graph, or all.");
   m.def("capture_hook_stats", &hook_stats_dict, "Counters of the frame hook.");
   m.def("reset_capture_hook_stats", &capture::reset_hook_stats);
   m.def(

@@ -9,6 +9,7 @@
 #include "codegen/triton/triton_emitter.h"
 #include "loop/printer.h"
 #include "python/bindings.h"
+#include "python/options.h"
 #include "python/torch_caster.h"
 #include "runtime/executor.h"
 #include "runtime/triton_runtime.h"
@@ -172,24 +173,29 @@ void bind_runtime(nb::module_& m) {
                        "returns a tuple of its outputs.")
       .def(
           "__init__",
-          [](Executor* self, const tracer::TracedGraph& g, bool codegen, bool reductions,
-             bool reduction_fusion, bool triton_interpret, bool cuda_graphs, bool matmul_templates,
-             std::optional<bool> fuse_attention) {
-            runtime::ExecutorOptions o;
-            o.codegen = codegen;
-            o.reductions = reductions;
-            o.reduction_fusion = reduction_fusion;
-            o.triton_interpret = triton_interpret;
-            o.cuda_graphs = cuda_graphs;
-            o.matmul_templates = matmul_templates;
-            if (fuse_attention.has_value()) o.fuse_attention = *fuse_attention ? 1 : 0;
-            new (self) Executor(g, o);
+          [](Executor* self, const tracer::TracedGraph& g, std::optional<bool> codegen,
+             std::optional<bool> reductions, std::optional<bool> reduction_fusion,
+             std::optional<bool> triton_interpret, bool cuda_graphs, bool matmul_templates,
+             std::optional<bool> fuse_attention, nb::handle options) {
+            runtime::ExecutorOptions o{.compile = compile_options_from(options)};
+            if (codegen.has_value()) o.compile.sched.codegen = *codegen;
+            if (reductions.has_value()) o.compile.sched.reductions = *reductions;
+            if (reduction_fusion.has_value()) o.compile.sched.reduction_fusion = *reduction_fusion;
+            if (triton_interpret.has_value()) o.compile.triton.interpret = *triton_interpret;
+            o.compile.runtime.cuda_graphs |= cuda_graphs;
+            o.compile.runtime.matmul_templates |= matmul_templates;
+            if (fuse_attention.has_value()) o.compile.runtime.fuse_attention = *fuse_attention;
+            new (self) Executor(g, std::move(o));
           },
-          nb::arg("graph"), nb::arg("codegen") = true, nb::arg("reductions") = true,
-          nb::arg("reduction_fusion") = true, nb::arg("triton_interpret") = false,
-          nb::arg("cuda_graphs") = false, nb::arg("matmul_templates") = false,
-          nb::arg("fuse_attention") = nb::none(),
-          "Prepares `graph` to run; with codegen, fuses pointwise nodes into generated C++ "
+          nb::arg("graph"), nb::arg("codegen").none() = nb::none(),
+          nb::arg("reductions").none() = nb::none(),
+          nb::arg("reduction_fusion").none() = nb::none(),
+          nb::arg("triton_interpret").none() = nb::none(), nb::arg("cuda_graphs") = false,
+          nb::arg("matmul_templates") = false, nb::arg("fuse_attention").none() = nb::none(),
+          nb::arg("options").none() = nb::none(),
+          "Prepares `graph` to run with `options` (ember.config.compile_options(); None: the "
+          "current ember.config), the other arguments overriding it; with codegen, fuses pointwise "
+          "nodes into generated C++ "
           "kernels (CPU graphs) or Triton kernels (CUDA graphs); cuda_graphs: replays a graph on "
           "one CUDA device as a CUDA graph from its second call on (mode='reduce-overhead'); "
           "matmul_templates: its matrix products also get Triton templates, timed against cuBLAS "

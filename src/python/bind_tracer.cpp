@@ -5,6 +5,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "python/bindings.h"
+#include "python/options.h"
 #include "python/torch_caster.h"
 #include "support/error.h"
 #include "tracer/backward_walk.h"
@@ -44,7 +45,14 @@ void bind_tracer(nb::module_& m) {
                            "  s = TraceSession(); x = s.add_input(t, 'user', 'x')\n"
                            "  with s: out = fn(x)\n"
                            "  graph = s.finish([out])")
-      .def(nb::init<>())
+      .def(
+          "__init__",
+          [](TraceSession* self, nb::handle options) {
+            new (self) TraceSession(compile_options_from(options));
+          },
+          nb::arg("options").none() = nb::none(),
+          "`options`: ember.config.compile_options() (None: the current ember.config); its "
+          "trace.* keys decide the trace-time rewrites.")
       .def(
           "add_input",
           [](TraceSession& s, const at::Tensor& example, const std::string& kind,

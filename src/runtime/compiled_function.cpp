@@ -234,13 +234,6 @@ bool reads_memory(const graph::Graph& g, const graph::Node& n) {
          !sched::is_reduction_kernel_node(g, n);
 }
 
-// Note [Values the backward writes anyway are saved] (graph/partition.cpp): off with
-// EMBER_SAVE_MATERIALIZED=0.
-bool save_materialized() {
-  const char* v = std::getenv("EMBER_SAVE_MATERIALIZED");
-  return v == nullptr || std::string(v) != "0";
-}
-
 // What merge_common_subexpressions may merge: ops that compute the same from the same arguments.
 bool deterministic(const graph::Graph& g, const graph::Node& n) {
   const graph::OpInfo& info = g.op_of(n);
@@ -267,16 +260,13 @@ JointSignature joint_signature(const graph::Graph& joint, int num_primals, int n
   return sig;
 }
 
-bool min_cut_enabled() {
-  const char* v = std::getenv("EMBER_MIN_CUT");
-  return v == nullptr || std::string(v) != "0";
-}
-
 TrainingGraphs split_training_graph(const tracer::TracedGraph& joint,
-                                    const JointSignature& signature) {
+                                    const JointSignature& signature,
+                                    const CompileOptions::Training& options) {
   graph::SplitOptions split_options;
-  if (min_cut_enabled()) split_options.recomputable = recomputable;
-  if (min_cut_enabled() && save_materialized()) {
+  if (options.min_cut) split_options.recomputable = recomputable;
+  // Note [Values the backward writes anyway are saved] (graph/partition.cpp).
+  if (options.min_cut && options.save_materialized) {
     split_options.reads_memory = reads_memory;
     split_options.is_view = is_view;
   }
@@ -298,9 +288,9 @@ TrainingGraphs split_training_graph(const tracer::TracedGraph& joint,
 
 CompiledFunction::CompiledFunction(tracer::TracedGraph joint, JointSignature signature,
                                    ExecutorOptions options, RunScope backward_scope) {
-  TrainingGraphs graphs = split_training_graph(joint, signature);
+  TrainingGraphs graphs = split_training_graph(joint, signature, options.compile.training);
   saved_bytes_ = graphs.split.saved_bytes;
-  options.parameter_cache = false;  // each training step changes the parameters
+  options.compile.runtime.parameter_cache = false;  // each training step changes the parameters
   auto state = std::make_shared<State>();
   // Joint input index -> index among the non-constant primals (what a caller passes).
   std::vector<int> primal_number(joint.graph.inputs.size(), -1);

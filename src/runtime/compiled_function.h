@@ -98,17 +98,15 @@ class CompiledFunction {
   bool replayable_ = false;
 };
 
-/// A joint graph split as CompiledFunction splits it (graph/partition.h, the min-cut partition
-/// unless EMBER_MIN_CUT=0), each side with the constants it reads.
+/// A joint graph split as CompiledFunction splits it (graph/partition.h: the min-cut partition
+/// unless `options.min_cut` is off, which saves what the backward reads), each side with the
+/// constants it reads.
 struct TrainingGraphs {
   tracer::TracedGraph forward, backward;
   graph::JointSplit split;  ///< saved_inputs, saved_bytes (its graphs moved out: empty)
 };
 TrainingGraphs split_training_graph(const tracer::TracedGraph& joint,
-                                    const JointSignature& signature);
-
-/// EMBER_MIN_CUT=0: the default partition (save what the backward reads) instead of the min-cut
-/// one (graph/partition.h), to measure what recomputation saves.
-bool min_cut_enabled();
+                                    const JointSignature& signature,
+                                    const CompileOptions::Training& options = {});
 
 }  // namespace ember::runtime

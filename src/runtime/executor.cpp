@@ -81,24 +81,6 @@ int one_cuda_device(const graph::Graph& g) {
   return index < 0 ? -1 : index;
 }
 
-bool triton_enabled() {
-  const char* e = std::getenv("EMBER_TRITON");
-  return e == nullptr || std::string(e) != "0";
-}
-
-/// EMBER_TRITON_INTERPRET=1: CPU graphs run Triton kernels in Triton's interpreter (as
-/// ExecutorOptions::triton_interpret), to test the GPU code generator on whole models.
-bool triton_interpret_env() {
-  const char* e = std::getenv("EMBER_TRITON_INTERPRET");
-  return e != nullptr && std::string(e) == "1";
-}
-
-/// EMBER_COMBO_KERNELS=0: independent pointwise kernels stay apart (sched/combo.h).
-bool combo_kernels_enabled() {
-  const char* e = std::getenv("EMBER_COMBO_KERNELS");
-  return e == nullptr || std::string(e) != "0";
-}
-
 /// Whether node `n`, of an op tagged nondeterministic_seeded, draws random numbers: not when its
 /// dropout probability is a constant 0 (the attention kernels' `dropout_p`) or it is a dropout
 /// with `train` false.
@@ -220,8 +202,9 @@ Executor::Step Executor::view_step(int32_t n, graph::ValueId root) const {
   return step;
 }
 
-codegen::TritonKernel Executor::triton_form(
-    const sched::KernelGroup& group, const std::vector<graph::ValueId>& private_outputs) const {
+codegen::TritonKernel Executor::triton_form(const sched::KernelGroup& group,
+                                            const std::vector<graph::ValueId>& private_outputs,
+                                            const CompileOptions::Triton& options) const {
   EMBER_UNSUPPORTED(!group.index_status)
       << "kernel " << group.kernel.name
       << " checks its index tensors before its loops (a scatter kernel: no Triton form yet)";
@@ -238,14 +221,14 @@ codegen::TritonKernel Executor::triton_form(
     }
   }
   std::string why;
-  std::optional<codegen::TritonKernel> t = codegen::emit_triton(k, &why, private_buffers);
+  std::optional<codegen::TritonKernel> t = codegen::emit_triton(k, &why, private_buffers, options);
   EMBER_UNSUPPORTED(t.has_value())
       << "kernel " << group.kernel.name << " has no Triton form: " << why;
   char name[24];
   std::snprintf(name, sizeof name, "k%016llx",
                 static_cast<unsigned long long>(Hasher().str(t->source).digest()));
   k.name = name;
-  t = codegen::emit_triton(k, &why, private_buffers);
+  t = codegen::emit_triton(k, &why, private_buffers, options);
   EMBER_INTERNAL_ASSERT(t.has_value()) << "a renamed kernel lost its Triton form: " << why;
   return *t;
 }
@@ -261,9 +244,10 @@ std::vector<at::ScalarType> Executor::buffer_types(const sched::KernelGroup& gro
   return types;
 }
 
-Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
-    : traced_(std::move(traced)) {
-  if (options.fold_constants) {
+Executor::Executor(tracer::TracedGraph traced, ExecutorOptions executor_options)
+    : traced_(std::move(traced)), options_(std::move(executor_options.compile)) {
+  const CompileOptions& options = options_;
+  if (options.runtime.fold_constants) {
     num_causal_attention_ = causal_attention(traced_);
     num_folded_nodes_ = fold_constants(traced_);
   }
@@ -288,8 +272,9 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
   // Kernels: C++ on the CPU; Triton on one CUDA device (or, for tests, in Triton's interpreter).
   const bool cpu = all_on_cpu(g);
   const int cuda_device = cpu ? -1 : one_cuda_device(g);
-  const bool triton = (cpu && (options.triton_interpret || triton_interpret_env())) ||
-                      (cuda_device >= 0 && triton_enabled() && triton_hooks().compile != nullptr);
+  const bool triton =
+      (cpu && options.triton.interpret) ||
+      (cuda_device >= 0 && options.triton.enabled && triton_hooks().compile != nullptr);
   const c10::Device kernel_device = cuda_device >= 0
                                         ? c10::Device(c10::DeviceType::CUDA, cuda_device)
                                         : c10::Device(c10::DeviceType::CPU);
@@ -300,19 +285,16 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
     }
   }
   sched::ScheduleOptions sopts;
-  sopts.fuse = options.codegen && (cpu || triton);
-  sopts.reductions = options.reductions;
-  sopts.reduction_fusion = options.reduction_fusion;
+  sopts.fuse = options.sched.codegen && (cpu || triton);
+  sopts.reductions = options.sched.reductions;
+  sopts.reduction_fusion = options.sched.reduction_fusion;
+  sopts.stored_prologues = options.sched.stored_prologues;
   sopts.index_asserts = triton;  // a device-side assert per index read, as eager's CUDA kernels
   sopts.chunk_single_rows = !triton;
-  sopts.combo_kernels = combo_kernels_enabled();
+  sopts.combo_kernels = options.sched.combo_kernels;
   sched::Plan plan = sched::schedule_graph(g, sopts);
-  const char* fa_env = std::getenv("EMBER_FUSE_ATTENTION");
-  const std::string fa = fa_env != nullptr ? fa_env : "";
-  const bool attention =
-      sopts.fuse &&
-      (options.fuse_attention == 1 ||
-       (options.fuse_attention == -1 && (fa == "1" || (fa != "0" && triton && cuda_device >= 0))));
+  const int fa = options.runtime.fuse_attention;
+  const bool attention = sopts.fuse && (fa == 1 || (fa == -1 && triton && cuda_device >= 0));
   if (attention) {
     // Masks computed inside a softmax's kernel must exist in memory for the fused call.
     std::vector<graph::ValueId> masks, siblings;
@@ -375,7 +357,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
             sched::private_outputs(g, plan);
         for (int gi : live) {
           try {
-            forms[gi] = triton_form(plan.groups[gi], private_outputs[gi]);
+            forms[gi] = triton_form(plan.groups[gi], private_outputs[gi], options.triton);
           } catch (const Unsupported& e) {
             refuse(plan.groups[gi], e.what());
           }
@@ -395,7 +377,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
           }
           std::vector<std::string> errors;
           std::vector<std::unique_ptr<TritonLaunchable>> ls =
-              TritonLaunchable::cuda_all(ks, types, cuda_device, &errors);
+              TritonLaunchable::cuda_all(ks, types, cuda_device, &errors, options.triton.autotune);
           for (size_t j = 0; j < live.size(); ++j) {
             if (ls[j] != nullptr) {
               triton_of_group[live[j]] = std::move(ls[j]);
@@ -417,7 +399,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
       } else {
         std::vector<std::string> sources;
         for (const auto& ks : unit_kernels) sources.push_back(codegen::emit_cpp_unit(ks));
-        HostCompileOptions compile_options = HostCompileOptions::from_env();
+        HostCompileOptions compile_options = HostCompileOptions::from(options.codegen);
         compile_options.prelude = codegen::cpp_prelude();
         compile_options.key_parts.push_back("torch " EMBER_TORCH_VERSION_STRING);
         libraries_ = compile_and_load_all(sources, compile_options);
@@ -493,10 +475,12 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
         }
       }
       if (attention) fuse_attention(plan);
-      unfused_ = std::make_unique<Executor>(
-          traced_, ExecutorOptions{.codegen = false, .fold_constants = false});
+      ExecutorOptions unfused_options{.compile = options};
+      unfused_options.compile.sched.codegen = false;
+      unfused_options.compile.runtime.fold_constants = false;
+      unfused_ = std::make_unique<Executor>(traced_, std::move(unfused_options));
       triton_ = triton;
-      if (triton && options.matmul_templates) {
+      if (triton && options.runtime.matmul_templates) {
         std::vector<int> group_of_kernel(kernels_.size(), -1);
         for (size_t gi = 0; gi < kernel_of_group.size(); ++gi) {
           if (kernel_of_group[gi] >= 0) group_of_kernel[kernel_of_group[gi]] = static_cast<int>(gi);
@@ -553,7 +537,7 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
   const int keep = static_cast<int>(steps_.size());
   for (graph::ValueId v : g.outputs) last_use[v] = keep;
   for (const graph::Mutation& m : g.mutations) last_use[m.value] = keep;
-  release_inputs_ = options.release_inputs && g.mutations.empty();
+  release_inputs_ = executor_options.release_inputs && g.mutations.empty();
   if (!release_inputs_) {
     for (const graph::Input& in : g.inputs) last_use[in.value] = keep;
   } else {
@@ -567,20 +551,20 @@ Executor::Executor(tracer::TracedGraph traced, ExecutorOptions options)
     int at = last_use[v];
     if (at >= 0 && at < keep) steps_[at].release.push_back(static_cast<graph::ValueId>(v));
   }
-  if (options.parameter_cache) mark_parameter_kernels();
+  if (options.runtime.parameter_cache) mark_parameter_kernels();
   plan_reuse(last_use, defined_at);
   plan_mutation_writes(defined_at);
   if (!triton_) plan_memory(last_use);  // the arena is host memory: not for Triton kernels yet
 
-  if (options.cuda_graphs) {
+  if (options.runtime.cuda_graphs) {
     if (cpu) {
       // CPU graphs have no CUDA graph to replay (torch.compile ignores the mode there too).
     } else if (cuda_device < 0) {
       cuda_graph_note_ = "the graph uses more than one device";
     } else if (!g.mutations.empty()) {
       cuda_graph_note_ = "the graph mutates its inputs";
-    } else if (verify_kernels_enabled()) {
-      cuda_graph_note_ = "EMBER_VERIFY_KERNELS is set";
+    } else if (options.debug.verify_kernels) {
+      cuda_graph_note_ = "verify_kernels is on";
     } else if (std::string seeded = first_seeded_op(g); !seeded.empty()) {
       // A replay from C++ does not advance the generator's offset as CUDAGraph.replay() does:
       // every replay would draw the same numbers.

@@ -7,10 +7,10 @@
 ///    outputs allocated at the traced sizes and strides.
 /// Graphs on one CUDA device get Triton kernels instead (codegen/triton/triton_emitter.h), compiled
 /// and launched by runtime/triton_runtime.h, when the Python package has installed Triton's
-/// compiler and EMBER_TRITON is not 0. A kernel that has no Triton form leaves its nodes to ATen
-/// calls (refused_kernels() says why); the rest of the graph is scheduled again around them.
-/// Without code generation every step is extern: the executor is then the fallback path for every
-/// op and the oracle for tests.
+/// compiler and CompileOptions::Triton::enabled. A kernel that has no Triton form leaves its nodes
+/// to ATen calls (refused_kernels() says why); the rest of the graph is scheduled again around
+/// them. Without code generation every step is extern: the executor is then the fallback path for
+/// every op and the oracle for tests.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -29,6 +29,7 @@
 #include "runtime/host_compiler.h"
 #include "runtime/matmul_template.h"
 #include "runtime/triton_runtime.h"
+#include "support/options.h"
 #include "tracer/trace_session.h"
 
 namespace ember::sched {
@@ -41,32 +42,10 @@ namespace ember::runtime {
 struct ParameterCache;  // executor.cpp: a kernel of parameters' outputs, kept across calls
 
 struct ExecutorOptions {
-  /// Fuse pointwise nodes into generated C++ kernels (CPU graphs only).
-  bool codegen = true;
-  /// Also generate kernels for reductions (see sched::ScheduleOptions::reductions).
-  bool reductions = true;
-  /// Reduction kernels compute their input inline and store the values of its shape that follow
-  /// (see sched::ScheduleOptions::reduction_fusion).
-  bool reduction_fusion = true;
-  /// Run the nodes that depend on no input once, at construction (runtime/constant_fold.h).
-  bool fold_constants = true;
-  /// CPU graphs: generate Triton kernels instead of C++ and run them in Triton's interpreter
-  /// (runtime/triton_runtime.h; tests of the GPU code generator without a GPU).
-  bool triton_interpret = false;
-  /// mode="reduce-overhead": a graph on one CUDA device, without input mutations, is replayed
-  /// as a CUDA graph from its second call on (runtime/cuda_graph.h).
-  bool cuda_graphs = false;
-  /// mode="max-autotune": matrix products of a graph on one CUDA device also get Triton
-  /// templates, timed against cuBLAS at their first call (runtime/matmul_template.h).
-  bool matmul_templates = false;
-  /// Eager attention (bmm, softmax, bmm) as one scaled_dot_product_attention call
-  /// (runtime/attention_fusion.h): -1 on graphs with Triton kernels on a CUDA device
-  /// (EMBER_FUSE_ATTENTION=0: never, =1: on any device), 0 never, 1 on any kernel graph.
-  int fuse_attention = -1;
-  /// Kernels of parameters and buffers only keep their outputs across calls while those are
-  /// unchanged (Kernel::parameter_cache). Off for training graphs: every step changes the
-  /// parameters, and the kept outputs would only hold memory between steps.
-  bool parameter_cache = true;
+  /// The knobs of compilation (support/options.h): scheduling, code generation, Triton, the
+  /// runtime's choices (constant folding, CUDA graphs, matmul templates, attention fusion, the
+  /// parameter cache) and debugging.
+  CompileOptions compile;
   /// Inputs are dropped at their last use, not kept to the end of the call: with run(&&), which
   /// takes the caller's references, an input's memory goes as soon as the program is done with
   /// it. For the backward of a training graph, whose saved activations eager autograd frees node
@@ -74,12 +53,6 @@ struct ExecutorOptions {
   /// call unfused.)
   bool release_inputs = false;
 };
-
-/// EMBER_VERIFY_KERNELS=1: each call of a compiled graph also runs its unfused program, and every
-/// kernel is run a second time on that program's values of its inputs and compared with its
-/// values of the outputs; differences are printed to stderr (runtime/kernel_check.cpp). For
-/// finding a kernel that computes something else than its nodes; slow.
-bool verify_kernels_enabled();
 
 /// Whether the bytes `a` and `b` can reach overlap: one storage and intersecting ranges (views
 /// of one tensor that touch disjoint ranges do not overlap; interleaved ones are said to).
@@ -275,7 +248,8 @@ class Executor {
   /// no Triton form.
   /// `private_outputs`: the group's outputs nothing reads after it (sched::private_outputs).
   codegen::TritonKernel triton_form(const sched::KernelGroup& group,
-                                    const std::vector<graph::ValueId>& private_outputs) const;
+                                    const std::vector<graph::ValueId>& private_outputs,
+                                    const CompileOptions::Triton& options) const;
   /// The element types of a group's buffers: its inputs, then its outputs.
   std::vector<at::ScalarType> buffer_types(const sched::KernelGroup& group) const;
   Step view_step(int32_t node, graph::ValueId root) const;
@@ -317,14 +291,16 @@ class Executor {
   /// `owned`: the inputs to move into the program's values (run(&&)), else nullptr.
   std::vector<at::Tensor> run_program(const std::vector<at::Tensor>& inputs,
                                       std::vector<at::Tensor>* owned = nullptr) const;
-  /// EMBER_VERIFY_KERNELS=1 (runtime/kernel_check.cpp): every value of the unfused program run
-  /// on `inputs`, none released and no mutation applied, the reference for check_kernel.
+  /// CompileOptions::Debug::verify_kernels (runtime/kernel_check.cpp): every value of the unfused
+  /// program run on `inputs`, none released and no mutation applied, the reference for
+  /// check_kernel.
   std::vector<at::Tensor> reference_values(const std::vector<at::Tensor>& inputs) const;
   /// Runs kernel `k` on the reference values of its inputs and reports (stderr) outputs that
   /// differ from the reference's beyond the tolerance of their dtype.
   void check_kernel(const Kernel& k, const std::vector<at::Tensor>& reference) const;
 
   tracer::TracedGraph traced_;
+  CompileOptions options_;
   std::vector<graph::ValueId> input_slots_;  ///< value of each non-constant input
   std::vector<std::pair<graph::ValueId, int>> constant_slots_;  ///< value, index in constants
   std::vector<Step> steps_;

@@ -126,8 +126,6 @@ bool Executor::inputs_own_their_storage(const std::vector<at::Tensor>& env) cons
 }
 
 void Executor::mark_parameter_kernels() {
-  const char* env = std::getenv("EMBER_PARAMETER_CACHE");
-  if (env != nullptr && std::string(env) == "0") return;  // to measure what it gains
   const graph::Graph& g = traced_.graph;
   std::vector<bool> parameter(g.values.size(), false), kept_out(g.values.size(), false);
   for (const graph::Input& in : g.inputs) {

@@ -241,22 +241,20 @@ void Executor::check_inputs(const std::vector<at::Tensor>& inputs) const {
 
 namespace {
 
-// EMBER_DEBUG_LIVE=1: the bytes of the distinct storages a run's values hold before each step,
-// and the most, printed to stderr at the run's end with the steps around the peak (every step
-// with EMBER_DEBUG_LIVE=2). For finding
-// what a program keeps alive (scripts/profile_model.py --mode training shows the peaks).
+// CompileOptions::Debug::live_bytes 1 (EMBER_DEBUG_LIVE=1): the bytes of the distinct storages a
+// run's values hold before each step, and the most, printed to stderr at the run's end with the
+// steps around the peak (every step with 2). For finding what a program keeps alive
+// (scripts/profile_model.py --mode training shows the peaks).
 struct LiveBytes {
   const std::vector<at::Tensor>& env;
   bool on = false;
-  bool all = false;  // EMBER_DEBUG_LIVE=2: every step
+  bool all = false;  // every step
   int64_t peak = 0;
   int peak_step = -1;
   std::vector<int64_t> before;
-  explicit LiveBytes(const std::vector<at::Tensor>& e) : env(e) {
-    const char* v = std::getenv("EMBER_DEBUG_LIVE");
-    on = v != nullptr && (std::string_view(v) == "1" || std::string_view(v) == "2");
-    all = on && std::string_view(v) == "2";
-  }
+  /// `level`: CompileOptions::Debug::live_bytes.
+  LiveBytes(const std::vector<at::Tensor>& e, int level)
+      : env(e), on(level >= 1), all(level >= 2) {}
   void note(int step) {
     if (!on) return;
     std::unordered_set<const void*> seen;
@@ -295,7 +293,7 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
     return unfused_->run(inputs);
   }
   std::vector<at::Tensor> reference;
-  if (verify_kernels_enabled() && unfused_ && !kernels_.empty()) {
+  if (options_.debug.verify_kernels && unfused_ && !kernels_.empty()) {
     reference = unfused_->reference_values(inputs);
   }
 
@@ -333,7 +331,7 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
       e.free_arenas_.push_back(std::move(arena));
     }
   } give_back{*this, arena};
-  LiveBytes live(env);
+  LiveBytes live(env, options_.debug.live_bytes);
   for (const Step& step : steps_) {
     live.note(steps_.empty() ? 0 : static_cast<int>(&step - steps_.data()));
     if (step.fused_into >= 0 && steps_[step.fused_into].fused->chosen() >= 0) {

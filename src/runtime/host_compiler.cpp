@@ -106,10 +106,11 @@ std::string precompiled_prelude(const HostCompileOptions& options) {
   std::lock_guard<std::mutex> lock(mu);
   auto it = built.find(hex);
   if (it != built.end()) return it->second;
-  const char* env = std::getenv("EMBER_PRELUDE_DIR");
-  // Beside the kernel cache (`<EMBER_CACHE_DIR>/kernels`): `<EMBER_CACHE_DIR>/prelude`, which
-  // is checked as the kernel cache is (the compiler reads a .gch from it into every kernel).
-  fs::path dir = (env && *env ? fs::path(env) : fs::path(cache_subdir("prelude"))) / hex;
+  // Beside the kernel cache (`<root>/kernels`): `<root>/prelude`, which is checked as the
+  // kernel cache is (the compiler reads a .gch from it into every kernel).
+  const std::string configured = prelude_dir();
+  fs::path dir =
+      (!configured.empty() ? fs::path(configured) : fs::path(cache_subdir("prelude"))) / hex;
   fs::path header = dir / "ember_prelude.h";
   fs::path gch = dir / "ember_prelude.h.gch";
   std::error_code ec;
@@ -228,16 +229,10 @@ void* KernelLibrary::symbol(const std::string& name) const {
   return p;
 }
 
-HostCompileOptions HostCompileOptions::from_env() {
+HostCompileOptions HostCompileOptions::from(const CompileOptions::Codegen& codegen) {
   HostCompileOptions o;
-  if (const char* c = std::getenv("EMBER_CXX"); c != nullptr && *c) {
-    o.compiler = c;
-  } else if (const char* cxx = std::getenv("CXX"); cxx != nullptr && *cxx) {
-    o.compiler = cxx;
-  } else {
-    o.compiler = "c++";
-  }
-  if (libmvec_usable()) {
+  o.compiler = codegen.cxx.empty() ? "c++" : codegen.cxx;
+  if (codegen.libmvec && libmvec_usable()) {
     o.flags.push_back("-DEMBER_LIBMVEC");
     o.link_flags.push_back("-lmvec");
   }
@@ -246,9 +241,6 @@ HostCompileOptions HostCompileOptions::from_env() {
 
 bool libmvec_usable() {
   static const bool usable = [] {
-    if (const char* e = std::getenv("EMBER_LIBMVEC"); e != nullptr && std::string(e) == "0") {
-      return false;
-    }
 #if defined(__x86_64__) && defined(__GLIBC__)
     int major = 0, minor = 0;
     if (std::sscanf(gnu_get_libc_version(), "%d.%d", &major, &minor) != 2) return false;

@@ -14,10 +14,12 @@
 #include <string>
 #include <vector>
 
+#include "support/options.h"
+
 namespace ember::runtime {
 
 struct HostCompileOptions {
-  /// The compiler: `EMBER_CXX`, else `CXX`, else "c++".
+  /// The compiler (CompileOptions::Codegen::cxx).
   std::string compiler;
   /// Flags besides `-shared -fPIC -o`: no unsafe fast-math (see docs/design/host_compiler.md).
   /// `-ffp-contract=off`: no fused multiply-adds the IR did not ask for (they change results).
@@ -35,15 +37,15 @@ struct HostCompileOptions {
   /// starts with it is compiled as the rest of its text with the prelude included from a header
   /// precompiled once per prelude, compiler and flags (in the cache directory): parsing the
   /// standard headers is most of the time of compiling a few small kernels. The cache key is
-  /// still the whole source's. Precompiled preludes live in `EMBER_PRELUDE_DIR`, else the
-  /// cache directory's `prelude/`.
+  /// still the whole source's. Precompiled preludes live in prelude_dir() (kernel_cache.h), else
+  /// the cache directory's `prelude/`.
   std::string prelude;
 
-  /// Options with the compiler taken from the environment, and glibc's vector math library
-  /// (libmvec) when it is usable: then `-DEMBER_LIBMVEC` and `-lmvec`, and the prelude lets
-  /// vectorized loops call libmvec's versions of exp, log, tanh, erf, ... (see
-  /// docs/design/host_compiler.md). `EMBER_LIBMVEC=0` turns that off.
-  static HostCompileOptions from_env();
+  /// Options with the compiler of `codegen`, and glibc's vector math library (libmvec) when
+  /// `codegen.libmvec` and it is usable: then `-DEMBER_LIBMVEC` and `-lmvec`, and the prelude
+  /// lets vectorized loops call libmvec's versions of exp, log, tanh, erf, ... (see
+  /// docs/design/host_compiler.md).
+  static HostCompileOptions from(const CompileOptions::Codegen& codegen = {});
 };
 
 /// A loaded shared object. It stays loaded until the process exits (see the .cpp for why).
@@ -71,7 +73,7 @@ struct HostCompilerStats {
 };
 
 /// True on x86-64 with glibc >= 2.35 (libmvec with tanh, erf, expm1, ...) and a linkable
-/// libmvec.so, unless `EMBER_LIBMVEC=0`.
+/// libmvec.so (HostCompileOptions::from also asks CompileOptions::Codegen::libmvec).
 bool libmvec_usable();
 
 /// The kernel cache directory, `<cache_root()>/kernels` (kernel_cache.h), created if missing.

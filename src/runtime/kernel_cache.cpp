@@ -34,13 +34,14 @@ std::set<std::string> g_warned;
 std::vector<std::string> g_warnings;
 std::vector<std::string> g_private_dirs;  // removed at exit
 
+std::string g_root;  // configure_cache; guarded by g_mutex
+int64_t g_max_mb = 2048;
+std::string g_prelude_dir;
+
 fs::path configured_root() {
-  if (const char* d = std::getenv("EMBER_CACHE_DIR"); d != nullptr && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x != nullptr && *x) {
-    return fs::path(x) / "ember";
-  }
-  if (const char* h = std::getenv("HOME"); h != nullptr && *h) {
-    return fs::path(h) / ".cache" / "ember";
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    if (!g_root.empty()) return g_root;
   }
   std::error_code ec;
   fs::path tmp = fs::temp_directory_path(ec);
@@ -257,11 +258,21 @@ int64_t evict_to_cap(const fs::path& dir, int64_t cap_bytes) {
   return evicted;
 }
 
+void configure_cache(const std::string& root, int64_t max_mb, const std::string& prelude_dir) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_root = root;
+  g_max_mb = max_mb;
+  g_prelude_dir = prelude_dir;
+}
+
 int64_t cache_cap_bytes() {
-  const char* e = std::getenv("EMBER_CACHE_MAX_MB");
-  int64_t mb = 2048;
-  if (e != nullptr && *e) mb = std::strtoll(e, nullptr, 10);
-  return mb * 1024 * 1024;
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_max_mb * 1024 * 1024;
+}
+
+std::string prelude_dir() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return g_prelude_dir;
 }
 
 const std::string& cpu_features() {

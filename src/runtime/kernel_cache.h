@@ -24,8 +24,16 @@
 
 namespace ember::runtime {
 
-/// The root of ember's caches: `EMBER_CACHE_DIR`, else `$XDG_CACHE_HOME/ember`, else
-/// `~/.cache/ember`, else `<tmp>/ember-cache-<uid>`; created 0700 where missing. When it fails
+/// Where the caches live, for this process: set at the Python boundary from ember.config
+/// (`cache_dir`: EMBER_CACHE_DIR, else `$XDG_CACHE_HOME/ember`, else `~/.cache/ember`;
+/// `cache_max_mb`: EMBER_CACHE_MAX_MB; `prelude_dir`: EMBER_PRELUDE_DIR) before each compile, and
+/// by C++ tests. Empty `root`: `<tmp>/ember-cache-<uid>`; empty `prelude_dir`:
+/// `<root>/prelude`. `max_mb` 0 or less: no cap. Thread-safe.
+void configure_cache(const std::string& root, int64_t max_mb = 2048,
+                     const std::string& prelude_dir = "");
+
+/// The configured root of ember's caches (configure_cache), created 0700 where missing. When it
+/// fails
 /// the trust check (another user owns it, others can write it, it cannot be created or
 /// written), a private directory of this process instead. Throws Unsupported when there is no
 /// usable directory at all.
@@ -56,8 +64,12 @@ void touch_entry(const std::filesystem::path& so);
 /// it holds more than `cap_bytes`. Returns the number evicted. Never throws.
 int64_t evict_to_cap(const std::filesystem::path& dir, int64_t cap_bytes);
 
-/// `EMBER_CACHE_MAX_MB` in bytes (default 2048 MB; 0 or less: no cap).
+/// The configured size cap in bytes (configure_cache; default 2048 MB; 0 or less: no cap).
 int64_t cache_cap_bytes();
+
+/// The configured directory of precompiled preludes (configure_cache), or "" for
+/// `cache_subdir("prelude")`.
+std::string prelude_dir();
 
 /// The CPU's instruction set features as the kernel reports them (the `flags` line of
 /// /proc/cpuinfo on x86, `Features` on Arm): code built with -march=native runs only where they

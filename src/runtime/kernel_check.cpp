@@ -22,14 +22,6 @@
 
 namespace ember::runtime {
 
-bool verify_kernels_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("EMBER_VERIFY_KERNELS");
-    return e != nullptr && std::string(e) == "1";
-  }();
-  return on;
-}
-
 std::vector<at::Tensor> Executor::reference_values(const std::vector<at::Tensor>& inputs) const {
   EMBER_INTERNAL_ASSERT(kernels_.empty()) << "the reference program has kernels";
   std::vector<at::Tensor> env(traced_.graph.values.size());

@@ -146,12 +146,12 @@ int64_t num_loaded_triton_modules() {
 std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
     const std::vector<codegen::TritonKernel>& ks,
     const std::vector<std::vector<at::ScalarType>>& buffer_types, int device,
-    std::vector<std::string>* errors) {
+    std::vector<std::string>* errors, bool autotune_wanted) {
   EMBER_UNSUPPORTED(hooks().compile != nullptr)
       << "no Triton compiler (ember._triton was not imported, or triton is missing)";
   EMBER_UNSUPPORTED(driver().error.empty()) << driver().error;
   EMBER_INTERNAL_ASSERT(ks.size() == buffer_types.size()) << "one type list per kernel";
-  const bool autotune = triton_autotune_enabled();
+  const bool autotune = autotune_wanted && triton_autotune_usable();
   const std::string device_name = autotune ? cuda_device_name(device) : "";
   std::vector<std::unique_ptr<TritonLaunchable>> out;
   std::vector<std::vector<std::string>> keys;  // per kernel, per candidate

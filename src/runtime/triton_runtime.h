@@ -84,11 +84,12 @@ class TritonLaunchable {
   /// call of the compile hook, and loads them. Kernels with the same source and signature are
   /// compiled and loaded once, and a kernel this process has already loaded (and still holds) is
   /// not compiled again. A kernel Triton's compiler refuses is a nullptr, with the compiler's
-  /// message in (*errors)[i].
+  /// message in (*errors)[i]. `autotune` (CompileOptions::Triton::autotune): large kernels time
+  /// their candidate launch configurations at their first launch.
   static std::vector<std::unique_ptr<TritonLaunchable>> cuda_all(
       const std::vector<codegen::TritonKernel>& ks,
       const std::vector<std::vector<at::ScalarType>>& buffer_types, int device,
-      std::vector<std::string>* errors);
+      std::vector<std::string>* errors, bool autotune = true);
   /// Runs `k` in Triton's interpreter (through the interpret hook) on CPU tensors.
   static std::unique_ptr<TritonLaunchable> interpreted(const codegen::TritonKernel& k);
   ~TritonLaunchable();

@@ -27,9 +27,7 @@ constexpr int kLaunchesPerRound = 2;
 
 }  // namespace
 
-bool triton_autotune_enabled() {
-  const char* e = std::getenv("EMBER_TRITON_AUTOTUNE");
-  if (e != nullptr && std::string(e) == "0") return false;
+bool triton_autotune_usable() {
   const Driver& d = driver();
   return d.error.empty() && d.cuEventCreate && d.cuEventRecord && d.cuEventSynchronize &&
          d.cuEventElapsedTime && d.cuEventDestroy && d.cuStreamIsCapturing;

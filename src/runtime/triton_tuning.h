@@ -12,8 +12,8 @@
 
 namespace ember::runtime {
 
-/// EMBER_TRITON_AUTOTUNE is not "0", and this libcuda can time kernels.
-bool triton_autotune_enabled();
+/// Whether this libcuda can time kernels (CompileOptions::Triton::autotune asks for it).
+bool triton_autotune_usable();
 
 /// The device's name ("NVIDIA H200"), part of a tuning key: a winner holds for one device.
 std::string cuda_device_name(int device);

@@ -22,11 +22,6 @@
 
 namespace ember::sched {
 
-bool stored_prologues_default() {
-  const char* e = std::getenv("EMBER_STORED_PROLOGUES");
-  return e == nullptr || std::string(e) != "0";
-}
-
 namespace {
 
 using namespace fusion_detail;

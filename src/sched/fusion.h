@@ -71,9 +71,6 @@ inline bool kernel_device(const graph::Device& d) {
   return d.kind == graph::DeviceKind::CPU || d.kind == graph::DeviceKind::CUDA;
 }
 
-/// False only under EMBER_STORED_PROLOGUES=0 (ScheduleOptions::stored_prologues).
-bool stored_prologues_default();
-
 struct ScheduleOptions {
   /// Outer loops of kernels with at least this many elements run in parallel (OpenMP).
   int64_t parallel_threshold = 32768;
@@ -111,8 +108,8 @@ struct ScheduleOptions {
   bool combo_kernels = true;
   /// Whether a reduction kernel may also store a value of its input's shape that its prologue
   /// reads and that the open kernel would store alone (Note [Stored prologues] in fusion.cpp: a
-  /// residual add before its layer's RMSNorm). On unless EMBER_STORED_PROLOGUES=0.
-  bool stored_prologues = stored_prologues_default();
+  /// residual add before its layer's RMSNorm). CompileOptions::Sched::stored_prologues.
+  bool stored_prologues = true;
 };
 
 /// Requires a verifier-valid graph whose tensors are all on the CPU (C++ kernels) or all on one

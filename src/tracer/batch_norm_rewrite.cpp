@@ -1,4 +1,5 @@
 #include "tracer/batch_norm_rewrite.h"
+#include "tracer/trace_session.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/ops/batch_norm_native.h>
@@ -38,8 +39,8 @@ void batch_norm_kernel(const c10::OperatorHandle& /*op*/, torch::jit::Stack* sta
   const double eps = (*stack)[base + 7].toDouble();
   const bool cudnn_enabled = (*stack)[base + 8].toBool();
   at::Tensor out;
-  const char* env = std::getenv("EMBER_CUDNN_BATCH_NORM");
-  const bool rewrite = env != nullptr && std::string_view(env) == "0";
+  const bool rewrite =
+      trace_options().cudnn_batch_norm == CompileOptions::Trace::CudnnBatchNorm::Off;
   if (rewrite && training && input.device().is_cuda() && input.dim() >= 2 && input.numel() > 0) {
     out = std::get<0>(at::native_batch_norm(input, weight, bias, running_mean, running_var,
                                             training, momentum, eps));
@@ -63,9 +64,10 @@ std::optional<CudnnNormalization> cudnn_normalization(const c10::OperatorHandle&
       schema.arguments().size() != kArgs || stack.size() < kArgs) {
     return std::nullopt;
   }
-  // The default (unset or "stats"); "1" keeps cuDNN's output, "0" leaves cuDNN (above).
-  const char* env = std::getenv("EMBER_CUDNN_BATCH_NORM");
-  if (env != nullptr && std::string_view(env) != "stats") return std::nullopt;
+  // The default (Stats); Keep keeps cuDNN's output, Off leaves cuDNN (above).
+  if (trace_options().cudnn_batch_norm != CompileOptions::Trace::CudnnBatchNorm::Stats) {
+    return std::nullopt;
+  }
   const size_t base = stack.size() - kArgs;
   const c10::IValue& input = stack[base];
   if (!input.isTensor() || !stack[base + 5].isBool() || !stack[base + 5].toBool()) {

@@ -1,4 +1,5 @@
 #include "tracer/decompose_backward.h"
+#include "tracer/trace_session.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -22,11 +23,10 @@ namespace {
 using Stack = torch::jit::Stack;
 
 bool decompose_all() {
-  const char* env = std::getenv("EMBER_DECOMPOSE_BACKWARD");
-  return env != nullptr && std::string_view(env) == "all";
+  return trace_options().decompose_backward_everywhere;
 }
 
-// The reductions are decomposed on CUDA; EMBER_DECOMPOSE_BACKWARD=all does it on every device
+// The reductions are decomposed on CUDA; trace.decompose_backward_everywhere on every device
 // (the CPU tests compare the decompositions with eager).
 bool decomposes_reductions(const at::Tensor& x) {
   return x.device().is_cuda() || decompose_all();

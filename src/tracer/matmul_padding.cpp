@@ -68,11 +68,6 @@ std::optional<at::Tensor> pad_unaligned_matmul(const c10::OperatorHandle& op,
                                                c10::ArrayRef<c10::IValue> args) {
   const c10::FunctionSchema& schema = op.schema();
   if (!schema.overload_name().empty()) return std::nullopt;
-  static const bool off = [] {
-    const char* e = std::getenv("EMBER_PAD_MATMUL");
-    return e != nullptr && std::string(e) == "0";
-  }();
-  if (off) return std::nullopt;  // to measure what padding gains
   const std::string& name = schema.name();
   const bool is_addmm = name == "aten::addmm";
   if (name != "aten::mm" && name != "aten::bmm" && !is_addmm) return std::nullopt;

@@ -32,13 +32,6 @@ std::pair<at::Tensor, at::Tensor> output_positions(const at::Tensor& like) {
   return {at::arange(oh, opts).view({oh, 1}), at::arange(ow, opts)};
 }
 
-// EMBER_POOL_OFFSETS: unset, the offsets and the backward from them; "indices", the offsets and
-// ATen's backward with the indices rebuilt; "0", neither (to compare).
-std::string pool_offsets_mode() {
-  const char* v = std::getenv("EMBER_POOL_OFFSETS");
-  return v == nullptr ? std::string() : std::string(v);
-}
-
 }  // namespace
 
 std::optional<PoolWindow> offsets_window(const c10::OperatorHandle& op,
@@ -51,8 +44,7 @@ std::optional<PoolWindow> offsets_window(const c10::OperatorHandle& op,
     return std::nullopt;
   }
   const at::Tensor& x = args[0].toTensor();
-  if (!x.defined() || as_tracer(x) == nullptr || (x.dim() != 3 && x.dim() != 4) || !splits_on(x) ||
-      pool_offsets_mode() == "0") {
+  if (!x.defined() || as_tracer(x) == nullptr || (x.dim() != 3 && x.dim() != 4) || !splits_on(x)) {
     return std::nullopt;
   }
   // Only where a backward may follow. Under no_grad nothing reads the indices, but the offsets
@@ -101,8 +93,7 @@ std::optional<at::Tensor> record_pool_backward_from_offsets(const at::Tensor& gr
                                                             const at::Tensor& input,
                                                             const at::Tensor& offsets,
                                                             const PoolWindow& w) {
-  if (w.dh != 1 || w.dw != 1 || grad.dim() != input.dim() || offsets.sizes() != grad.sizes() ||
-      pool_offsets_mode() == "indices") {
+  if (w.dh != 1 || w.dw != 1 || grad.dim() != input.dim() || offsets.sizes() != grad.sizes()) {
     return std::nullopt;
   }
   const int64_t h_in = input.size(-2), w_in = input.size(-1);

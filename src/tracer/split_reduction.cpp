@@ -16,12 +16,11 @@
 
 namespace ember::tracer {
 
-// Splits are for CUDA, where a program per result leaves SMs idle. EMBER_SPLIT_REDUCTIONS=all
-// applies them on every device (the CPU tests run the rewritten graphs against eager).
+// Splits are for CUDA, where a program per result leaves SMs idle. The option
+// trace.splits_everywhere applies them on every device (the CPU tests run the rewritten graphs
+// against eager).
 bool splits_on(const at::Tensor& x) {
-  if (x.device().is_cuda()) return true;
-  const char* env = std::getenv("EMBER_SPLIT_REDUCTIONS");
-  return env != nullptr && std::string_view(env) == "all";
+  return x.device().is_cuda() || trace_options().splits_everywhere;
 }
 
 namespace {

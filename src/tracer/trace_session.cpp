@@ -214,7 +214,14 @@ void mirror_requires_grad(const at::Tensor& real, at::Tensor& tracer) {
 
 }  // namespace
 
-TraceSession::TraceSession() = default;
+TraceSession::TraceSession(CompileOptions options) : options_(std::move(options)) {}
+
+const CompileOptions::Trace& trace_options() {
+  static const CompileOptions::Trace defaults;
+  const TraceSession* s = TraceSession::current();
+  if (s == nullptr) s = TraceSession::only_entered();
+  return s != nullptr ? s->options().trace : defaults;
+}
 
 TraceSession::~TraceSession() {
   if (active_) exit();

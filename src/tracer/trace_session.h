@@ -26,11 +26,16 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "support/options.h"
 #include "tracer/pool_offsets.h"
 
 namespace ember::tracer {
 
 /// A traced graph and the real tensors its constant inputs stand for, in input order.
+/// The trace-time options of the session entered on this thread (the defaults when none is):
+/// what a rewrite, called while an op is recorded, reads.
+const CompileOptions::Trace& trace_options();
+
 struct TracedGraph {
   graph::Graph graph;
   std::vector<at::Tensor> constants;
@@ -38,7 +43,8 @@ struct TracedGraph {
 
 class TraceSession {
  public:
-  TraceSession();
+  /// `options` (support/options.h): its `trace` group decides the trace-time rewrites.
+  explicit TraceSession(CompileOptions options = {});
   ~TraceSession();
   TraceSession(const TraceSession&) = delete;
   TraceSession& operator=(const TraceSession&) = delete;
@@ -71,6 +77,8 @@ class TraceSession {
   /// leaves the op's results (tracer tensors) on it.
   void record(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
+  const CompileOptions& options() const { return options_; }
+
   /// The session that is entered on this thread, or nullptr.
   static TraceSession* current();
   /// The session entered on some thread, when exactly one is, else nullptr: for a thread that
@@ -101,6 +109,7 @@ class TraceSession {
   }
 
  private:
+  CompileOptions options_;
   graph::ValueId value_of(const at::Tensor& t);
   graph::ValueId add_constant(const at::Tensor& t);
   /// If `out` (a functional tensor) is a view of an input that the trace mutates, adds an

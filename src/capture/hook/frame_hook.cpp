@@ -61,13 +61,6 @@ struct Globals {
   /// A compiler died while some thread was inside a compiled call: its entries are dropped when
   /// the last one returns (purge_dead_compilers).
   bool purge_pending = false;
-
-  Globals() {
-    if (const char* env = std::getenv("EMBER_CACHE_SIZE_LIMIT")) {
-      int v = std::atoi(env);
-      if (v >= 0) cache_size_limit = v;
-    }
-  }
 };
 
 // Never destroyed: code objects (and their ExtraState) can die during interpreter finalisation,

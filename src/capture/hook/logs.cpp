@@ -6,10 +6,22 @@
 
 namespace ember::capture {
 
+namespace {
+
+std::string& topics() {
+  static std::string* t = new std::string;  // never destroyed: logs may come during finalisation
+  return *t;
+}
+
+}  // namespace
+
+void set_log_topics(const std::string& t) {
+  topics() = t;
+}
+
 bool log_enabled(const char* topic) {
-  const char* env = std::getenv("EMBER_LOGS");
-  if (env == nullptr) return false;
-  std::string logs = std::string(",") + env + ",";
+  if (topics().empty()) return false;
+  std::string logs = "," + topics() + ",";
   return logs.find(std::string(",") + topic + ",") != std::string::npos ||
          logs.find(",all,") != std::string::npos;
 }

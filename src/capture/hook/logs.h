@@ -1,5 +1,6 @@
 /// \file
-/// EMBER_LOGS for capture: which topics are on, and a warning through Python's logging module
+/// Capture's logs: which topics are on (CompileOptions::Capture::logs, EMBER_LOGS, set by
+/// python/ember/capture.py before each compile), and a warning through Python's logging module
 /// (logger "ember"). Used by the hook (recompiles) and by the capture compiler.
 #pragma once
 
@@ -7,7 +8,10 @@
 
 namespace ember::capture {
 
-/// Whether EMBER_LOGS (a comma list) names `topic`, or "all".
+/// Sets the topics: a comma list ("recompiles,graph_breaks", "all", or "" for none). GIL held.
+void set_log_topics(const std::string& topics);
+
+/// Whether the topics name `topic`, or "all". GIL held.
 bool log_enabled(const char* topic);
 
 /// logging.getLogger("ember").warning(msg); keeps a pending Python error as it was. GIL held.

@@ -551,8 +551,7 @@ TritonKernel Emitter::run() {
       weight *= ext->value;
     }
   }
-  if (flat && product_.empty() && !part_ && index_cast_.empty() && nest.size() >= 2 &&
-      tiled_form_enabled()) {
+  if (flat && product_.empty() && !part_ && index_cast_.empty() && nest.size() >= 2) {
     std::vector<std::string> vars;
     bool constant = true;
     for (const For* f : nest) {
@@ -624,7 +623,7 @@ TritonKernel Emitter::run() {
   } else {
     out.form = TritonKernel::Form::Rows;
     out.block_param = "RBLOCK";
-    persistent_ = persistent_form(rest);
+    persistent_ = persistent_allowed_ && persistent_form(rest);
     if (persistent_) out.max_block = static_cast<int>(kMaxPersistent);
     if (persistent_ && row_tiles_ && !rows.empty()) rows_ = rows_per_program(product(rows), rest);
     if (rows_ > 1) {
@@ -845,7 +844,8 @@ using triton_detail::Emitter;
 using triton_detail::NoTritonForm;
 
 std::optional<TritonKernel> emit_triton(const Kernel& k, std::string* why,
-                                        const std::vector<std::string>& private_buffers) {
+                                        const std::vector<std::string>& private_buffers,
+                                        const CompileOptions::Triton& options) {
   try {
     if (k.combo) return triton_detail::emit_combo(k, private_buffers);
     // A pointwise nest that indices walk as one run is one loop: the flat form then recovers
@@ -853,11 +853,11 @@ std::optional<TritonKernel> emit_triton(const Kernel& k, std::string* why,
     Kernel collapsed = k;
     collapsed.body = collapse_loops(k.body);
     try {
-      return Emitter(collapsed, /*row_tiles=*/true, private_buffers).run();
+      return Emitter(collapsed, /*row_tiles=*/true, private_buffers, options.persistent).run();
     } catch (const NoTritonForm& n) {
       if (n.why.find("in a row tile") == std::string::npos) throw;
     }
-    return Emitter(collapsed, /*row_tiles=*/false, private_buffers).run();
+    return Emitter(collapsed, /*row_tiles=*/false, private_buffers, options.persistent).run();
   } catch (const NoTritonForm& n) {
     if (why != nullptr) *why = n.why;
     return std::nullopt;

@@ -35,6 +35,7 @@
 
 #include "loop/eval.h"
 #include "loop/stmt.h"
+#include "support/options.h"
 
 namespace ember::codegen {
 
@@ -85,8 +86,10 @@ struct TritonKernel {
 /// private_outputs: a softmax's f32 result that only its fused cast to bf16 reads). When the
 /// program reads none of them back from memory (a persistent row keeps what it stored in
 /// registers), their stores are dropped and they are listed in TritonKernel::unused_buffers.
+/// `options` (support/options.h): `persistent` off, row programs always loop over blocks.
 std::optional<TritonKernel> emit_triton(const loop::Kernel& k, std::string* why,
-                                        const std::vector<std::string>& private_buffers = {});
+                                        const std::vector<std::string>& private_buffers = {},
+                                        const CompileOptions::Triton& options = {});
 
 /// The body of pointwise kernel `k` as the epilogue of a matrix-product template
 /// (triton_matmul.h): the statements of its flat form, which expect `lin` (the offsets of the

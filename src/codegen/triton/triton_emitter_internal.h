@@ -106,8 +106,12 @@ class Emitter {
   /// `row_tiles`: a persistent row program may handle several short rows (rows_per_program);
   /// false keeps one row per program (what emit_triton falls back to when a row tile refuses).
   /// `private_buffers`: see emit_triton.
-  Emitter(const Kernel& k, bool row_tiles, const std::vector<std::string>& private_buffers)
-      : k_(k), row_tiles_(row_tiles), private_buffers_(private_buffers) {}
+  Emitter(const Kernel& k, bool row_tiles, const std::vector<std::string>& private_buffers,
+          bool persistent = true)
+      : k_(k),
+        row_tiles_(row_tiles),
+        persistent_allowed_(persistent),
+        private_buffers_(private_buffers) {}
 
   TritonKernel run();
 
@@ -187,6 +191,8 @@ class Emitter {
 
   const Kernel& k_;
   const bool row_tiles_;
+  /// CompileOptions::Triton::persistent: row programs may be persistent (persistent_form).
+  const bool persistent_allowed_;
   const std::vector<std::string> private_buffers_;
   std::string product_;  ///< set_epilogue
   std::string pid_ = "tl.program_id(0)";

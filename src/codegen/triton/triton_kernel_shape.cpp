@@ -114,11 +114,6 @@ std::optional<size_t> transposed_read_loop(const std::vector<std::string>& vars,
   return best;
 }
 
-bool tiled_form_enabled() {
-  const char* e = std::getenv("EMBER_TRITON_TILED");
-  return e == nullptr || std::string(e) != "0";
-}
-
 bool int32_indices(const Kernel& k) {
   constexpr int64_t kLimit = int64_t{1} << 30;
   if (!k.size_vars.empty()) return false;
@@ -168,8 +163,6 @@ static int64_t longest_flat_loop(const Stmt& s) {
 }
 
 bool persistent_form(const Stmt& rest) {
-  const char* env = std::getenv("EMBER_TRITON_PERSISTENT");
-  if (env != nullptr && std::string(env) == "0") return false;
   int64_t e = longest_flat_loop(rest);
   return e > 0 && e <= kMaxPersistent;
 }

@@ -41,15 +41,12 @@ std::optional<size_t> transposed_read_loop(const std::vector<std::string>& vars,
 constexpr int kTile = 32;
 constexpr int64_t kMinTile = 16;
 
-/// EMBER_TRITON_TILED is not "0": flat nests with a transposing read run as 2D tiles.
-bool tiled_form_enabled();
-
 /// Row programs whose block loops are at most this long run each as one block.
 constexpr int64_t kMaxPersistent = 4096;
 
 /// Whether a row program (its statements below the program loops, `rest`) runs each block loop
 /// as a single block, the row's loads kept in registers across loops: every loop is a block loop
-/// of constant extent at most kMaxPersistent, and EMBER_TRITON_PERSISTENT is not 0.
+/// of constant extent at most kMaxPersistent. (The emitter also asks CompileOptions::Triton.)
 bool persistent_form(const loop::Stmt& rest);
 
 /// The longest block loop of a persistent row program (persistent_form), or -1.

@@ -15,6 +15,7 @@
 #include "loop/parser.h"
 #include "loop/printer.h"
 #include "runtime/host_compiler.h"
+#include "runtime/kernel_cache.h"
 
 namespace ember::codegen {
 namespace {
@@ -38,7 +39,7 @@ class CppEmitter : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() / "ember-codegen-test-cache";
-    setenv("EMBER_CACHE_DIR", dir_.c_str(), 1);
+    ember::runtime::configure_cache(dir_.string());
   }
   std::filesystem::path dir_;
 };

@@ -32,7 +32,7 @@ class CppReduction : public ::testing::Test {
  protected:
   void SetUp() override {
     dir_ = std::filesystem::temp_directory_path() / "ember-codegen-test-cache";
-    setenv("EMBER_CACHE_DIR", dir_.c_str(), 1);
+    ember::runtime::configure_cache(dir_.string());
   }
   std::filesystem::path dir_;
 };

@@ -17,6 +17,7 @@
 #include "loop/eval.h"
 #include "loop/printer.h"
 #include "runtime/host_compiler.h"
+#include "runtime/kernel_cache.h"
 
 namespace ember::codegen::testing {
 
@@ -116,7 +117,7 @@ inline loop::Scalar unpack(loop::DType t, const unsigned char* p) {
 inline void run_compiled(const loop::Kernel& k, const loop::Bindings& sizes,
                          loop::BufferMap& buffers) {
   std::string src = emit_cpp(k);
-  auto lib = runtime::compile_and_load(src, runtime::HostCompileOptions::from_env());
+  auto lib = runtime::compile_and_load(src, runtime::HostCompileOptions::from());
   using KernelFn = void (*)(void* const*, const int64_t*);
   auto fn = reinterpret_cast<KernelFn>(lib->symbol(cpp_kernel_symbol(k.name)));
   std::vector<std::vector<unsigned char>> memory(k.buffers.size());

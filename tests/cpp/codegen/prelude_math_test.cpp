@@ -15,6 +15,7 @@
 
 #include "codegen/cpp/cpp_prelude.h"
 #include "runtime/host_compiler.h"
+#include "runtime/kernel_cache.h"
 
 namespace ember::codegen {
 namespace {
@@ -43,10 +44,10 @@ class PreludeMath : public ::testing::Test {
  public:
   static void SetUpTestSuite() {
     auto dir = std::filesystem::temp_directory_path() / "ember-codegen-test-cache";
-    setenv("EMBER_CACHE_DIR", dir.c_str(), 1);
+    ember::runtime::configure_cache(dir.string());
     // Loaded once, kept for the whole suite.
     static std::shared_ptr<runtime::KernelLibrary> lib = runtime::compile_and_load(
-        std::string(kCppPrelude) + kHarness, runtime::HostCompileOptions::from_env());
+        std::string(kCppPrelude) + kHarness, runtime::HostCompileOptions::from());
     lib_ = lib.get();
   }
   template <typename F>

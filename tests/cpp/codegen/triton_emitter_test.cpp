@@ -178,10 +178,10 @@ TEST(TritonEmitter, ShortRowsShareAProgramAsARowTile) {
 // a barrier first.
 TEST(TritonEmitter, AReadOfWhatTheProgramStoredInABlockWaitsForABarrier) {
   loop::Kernel k = loop::parse_kernel(read(std::string(EMBER_LOOP_GOLDEN_DIR) + "/softmax.loop"));
-  setenv("EMBER_TRITON_PERSISTENT", "0", 1);
+  CompileOptions::Triton looped;
+  looped.persistent = false;
   std::string why;
-  auto t = emit_triton(k, &why);
-  unsetenv("EMBER_TRITON_PERSISTENT");
+  auto t = emit_triton(k, &why, {}, looped);
   ASSERT_TRUE(t.has_value()) << why;
   const std::string body = kernel_function(*t);
   // softmax.loop reads only x: no barrier.

@@ -111,7 +111,7 @@ void check(const runtime::KernelLibrary& lib, const char* f, double max_ulps) {
 }
 
 TEST(VectorMath, PreludeMathInSimdLoopsMatchesScalarLibm) {
-  runtime::HostCompileOptions opts = runtime::HostCompileOptions::from_env();
+  runtime::HostCompileOptions opts = runtime::HostCompileOptions::from();
   auto lib = runtime::compile_and_load(source(), opts);
   for (const char* f : kFunctions) {
     // libmvec documents at most 4 ulp for its functions; scalar libm is within 1-2 ulp.

@@ -1,4 +1,5 @@
 #include "runtime/host_compiler.h"
+#include "runtime/kernel_cache.h"
 
 #include <gtest/gtest.h>
 
@@ -19,7 +20,7 @@ class HostCompiler : public ::testing::Test {
            ("ember-hc-test-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
             "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::remove_all(dir_);
-    setenv("EMBER_CACHE_DIR", dir_.c_str(), 1);
+    ember::runtime::configure_cache(dir_.string());
     clear_memory_cache();
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
@@ -30,13 +31,13 @@ using AddFn = int (*)(int, int);
 const char* kAdd = "extern \"C\" int ember_add(int a, int b) { return a + b; }\n";
 
 TEST_F(HostCompiler, CompilesLoadsAndCallsAKernel) {
-  auto lib = compile_and_load(kAdd, HostCompileOptions::from_env());
+  auto lib = compile_and_load(kAdd, HostCompileOptions::from());
   auto add = reinterpret_cast<AddFn>(lib->symbol("ember_add"));
   EXPECT_EQ(add(2, 40), 42);
 }
 
 TEST_F(HostCompiler, SecondRequestInTheProcessIsAMemoryHit) {
-  auto opts = HostCompileOptions::from_env();
+  auto opts = HostCompileOptions::from();
   auto a = compile_and_load(kAdd, opts);
   HostCompilerStats before = host_compiler_stats();
   auto b = compile_and_load(kAdd, opts);
@@ -47,7 +48,7 @@ TEST_F(HostCompiler, SecondRequestInTheProcessIsAMemoryHit) {
 }
 
 TEST_F(HostCompiler, AFreshProcessLoadsFromDiskWithoutCompiling) {
-  auto opts = HostCompileOptions::from_env();
+  auto opts = HostCompileOptions::from();
   compile_and_load(kAdd, opts);
   clear_memory_cache();  // what a new process sees: only the disk cache
   HostCompilerStats before = host_compiler_stats();
@@ -59,7 +60,7 @@ TEST_F(HostCompiler, AFreshProcessLoadsFromDiskWithoutCompiling) {
 }
 
 TEST_F(HostCompiler, KeyDependsOnSourceAndFlagsAndIsStable) {
-  auto opts = HostCompileOptions::from_env();
+  auto opts = HostCompileOptions::from();
   EXPECT_EQ(cache_key(kAdd, opts), cache_key(kAdd, opts));
   EXPECT_NE(cache_key(kAdd, opts), cache_key(std::string(kAdd) + " ", opts));
   auto o2 = opts;
@@ -73,7 +74,7 @@ TEST_F(HostCompiler, CompilesSeveralSourcesInParallel) {
     sources.push_back("extern \"C\" int k" + std::to_string(i) + "() { return " +
                       std::to_string(i * 10) + "; }\n");
   }
-  auto libs = compile_and_load_all(sources, HostCompileOptions::from_env());
+  auto libs = compile_and_load_all(sources, HostCompileOptions::from());
   ASSERT_EQ(libs.size(), 4u);
   for (int i = 0; i < 4; ++i) {
     auto f = reinterpret_cast<int (*)()>(libs[i]->symbol("k" + std::to_string(i)));
@@ -83,7 +84,7 @@ TEST_F(HostCompiler, CompilesSeveralSourcesInParallel) {
 
 // Sources that start with the prelude compile their rest against the prelude precompiled once.
 TEST_F(HostCompiler, PreludeIsPrecompiledOnceAndIncluded) {
-  auto opts = HostCompileOptions::from_env();
+  auto opts = HostCompileOptions::from();
   opts.prelude = "#include <cmath>\ninline int ember_twice(int x) { return 2 * x; }\n";
   const std::string a =
       opts.prelude + "extern \"C\" int ember_f(int x) { return ember_twice(x); }\n";
@@ -109,7 +110,7 @@ TEST_F(HostCompiler, PreludeIsPrecompiledOnceAndIncluded) {
 
 TEST_F(HostCompiler, ACompileErrorIsUnsupportedWithTheCompilerOutput) {
   try {
-    compile_and_load("this is not C++", HostCompileOptions::from_env());
+    compile_and_load("this is not C++", HostCompileOptions::from());
     FAIL() << "expected Unsupported";
   } catch (const Unsupported& e) {
     EXPECT_NE(std::string(e.what()).find("host compiler failed"), std::string::npos);

@@ -25,16 +25,12 @@ class KernelCache : public ::testing::Test {
            ("ember-kc-test-" + std::to_string(getpid()) + "-" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(dir_);
-    setenv("EMBER_CACHE_DIR", dir_.c_str(), 1);
-    unsetenv("EMBER_CACHE_MAX_MB");
+    ember::runtime::configure_cache(dir_.string());
     clear_memory_cache();
   }
-  void TearDown() override {
-    fs::remove_all(dir_);
-    unsetenv("EMBER_CACHE_MAX_MB");
-  }
+  void TearDown() override { fs::remove_all(dir_); }
   fs::path entry(const std::string& source) {
-    return fs::path(cache_dir()) / (cache_key(source, HostCompileOptions::from_env()) + ".so");
+    return fs::path(cache_dir()) / (cache_key(source, HostCompileOptions::from()) + ".so");
   }
   fs::path dir_;
 };
@@ -54,7 +50,7 @@ mode_t mode_of(const fs::path& p) {
 }
 
 TEST_F(KernelCache, DirectoriesAreCreatedPrivate) {
-  compile_and_load(returning(1), HostCompileOptions::from_env());
+  compile_and_load(returning(1), HostCompileOptions::from());
   EXPECT_EQ(mode_of(dir_), 0700u);
   EXPECT_EQ(mode_of(dir_ / "kernels"), 0700u);
   fs::path so = entry(returning(1));
@@ -68,14 +64,14 @@ TEST_F(KernelCache, DirectoriesAreCreatedPrivate) {
 // its constructor never runs, and the entry is rebuilt.
 TEST_F(KernelCache, APlantedObjectIsRefusedAndRebuilt) {
   const std::string source = returning(7);
-  compile_and_load(source, HostCompileOptions::from_env());
+  compile_and_load(source, HostCompileOptions::from());
   fs::path so = entry(source);
   fs::path marker = dir_ / "planted-ran";
   const std::string planted =
       "#include <cstdio>\n__attribute__((constructor)) static void p() {"
       " std::fopen(\"" +
       marker.string() + "\", \"w\"); }\n" + returning(666);
-  auto other = compile_and_load(planted, HostCompileOptions::from_env());  // a real .so
+  auto other = compile_and_load(planted, HostCompileOptions::from());  // a real .so
   ASSERT_TRUE(fs::exists(marker));
   fs::remove(marker);
   // A new file (a new inode), as a planting process would make: writing over the loaded one in
@@ -84,7 +80,7 @@ TEST_F(KernelCache, APlantedObjectIsRefusedAndRebuilt) {
   fs::copy_file(other->path(), so);
   clear_memory_cache();  // a new process
   HostCompilerStats before = host_compiler_stats();
-  auto lib = compile_and_load(source, HostCompileOptions::from_env());
+  auto lib = compile_and_load(source, HostCompileOptions::from());
   EXPECT_EQ(call(lib), 7);
   EXPECT_FALSE(fs::exists(marker));
   EXPECT_EQ(host_compiler_stats().compiles, before.compiles + 1);
@@ -94,7 +90,7 @@ TEST_F(KernelCache, TruncatedEmptyAndSidecarlessEntriesAreRebuilt) {
   const std::string source = returning(3);
   for (int damage = 0; damage < 3; ++damage) {
     clear_memory_cache();
-    compile_and_load(source, HostCompileOptions::from_env());
+    compile_and_load(source, HostCompileOptions::from());
     fs::path so = entry(source);
     // Damaged copies under the entry's name (new files: the loaded one stays as it is).
     fs::path copy = so.string() + ".copy";
@@ -106,7 +102,7 @@ TEST_F(KernelCache, TruncatedEmptyAndSidecarlessEntriesAreRebuilt) {
     if (damage == 2) fs::remove(so.string() + ".sum");
     clear_memory_cache();
     HostCompilerStats before = host_compiler_stats();
-    auto lib = compile_and_load(source, HostCompileOptions::from_env());
+    auto lib = compile_and_load(source, HostCompileOptions::from());
     EXPECT_EQ(call(lib), 3) << "damage " << damage;
     EXPECT_EQ(host_compiler_stats().compiles, before.compiles + 1) << "damage " << damage;
     std::string why;
@@ -116,10 +112,10 @@ TEST_F(KernelCache, TruncatedEmptyAndSidecarlessEntriesAreRebuilt) {
 
 TEST_F(KernelCache, AWholeEntryIsADiskHit) {
   const std::string source = returning(5);
-  compile_and_load(source, HostCompileOptions::from_env());
+  compile_and_load(source, HostCompileOptions::from());
   clear_memory_cache();
   HostCompilerStats before = host_compiler_stats();
-  EXPECT_EQ(call(compile_and_load(source, HostCompileOptions::from_env())), 5);
+  EXPECT_EQ(call(compile_and_load(source, HostCompileOptions::from())), 5);
   HostCompilerStats after = host_compiler_stats();
   EXPECT_EQ(after.compiles, before.compiles);
   EXPECT_EQ(after.disk_hits, before.disk_hits + 1);
@@ -131,7 +127,7 @@ TEST_F(KernelCache, ADirectoryOthersCanWriteIsNotUsed) {
   std::string why;
   EXPECT_FALSE(is_trusted_dir(dir_, &why));
   EXPECT_NE(why.find("other users"), std::string::npos) << why;
-  auto lib = compile_and_load(returning(9), HostCompileOptions::from_env());
+  auto lib = compile_and_load(returning(9), HostCompileOptions::from());
   EXPECT_EQ(call(lib), 9);
   EXPECT_FALSE(fs::exists(dir_ / "kernels"));  // nothing was written there
   EXPECT_NE(cache_root(), dir_.string());
@@ -151,12 +147,12 @@ TEST_F(KernelCache, ADirectoryOfAnotherUserIsNotUsed) {
   std::string why;
   EXPECT_FALSE(is_trusted_dir(dir_, &why));
   EXPECT_NE(why.find("another user"), std::string::npos) << why;
-  EXPECT_EQ(call(compile_and_load(returning(4), HostCompileOptions::from_env())), 4);
+  EXPECT_EQ(call(compile_and_load(returning(4), HostCompileOptions::from())), 4);
   EXPECT_NE(cache_root(), dir_.string());
 }
 
 TEST_F(KernelCache, TheLeastRecentlyUsedEntriesAreEvictedPastTheCap) {
-  auto opts = HostCompileOptions::from_env();
+  auto opts = HostCompileOptions::from();
   std::vector<fs::path> entries;
   for (int i = 0; i < 4; ++i) {
     compile_and_load(returning(100 + i), opts);
@@ -178,14 +174,14 @@ TEST_F(KernelCache, KeyCoversTheCpuFeatures) {
 #if defined(__x86_64__) && defined(__linux__)
   EXPECT_NE(cpu_features().find("sse2"), std::string::npos);
 #endif
-  auto opts = HostCompileOptions::from_env();
+  auto opts = HostCompileOptions::from();
   auto o2 = opts;
   o2.key_parts.push_back("torch 0.0");
   EXPECT_NE(cache_key("x", opts), cache_key("x", o2));
 }
 
 TEST_F(KernelCache, AFailedCompileLeavesNoFilesAndWarnsOnce) {
-  auto opts = HostCompileOptions::from_env();
+  auto opts = HostCompileOptions::from();
   opts.compiler = "/nonexistent/ember-cxx";
   EXPECT_THROW(compile_and_load(returning(1), opts), Unsupported);
   EXPECT_THROW(compile_and_load(returning(2), opts), Unsupported);
