@@ -234,7 +234,7 @@ std::unique_ptr<GraphRunner> finish(Attempt& a, const std::vector<at::Tensor>& t
 
 /// Code objects made by graph breaks, which the hook must run as they are: address -> a weak
 /// reference. Weak, since a break's code lives as long as its compiler's entries; and checked,
-/// since a later code object may get a freed one's address (it was once skipped as generated).
+/// since a later code object may get a freed one's address (and must not be skipped as generated).
 std::unordered_map<PyObject*, nb::object>& generated_codes() {
   static auto* s = new std::unordered_map<PyObject*, nb::object>();
   return *s;

@@ -35,7 +35,7 @@ nb::object Interpreter::load_attr(nb::handle obj, PyObject* name) {
                          PyUnicode_CompareWithASCIIString(name, "_grad") == 0)) {
     // A tracer tensor has no gradient: a graph input's is its real tensor's, read through the
     // input's source (a tensor input, or None, guarded). Read from the tracer, every `p.grad`
-    // was None (a norm over `if p.grad is not None` came out 0, silently).
+    // would be None (a norm over `if p.grad is not None` would come out 0, silently).
     auto real = real_of_.find(obj.ptr());
     EMBER_UNSUPPORTED(real != real_of_.end())
         << "reading ." << nb::cast<std::string>(nb::handle(name))

@@ -141,9 +141,9 @@ std::vector<ValueId> over_read(const Graph& g, const std::vector<bool>& recomput
 // or convolution of the backward reads it from memory: recomputed, it is written there (GELU's
 // output for fc2's weight gradient in ViT-B: its input read and it written, 295 MB a layer), where
 // saving it costs only memory (the forward wrote it for its own product). Such values are banned
-// from recompute (Inductor's partitioner does the same: is_materialized_backwards). On the H200
-// in bf16 training: ViT-B 42.6 -> 41.1 ms (peak 6.7 -> 8.4 GB, Inductor's 8.7), Llama 22.1 ->
-// 20.9 ms (3.4 -> 4.2 GB, Inductor's 4.8). EMBER_SAVE_MATERIALIZED=0 turns it off.
+// from recompute (Inductor's partitioner does the same: is_materialized_backwards): a training
+// step spends less time, and its peak grows by what is saved, staying under Inductor's.
+// EMBER_SAVE_MATERIALIZED=0 turns it off.
 std::vector<bool> materialized_in_backward(const Graph& g, const std::vector<bool>& forward_side,
                                            const std::vector<bool>& backward,
                                            const SplitOptions& options) {
@@ -340,9 +340,9 @@ JointSplit split_joint(const Graph& g, const std::vector<bool>& is_tangent, int 
   }
   // Nodes that read no tangent (forward nodes recomputed, a weight's transpose) go just before
   // their first reader, not at the backward's start: recomputed in joint order, every recomputed
-  // activation was alive from the backward's start to its use, and the backward peaked at the
-  // saved values plus all of them (MobileNetV2 f32 on the H200: 7177 MiB, eager's 7214, with half
-  // of eager's activations saved). Nodes that read a tangent keep the joint's order.
+  // activation would be alive from the backward's start to its use, and the backward would peak
+  // at the saved values plus all of them (about eager's peak, with only half of eager's
+  // activations saved). Nodes that read a tangent keep the joint's order.
   std::vector<bool> emitted(g.nodes.size(), false);
   std::function<void(int32_t)> emit = [&](int32_t ni) {
     if (emitted[ni]) return;

@@ -7,9 +7,10 @@
 ///
 /// with s and p read by nothing else runs as `o = sdpa(q, kt^T, v, mask, scale=c)`, viewed as the
 /// graph traced `o`. ATen picks the fused kernel at run time (efficient or cuDNN attention with a
-/// mask, flash without one on CUDA): the scores and probabilities never reach memory. TrOCR's
-/// decoder (`bmm`, `+ mask`, `softmax`, `bmm`) spent 1.9 ms of its 10.5 on the H200 in those
-/// three steps; Inductor's pattern turns them into cuDNN attention.
+/// mask, flash without one on CUDA): the scores and probabilities never reach memory. Decoders
+/// such as TrOCR's run their attention as those steps (`bmm`, `+ mask`, `softmax`, `bmm`), each
+/// writing and reading a [batch, heads, queries, keys] tensor; Inductor's pattern turns them into
+/// cuDNN attention.
 ///
 /// Not exact: the fused kernels keep the scores and probabilities in f32 where eager rounds them to
 /// bf16 or f16 between the ops (more accurate, not bit-identical), as Inductor's rewrite. Under

@@ -61,8 +61,8 @@ NodePtr make_node(Args&&... args) {
 // Note [Gradients no loss reached]
 // A program output that no loss reaches (a language model's logits, returned next to its loss)
 // gets no gradient: autograd passes an undefined tensor, and the backward program was traced
-// with a tangent of the output's size. Filled with zeros, it cost a write and a read of the
-// whole tensor and its memory (DistilBERT's f32 logits: 8 GB). So a call with undefined
+// with a tangent of the output's size. Filled with zeros, it would cost a write and a read of
+// the whole tensor and its memory (DistilBERT's f32 logits: 8 GB). So a call with undefined
 // tangents runs the backward compiled again with each of those tangents a single zero, read by
 // broadcast (an expand of a 0-dim input), made on the first such call and kept.
 tracer::TracedGraph with_zero_tangents(const tracer::TracedGraph& traced,

@@ -2,8 +2,8 @@
 /// 2D max and average pooling as index functions (index_ops.h): an output element is a fold over
 /// its window of input elements, read through an ElementReader, so a pool fuses with the kernel
 /// that makes its input (ResNet's conv -> bn -> relu -> max pool) and the one that reads it,
-/// instead of an ATen call over a realized input (on the H200, ATen's NHWC pools took 1 of 12 ms
-/// of a ResNet-50 and 8 of 25 ms of an Inception-v3). index_ops.cpp dispatches here.
+/// instead of an ATen call over a realized input (ATen's NHWC pools take a sizeable share of a
+/// CNN's time on CUDA). index_ops.cpp dispatches here.
 /// See docs/design/scheduler.md ("Pooling").
 #pragma once
 

@@ -85,8 +85,8 @@ at::Tensor empty_on_stand_in(c10::IntArrayRef size, std::optional<at::ScalarType
 }
 
 // Attention's backend, which eager asks CUDA's kernel for through a DispatchStub that a torch
-// without CUDA lacks (so every SDPA took the math path). What eager chooses on an H200 for the
-// suite's models (torch 2.11): cuDNN's kernel for bf16 and f16 without a mask and with heads of
+// without CUDA lacks (so every SDPA would take the math path). What eager chooses on an H200 for
+// the suite's models (torch 2.11): cuDNN's kernel for bf16 and f16 without a mask and with heads of
 // at most 128 (a multiple of 8), the memory-efficient one otherwise. An approximation, for plans.
 int64_t emulated_sdp_choice(const at::Tensor& q, const at::Tensor& /*k*/, const at::Tensor& /*v*/,
                             const std::optional<at::Tensor>& mask, double dropout,

@@ -20,12 +20,11 @@
 // kernel (flash takes halves only), which multiplies in f32 on the CUDA cores. With TF32
 // products allowed (the benchmark's setting, as PyTorch's harness), the math form is faster:
 // its two batched products run on the tensor cores, and the scheduler fuses the scale and the
-// softmax (and, in training, the softmax's backward) into one kernel each. BERT's fp32 training
-// step on the H200 spent 16 of 53 ms in the memory-efficient kernels, where Inductor, which
-// keeps the math decomposition CUDA picks for the mask, spends about 3 in the softmax kernels
-// and a few in cuBLAS. So an f32 row-mask call on CUDA with TF32 allowed and no dropout is
-// recorded as `where(row, _scaled_dot_product_attention_math(q, k, v), 0)` (its attention
-// weights are saved for the backward: [batch, heads, queries, keys] floats, as Inductor's).
+// softmax (and, in training, the softmax's backward) into one kernel each (Inductor, which keeps
+// the math decomposition CUDA picks for the mask, runs it so too). So an f32 row-mask call on
+// CUDA with TF32 allowed and no dropout is recorded as
+// `where(row, _scaled_dot_product_attention_math(q, k, v), 0)` (its attention weights are saved
+// for the backward: [batch, heads, queries, keys] floats, as Inductor's).
 
 namespace ember::tracer {
 

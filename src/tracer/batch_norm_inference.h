@@ -6,9 +6,8 @@
 // (bf16). ember's scheduler fuses native batch norm into the kernels around it as an index
 // function (sched/batch_norm.h) that computes `1 / sqrt(var + eps)` for every element: with
 // IEEE division and square root that is some 40 instructions per element, more than a memory-
-// bound kernel has (ResNet-50's pointwise kernels ran at 0.7 of Inductor's speed; a cat of four
-// normalized branches in Inception-v3 at 30 GB/s). cuDNN's kernel on a channels-last f32 input
-// first transposes it (timm's visformer: 5.2 of 16 ms in tensorTransformGeneric).
+// bound kernel has, so the kernels around a batch norm run below the memory's bandwidth. cuDNN's
+// kernel on a channels-last f32 input first transposes it (tensorTransformGeneric).
 //
 // So `cudnn_batch_norm`, `native_batch_norm`, `_native_batch_norm_legit` (training false) and
 // `_native_batch_norm_legit_no_training` on CUDA tracer tensors, when nothing requires grad,

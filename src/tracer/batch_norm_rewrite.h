@@ -8,36 +8,32 @@
 // between which its ReLU and its residual add run as kernels of their own, and whose output the
 // min cut must save (it cannot be recomputed). `native_batch_norm` is what the tracer turns into
 // staged sums and a pointwise normalization (tracer/split_reduction.h), and its backward into sums
-// and pointwise ops (tracer/decompose_backward.h), all fused with their neighbours. In the first
-// fp32 GPU training run, ResNet-50 took 45.6 ms per step against Inductor's 36.7 (bf16, with
-// native batch norm: 30.6 against 29.6), and MobileNetV2 kept twice the activations Inductor
-// keeps.
+// and pointwise ops (tracer/decompose_backward.h), all fused with their neighbours, so that the
+// activations around a batch norm need not all be kept for the backward.
 //
 // So on AutogradPrivateUse1 (tracer tensors, above autograd, so NativeBatchNormBackward is what
 // autograd records), a call in training mode on a CUDA tensor calls `native_batch_norm`, when
 // EMBER_CUDNN_BATCH_NORM=0. Every other call runs the composite unchanged.
 //
-// Off by default until measured on its own: the one GPU run with it on (2026-12-02) also
-// decomposed the batch-norm backward (Note [Batch-norm backward], decompose_backward.h), and
-// together they were slower (ResNet-50 f32 54.7 ms per step against 45.6 with cuDNN). It halved
-// MobileNetV2's activations held for the backward (4934 -> 2465 MiB), but not its peak, which
-// comes in the backward (7256 -> 7177 MiB).
+// Off by default: with the batch-norm backward decomposed too (Note [Batch-norm backward],
+// decompose_backward.h) it makes training slower than cuDNN's kernels, and it halves the
+// activations held for the backward but not the peak, which comes in the backward. It has not
+// been timed on its own (figures in docs/benchmarks.md).
 
 // Note [cuDNN statistics, ember's normalization]
 // With cuDNN's batch norm, its output y is an extern's result: the min cut must save it whenever
 // the backward reads it or a value computed from it (the ReLU's output, which the next
-// convolution's weight gradient and the ReLU's mask read). ResNet-50 fp32 saved 4.0 GB of them
-// (1.30x of eager's peak against Inductor's 0.99x). With EMBER_CUDNN_BATCH_NORM=stats, a
-// training-mode `cudnn_batch_norm` is recorded as it is (cuDNN's statistics, running-statistics
-// update and backward), but the output the program sees is ember's own
+// convolution's weight gradient and the ReLU's mask read), which puts a CNN's training peak
+// above eager's. With EMBER_CUDNN_BATCH_NORM=stats, a training-mode `cudnn_batch_norm` is
+// recorded as it is (cuDNN's statistics, running-statistics update and backward), but the output
+// the program sees is ember's own
 //     y = (x - save_mean) * (save_invstd * w) + b      (f32, rounded once to x's dtype)
 // from cuDNN's saved mean and inverse deviation: pointwise in x, which cuDNN's backward saves
 // anyway, so the ReLU after it fuses into it and the backward recomputes it instead of keeping
 // it. cuDNN still writes its own y (dead). Autograd is unchanged: the op's backward node is
-// cuDNN's, and y has the op's own gradient. The default since it was timed (H200, fp32, against
-// cuDNN's output kept: ResNet-50 44.86 ms per step against 44.39, peak 0.87x of eager's against
-// 1.30x; MobileNetV2 0.68x against 1.00x; ResNet-18 0.70x against 1.03x); EMBER_CUDNN_BATCH_NORM=1
-// keeps cuDNN's output.
+// cuDNN's, and y has the op's own gradient. The default, since it brings the training peak below
+// eager's (figures, step times included, in docs/benchmarks.md); EMBER_CUDNN_BATCH_NORM=1 keeps
+// cuDNN's output.
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>

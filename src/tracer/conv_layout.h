@@ -3,19 +3,18 @@
 // Channels-last layout for 2D convolutions on CUDA (Inductor's layout optimization).
 //
 // cuDNN's tensor-core convolutions work on NHWC. Given NCHW tensors, eager's convolution
-// transposes the input to NHWC and the result back, per call (on the H200 a ResNet-50 in bf16
-// spends 3.3 of 17 ms in cuDNN's nchwToNhwc and nhwcToNchw kernels), and a depthwise convolution
-// runs ATen's slow NCHW kernel (MobileNetV3: 8.5 of 22 ms). A 2D convolution on a CUDA tracer
-// tensor is therefore recorded on channels-last copies of its input and weight, so cuDNN's NHWC
-// kernels run and its result is channels-last. The meta kernels carry the layout on: batch
+// transposes the input to NHWC and the result back, per call (cuDNN's nchwToNhwc and nhwcToNchw
+// kernels), and a depthwise convolution runs ATen's slow NCHW kernel. A 2D convolution on a CUDA
+// tracer tensor is therefore recorded on channels-last copies of its input and weight, so cuDNN's
+// NHWC kernels run and its result is channels-last. The meta kernels carry the layout on: batch
 // norm, activations, residual adds and pools of a channels-last tensor are channels-last, so the
 // next convolution's input needs no copy, and a permute to NHWC (ConvNeXt's LayerNorm over
 // channels) becomes a row-contiguous view. TraceSession::finish turns the graph's 4D outputs
 // that came out channels-last back to contiguous, the layout eager gives them.
 //
 // Grouped convolutions with more than one channel per group (ResNeXt) are left in their layout:
-// channels-last makes them slower (Inductor's measurement: 1.36x the time). So are transposed
-// convolutions, 1D and 3D ones, and other dtypes.
+// channels-last makes them slower (as Inductor measured). So are transposed convolutions, 1D and
+// 3D ones, and other dtypes.
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>

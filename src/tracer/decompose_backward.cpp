@@ -213,9 +213,8 @@ bool batch_norm_backward(Stack* stack) {
   const c10::IValue* a = stack->data() + base;
   if (!a[0].isTensor() || !a[1].isTensor() || !a[7].isBool()) return false;
   const at::Tensor g = a[0].toTensor(), x = a[1].toTensor();
-  // Only on request: on the H200 the decomposed form made training slower (ResNet-50 45.6 ->
-  // 54.7 ms per step in f32, 30.6 -> 40.0 in bf16), where ATen's kernel reads the activation
-  // gradient once for both sums (Note [Batch-norm backward] in the header).
+  // Only on request: ATen's kernel reads the activation gradient once for both sums, and the
+  // decomposed form makes training slower (Note [Batch-norm backward] in the header).
   if (!is_float(g) || !is_float(x) || x.dim() < 2 || !decompose_all()) return false;
   const bool train = a[7].toBool();
   const double eps = a[8].toDouble();
@@ -337,8 +336,8 @@ bool scatter_backward(const std::string& name, Stack* stack, size_t num_args) {
 // over every dim but the channels, which the scheduler fuses with the kernel that computes that
 // gradient; the convolution's own gradients stay cuDNN's. Eager computes it in a reduction of its
 // own (ATen's `sum`, accumulated in f32 and rounded once to the gradient's dtype, as ember's
-// sum): ConvNeXt-T's 18 depthwise biases took 0.96 ms per bf16 step on the H200. The forward
-// records the bias apart already (conv_bias.h).
+// sum), one more read of every such gradient. The forward records the bias apart already
+// (conv_bias.h).
 bool convolution_backward(Stack* stack) {
   constexpr size_t kArgs = 11;
   const size_t base = stack->size() - kArgs;

@@ -4,8 +4,8 @@
 //
 // Autograd's derivative formulas call ATen's backward kernels: `threshold_backward` for a ReLU,
 // `gelu_backward`, `native_layer_norm_backward`, `_softmax_backward_data`, ... The scheduler
-// lowers none of them, so a joint graph ran each as an ATen call between its fused kernels: a
-// ReLU's backward read and wrote a whole activation on its own, and a linear layer's bias
+// lowers none of them, so a joint graph would run each as an ATen call between its fused kernels:
+// a ReLU's backward would read and write a whole activation on its own, and a linear layer's bias
 // gradient could not fuse with the activation gradient it sums. Inductor decomposes them; so does
 // the tracer here, when it records one on tracer tensors, into pointwise ops and sums that the
 // scheduler already fuses (and, on CUDA, splits: tracer/split_reduction.h).
@@ -34,21 +34,19 @@
 //   native_layer_norm_backward              x^ = (x - mean) rstd, gw = g * w:
 //       dx = rstd / N * (N gw - sum(gw) - x^ sum(gw x^)),  dw = sum_rows(g x^),  db = sum_rows(g)
 //   convolution_backward(..., mask)         its bias's gradient as sum(g) over every dim but 1,
-//       the rest cuDNN's (mask[2] false): ConvNeXt-T's depthwise biases, 0.96 ms per bf16 step
+//       the rest cuDNN's (mask[2] false); ConvNeXt-T's depthwise biases, for instance
 // The CPU keeps ATen's kernels for these (they are fast there, and ember's own reductions over
 // rows are not faster). With EMBER_DECOMPOSE_BACKWARD=all only (every device):
 //   native_batch_norm_backward (training)   x^ = (x - mean) invstd, over every dim but 1:
 //       dx = (g - mean(g) - x^ mean(g x^)) invstd w,        dw = sum(g x^),     db = sum(g)
 //   native_batch_norm_backward (eval)       dx = g rsqrt(running_var + eps) w
 //
-// Note [Batch-norm backward]: decomposed by default at first, batch norm's backward made CNN
-// training slower on the H200 (2026-12-02, f32 with the cuDNN rewrite of batch_norm_rewrite.h:
-// ResNet-50 45.6 -> 54.7 ms per step, ResNet-18 5.3 -> 7.0, MobileNetV2 20.5 -> 24.9; bf16
-// ResNet-50 30.6 -> 40.0), and tripled ResNet-50's compile time. Its two per-channel sums are
-// column reductions of the activation gradient, each a split reduction of its own that computes
-// the gradient's chain again; ATen's kernel reads it once for both. Since 2026-12-03 they are
-// recorded side by side (tracer::record_sums_side_by_side) and run as one kernel per stage
-// (Note [Sibling reductions] in sched/reduction_fusion.cpp), which reads g's chain and x once.
+// Note [Batch-norm backward]: not decomposed by default. ATen's kernel reads the activation
+// gradient once for both per-channel sums; decomposed, they are column reductions of that
+// gradient in stages, which make CNN training slower and its compile longer (figures in
+// docs/benchmarks.md). Decomposed, the two sums are recorded side by side
+// (tracer::record_sums_side_by_side) and run as one kernel per stage (Note [Sibling reductions]
+// in sched/reduction_fusion.cpp), which reads g's chain and x once.
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>

@@ -3,10 +3,10 @@
 // Note [Log-softmax as x - logsumexp(x)]
 // A language model's loss is log_softmax over its vocabulary, then nll_loss. In training the
 // backward needs the log-softmax's result y (g - exp(y) * sum(g)), and `_log_softmax` is a
-// reduction, which the min cut cannot recompute: it saved y, f32 over the whole vocabulary (GPT-2's
-// head, 4 x 1024 x 50257: 785 MB, twice the bf16 logits it is computed from; ember's peak in bf16
-// training was 3959 MB against Inductor's 3640). A `_log_softmax` on a CUDA tracer tensor over
-// a long last dim (at least 4096) is therefore recorded as
+// reduction, which the min cut cannot recompute: it would save y, f32 over the whole vocabulary
+// (GPT-2's head, 4 x 1024 x 50257: 785 MB, twice the bf16 logits it is computed from), and the
+// training peak with it. A `_log_softmax` on a CUDA tracer tensor over a long last dim (at least
+// 4096) is therefore recorded as
 //     x - logsumexp(x, -1, keepdim)          (in f32 when the op upcasts: half_to_float)
 // rounded once to the result's dtype: eager's kernel computes x - max - log(sum(exp(x - max)))
 // in f32, and logsumexp is that max plus that log. The subtraction is pointwise, so it joins the
@@ -15,10 +15,10 @@
 // EMBER_SPLIT_REDUCTIONS=all records it so on the CPU too (the tests compare it with eager).
 //
 // The loss then reads one element per row of that result, but `nll_loss_forward` is an ATen call,
-// which needs the whole result in memory: the forward still wrote it (Llama's head, 8192 x 32000
-// f32: 1 GB written and held until the loss is done). Where the log-softmax is recorded so (the
-// same tensors: CUDA, a long last dim), `nll_loss_forward` without class weights and with a mean
-// or sum is recorded as
+// which needs the whole result in memory: the forward would still write it (Llama's head,
+// 8192 x 32000 f32: 1 GB written and held until the loss is done). Where the log-softmax is
+// recorded so (the same tensors: CUDA, a long last dim), `nll_loss_forward` without class weights
+// and with a mean or sum is recorded as
 //     picked = where(target != ignore_index, -self.gather(1, target'), 0)   (target' = 0 where
 //     total_weight = count of target != ignore_index                         ignored)
 //     output = sum(picked) / total_weight   (a mean; sum(picked) for a sum)

@@ -5,8 +5,8 @@
 // cuBLAS picks its tensor-core kernels only when every matrix's leading dimension is a multiple
 // of 16 bytes (8 bf16/f16 elements, 4 f32 ones). A language model's head has a vocabulary of
 // 50257 or 30522 columns, so its product falls to an "align1" kernel that runs several times
-// slower (GPT-2's head: 3.4 ms against 0.44 ms on an H200). A large unaligned product on a CUDA
-// tracer tensor is recorded instead as the product of zero-padded operands, sliced back:
+// slower. A large unaligned product on a CUDA tracer tensor is recorded instead as the product
+// of zero-padded operands, sliced back:
 //
 //     mm(a, b)          -> mm(pad(a), pad(b))[:m, :n]
 //     addmm(c, a, b)    -> addmm(pad(c), pad(a), pad(b))[:m, :n]

@@ -2,7 +2,7 @@
 
 // Note [Max-pool indices saved as window offsets]
 // In training, max_pool2d_with_indices' backward reads the int64 index of each output's maximum
-// in its input plane, so the min cut saved the indices: ResNet-50's stem pool in bf16 at batch
+// in its input plane, so the min cut saves the indices: ResNet-50's stem pool in bf16 at batch
 // 128, 196 MiB, where the pooled values themselves are 49 MiB. Inductor saves a byte per output
 // instead, the maximum's offset in its window (_low_memory_max_pool2d_with_offsets). Where the
 // reduction rewrites apply (splits_on: CUDA, or every device with EMBER_SPLIT_REDUCTIONS=all) and
@@ -20,7 +20,7 @@
 //
 // Note [A max pool's backward from its offsets]
 // ATen's backward also reads the pool's input, for its sizes and layout only, and so the min cut
-// saved it (ResNet-50's stem: another 196 MiB). Without dilation the backward is recorded instead
+// saves it (ResNet-50's stem: another 196 MiB). Without dilation the backward is recorded instead
 // as Inductor lowers it: an input element (h, w) can be the maximum only of the windows
 // oh = (h + pH) / sH - i and ow = (w + pW) / sW - j for i < ceil(KH / sH), j < ceil(KW / sW); it
 // takes the gradient of each such window inside the output whose offset is its own,

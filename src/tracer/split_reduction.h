@@ -5,11 +5,11 @@
 //
 // A reduction kernel runs one program per result (a row). With 8 rows of two million elements
 // each (ConvTasNet's global layer norm, GroupNorm(1, 512) over 4001 time steps, batch 8) eight
-// programs do all the work while the other SMs idle: 4.9 ms per call on the H200, where the
-// bytes would take 0.02 ms, and eager's own kernel takes 1.6. Such a call is recorded as sums
-// over the input's inner dims first (one partial per channel: 4096 rows of 4001) and then over
-// the partials (8 rows of 512), each a kernel with enough programs, the partial sums' prologue
-// and the normalization's epilogue fused as usual.
+// programs do all the work while the other SMs idle, far slower than the bytes need and than
+// eager's own kernel. Such a call is recorded as sums over the input's inner dims first (one
+// partial per channel: 4096 rows of 4001) and then over the partials (8 rows of 512), each a
+// kernel with enough programs, the partial sums' prologue and the normalization's epilogue fused
+// as usual.
 //
 //   native_group_norm(x, w, b, N, C, HxW, G, eps), x contiguous, on CUDA, N * G < 256 rows,
 //   C / G >= 8 channels per group, N * C >= 1024, (C / G) * HxW >= 2^16 elements per row:
@@ -40,8 +40,8 @@
 //     (eager's form),
 //     the running statistics updated with the unbiased variance, save_mean and save_invstd in
 //     the dtypes of the op's meta kernel. ember's own batch-norm kernel over a channels-last
-//     input is a column reduction with one program per 256 channels (bf16 ResNet-50 training ran
-//     6 s per step on the H200).
+//     input is a column reduction with one program per 256 channels (a few programs for the
+//     whole device).
 // EMBER_SPLIT_REDUCTIONS=all applies the splits on every device (tests compare them with eager on
 // the CPU).
 

@@ -201,8 +201,8 @@ namespace {
 // A tracer tensor requires grad when the tensor it stands for does (under no_grad too): ATen's
 // decompositions read it. matmul folds a 3D input times a weight into one mm when the weight
 // requires grad (should_fold), else it runs a bmm over the leading dim with the weight expanded:
-// Longformer's projections of its [seq, batch, 768] transposed input became 36 batched products
-// of 4 rows each on the H200 (49.8 of 80 ms per step) where eager runs 128x128-tile gemms.
+// Longformer's projections of its [seq, batch, 768] transposed input would become batched
+// products of 4 rows each where eager runs 128x128-tile gemms.
 // Under grad mode this makes autograd record too, which only the joint trace wants: it sets
 // requires_grad itself, so this applies under no_grad (and never in inference mode, where
 // inference tensors cannot require grad outside it later).

@@ -137,9 +137,9 @@ bool hook_installed();
 /// Drops the cache entries of every compiler that no longer exists, everywhere. A compiled
 /// function calls it when it is freed (its compiler usually goes with it): without it the entries
 /// of a dropped ember.compile, with the compiled graphs and everything their guards hold (the
-/// model's modules and parameters), lived as long as the code objects they were cached on, that
-/// is, for the whole process. While a thread is inside a compiled call the purge waits until the
-/// last one returns: a call may be walking a code object's entries.
+/// model's modules and parameters), would live as long as the code objects they are cached on,
+/// that is, for the whole process. While a thread is inside a compiled call the purge waits until
+/// the last one returns: a call may be walking a code object's entries.
 void purge_dead_compilers();
 
 /// Drops every cache entry of `code` (all codes when nullptr), and forgets SkipCode decisions and

@@ -92,8 +92,8 @@ Emitter::LaneReduction Emitter::analyze_lane_reduction(const For& f) {
   }
   // K lanes of 256 bytes (eight AVX2 registers, four AVX-512 ones) hide the latency of the
   // combining op. A short loop takes fewer, down to one 64-byte vector, so that it runs about
-  // four blocks and its final tree is short (measured on softmax rows of 32, 64, 128 f32:
-  // 16, 16, 32 lanes beat 32, 64, 64 by 4-7%).
+  // four blocks and its final tree is short (on short softmax rows, fewer lanes are faster than
+  // a full set).
   int64_t k = std::clamp<int64_t>(256 / bytes, 8, 64);
   const int64_t min_k = std::max<int64_t>(4, 64 / bytes);
   if (std::optional<int64_t> n = as_const_int(f.extent)) {

@@ -182,10 +182,9 @@ bool Emitter::column_tiles(const For& rows) {
   // Tiles of 4096 elements: 4096 // RBLOCK rows (RBLOCK covers the arrays and the lanes).
   // Note [Column tiles fold in two dimensions]
   // Each tile is folded along axis 0 in the loop (a reduction across the program's warps every
-  // iteration). Keeping a [tile rows, RBLOCK] block of partials per array instead, reduced once
-  // after the loop as Inductor's looped reductions do, was tried and timed on the H200 in bf16
-  // training: slower (ResNet-50 28.35 ms against 26.08, batch norm's sibling sums holding two
-  // 4096-element blocks; ConvNeXt-T 37.69 against 37.17), so it was removed.
+  // iteration), not kept as a [tile rows, RBLOCK] block of partials per array reduced once after
+  // the loop as Inductor's looped reductions do: such blocks (two of 4096 elements for batch
+  // norm's sibling sums) make CNN training slower (figures in docs/benchmarks.md).
   const std::string tile_rows = "(4096 // RBLOCK)";
   const std::string mn = expr(rows.min), ext = fresh("ext");
   line(ext + " = " + mn + " + " + expr(rows.extent));

@@ -6,7 +6,7 @@
 // thread of the program need not see without a barrier. A store of one element (a row's sum
 // into the reduction's output buffer) is made by a single thread; the epilogue that reads the
 // element back runs on every thread, and the threads of other warps read what was there before
-// (T5's RMSNorm on an H200: every warp but the first normalised with a stale mean). Triton's
+// (a row norm's epilogue would normalise with a stale mean on every warp but the first). Triton's
 // interpreter runs a program as one thread, so only a GPU shows it.
 //
 // The emitter therefore forwards a stored element to later reads of the same element (the value
