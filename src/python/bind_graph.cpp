@@ -4,6 +4,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "graph/graph_hash.h"
+#include "graph/parser.h"
 #include "graph/printer.h"
 #include "graph/verifier.h"
 #include "python/bindings.h"
@@ -44,6 +45,13 @@ void bind_graph(nb::module_& m) {
       .def(
           "verify", [](const TracedGraph& g) { return graph::verify_graph(g.graph); },
           "Messages for each broken invariant; empty when the graph is valid.");
+  m.def(
+      "reprint_graph_text",
+      [](const std::string& text) { return graph::print_graph(graph::parse_graph(text)); },
+      nb::arg("text"),
+      "The printer's text of the graph that graph text `text` parses to (graph/parser.h): equal "
+      "to `text` for every text the printer wrote. Raises CompileError with line:column on bad "
+      "text.");
 }
 
 }  // namespace ember::python

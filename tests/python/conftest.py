@@ -72,3 +72,30 @@ def _fresh_state():
     yield
     torch.set_grad_enabled(grad)
     torch._dynamo.reset()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Every graph the suite captured through ember.compile parses back to the same text
+    (src/graph/parser.h): the graph parser round-trips every graph the suite produces."""
+    if BACKEND != "ember" or exitstatus != 0:
+        return
+    import ember.capture
+    seen, bad = set(), []
+    for r in ember.capture.records():
+        text = r.get("graph") or ""
+        if not text or text in seen:
+            continue
+        seen.add(text)
+        try:
+            again = ember._C.reprint_graph_text(text)
+        except Exception as e:  # noqa: BLE001 (reported below)
+            bad.append(f"{type(e).__name__}: {e}\n{text}")
+            continue
+        if again != text:
+            bad.append(f"reprinted differently:\n{text}\n---\n{again}")
+    if bad:
+        print(f"\ngraph parser: {len(bad)} of {len(seen)} captured graphs do not round-trip; "
+              f"the first:\n{bad[0]}")
+        session.exitstatus = 1
+    elif seen:
+        print(f"\ngraph parser: all {len(seen)} distinct captured graphs round-trip")
