@@ -1,4 +1,5 @@
 #include "graph/graph_hash.h"
+#include "graph_builders.h"
 
 #include <gtest/gtest.h>
 
@@ -8,13 +9,7 @@
 namespace ember::graph {
 namespace {
 
-TensorType make_type(Dims sizes, DType dtype = DType::Float32) {
-  TensorType t;
-  t.dtype = dtype;
-  t.strides = contiguous_strides(sizes);
-  t.sizes = std::move(sizes);
-  return t;
-}
+using test::make_type;
 
 /// %0 user x, %1 buffer b; %2 = add(%0, %1, alpha=1); %3 = mul(%2, 0.5); %1 <- %3;
 /// return (%2, %3).

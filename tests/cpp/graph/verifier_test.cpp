@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "graph_builders.h"
 #include "support/error.h"
 
 namespace ember::graph {
@@ -9,13 +10,7 @@ namespace {
 
 using Messages = std::vector<std::string>;
 
-TensorType make_type(Dims sizes, DType dtype = DType::Float32) {
-  TensorType t;
-  t.dtype = dtype;
-  t.strides = contiguous_strides(sizes);
-  t.sizes = std::move(sizes);
-  return t;
-}
+using test::make_type;
 
 /// %0 user, %1 param, %2 buffer, %3 const; %4 = add(%0, %1), %5 = mul(%4, %3),
 /// %6 = sum(%5, [0]); %2 <- %6; return (%5).
