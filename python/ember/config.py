@@ -82,6 +82,8 @@ OPTIONS: tuple[Option, ...] = (
            ("EMBER_CUDNN_BATCH_NORM",), _cudnn_batch_norm,
            "training batch norm on CUDA: stats (cuDNN's statistics, ember's normalization), "
            "keep (cuDNN's output), off (native_batch_norm, split into sums)"),
+    Option("disabled_rewrites", "trace.disabled_rewrites", str, "", ("EMBER_DISABLED_REWRITES",),
+           str, "trace-time rewrites turned off, by name (a comma list; src/tracer/rewrites.cpp)"),
     # sched
     Option("codegen", "sched.codegen", bool, True, ("EMBER_CODEGEN",), _flag,
            "generated kernels; off, every node runs as an ATen call"),
@@ -132,6 +134,8 @@ OPTIONS: tuple[Option, ...] = (
            _is("1"), "each call also runs the unfused program and compares every kernel with it"),
     Option("debug_live", "debug.live_bytes", int, 0, ("EMBER_DEBUG_LIVE",), int,
            "each run prints the bytes its values hold: 1 around the peak, 2 every step"),
+    Option("dump_pipeline", "debug.dump_pipeline", bool, False, ("EMBER_DUMP_PIPELINE",),
+           _is("1"), "each compile prints the graph after every pipeline step that changes it"),
 )
 
 _BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -211,6 +212,9 @@ void bind_runtime(nb::module_& m) {
       .def("mutated_inputs_alias", &Executor::mutated_inputs_alias, nb::arg("inputs"))
       .def_prop_ro("has_mutations", &Executor::has_mutations)
       .def_prop_ro("num_kernels", &Executor::num_kernels)
+      .def_prop_ro("step_seconds", &Executor::step_seconds,
+                   "(name, seconds) of each step of the pipeline that compiled the graph, in "
+                   "order (runtime/pipeline.h).")
       .def_prop_ro("num_fused_nodes", &Executor::num_fused_nodes)
       .def_prop_ro("num_extern_steps", &Executor::num_extern_steps)
       .def_prop_ro("num_matmul_templates", &Executor::num_matmul_templates,

@@ -11,6 +11,7 @@
 #include "tracer/backward_walk.h"
 #include "tracer/dispatch.h"
 #include "tracer/meta_cache.h"
+#include "tracer/rewrites.h"
 #include "tracer/trace_session.h"
 
 namespace nb = nanobind;
@@ -39,6 +40,24 @@ void bind_tracer(nb::module_& m) {
         "torch.autograd.grad(outputs, inputs, tangents, allow_unused=True) without autograd's "
         "engine (Note [A backward without autograd's engine]): for tracing on a device this "
         "torch lacks. Undefined tensors (None) where no output reaches an input.");
+  m.def(
+      "rewrite_table",
+      [] {
+        nb::list out;
+        for (const tracer::Rewrite& r : tracer::rewrite_table()) {
+          nb::list ops;
+          for (std::string_view o : r.ops) ops.append(std::string(o));
+          nb::dict d;
+          d["name"] = r.name;
+          d["ops"] = ops;
+          d["where"] = r.where;
+          d["does"] = r.does;
+          out.append(d);
+        }
+        return out;
+      },
+      "The trace-time rewrites in the order the tracer tries them (src/tracer/rewrites.h): "
+      "dicts of name, ops, where and does.");
   using tracer::TraceSession;
   nb::class_<TraceSession>(m, "TraceSession",
                            "Records the ATen ops run on tracer tensors into a Graph. Use:\n"

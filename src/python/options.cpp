@@ -57,6 +57,7 @@ const std::map<std::string, Setter>& setters() {
                                     : s == "keep" ? Mode::Keep
                                                   : Mode::Off;
        }},
+      EMBER_FIELD(trace, disabled_rewrites),
       EMBER_FIELD(sched, codegen),
       EMBER_FIELD(sched, reductions),
       EMBER_FIELD(sched, reduction_fusion),
@@ -77,6 +78,7 @@ const std::map<std::string, Setter>& setters() {
       EMBER_FIELD(training, save_materialized),
       EMBER_FIELD(debug, verify_kernels),
       EMBER_FIELD(debug, live_bytes),
+      EMBER_FIELD(debug, dump_pipeline),
   };
   return table;
 }

@@ -10,19 +10,20 @@
 #include "codegen/triton/triton_emitter.h"
 #include "runtime/executor.h"
 #include "runtime/executor_internal.h"
+#include "runtime/pipeline.h"
 #include "sched/fusion.h"
 
 namespace ember::runtime {
 
-void Executor::attach_matmul_templates(int device, const sched::Plan& plan,
-                                       const std::vector<int>& group_of_kernel) {
-  const graph::Graph& g = traced_.graph;
+void attach_matmul_templates(Program& p, int device, const sched::Plan& plan,
+                             const std::vector<int>& group_of_kernel) {
+  const graph::Graph& g = p.traced.graph;
   const bool tf32 = at::globalContext().allowTF32CuBLAS();
   const bool interpret = device < 0;  // a CPU graph under Triton's interpreter (tests)
   // Which steps read each value; graph outputs and mutation values are read after the last.
   std::vector<std::vector<int>> readers(g.values.size());
-  for (size_t s = 0; s < steps_.size(); ++s) {
-    for (graph::ValueId v : step_reads(steps_[s])) readers[v].push_back(static_cast<int>(s));
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    for (graph::ValueId v : step_reads(p, p.steps[s])) readers[v].push_back(static_cast<int>(s));
   }
   for (graph::ValueId v : g.outputs) readers[v].push_back(-1);
   for (const graph::Mutation& m : g.mutations) readers[m.value].push_back(-1);
@@ -30,8 +31,8 @@ void Executor::attach_matmul_templates(int device, const sched::Plan& plan,
   std::vector<codegen::MatmulSpec> specs;
   std::vector<std::optional<FusedEpilogue>> epilogues;
   std::vector<std::pair<size_t, int>> step_of;  // (product step, epilogue step or -1)
-  for (size_t s = 0; s < steps_.size(); ++s) {
-    Step& step = steps_[s];
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    Step& step = p.steps[s];
     if (!step.call || step.node < 0 || step.attention) continue;
     auto spec = MatmulTemplate::spec_of(g, g.nodes[step.node], tf32, interpret);
     if (!spec) continue;
@@ -44,9 +45,9 @@ void Executor::attach_matmul_templates(int device, const sched::Plan& plan,
     epilogues.emplace_back();
     // The epilogue: the one kernel that reads the product, a pointwise nest over its elements.
     const std::vector<int>& r = readers[spec->second.out];
-    if (r.size() != 1 || r[0] <= static_cast<int>(s) || steps_[r[0]].kernel < 0) continue;
-    const Kernel& k = kernels_[steps_[r[0]].kernel];
-    const sched::KernelGroup& group = plan.groups[group_of_kernel[steps_[r[0]].kernel]];
+    if (r.size() != 1 || r[0] <= static_cast<int>(s) || p.steps[r[0]].kernel < 0) continue;
+    const Kernel& k = p.kernels[p.steps[r[0]].kernel];
+    const sched::KernelGroup& group = plan.groups[group_of_kernel[p.steps[r[0]].kernel]];
     if (k.index_status) continue;
     auto at = std::find(group.inputs.begin(), group.inputs.end(), spec->second.out);
     if (at == group.inputs.end()) continue;
@@ -60,7 +61,7 @@ void Executor::attach_matmul_templates(int device, const sched::Plan& plan,
     std::optional<std::string> body = codegen::emit_triton_epilogue(group.kernel, product, nullptr);
     if (clash || !body) continue;
     f.code.body = *body;
-    for (at::ScalarType t : buffer_types(group)) f.signature.push_back(triton_pointer_type(t));
+    for (at::ScalarType t : buffer_types(p, group)) f.signature.push_back(triton_pointer_type(t));
     for (size_t i = 0; i < group.outputs.size(); ++i) {
       if (!k.allocations[i].unused) f.outputs.push_back(group.inputs.size() + i);
     }
@@ -76,20 +77,20 @@ void Executor::attach_matmul_templates(int device, const sched::Plan& plan,
     if (ts[i] == nullptr) continue;
     auto [s, into] = step_of[i];
     if (into < 0) {
-      steps_[s].matmul = std::move(ts[i]);
+      p.steps[s].matmul = std::move(ts[i]);
       continue;
     }
-    Step& k = steps_[into];
+    Step& k = p.steps[into];
     k.fused = std::move(ts[i]);
     k.fused_product_step = static_cast<int>(s);
-    k.matmul_operands = steps_[s].matmul_operands;
-    steps_[s].fused_into = into;
+    k.matmul_operands = p.steps[s].matmul_operands;
+    p.steps[s].fused_into = into;
   }
 }
 
 bool Executor::run_fused_step(const Step& step, std::vector<at::Tensor>& env) const {
   if (step.fused->chosen() < 0) return false;
-  const Kernel& k = kernels_[step.kernel];
+  const Kernel& k = p_.kernels[step.kernel];
   const MatmulOperands& o = step.matmul_operands;
   std::vector<at::Tensor> buffers;
   for (size_t i = 0; i < k.inputs.size(); ++i) {
@@ -117,7 +118,7 @@ bool Executor::run_fused_step(const Step& step, std::vector<at::Tensor>& env) co
 
 void Executor::decide_fused_step(const Step& step, std::vector<at::Tensor>& env,
                                  torch::jit::Stack& stack) const {
-  const Kernel& k = kernels_[step.kernel];
+  const Kernel& k = p_.kernels[step.kernel];
   const MatmulOperands& o = step.matmul_operands;
   if (!k.triton) return;
   // Scratch outputs: this call's own come from the kernel that just ran.
@@ -131,7 +132,7 @@ void Executor::decide_fused_step(const Step& step, std::vector<at::Tensor>& env,
     buffers.push_back(out.unused ? at::empty({0}, out.options)
                                  : at::empty_strided(out.sizes, out.strides, out.options));
   }
-  const Step& product = steps_[step.fused_product_step];
+  const Step& product = p_.steps[step.fused_product_step];
   step.fused->run_fused(env[o.a], env[o.b], o.bias >= 0 ? &env[o.bias] : nullptr, buffers, [&] {
     product.call->run(env, stack);
     std::vector<at::Tensor> args = buffers;
@@ -142,19 +143,19 @@ void Executor::decide_fused_step(const Step& step, std::vector<at::Tensor>& env,
 
 int Executor::num_matmul_templates() const {
   int n = 0;
-  for (const Step& s : steps_) n += (s.matmul ? 1 : 0) + (s.fused ? 1 : 0);
+  for (const Step& s : p_.steps) n += (s.matmul ? 1 : 0) + (s.fused ? 1 : 0);
   return n;
 }
 
 int Executor::num_fused_epilogues() const {
   int n = 0;
-  for (const Step& s : steps_) n += s.fused ? 1 : 0;
+  for (const Step& s : p_.steps) n += s.fused ? 1 : 0;
   return n;
 }
 
 int Executor::num_matmul_templates_chosen() const {
   int n = 0;
-  for (const Step& s : steps_) {
+  for (const Step& s : p_.steps) {
     n +=
         (s.matmul && s.matmul->chosen() >= 0 ? 1 : 0) + (s.fused && s.fused->chosen() >= 0 ? 1 : 0);
   }

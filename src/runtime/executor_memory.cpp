@@ -10,23 +10,26 @@
 
 #include "runtime/executor.h"
 #include "runtime/executor_internal.h"
+#include "runtime/pipeline.h"
 #include "sched/memory_plan.h"
 
 namespace ember::runtime {
 
-void Executor::plan_reuse(const std::vector<int>& last_use, const std::vector<int>& defined_at) {
-  for (size_t s = 0; s < steps_.size(); ++s) {
-    if (steps_[s].kernel < 0) continue;
-    Kernel& k = kernels_[steps_[s].kernel];
+void plan_reuse(Program& p, const Lifetimes& life) {
+  const std::vector<int>& last_use = life.last_use;
+  const std::vector<int>& defined_at = life.defined_at;
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    if (p.steps[s].kernel < 0) continue;
+    Kernel& k = p.kernels[p.steps[s].kernel];
     for (const auto& [u, v] : k.reuse) {
       const int def = defined_at[u];
       if (last_use[u] != static_cast<int>(s) || def < 0) continue;
-      const Step& producer = steps_[def];
+      const Step& producer = p.steps[def];
       if (!producer.call || producer.may_alias || producer.view) continue;
       // Nothing made between the producer and this kernel may alias u and outlive it.
       bool aliased = false;
       for (size_t t = def + 1; t <= s && !aliased; ++t) {
-        const Step& step = steps_[t];
+        const Step& step = p.steps[t];
         if (step.kernel >= 0) continue;
         std::vector<graph::ValueId> outs;
         if (!step.call) {
@@ -44,7 +47,7 @@ void Executor::plan_reuse(const std::vector<int>& last_use, const std::vector<in
       auto out = std::find(k.outputs.begin(), k.outputs.end(), v);
       if (in == k.inputs.end() || out == k.outputs.end()) continue;
       k.allocations[out - k.outputs.begin()].reuse_input = static_cast<int>(in - k.inputs.begin());
-      ++num_reused_buffers_;
+      ++p.num_reused_buffers;
     }
   }
 }
@@ -61,15 +64,16 @@ void Executor::plan_reuse(const std::vector<int>& last_use, const std::vector<in
 // would alias the input, where eager's may not). At run time the input must have the traced
 // layout and share its storage with no other input (checked per call; else a fresh buffer and
 // the copy, as before).
-void Executor::plan_mutation_writes(const std::vector<int>& defined_at) {
-  const graph::Graph& g = traced_.graph;
+void plan_mutation_writes(Program& p, const Lifetimes& life) {
+  const std::vector<int>& defined_at = life.defined_at;
+  const graph::Graph& g = p.traced.graph;
   if (g.mutations.empty()) return;
   std::vector<bool> output(g.values.size(), false);
   for (graph::ValueId v : g.outputs) output[v] = true;
   for (const graph::Mutation& m : g.mutations) {
     const int s = defined_at[m.value];
-    if (s < 0 || output[m.value] || steps_[s].kernel < 0 || steps_[s].fused) continue;
-    Kernel& k = kernels_[steps_[s].kernel];
+    if (s < 0 || output[m.value] || p.steps[s].kernel < 0 || p.steps[s].fused) continue;
+    Kernel& k = p.kernels[p.steps[s].kernel];
     if (k.parameter_cache) continue;
     bool paired = false;
     for (const auto& [u, v] : k.reuse) paired |= u == m.input && v == m.value;
@@ -77,11 +81,11 @@ void Executor::plan_mutation_writes(const std::vector<int>& defined_at) {
     // Nothing after the kernel reads the input or anything made from it.
     bool read_later = false;
     std::vector<graph::ValueId> aliases = {m.input};
-    for (size_t t = 0; t < steps_.size() && !read_later; ++t) {
-      const Step& step = steps_[t];
+    for (size_t t = 0; t < p.steps.size() && !read_later; ++t) {
+      const Step& step = p.steps[t];
       std::vector<graph::ValueId> reads;
       if (step.kernel >= 0) {
-        reads = kernels_[step.kernel].inputs;
+        reads = p.kernels[step.kernel].inputs;
       } else if (!step.call) {
         reads = {step.view->root};
       } else {
@@ -109,14 +113,14 @@ void Executor::plan_mutation_writes(const std::vector<int>& defined_at) {
     alloc.reuse_input = static_cast<int>(in - k.inputs.begin());
     alloc.write_through = true;
     alloc.arena_offset = -1;
-    ++num_written_through_;
+    ++p.num_written_through;
   }
 }
 
 bool Executor::inputs_own_their_storage(const std::vector<at::Tensor>& env) const {
   std::vector<const c10::StorageImpl*> storages;
-  storages.reserve(input_slots_.size());
-  for (graph::ValueId v : input_slots_) {
+  storages.reserve(p_.input_slots.size());
+  for (graph::ValueId v : p_.input_slots) {
     if (env[v].defined() && env[v].has_storage()) {
       storages.push_back(env[v].storage().unsafeGetStorageImpl());
     }
@@ -125,8 +129,8 @@ bool Executor::inputs_own_their_storage(const std::vector<at::Tensor>& env) cons
   return std::adjacent_find(storages.begin(), storages.end()) == storages.end();
 }
 
-void Executor::mark_parameter_kernels() {
-  const graph::Graph& g = traced_.graph;
+void mark_parameter_kernels(Program& p) {
+  const graph::Graph& g = p.traced.graph;
   std::vector<bool> parameter(g.values.size(), false), kept_out(g.values.size(), false);
   for (const graph::Input& in : g.inputs) {
     parameter[in.value] = graph::is_module_state(in.kind);
@@ -136,9 +140,9 @@ void Executor::mark_parameter_kernels() {
     kept_out[m.value] = true;
   }
   for (graph::ValueId v : g.outputs) kept_out[v] = true;  // the caller may write it
-  for (const Step& step : steps_) {
+  for (const Step& step : p.steps) {
     if (step.kernel < 0 || step.fused) continue;
-    Kernel& k = kernels_[step.kernel];
+    Kernel& k = p.kernels[step.kernel];
     if (k.inputs.empty() || k.index_status) continue;
     bool only_parameters = true;
     for (graph::ValueId v : k.inputs) only_parameters = only_parameters && parameter[v];
@@ -149,22 +153,23 @@ void Executor::mark_parameter_kernels() {
 
 int Executor::num_parameter_kernels() const {
   int n = 0;
-  for (const Kernel& k : kernels_) n += k.parameter_cache ? 1 : 0;
+  for (const Kernel& k : p_.kernels) n += k.parameter_cache ? 1 : 0;
   return n;
 }
 
-void Executor::plan_memory(const std::vector<int>& last_use) {
-  const graph::Graph& g = traced_.graph;
-  const int keep = static_cast<int>(steps_.size());
+void plan_memory(Program& p, const Lifetimes& life) {
+  const std::vector<int>& last_use = life.last_use;
+  const graph::Graph& g = p.traced.graph;
+  const int keep = static_cast<int>(p.steps.size());
   // Which arena candidates each value aliases: a kernel output is its own candidate; the results
   // of an op whose schema returns aliases (views) alias every tensor it reads.
   std::vector<std::vector<int>> aliases(g.values.size());
   std::vector<sched::BufferLifetime> lifetimes;
   std::vector<std::pair<int, size_t>> where;  // candidate -> (kernel, output)
-  for (size_t s = 0; s < steps_.size(); ++s) {
-    const Step& step = steps_[s];
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    const Step& step = p.steps[s];
     if (step.kernel >= 0) {
-      const Kernel& k = kernels_[step.kernel];
+      const Kernel& k = p.kernels[step.kernel];
       if (k.parameter_cache) continue;  // kept across calls: never in the per-call arena
       for (size_t i = 0; i < k.outputs.size(); ++i) {
         const Kernel::Output& out = k.allocations[i];
@@ -220,10 +225,10 @@ void Executor::plan_memory(const std::vector<int>& last_use) {
   sched::ArenaPlan plan = sched::plan_arena(planned, 64);
   for (size_t i = 0; i < planned.size(); ++i) {
     auto [kernel, output] = where[candidate_of[i]];
-    kernels_[kernel].allocations[output].arena_offset = plan.offsets[i];
+    p.kernels[kernel].allocations[output].arena_offset = plan.offsets[i];
   }
-  arena_bytes_ = plan.total_bytes;
-  num_arena_buffers_ = static_cast<int>(planned.size());
+  p.arena_bytes = plan.total_bytes;
+  p.num_arena_buffers = static_cast<int>(planned.size());
 }
 
 }  // namespace ember::runtime

@@ -69,13 +69,13 @@ bool any_shares_storage(const std::vector<at::Tensor>& inputs, const std::vector
 }
 
 bool Executor::mutated_inputs_alias(const std::vector<at::Tensor>& inputs) const {
-  return any_shares_storage(inputs, mutated_input_positions_);
+  return any_shares_storage(inputs, p_.mutated_input_positions);
 }
 
 bool Executor::strides_match(const std::vector<at::Tensor>& inputs) const {
-  const graph::Graph& g = traced_.graph;
+  const graph::Graph& g = p_.traced.graph;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const graph::TensorType& t = g.type(input_slots_[i]);
+    const graph::TensorType& t = g.type(p_.input_slots[i]);
     for (int64_t d = 0; d < inputs[i].dim(); ++d) {
       if (inputs[i].size(d) > 1 && inputs[i].stride(d) != t.strides[d].constant()) return false;
     }
@@ -202,8 +202,8 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
   // again because the caller's autocast is on now.
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   check_inputs(inputs);
-  if (cuda_graph_) {
-    auto replayed = cuda_graph_->run(
+  if (p_.cuda_graph) {
+    auto replayed = p_.cuda_graph->run(
         inputs, [this](const std::vector<at::Tensor>& in) { return run_program(in); });
     if (replayed.has_value()) return std::move(*replayed);
   }
@@ -211,7 +211,7 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
 }
 
 std::vector<at::Tensor> Executor::run(std::vector<at::Tensor>&& inputs) const {
-  if (!release_inputs_ || cuda_graph_) {
+  if (!p_.release_inputs || p_.cuda_graph) {
     const std::vector<at::Tensor> kept = std::move(inputs);
     return run(kept);
   }
@@ -221,11 +221,11 @@ std::vector<at::Tensor> Executor::run(std::vector<at::Tensor>&& inputs) const {
 }
 
 void Executor::check_inputs(const std::vector<at::Tensor>& inputs) const {
-  const graph::Graph& g = traced_.graph;
-  EMBER_CHECK(inputs.size() == input_slots_.size())
-      << "expected " << input_slots_.size() << " input tensors but got " << inputs.size();
+  const graph::Graph& g = p_.traced.graph;
+  EMBER_CHECK(inputs.size() == p_.input_slots.size())
+      << "expected " << p_.input_slots.size() << " input tensors but got " << inputs.size();
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const graph::TensorType& t = g.type(input_slots_[i]);
+    const graph::TensorType& t = g.type(p_.input_slots[i]);
     const at::Tensor& x = inputs[i];
     EMBER_CHECK(x.defined()) << "input " << i << " is an undefined tensor";
     EMBER_CHECK(tracer::to_graph(x.scalar_type()) == t.dtype && x.dim() == t.dim())
@@ -287,32 +287,32 @@ struct LiveBytes {
 
 std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inputs,
                                               std::vector<at::Tensor>* owned) const {
-  const graph::Graph& g = traced_.graph;
-  if (unfused_ && !strides_match(inputs)) {
+  const graph::Graph& g = p_.traced.graph;
+  if (p_.unfused && !strides_match(inputs)) {
     unfused_runs_.fetch_add(1, std::memory_order_relaxed);
-    return unfused_->run(inputs);
+    return p_.unfused->run(inputs);
   }
   std::vector<at::Tensor> reference;
-  if (options_.debug.verify_kernels && unfused_ && !kernels_.empty()) {
-    reference = unfused_->reference_values(inputs);
+  if (p_.options.debug.verify_kernels && p_.unfused && !p_.kernels.empty()) {
+    reference = p_.unfused->reference_values(inputs);
   }
 
   std::vector<at::Tensor> env(g.values.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
-    env[input_slots_[i]] = owned != nullptr ? std::move((*owned)[i]) : inputs[i];
+    env[p_.input_slots[i]] = owned != nullptr ? std::move((*owned)[i]) : inputs[i];
   }
   // From here on `inputs` may have been moved from (owned): read the program's values instead.
   bool inputs_gone = owned != nullptr;
   // Note [Mutations written in place]: only when no two inputs share a storage this call.
-  const bool write_through = num_written_through_ > 0 && inputs_own_their_storage(env);
-  for (const auto& [value, index] : constant_slots_) env[value] = traced_.constants[index];
+  const bool write_through = p_.num_written_through > 0 && inputs_own_their_storage(env);
+  for (const auto& [value, index] : p_.constant_slots) env[value] = p_.traced.constants[index];
 
   torch::jit::Stack stack;
   // The arena holds intermediates only (no output, mutation value or alias of one is placed in
   // it, and extern results that alias it are cloned), so nothing references it after the call
   // and the next call may take it over.
   at::Tensor arena;
-  if (arena_bytes_ > 0) {
+  if (p_.arena_bytes > 0) {
     {
       std::lock_guard<std::mutex> lock(arena_mu_);
       if (!free_arenas_.empty()) {
@@ -320,7 +320,7 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
         free_arenas_.pop_back();
       }
     }
-    if (!arena.defined()) arena = at::empty({arena_bytes_}, at::TensorOptions().dtype(at::kByte));
+    if (!arena.defined()) arena = at::empty({p_.arena_bytes}, at::TensorOptions().dtype(at::kByte));
   }
   struct ArenaReturn {
     const Executor& e;
@@ -331,23 +331,23 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
       e.free_arenas_.push_back(std::move(arena));
     }
   } give_back{*this, arena};
-  LiveBytes live(env, options_.debug.live_bytes);
-  for (const Step& step : steps_) {
-    live.note(steps_.empty() ? 0 : static_cast<int>(&step - steps_.data()));
-    if (step.fused_into >= 0 && steps_[step.fused_into].fused->chosen() >= 0) {
+  LiveBytes live(env, p_.options.debug.live_bytes);
+  for (const Step& step : p_.steps) {
+    live.note(p_.steps.empty() ? 0 : static_cast<int>(&step - p_.steps.data()));
+    if (step.fused_into >= 0 && p_.steps[step.fused_into].fused->chosen() >= 0) {
       // The product runs inside its epilogue's step (or, if that cannot, there).
       for (graph::ValueId v : step.release) env[v].reset();
       continue;
     }
     if (step.kernel >= 0) {
-      if (!reference.empty()) check_kernel(kernels_[step.kernel], reference);
+      if (!reference.empty()) check_kernel(p_.kernels[step.kernel], reference);
       if (step.fused && run_fused_step(step, env)) {
         for (graph::ValueId v : step.release) env[v].reset();
         continue;
       }
-      const Kernel& kernel = kernels_[step.kernel];
+      const Kernel& kernel = p_.kernels[step.kernel];
       std::optional<std::vector<ParameterCache::Input>> key;
-      if (kernel.parameter_cache && !cuda_graph_) {
+      if (kernel.parameter_cache && !p_.cuda_graph) {
         key = ParameterCache::key_of(env, kernel.inputs);
         std::lock_guard<std::mutex> lock(kernel.parameter_cache->mu);
         if (kernel.parameter_cache->key == *key) {
@@ -359,16 +359,16 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
         }
       }
       if (step.fused && !env[step.matmul_operands.out].defined()) {
-        steps_[step.fused_product_step].call->run(env, stack);  // the product's step was skipped
+        p_.steps[step.fused_product_step].call->run(env, stack);  // the product's step was skipped
       }
-      if (!run_kernel(kernels_[step.kernel], env, arena, write_through)) {
+      if (!run_kernel(p_.kernels[step.kernel], env, arena, write_through)) {
         // An index tensor holds an out-of-range index. Nothing is mutated before the last step:
         // the unfused program runs the ATen ops, which raise eager's error.
-        EMBER_INTERNAL_ASSERT(unfused_ != nullptr) << "kernel step without an unfused program";
+        EMBER_INTERNAL_ASSERT(p_.unfused != nullptr) << "kernel step without an unfused program";
         EMBER_CHECK(!inputs_gone) << "an index is out of range in a kernel of the graph's "
                                   << "backward (ember frees its inputs as it goes, so the ATen "
                                   << "ops that would name it cannot run again)";
-        return unfused_->run(inputs);
+        return p_.unfused->run(inputs);
       }
       if (step.fused && step.fused->chosen() == -2) decide_fused_step(step, env, stack);
       if (key) {
@@ -419,7 +419,7 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
     }
     for (graph::ValueId v : step.release) env[v].reset();
   }
-  live.note(static_cast<int>(steps_.size()));
+  live.note(static_cast<int>(p_.steps.size()));
   live.report(*this);
   if (!g.mutations.empty()) {
     at::NoGradGuard no_grad;  // as eager updates BatchNorm's running statistics

@@ -23,12 +23,12 @@
 namespace ember::runtime {
 
 std::vector<at::Tensor> Executor::reference_values(const std::vector<at::Tensor>& inputs) const {
-  EMBER_INTERNAL_ASSERT(kernels_.empty()) << "the reference program has kernels";
-  std::vector<at::Tensor> env(traced_.graph.values.size());
-  for (size_t i = 0; i < inputs.size(); ++i) env[input_slots_[i]] = inputs[i];
-  for (const auto& [value, index] : constant_slots_) env[value] = traced_.constants[index];
+  EMBER_INTERNAL_ASSERT(p_.kernels.empty()) << "the reference program has kernels";
+  std::vector<at::Tensor> env(p_.traced.graph.values.size());
+  for (size_t i = 0; i < inputs.size(); ++i) env[p_.input_slots[i]] = inputs[i];
+  for (const auto& [value, index] : p_.constant_slots) env[value] = p_.traced.constants[index];
   torch::jit::Stack stack;
-  for (const Step& step : steps_) {
+  for (const Step& step : p_.steps) {
     if (step.view && run_view(step, env)) continue;
     step.call->run(env, stack);
   }
@@ -60,7 +60,7 @@ void Executor::check_kernel(const Kernel& k, const std::vector<at::Tensor>& refe
     scratch[v] = reference[v];
   }
   at::Tensor arena;
-  if (arena_bytes_ > 0) arena = at::empty({arena_bytes_}, at::TensorOptions().dtype(at::kByte));
+  if (p_.arena_bytes > 0) arena = at::empty({p_.arena_bytes}, at::TensorOptions().dtype(at::kByte));
   if (!run_kernel(k, scratch, arena)) return;  // an out-of-range index: ATen raises instead
   static std::mutex mu;
   static std::set<std::string> printed, printed_sources;

@@ -42,6 +42,9 @@ struct CompileOptions {
     /// (EMBER_CUDNN_BATCH_NORM=stats|1|0)
     enum class CudnnBatchNorm { Stats, Keep, Off };
     CudnnBatchNorm cudnn_batch_norm = CudnnBatchNorm::Stats;
+    /// Rewrites of tracer/rewrites.h turned off, by name (a comma list): for each rewrite's
+    /// before/after test, and to measure what one gains. (EMBER_DISABLED_REWRITES)
+    std::string disabled_rewrites;
   };
 
   /// The scheduler (src/sched): what becomes a generated kernel.
@@ -111,6 +114,9 @@ struct CompileOptions {
     /// Each run prints the bytes its values hold: 1 around the peak, 2 every step.
     /// (EMBER_DEBUG_LIVE)
     int live_bytes = 0;
+    /// Each pipeline step that changes the graph prints it to stderr (runtime/pipeline.h).
+    /// (EMBER_DUMP_PIPELINE)
+    bool dump_pipeline = false;
   };
 
   Capture capture;

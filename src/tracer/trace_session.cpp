@@ -29,6 +29,7 @@
 #include "tracer/log_softmax_rewrite.h"
 #include "tracer/matmul_padding.h"
 #include "tracer/meta_cache.h"
+#include "tracer/rewrites.h"
 #include "tracer/split_reduction.h"
 #include "tracer/tracer_tensor.h"
 
@@ -66,37 +67,6 @@ bool is_data_dependent(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue>
   }
   return name == "aten::_local_scalar_dense" || name == "aten::item" ||
          name == "aten::is_nonzero" || name == "aten::equal" || name == "aten::allclose";
-}
-
-// `self[mask] = value` (aten::index_put with one boolean mask over leading dims of self, a
-// one-element value and accumulate false) as `where(mask, value, self)`: the same result without
-// a data-dependent nonzero (HF models build attention masks so). Returns nothing when the call has
-// another form.
-std::optional<at::Tensor> index_put_as_where(const c10::OperatorHandle& op,
-                                             c10::ArrayRef<c10::IValue> args) {
-  if (op.schema().name() != "aten::index_put" || args.size() != 4) return std::nullopt;
-  if (!args[0].isTensor() || !args[1].isList() || !args[2].isTensor() || !args[3].isBool() ||
-      args[3].toBool()) {
-    return std::nullopt;
-  }
-  const at::Tensor& self = args[0].toTensor();
-  const at::Tensor& values = args[2].toTensor();
-  c10::ArrayRef<c10::IValue> indices = args[1].toListRef();
-  if (indices.size() != 1 || !indices[0].isTensor()) return std::nullopt;
-  at::Tensor mask = indices[0].toTensor();
-  if (!mask.defined() || mask.scalar_type() != c10::kBool || mask.dim() > self.dim() ||
-      values.numel() != 1 || values.dim() > self.dim()) {
-    return std::nullopt;
-  }
-  for (int64_t d = 0; d < mask.dim(); ++d) {
-    if (mask.size(d) != self.size(d)) return std::nullopt;
-  }
-  if (mask.dim() < self.dim()) {
-    std::vector<int64_t> shape(mask.sizes().begin(), mask.sizes().end());
-    shape.resize(static_cast<size_t>(self.dim()), 1);
-    mask = mask.view(shape);
-  }
-  return at::where(mask, values.to(self.scalar_type()), self);
 }
 
 // Factories whose result is uninitialised memory. Called without tensor arguments while tracing
@@ -329,16 +299,29 @@ graph::ValueId TraceSession::value_of(const at::Tensor& t) {
   return add_constant(t);
 }
 
-namespace {
-// Set while an op a rewrite follows is recorded as it is (the rewrite must not see it again).
-struct RecordingAsIs {
-  bool& flag;
-  explicit RecordingAsIs(bool& f) : flag(f) { flag = true; }
-  ~RecordingAsIs() { flag = false; }
-  RecordingAsIs(const RecordingAsIs&) = delete;
-  RecordingAsIs& operator=(const RecordingAsIs&) = delete;
-};
-}  // namespace
+void TraceSession::record_skipping(const Rewrite* row, const c10::OperatorHandle& op,
+                                   torch::jit::Stack* stack) {
+  skipping_.push_back(row);
+  try {
+    record(op, stack);
+  } catch (...) {
+    skipping_.pop_back();
+    throw;
+  }
+  skipping_.pop_back();
+}
+
+void TraceSession::note_pool_offsets(const at::Tensor& indices, const PoolWindow& w) {
+  pool_offsets_.emplace(value_of(indices), std::make_pair(record_window_offsets(indices, w), w));
+}
+
+const std::pair<at::Tensor, PoolWindow>* TraceSession::pool_offsets_of(
+    const at::Tensor& indices) const {
+  TracerTensorImpl* t = as_tracer(indices);
+  if (t == nullptr) return nullptr;
+  auto it = pool_offsets_.find(t->value());
+  return it == pool_offsets_.end() ? nullptr : &it->second;
+}
 
 void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
@@ -360,76 +343,16 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
     });
   }
 
-  if (any_tracer && !recording_cudnn_batch_norm_) {
-    // Note [cuDNN statistics, ember's normalization]: the op as it is, then ember's output.
-    if (std::optional<CudnnNormalization> n = cudnn_normalization(op, *stack)) {
-      const RecordingAsIs as_is(recording_cudnn_batch_norm_);
-      record(op, stack);
-      normalize_from_statistics(*n, stack);
-      return;
-    }
-  }
-  if (any_tracer && !recording_pool_) {
-    // Note [Max-pool indices saved as window offsets]: the pool as it is, then the offsets.
-    const c10::ArrayRef<c10::IValue> args(stack->data() + base, num_args);
-    if (std::optional<PoolWindow> w = offsets_window(op, args)) {
-      const RecordingAsIs as_is(recording_pool_);
-      record(op, stack);
-      const at::Tensor indices = stack->back().toTensor();
-      pool_offsets_.emplace(value_of(indices),
-                            std::make_pair(record_window_offsets(indices, *w), *w));
-      return;
-    }
-  }
-  if (any_tracer && schema.name() == "aten::max_pool2d_with_indices_backward" && num_args == 8 &&
-      (*stack)[base + 7].isTensor()) {
-    // The indices a pool above recorded offsets of: the backward from the offsets (Note [A max
-    // pool's backward from its offsets]), or ATen's with the indices rebuilt from them, here.
-    if (TracerTensorImpl* t = as_tracer((*stack)[base + 7].toTensor())) {
-      auto it = pool_offsets_.find(t->value());
-      if (it != pool_offsets_.end()) {
-        const auto& [offsets, window] = it->second;
-        std::optional<at::Tensor> dx;
-        if ((*stack)[base].isTensor() && (*stack)[base + 1].isTensor()) {
-          dx = record_pool_backward_from_offsets((*stack)[base].toTensor(),
-                                                 (*stack)[base + 1].toTensor(), offsets, window);
-        }
-        if (dx.has_value()) {
-          torch::jit::drop(*stack, num_args);
-          stack->emplace_back(std::move(*dx));
-          return;
-        }
-        (*stack)[base + 7] = record_indices_from_offsets(offsets, window);
-      }
-    }
-  }
-  if (any_tracer && record_foreach_as_per_tensor_ops(op, stack)) return;
-  if (any_tracer && record_batch_norm_update(op, stack)) return;
-  if (any_tracer && choose_sdp_backend(op, stack)) return;
-  if (any_tracer && record_backward_decomposition(op, stack)) return;
-  if (any_tracer && record_split_reduction(op, stack)) return;
-  if (any_tracer && record_batch_norm_inference(op, stack)) return;
   if (any_tracer) {
-    const c10::ArrayRef<c10::IValue> args(stack->data() + base, num_args);
-    std::optional<at::Tensor> r = index_put_as_where(op, args);
-    if (!r.has_value()) r = pad_unaligned_matmul(op, args);
-    if (!r.has_value()) r = convolution_bias_apart(op, args);
-    if (!r.has_value()) r = log_softmax_as_logsumexp(op, args);
-    if (!r.has_value()) {
-      bool from_contiguous = false;
-      r = channels_last_convolution(op, args, &from_contiguous);
-      channels_last_from_contiguous_ |= from_contiguous;
-    }
-    if (r.has_value()) {
-      torch::jit::drop(*stack, num_args);
-      stack->emplace_back(std::move(*r));
-      return;
-    }
-    if (auto loss = nll_loss_as_gather(op, args)) {
-      torch::jit::drop(*stack, num_args);
-      stack->emplace_back(std::move(loss->first));
-      stack->emplace_back(std::move(loss->second));
-      return;
+    // The rewrites (rewrites.h), in table order: the first that applies records the op.
+    RewriteCall call{*this, op, stack, base, num_args};
+    const std::string& disabled = options_.trace.disabled_rewrites;
+    for (const Rewrite& r : rewrite_table()) {
+      if (!r.matches(schema.name())) continue;
+      if (std::find(skipping_.begin(), skipping_.end(), &r) != skipping_.end()) continue;
+      if (!disabled.empty() && rewrite_disabled(disabled, r.name)) continue;
+      call.row = &r;
+      if (r.apply(call)) return;
     }
   }
 

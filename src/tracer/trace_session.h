@@ -28,6 +28,7 @@
 #include "graph/graph.h"
 #include "support/options.h"
 #include "tracer/pool_offsets.h"
+#include "tracer/rewrites.h"
 
 namespace ember::tracer {
 
@@ -79,6 +80,28 @@ class TraceSession {
 
   const CompileOptions& options() const { return options_; }
 
+  // For the rewrites (rewrites.h), which record ops their way through these.
+
+  /// Records the op as it is, with the rewrite `row` skipped for it (and for what it records).
+  void record_skipping(const Rewrite* row, const c10::OperatorHandle& op, torch::jit::Stack* stack);
+  /// Note [Max-pool indices saved as window offsets]: records the offsets of a pool's `indices`
+  /// (a tracer tensor) in window `w`, kept by the indices' value.
+  void note_pool_offsets(const at::Tensor& indices, const PoolWindow& w);
+  /// The offsets and window noted for `indices`, or nullptr.
+  const std::pair<at::Tensor, PoolWindow>* pool_offsets_of(const at::Tensor& indices) const;
+  /// A convolution was recorded channels-last on a contiguous input (see finish).
+  void note_channels_last_from_contiguous() { channels_last_from_contiguous_ = true; }
+  /// Records `native_batch_norm(training=True)` whose running statistics are the current values
+  /// of graph inputs as `_native_batch_norm_legit_functional`, and makes its new running
+  /// statistics the inputs' values (so `finish` records them as mutations). Returns false, having
+  /// done nothing, for any other call. See docs/design/tracer.md.
+  bool record_batch_norm_update(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+  /// aten::_fused_sdp_choice on tensors that report a CUDA device: asks the CUDA kernel, as eager
+  /// would (the meta kernel always answers "math", which would decompose attention into
+  /// matmuls and a softmax). Pushes the choice and returns true; false leaves the stack as it
+  /// was (not CUDA, or the kernel refused the tracer tensors).
+  bool choose_sdp_backend(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
   /// The session that is entered on this thread, or nullptr.
   static TraceSession* current();
   /// The session entered on some thread, when exactly one is, else nullptr: for a thread that
@@ -118,16 +141,6 @@ class TraceSession {
   /// The graph input whose functional wrapper holds `t` (a tracer tensor) as its current value,
   /// or nullptr.
   const at::Tensor* functional_input_holding(const at::Tensor& t) const;
-  /// Records `native_batch_norm(training=True)` whose running statistics are the current values
-  /// of graph inputs as `_native_batch_norm_legit_functional`, and makes its new running
-  /// statistics the inputs' values (so `finish` records them as mutations). Returns false, having
-  /// done nothing, for any other call. See docs/design/tracer.md.
-  bool record_batch_norm_update(const c10::OperatorHandle& op, torch::jit::Stack* stack);
-  /// aten::_fused_sdp_choice on tensors that report a CUDA device: asks the CUDA kernel, as eager
-  /// would (the meta kernel always answers "math", which would decompose attention into
-  /// matmuls and a softmax). Pushes the choice and returns true; false leaves the stack as it
-  /// was (not CUDA, or the kernel refused the tracer tensors).
-  bool choose_sdp_backend(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
   graph::Graph graph_;
   std::vector<at::Tensor> constants_;
@@ -151,11 +164,10 @@ class TraceSession {
   bool strict_constants_ = false;
   /// A convolution was recorded channels-last on a contiguous input (see finish).
   bool channels_last_from_contiguous_ = false;
-  // A cuDNN batch norm recorded as it is (Note [cuDNN statistics, ember's normalization]).
-  bool recording_cudnn_batch_norm_ = false;
-  // Note [Max-pool indices saved as window offsets]: a pool recorded as it is, and the offsets
-  // (with their window) recorded for each pool's indices, by the indices' value.
-  bool recording_pool_ = false;
+  /// Rewrites skipped for the op being recorded as it is (record_skipping).
+  std::vector<const Rewrite*> skipping_;
+  // Note [Max-pool indices saved as window offsets]: the offsets (with their window) recorded
+  // for each pool's indices, by the indices' value.
   std::unordered_map<graph::ValueId, std::pair<at::Tensor, PoolWindow>> pool_offsets_;
   std::exception_ptr pending_error_;
 };

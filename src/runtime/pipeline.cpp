@@ -1,0 +1,692 @@
+/// \file
+/// The pipeline (pipeline.h): compile_graph's steps, each a free function, and the hook that
+/// follows each one.
+#include "runtime/pipeline.h"
+
+#include <ATen/Context.h>
+#include <ATen/core/List.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iomanip>
+#include <iostream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "codegen/cpp/cpp_emitter.h"
+#include "graph/graph_hash.h"
+#include "graph/printer.h"
+#include "graph/verifier.h"
+#include "runtime/causal_attention.h"
+#include "runtime/constant_fold.h"
+#include "runtime/executor.h"
+#include "sched/memory_plan.h"
+#include "support/error.h"
+#include "support/hash.h"
+#include "tracer/convert.h"
+
+namespace ember::runtime {
+
+namespace {
+
+// The alias sets `a` names, its list elements' included (`Tensor(a)[]`).
+void add_alias_sets(const c10::AliasInfo* a, std::set<c10::Symbol>& out) {
+  if (a == nullptr) return;
+  out.insert(a->beforeSets().begin(), a->beforeSets().end());
+  for (const c10::AliasInfo& c : a->containedTypes()) add_alias_sets(&c, out);
+}
+
+bool writes(const c10::AliasInfo* a) {
+  if (a == nullptr) return false;
+  if (a->isWrite()) return true;
+  for (const c10::AliasInfo& c : a->containedTypes()) {
+    if (writes(&c)) return true;
+  }
+  return false;
+}
+
+// Ops that return a view of their input without saying so in their schema.
+bool unannotated_view(const c10::FunctionSchema& schema) {
+  return schema.name() == "aten::_unsafe_view";
+}
+
+// Whether the results of `schema` may share memory with its arguments.
+bool returns_aliases(const c10::FunctionSchema& schema) {
+  if (unannotated_view(schema)) return true;
+  for (const c10::Argument& r : schema.returns()) {
+    if (r.alias_info() != nullptr) return true;
+  }
+  return false;
+}
+
+bool all_on_cpu(const graph::Graph& g) {
+  for (const graph::Value& v : g.values) {
+    if (v.type.device.kind != graph::DeviceKind::CPU) return false;
+  }
+  return true;
+}
+
+/// The CUDA device index every value of `g` is on, or -1. 0-dim CPU tensors (scalars a graph
+/// holds as constants) do not count: the executor moves them to the device.
+int one_cuda_device(const graph::Graph& g) {
+  int index = -2;
+  for (const graph::Value& v : g.values) {
+    if (v.type.device.kind == graph::DeviceKind::CPU && v.type.dim() == 0) continue;
+    if (v.type.device.kind != graph::DeviceKind::CUDA) return -1;
+    int i = std::max<int>(v.type.device.index, 0);
+    if (index != -2 && index != i) return -1;
+    index = i;
+  }
+  return index < 0 ? -1 : index;
+}
+
+/// Whether node `n`, of an op tagged nondeterministic_seeded, draws random numbers: not when its
+/// dropout probability is a constant 0 (the attention kernels' `dropout_p`) or it is a dropout
+/// with `train` false.
+bool draws_random_numbers(const graph::Node& n, const c10::FunctionSchema& schema) {
+  const auto& params = schema.arguments();
+  for (size_t i = 0; i < params.size() && i < n.args.size(); ++i) {
+    const std::string& name = params[i].name();
+    if (name == "dropout_p" ||
+        (name == "p" && schema.name().find("dropout") != std::string::npos)) {
+      const double* p = std::get_if<double>(&n.args[i]);
+      const int64_t* ip = std::get_if<int64_t>(&n.args[i]);
+      if ((p != nullptr && *p == 0.0) || (ip != nullptr && *ip == 0)) return false;
+    }
+    if (name == "train") {
+      const bool* train = std::get_if<bool>(&n.args[i]);
+      if (train != nullptr && !*train) return false;
+    }
+  }
+  return true;
+}
+
+/// The first op of `g` that draws random numbers (rand, dropout, ...: tagged
+/// nondeterministic_seeded, draws_random_numbers), or "".
+std::string first_seeded_op(const graph::Graph& g) {
+  for (const graph::Node& n : g.nodes) {
+    const graph::OpInfo& info = g.op_of(n);
+    auto op = c10::Dispatcher::singleton().findSchema({info.name, info.overload});
+    if (op.has_value() && op->hasTag(at::Tag::nondeterministic_seeded) &&
+        draws_random_numbers(n, op->schema())) {
+      return info.qualified_name();
+    }
+  }
+  return "";
+}
+
+std::optional<View> view_of(const Program& p, const graph::Node& node,
+                            const c10::FunctionSchema& schema);
+
+Step extern_step(const Program& p, int32_t n) {
+  Step step;
+  step.node = n;
+  step.call = make_extern_call(p.traced.graph, n);
+  step.view = view_of(p, p.traced.graph.nodes[n], step.call->op->schema());
+  step.may_alias = returns_aliases(step.call->op->schema());
+  return step;
+}
+
+std::optional<View> view_of(const Program& p, const graph::Node& node,
+                            const c10::FunctionSchema& schema) {
+  // A view: every result aliases the first argument and nothing is written. Ops that set the
+  // conjugate or negative bit, or reinterpret the dtype, are not plain restrides.
+  const graph::Graph& g = p.traced.graph;
+  if (schema.arguments().empty() || schema.returns().empty() || node.outputs.empty() ||
+      node.args.empty()) {
+    return std::nullopt;
+  }
+  const std::string& name = schema.name();
+  if (name.find("conj") != std::string::npos || name.find("neg_view") != std::string::npos ||
+      name.find("view_as_") != std::string::npos) {
+    return std::nullopt;
+  }
+  // as_strided's storage offset is absolute: not a restride relative to its input's offset,
+  // which may differ from call to call.
+  if (name == "aten::as_strided") return std::nullopt;
+  if (!unannotated_view(schema)) {
+    const c10::AliasInfo* self = schema.arguments()[0].alias_info();
+    if (self == nullptr || writes(self)) return std::nullopt;
+    std::set<c10::Symbol> self_sets;
+    add_alias_sets(self, self_sets);
+    for (const c10::Argument& r : schema.returns()) {
+      std::set<c10::Symbol> sets;
+      add_alias_sets(r.alias_info(), sets);
+      if (sets.empty() || writes(r.alias_info())) return std::nullopt;
+      for (const c10::Symbol& s : sets) {
+        if (!self_sets.count(s)) return std::nullopt;
+      }
+    }
+  }
+  const auto* in = std::get_if<graph::ValueRef>(&node.args[0]);
+  if (in == nullptr) return std::nullopt;
+  for (size_t i = 0; i < node.result_slots.size(); ++i) {
+    if (node.result_slots[i] != static_cast<int32_t>(i)) return std::nullopt;
+  }
+  const graph::TensorType& it = g.type(in->id);
+  if (!it.is_static()) return std::nullopt;
+  View v;
+  v.root = in->id;
+  v.root_sizes = graph::constant_values(it.sizes);
+  v.root_strides = graph::constant_values(it.strides);
+  for (graph::ValueId o : node.outputs) {
+    const graph::TensorType& ot = g.type(o);
+    if (!ot.is_static() || ot.dtype != it.dtype || ot.device != it.device) return std::nullopt;
+    v.outputs.push_back(ViewOutput{o, graph::constant_values(ot.sizes),
+                                   graph::constant_values(ot.strides),
+                                   ot.storage_offset.constant() - it.storage_offset.constant()});
+  }
+  return v;
+}
+
+Step view_step(const Program& p, int32_t n, graph::ValueId root) {
+  const graph::Graph& g = p.traced.graph;
+  const graph::TensorType& rt = g.type(root);
+  View v;
+  v.root = root;
+  v.root_sizes = graph::constant_values(rt.sizes);
+  v.root_strides = graph::constant_values(rt.strides);
+  v.description =
+      "view " + g.op_of(g.nodes[n]).qualified_name() + " (of %" + std::to_string(root) + ")";
+  for (graph::ValueId o : g.nodes[n].outputs) {
+    const graph::TensorType& t = g.type(o);
+    v.outputs.push_back(ViewOutput{o, graph::constant_values(t.sizes),
+                                   graph::constant_values(t.strides),
+                                   t.storage_offset.constant() - rt.storage_offset.constant()});
+  }
+  Step step;
+  step.view = std::move(v);
+  step.may_alias = true;
+  return step;
+}
+
+codegen::TritonKernel triton_form(const sched::KernelGroup& group,
+                                  const std::vector<graph::ValueId>& private_outputs,
+                                  const CompileOptions::Triton& options) {
+  EMBER_UNSUPPORTED(!group.index_status)
+      << "kernel " << group.kernel.name
+      << " checks its index tensors before its loops (a scatter kernel: no Triton form yet)";
+  // Named by its content: the same kernel in another group, graph or process has the same
+  // source, so it is compiled and loaded once (TritonLaunchable::cuda_all, the disk cache).
+  loop::Kernel k = group.kernel;
+  k.name = "kernel";
+  // Buffers are the inputs, then the outputs in order.
+  std::vector<std::string> private_buffers;
+  for (size_t i = 0; i < group.outputs.size(); ++i) {
+    if (std::find(private_outputs.begin(), private_outputs.end(), group.outputs[i]) !=
+        private_outputs.end()) {
+      private_buffers.push_back(k.buffers[group.inputs.size() + i].name);
+    }
+  }
+  std::string why;
+  std::optional<codegen::TritonKernel> t = codegen::emit_triton(k, &why, private_buffers, options);
+  EMBER_UNSUPPORTED(t.has_value())
+      << "kernel " << group.kernel.name << " has no Triton form: " << why;
+  char name[24];
+  std::snprintf(name, sizeof name, "k%016llx",
+                static_cast<unsigned long long>(Hasher().str(t->source).digest()));
+  k.name = name;
+  t = codegen::emit_triton(k, &why, private_buffers, options);
+  EMBER_INTERNAL_ASSERT(t.has_value()) << "a renamed kernel lost its Triton form: " << why;
+  return *t;
+}
+
+// The value of a 0-dim floating constant graph input (an attention's scale).
+std::function<std::optional<double>(graph::ValueId)> attention_constant(const Program& p) {
+  return [&p](graph::ValueId v) -> std::optional<double> {
+    for (const auto& [value, index] : p.constant_slots) {
+      const at::Tensor& c = p.traced.constants[index];
+      if (value == v && c.defined() && c.numel() == 1 && c.is_floating_point()) {
+        return c.item<double>();
+      }
+    }
+    return std::nullopt;
+  };
+}
+
+// Replaces the plan's eager attention patterns (runtime/attention_fusion.h) in p.steps, which
+// must be the plan's steps in order.
+void fuse_attention(Program& p, const sched::Plan& plan) {
+  std::vector<FusedAttention> found =
+      find_fused_attention(p.traced.graph, plan, attention_constant(p));
+  if (found.empty()) return;
+  std::vector<bool> drop(p.steps.size(), false);
+  for (FusedAttention& f : found) {
+    drop[f.first_product_step] = drop[f.softmax_step] = true;
+    if (f.view_step >= 0) drop[f.view_step] = true;
+    p.steps[f.second_product_step].attention = std::move(f);
+  }
+  std::vector<Step> kept;
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    if (!drop[s]) kept.push_back(std::move(p.steps[s]));
+  }
+  p.steps = std::move(kept);
+  p.num_fused_attention = static_cast<int>(found.size());
+}
+
+/// The hook after each step: its time, and when it changed the graph, the verifier and (with
+/// CompileOptions::Debug::dump_pipeline) the graph on stderr.
+class StepHook {
+ public:
+  explicit StepHook(Program& p) : p_(p), hash_(graph::hash_graph(p.traced.graph)) {}
+
+  template <typename Step>
+  void operator()(const char* name, Step&& step) {
+    const auto start = std::chrono::steady_clock::now();
+    step();
+    const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
+    p_.step_seconds.emplace_back(name, took.count());
+    const uint64_t hash = graph::hash_graph(p_.traced.graph);
+    if (hash == hash_) return;
+    hash_ = hash;
+    const std::vector<std::string> broken = graph::verify_graph(p_.traced.graph);
+    EMBER_INTERNAL_ASSERT(broken.empty())
+        << "pipeline step " << name << " left an invalid graph: " << broken.front();
+    if (p_.options.debug.dump_pipeline) {
+      std::cerr << "ember: pipeline step " << name << " changed the graph:\n"
+                << graph::print_graph(p_.traced.graph);
+    }
+  }
+
+ private:
+  Program& p_;
+  uint64_t hash_;
+};
+
+}  // namespace
+
+std::vector<at::ScalarType> buffer_types(const Program& p, const sched::KernelGroup& group) {
+  std::vector<at::ScalarType> types;
+  for (graph::ValueId v : group.inputs) {
+    types.push_back(tracer::to_c10(p.traced.graph.type(v).dtype));
+  }
+  for (graph::ValueId v : group.outputs) {
+    types.push_back(tracer::to_c10(p.traced.graph.type(v).dtype));
+  }
+  return types;
+}
+
+Program compile_graph(tracer::TracedGraph traced, const ExecutorOptions& options) {
+  Program p;
+  p.traced = std::move(traced);
+  p.options = options.compile;
+  StepHook step(p);
+  if (p.options.runtime.fold_constants) {
+    step("causal_attention", [&] { p.num_causal_attention = causal_attention(p.traced); });
+    step("fold_constants", [&] { p.num_folded_nodes = fold_constants(p.traced); });
+  }
+  step("bind_inputs", [&] { bind_inputs(p); });
+  Target target;
+  step("choose_target", [&] { target = choose_target(p); });
+  sched::ScheduleOptions schedule_options;
+  sched::Plan plan;
+  step("schedule", [&] { plan = schedule(p, target, &schedule_options); });
+  step("generate_kernels", [&] { generate_kernels(p, target, plan, schedule_options); });
+  Lifetimes life;
+  step("plan_lifetimes", [&] { life = plan_lifetimes(p, options.release_inputs); });
+  step("plan_memory", [&] {
+    if (p.options.runtime.parameter_cache) mark_parameter_kernels(p);
+    plan_reuse(p, life);
+    plan_mutation_writes(p, life);
+    if (!p.triton) plan_memory(p, life);  // the arena is host memory: not for Triton kernels yet
+  });
+  step("decide_cuda_graphs", [&] { decide_cuda_graphs(p, target); });
+  return p;
+}
+
+void bind_inputs(Program& p) {
+  const graph::Graph& g = p.traced.graph;
+  int constant_index = 0;
+  for (const graph::Input& in : g.inputs) {
+    if (in.kind == graph::InputKind::Constant) {
+      p.constant_slots.emplace_back(in.value, constant_index++);
+    } else {
+      p.input_slots.push_back(in.value);
+    }
+  }
+  EMBER_INTERNAL_ASSERT(constant_index == static_cast<int>(p.traced.constants.size()))
+      << "graph has " << constant_index << " constant inputs but " << p.traced.constants.size()
+      << " constants";
+  for (const graph::Mutation& m : g.mutations) {
+    for (size_t i = 0; i < p.input_slots.size(); ++i) {
+      if (p.input_slots[i] == m.input) p.mutated_input_positions.push_back(i);
+    }
+  }
+}
+
+Target choose_target(Program& p) {
+  // Kernels: C++ on the CPU; Triton on one CUDA device (or, for tests, in Triton's interpreter).
+  const graph::Graph& g = p.traced.graph;
+  Target t;
+  t.cpu = all_on_cpu(g);
+  t.cuda_device = t.cpu ? -1 : one_cuda_device(g);
+  t.triton = (t.cpu && p.options.triton.interpret) ||
+             (t.cuda_device >= 0 && p.options.triton.enabled && triton_hooks().compile != nullptr);
+  if (t.cuda_device >= 0) t.device = c10::Device(c10::DeviceType::CUDA, t.cuda_device);
+  if (t.triton && t.cuda_device >= 0) {
+    // Kernels read constants from device memory: scalars the graph holds on the CPU move once.
+    for (at::Tensor& c : p.traced.constants) {
+      if (c.defined() && c.device().is_cpu()) c = c.to(t.device);
+    }
+  }
+  return t;
+}
+
+sched::Plan schedule(const Program& p, const Target& t, sched::ScheduleOptions* options) {
+  sched::ScheduleOptions& sopts = *options;
+  const CompileOptions& o = p.options;
+  const graph::Graph& g = p.traced.graph;
+  sopts.fuse = o.sched.codegen && (t.cpu || t.triton);
+  sopts.reductions = o.sched.reductions;
+  sopts.reduction_fusion = o.sched.reduction_fusion;
+  sopts.stored_prologues = o.sched.stored_prologues;
+  sopts.index_asserts = t.triton;  // a device-side assert per index read, as eager's CUDA kernels
+  sopts.chunk_single_rows = !t.triton;
+  sopts.combo_kernels = o.sched.combo_kernels;
+  sched::Plan plan = sched::schedule_graph(g, sopts);
+  const int fa = o.runtime.fuse_attention;
+  const bool attention = sopts.fuse && (fa == 1 || (fa == -1 && t.triton && t.cuda_device >= 0));
+  if (attention) {
+    // Masks computed inside a softmax's kernel must exist in memory for the fused call.
+    std::vector<graph::ValueId> masks, siblings;
+    find_fused_attention(g, plan, attention_constant(p), &masks, &siblings);
+    if (!masks.empty() || !siblings.empty()) {
+      sopts.realize.assign(g.values.size(), false);
+      sopts.no_epilogue.assign(g.values.size(), false);
+      for (graph::ValueId m : masks) sopts.realize[m] = true;
+      for (graph::ValueId v : siblings) sopts.no_epilogue[v] = true;
+      plan = sched::schedule_graph(g, sopts);
+      // A mask realized can reveal a sibling (or the reverse): once more.
+      masks.clear();
+      siblings.clear();
+      find_fused_attention(g, plan, attention_constant(p), &masks, &siblings);
+      for (graph::ValueId m : masks) sopts.realize[m] = true;
+      for (graph::ValueId v : siblings) sopts.no_epilogue[v] = true;
+      if (!masks.empty() || !siblings.empty()) plan = sched::schedule_graph(g, sopts);
+    }
+  }
+  return plan;
+}
+
+void generate_kernels(Program& p, const Target& target, sched::Plan& plan,
+                      sched::ScheduleOptions& options) {
+  const CompileOptions& o = p.options;
+  const graph::Graph& g = p.traced.graph;
+  const int fa = o.runtime.fuse_attention;
+  const bool attention =
+      options.fuse && (fa == 1 || (fa == -1 && target.triton && target.cuda_device >= 0));
+  // A kernel with no Triton form leaves its nodes to ATen: the graph is scheduled again without
+  // them, a few times at most, before the whole graph runs unfused.
+  constexpr int kMaxRefusalRounds = 8;
+  std::vector<std::shared_ptr<TritonLaunchable>> kept_loaded;
+  for (int round = 0; !plan.groups.empty(); ++round) {
+    try {
+      // The kernels of a graph compile as a few translation units, one per hardware thread at
+      // most, in parallel: one unit per kernel would pay the compiler's start-up per kernel.
+      std::vector<int> live;
+      for (size_t gi = 0; gi < plan.groups.size(); ++gi) {
+        if (!plan.groups[gi].outputs.empty()) live.push_back(static_cast<int>(gi));
+      }
+      size_t units =
+          std::min<size_t>(live.size(), std::max(1u, std::thread::hardware_concurrency()));
+      std::vector<std::vector<loop::Kernel>> unit_kernels(units);
+      std::vector<size_t> unit_of(plan.groups.size(), 0);
+      for (size_t j = 0; j < live.size(); ++j) {
+        // Contiguous chunks keep the assignment stable for a given graph (deterministic sources).
+        size_t u = j * units / live.size();
+        unit_kernels[u].push_back(plan.groups[live[j]].kernel);
+        unit_of[live[j]] = u;
+      }
+      std::vector<std::shared_ptr<TritonLaunchable>> triton_of_group(plan.groups.size());
+      if (target.triton) {
+        // A refused group's nodes become extern for the next round (the last round gives up).
+        bool refused = false;
+        auto refuse = [&](const sched::KernelGroup& group, const std::string& why) {
+          EMBER_UNSUPPORTED(round < kMaxRefusalRounds) << why;
+          refused = true;
+          if (group.kernel.combo && options.combo_kernels) {
+            // Its parts get kernels of their own next round, where the one refused is found.
+            options.combo_kernels = false;
+            return;
+          }
+          p.refused_kernels.push_back(why);
+          if (options.extern_nodes.empty()) options.extern_nodes.assign(g.nodes.size(), false);
+          for (int32_t n : group.nodes) options.extern_nodes[n] = true;
+        };
+        std::vector<codegen::TritonKernel> forms(plan.groups.size());
+        const std::vector<std::vector<graph::ValueId>> private_outputs =
+            sched::private_outputs(g, plan);
+        for (int gi : live) {
+          try {
+            forms[gi] = triton_form(plan.groups[gi], private_outputs[gi], o.triton);
+          } catch (const Unsupported& e) {
+            refuse(plan.groups[gi], e.what());
+          }
+        }
+        if (refused) {
+          plan = sched::schedule_graph(g, options);
+          continue;
+        }
+        if (target.cuda_device < 0) {
+          for (int gi : live) triton_of_group[gi] = TritonLaunchable::interpreted(forms[gi]);
+        } else {  // one batch: compiled in parallel, identical kernels once
+          std::vector<codegen::TritonKernel> ks;
+          std::vector<std::vector<at::ScalarType>> types;
+          for (int gi : live) {
+            ks.push_back(forms[gi]);
+            types.push_back(buffer_types(p, plan.groups[gi]));
+          }
+          std::vector<std::string> errors;
+          std::vector<std::unique_ptr<TritonLaunchable>> ls =
+              TritonLaunchable::cuda_all(ks, types, target.cuda_device, &errors, o.triton.autotune);
+          for (size_t j = 0; j < live.size(); ++j) {
+            if (ls[j] != nullptr) {
+              triton_of_group[live[j]] = std::move(ls[j]);
+              continue;
+            }
+            const sched::KernelGroup& group = plan.groups[live[j]];
+            refuse(group,
+                   "Triton's compiler refused kernel " + group.kernel.name + ": " + errors[j]);
+          }
+          if (refused) {
+            // Kept loaded while the graph is scheduled again: the same kernels come back.
+            for (auto& l : triton_of_group) {
+              if (l) kept_loaded.push_back(std::move(l));
+            }
+            plan = sched::schedule_graph(g, options);
+            continue;
+          }
+        }
+      } else {
+        std::vector<std::string> sources;
+        for (const auto& ks : unit_kernels) sources.push_back(codegen::emit_cpp_unit(ks));
+        HostCompileOptions compile_options = HostCompileOptions::from(o.codegen);
+        compile_options.prelude = codegen::cpp_prelude();
+        compile_options.key_parts.push_back("torch " EMBER_TORCH_VERSION_STRING);
+        p.libraries = compile_and_load_all(sources, compile_options);
+        p.kernel_sources = sources;
+      }
+      std::vector<int> kernel_of_group(plan.groups.size(), -1);
+      for (int gi : live) {
+        const sched::KernelGroup& group = plan.groups[gi];
+        Kernel k;
+        if (target.triton) {
+          k.triton = triton_of_group[gi];
+          p.kernel_sources.push_back(k.triton->kernel().source);
+        } else {
+          k.fn = reinterpret_cast<Kernel::Fn>(
+              p.libraries[unit_of[gi]]->symbol(codegen::cpp_kernel_symbol(group.kernel.name)));
+        }
+        k.inputs = group.inputs;
+        k.outputs = group.outputs;
+        k.index_status = group.index_status;
+        k.reuse = group.reuse;
+        for (graph::ValueId v : group.inputs) {
+          const graph::TensorType& t = g.type(v);
+          k.input_layouts.push_back(Kernel::Output{
+              graph::constant_values(t.sizes), graph::constant_values(t.strides),
+              at::TensorOptions().dtype(tracer::to_c10(t.dtype)).device(target.device)});
+        }
+        for (size_t i = 0; i < group.outputs.size(); ++i) {
+          const graph::TensorType& t = g.type(group.outputs[i]);
+          Kernel::Output out;
+          out.sizes = graph::constant_values(t.sizes);
+          out.strides = graph::constant_values(t.strides);
+          out.options = at::TensorOptions().dtype(tracer::to_c10(t.dtype)).device(target.device);
+          if (target.triton) {
+            const std::vector<std::string>& unused = k.triton->kernel().unused_buffers;
+            const std::string& name = group.kernel.buffers[group.inputs.size() + i].name;
+            out.unused = std::find(unused.begin(), unused.end(), name) != unused.end();
+            p.num_unwritten_outputs += out.unused ? 1 : 0;
+          }
+          k.allocations.push_back(std::move(out));
+        }
+        k.description = "kernel " + (target.triton ? k.triton->kernel().name : group.kernel.name);
+        if (group.kernel.combo) {
+          k.description += " (combo of " + std::to_string(group.kernel.parts().size()) + ")";
+        }
+        {
+          // Its buffers' bytes, each read or written once: a lower bound on its memory traffic
+          // (scripts/profile_model.py sets it beside the kernel's time).
+          int64_t bytes = 0;
+          for (const std::vector<graph::ValueId>* vs : {&group.inputs, &group.outputs}) {
+            for (graph::ValueId v : *vs) bytes += graph::nbytes(g.type(v));
+          }
+          std::ostringstream mib;
+          mib << std::fixed << std::setprecision(1) << static_cast<double>(bytes) / (1 << 20);
+          k.description += " [" + mib.str() + " MiB]";
+        }
+        k.description += ":";
+        for (size_t j = 0; j < group.nodes.size(); ++j) {
+          k.description += (j ? ", " : " ") + g.op_of(g.nodes[group.nodes[j]]).qualified_name();
+        }
+        kernel_of_group[gi] = static_cast<int>(p.kernels.size());
+        p.kernels.push_back(std::move(k));
+      }
+      p.num_fused_nodes = plan.num_fused_nodes;
+      for (const sched::PlanStep& ps : plan.steps) {
+        if (ps.kind == sched::PlanStep::Kind::Extern) {
+          p.steps.push_back(extern_step(p, ps.index));
+        } else if (ps.kind == sched::PlanStep::Kind::View) {
+          p.steps.push_back(view_step(p, ps.index, ps.root));
+        } else {
+          Step step;
+          step.kernel = kernel_of_group[ps.index];
+          p.steps.push_back(std::move(step));
+        }
+      }
+      if (attention) fuse_attention(p, plan);
+      ExecutorOptions unfused_options{.compile = o};
+      unfused_options.compile.sched.codegen = false;
+      unfused_options.compile.runtime.fold_constants = false;
+      p.unfused = std::make_unique<Executor>(p.traced, std::move(unfused_options));
+      p.triton = target.triton;
+      if (target.triton && o.runtime.matmul_templates) {
+        std::vector<int> group_of_kernel(p.kernels.size(), -1);
+        for (size_t gi = 0; gi < kernel_of_group.size(); ++gi) {
+          if (kernel_of_group[gi] >= 0) group_of_kernel[kernel_of_group[gi]] = static_cast<int>(gi);
+        }
+        attach_matmul_templates(p, target.cuda_device, plan, group_of_kernel);
+      }
+      break;
+    } catch (const Unsupported& e) {
+      p.codegen_error = e.what();
+      p.steps.clear();
+      p.kernels.clear();
+      p.kernel_sources.clear();
+      p.num_fused_nodes = 0;
+      p.num_unwritten_outputs = 0;
+      p.num_fused_attention = 0;
+      sched::ScheduleOptions unfused;
+      unfused.fuse = false;
+      plan = sched::schedule_graph(g, unfused);
+      break;
+    }
+  }
+  if (p.steps.empty()) {  // no kernels: extern and view steps only
+    for (const sched::PlanStep& ps : plan.steps) {
+      EMBER_INTERNAL_ASSERT(ps.kind != sched::PlanStep::Kind::Kernel) << "a kernel step left";
+      p.steps.push_back(ps.kind == sched::PlanStep::Kind::View ? view_step(p, ps.index, ps.root)
+                                                               : extern_step(p, ps.index));
+    }
+  }
+}
+
+Lifetimes plan_lifetimes(Program& p, bool release_inputs) {
+  const graph::Graph& g = p.traced.graph;
+  // Last use of each value, so intermediates are freed as soon as possible.
+  std::vector<int> last_use(g.values.size(), -1);
+  std::vector<int> defined_at(g.values.size(), -1);
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    const Step& step = p.steps[s];
+    std::vector<graph::ValueId> reads = step_reads(p, step);
+    std::vector<graph::ValueId> writes;
+    if (step.kernel >= 0) {
+      writes = p.kernels[step.kernel].outputs;
+      if (step.fused) {  // it may compute the product: its operands live until here
+        const MatmulOperands& o = step.matmul_operands;
+        reads.insert(reads.end(), {o.a, o.b});
+        if (o.bias >= 0) reads.push_back(o.bias);
+      }
+    } else if (!step.call) {
+      for (const ViewOutput& o : step.view->outputs) writes.push_back(o.value);
+    } else if (step.attention) {
+      writes = {step.attention->out};
+    } else {
+      writes = step.call->outputs;
+    }
+    for (graph::ValueId v : reads) last_use[v] = static_cast<int>(s);
+    for (graph::ValueId v : writes) defined_at[v] = static_cast<int>(s);
+  }
+  const int keep = static_cast<int>(p.steps.size());
+  for (graph::ValueId v : g.outputs) last_use[v] = keep;
+  for (const graph::Mutation& m : g.mutations) last_use[m.value] = keep;
+  p.release_inputs = release_inputs && g.mutations.empty();
+  if (!p.release_inputs) {
+    for (const graph::Input& in : g.inputs) last_use[in.value] = keep;
+  } else {
+    // Constants stay (the executor owns them); non-constant inputs go at their last use.
+    for (const graph::Input& in : g.inputs) {
+      if (in.kind == graph::InputKind::Constant) last_use[in.value] = keep;
+    }
+  }
+  for (size_t v = 0; v < last_use.size(); ++v) {
+    if (last_use[v] < 0) last_use[v] = defined_at[v];  // never read: free where defined
+    int at = last_use[v];
+    if (at >= 0 && at < keep) p.steps[at].release.push_back(static_cast<graph::ValueId>(v));
+  }
+  return Lifetimes{std::move(last_use), std::move(defined_at)};
+}
+
+void decide_cuda_graphs(Program& p, const Target& t) {
+  const graph::Graph& g = p.traced.graph;
+  if (p.options.runtime.cuda_graphs) {
+    if (t.cpu) {
+      // CPU graphs have no CUDA graph to replay (torch.compile ignores the mode there too).
+    } else if (t.cuda_device < 0) {
+      p.cuda_graph_note = "the graph uses more than one device";
+    } else if (!g.mutations.empty()) {
+      p.cuda_graph_note = "the graph mutates its inputs";
+    } else if (p.options.debug.verify_kernels) {
+      p.cuda_graph_note = "verify_kernels is on";
+    } else if (std::string seeded = first_seeded_op(g); !seeded.empty()) {
+      // A replay from C++ does not advance the generator's offset as CUDAGraph.replay() does:
+      // every replay would draw the same numbers.
+      p.cuda_graph_note = "the graph draws random numbers (" + seeded + ")";
+    } else {
+      std::vector<bool> parameters;
+      for (graph::ValueId v : p.input_slots) {
+        bool param = false;
+        for (const graph::Input& in : g.inputs)
+          param |= in.value == v && in.kind == graph::InputKind::Parameter;
+        parameters.push_back(param);
+      }
+      p.cuda_graph = std::make_unique<CudaGraphRunner>(t.cuda_device, std::move(parameters));
+      p.cuda_graph_note.clear();
+    }
+  }
+}
+
+}  // namespace ember::runtime

@@ -1,0 +1,114 @@
+/// \file
+/// The pipeline: how a traced graph becomes a Program (runtime/program.h), as one ordered list of
+/// named steps. compile_graph runs them in this order:
+///
+///   1. causal_attention      graph pass: a constant causal mask becomes is_causal
+///                            (runtime/causal_attention.h)
+///   2. fold_constants        graph pass: nodes that depend on no input run once, now
+///                            (runtime/constant_fold.h)
+///   3. bind_inputs           where each graph input and constant lives in the program
+///   4. choose_target         C++ kernels on the CPU, Triton on one CUDA device, or none
+///   5. schedule              fused kernel groups and the order of steps (sched/fusion.h), with
+///                            the values eager attention fusion needs in memory
+///   6. generate_kernels      emit, compile and load the kernels (C++ or Triton, in rounds
+///                            around the kernels Triton refuses) and build the steps: extern
+///                            calls, views, kernels, fused attention, matmul templates
+///   7. plan_lifetimes        each value's last use: where the program releases it
+///   8. mark_parameter_kernels, plan_reuse, plan_mutation_writes, plan_memory
+///                            what the kernels' outputs are written into (executor_memory.cpp)
+///   9. decide_cuda_graphs    whether calls replay a CUDA graph (mode="reduce-overhead")
+///
+/// Steps 1 and 2 run only with CompileOptions::Runtime::fold_constants. After each step one hook
+/// records its time (Program::step_seconds) and, when the step changed the graph, runs the
+/// verifier (an InternalError names the step) and with CompileOptions::Debug::dump_pipeline
+/// prints the graph to stderr. Each step is a free function with its contract below; the
+/// Executor (runtime/executor.h) only executes the program.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <vector>
+
+#include "runtime/program.h"
+#include "sched/fusion.h"
+
+namespace ember::runtime {
+
+/// Compiles `traced` with `options`: the steps above, in order. Throws Unsupported if an
+/// operator is not registered in this process; a kernel that cannot be generated or compiled
+/// leaves its nodes (or, past a few rounds, the whole graph) to ATen calls, with the reason in
+/// Program::refused_kernels or Program::codegen_error.
+Program compile_graph(tracer::TracedGraph traced, const ExecutorOptions& options);
+
+/// Where a graph's kernels run.
+struct Target {
+  bool cpu = false;      ///< every value is on the CPU
+  int cuda_device = -1;  ///< the one CUDA device every value is on (0-dim CPU scalars aside)
+  bool triton = false;   ///< kernels are Triton kernels (a CUDA device, or the interpreter)
+  c10::Device device = c10::Device(c10::DeviceType::CPU);  ///< where kernels' buffers live
+};
+
+/// Step 3. Fills p.input_slots, p.constant_slots and p.mutated_input_positions from the graph's
+/// inputs and mutations. Requires: p.traced has one constant tensor per constant input.
+void bind_inputs(Program& p);
+
+/// Step 4. The target of p's kernels; for Triton on a CUDA device, moves the CPU scalars the
+/// graph holds as constants to the device (kernels read constants from device memory).
+Target choose_target(Program& p);
+
+/// Step 5. The schedule options the target and p.options give, and the plan. With attention
+/// fusion (CompileOptions::Runtime::fuse_attention), masks a softmax's kernel computes are
+/// realized and their siblings kept out of epilogues, so the fused call can read them.
+sched::Plan schedule(const Program& p, const Target& t, sched::ScheduleOptions* options);
+
+/// Step 6. Emits, compiles and loads the kernels of `plan` and fills p.steps, p.kernels,
+/// p.libraries, p.kernel_sources and the counters; builds p.unfused (the same graph without
+/// kernels). A kernel Triton refuses leaves its nodes to ATen and the graph is scheduled again
+/// (`plan`, `options` updated), a few rounds at most; a kernel that fails to compile, or the last
+/// round, makes the whole graph unfused (p.codegen_error says why). Guarantees: p.steps holds
+/// every node of the graph exactly once, as a kernel's, a view's or an extern call's.
+void generate_kernels(Program& p, const Target& t, sched::Plan& plan,
+                      sched::ScheduleOptions& options);
+
+/// mode="max-autotune", within step 6: gives the extern matrix products of a graph on CUDA
+/// device `device` their templates (one compile batch); `device` -1: a CPU graph whose Triton
+/// kernels run in Triton's interpreter (tests), the templates too. A pointwise kernel that is the
+/// only reader of a product becomes the template's epilogue (`group_of_kernel`: each kernel's
+/// group in `plan`). (executor_matmul.cpp)
+void attach_matmul_templates(Program& p, int device, const sched::Plan& plan,
+                             const std::vector<int>& group_of_kernel);
+
+/// The element types of a group's buffers: its inputs, then its outputs (a Triton kernel's
+/// signature).
+std::vector<at::ScalarType> buffer_types(const Program& p, const sched::KernelGroup& group);
+
+/// For each value, the step that defines it and the step of its last use (p.steps.size(): kept
+/// to the end of the call; -1: none).
+struct Lifetimes {
+  std::vector<int> last_use, defined_at;
+};
+
+/// Step 7. Each value's lifetime, and the release list of each step: an intermediate goes after
+/// its last reader (or where it is defined, if nothing reads it); outputs, mutation values and
+/// constants stay; inputs stay unless `release_inputs` (and the graph mutates no input).
+Lifetimes plan_lifetimes(Program& p, bool release_inputs);
+
+/// Step 8, executor_memory.cpp. Gives Kernel::parameter_cache to kernels that read parameters
+/// only (not ones the graph mutates) and write nothing the caller sees.
+void mark_parameter_kernels(Program& p);
+/// Lets kernel outputs take over dead inputs' memory (Kernel::Output::reuse_input): an input
+/// that an extern step returned as fresh memory, that nothing reads after the kernel, and that
+/// nothing aliases.
+void plan_reuse(Program& p, const Lifetimes& life);
+/// Note [Mutations written in place] (executor_memory.cpp).
+void plan_mutation_writes(Program& p, const Lifetimes& life);
+/// Places kernel outputs that only live inside a call in one arena (sched/memory_plan.h). C++
+/// kernels only (the arena is host memory).
+void plan_memory(Program& p, const Lifetimes& life);
+
+/// Step 9. With CompileOptions::Runtime::cuda_graphs, a CudaGraphRunner for a graph on one CUDA
+/// device that mutates no input, draws no random numbers and is not verified; else
+/// p.cuda_graph_note says why not.
+void decide_cuda_graphs(Program& p, const Target& t);
+
+}  // namespace ember::runtime
