@@ -2,7 +2,8 @@
 program traced with the rewrite turned off (CompileOptions::Trace::disabled_rewrites) and on,
 against golden files (tests/python/rewrite/golden/<name>.{before,after}.txt; EMBER_ACCEPT_GOLDEN=1
 rewrites them). Programs that need CUDA's choices are traced for cuda:0 with no GPU (nothing
-runs). Every row of the table has a case here."""
+runs); the golden text is a CPU-only torch's (on a GPU machine only the difference is checked).
+Every row of the table has a case here."""
 
 from __future__ import annotations
 
@@ -114,5 +115,7 @@ def test_before_and_after(name):
     after = text_of(run, None)
     assert before != after, f"{name} changed nothing:\n{after}"
     assert not after.startswith("error"), after
+    if torch.cuda.is_available():
+        return  # the golden text is a CPU-only torch's (a real CUDA build chooses cuDNN's ops)
     check_golden(GOLDEN / f"{name}.before.txt", before)
     check_golden(GOLDEN / f"{name}.after.txt", after)
