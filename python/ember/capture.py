@@ -5,7 +5,7 @@
     def f(x): ...
 
 A PEP 523 frame hook (ember._C, src/capture/hook) sees the frames of the compiled function and of
-the user functions it calls. Each frame is interpreted symbolically (src/capture/interpreter.cpp):
+the user functions it calls. Each frame is interpreted symbolically (src/capture/interp/interpreter.cpp):
 tensor operations run on tracer tensors and become an ATen-level graph, user functions and module
 forwards are inlined, and what the frame read is guarded. The graph is compiled by ember's
 compiler (or by another backend, given a torch.fx.GraphModule of it), and later calls whose guards

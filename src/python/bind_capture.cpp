@@ -6,7 +6,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
-#include "capture/capture_compiler.h"
+#include "capture/compile/capture_compiler.h"
 #include "capture/hook/frame_hook.h"
 #include "capture/hook/logs.h"
 #include "python/bindings.h"
@@ -87,7 +87,8 @@ void bind_capture(nb::module_& m) {
           nb::arg("backend").none() = nb::none(), nb::arg("cuda_graphs") = false,
           nb::arg("matmul_templates") = false, nb::arg("options").none() = nb::none(),
           "backend: None (ember's compiler) or a callable(gm, example_inputs) -> callable, "
-          "torch.compile's backend convention (src/capture/graph_runner.h). cuda_graphs: graphs "
+          "torch.compile's backend convention (src/capture/compile/graph_runner.h). cuda_graphs: "
+          "graphs "
           "on one CUDA device are replayed as CUDA graphs (mode='reduce-overhead'). "
           "matmul_templates: matrix products also get Triton templates timed against cuBLAS "
           "(mode='max-autotune').")

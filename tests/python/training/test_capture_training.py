@@ -1,5 +1,5 @@
 """Training through ember.compile (the capture path): a frame whose inputs require grad under
-grad mode is captured as a joint forward-and-backward graph (src/capture/capture_compiler.cpp,
+grad mode is captured as a joint forward-and-backward graph (src/capture/compile/capture_compiler.cpp,
 finish_training), split and compiled; its outputs' grad_fn runs the compiled backward. Gradients
 against eager's, over several steps."""
 

@@ -1,8 +1,8 @@
 /// \file
 /// Where the interpreter may take a graph break (top frame and nested), and the frames' state
 /// it records when it stops there (graph_break.h turns that state into code).
-#include "capture/interpreter.h"
-#include "capture/interpreter_internal.h"
+#include "capture/interp/interpreter.h"
+#include "capture/interp/interpreter_internal.h"
 
 namespace nb = nanobind;
 

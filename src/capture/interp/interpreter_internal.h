@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "capture/bytecode/instruction.h"
-#include "capture/guards.h"
-#include "capture/interpreter.h"
+#include "capture/guards/guards.h"
+#include "capture/interp/interpreter.h"
 #include "support/error.h"
 
 namespace ember::capture {

@@ -2,7 +2,7 @@
 /// The interpreter's handlers for building and taking apart Python values: slices, tuples,
 /// lists, sets, dicts, strings, unpacking and formatting (the rest of the loop is in
 /// interpreter.cpp).
-#include "capture/interpreter_internal.h"
+#include "capture/interp/interpreter_internal.h"
 
 namespace nb = nanobind;
 

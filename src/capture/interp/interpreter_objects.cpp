@@ -9,8 +9,8 @@
 /// frame made be rebuilt from a template when the graph returns it (rebuildable_object_type).
 #include <string_view>
 
-#include "capture/interpreter_internal.h"
-#include "capture/plain_data.h"
+#include "capture/guards/plain_data.h"
+#include "capture/interp/interpreter_internal.h"
 
 namespace nb = nanobind;
 

@@ -1,11 +1,11 @@
-#include "capture/graph_runner.h"
+#include "capture/compile/graph_runner.h"
 
 #include <nanobind/stl/string.h>
 #include <torch/csrc/autograd/python_variable.h>
 
 #include <string>
 
-#include "capture/fx_export.h"
+#include "capture/compile/fx_export.h"
 #include "capture/hook/frame_hook.h"
 #include "support/error.h"
 

@@ -1,6 +1,6 @@
-#include "capture/guards.h"
+#include "capture/guards/guards.h"
 
-#include "capture/plain_data.h"
+#include "capture/guards/plain_data.h"
 
 #include <nanobind/stl/string.h>
 

@@ -1,7 +1,7 @@
 /// \file
 /// The interpreter's bookkeeping of values: sources, guards, graph inputs and freshness.
 #include "capture/hook/logs.h"
-#include "capture/interpreter_internal.h"
+#include "capture/interp/interpreter_internal.h"
 #include "tracer/tracer_tensor.h"
 
 #include <ATen/FunctionalTensorWrapper.h>

@@ -1,4 +1,4 @@
-#include "capture/graph_break.h"
+#include "capture/breaks/graph_break.h"
 
 #include <nanobind/stl/string.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -7,7 +7,7 @@
 #include <unordered_set>
 
 #include "capture/bytecode/assembler.h"
-#include "capture/interpreter_internal.h"
+#include "capture/interp/interpreter_internal.h"
 #include "support/error.h"
 
 namespace nb = nanobind;

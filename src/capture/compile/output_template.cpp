@@ -1,4 +1,4 @@
-#include "capture/output_template.h"
+#include "capture/compile/output_template.h"
 
 #include <torch/csrc/autograd/python_variable.h>
 

@@ -2,7 +2,7 @@
 /// The interpreter's reads: globals, attributes (with what a fresh object's class provides),
 /// closure cells, and subscripts (a tensor-keyed dict's entry read through its real tensor);
 /// the twin of interpreter_stores.cpp.
-#include "capture/interpreter_internal.h"
+#include "capture/interp/interpreter_internal.h"
 
 namespace nb = nanobind;
 

@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "capture/interpreter_internal.h"
+#include "capture/interp/interpreter_internal.h"
 
 namespace nb = nanobind;
 

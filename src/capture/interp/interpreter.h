@@ -32,9 +32,9 @@
 #include <vector>
 
 #include "capture/bytecode/instruction.h"
-#include "capture/guards.h"
+#include "capture/guards/guards.h"
+#include "capture/guards/source.h"
 #include "capture/hook/frame_hook.h"
-#include "capture/source.h"
 #include "support/error.h"
 #include "tracer/trace_session.h"
 

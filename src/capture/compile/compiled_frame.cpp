@@ -1,4 +1,4 @@
-#include "capture/compiled_frame.h"
+#include "capture/compile/compiled_frame.h"
 
 #include <torch/csrc/autograd/python_variable.h>
 

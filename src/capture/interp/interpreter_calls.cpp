@@ -5,7 +5,7 @@
 
 #include <ATen/FunctionalTensorWrapper.h>
 
-#include "capture/interpreter_internal.h"
+#include "capture/interp/interpreter_internal.h"
 
 namespace nb = nanobind;
 

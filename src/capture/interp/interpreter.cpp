@@ -1,6 +1,6 @@
 /// \file
 /// The interpreter's loop: one handler per normalised opcode (bytecode/instruction.h).
-#include "capture/interpreter.h"
+#include "capture/interp/interpreter.h"
 
 #include <ATen/autocast_mode.h>
 #include <ATen/core/grad_mode.h>
@@ -9,7 +9,7 @@
 #include <unordered_map>
 
 #include "capture/bytecode/decoder.h"
-#include "capture/interpreter_internal.h"
+#include "capture/interp/interpreter_internal.h"
 
 namespace nb = nanobind;
 

@@ -1,4 +1,4 @@
-#include "capture/side_effects.h"
+#include "capture/interp/side_effects.h"
 
 namespace nb = nanobind;
 

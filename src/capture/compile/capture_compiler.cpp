@@ -1,4 +1,4 @@
-#include "capture/capture_compiler.h"
+#include "capture/compile/capture_compiler.h"
 
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
@@ -14,14 +14,14 @@
 #include <string_view>
 #include <unordered_set>
 
-#include "capture/compiled_frame.h"
-#include "capture/graph_break.h"
-#include "capture/graph_runner.h"
-#include "capture/guards.h"
+#include "capture/breaks/graph_break.h"
+#include "capture/compile/compiled_frame.h"
+#include "capture/compile/graph_runner.h"
+#include "capture/guards/guards.h"
+#include "capture/guards/source.h"
 #include "capture/hook/logs.h"
-#include "capture/interpreter.h"
-#include "capture/interpreter_internal.h"
-#include "capture/source.h"
+#include "capture/interp/interpreter.h"
+#include "capture/interp/interpreter_internal.h"
 #include "graph/printer.h"
 #include "support/error.h"
 #include "tracer/trace_session.h"

@@ -30,9 +30,9 @@
 #include <vector>
 
 #include "capture/bytecode/instruction.h"
-#include "capture/compiled_frame.h"
-#include "capture/interpreter.h"
-#include "capture/side_effects.h"
+#include "capture/compile/compiled_frame.h"
+#include "capture/interp/interpreter.h"
+#include "capture/interp/side_effects.h"
 
 namespace ember::capture {
 

@@ -34,7 +34,7 @@
 #include <utility>
 #include <vector>
 
-#include "capture/source.h"
+#include "capture/guards/source.h"
 
 namespace ember::capture {
 

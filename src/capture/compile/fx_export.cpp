@@ -1,4 +1,4 @@
-#include "capture/fx_export.h"
+#include "capture/compile/fx_export.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <nanobind/stl/string.h>

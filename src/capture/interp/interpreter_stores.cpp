@@ -2,7 +2,7 @@
 /// The interpreter's attribute stores: on objects the frame made (directly, or through their
 /// class's __setattr__, inlined), and on objects from outside it, done for real, recorded for
 /// replay and undone when the interpreter stops (side_effects.h).
-#include "capture/interpreter_internal.h"
+#include "capture/interp/interpreter_internal.h"
 
 namespace nb = nanobind;
 

@@ -1,6 +1,6 @@
-#include "capture/source.h"
+#include "capture/guards/source.h"
 
-#include "capture/guards.h"
+#include "capture/guards/guards.h"
 
 #include <nanobind/stl/string.h>
 

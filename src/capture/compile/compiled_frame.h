@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "capture/graph_runner.h"
-#include "capture/guards.h"
+#include "capture/compile/graph_runner.h"
+#include "capture/compile/output_template.h"
+#include "capture/guards/guards.h"
+#include "capture/guards/source.h"
 #include "capture/hook/frame_hook.h"
-#include "capture/output_template.h"
-#include "capture/side_effects.h"
-#include "capture/source.h"
+#include "capture/interp/side_effects.h"
 
 namespace ember::capture {
 

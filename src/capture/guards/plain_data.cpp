@@ -1,11 +1,11 @@
-#include "capture/plain_data.h"
+#include "capture/guards/plain_data.h"
 
 #include <nanobind/nanobind.h>
 
 #include <string_view>
 
-#include "capture/guards.h"
-#include "capture/interpreter_internal.h"
+#include "capture/guards/guards.h"
+#include "capture/interp/interpreter_internal.h"
 
 namespace nb = nanobind;
 

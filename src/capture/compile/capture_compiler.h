@@ -18,7 +18,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "capture/guards.h"
+#include "capture/guards/guards.h"
 #include "capture/hook/frame_hook.h"
 #include "runtime/executor.h"
 

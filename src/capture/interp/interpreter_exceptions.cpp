@@ -9,7 +9,7 @@
 /// program exceptions reach handlers; ember's own errors end the capture as before.
 #include <ATen/core/grad_mode.h>
 
-#include "capture/interpreter_internal.h"
+#include "capture/interp/interpreter_internal.h"
 
 namespace nb = nanobind;
 

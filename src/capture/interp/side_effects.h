@@ -19,7 +19,7 @@
 
 #include <vector>
 
-#include "capture/output_template.h"
+#include "capture/compile/output_template.h"
 
 namespace ember::capture {
 
