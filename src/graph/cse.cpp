@@ -18,7 +18,7 @@ bool same_layout(const TensorType& a, const TensorType& b) {
 
 bool is_transpose(const Graph& g, const Node& n) {
   const OpInfo& op = g.op_of(n);
-  return op.name == "aten::t" || (op.name == "aten::transpose" && op.overload == "int");
+  return op.kind == OpKind::t || (op.kind == OpKind::transpose && op.overload == "int");
 }
 
 }  // namespace

@@ -34,6 +34,7 @@ int32_t Graph::intern_op(const OpInfo& op) {
     if (ops[i] == op) return static_cast<int32_t>(i);
   }
   ops.push_back(op);
+  ops.back().kind = op_kind(op.name);
   return static_cast<int32_t>(ops.size() - 1);
 }
 

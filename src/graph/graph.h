@@ -19,9 +19,11 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
+#include "graph/ops.h"
 #include "graph/types.h"
 
 namespace ember::graph {
@@ -58,10 +60,21 @@ struct OpInfo {
   std::vector<std::string> arg_names;
   std::vector<bool> kwarg_only;
   bool returns_list = false;  ///< the single return is Tensor[]
+  /// op_kind(name), set by Graph::intern_op: derived from `name`, so neither compared nor hashed.
+  OpKind kind = OpKind::Unknown;
 
   /// "aten::add.Tensor", or "aten::relu" for the default overload.
   std::string qualified_name() const;
-  bool operator==(const OpInfo&) const = default;
+  /// Whether this is overload `overload_name` of op `k`: op.is(OpKind::add, "Tensor") is
+  /// add.Tensor, op.is(OpKind::relu) the default overload of relu. (Any overload: `kind == k`.)
+  bool is(OpKind k, std::string_view overload_name = {}) const {
+    return kind == k && overload == overload_name;
+  }
+  /// Every field but `kind`.
+  bool operator==(const OpInfo& o) const {
+    return name == o.name && overload == o.overload && arg_names == o.arg_names &&
+           kwarg_only == o.kwarg_only && returns_list == o.returns_list;
+  }
 };
 
 struct Node {
@@ -114,7 +127,8 @@ class Graph {
 
   /// Adds an input of the given type; returns its value.
   ValueId add_input(TensorType type, InputKind kind, std::string name = {});
-  /// Returns the index of `op`, adding it if no equal OpInfo is interned yet.
+  /// Returns the index of `op`, adding it if no equal OpInfo is interned yet; the interned copy has
+  /// its kind set from its name.
   int32_t intern_op(const OpInfo& op);
   /// Appends a node; creates one output value per entry of `output_types`; returns the node index.
   int32_t add_node(int32_t op, std::vector<Arg> args, std::vector<TensorType> output_types);

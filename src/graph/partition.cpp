@@ -40,7 +40,7 @@ constexpr int kMaxBanRounds = 8;
 // tracer/pool_offsets.h) is computed in the forward instead, with what it reads: the min cut may
 // then save it (a byte an element) where the backward would read the wide values it comes from.
 bool narrow_cast(const Graph& g, const Node& n) {
-  if (g.op_of(n).name != "aten::_to_copy" || n.outputs.size() != 1) return false;
+  if (g.op_of(n).kind != OpKind::_to_copy || n.outputs.size() != 1) return false;
   const DType t = g.type(n.outputs[0]).dtype;
   return element_size(t) == 1 && !is_floating(t);
 }

@@ -34,6 +34,13 @@ class Verifier {
     for (size_t i = 0; i < g_.inputs.size(); ++i) {
       define(g_.inputs[i].value, -1, static_cast<int32_t>(i), cat("input ", i));
     }
+    for (size_t i = 0; i < g_.ops.size(); ++i) {
+      const OpInfo& op = g_.ops[i];
+      if (op.kind != op_kind(op.name)) {
+        msgs_.push_back(
+            cat("op ", i, " (", op.name, ") has kind '", op_name(op.kind), "', not its name's"));
+      }
+    }
     for (size_t n = 0; n < g_.nodes.size(); ++n) check_node(static_cast<int32_t>(n));
     after_nodes_ = true;
     for (size_t i = 0; i < g_.outputs.size(); ++i) use(g_.outputs[i], cat("output ", i));

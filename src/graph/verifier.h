@@ -10,7 +10,8 @@
 namespace ember::graph {
 
 /// Returns one message per broken invariant, in a deterministic order; empty when valid. Checks:
-/// op indices in range; argument count equals the op's arg_names; every ValueRef names a value
+/// op indices in range; each op's kind is its name's (op_kind); argument count equals the op's
+/// arg_names; every ValueRef names a value
 /// defined earlier (SSA, no dangling values); each value defined exactly once, and Value::node /
 /// Value::index agree with where it is defined; tensor types well formed (sizes and strides of
 /// equal rank, sizes >= 0); outputs and mutations name defined values; mutations target inputs

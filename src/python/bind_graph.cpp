@@ -4,6 +4,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "graph/graph_hash.h"
+#include "graph/ops.h"
 #include "graph/parser.h"
 #include "graph/printer.h"
 #include "graph/verifier.h"
@@ -52,6 +53,16 @@ void bind_graph(nb::module_& m) {
       "The printer's text of the graph that graph text `text` parses to (graph/parser.h): equal "
       "to `text` for every text the printer wrote. Raises CompileError with line:column on bad "
       "text.");
+  m.def(
+      "op_table_names",
+      [] {
+        std::vector<std::string> names;
+        for (int i = 1; i <= graph::num_op_kinds(); ++i) {
+          names.emplace_back(graph::op_name(static_cast<graph::OpKind>(i)));
+        }
+        return names;
+      },
+      "The operator name of each row of the op table (src/graph/ops.def), in order.");
 }
 
 }  // namespace ember::python

@@ -16,8 +16,11 @@ namespace {
 
 using graph::ValueId;
 
-std::string op_name(const graph::Graph& g, int32_t node) {
-  return node < 0 ? "" : g.op_of(g.nodes[node]).qualified_name();
+using graph::OpKind;
+
+// Whether `node` (-1: none) is overload `overload` of op `k` (graph::OpInfo::is).
+bool node_is(const graph::Graph& g, int32_t node, OpKind k, std::string_view overload = {}) {
+  return node >= 0 && g.op_of(g.nodes[node]).is(k, overload);
 }
 
 std::optional<ValueId> value_arg(const graph::Graph& g, const graph::Node& n,
@@ -36,9 +39,9 @@ std::optional<double> number_arg(const graph::Graph& g, const graph::Node& n,
   return std::nullopt;
 }
 
-bool is_view(const std::string& op) {
-  return op == "aten::view" || op == "aten::_unsafe_view" || op == "aten::alias" ||
-         op == "aten::reshape";
+bool is_view(const graph::Graph& g, int32_t node) {
+  return node_is(g, node, OpKind::view) || node_is(g, node, OpKind::_unsafe_view) ||
+         node_is(g, node, OpKind::alias) || node_is(g, node, OpKind::reshape);
 }
 // (The probabilities' side also passes expand, clone and _to_copy: each keeps every element's
 // value, or casts it to the product's dtype, which the fused call computes in.)
@@ -90,7 +93,7 @@ std::vector<FusedAttention> find_fused_attention(
   std::vector<FusedAttention> out;
   for (size_t s2 = 0; s2 < plan.steps.size(); ++s2) {
     const sched::PlanStep& second = plan.steps[s2];
-    if (second.kind != sched::PlanStep::Kind::Extern || op_name(g, second.index) != "aten::bmm") {
+    if (second.kind != sched::PlanStep::Kind::Extern || !node_is(g, second.index, OpKind::bmm)) {
       continue;
     }
     const graph::Node& bmm2 = g.nodes[second.index];
@@ -144,7 +147,7 @@ std::vector<FusedAttention> find_fused_attention(
       }
     };
     auto skip_views = [&](ValueId x) {
-      while (inside(x) && is_view(op_name(g, node_of(x)))) {
+      while (inside(x) && is_view(g, node_of(x))) {
         seen.insert(node_of(x));
         std::optional<ValueId> in = value_arg(g, g.nodes[node_of(x)], "self");
         if (!in) return x;
@@ -157,9 +160,9 @@ std::vector<FusedAttention> find_fused_attention(
     // scores, or matmul's copy of its expand (eager_attention_forward's 4D matmul).
     ValueId probs = *p;
     for (;;) {
-      const std::string op = op_name(g, node_of(probs));
-      if (!inside(probs) ||
-          (op != "aten::_to_copy" && op != "aten::clone" && op != "aten::expand" && !is_view(op))) {
+      const int32_t pn = node_of(probs);
+      if (!inside(probs) || !(node_is(g, pn, OpKind::_to_copy) || node_is(g, pn, OpKind::clone) ||
+                              node_is(g, pn, OpKind::expand) || is_view(g, pn))) {
         break;
       }
       std::optional<ValueId> in = value_arg(g, g.nodes[node_of(probs)], "self");
@@ -168,7 +171,7 @@ std::vector<FusedAttention> find_fused_attention(
       probs = *in;
     }
     const int32_t sm = node_of(probs);
-    if (!inside(probs) || op_name(g, sm) != "aten::_softmax") continue;
+    if (!inside(probs) || !node_is(g, sm, OpKind::_softmax)) continue;
     const graph::Node& softmax = g.nodes[sm];
     std::optional<ValueId> x = value_arg(g, softmax, "self");
     std::optional<double> dim = number_arg(g, softmax, "dim");
@@ -181,7 +184,7 @@ std::vector<FusedAttention> find_fused_attention(
     ValueId cur = skip_views(*x);
     bool ok = true;
     // [+ mask]
-    if (inside(cur) && op_name(g, node_of(cur)) == "aten::add.Tensor") {
+    if (inside(cur) && node_is(g, node_of(cur), OpKind::add, "Tensor")) {
       const graph::Node& add = g.nodes[node_of(cur)];
       std::optional<ValueId> a = value_arg(g, add, "self"), b = value_arg(g, add, "other");
       std::optional<double> alpha = number_arg(g, add, "alpha");
@@ -196,7 +199,7 @@ std::vector<FusedAttention> find_fused_attention(
         }
         return !inside(x) && producer_step[x] >= 0 &&
                plan.steps[producer_step[x]].kind == sched::PlanStep::Kind::Extern &&
-               op_name(g, plan.steps[producer_step[x]].index) == "aten::bmm";
+               node_is(g, plan.steps[producer_step[x]].index, OpKind::bmm);
       };
       const bool a_chain = leads_to_product(*a);
       if (a_chain == leads_to_product(*b)) continue;
@@ -216,10 +219,12 @@ std::vector<FusedAttention> find_fused_attention(
     }
     // [* c] or [/ c]
     if (inside(cur)) {
-      const std::string op = op_name(g, node_of(cur));
-      const graph::Node& n = g.nodes[node_of(cur)];
-      const bool mul = op == "aten::mul.Tensor" || op == "aten::mul.Scalar";
-      const bool div = op == "aten::div.Tensor" || op == "aten::div.Scalar";
+      const int32_t cn = node_of(cur);
+      const graph::Node& n = g.nodes[cn];
+      const bool mul =
+          node_is(g, cn, OpKind::mul, "Tensor") || node_is(g, cn, OpKind::mul, "Scalar");
+      const bool div =
+          node_is(g, cn, OpKind::div, "Tensor") || node_is(g, cn, OpKind::div, "Scalar");
       if (!mul && !div) continue;
       std::optional<ValueId> a = value_arg(g, n, "self");
       std::optional<double> c = number_arg(g, n, "other");
@@ -238,7 +243,7 @@ std::vector<FusedAttention> find_fused_attention(
     const int s1 = producer_step[cur];
     if (!ok || s1 < 0 || readers[cur].size() != 1 ||
         plan.steps[s1].kind != sched::PlanStep::Kind::Extern ||
-        op_name(g, plan.steps[s1].index) != "aten::bmm") {
+        !node_is(g, plan.steps[s1].index, OpKind::bmm)) {
       continue;
     }
     const graph::Node& bmm1 = g.nodes[plan.steps[s1].index];

@@ -34,12 +34,13 @@ int arg_index(const graph::OpInfo& op, const std::string& name) {
 }
 
 // The SDPA kernels that take a mask, and its argument's name.
-const char* mask_arg_name(const std::string& qualified) {
-  if (qualified == "aten::_scaled_dot_product_efficient_attention" ||
-      qualified == "aten::_scaled_dot_product_cudnn_attention") {
+const char* mask_arg_name(const graph::OpInfo& op) {
+  using graph::OpKind;
+  if (op.is(OpKind::_scaled_dot_product_efficient_attention) ||
+      op.is(OpKind::_scaled_dot_product_cudnn_attention)) {
     return "attn_bias";
   }
-  if (qualified == "aten::_scaled_dot_product_flash_attention_for_cpu") return "attn_mask";
+  if (op.is(OpKind::_scaled_dot_product_flash_attention_for_cpu)) return "attn_mask";
   return nullptr;
 }
 
@@ -85,11 +86,10 @@ int causal_attention(tracer::TracedGraph& traced) {
   }
   for (int32_t ni = 0; ni < static_cast<int32_t>(g.nodes.size()); ++ni) {
     const graph::Node& n = g.nodes[ni];
-    const std::string qualified = g.op_of(n).qualified_name();
-    if (const char* mask_name = mask_arg_name(qualified)) {
-      const graph::OpInfo& op = g.op_of(n);
-      const int mi = arg_index(op, mask_name), ci = arg_index(op, "is_causal"),
-                di = arg_index(op, "dropout_p");
+    const graph::OpInfo& info = g.op_of(n);
+    if (const char* mask_name = mask_arg_name(info)) {
+      const int mi = arg_index(info, mask_name), ci = arg_index(info, "is_causal"),
+                di = arg_index(info, "dropout_p");
       const auto* mask = mi >= 0 ? std::get_if<graph::ValueRef>(&n.args[mi]) : nullptr;
       const auto* causal = ci >= 0 ? std::get_if<bool>(&n.args[ci]) : nullptr;
       const auto* dropout = di >= 0 ? std::get_if<double>(&n.args[di]) : nullptr;
@@ -98,7 +98,7 @@ int causal_attention(tracer::TracedGraph& traced) {
       }
     }
     if (n.outputs.empty()) continue;
-    const bool metadata_only = reads_only_metadata(qualified);
+    const bool metadata_only = reads_only_metadata(info);
     bool ok = true;
     for (ValueId v : graph::tensor_reads(n)) {
       ok = ok && (computable[v] || (metadata_only && g.type(v).is_static()));
@@ -117,9 +117,8 @@ int causal_attention(tracer::TracedGraph& traced) {
   std::vector<ValueId> masks;
   for (int32_t ni : candidates) {
     const graph::Node& n = g.nodes[ni];
-    masks.push_back(std::get<graph::ValueRef>(
-                        n.args[arg_index(g.op_of(n), mask_arg_name(g.op_of(n).qualified_name()))])
-                        .id);
+    masks.push_back(
+        std::get<graph::ValueRef>(n.args[arg_index(g.op_of(n), mask_arg_name(g.op_of(n)))]).id);
   }
   const std::vector<bool> needed = graph::nodes_needed_by(g, masks);
   c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
@@ -143,7 +142,7 @@ int causal_attention(tracer::TracedGraph& traced) {
   for (int32_t ni : candidates) {
     graph::Node& n = h.nodes[ni];
     const graph::OpInfo& op = h.op_of(n);
-    const int mi = arg_index(op, mask_arg_name(op.qualified_name()));
+    const int mi = arg_index(op, mask_arg_name(op));
     const at::Tensor& m = env[std::get<graph::ValueRef>(n.args[mi]).id];
     // Queries = keys (else is_causal aligns the diagonal top-left where the mask may not).
     const graph::TensorType& q = h.type(std::get<graph::ValueRef>(n.args[0]).id);

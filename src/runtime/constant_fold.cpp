@@ -4,7 +4,6 @@
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
-#include <set>
 #include <string>
 #include <variant>
 
@@ -31,12 +30,22 @@ at::Tensor with_traced_layout(const at::Tensor& t, const graph::TensorType& type
 
 }  // namespace
 
-bool reads_only_metadata(const std::string& qualified) {
-  static const std::set<std::string> ops = {
-      "aten::zeros_like", "aten::ones_like", "aten::full_like",
-      "aten::empty_like", "aten::new_zeros", "aten::new_ones",
-      "aten::new_full",   "aten::new_empty", "aten::new_empty_strided"};
-  return ops.count(qualified) > 0;
+bool reads_only_metadata(const graph::OpInfo& op) {
+  if (!op.overload.empty()) return false;
+  switch (op.kind) {
+    case graph::OpKind::zeros_like:
+    case graph::OpKind::ones_like:
+    case graph::OpKind::full_like:
+    case graph::OpKind::empty_like:
+    case graph::OpKind::new_zeros:
+    case graph::OpKind::new_ones:
+    case graph::OpKind::new_full:
+    case graph::OpKind::new_empty:
+    case graph::OpKind::new_empty_strided:
+      return true;
+    default:
+      return false;
+  }
 }
 
 at::Tensor stand_in(const graph::TensorType& t) {
@@ -64,7 +73,7 @@ int fold_constants(tracer::TracedGraph& traced, const FoldOptions& options) {
   for (int32_t ni = 0; ni < static_cast<int32_t>(g.nodes.size()); ++ni) {
     const graph::Node& n = g.nodes[ni];
     if (n.outputs.empty()) continue;
-    const bool metadata_only = reads_only_metadata(g.op_of(n).qualified_name());
+    const bool metadata_only = reads_only_metadata(g.op_of(n));
     bool ok = true;
     for (ValueId v : graph::tensor_reads(n)) {
       ok = ok && (constant[v] || (metadata_only && g.type(v).is_static()));

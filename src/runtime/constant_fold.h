@@ -29,10 +29,10 @@ struct FoldOptions {
 /// Throws what the folded ops throw.
 int fold_constants(tracer::TracedGraph& traced, const FoldOptions& options = {});
 
-/// Whether `qualified`'s result depends only on its tensor arguments' metadata (dtype, device,
-/// sizes, strides), never on their data (`zeros_like`, `new_ones`, ...): such a node folds even
-/// when those arguments are not constant.
-bool reads_only_metadata(const std::string& qualified);
+/// Whether `op`'s result depends only on its tensor arguments' metadata (dtype, device, sizes,
+/// strides), never on their data (`zeros_like`, `new_ones`, ...): such a node folds even when
+/// those arguments are not constant.
+bool reads_only_metadata(const graph::OpInfo& op);
 
 /// A tensor with the metadata of `t` and unspecified contents (what a metadata-only op reads).
 at::Tensor stand_in(const graph::TensorType& t);

@@ -96,9 +96,9 @@ std::optional<std::pair<MatmulSpec, MatmulOperands>> MatmulTemplate::spec_of(con
                                                                              bool allow_tf32,
                                                                              bool interpret) {
   if (n.op < 0 || n.outputs.size() != 1) return std::nullopt;
-  const std::string name = g.op_of(n).qualified_name();
-  const bool bmm = name == "aten::bmm", addmm = name == "aten::addmm";
-  if (name != "aten::mm" && !bmm && !addmm) return std::nullopt;
+  const graph::OpInfo& op = g.op_of(n);
+  const bool bmm = op.is(graph::OpKind::bmm), addmm = op.is(graph::OpKind::addmm);
+  if (!op.is(graph::OpKind::mm) && !bmm && !addmm) return std::nullopt;
   MatmulOperands ops;
   const graph::TensorType* a = tensor_arg(g, n, addmm ? "mat1" : "self", &ops.a);
   const graph::TensorType* b = tensor_arg(g, n, "mat2", &ops.b);

@@ -49,7 +49,7 @@ bool writes(const c10::AliasInfo* a) {
 
 // Ops that return a view of their input without saying so in their schema.
 bool unannotated_view(const c10::FunctionSchema& schema) {
-  return schema.name() == "aten::_unsafe_view";
+  return tracer::op_kind(schema) == graph::OpKind::_unsafe_view;
 }
 
 // Whether the results of `schema` may share memory with its arguments.
@@ -145,7 +145,7 @@ std::optional<View> view_of(const Program& p, const graph::Node& node,
   }
   // as_strided's storage offset is absolute: not a restride relative to its input's offset,
   // which may differ from call to call.
-  if (name == "aten::as_strided") return std::nullopt;
+  if (tracer::op_kind(schema) == graph::OpKind::as_strided) return std::nullopt;
   if (!unannotated_view(schema)) {
     const c10::AliasInfo* self = schema.arguments()[0].alias_info();
     if (self == nullptr || writes(self)) return std::nullopt;

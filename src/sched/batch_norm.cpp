@@ -98,14 +98,13 @@ bool is_batch_norm_inference(const graph::Graph& g, const graph::Node& n) {
   if (n.op < 0 || n.op >= static_cast<int32_t>(g.ops.size())) return false;
   const graph::OpInfo& op = g.op_of(n);
   if (n.args.size() != op.arg_names.size() || n.outputs.size() != 3) return false;
-  const std::string name = op.qualified_name();
-  if (name == "aten::native_batch_norm") {
+  if (op.is(graph::OpKind::native_batch_norm)) {
     const graph::Arg* training = arg(g, n, "training");
     if (training == nullptr || !std::holds_alternative<bool>(*training) ||
         std::get<bool>(*training)) {
       return false;
     }
-  } else if (name != "aten::_native_batch_norm_legit_no_training") {
+  } else if (!op.is(graph::OpKind::_native_batch_norm_legit_no_training)) {
     return false;
   }
   const graph::Arg* eps = arg(g, n, "eps");

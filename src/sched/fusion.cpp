@@ -198,9 +198,7 @@ void Scheduler::find_order() {
   std::vector<bool> moved(num_nodes, false);
   for (size_t i = 0; i < num_nodes; ++i) {
     const graph::Node& n = g_.nodes[i];
-    if (cls_[i] != NodeClass::Pointwise || g_.op_of(n).qualified_name() != "aten::_to_copy") {
-      continue;
-    }
+    if (cls_[i] != NodeClass::Pointwise || !g_.op_of(n).is(graph::OpKind::_to_copy)) continue;
     const std::vector<ValueId> reads = tensor_args(n);
     if (reads.size() != 1 || g_.values[reads[0]].node >= 0) continue;
     const int32_t reader = first_reader[n.outputs[0]];

@@ -177,7 +177,8 @@ const RuleTable& rules() {
 
 const Rule* rule_of(const graph::Graph& g, const graph::Node& n) {
   if (n.op < 0 || n.op >= static_cast<int32_t>(g.ops.size())) return nullptr;
-  auto it = rules().find(g.op_of(n).qualified_name());
+  const graph::OpInfo& op = g.op_of(n);
+  auto it = rules().find(graph::OpOverload{op.kind, op.overload});
   return it == rules().end() ? nullptr : &it->second;
 }
 
@@ -203,15 +204,15 @@ std::optional<IndexOpKind> index_op_kind(const graph::Graph& g, const graph::Nod
 }
 
 std::vector<ValueId> index_tensor_args(const graph::Graph& g, const graph::Node& n) {
-  const std::string name = g.op_of(n).qualified_name();
-  Ctx c{g, n, g.op_of(n)};
+  const graph::OpInfo& op = g.op_of(n);
+  Ctx c{g, n, op};
   std::vector<ValueId> out;
   auto add = [&](std::optional<ValueId> v) {
     if (v) out.push_back(*v);
   };
-  if (name == "aten::index_select" || name == "aten::gather") add(c.tensor_arg("index"));
-  if (name == "aten::embedding") add(c.tensor_arg("indices"));
-  if (name == "aten::index.Tensor") {
+  if (op.is(OpKind::index_select) || op.is(OpKind::gather)) add(c.tensor_arg("index"));
+  if (op.is(OpKind::embedding)) add(c.tensor_arg("indices"));
+  if (op.is(OpKind::index, "Tensor")) {
     const graph::Arg* a = c.arg("indices");
     if (const auto* l = a ? std::get_if<graph::ValueList>(a) : nullptr) {
       for (const auto& item : l->items) add(item);

@@ -30,15 +30,15 @@ void add_factory_rules(RuleTable& t) {
                   return *scalar_constant(ldt(c.type(c.out())), a);
                 }};
   };
-  t["aten::scalar_tensor"] = constant_rule("s", std::nullopt);
-  t["aten::full"] = constant_rule("fill_value", std::nullopt);
-  t["aten::full_like"] = constant_rule("fill_value", std::nullopt);
-  t["aten::new_full"] = constant_rule("fill_value", std::nullopt);
-  for (const char* name : {"aten::zeros", "aten::zeros_like", "aten::new_zeros"}) {
-    t[name] = constant_rule("", 0);
+  t[{OpKind::scalar_tensor, ""}] = constant_rule("s", std::nullopt);
+  t[{OpKind::full, ""}] = constant_rule("fill_value", std::nullopt);
+  t[{OpKind::full_like, ""}] = constant_rule("fill_value", std::nullopt);
+  t[{OpKind::new_full, ""}] = constant_rule("fill_value", std::nullopt);
+  for (OpKind k : {OpKind::zeros, OpKind::zeros_like, OpKind::new_zeros}) {
+    t[{k, ""}] = constant_rule("", 0);
   }
-  for (const char* name : {"aten::ones", "aten::ones_like", "aten::new_ones"}) {
-    t[name] = constant_rule("", 1);
+  for (OpKind k : {OpKind::ones, OpKind::ones_like, OpKind::new_ones}) {
+    t[{k, ""}] = constant_rule("", 1);
   }
   // arange of integers, into an integer dtype or a float one that holds every value exactly
   // (eager computes start + i * step in a wider type and rounds once: the same values).
@@ -82,9 +82,9 @@ void add_factory_rules(RuleTable& t) {
         auto [start, end, step] = *arange_args(c);
         return detail::cast(ldt(c.type(c.out())), loop::idx(start) + idx[0] * loop::idx(step));
       }};
-  t["aten::arange"] = arange;
-  t["aten::arange.start"] = arange;
-  t["aten::arange.start_step"] = arange;
+  t[{OpKind::arange, ""}] = arange;
+  t[{OpKind::arange, "start"}] = arange;
+  t[{OpKind::arange, "start_step"}] = arange;
 }
 
 }  // namespace ember::sched::index_detail

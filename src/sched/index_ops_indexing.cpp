@@ -52,7 +52,7 @@ std::optional<AdvancedIndex> advanced_index(const Ctx& c) {
 void add_indexing_rules(RuleTable& t) {
   using K = IndexOpKind;
 
-  t["aten::index_select"] = {
+  t[{OpKind::index_select, ""}] = {
       K::Compute,
       [](const Ctx& c) {
         std::optional<ValueId> index = c.tensor_arg("index");
@@ -75,49 +75,50 @@ void add_indexing_rules(RuleTable& t) {
         i[d] = r.index_element(index, ii, loop::idx(in[d]), false);
         return read_self(c, r, i);
       }};
-  t["aten::gather"] = {K::Compute,
-                       [](const Ctx& c) {
-                         std::optional<ValueId> index = c.tensor_arg("index");
-                         std::optional<int64_t> d = c.int_arg("dim");
-                         std::vector<int64_t> in = c.sizes(c.self());
-                         if (!same_dtype_view(c) || !index || !d || in.empty()) return false;
-                         const graph::TensorType& it = c.type(*index);
-                         std::vector<int64_t> is = sizes_of(it);
-                         if (!index_dtype(it) || is.size() != in.size()) return false;
-                         std::optional<int64_t> w = wrap_dim(*d, static_cast<int64_t>(in.size()));
-                         if (!w || is != c.sizes(c.out())) return false;
-                         for (size_t k = 0; k < in.size(); ++k) {
-                           if (static_cast<int64_t>(k) != *w && is[k] > in[k]) return false;
-                         }
-                         return true;
-                       },
-                       [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
-                         ValueId index = *c.tensor_arg("index");
-                         std::vector<int64_t> in = c.sizes(c.self());
-                         size_t d = *wrap_dim(*c.int_arg("dim"), static_cast<int64_t>(in.size()));
-                         Index i = idx;
-                         i[d] = r.index_element(index, idx, loop::idx(in[d]), false);
-                         return read_self(c, r, i);
-                       }};
-  t["aten::embedding"] = {K::Compute,
-                          [](const Ctx& c) {
-                            std::optional<ValueId> w = c.tensor_arg("weight"),
-                                                   ids = c.tensor_arg("indices");
-                            if (!w || !ids || c.n.outputs.size() != 1) return false;
-                            const graph::TensorType &wt = c.type(*w), &it = c.type(*ids);
-                            if (wt.dim() != 2 || !loop_dtype(wt) || !index_dtype(it)) return false;
-                            if (c.type(c.out()).dtype != wt.dtype) return false;
-                            std::vector<int64_t> out = sizes_of(it);
-                            out.push_back(wt.sizes[1].constant());
-                            return out == c.sizes(c.out());
-                          },
-                          [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
-                            ValueId w = *c.tensor_arg("weight"), ids = *c.tensor_arg("indices");
-                            Index ii(idx.begin(), idx.end() - 1);
-                            Expr row = r.index_element(ids, ii, loop::idx(c.sizes(w)[0]), false);
-                            return r.element(w, {row, idx.back()}, false);
-                          }};
-  t["aten::index.Tensor"] = {
+  t[{OpKind::gather, ""}] = {
+      K::Compute,
+      [](const Ctx& c) {
+        std::optional<ValueId> index = c.tensor_arg("index");
+        std::optional<int64_t> d = c.int_arg("dim");
+        std::vector<int64_t> in = c.sizes(c.self());
+        if (!same_dtype_view(c) || !index || !d || in.empty()) return false;
+        const graph::TensorType& it = c.type(*index);
+        std::vector<int64_t> is = sizes_of(it);
+        if (!index_dtype(it) || is.size() != in.size()) return false;
+        std::optional<int64_t> w = wrap_dim(*d, static_cast<int64_t>(in.size()));
+        if (!w || is != c.sizes(c.out())) return false;
+        for (size_t k = 0; k < in.size(); ++k) {
+          if (static_cast<int64_t>(k) != *w && is[k] > in[k]) return false;
+        }
+        return true;
+      },
+      [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
+        ValueId index = *c.tensor_arg("index");
+        std::vector<int64_t> in = c.sizes(c.self());
+        size_t d = *wrap_dim(*c.int_arg("dim"), static_cast<int64_t>(in.size()));
+        Index i = idx;
+        i[d] = r.index_element(index, idx, loop::idx(in[d]), false);
+        return read_self(c, r, i);
+      }};
+  t[{OpKind::embedding, ""}] = {
+      K::Compute,
+      [](const Ctx& c) {
+        std::optional<ValueId> w = c.tensor_arg("weight"), ids = c.tensor_arg("indices");
+        if (!w || !ids || c.n.outputs.size() != 1) return false;
+        const graph::TensorType &wt = c.type(*w), &it = c.type(*ids);
+        if (wt.dim() != 2 || !loop_dtype(wt) || !index_dtype(it)) return false;
+        if (c.type(c.out()).dtype != wt.dtype) return false;
+        std::vector<int64_t> out = sizes_of(it);
+        out.push_back(wt.sizes[1].constant());
+        return out == c.sizes(c.out());
+      },
+      [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
+        ValueId w = *c.tensor_arg("weight"), ids = *c.tensor_arg("indices");
+        Index ii(idx.begin(), idx.end() - 1);
+        Expr row = r.index_element(ids, ii, loop::idx(c.sizes(w)[0]), false);
+        return r.element(w, {row, idx.back()}, false);
+      }};
+  t[{OpKind::index, "Tensor"}] = {
       K::Compute,
       [](const Ctx& c) {
         if (!same_dtype_view(c) || c.type(c.self()).dim() == 0) return false;

@@ -21,6 +21,7 @@
 
 namespace ember::sched::index_detail {
 
+using graph::OpKind;
 using graph::ValueId;
 using loop::DType;
 using loop::Expr;
@@ -130,7 +131,7 @@ struct Rule {
   Check check;
   Lower lower;  // empty: only through the traced geometry (as_strided)
 };
-using RuleTable = std::map<std::string, Rule>;
+using RuleTable = std::map<graph::OpOverload, Rule>;
 
 /// Views and computing ops that read `self` at a remapped index of the same dtype.
 Expr read_self(const Ctx& c, ElementReader& r, const Index& idx);

@@ -91,68 +91,69 @@ void add_layout_rules(RuleTable& t) {
     }
     return e;
   };
-  t["aten::cat"] = {K::Compute, [cat_check](const Ctx& c) { return cat_check(c, false); },
-                    [cat_lower](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
-                      return cat_lower(c, idx, r, false);
-                    }};
-  t["aten::stack"] = {K::Compute, [cat_check](const Ctx& c) { return cat_check(c, true); },
-                      [cat_lower](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
-                        return cat_lower(c, idx, r, true);
-                      }};
-  t["aten::flip"] = {K::Compute,
-                     [](const Ctx& c) {
-                       const std::vector<int64_t>* dims = c.ints_arg("dims");
-                       const int64_t rank = c.type(c.self()).dim();
-                       return same_dtype_view(c) && dims && c.sizes(c.self()) == c.sizes(c.out()) &&
-                              distinct_dims(*dims, rank);
-                     },
-                     [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
-                       std::vector<int64_t> in = c.sizes(c.self());
-                       Index i = idx;
-                       for (int64_t d : *c.ints_arg("dims")) {
-                         int64_t w = *wrap_dim(d, static_cast<int64_t>(in.size()));
-                         if (in.empty()) continue;
-                         i[w] = loop::idx(in[w] - 1) - idx[w];
-                       }
-                       return read_self(c, r, i);
-                     }};
-  t["aten::roll"] = {K::Compute,
-                     [](const Ctx& c) {
-                       const std::vector<int64_t>* shifts = c.ints_arg("shifts");
-                       const std::vector<int64_t>* dims = c.ints_arg("dims");
-                       const int64_t rank = c.type(c.self()).dim();
-                       if (!same_dtype_view(c) || !shifts || !dims || shifts->empty()) return false;
-                       if (c.sizes(c.self()) != c.sizes(c.out())) return false;
-                       if (dims->empty()) return shifts->size() == 1;
-                       if (dims->size() != shifts->size()) return false;
-                       for (int64_t d : *dims) {
-                         if (!wrap_dim(d, rank) || rank == 0) return false;
-                       }
-                       return true;
-                     },
-                     [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
-                       std::vector<int64_t> in = c.sizes(c.self());
-                       const std::vector<int64_t>& shifts = *c.ints_arg("shifts");
-                       const std::vector<int64_t>& dims = *c.ints_arg("dims");
-                       if (numel(in) == 0) return read_self(c, r, idx);
-                       // Element i of the result is element (i - shift) mod size of the input.
-                       auto rolled = [](const Expr& i, int64_t size, int64_t shift) {
-                         int64_t s = loop::mod_i64(shift, size);
-                         return s == 0 ? i : loop::mod(i + loop::idx(size - s), loop::idx(size));
-                       };
-                       if (dims.empty()) {
-                         int64_t n = numel(in);
-                         return read_self(
-                             c, r, delinearize(rolled(linearize(idx, in), n, shifts[0]), in));
-                       }
-                       Index i = idx;
-                       for (size_t k = 0; k < dims.size(); ++k) {
-                         size_t d = *wrap_dim(dims[k], static_cast<int64_t>(in.size()));
-                         i[d] = rolled(i[d], in[d], shifts[k]);
-                       }
-                       return read_self(c, r, i);
-                     }};
-  t["aten::constant_pad_nd"] = {
+  t[{OpKind::cat, ""}] = {K::Compute, [cat_check](const Ctx& c) { return cat_check(c, false); },
+                          [cat_lower](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
+                            return cat_lower(c, idx, r, false);
+                          }};
+  t[{OpKind::stack, ""}] = {K::Compute, [cat_check](const Ctx& c) { return cat_check(c, true); },
+                            [cat_lower](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
+                              return cat_lower(c, idx, r, true);
+                            }};
+  t[{OpKind::flip, ""}] = {K::Compute,
+                           [](const Ctx& c) {
+                             const std::vector<int64_t>* dims = c.ints_arg("dims");
+                             const int64_t rank = c.type(c.self()).dim();
+                             return same_dtype_view(c) && dims &&
+                                    c.sizes(c.self()) == c.sizes(c.out()) &&
+                                    distinct_dims(*dims, rank);
+                           },
+                           [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
+                             std::vector<int64_t> in = c.sizes(c.self());
+                             Index i = idx;
+                             for (int64_t d : *c.ints_arg("dims")) {
+                               int64_t w = *wrap_dim(d, static_cast<int64_t>(in.size()));
+                               if (in.empty()) continue;
+                               i[w] = loop::idx(in[w] - 1) - idx[w];
+                             }
+                             return read_self(c, r, i);
+                           }};
+  t[{OpKind::roll, ""}] = {
+      K::Compute,
+      [](const Ctx& c) {
+        const std::vector<int64_t>* shifts = c.ints_arg("shifts");
+        const std::vector<int64_t>* dims = c.ints_arg("dims");
+        const int64_t rank = c.type(c.self()).dim();
+        if (!same_dtype_view(c) || !shifts || !dims || shifts->empty()) return false;
+        if (c.sizes(c.self()) != c.sizes(c.out())) return false;
+        if (dims->empty()) return shifts->size() == 1;
+        if (dims->size() != shifts->size()) return false;
+        for (int64_t d : *dims) {
+          if (!wrap_dim(d, rank) || rank == 0) return false;
+        }
+        return true;
+      },
+      [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
+        std::vector<int64_t> in = c.sizes(c.self());
+        const std::vector<int64_t>& shifts = *c.ints_arg("shifts");
+        const std::vector<int64_t>& dims = *c.ints_arg("dims");
+        if (numel(in) == 0) return read_self(c, r, idx);
+        // Element i of the result is element (i - shift) mod size of the input.
+        auto rolled = [](const Expr& i, int64_t size, int64_t shift) {
+          int64_t s = loop::mod_i64(shift, size);
+          return s == 0 ? i : loop::mod(i + loop::idx(size - s), loop::idx(size));
+        };
+        if (dims.empty()) {
+          int64_t n = numel(in);
+          return read_self(c, r, delinearize(rolled(linearize(idx, in), n, shifts[0]), in));
+        }
+        Index i = idx;
+        for (size_t k = 0; k < dims.size(); ++k) {
+          size_t d = *wrap_dim(dims[k], static_cast<int64_t>(in.size()));
+          i[d] = rolled(i[d], in[d], shifts[k]);
+        }
+        return read_self(c, r, i);
+      }};
+  t[{OpKind::constant_pad_nd, ""}] = {
       K::Compute,
       [](const Ctx& c) {
         const std::vector<int64_t>* pad = c.ints_arg("pad");
@@ -190,7 +191,7 @@ void add_layout_rules(RuleTable& t) {
   // i * dh, ow * sw - pw + j * dw], 0 in the padding. ATen's CUDA kernel runs once per batch
   // element (YituTechConvBert: 192 launches per call); as an index function it fuses into its
   // consumer.
-  t["aten::im2col"] = {
+  t[{OpKind::im2col, ""}] = {
       K::Compute,
       [](const Ctx& c) {
         const std::vector<int64_t>* k = c.ints_arg("kernel_size");
@@ -247,29 +248,30 @@ void add_layout_rules(RuleTable& t) {
         return loop::Select::make(cond, r.element(c.self(), i, true),
                                   zero_of(ldt(c.type(c.out()))));
       }};
-  t["aten::repeat"] = {K::Compute,
-                       [](const Ctx& c) {
-                         const std::vector<int64_t>* reps = c.ints_arg("repeats");
-                         std::vector<int64_t> in = c.sizes(c.self());
-                         if (!same_dtype_view(c) || !reps || reps->size() < in.size()) return false;
-                         std::vector<int64_t> out(*reps);
-                         size_t off = reps->size() - in.size();
-                         for (size_t d = 0; d < out.size(); ++d) {
-                           if (out[d] < 0) return false;
-                           if (d >= off) out[d] *= in[d - off];
-                         }
-                         return out == c.sizes(c.out());
-                       },
-                       [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
-                         std::vector<int64_t> in = c.sizes(c.self());
-                         size_t off = idx.size() - in.size();
-                         Index i(in.size());
-                         for (size_t d = 0; d < in.size(); ++d) {
-                           i[d] = in[d] <= 1 ? loop::idx(0)
-                                             : loop::mod(idx[d + off], loop::idx(in[d]));
-                         }
-                         return read_self(c, r, i);
-                       }};
+  t[{OpKind::repeat, ""}] = {K::Compute,
+                             [](const Ctx& c) {
+                               const std::vector<int64_t>* reps = c.ints_arg("repeats");
+                               std::vector<int64_t> in = c.sizes(c.self());
+                               if (!same_dtype_view(c) || !reps || reps->size() < in.size())
+                                 return false;
+                               std::vector<int64_t> out(*reps);
+                               size_t off = reps->size() - in.size();
+                               for (size_t d = 0; d < out.size(); ++d) {
+                                 if (out[d] < 0) return false;
+                                 if (d >= off) out[d] *= in[d - off];
+                               }
+                               return out == c.sizes(c.out());
+                             },
+                             [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
+                               std::vector<int64_t> in = c.sizes(c.self());
+                               size_t off = idx.size() - in.size();
+                               Index i(in.size());
+                               for (size_t d = 0; d < in.size(); ++d) {
+                                 i[d] = in[d] <= 1 ? loop::idx(0)
+                                                   : loop::mod(idx[d + off], loop::idx(in[d]));
+                               }
+                               return read_self(c, r, i);
+                             }};
   auto triangle = [](bool lower) {
     return Rule{K::Compute,
                 [](const Ctx& c) {
@@ -285,9 +287,9 @@ void add_layout_rules(RuleTable& t) {
                   return loop::Select::make(keep, read_self(c, r, idx), zero_of(dt));
                 }};
   };
-  t["aten::tril"] = triangle(true);
-  t["aten::triu"] = triangle(false);
-  t["aten::copy"] = {
+  t[{OpKind::tril, ""}] = triangle(true);
+  t[{OpKind::triu, ""}] = triangle(false);
+  t[{OpKind::copy, ""}] = {
       K::Compute,
       [](const Ctx& c) {
         std::optional<ValueId> self = c.tensor_arg("self"), src = c.tensor_arg("src");
@@ -302,16 +304,16 @@ void add_layout_rules(RuleTable& t) {
         return convert(ldt(c.type(c.out())),
                        r.element(src, broadcast_index(idx, c.sizes(src)), false));
       }};
-  t["aten::fill.Scalar"] = {K::Compute,
-                            [](const Ctx& c) {
-                              const graph::TensorType& ot = c.type(c.out());
-                              return c.n.outputs.size() == 1 && loop_dtype(ot) &&
-                                     scalar_constant(ldt(ot), c.arg("value")).has_value();
-                            },
-                            [](const Ctx& c, size_t, const Index&, ElementReader&) {
-                              return *scalar_constant(ldt(c.type(c.out())), c.arg("value"));
-                            }};
-  t["aten::fill.Tensor"] = {
+  t[{OpKind::fill, "Scalar"}] = {K::Compute,
+                                 [](const Ctx& c) {
+                                   const graph::TensorType& ot = c.type(c.out());
+                                   return c.n.outputs.size() == 1 && loop_dtype(ot) &&
+                                          scalar_constant(ldt(ot), c.arg("value")).has_value();
+                                 },
+                                 [](const Ctx& c, size_t, const Index&, ElementReader&) {
+                                   return *scalar_constant(ldt(c.type(c.out())), c.arg("value"));
+                                 }};
+  t[{OpKind::fill, "Tensor"}] = {
       K::Compute,
       [](const Ctx& c) {
         std::optional<ValueId> v = c.tensor_arg("value");
@@ -322,7 +324,7 @@ void add_layout_rules(RuleTable& t) {
       [](const Ctx& c, size_t, const Index&, ElementReader& r) {
         return convert(ldt(c.type(c.out())), r.element(*c.tensor_arg("value"), {}, false));
       }};
-  t["aten::slice_scatter"] = {
+  t[{OpKind::slice_scatter, ""}] = {
       K::Compute,
       [](const Ctx& c) {
         std::optional<ValueId> src = c.tensor_arg("src");
@@ -356,7 +358,7 @@ void add_layout_rules(RuleTable& t) {
         }
         return loop::Select::make(cond, r.element(src, si, true), read_self(c, r, idx));
       }};
-  t["aten::select_scatter"] = {
+  t[{OpKind::select_scatter, ""}] = {
       K::Compute,
       [](const Ctx& c) {
         std::optional<ValueId> src = c.tensor_arg("src");

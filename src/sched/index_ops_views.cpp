@@ -89,7 +89,7 @@ std::optional<std::vector<bool>> squeezed_dims(const Ctx& c) {
 
 // The start of output `slot` of split / split_with_sizes along the split dim.
 std::optional<int64_t> split_start(const Ctx& c, int32_t slot) {
-  if (c.op.name == "aten::split") {
+  if (c.op.kind == OpKind::split) {
     std::optional<int64_t> size = c.int_arg("split_size");
     if (!size || *size < 0) return std::nullopt;
     return *size * slot;
@@ -114,8 +114,8 @@ void add_view_rules(RuleTable& t) {
                [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
                  return read_self(c, r, reshape_index(c.sizes(c.self()), c.sizes(c.out()), idx));
                }};
-  t["aten::view"] = reshape;
-  t["aten::_unsafe_view"] = reshape;
+  t[{OpKind::view, ""}] = reshape;
+  t[{OpKind::_unsafe_view, ""}] = reshape;
   Rule identity{K::View,
                 [](const Ctx& c) {
                   return same_dtype_view(c) && c.n.outputs.size() == 1 &&
@@ -124,56 +124,56 @@ void add_view_rules(RuleTable& t) {
                 [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
                   return read_self(c, r, idx);
                 }};
-  t["aten::alias"] = identity;
-  t["aten::detach"] = identity;
+  t[{OpKind::alias, ""}] = identity;
+  t[{OpKind::detach, ""}] = identity;
 
-  t["aten::permute"] = {K::View,
-                        [](const Ctx& c) {
-                          const std::vector<int64_t>* dims = c.ints_arg("dims");
-                          const int64_t rank = c.type(c.self()).dim();
-                          return same_dtype_view(c) && dims &&
-                                 static_cast<int64_t>(dims->size()) == rank &&
-                                 distinct_dims(*dims, rank);
-                        },
-                        [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
-                          const std::vector<int64_t>& dims = *c.ints_arg("dims");
-                          const int64_t rank = c.type(c.self()).dim();
-                          Index in(idx.size());
-                          for (size_t k = 0; k < dims.size(); ++k)
-                            in[*wrap_dim(dims[k], rank)] = idx[k];
-                          return read_self(c, r, in);
-                        }};
-  t["aten::transpose.int"] = {K::View,
+  t[{OpKind::permute, ""}] = {K::View,
                               [](const Ctx& c) {
+                                const std::vector<int64_t>* dims = c.ints_arg("dims");
                                 const int64_t rank = c.type(c.self()).dim();
-                                std::optional<int64_t> a = c.int_arg("dim0"), b = c.int_arg("dim1");
-                                return same_dtype_view(c) && a && b && wrap_dim(*a, rank) &&
-                                       wrap_dim(*b, rank);
+                                return same_dtype_view(c) && dims &&
+                                       static_cast<int64_t>(dims->size()) == rank &&
+                                       distinct_dims(*dims, rank);
                               },
                               [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
+                                const std::vector<int64_t>& dims = *c.ints_arg("dims");
                                 const int64_t rank = c.type(c.self()).dim();
-                                Index in = idx;
-                                if (rank > 0) {
-                                  std::swap(in[*wrap_dim(*c.int_arg("dim0"), rank)],
-                                            in[*wrap_dim(*c.int_arg("dim1"), rank)]);
-                                }
+                                Index in(idx.size());
+                                for (size_t k = 0; k < dims.size(); ++k)
+                                  in[*wrap_dim(dims[k], rank)] = idx[k];
                                 return read_self(c, r, in);
                               }};
-  t["aten::t"] = {K::View,
-                  [](const Ctx& c) { return same_dtype_view(c) && c.type(c.self()).dim() <= 2; },
-                  [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
-                    Index in = idx;
-                    if (in.size() == 2) std::swap(in[0], in[1]);
-                    return read_self(c, r, in);
-                  }};
-  t["aten::expand"] = {K::View,
-                       [](const Ctx& c) {
-                         return same_dtype_view(c) &&
-                                broadcasts_to(c.sizes(c.self()), c.sizes(c.out()));
-                       },
-                       [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
-                         return read_self(c, r, broadcast_index(idx, c.sizes(c.self())));
-                       }};
+  t[{OpKind::transpose, "int"}] = {
+      K::View,
+      [](const Ctx& c) {
+        const int64_t rank = c.type(c.self()).dim();
+        std::optional<int64_t> a = c.int_arg("dim0"), b = c.int_arg("dim1");
+        return same_dtype_view(c) && a && b && wrap_dim(*a, rank) && wrap_dim(*b, rank);
+      },
+      [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
+        const int64_t rank = c.type(c.self()).dim();
+        Index in = idx;
+        if (rank > 0) {
+          std::swap(in[*wrap_dim(*c.int_arg("dim0"), rank)],
+                    in[*wrap_dim(*c.int_arg("dim1"), rank)]);
+        }
+        return read_self(c, r, in);
+      }};
+  t[{OpKind::t, ""}] = {
+      K::View, [](const Ctx& c) { return same_dtype_view(c) && c.type(c.self()).dim() <= 2; },
+      [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
+        Index in = idx;
+        if (in.size() == 2) std::swap(in[0], in[1]);
+        return read_self(c, r, in);
+      }};
+  t[{OpKind::expand, ""}] = {K::View,
+                             [](const Ctx& c) {
+                               return same_dtype_view(c) &&
+                                      broadcasts_to(c.sizes(c.self()), c.sizes(c.out()));
+                             },
+                             [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
+                               return read_self(c, r, broadcast_index(idx, c.sizes(c.self())));
+                             }};
   Rule squeeze{K::View,
                [](const Ctx& c) {
                  if (!same_dtype_view(c)) return false;
@@ -192,10 +192,10 @@ void add_view_rules(RuleTable& t) {
                  for (bool rm : removed) in.push_back(rm ? loop::idx(0) : idx[j++]);
                  return read_self(c, r, in);
                }};
-  t["aten::squeeze"] = squeeze;
-  t["aten::squeeze.dim"] = squeeze;
-  t["aten::squeeze.dims"] = squeeze;
-  t["aten::unsqueeze"] = {
+  t[{OpKind::squeeze, ""}] = squeeze;
+  t[{OpKind::squeeze, "dim"}] = squeeze;
+  t[{OpKind::squeeze, "dims"}] = squeeze;
+  t[{OpKind::unsqueeze, ""}] = {
       K::View,
       [](const Ctx& c) {
         std::optional<int64_t> d = c.int_arg("dim");
@@ -208,7 +208,7 @@ void add_view_rules(RuleTable& t) {
         const int64_t rank = c.type(c.self()).dim();
         return read_self(c, r, erase(idx, *wrap_dim(*c.int_arg("dim"), rank + 1)));
       }};
-  t["aten::slice.Tensor"] = {
+  t[{OpKind::slice, "Tensor"}] = {
       K::View,
       [](const Ctx& c) {
         std::vector<int64_t> in = c.sizes(c.self()), out = c.sizes(c.out());
@@ -229,7 +229,7 @@ void add_view_rules(RuleTable& t) {
         i[d] = loop::idx(start) + idx[d] * *c.int_arg("step");
         return read_self(c, r, i);
       }};
-  t["aten::select.int"] = {
+  t[{OpKind::select, "int"}] = {
       K::View,
       [](const Ctx& c) {
         std::vector<int64_t> in = c.sizes(c.self());
@@ -245,28 +245,29 @@ void add_view_rules(RuleTable& t) {
         int64_t i = *c.int_arg("index");
         return read_self(c, r, insert(idx, d, loop::idx(i < 0 ? i + in[d] : i)));
       }};
-  t["aten::narrow"] = {K::View,
-                       [](const Ctx& c) {
-                         std::vector<int64_t> in = c.sizes(c.self());
-                         std::optional<int64_t> d = c.int_arg("dim"), s = c.int_arg("start"),
-                                                len = c.int_arg("length");
-                         if (!same_dtype_view(c) || !d || !s || !len || in.empty()) return false;
-                         std::optional<int64_t> w = wrap_dim(*d, static_cast<int64_t>(in.size()));
-                         if (!w) return false;
-                         int64_t start = *s < 0 ? *s + in[*w] : *s;
-                         if (start < 0 || *len < 0 || start + *len > in[*w]) return false;
-                         in[*w] = *len;
-                         return in == c.sizes(c.out());
-                       },
-                       [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
-                         std::vector<int64_t> in = c.sizes(c.self());
-                         size_t d = *wrap_dim(*c.int_arg("dim"), static_cast<int64_t>(in.size()));
-                         int64_t s = *c.int_arg("start");
-                         Index i = idx;
-                         i[d] = loop::idx(s < 0 ? s + in[d] : s) + idx[d];
-                         return read_self(c, r, i);
-                       }};
-  t["aten::diagonal"] = {
+  t[{OpKind::narrow, ""}] = {
+      K::View,
+      [](const Ctx& c) {
+        std::vector<int64_t> in = c.sizes(c.self());
+        std::optional<int64_t> d = c.int_arg("dim"), s = c.int_arg("start"),
+                               len = c.int_arg("length");
+        if (!same_dtype_view(c) || !d || !s || !len || in.empty()) return false;
+        std::optional<int64_t> w = wrap_dim(*d, static_cast<int64_t>(in.size()));
+        if (!w) return false;
+        int64_t start = *s < 0 ? *s + in[*w] : *s;
+        if (start < 0 || *len < 0 || start + *len > in[*w]) return false;
+        in[*w] = *len;
+        return in == c.sizes(c.out());
+      },
+      [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
+        std::vector<int64_t> in = c.sizes(c.self());
+        size_t d = *wrap_dim(*c.int_arg("dim"), static_cast<int64_t>(in.size()));
+        int64_t s = *c.int_arg("start");
+        Index i = idx;
+        i[d] = loop::idx(s < 0 ? s + in[d] : s) + idx[d];
+        return read_self(c, r, i);
+      }};
+  t[{OpKind::diagonal, ""}] = {
       K::View,
       [](const Ctx& c) {
         std::vector<int64_t> in = c.sizes(c.self());
@@ -320,29 +321,29 @@ void add_view_rules(RuleTable& t) {
                i[d] = loop::idx(*split_start(c, c.slot(k))) + idx[d];
                return read_self(c, r, i);
              }};
-  t["aten::split.Tensor"] = split;
-  t["aten::split_with_sizes"] = split;
-  t["aten::unbind.int"] = {K::View,
-                           [](const Ctx& c) {
-                             std::vector<int64_t> in = c.sizes(c.self());
-                             std::optional<int64_t> d = c.int_arg("dim");
-                             if (!same_dtype_view(c) || !d || in.empty()) return false;
-                             std::optional<int64_t> w =
-                                 wrap_dim(*d, static_cast<int64_t>(in.size()));
-                             if (!w) return false;
-                             for (size_t k = 0; k < c.n.outputs.size(); ++k) {
-                               if (c.slot(k) >= in[*w] || erase(c.type(c.self()).sizes, *w) !=
-                                                              c.type(c.n.outputs[k]).sizes) {
-                                 return false;
-                               }
-                             }
-                             return true;
-                           },
-                           [](const Ctx& c, size_t k, const Index& idx, ElementReader& r) {
-                             size_t d = *wrap_dim(*c.int_arg("dim"), c.type(c.self()).dim());
-                             return read_self(c, r, insert(idx, d, loop::idx(c.slot(k))));
-                           }};
-  t["aten::as_strided"] = {K::View, [](const Ctx& c) { return same_dtype_view(c); }, Lower{}};
+  t[{OpKind::split, "Tensor"}] = split;
+  t[{OpKind::split_with_sizes, ""}] = split;
+  t[{OpKind::unbind, "int"}] = {K::View,
+                                [](const Ctx& c) {
+                                  std::vector<int64_t> in = c.sizes(c.self());
+                                  std::optional<int64_t> d = c.int_arg("dim");
+                                  if (!same_dtype_view(c) || !d || in.empty()) return false;
+                                  std::optional<int64_t> w =
+                                      wrap_dim(*d, static_cast<int64_t>(in.size()));
+                                  if (!w) return false;
+                                  for (size_t k = 0; k < c.n.outputs.size(); ++k) {
+                                    if (c.slot(k) >= in[*w] || erase(c.type(c.self()).sizes, *w) !=
+                                                                   c.type(c.n.outputs[k]).sizes) {
+                                      return false;
+                                    }
+                                  }
+                                  return true;
+                                },
+                                [](const Ctx& c, size_t k, const Index& idx, ElementReader& r) {
+                                  size_t d = *wrap_dim(*c.int_arg("dim"), c.type(c.self()).dim());
+                                  return read_self(c, r, insert(idx, d, loop::idx(c.slot(k))));
+                                }};
+  t[{OpKind::as_strided, ""}] = {K::View, [](const Ctx& c) { return same_dtype_view(c); }, Lower{}};
 }
 
 }  // namespace ember::sched::index_detail

@@ -103,7 +103,7 @@ Expr convert(const Plan& p, size_t i, Expr e) {
 std::optional<Plan> plan_node(const graph::Graph& g, const graph::Node& n) {
   if (n.op < 0 || n.op >= static_cast<int32_t>(g.ops.size())) return std::nullopt;
   const graph::OpInfo& op = g.ops[n.op];
-  auto it = rule_table().find(op.qualified_name());
+  auto it = rule_table().find(graph::OpOverload{op.kind, op.overload});
   if (it == rule_table().end() || n.outputs.size() != 1 || op.returns_list ||
       n.args.size() != op.arg_names.size()) {
     return std::nullopt;

@@ -110,7 +110,7 @@ struct Rule {
   bool opmath_other = false;  ///< eager reads a one-element `other` in the opmath type (mul, div)
 };
 
-/// The rules by qualified op name ("aten::add.Tensor").
-const std::map<std::string, Rule>& rule_table();
+/// The rules by op overload ({OpKind::add, "Tensor"}).
+const std::map<graph::OpOverload, Rule>& rule_table();
 
 }  // namespace ember::sched::detail

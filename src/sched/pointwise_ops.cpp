@@ -12,6 +12,7 @@
 namespace ember::sched::detail {
 namespace {
 
+using graph::OpKind;
 using loop::CallFn;
 
 // <cmath>'s M_SQRT2, M_2_SQRTPI and M_SQRT1_2 (not in strict ISO C++), as ATen's GELU uses them.
@@ -176,11 +177,11 @@ Rule compare(loop::ExprKind k, bool swap, bool scalar) {
 
 }  // namespace
 
-const std::map<std::string, Rule>& rule_table() {
+const std::map<graph::OpOverload, Rule>& rule_table() {
   using V = const std::vector<Expr>&;
   using P = const Plan&;
-  static const std::map<std::string, Rule> table = [] {
-    std::map<std::string, Rule> t;
+  static const std::map<graph::OpOverload, Rule> table = [] {
+    std::map<graph::OpOverload, Rule> t;
     auto add = [](P p, V x) {
       return p.is_one("alpha") ? x[0] + x[1] : x[0] + p.param("alpha") * x[1];
     };
@@ -208,178 +209,183 @@ const std::map<std::string, Rule>& rule_table() {
       return floor_divide(p, x[0], x[1]);
     };
     auto other_scalar = [](P p) { return !p.operands[1].tensor; };
-    t["aten::add.Tensor"] = {Mode::Numeric, {"self", "other"}, add, alpha_ok};
-    t["aten::add.Scalar"] = {
+    t[{OpKind::add, "Tensor"}] = {Mode::Numeric, {"self", "other"}, add, alpha_ok};
+    t[{OpKind::add, "Scalar"}] = {
         Mode::Numeric, {"self", "other"}, add, [=](P p) { return other_scalar(p) && alpha_ok(p); }};
-    t["aten::sub.Tensor"] = {Mode::Numeric, {"self", "other"}, sub, alpha_ok};
-    t["aten::sub.Scalar"] = {
+    t[{OpKind::sub, "Tensor"}] = {Mode::Numeric, {"self", "other"}, sub, alpha_ok};
+    t[{OpKind::sub, "Scalar"}] = {
         Mode::Numeric, {"self", "other"}, sub, [=](P p) { return other_scalar(p) && alpha_ok(p); }};
-    t["aten::rsub.Tensor"] = {Mode::Numeric, {"self", "other"}, rsub, alpha_ok};
-    t["aten::rsub.Scalar"] = {Mode::Numeric, {"self", "other"}, rsub, [=](P p) {
-                                return other_scalar(p) && alpha_ok(p);
-                              }};
-    t["aten::mul.Tensor"] = {Mode::Numeric, {"self", "other"}, mul, {}, true};
-    t["aten::mul.Scalar"] = {Mode::Numeric, {"self", "other"}, mul, other_scalar, true};
-    t["aten::div.Tensor"] = {Mode::Float, {"self", "other"}, true_div, {}, true};
-    t["aten::div.Scalar"] = {Mode::Float, {"self", "other"}, true_div, other_scalar, true};
-    t["aten::div.Tensor_mode"] = {Mode::Numeric, {"self", "other"}, div_mode, div_mode_ok, true};
-    t["aten::div.Scalar_mode"] = {Mode::Numeric,
-                                  {"self", "other"},
-                                  div_mode,
-                                  [=](P p) { return other_scalar(p) && div_mode_ok(p); },
-                                  true};
+    t[{OpKind::rsub, "Tensor"}] = {Mode::Numeric, {"self", "other"}, rsub, alpha_ok};
+    t[{OpKind::rsub, "Scalar"}] = {Mode::Numeric, {"self", "other"}, rsub, [=](P p) {
+                                     return other_scalar(p) && alpha_ok(p);
+                                   }};
+    t[{OpKind::mul, "Tensor"}] = {Mode::Numeric, {"self", "other"}, mul, {}, true};
+    t[{OpKind::mul, "Scalar"}] = {Mode::Numeric, {"self", "other"}, mul, other_scalar, true};
+    t[{OpKind::div, "Tensor"}] = {Mode::Float, {"self", "other"}, true_div, {}, true};
+    t[{OpKind::div, "Scalar"}] = {Mode::Float, {"self", "other"}, true_div, other_scalar, true};
+    t[{OpKind::div, "Tensor_mode"}] = {
+        Mode::Numeric, {"self", "other"}, div_mode, div_mode_ok, true};
+    t[{OpKind::div, "Scalar_mode"}] = {Mode::Numeric,
+                                       {"self", "other"},
+                                       div_mode,
+                                       [=](P p) { return other_scalar(p) && div_mode_ok(p); },
+                                       true};
 
     // clang-format off
-    const std::pair<const char*, CallFn> float_calls[] = {
-        {"exp", CallFn::Exp},     {"exp2", CallFn::Exp2},   {"expm1", CallFn::Expm1},
-        {"log", CallFn::Log},     {"log2", CallFn::Log2},   {"log10", CallFn::Log10},
-        {"log1p", CallFn::Log1p}, {"sqrt", CallFn::Sqrt},   {"rsqrt", CallFn::Rsqrt},
-        {"sin", CallFn::Sin},     {"cos", CallFn::Cos},     {"tan", CallFn::Tan},
-        {"asin", CallFn::Asin},   {"acos", CallFn::Acos},   {"atan", CallFn::Atan},
-        {"sinh", CallFn::Sinh},   {"cosh", CallFn::Cosh},   {"tanh", CallFn::Tanh},
-        {"asinh", CallFn::Asinh}, {"acosh", CallFn::Acosh}, {"atanh", CallFn::Atanh},
-        {"erf", CallFn::Erf},     {"erfc", CallFn::Erfc},   {"sigmoid", CallFn::Sigmoid},
-        {"reciprocal", CallFn::Reciprocal}};
+    const std::pair<OpKind, CallFn> float_calls[] = {
+        {OpKind::exp, CallFn::Exp},                {OpKind::exp2, CallFn::Exp2},
+        {OpKind::expm1, CallFn::Expm1},            {OpKind::log, CallFn::Log},
+        {OpKind::log2, CallFn::Log2},              {OpKind::log10, CallFn::Log10},
+        {OpKind::log1p, CallFn::Log1p},            {OpKind::sqrt, CallFn::Sqrt},
+        {OpKind::rsqrt, CallFn::Rsqrt},            {OpKind::sin, CallFn::Sin},
+        {OpKind::cos, CallFn::Cos},                {OpKind::tan, CallFn::Tan},
+        {OpKind::asin, CallFn::Asin},              {OpKind::acos, CallFn::Acos},
+        {OpKind::atan, CallFn::Atan},              {OpKind::sinh, CallFn::Sinh},
+        {OpKind::cosh, CallFn::Cosh},              {OpKind::tanh, CallFn::Tanh},
+        {OpKind::asinh, CallFn::Asinh},            {OpKind::acosh, CallFn::Acosh},
+        {OpKind::atanh, CallFn::Atanh},            {OpKind::erf, CallFn::Erf},
+        {OpKind::erfc, CallFn::Erfc},              {OpKind::sigmoid, CallFn::Sigmoid},
+        {OpKind::reciprocal, CallFn::Reciprocal}};
     // clang-format on
-    for (const auto& [name, fn] : float_calls) {
-      t[std::string("aten::") + name] = unary_call(Mode::Float, fn);
-    }
-    t["aten::neg"] = unary_call(Mode::Numeric, CallFn::Neg);
-    t["aten::abs"] = unary_call(Mode::Numeric, CallFn::Abs);
-    t["aten::floor"] = rounding(CallFn::Floor);
-    t["aten::ceil"] = rounding(CallFn::Ceil);
-    t["aten::round"] = rounding(CallFn::Round);
-    t["aten::trunc"] = rounding(CallFn::Trunc);
-    t["aten::sign"] = {Mode::Numeric, {"self"}, [](P p, V x) {
-                         Expr zero = num(p.comp, 0);
-                         return cast(p.comp, lt(zero, x[0])) - cast(p.comp, lt(x[0], zero));
-                       }};
+    for (const auto& [kind, fn] : float_calls) t[{kind, ""}] = unary_call(Mode::Float, fn);
+    t[{OpKind::neg, ""}] = unary_call(Mode::Numeric, CallFn::Neg);
+    t[{OpKind::abs, ""}] = unary_call(Mode::Numeric, CallFn::Abs);
+    t[{OpKind::floor, ""}] = rounding(CallFn::Floor);
+    t[{OpKind::ceil, ""}] = rounding(CallFn::Ceil);
+    t[{OpKind::round, ""}] = rounding(CallFn::Round);
+    t[{OpKind::trunc, ""}] = rounding(CallFn::Trunc);
+    t[{OpKind::sign, ""}] = {Mode::Numeric, {"self"}, [](P p, V x) {
+                               Expr zero = num(p.comp, 0);
+                               return cast(p.comp, lt(zero, x[0])) - cast(p.comp, lt(x[0], zero));
+                             }};
 
-    t["aten::pow.Tensor_Scalar"] = {Mode::Float,
-                                    {"self"},
-                                    [](P p, V x) { return pow_scalar(p, x[0]); },
-                                    [](P p) { return p.scalar_ok("exponent"); }};
+    t[{OpKind::pow, "Tensor_Scalar"}] = {Mode::Float,
+                                         {"self"},
+                                         [](P p, V x) { return pow_scalar(p, x[0]); },
+                                         [](P p) { return p.scalar_ok("exponent"); }};
     // A Python number to a tensor's power (Adam's bias corrections: beta ** step), float only.
     // The number is converted to the result's dtype first, as TensorIterator does a wrapped
     // scalar (0.9 is 0.8984375 in bf16).
-    t["aten::pow.Scalar"] = {
+    t[{OpKind::pow, "Scalar"}] = {
         Mode::Float,
         {"exponent"},
         [](P p, V x) {
           return loop::Call::make(CallFn::Pow, {p.rounded_param("self"), x[0]});
         },
         [](P p) { return loop::is_float(p.out) && p.scalar_ok("self"); }};
-    t["aten::pow.Tensor_Tensor"] = {Mode::Float, {"self", "exponent"}, [](P, V x) {
-                                      return loop::Call::make(CallFn::Pow, {x[0], x[1]});
-                                    }};
-    t["aten::maximum"] = {
+    t[{OpKind::pow, "Tensor_Tensor"}] = {Mode::Float, {"self", "exponent"}, [](P, V x) {
+                                           return loop::Call::make(CallFn::Pow, {x[0], x[1]});
+                                         }};
+    t[{OpKind::maximum, ""}] = {
         Mode::Numeric, {"self", "other"}, [](P, V x) { return loop::max(x[0], x[1]); }};
-    t["aten::minimum"] = {
+    t[{OpKind::minimum, ""}] = {
         Mode::Numeric, {"self", "other"}, [](P, V x) { return loop::min(x[0], x[1]); }};
-    t["aten::clamp"] = {
+    t[{OpKind::clamp, ""}] = {
         Mode::Numeric, {"self"}, [](P p, V x) { return clamp(p, x[0], "min", "max"); }, clamp_ok};
-    t["aten::clamp_min"] = {Mode::Numeric,
-                            {"self"},
-                            [](P p, V x) { return clamp(p, x[0], "min", nullptr); },
-                            [](P p) { return bound_ok(p, "min") && !is_none(p.arg("min")); }};
-    t["aten::clamp_max"] = {Mode::Numeric,
-                            {"self"},
-                            [](P p, V x) { return clamp(p, x[0], nullptr, "max"); },
-                            [](P p) { return bound_ok(p, "max") && !is_none(p.arg("max")); }};
-    t["aten::hardtanh"] = {Mode::Float,
-                           {"self"},
-                           [](P p, V x) { return clamp(p, x[0], "min_val", "max_val"); },
-                           [](P p) {
-                             return p.scalar_ok("min_val") && p.scalar_ok("max_val") &&
-                                    bound_ok(p, "min_val") && bound_ok(p, "max_val");
-                           }};
-    t["aten::relu"] = {Mode::Numeric, {"self"}, [](P p, V x) {
-                         Expr zero = num(p.comp, 0);
-                         return select(lt(x[0], zero), zero, x[0]);
-                       }};
-    t["aten::threshold"] = {Mode::Numeric,
-                            {"self"},
-                            [](P p, V x) {
-                              return select(le(x[0], p.rounded_param("threshold")),
-                                            p.rounded_param("value"), x[0]);
-                            },
-                            [](P p) { return p.scalar_ok("threshold") && p.scalar_ok("value"); }};
-    t["aten::leaky_relu"] = {Mode::Float,
+    t[{OpKind::clamp_min, ""}] = {Mode::Numeric,
+                                  {"self"},
+                                  [](P p, V x) { return clamp(p, x[0], "min", nullptr); },
+                                  [](P p) { return bound_ok(p, "min") && !is_none(p.arg("min")); }};
+    t[{OpKind::clamp_max, ""}] = {Mode::Numeric,
+                                  {"self"},
+                                  [](P p, V x) { return clamp(p, x[0], nullptr, "max"); },
+                                  [](P p) { return bound_ok(p, "max") && !is_none(p.arg("max")); }};
+    t[{OpKind::hardtanh, ""}] = {Mode::Float,
+                                 {"self"},
+                                 [](P p, V x) { return clamp(p, x[0], "min_val", "max_val"); },
+                                 [](P p) {
+                                   return p.scalar_ok("min_val") && p.scalar_ok("max_val") &&
+                                          bound_ok(p, "min_val") && bound_ok(p, "max_val");
+                                 }};
+    t[{OpKind::relu, ""}] = {Mode::Numeric, {"self"}, [](P p, V x) {
+                               Expr zero = num(p.comp, 0);
+                               return select(lt(x[0], zero), zero, x[0]);
+                             }};
+    t[{OpKind::threshold, ""}] = {
+        Mode::Numeric,
+        {"self"},
+        [](P p, V x) {
+          return select(le(x[0], p.rounded_param("threshold")), p.rounded_param("value"), x[0]);
+        },
+        [](P p) { return p.scalar_ok("threshold") && p.scalar_ok("value"); }};
+    t[{OpKind::leaky_relu, ""}] = {Mode::Float,
+                                   {"self"},
+                                   [](P p, V x) {
+                                     return select(lt(num(p.comp, 0), x[0]), x[0],
+                                                   x[0] * p.param("negative_slope"));
+                                   },
+                                   [](P p) { return p.scalar_ok("negative_slope"); }};
+    t[{OpKind::elu, ""}] = {
+        Mode::Float,
+        {"self"},
+        [](P p, V x) {
+          Expr negcoef = p.param("alpha") * p.param("scale");
+          Expr neg = call(CallFn::Expm1, x[0] * p.param("input_scale")) * negcoef;
+          return select(le(x[0], num(p.comp, 0)), neg, x[0] * p.param("scale"));
+        },
+        [](P p) {
+          return p.scalar_ok("alpha") && p.scalar_ok("scale") && p.scalar_ok("input_scale");
+        }};
+    t[{OpKind::softplus, ""}] = {
+        Mode::Float,
+        {"self"},
+        [](P p, V x) {
+          Expr beta = p.param("beta"), xb = x[0] * beta;
+          Expr soft = div(call(CallFn::Log1p, call(CallFn::Exp, xb)), beta);
+          return select(lt(p.param("threshold"), xb), x[0], soft);
+        },
+        [](P p) { return p.scalar_ok("beta") && p.scalar_ok("threshold"); }};
+    t[{OpKind::gelu, ""}] = {Mode::Float,
                              {"self"},
                              [](P p, V x) {
-                               return select(lt(num(p.comp, 0), x[0]), x[0],
-                                             x[0] * p.param("negative_slope"));
+                               DType c = p.comp;
+                               Expr one = fconst(c, 1), half = fconst(c, 0.5);
+                               if (std::get<std::string>(*p.arg("approximate")) == "none") {
+                                 return x[0] * half *
+                                        (one + call(CallFn::Erf, x[0] * fconst(c, kSqrt1_2)));
+                               }
+                               Expr inner = fconst(c, kSqrt2 * k2SqrtPi * 0.5) *
+                                            (x[0] + fconst(c, 0.044715) * (x[0] * x[0] * x[0]));
+                               return half * x[0] * (one + call(CallFn::Tanh, inner));
                              },
-                             [](P p) { return p.scalar_ok("negative_slope"); }};
-    t["aten::elu"] = {Mode::Float,
-                      {"self"},
-                      [](P p, V x) {
-                        Expr negcoef = p.param("alpha") * p.param("scale");
-                        Expr neg = call(CallFn::Expm1, x[0] * p.param("input_scale")) * negcoef;
-                        return select(le(x[0], num(p.comp, 0)), neg, x[0] * p.param("scale"));
-                      },
-                      [](P p) {
-                        return p.scalar_ok("alpha") && p.scalar_ok("scale") &&
-                               p.scalar_ok("input_scale");
-                      }};
-    t["aten::softplus"] = {Mode::Float,
-                           {"self"},
-                           [](P p, V x) {
-                             Expr beta = p.param("beta"), xb = x[0] * beta;
-                             Expr soft = div(call(CallFn::Log1p, call(CallFn::Exp, xb)), beta);
-                             return select(lt(p.param("threshold"), xb), x[0], soft);
-                           },
-                           [](P p) { return p.scalar_ok("beta") && p.scalar_ok("threshold"); }};
-    t["aten::gelu"] = {Mode::Float,
-                       {"self"},
-                       [](P p, V x) {
-                         DType c = p.comp;
-                         Expr one = fconst(c, 1), half = fconst(c, 0.5);
-                         if (std::get<std::string>(*p.arg("approximate")) == "none") {
-                           return x[0] * half *
-                                  (one + call(CallFn::Erf, x[0] * fconst(c, kSqrt1_2)));
-                         }
-                         Expr inner = fconst(c, kSqrt2 * k2SqrtPi * 0.5) *
-                                      (x[0] + fconst(c, 0.044715) * (x[0] * x[0] * x[0]));
-                         return half * x[0] * (one + call(CallFn::Tanh, inner));
-                       },
-                       [](P p) {
-                         return arg_is(p.arg("approximate"), std::string("none")) ||
-                                arg_is(p.arg("approximate"), std::string("tanh"));
-                       }};
-    t["aten::silu"] = {Mode::Float, {"self"}, [](P p, V x) {
-                         return div(x[0],
-                                    fconst(p.comp, 1) + call(CallFn::Exp, call(CallFn::Neg, x[0])));
-                       }};
-    t["aten::mish"] = {Mode::Float, {"self"}, [](P, V x) {
-                         return x[0] *
-                                call(CallFn::Tanh, call(CallFn::Log1p, call(CallFn::Exp, x[0])));
-                       }};
+                             [](P p) {
+                               return arg_is(p.arg("approximate"), std::string("none")) ||
+                                      arg_is(p.arg("approximate"), std::string("tanh"));
+                             }};
+    t[{OpKind::silu, ""}] = {
+        Mode::Float, {"self"}, [](P p, V x) {
+          return div(x[0], fconst(p.comp, 1) + call(CallFn::Exp, call(CallFn::Neg, x[0])));
+        }};
+    t[{OpKind::mish, ""}] = {Mode::Float, {"self"}, [](P, V x) {
+                               return x[0] * call(CallFn::Tanh,
+                                                  call(CallFn::Log1p, call(CallFn::Exp, x[0])));
+                             }};
     auto relu6_of_x_plus_3 = [](P p, const Expr& x) {
       return loop::min(loop::max(x + fconst(p.comp, 3), fconst(p.comp, 0)), fconst(p.comp, 6));
     };
-    t["aten::hardsigmoid"] = {Mode::Float, {"self"}, [=](P p, V x) {
-                                return div(relu6_of_x_plus_3(p, x[0]), fconst(p.comp, 6));
-                              }};
-    t["aten::hardswish"] = {Mode::Float, {"self"}, [=](P p, V x) {
-                              return div(x[0] * relu6_of_x_plus_3(p, x[0]), fconst(p.comp, 6));
-                            }};
+    t[{OpKind::hardsigmoid, ""}] = {Mode::Float, {"self"}, [=](P p, V x) {
+                                      return div(relu6_of_x_plus_3(p, x[0]), fconst(p.comp, 6));
+                                    }};
+    t[{OpKind::hardswish, ""}] = {Mode::Float, {"self"}, [=](P p, V x) {
+                                    return div(x[0] * relu6_of_x_plus_3(p, x[0]),
+                                               fconst(p.comp, 6));
+                                  }};
 
     using K = loop::ExprKind;
-    const std::tuple<const char*, K, bool> comparisons[] = {
-        {"eq", K::EQ, false}, {"ne", K::NE, false}, {"lt", K::LT, false},
-        {"le", K::LE, false}, {"gt", K::LT, true},  {"ge", K::LE, true}};
-    for (const auto& [name, kind, swap] : comparisons) {
-      t[std::string("aten::") + name + ".Tensor"] = compare(kind, swap, false);
-      t[std::string("aten::") + name + ".Scalar"] = compare(kind, swap, true);
+    const std::tuple<OpKind, K, bool> comparisons[] = {
+        {OpKind::eq, K::EQ, false}, {OpKind::ne, K::NE, false}, {OpKind::lt, K::LT, false},
+        {OpKind::le, K::LE, false}, {OpKind::gt, K::LT, true},  {OpKind::ge, K::LE, true}};
+    for (const auto& [op, kind, swap] : comparisons) {
+      t[{op, "Tensor"}] = compare(kind, swap, false);
+      t[{op, "Scalar"}] = compare(kind, swap, true);
     }
-    t["aten::logical_not"] = {
+    t[{OpKind::logical_not, ""}] = {
         Mode::Logical, {"self"}, [](P, V x) { return loop::Not::make(x[0]); }};
-    t["aten::logical_and"] = {
+    t[{OpKind::logical_and, ""}] = {
         Mode::Logical, {"self", "other"}, [](P, V x) { return loop::And::make(x[0], x[1]); }};
-    t["aten::logical_or"] = {
+    t[{OpKind::logical_or, ""}] = {
         Mode::Logical, {"self", "other"}, [](P, V x) { return loop::Or::make(x[0], x[1]); }};
-    t["aten::logical_xor"] = {
+    t[{OpKind::logical_xor, ""}] = {
         Mode::Logical, {"self", "other"}, [](P, V x) { return loop::NE::make(x[0], x[1]); }};
     // Bitwise ops in the output (promoted) type: of booleans the logical ones, of integers the
     // loop IR's, whose shifts follow eager's CPU kernels (loop::Shl, loop::Shr). Eager rejects
@@ -404,86 +410,88 @@ const std::map<std::string, Rule>& rule_table() {
                   },
                   bits_ok(shift)};
     };
-    const std::tuple<const char*, const char*, K, K, bool> bitwise_ops[] = {
-        {"bitwise_and", "__and__", K::BitAnd, K::And, false},
-        {"bitwise_or", "__or__", K::BitOr, K::Or, false},
-        {"bitwise_xor", "__xor__", K::BitXor, K::NE, false},
-        {"bitwise_left_shift", "__lshift__", K::Shl, K::Shl, true},
-        {"bitwise_right_shift", "__rshift__", K::Shr, K::Shr, true}};
-    for (const auto& [name, dunder, int_kind, bool_kind, shift] : bitwise_ops) {
-      const std::string op = std::string("aten::") + name;
+    const std::tuple<OpKind, OpKind, K, K, bool> bitwise_ops[] = {
+        {OpKind::bitwise_and, OpKind::__and__, K::BitAnd, K::And, false},
+        {OpKind::bitwise_or, OpKind::__or__, K::BitOr, K::Or, false},
+        {OpKind::bitwise_xor, OpKind::__xor__, K::BitXor, K::NE, false},
+        {OpKind::bitwise_left_shift, OpKind::__lshift__, K::Shl, K::Shl, true},
+        {OpKind::bitwise_right_shift, OpKind::__rshift__, K::Shr, K::Shr, true}};
+    for (const auto& [op, dunder, int_kind, bool_kind, shift] : bitwise_ops) {
       const Rule rule = bitwise(int_kind, bool_kind, shift);
-      t[op + ".Tensor"] = rule;
-      t[op + (shift ? ".Tensor_Scalar" : ".Scalar")] = rule;
-      t[op + ".Scalar_Tensor"] = rule;
-      t[std::string("aten::") + dunder + ".Tensor"] = rule;
-      t[std::string("aten::") + dunder + ".Scalar"] = rule;
+      t[{op, "Tensor"}] = rule;
+      t[{op, shift ? "Tensor_Scalar" : "Scalar"}] = rule;
+      t[{op, "Scalar_Tensor"}] = rule;
+      t[{dunder, "Tensor"}] = rule;
+      t[{dunder, "Scalar"}] = rule;
     }
-    t["aten::bitwise_not"] = {Mode::Raw,
+    t[{OpKind::bitwise_not, ""}] = {
+        Mode::Raw,
+        {"self"},
+        [](P p, V x) {
+          if (p.out == DType::Bool) return loop::Not::make(x[0]);
+          Expr ones = loop::IntImm::make(p.out, loop::wrap_int(p.out, -1));
+          return loop::BitXor::make(x[0], ones);
+        },
+        [](P p) {
+          return p.operands[0].dtype == p.out && (loop::is_int(p.out) || p.out == DType::Bool);
+        }};
+    t[{OpKind::isnan, ""}] = {Mode::Raw,
                               {"self"},
-                              [](P p, V x) {
-                                if (p.out == DType::Bool) return loop::Not::make(x[0]);
-                                Expr ones = loop::IntImm::make(p.out, loop::wrap_int(p.out, -1));
-                                return loop::BitXor::make(x[0], ones);
+                              [](P, V x) {
+                                return loop::is_float(x[0].dtype()) ? call(CallFn::IsNan, x[0])
+                                                                    : loop::bool_imm(false);
                               },
-                              [](P p) {
-                                return p.operands[0].dtype == p.out &&
-                                       (loop::is_int(p.out) || p.out == DType::Bool);
-                              }};
-    t["aten::isnan"] = {Mode::Raw,
-                        {"self"},
-                        [](P, V x) {
-                          return loop::is_float(x[0].dtype()) ? call(CallFn::IsNan, x[0])
-                                                              : loop::bool_imm(false);
-                        },
-                        [](P p) { return p.out == DType::Bool; }};
-    t["aten::where.self"] = {Mode::Where, {"condition", "self", "other"}, [](P, V x) {
-                               return select(x[0], x[1], x[2]);
-                             }};
+                              [](P p) { return p.out == DType::Bool; }};
+    t[{OpKind::where, "self"}] = {Mode::Where, {"condition", "self", "other"}, [](P, V x) {
+                                    return select(x[0], x[1], x[2]);
+                                  }};
 
     auto convert_to = [](P p, V x) { return cast(p.out, x[0]); };
-    for (const char* name :
-         {"aten::_to_copy", "aten::to.dtype", "aten::to.dtype_layout", "aten::to.device"}) {
-      t[name] = {Mode::Raw, {"self"}, convert_to, conversion_ok};
+    for (const graph::OpOverload& op :
+         {graph::OpOverload{OpKind::_to_copy, ""}, graph::OpOverload{OpKind::to, "dtype"},
+          graph::OpOverload{OpKind::to, "dtype_layout"}, graph::OpOverload{OpKind::to, "device"}}) {
+      t[op] = {Mode::Raw, {"self"}, convert_to, conversion_ok};
     }
-    t["aten::clone"] = {Mode::Raw,
-                        {"self"},
-                        [](P, V x) { return x[0]; },
-                        [](P p) {
-                          const Arg* mf = p.arg("memory_format");
-                          return p.operands[0].dtype == p.out &&
-                                 (is_none(mf) || std::holds_alternative<graph::MemoryFormat>(*mf));
-                        }};
+    t[{OpKind::clone, ""}] = {
+        Mode::Raw,
+        {"self"},
+        [](P, V x) { return x[0]; },
+        [](P p) {
+          const Arg* mf = p.arg("memory_format");
+          return p.operands[0].dtype == p.out &&
+                 (is_none(mf) || std::holds_alternative<graph::MemoryFormat>(*mf));
+        }};
 
-    t["aten::lerp.Scalar"] = {Mode::Float,
-                              {"self", "end"},
-                              [](P p, V x) {
-                                Expr w = p.param("weight"), one = fconst(p.comp, 1);
-                                double wv = p.comp == DType::Float64
-                                                ? *number(p.arg("weight"))
-                                                : static_cast<float>(*number(p.arg("weight")));
-                                if (std::abs(wv) < 0.5) return x[0] + w * (x[1] - x[0]);
-                                return x[1] - (x[1] - x[0]) * (one - w);
-                              },
-                              [](P p) { return p.scalar_ok("weight"); }};
-    t["aten::addcmul"] = {Mode::Numeric,
-                          {"self", "tensor1", "tensor2"},
-                          [](P p, V x) {
-                            Expr prod = p.is_one("value") ? x[1] : p.param("value") * x[1];
-                            return x[0] + prod * x[2];
-                          },
-                          [](P p) { return p.scalar_ok("value"); }};
-    t["aten::addcdiv"] = {Mode::Float,
-                          {"self", "tensor1", "tensor2"},
-                          [](P p, V x) {
-                            Expr num = p.is_one("value") ? x[1] : p.param("value") * x[1];
-                            return x[0] + div(num, x[2]);
-                          },
-                          [](P p) {
-                            // Eager rejects integer division in addcdiv.
-                            return p.scalar_ok("value") && loop::is_float(p.operands[1].dtype) &&
-                                   loop::is_float(p.operands[2].dtype);
-                          }};
+    t[{OpKind::lerp, "Scalar"}] = {Mode::Float,
+                                   {"self", "end"},
+                                   [](P p, V x) {
+                                     Expr w = p.param("weight"), one = fconst(p.comp, 1);
+                                     double wv = p.comp == DType::Float64
+                                                     ? *number(p.arg("weight"))
+                                                     : static_cast<float>(*number(p.arg("weight")));
+                                     if (std::abs(wv) < 0.5) return x[0] + w * (x[1] - x[0]);
+                                     return x[1] - (x[1] - x[0]) * (one - w);
+                                   },
+                                   [](P p) { return p.scalar_ok("weight"); }};
+    t[{OpKind::addcmul, ""}] = {Mode::Numeric,
+                                {"self", "tensor1", "tensor2"},
+                                [](P p, V x) {
+                                  Expr prod = p.is_one("value") ? x[1] : p.param("value") * x[1];
+                                  return x[0] + prod * x[2];
+                                },
+                                [](P p) { return p.scalar_ok("value"); }};
+    t[{OpKind::addcdiv, ""}] = {Mode::Float,
+                                {"self", "tensor1", "tensor2"},
+                                [](P p, V x) {
+                                  Expr num = p.is_one("value") ? x[1] : p.param("value") * x[1];
+                                  return x[0] + div(num, x[2]);
+                                },
+                                [](P p) {
+                                  // Eager rejects integer division in addcdiv.
+                                  return p.scalar_ok("value") &&
+                                         loop::is_float(p.operands[1].dtype) &&
+                                         loop::is_float(p.operands[2].dtype);
+                                }};
     return t;
   }();
   return table;

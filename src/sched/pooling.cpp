@@ -43,12 +43,12 @@ std::optional<std::pair<int64_t, int64_t>> pair_arg(
 }
 
 std::optional<Pool> analyze(const graph::Graph& g, const graph::Node& n) {
-  const std::string name = g.op_of(n).qualified_name();
+  const graph::OpInfo& op = g.op_of(n);
   Pool p;
-  if (name == "aten::max_pool2d_with_indices") {
+  if (op.is(graph::OpKind::max_pool2d_with_indices)) {
     p.max = true;
     if (n.outputs.size() != 2 || !value_unread(g, n.outputs[1])) return std::nullopt;
-  } else if (name == "aten::avg_pool2d") {
+  } else if (op.is(graph::OpKind::avg_pool2d)) {
     p.max = false;
     if (n.outputs.size() != 1) return std::nullopt;
   } else {

@@ -50,43 +50,44 @@ struct OpEntry {
   DimArg dims;
 };
 
-const OpEntry* op_entry(const std::string& qualified) {
-  static const std::map<std::string, OpEntry> ops = {
-      {"aten::sum", {Kind::Sum, DimArg::All}},
-      {"aten::sum.dim_IntList", {Kind::Sum, DimArg::List}},
-      {"aten::mean", {Kind::Mean, DimArg::All}},
-      {"aten::mean.dim", {Kind::Mean, DimArg::List}},
-      {"aten::prod", {Kind::Prod, DimArg::All}},
-      {"aten::prod.dim_int", {Kind::Prod, DimArg::Int}},
-      {"aten::amax", {Kind::Amax, DimArg::List}},
-      {"aten::amin", {Kind::Amin, DimArg::List}},
-      {"aten::max", {Kind::Amax, DimArg::All}},
-      {"aten::min", {Kind::Amin, DimArg::All}},
-      {"aten::argmax", {Kind::ArgMax, DimArg::OptInt}},
-      {"aten::argmin", {Kind::ArgMin, DimArg::OptInt}},
-      {"aten::max.dim", {Kind::MaxDim, DimArg::Int}},
-      {"aten::min.dim", {Kind::MinDim, DimArg::Int}},
-      {"aten::any", {Kind::Any, DimArg::All}},
-      {"aten::any.dim", {Kind::Any, DimArg::Int}},
-      {"aten::any.dims", {Kind::Any, DimArg::List}},
-      {"aten::all", {Kind::All, DimArg::All}},
-      {"aten::all.dim", {Kind::All, DimArg::Int}},
-      {"aten::all.dims", {Kind::All, DimArg::List}},
-      {"aten::var.correction", {Kind::Var, DimArg::List}},
-      {"aten::std.correction", {Kind::Std, DimArg::List}},
-      {"aten::var_mean.correction", {Kind::VarMean, DimArg::List}},
-      {"aten::std_mean.correction", {Kind::StdMean, DimArg::List}},
-      {"aten::logsumexp", {Kind::LogSumExp, DimArg::List}},
-      {"aten::_softmax", {Kind::Softmax, DimArg::Softmax}},
-      {"aten::_log_softmax", {Kind::LogSoftmax, DimArg::Softmax}},
-      {"aten::_safe_softmax", {Kind::SafeSoftmax, DimArg::Softmax}},
-      {"aten::native_layer_norm", {Kind::LayerNorm, DimArg::Normalize}},
-      {"aten::native_group_norm", {Kind::GroupNorm, DimArg::Normalize}},
-      {"aten::_native_batch_norm_legit_functional", {Kind::BatchNorm, DimArg::Normalize}},
-      {"aten::_native_batch_norm_legit.no_stats", {Kind::BatchNorm, DimArg::Normalize}},
-      {"aten::native_batch_norm", {Kind::BatchNorm, DimArg::Normalize}},
+const OpEntry* op_entry(const graph::OpInfo& op) {
+  using graph::OpKind;
+  static const std::map<graph::OpOverload, OpEntry> ops = {
+      {{OpKind::sum, ""}, {Kind::Sum, DimArg::All}},
+      {{OpKind::sum, "dim_IntList"}, {Kind::Sum, DimArg::List}},
+      {{OpKind::mean, ""}, {Kind::Mean, DimArg::All}},
+      {{OpKind::mean, "dim"}, {Kind::Mean, DimArg::List}},
+      {{OpKind::prod, ""}, {Kind::Prod, DimArg::All}},
+      {{OpKind::prod, "dim_int"}, {Kind::Prod, DimArg::Int}},
+      {{OpKind::amax, ""}, {Kind::Amax, DimArg::List}},
+      {{OpKind::amin, ""}, {Kind::Amin, DimArg::List}},
+      {{OpKind::max, ""}, {Kind::Amax, DimArg::All}},
+      {{OpKind::min, ""}, {Kind::Amin, DimArg::All}},
+      {{OpKind::argmax, ""}, {Kind::ArgMax, DimArg::OptInt}},
+      {{OpKind::argmin, ""}, {Kind::ArgMin, DimArg::OptInt}},
+      {{OpKind::max, "dim"}, {Kind::MaxDim, DimArg::Int}},
+      {{OpKind::min, "dim"}, {Kind::MinDim, DimArg::Int}},
+      {{OpKind::any, ""}, {Kind::Any, DimArg::All}},
+      {{OpKind::any, "dim"}, {Kind::Any, DimArg::Int}},
+      {{OpKind::any, "dims"}, {Kind::Any, DimArg::List}},
+      {{OpKind::all, ""}, {Kind::All, DimArg::All}},
+      {{OpKind::all, "dim"}, {Kind::All, DimArg::Int}},
+      {{OpKind::all, "dims"}, {Kind::All, DimArg::List}},
+      {{OpKind::var, "correction"}, {Kind::Var, DimArg::List}},
+      {{OpKind::std, "correction"}, {Kind::Std, DimArg::List}},
+      {{OpKind::var_mean, "correction"}, {Kind::VarMean, DimArg::List}},
+      {{OpKind::std_mean, "correction"}, {Kind::StdMean, DimArg::List}},
+      {{OpKind::logsumexp, ""}, {Kind::LogSumExp, DimArg::List}},
+      {{OpKind::_softmax, ""}, {Kind::Softmax, DimArg::Softmax}},
+      {{OpKind::_log_softmax, ""}, {Kind::LogSoftmax, DimArg::Softmax}},
+      {{OpKind::_safe_softmax, ""}, {Kind::SafeSoftmax, DimArg::Softmax}},
+      {{OpKind::native_layer_norm, ""}, {Kind::LayerNorm, DimArg::Normalize}},
+      {{OpKind::native_group_norm, ""}, {Kind::GroupNorm, DimArg::Normalize}},
+      {{OpKind::_native_batch_norm_legit_functional, ""}, {Kind::BatchNorm, DimArg::Normalize}},
+      {{OpKind::_native_batch_norm_legit, "no_stats"}, {Kind::BatchNorm, DimArg::Normalize}},
+      {{OpKind::native_batch_norm, ""}, {Kind::BatchNorm, DimArg::Normalize}},
   };
-  auto it = ops.find(qualified);
+  auto it = ops.find(graph::OpOverload{op.kind, op.overload});
   return it == ops.end() ? nullptr : &it->second;
 }
 
@@ -139,7 +140,7 @@ bool only_converted_to(const graph::Graph& g, ValueId v, DType dtype) {
         for (const auto& item : l->items) reads |= item == v;
       }
     }
-    if (reads && (g.op_of(n).qualified_name() != "aten::_to_copy" || n.outputs.size() != 1 ||
+    if (reads && (!g.op_of(n).is(graph::OpKind::_to_copy) || n.outputs.size() != 1 ||
                   g.type(n.outputs[0]).dtype != dtype)) {
       return false;
     }
@@ -153,7 +154,7 @@ class Analyzer {
 
   std::optional<ReductionSpec> run() {
     if (n_.op < 0 || n_.op >= static_cast<int32_t>(g_.ops.size())) return std::nullopt;
-    const OpEntry* entry = op_entry(g_.op_of(n_).qualified_name());
+    const OpEntry* entry = op_entry(g_.op_of(n_));
     if (entry == nullptr) return std::nullopt;
     s_.kind = entry->kind;
     for (size_t i = 0; i < n_.result_slots.size(); ++i) {
@@ -483,8 +484,8 @@ class Analyzer {
   // running statistics: native_batch_norm updates them in place, which a kernel must not (the
   // tracer records that form as `_native_batch_norm_legit_functional`).
   std::optional<ReductionSpec> batch_norm() {
-    const std::string name = g_.op_of(n_).qualified_name();
-    const bool update = name == "aten::_native_batch_norm_legit_functional";
+    const graph::OpInfo& op = g_.op_of(n_);
+    const bool update = op.is(graph::OpKind::_native_batch_norm_legit_functional);
     const graph::TensorType& xt = g_.type(s_.x.value);
     s_.sizes = sizes_of(xt);
     const size_t rank = s_.sizes.size();
@@ -498,8 +499,8 @@ class Analyzer {
     for (int64_t size : s_.sizes) {
       if (size == 0) return std::nullopt;
     }
-    if (name == "aten::native_batch_norm" && (!is_none(arg_named(g_, n_, "running_mean")) ||
-                                              !is_none(arg_named(g_, n_, "running_var")))) {
+    if (op.is(graph::OpKind::native_batch_norm) && (!is_none(arg_named(g_, n_, "running_mean")) ||
+                                                    !is_none(arg_named(g_, n_, "running_var")))) {
       return std::nullopt;
     }
     s_.momentum = *momentum;

@@ -276,21 +276,21 @@ std::optional<Scatter> analyze(const graph::Graph& g, const graph::Node& n) {
       }
     }
   }
-  const std::string name = op.qualified_name();
+  using graph::OpKind;
   std::optional<Scatter> s;
-  if (name == "aten::scatter.src" || name == "aten::scatter.value") {
+  if (op.is(OpKind::scatter, "src") || op.is(OpKind::scatter, "value")) {
     s = scatter_family(c, Combine::Replace);
-  } else if (name == "aten::scatter_add") {
+  } else if (op.is(OpKind::scatter_add)) {
     s = scatter_family(c, Combine::Add);
-  } else if (name == "aten::scatter.reduce" || name == "aten::scatter.value_reduce") {
+  } else if (op.is(OpKind::scatter, "reduce") || op.is(OpKind::scatter, "value_reduce")) {
     if (std::optional<Combine> r = reduce_of(c, false)) s = scatter_family(c, *r);
-  } else if (name == "aten::scatter_reduce.two") {
+  } else if (op.is(OpKind::scatter_reduce, "two")) {
     const graph::Arg* inc = c.arg("include_self");
     const auto* include_self = inc ? std::get_if<bool>(inc) : nullptr;
     std::optional<Combine> r = reduce_of(c, true);
     if (r && include_self) s = scatter_family(c, *r);
     if (s) s->exclude_self = !*include_self;
-  } else if (name == "aten::index_add") {
+  } else if (op.is(OpKind::index_add)) {
     // alpha 1, or an integer alpha of integer tensors (exact: a + alpha * b wraps alike). Eager
     // computes a float alpha * b + a with a fused multiply-add on some paths: ATen call.
     const graph::Arg* alpha = c.arg("alpha");
@@ -305,11 +305,11 @@ std::optional<Scatter> analyze(const graph::Graph& g, const graph::Node& n) {
         s->value = [a, v = s->value](const Reads& r, const Index& p) { return v(r, p) * a; };
       }
     }
-  } else if (name == "aten::index_copy") {
+  } else if (op.is(OpKind::index_copy)) {
     s = index_family(c, Combine::Replace, /*int32_ok=*/false, /*wraps=*/false, "source");
-  } else if (name == "aten::index_fill.int_Scalar") {
+  } else if (op.is(OpKind::index_fill, "int_Scalar")) {
     s = index_family(c, Combine::Replace, /*int32_ok=*/false, /*wraps=*/true, "");
-  } else if (name == "aten::index_put") {
+  } else if (op.is(OpKind::index_put)) {
     s = index_put(c);
   }
   if (!s) return std::nullopt;

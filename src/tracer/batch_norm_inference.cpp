@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "graph/ops.h"
+
 namespace ember::tracer {
 
 namespace {
@@ -29,11 +31,12 @@ std::optional<at::Tensor> tensor(const c10::IValue* v) {
 
 bool record_batch_norm_inference(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
-  const std::string& name = schema.name();
-  const bool no_training = name == "aten::_native_batch_norm_legit_no_training";
+  using graph::OpKind;
+  const OpKind kind = graph::op_kind(schema.name());
+  const bool no_training = kind == OpKind::_native_batch_norm_legit_no_training;
   if (!schema.overload_name().empty() ||
-      (!no_training && name != "aten::cudnn_batch_norm" && name != "aten::native_batch_norm" &&
-       name != "aten::_native_batch_norm_legit")) {
+      (!no_training && kind != OpKind::cudnn_batch_norm && kind != OpKind::native_batch_norm &&
+       kind != OpKind::_native_batch_norm_legit)) {
     return false;
   }
   const size_t num_args = schema.arguments().size();
@@ -85,7 +88,7 @@ bool record_batch_norm_inference(const c10::OperatorHandle& op, torch::jit::Stac
   torch::jit::push(*stack, std::move(out));
   for (size_t i = 1; i < results; ++i) {
     const bool bytes = schema.returns()[i].type()->kind() == c10::TypeKind::TensorType &&
-                       name == "aten::cudnn_batch_norm" && i == 3;  // cuDNN's reserve space
+                       kind == OpKind::cudnn_batch_norm && i == 3;  // cuDNN's reserve space
     torch::jit::push(*stack, bytes ? empty.to(at::kByte) : empty);
   }
   return true;

@@ -13,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "graph/ops.h"
 #include "support/error.h"
 
 namespace ember::tracer {
@@ -60,8 +61,9 @@ std::optional<CudnnNormalization> cudnn_normalization(const c10::OperatorHandle&
   //                        exponential_average_factor, epsilon) -> (Tensor, Tensor, Tensor, Tensor)
   const c10::FunctionSchema& schema = op.schema();
   constexpr size_t kArgs = 8;
-  if (schema.name() != "aten::cudnn_batch_norm" || !schema.overload_name().empty() ||
-      schema.arguments().size() != kArgs || stack.size() < kArgs) {
+  if (graph::op_kind(schema.name()) != graph::OpKind::cudnn_batch_norm ||
+      !schema.overload_name().empty() || schema.arguments().size() != kArgs ||
+      stack.size() < kArgs) {
     return std::nullopt;
   }
   // The default (Stats); Keep keeps cuDNN's output, Off leaves cuDNN (above).

@@ -6,6 +6,8 @@
 
 #include <vector>
 
+#include "graph/ops.h"
+
 namespace ember::tracer {
 
 std::optional<at::Tensor> convolution_bias_apart(const c10::OperatorHandle& op,
@@ -13,8 +15,9 @@ std::optional<at::Tensor> convolution_bias_apart(const c10::OperatorHandle& op,
   // convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
   //             groups)
   const c10::FunctionSchema& schema = op.schema();
-  if (schema.name() != "aten::convolution" || !schema.overload_name().empty() || args.size() != 9 ||
-      !args[0].isTensor() || !args[1].isTensor() || !args[2].isTensor()) {
+  if (graph::op_kind(schema.name()) != graph::OpKind::convolution ||
+      !schema.overload_name().empty() || args.size() != 9 || !args[0].isTensor() ||
+      !args[1].isTensor() || !args[2].isTensor()) {
     return std::nullopt;
   }
   const at::Tensor& input = args[0].toTensor();

@@ -2,6 +2,8 @@
 
 #include <vector>
 
+#include "graph/ops.h"
+
 namespace ember::tracer {
 
 std::optional<at::Tensor> channels_last_convolution(const c10::OperatorHandle& op,
@@ -10,8 +12,9 @@ std::optional<at::Tensor> channels_last_convolution(const c10::OperatorHandle& o
   // convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
   //             groups)
   const c10::FunctionSchema& schema = op.schema();
-  if (schema.name() != "aten::convolution" || !schema.overload_name().empty() || args.size() != 9 ||
-      !args[0].isTensor() || !args[1].isTensor() || !args[6].isBool() || !args[8].isInt()) {
+  if (graph::op_kind(schema.name()) != graph::OpKind::convolution ||
+      !schema.overload_name().empty() || args.size() != 9 || !args[0].isTensor() ||
+      !args[1].isTensor() || !args[6].isBool() || !args[8].isInt()) {
     return std::nullopt;
   }
   const at::Tensor& input = args[0].toTensor();
@@ -36,8 +39,9 @@ std::optional<at::Tensor> channels_last_convolution(const c10::OperatorHandle& o
 void convolution_layout(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
                         at::Tensor& meta_result) {
   const c10::FunctionSchema& schema = op.schema();
-  if (schema.name() != "aten::convolution" || !schema.overload_name().empty() || args.size() != 9 ||
-      !args[0].isTensor() || !args[1].isTensor() || !meta_result.defined()) {
+  if (graph::op_kind(schema.name()) != graph::OpKind::convolution ||
+      !schema.overload_name().empty() || args.size() != 9 || !args[0].isTensor() ||
+      !args[1].isTensor() || !meta_result.defined()) {
     return;
   }
   const at::Tensor& input = args[0].toTensor();

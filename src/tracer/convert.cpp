@@ -149,6 +149,7 @@ graph::OpInfo op_info(const c10::FunctionSchema& schema) {
   graph::OpInfo info;
   info.name = schema.name();
   info.overload = schema.overload_name();
+  info.kind = graph::op_kind(info.name);
   for (const c10::Argument& a : schema.arguments()) {
     info.arg_names.push_back(a.name());
     info.kwarg_only.push_back(a.kwarg_only());

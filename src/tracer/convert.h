@@ -37,4 +37,9 @@ c10::IValue to_ivalue(const graph::Arg& a);
 /// The OpInfo of a schema.
 graph::OpInfo op_info(const c10::FunctionSchema& schema);
 
+/// The op-table kind of a schema's operator name (graph/ops.def); Unknown when not in the table.
+inline graph::OpKind op_kind(const c10::FunctionSchema& schema) {
+  return graph::op_kind(schema.name());
+}
+
 }  // namespace ember::tracer

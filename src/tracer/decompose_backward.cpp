@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "graph/ops.h"
 #include "tracer/split_reduction.h"
 #include "tracer/tracer_tensor.h"
 
@@ -62,23 +63,23 @@ std::optional<at::Tensor> optional_tensor(const c10::IValue& v) {
 using Pointwise = std::function<at::Tensor(const at::Tensor& g, const at::Tensor& x,
                                            c10::ArrayRef<c10::IValue> rest)>;
 
-const std::unordered_map<std::string, Pointwise>& pointwise_rules() {
-  static const auto* rules = new std::unordered_map<std::string, Pointwise>{
-      {"aten::threshold_backward",
+const std::unordered_map<graph::OpKind, Pointwise>& pointwise_rules() {
+  static const auto* rules = new std::unordered_map<graph::OpKind, Pointwise>{
+      {graph::OpKind::threshold_backward,
        [](const at::Tensor& g, const at::Tensor& x, c10::ArrayRef<c10::IValue> rest) {
          return at::where(x.le(rest[0].toScalar()), zero_like_scalar(g), g);
        }},
-      {"aten::hardtanh_backward",
+      {graph::OpKind::hardtanh_backward,
        [](const at::Tensor& g, const at::Tensor& x, c10::ArrayRef<c10::IValue> rest) {
          at::Tensor out = x.le(rest[0].toScalar()).logical_or(x.ge(rest[1].toScalar()));
          return at::where(out, zero_like_scalar(g), g);
        }},
-      {"aten::leaky_relu_backward",
+      {graph::OpKind::leaky_relu_backward,
        [](const at::Tensor& g, const at::Tensor& x, c10::ArrayRef<c10::IValue> rest) {
          at::Tensor gf = opmath(g);
          return at::where(x.gt(0), gf, gf.mul(rest[0].toScalar())).to(g.scalar_type());
        }},
-      {"aten::gelu_backward",
+      {graph::OpKind::gelu_backward,
        [](const at::Tensor& g, const at::Tensor& x, c10::ArrayRef<c10::IValue> rest) {
          const at::Tensor gf = opmath(g), xf = opmath(x);
          const std::string approximate = rest[0].toStringRef();
@@ -104,35 +105,35 @@ const std::unordered_map<std::string, Pointwise>& pointwise_rules() {
          }
          return gf.mul(d).to(g.scalar_type());
        }},
-      {"aten::silu_backward",
+      {graph::OpKind::silu_backward,
        [](const at::Tensor& g, const at::Tensor& x, c10::ArrayRef<c10::IValue>) {
          const at::Tensor gf = opmath(g), xf = opmath(x);
          at::Tensor s = xf.sigmoid();
          return gf.mul(s).mul(xf.mul(s.neg().add(1)).add(1)).to(g.scalar_type());
        }},
-      {"aten::sigmoid_backward",
+      {graph::OpKind::sigmoid_backward,
        [](const at::Tensor& g, const at::Tensor& y, c10::ArrayRef<c10::IValue>) {
          const at::Tensor gf = opmath(g), yf = opmath(y);
          return gf.mul(yf.neg().add(1)).mul(yf).to(g.scalar_type());
        }},
-      {"aten::tanh_backward",
+      {graph::OpKind::tanh_backward,
        [](const at::Tensor& g, const at::Tensor& y, c10::ArrayRef<c10::IValue>) {
          const at::Tensor gf = opmath(g), yf = opmath(y);
          return gf.mul(yf.mul(yf).neg().add(1)).to(g.scalar_type());
        }},
-      {"aten::hardsigmoid_backward",
+      {graph::OpKind::hardsigmoid_backward,
        [](const at::Tensor& g, const at::Tensor& x, c10::ArrayRef<c10::IValue>) {
          const at::Tensor gf = opmath(g);
          at::Tensor inside = x.gt(-3.0).logical_and(x.lt(3.0));
          return at::where(inside, gf.div(6.0), zero_like_scalar(gf)).to(g.scalar_type());
        }},
-      {"aten::hardswish_backward",
+      {graph::OpKind::hardswish_backward,
        [](const at::Tensor& g, const at::Tensor& x, c10::ArrayRef<c10::IValue>) {
          const at::Tensor gf = opmath(g), xf = opmath(x);
          at::Tensor mid = at::where(xf.lt(3.0), gf.mul(xf.div(3.0).add(0.5)), gf);
          return at::where(xf.le(-3.0), zero_like_scalar(gf), mid).to(g.scalar_type());
        }},
-      {"aten::softplus_backward",
+      {graph::OpKind::softplus_backward,
        [](const at::Tensor& g, const at::Tensor& x, c10::ArrayRef<c10::IValue> rest) {
          const at::Tensor gf = opmath(g), xf = opmath(x);
          at::Tensor xb = xf.mul(rest[0].toScalar());
@@ -312,7 +313,7 @@ bool nll_loss_backward(Stack* stack) {
 // input_sizes, dim, index): zeros with the gradient scattered in, which the scheduler computes
 // element by element (Llama's rotary embedding: the two halves' gradients in one kernel with
 // their sum).
-bool scatter_backward(const std::string& name, Stack* stack, size_t num_args) {
+bool scatter_backward(graph::OpKind kind, Stack* stack, size_t num_args) {
   const size_t base = stack->size() - num_args;
   const c10::IValue* a = stack->data() + base;
   if (!a[0].isTensor()) return false;
@@ -321,7 +322,7 @@ bool scatter_backward(const std::string& name, Stack* stack, size_t num_args) {
   const int64_t dim = a[2].toInt();
   at::Tensor zeros = at::zeros(sizes, g.options());
   at::Tensor out;
-  if (name == "aten::slice_backward") {
+  if (kind == graph::OpKind::slice_backward) {
     out = zeros.slice_scatter(g, dim, a[3].toInt(), a[4].toInt(), a[5].toInt());
   } else {
     out = zeros.select_scatter(g, dim, a[3].toInt());
@@ -372,8 +373,9 @@ bool convolution_backward(Stack* stack) {
 bool record_backward_decomposition(const c10::OperatorHandle& op, Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   if (!schema.overload_name().empty()) return false;
-  const std::string& name = schema.name();
-  if (name.find("backward") == std::string::npos) return false;
+  using graph::OpKind;
+  const OpKind kind = graph::op_kind(schema.name());
+  if (graph::op_category(kind) != graph::OpCategory::Backward) return false;
   const size_t num_args = schema.arguments().size();
   if (stack->size() < num_args || num_args < 2) return false;
   const size_t base = stack->size() - num_args;
@@ -381,7 +383,7 @@ bool record_backward_decomposition(const c10::OperatorHandle& op, Stack* stack) 
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
 
   const auto& rules = pointwise_rules();
-  if (auto it = rules.find(name); it != rules.end()) {
+  if (auto it = rules.find(kind); it != rules.end()) {
     const c10::IValue& gv = (*stack)[base];
     const c10::IValue& xv = (*stack)[base + 1];
     if (!gv.isTensor() || !xv.isTensor()) return false;
@@ -395,7 +397,7 @@ bool record_backward_decomposition(const c10::OperatorHandle& op, Stack* stack) 
     torch::jit::push(*stack, std::move(out));
     return true;
   }
-  if (name == "aten::_softmax_backward_data" || name == "aten::_log_softmax_backward_data") {
+  if (kind == OpKind::_softmax_backward_data || kind == OpKind::_log_softmax_backward_data) {
     const c10::IValue* a = stack->data() + base;
     if (!a[0].isTensor() || !a[1].isTensor()) return false;
     const at::Tensor g = a[0].toTensor(), y = a[1].toTensor();
@@ -403,22 +405,23 @@ bool record_backward_decomposition(const c10::OperatorHandle& op, Stack* stack) 
       return false;
     }
     at::Tensor out = softmax_backward(g, y, a[2].toInt(), a[3].toScalarType(),
-                                      name == "aten::_log_softmax_backward_data");
+                                      kind == OpKind::_log_softmax_backward_data);
     torch::jit::drop(*stack, num_args);
     torch::jit::push(*stack, std::move(out));
     return true;
   }
-  if (name == "aten::native_layer_norm_backward" && num_args == 8)
+  if (kind == OpKind::native_layer_norm_backward && num_args == 8) {
     return layer_norm_backward(stack);
-  if (name == "aten::nll_loss_backward" && num_args == 7) return nll_loss_backward(stack);
-  if ((name == "aten::slice_backward" && num_args == 6) ||
-      (name == "aten::select_backward" && num_args == 4)) {
-    return scatter_backward(name, stack, num_args);
   }
-  if (name == "aten::native_batch_norm_backward" && num_args == 10) {
+  if (kind == OpKind::nll_loss_backward && num_args == 7) return nll_loss_backward(stack);
+  if ((kind == OpKind::slice_backward && num_args == 6) ||
+      (kind == OpKind::select_backward && num_args == 4)) {
+    return scatter_backward(kind, stack, num_args);
+  }
+  if (kind == OpKind::native_batch_norm_backward && num_args == 10) {
     return batch_norm_backward(stack);
   }
-  if (name == "aten::convolution_backward" && num_args == 11) return convolution_backward(stack);
+  if (kind == OpKind::convolution_backward && num_args == 11) return convolution_backward(stack);
   return false;
 }
 

@@ -5,7 +5,9 @@
 #include <torch/library.h>
 
 #include <mutex>
+#include <string>
 
+#include "graph/ops.h"
 #include "support/error.h"
 #include "tracer/attention_rewrite.h"
 #include "tracer/batch_norm_rewrite.h"
@@ -62,7 +64,7 @@ void tracer_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 // although the result's shape is static. They are recorded whole instead (an extern call at run
 // time, which validates as eager does): the autograd kernel steps below autograd, where
 // functionalization unwraps the arguments and ember's kernel records the op.
-constexpr const char* kRecordedWhole[] = {"aten::one_hot"};
+constexpr graph::OpKind kRecordedWhole[] = {graph::OpKind::one_hot};
 
 void below_autograd_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   at::AutoDispatchBelowADInplaceOrView below;
@@ -80,8 +82,8 @@ void register_tracer_kernels() {
     handles->push_back(dispatcher.registerFallback(
         c10::DispatchKey::PrivateUse1, c10::KernelFunction::makeFromBoxedFunction<&tracer_kernel>(),
         "ember tracer fallback"));
-    for (const char* qualified : kRecordedWhole) {
-      c10::OperatorName name(qualified, "");
+    for (graph::OpKind kind : kRecordedWhole) {
+      c10::OperatorName name(std::string(graph::op_name(kind)), "");
       if (!dispatcher.findOp(name)) continue;
       handles->push_back(dispatcher.registerImpl(
           name, c10::DispatchKey::AutogradPrivateUse1,

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "graph/ops.h"
 #include "tracer/split_reduction.h"
 
 namespace ember::tracer {
@@ -15,8 +16,9 @@ std::optional<at::Tensor> log_softmax_as_logsumexp(const c10::OperatorHandle& op
                                                    c10::ArrayRef<c10::IValue> args) {
   // _log_softmax(Tensor self, int dim, bool half_to_float) -> Tensor
   const c10::FunctionSchema& schema = op.schema();
-  if (schema.name() != "aten::_log_softmax" || !schema.overload_name().empty() ||
-      args.size() != 3 || !args[0].isTensor() || !args[1].isInt() || !args[2].isBool()) {
+  if (graph::op_kind(schema.name()) != graph::OpKind::_log_softmax ||
+      !schema.overload_name().empty() || args.size() != 3 || !args[0].isTensor() ||
+      !args[1].isInt() || !args[2].isBool()) {
     return std::nullopt;
   }
   const at::Tensor& x = args[0].toTensor();
@@ -39,9 +41,9 @@ std::optional<std::pair<at::Tensor, at::Tensor>> nll_loss_as_gather(
   // nll_loss_forward(Tensor self, Tensor target, Tensor? weight, int reduction,
   //                  SymInt ignore_index) -> (Tensor output, Tensor total_weight)
   const c10::FunctionSchema& schema = op.schema();
-  if (schema.name() != "aten::nll_loss_forward" || !schema.overload_name().empty() ||
-      args.size() != 5 || !args[0].isTensor() || !args[1].isTensor() || !args[3].isInt() ||
-      !args[4].isInt()) {
+  if (graph::op_kind(schema.name()) != graph::OpKind::nll_loss_forward ||
+      !schema.overload_name().empty() || args.size() != 5 || !args[0].isTensor() ||
+      !args[1].isTensor() || !args[3].isInt() || !args[4].isInt()) {
     return std::nullopt;
   }
   if (args[2].isTensor() && args[2].toTensor().defined()) return std::nullopt;  // class weights

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "graph/ops.h"
+
 namespace ember::tracer {
 
 namespace {
@@ -68,9 +70,9 @@ std::optional<at::Tensor> pad_unaligned_matmul(const c10::OperatorHandle& op,
                                                c10::ArrayRef<c10::IValue> args) {
   const c10::FunctionSchema& schema = op.schema();
   if (!schema.overload_name().empty()) return std::nullopt;
-  const std::string& name = schema.name();
-  const bool is_addmm = name == "aten::addmm";
-  if (name != "aten::mm" && name != "aten::bmm" && !is_addmm) return std::nullopt;
+  const graph::OpKind kind = graph::op_kind(schema.name());
+  const bool is_addmm = kind == graph::OpKind::addmm;
+  if (kind != graph::OpKind::mm && kind != graph::OpKind::bmm && !is_addmm) return std::nullopt;
   const size_t first = is_addmm ? 1 : 0;
   if (args.size() < first + 2 || !args[first].isTensor() || !args[first + 1].isTensor()) {
     return std::nullopt;
@@ -78,7 +80,7 @@ std::optional<at::Tensor> pad_unaligned_matmul(const c10::OperatorHandle& op,
   const at::Tensor& a = args[first].toTensor();
   const at::Tensor& b = args[first + 1].toTensor();
   if (!a.defined() || !b.defined() || !a.device().is_cuda() ||
-      a.dim() != (name == "aten::bmm" ? 3 : 2) || a.dim() != b.dim() ||
+      a.dim() != (kind == graph::OpKind::bmm ? 3 : 2) || a.dim() != b.dim() ||
       a.scalar_type() != b.scalar_type()) {
     return std::nullopt;
   }

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "graph/ops.h"
 #include "tracer/split_reduction.h"
 #include "tracer/tracer_tensor.h"
 
@@ -39,8 +40,8 @@ std::optional<PoolWindow> offsets_window(const c10::OperatorHandle& op,
   // max_pool2d_with_indices(Tensor self, int[2] kernel_size, int[2] stride=[],
   //                         int[2] padding=0, int[2] dilation=1, bool ceil_mode=False)
   const c10::FunctionSchema& schema = op.schema();
-  if (schema.name() != "aten::max_pool2d_with_indices" || !schema.overload_name().empty() ||
-      args.size() != 6 || !args[0].isTensor()) {
+  if (graph::op_kind(schema.name()) != graph::OpKind::max_pool2d_with_indices ||
+      !schema.overload_name().empty() || args.size() != 6 || !args[0].isTensor()) {
     return std::nullopt;
   }
   const at::Tensor& x = args[0].toTensor();

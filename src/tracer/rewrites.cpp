@@ -10,6 +10,7 @@
 #include "tracer/batch_norm_rewrite.h"
 #include "tracer/conv_bias.h"
 #include "tracer/conv_layout.h"
+#include "tracer/convert.h"
 #include "tracer/decompose_backward.h"
 #include "tracer/foreach_ops.h"
 #include "tracer/log_softmax_rewrite.h"
@@ -60,7 +61,7 @@ namespace {
 // another form.
 std::optional<at::Tensor> index_put_as_where(const c10::OperatorHandle& op,
                                              c10::ArrayRef<c10::IValue> args) {
-  if (op.schema().name() != "aten::index_put" || args.size() != 4) return std::nullopt;
+  if (op_kind(op.schema()) != graph::OpKind::index_put || args.size() != 4) return std::nullopt;
   if (!args[0].isTensor() || !args[1].isList() || !args[2].isTensor() || !args[3].isBool() ||
       args[3].toBool()) {
     return std::nullopt;

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "graph/ops.h"
 #include "tracer/meta_cache.h"
 #include "tracer/trace_session.h"
 #include "tracer/tracer_tensor.h"
@@ -229,10 +230,11 @@ bool split_simple_reduction(const c10::FunctionSchema& schema, torch::jit::Stack
   // aten::sum(self, *, dtype), aten::sum.dim_IntList(self, dim, keepdim, *, dtype),
   // aten::mean(self, *, dtype), aten::mean.dim(self, dim, keepdim, *, dtype),
   // aten::amax(self, dim, keepdim), aten::amin(self, dim, keepdim).
-  const std::string& name = schema.name();
+  using graph::OpKind;
+  const OpKind kind = graph::op_kind(schema.name());
   const std::string& overload = schema.overload_name();
-  const bool is_sum = name == "aten::sum", is_mean = name == "aten::mean";
-  const bool is_max = name == "aten::amax", is_min = name == "aten::amin";
+  const bool is_sum = kind == OpKind::sum, is_mean = kind == OpKind::mean;
+  const bool is_max = kind == OpKind::amax, is_min = kind == OpKind::amin;
   const bool full = (is_sum || is_mean) && overload.empty();
   if (!((is_sum && (overload.empty() || overload == "dim_IntList")) ||
         (is_mean && (overload.empty() || overload == "dim")) ||
@@ -454,11 +456,12 @@ std::vector<at::Tensor> record_sums_side_by_side(std::vector<at::Tensor> xs,
 
 bool record_split_reduction(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
-  if (schema.name() == "aten::native_group_norm" && schema.overload_name().empty() &&
+  const graph::OpKind kind = graph::op_kind(schema.name());
+  if (kind == graph::OpKind::native_group_norm && schema.overload_name().empty() &&
       schema.arguments().size() == 8 && stack->size() >= 8) {
     return split_group_norm(stack);
   }
-  if (schema.name() == "aten::_native_batch_norm_legit_functional" &&
+  if (kind == graph::OpKind::_native_batch_norm_legit_functional &&
       schema.overload_name().empty() && schema.arguments().size() == 8 && stack->size() >= 8) {
     return split_batch_norm_training(op, stack);
   }

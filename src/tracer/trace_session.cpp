@@ -48,8 +48,9 @@ namespace fz = at::functionalization::impl;
 // Ops whose results depend on tensor data. A trace has no data, so these end it. Indexing has a
 // data-dependent shape only with boolean masks.
 bool is_data_dependent(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args) {
-  const std::string& name = op.schema().name();
-  if (name == "aten::index" || name == "aten::index_put" || name == "aten::_index_put_impl") {
+  using graph::OpKind;
+  const OpKind kind = op_kind(op.schema());
+  if (kind == OpKind::index || kind == OpKind::index_put || kind == OpKind::_index_put_impl) {
     if (args.size() < 2 || !args[1].isList()) return false;
     for (const c10::IValue& e : args[1].toListRef()) {
       if (e.isTensor() && e.toTensor().defined() &&
@@ -59,22 +60,23 @@ bool is_data_dependent(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue>
     }
     return false;
   }
-  if (name == "aten::one_hot") {  // its shape depends on the data only without num_classes
+  if (kind == OpKind::one_hot) {  // its shape depends on the data only without num_classes
     return args.size() < 2 || !args[1].isInt() || args[1].toInt() < 0;
   }
   if (op.hasTag(at::Tag::data_dependent_output) || op.hasTag(at::Tag::dynamic_output_shape)) {
     return true;
   }
-  return name == "aten::_local_scalar_dense" || name == "aten::item" ||
-         name == "aten::is_nonzero" || name == "aten::equal" || name == "aten::allclose";
+  return kind == OpKind::_local_scalar_dense || kind == OpKind::item ||
+         kind == OpKind::is_nonzero || kind == OpKind::equal || kind == OpKind::allclose;
 }
 
 // Factories whose result is uninitialised memory. Called without tensor arguments while tracing
 // they come from PyTorch internals (torch.tensor(...) fills one through its data pointer), so they
 // run eagerly and their result is a real tensor, which becomes a constant if the program uses it.
 bool is_uninitialized_factory(const c10::OperatorHandle& op) {
-  const std::string& name = op.schema().name();
-  return name == "aten::empty" || name == "aten::empty_strided" || name == "aten::empty_permuted";
+  const graph::OpKind kind = op_kind(op.schema());
+  return kind == graph::OpKind::empty || kind == graph::OpKind::empty_strided ||
+         kind == graph::OpKind::empty_permuted;
 }
 
 // A factory asked for meta tensors: metadata computation (a Python meta function that the
@@ -539,7 +541,7 @@ const at::Tensor* TraceSession::functional_input_holding(const at::Tensor& t) co
 
 bool TraceSession::choose_sdp_backend(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
-  if (schema.name() != "aten::_fused_sdp_choice") return false;
+  if (op_kind(schema) != graph::OpKind::_fused_sdp_choice) return false;
   const size_t num_args = schema.arguments().size();
   const size_t base = stack->size() - num_args;
   const c10::IValue& query = (*stack)[base];
@@ -568,7 +570,7 @@ bool TraceSession::record_batch_norm_update(const c10::OperatorHandle& op,
   // take them as their values, as functionalization does for an op that mutates its arguments.
   // Running statistics that are not inputs (constants, values made by the program) keep the op.
   const c10::FunctionSchema& schema = op.schema();
-  if (schema.name() != "aten::native_batch_norm" || !schema.overload_name().empty() ||
+  if (op_kind(schema) != graph::OpKind::native_batch_norm || !schema.overload_name().empty() ||
       schema.arguments().size() != 8) {
     return false;
   }

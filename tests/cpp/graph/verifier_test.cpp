@@ -68,6 +68,12 @@ TEST(VerifyGraph, ReportsDanglingIds) {
             }));
 }
 
+TEST(VerifyGraph, ReportsAnOpKindNotItsName) {
+  Graph g = build_valid();
+  g.ops[1].kind = OpKind::add;  // aten::mul
+  EXPECT_EQ(verify_graph(g), Messages{"op 1 (aten::mul) has kind 'aten::add', not its name's"});
+}
+
 TEST(VerifyGraph, ChecksValueListItems) {
   Graph g = build_valid();
   g.nodes[1].args[1] = ValueList{{3, 9, std::nullopt}, /*optional_items=*/false};

@@ -119,3 +119,12 @@ def test_before_and_after(name):
         return  # the golden text is a CPU-only torch's (a real CUDA build chooses cuDNN's ops)
     check_golden(GOLDEN / f"{name}.before.txt", before)
     check_golden(GOLDEN / f"{name}.after.txt", after)
+
+
+def test_every_op_a_row_names_is_an_operator_of_this_torch():
+    """A renamed operator in a new torch fails here, not by the rewrite silently not applying."""
+    for row in C.rewrite_table():
+        for name in row["ops"]:
+            if name.endswith("*"):
+                continue  # a family (aten::_foreach_*)
+            assert torch._C._jit_get_schemas_for_operator(name), (row["name"], name)
