@@ -46,7 +46,8 @@ void bind_tracer(nb::module_& m) {
         nb::list out;
         for (const tracer::Rewrite& r : tracer::rewrite_table()) {
           nb::list ops;
-          for (std::string_view o : r.ops) ops.append(std::string(o));
+          for (graph::OpKind k : r.ops) ops.append(std::string(graph::op_name(k)));
+          if (!r.prefix.empty()) ops.append(std::string(r.prefix) + "*");
           nb::dict d;
           d["name"] = r.name;
           d["ops"] = ops;

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
@@ -31,15 +32,9 @@ void RewriteCall::record_as_is() {
   session.record_skipping(row, op, stack);
 }
 
-bool Rewrite::matches(std::string_view op_name) const {
-  for (std::string_view o : ops) {
-    if (!o.empty() && o.back() == '*') {
-      if (op_name.substr(0, o.size() - 1) == o.substr(0, o.size() - 1)) return true;
-    } else if (op_name == o) {
-      return true;
-    }
-  }
-  return false;
+bool Rewrite::matches(graph::OpKind kind, std::string_view op_name) const {
+  if (!prefix.empty() && op_name.substr(0, prefix.size()) == prefix) return true;
+  return kind != graph::OpKind::Unknown && std::find(ops.begin(), ops.end(), kind) != ops.end();
 }
 
 bool rewrite_disabled(std::string_view disabled, std::string_view name) {
@@ -169,81 +164,102 @@ bool nll_loss_gather(RewriteCall& c) {
 const std::vector<Rewrite>& rewrite_table() {
   static const std::vector<Rewrite> table = {
       {"cudnn_statistics",
-       {"aten::cudnn_batch_norm"},
+       {graph::OpKind::cudnn_batch_norm},
+       "",
        "CUDA, training, f32/f16",
        "cuDNN's statistics kept, the output ember's normalization from them",
        cudnn_statistics},
       {"pool_window_offsets",
-       {"aten::max_pool2d_with_indices"},
+       {graph::OpKind::max_pool2d_with_indices},
+       "",
        "CUDA, or trace.splits_everywhere",
        "the indices also saved as int8 window offsets",
        pool_window_offsets},
       {"pool_backward_from_offsets",
-       {"aten::max_pool2d_with_indices_backward"},
+       {graph::OpKind::max_pool2d_with_indices_backward},
+       "",
        "where a pool saved offsets",
        "the backward as gathers from the offsets",
        pool_backward_from_offsets},
       {"foreach_per_tensor",
-       {"aten::_foreach_*"},
+       {},
+       "aten::_foreach_",
        "any device",
        "one op per tensor",
        on_stack<record_foreach_as_per_tensor_ops>},
       {"batch_norm_update",
-       {"aten::native_batch_norm"},
+       {graph::OpKind::native_batch_norm},
+       "",
        "any device, training",
        "_native_batch_norm_legit_functional, its running statistics as input mutations",
        batch_norm_update},
-      {"sdp_choice", {"aten::_fused_sdp_choice"}, "CUDA", "the CUDA kernel's choice", sdp_choice},
+      {"sdp_choice",
+       {graph::OpKind::_fused_sdp_choice},
+       "",
+       "CUDA",
+       "the CUDA kernel's choice",
+       sdp_choice},
       {"backward_decomposition",
-       {"aten::_log_softmax_backward_data", "aten::_softmax_backward_data",
-        "aten::convolution_backward", "aten::gelu_backward", "aten::hardsigmoid_backward",
-        "aten::hardswish_backward", "aten::hardtanh_backward", "aten::leaky_relu_backward",
-        "aten::native_batch_norm_backward", "aten::native_layer_norm_backward",
-        "aten::nll_loss_backward", "aten::select_backward", "aten::sigmoid_backward",
-        "aten::silu_backward", "aten::slice_backward", "aten::softplus_backward",
-        "aten::tanh_backward", "aten::threshold_backward"},
+       {graph::OpKind::_log_softmax_backward_data, graph::OpKind::_softmax_backward_data,
+        graph::OpKind::convolution_backward, graph::OpKind::gelu_backward,
+        graph::OpKind::hardsigmoid_backward, graph::OpKind::hardswish_backward,
+        graph::OpKind::hardtanh_backward, graph::OpKind::leaky_relu_backward,
+        graph::OpKind::native_batch_norm_backward, graph::OpKind::native_layer_norm_backward,
+        graph::OpKind::nll_loss_backward, graph::OpKind::select_backward,
+        graph::OpKind::sigmoid_backward, graph::OpKind::silu_backward,
+        graph::OpKind::slice_backward, graph::OpKind::softplus_backward,
+        graph::OpKind::tanh_backward, graph::OpKind::threshold_backward},
+       "",
        "pointwise ones anywhere; reductions on CUDA, or trace.decompose_backward_everywhere",
        "the pointwise ops and sums that compute the gradient",
        on_stack<record_backward_decomposition>},
       {"split_reduction",
-       {"aten::native_group_norm", "aten::_native_batch_norm_legit_functional", "aten::sum",
-        "aten::mean", "aten::amax", "aten::amin"},
+       {graph::OpKind::native_group_norm, graph::OpKind::_native_batch_norm_legit_functional,
+        graph::OpKind::sum, graph::OpKind::mean, graph::OpKind::amax, graph::OpKind::amin},
+       "",
        "CUDA, or trace.splits_everywhere",
        "few long reductions in two stages",
        on_stack<record_split_reduction>},
       {"batch_norm_inference",
-       {"aten::native_batch_norm", "aten::_native_batch_norm_legit",
-        "aten::_native_batch_norm_legit_no_training", "aten::cudnn_batch_norm"},
+       {graph::OpKind::native_batch_norm, graph::OpKind::_native_batch_norm_legit,
+        graph::OpKind::_native_batch_norm_legit_no_training, graph::OpKind::cudnn_batch_norm},
+       "",
        "any device, eval",
        "a per-channel affine map",
        on_stack<record_batch_norm_inference>},
       {"index_put_as_where",
-       {"aten::index_put"},
+       {graph::OpKind::index_put},
+       "",
        "any device",
        "self[mask] = value as where(mask, value, self)",
        one_result<index_put_as_where>},
       {"pad_unaligned_matmul",
-       {"aten::mm", "aten::bmm", "aten::addmm"},
+       {graph::OpKind::mm, graph::OpKind::bmm, graph::OpKind::addmm},
+       "",
        "CUDA, 16-bit",
        "the product of zero-padded operands, sliced",
        one_result<pad_unaligned_matmul>},
       {"convolution_bias_apart",
-       {"aten::convolution"},
+       {graph::OpKind::convolution},
+       "",
        "CUDA",
        "the convolution without its bias, then an add",
        one_result<convolution_bias_apart>},
       {"log_softmax_as_logsumexp",
-       {"aten::_log_softmax"},
+       {graph::OpKind::_log_softmax},
+       "",
        "CUDA, or trace.splits_everywhere",
        "x - logsumexp(x)",
        one_result<log_softmax_as_logsumexp>},
       {"channels_last_convolution",
-       {"aten::convolution"},
+       {graph::OpKind::convolution},
+       "",
        "CUDA",
        "the convolution on channels-last operands",
        channels_last},
       {"nll_loss_as_gather",
-       {"aten::nll_loss_forward"},
+       {graph::OpKind::nll_loss_forward},
+       "",
        "CUDA, or trace.splits_everywhere",
        "a gather and a sum",
        nll_loss_gather},

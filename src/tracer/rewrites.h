@@ -19,6 +19,8 @@
 #include <string_view>
 #include <vector>
 
+#include "graph/ops.h"
+
 namespace ember::tracer {
 
 class TraceSession;
@@ -46,9 +48,10 @@ struct RewriteCall {
 
 struct Rewrite {
   const char* name;
-  /// Op names the row matches ("aten::mm"); an entry ending in '*' matches names that start
-  /// with the rest ("aten::_foreach_*").
-  std::vector<std::string_view> ops;
+  /// The ops the row matches (graph/ops.def), and a family of ops by the start of their name
+  /// ("aten::_foreach_"), or "".
+  std::vector<graph::OpKind> ops;
+  std::string_view prefix;
   /// Where it applies, as its function decides (documentation: "CUDA", "any device", ...).
   const char* where;
   /// What it records instead, in a few words.
@@ -57,7 +60,7 @@ struct Rewrite {
   /// as it was.
   bool (*apply)(RewriteCall& call);
 
-  bool matches(std::string_view op_name) const;
+  bool matches(graph::OpKind kind, std::string_view op_name) const;
 };
 
 /// Every rewrite, in the order TraceSession::record tries them.

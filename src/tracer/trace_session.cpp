@@ -349,8 +349,9 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
     // The rewrites (rewrites.h), in table order: the first that applies records the op.
     RewriteCall call{*this, op, stack, base, num_args};
     const std::string& disabled = options_.trace.disabled_rewrites;
+    const graph::OpKind kind = op_kind(schema);
     for (const Rewrite& r : rewrite_table()) {
-      if (!r.matches(schema.name())) continue;
+      if (!r.matches(kind, schema.name())) continue;
       if (std::find(skipping_.begin(), skipping_.end(), &r) != skipping_.end()) continue;
       if (!disabled.empty() && rewrite_disabled(disabled, r.name)) continue;
       call.row = &r;
