@@ -16,7 +16,6 @@
 #include <thread>
 
 #include "codegen/cpp/cpp_emitter.h"
-#include "graph/graph_hash.h"
 #include "graph/printer.h"
 #include "graph/verifier.h"
 #include "runtime/causal_attention.h"
@@ -266,11 +265,12 @@ void fuse_attention(Program& p, const sched::Plan& plan) {
   p.num_fused_attention = static_cast<int>(found.size());
 }
 
-/// The hook after each step: its time, and when it changed the graph, the verifier and (with
-/// CompileOptions::Debug::dump_pipeline) the graph on stderr.
+/// The hook after each step: its time; after a graph pass that changed the graph (its count of
+/// rewritten nodes is not 0), the verifier and, with CompileOptions::Debug::dump_pipeline, the
+/// graph on stderr. Only the graph passes change the graph, so no other step is checked.
 class StepHook {
  public:
-  explicit StepHook(Program& p) : p_(p), hash_(graph::hash_graph(p.traced.graph)) {}
+  explicit StepHook(Program& p) : p_(p) {}
 
   template <typename Step>
   void operator()(const char* name, Step&& step) {
@@ -278,9 +278,14 @@ class StepHook {
     step();
     const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
     p_.step_seconds.emplace_back(name, took.count());
-    const uint64_t hash = graph::hash_graph(p_.traced.graph);
-    if (hash == hash_) return;
-    hash_ = hash;
+  }
+
+  /// A graph pass: `pass` returns how many nodes it rewrote.
+  template <typename Pass>
+  int graph_pass(const char* name, Pass&& pass) {
+    int changed = 0;
+    (*this)(name, [&] { changed = pass(); });
+    if (changed == 0) return 0;
     const std::vector<std::string> broken = graph::verify_graph(p_.traced.graph);
     EMBER_INTERNAL_ASSERT(broken.empty())
         << "pipeline step " << name << " left an invalid graph: " << broken.front();
@@ -288,11 +293,11 @@ class StepHook {
       std::cerr << "ember: pipeline step " << name << " changed the graph:\n"
                 << graph::print_graph(p_.traced.graph);
     }
+    return changed;
   }
 
  private:
   Program& p_;
-  uint64_t hash_;
 };
 
 }  // namespace
@@ -314,8 +319,10 @@ Program compile_graph(tracer::TracedGraph traced, const ExecutorOptions& options
   p.options = options.compile;
   StepHook step(p);
   if (p.options.runtime.fold_constants) {
-    step("causal_attention", [&] { p.num_causal_attention = causal_attention(p.traced); });
-    step("fold_constants", [&] { p.num_folded_nodes = fold_constants(p.traced); });
+    p.num_causal_attention =
+        step.graph_pass("causal_attention", [&] { return causal_attention(p.traced); });
+    p.num_folded_nodes =
+        step.graph_pass("fold_constants", [&] { return fold_constants(p.traced); });
   }
   step("bind_inputs", [&] { bind_inputs(p); });
   Target target;

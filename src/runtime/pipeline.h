@@ -19,10 +19,10 @@
 ///   9. decide_cuda_graphs    whether calls replay a CUDA graph (mode="reduce-overhead")
 ///
 /// Steps 1 and 2 run only with CompileOptions::Runtime::fold_constants. After each step one hook
-/// records its time (Program::step_seconds) and, when the step changed the graph, runs the
-/// verifier (an InternalError names the step) and with CompileOptions::Debug::dump_pipeline
-/// prints the graph to stderr. Each step is a free function with its contract below; the
-/// Executor (runtime/executor.h) only executes the program.
+/// records its time (Program::step_seconds); after a graph pass (1, 2: the only steps that change
+/// the graph) that rewrote nodes, it runs the verifier (an InternalError names the step) and with
+/// CompileOptions::Debug::dump_pipeline prints the graph to stderr. Each step is a free function
+/// with its contract below; the Executor (runtime/executor.h) only executes the program.
 #pragma once
 
 #include <c10/core/Device.h>
