@@ -12,6 +12,9 @@
 #include "python/bindings.h"
 #include "python/options.h"
 #include "python/torch_caster.h"
+#include "runtime/attention_fusion.h"
+#include "runtime/causal_attention.h"
+#include "runtime/constant_fold.h"
 #include "runtime/executor.h"
 #include "runtime/triton_runtime.h"
 #include "sched/fusion.h"
@@ -65,6 +68,28 @@ nb::list triton_plan(const tracer::TracedGraph& traced) {
 }  // namespace
 
 void bind_runtime(nb::module_& m) {
+  m.def(
+      "run_graph_pass",
+      [](const tracer::TracedGraph& traced, const std::string& name) {
+        // The pipeline's graph passes (runtime/pipeline.h), one at a time on a copy: their
+        // before/after text tests.
+        tracer::TracedGraph out = traced;
+        int changed = 0;
+        if (name == "causal_attention") {
+          changed = runtime::causal_attention(out);
+        } else if (name == "fold_constants") {
+          changed = runtime::fold_constants(out);
+        } else if (name == "fuse_attention") {
+          changed = runtime::fuse_attention(out);
+        } else {
+          throw UserError("no graph pass named '" + name +
+                          "' (causal_attention, fold_constants, fuse_attention)");
+        }
+        return std::make_pair(std::move(out), changed);
+      },
+      nb::arg("graph"), nb::arg("name"),
+      "Runs one graph pass of the pipeline on a copy of `graph`: (the new graph, the number of "
+      "nodes or patterns it rewrote).");
   m.def("triton_plan", &triton_plan, nb::arg("graph"),
         "Per fused group of `graph` as the executor's Triton path schedules it (nothing compiled "
         "or run, so a graph traced for cuda:0 works without a GPU): a dict of its ops, its loop "

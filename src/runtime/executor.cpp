@@ -44,12 +44,6 @@ int Executor::num_view_steps() const {
 std::vector<graph::ValueId> step_reads(const Program& p, const Step& step) {
   if (step.kernel >= 0) return p.kernels[step.kernel].inputs;
   if (!step.call) return {step.view->root};
-  if (step.attention) {
-    const FusedAttention& a = *step.attention;
-    std::vector<graph::ValueId> reads = {a.q, a.kt, a.v};
-    if (a.mask >= 0) reads.push_back(a.mask);
-    return reads;
-  }
   return step.call->reads();
 }
 

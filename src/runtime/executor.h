@@ -67,7 +67,7 @@ class Executor {
 
   const graph::Graph& graph() const { return p_.traced.graph; }
   size_t num_user_inputs() const { return p_.input_slots.size(); }
-  /// Kernel steps (a kernel replaced by a fused attention call is not one).
+  /// Kernel steps.
   int num_kernels() const;
   int num_fused_nodes() const { return p_.num_fused_nodes; }
   /// Memory planning: the per-call arena's size, and how many kernel outputs live in it.
@@ -94,7 +94,7 @@ class Executor {
   int num_matmul_templates_chosen() const;
   /// Of the templates, those with a fused epilogue (the pointwise kernel after the product).
   int num_fused_epilogues() const;
-  /// Eager attention patterns run as one scaled_dot_product_attention call.
+  /// Eager attention patterns run as one ember::fused_attention node (an SDPA call).
   int num_fused_attention() const { return p_.num_fused_attention; }
   /// Kernels whose outputs depend on parameters only and are kept across calls (see
   /// Kernel::parameter_cache; not with CUDA graphs).

@@ -33,7 +33,7 @@ void attach_matmul_templates(Program& p, int device, const sched::Plan& plan,
   std::vector<std::pair<size_t, int>> step_of;  // (product step, epilogue step or -1)
   for (size_t s = 0; s < p.steps.size(); ++s) {
     Step& step = p.steps[s];
-    if (!step.call || step.node < 0 || step.attention) continue;
+    if (!step.call || step.node < 0) continue;
     auto spec = MatmulTemplate::spec_of(g, g.nodes[step.node], tf32, interpret);
     if (!spec) continue;
     step.matmul_operands = spec->second;

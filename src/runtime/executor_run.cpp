@@ -1,7 +1,7 @@
 /// \file
 /// Running the executor's program, once per call: run() and its checks of the inputs, then
-/// run_program: the program's values, the per-call arena, each step (kernel, view, fused
-/// attention, matrix-product template, extern call) with its values released after it, and the
+/// run_program: the program's values, the per-call arena, each step (kernel, view,
+/// matrix-product template, extern call) with its values released after it, and the
 /// graph's mutations written back into its inputs.
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
@@ -381,11 +381,6 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
         kernel.parameter_cache->outputs.clear();
         for (graph::ValueId o : kernel.outputs) kernel.parameter_cache->outputs.push_back(env[o]);
       }
-      for (graph::ValueId v : step.release) env[v].reset();
-      continue;
-    }
-    if (step.attention) {
-      env[step.attention->out] = step.attention->run(env);
       for (graph::ValueId v : step.release) env[v].reset();
       continue;
     }

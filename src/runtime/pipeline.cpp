@@ -18,6 +18,7 @@
 #include "codegen/cpp/cpp_emitter.h"
 #include "graph/printer.h"
 #include "graph/verifier.h"
+#include "runtime/attention_fusion.h"
 #include "runtime/causal_attention.h"
 #include "runtime/constant_fold.h"
 #include "runtime/executor.h"
@@ -81,6 +82,13 @@ int one_cuda_device(const graph::Graph& g) {
   return index < 0 ? -1 : index;
 }
 
+bool is_dropout(graph::OpKind k) {
+  using graph::OpKind;
+  return k == OpKind::dropout || k == OpKind::native_dropout || k == OpKind::feature_dropout ||
+         k == OpKind::alpha_dropout || k == OpKind::feature_alpha_dropout ||
+         k == OpKind::_fused_dropout;
+}
+
 /// Whether node `n`, of an op tagged nondeterministic_seeded, draws random numbers: not when its
 /// dropout probability is a constant 0 (the attention kernels' `dropout_p`) or it is a dropout
 /// with `train` false.
@@ -88,8 +96,7 @@ bool draws_random_numbers(const graph::Node& n, const c10::FunctionSchema& schem
   const auto& params = schema.arguments();
   for (size_t i = 0; i < params.size() && i < n.args.size(); ++i) {
     const std::string& name = params[i].name();
-    if (name == "dropout_p" ||
-        (name == "p" && schema.name().find("dropout") != std::string::npos)) {
+    if (name == "dropout_p" || (name == "p" && is_dropout(tracer::op_kind(schema)))) {
       const double* p = std::get_if<double>(&n.args[i]);
       const int64_t* ip = std::get_if<int64_t>(&n.args[i]);
       if ((p != nullptr && *p == 0.0) || (ip != nullptr && *ip == 0)) return false;
@@ -137,14 +144,21 @@ std::optional<View> view_of(const Program& p, const graph::Node& node,
       node.args.empty()) {
     return std::nullopt;
   }
-  const std::string& name = schema.name();
-  if (name.find("conj") != std::string::npos || name.find("neg_view") != std::string::npos ||
-      name.find("view_as_") != std::string::npos) {
-    return std::nullopt;
+  switch (tracer::op_kind(schema)) {
+    case graph::OpKind::conj:
+    case graph::OpKind::_conj:
+    case graph::OpKind::resolve_conj:
+    case graph::OpKind::_neg_view:
+    case graph::OpKind::resolve_neg:
+    case graph::OpKind::view_as_real:
+    case graph::OpKind::view_as_complex:
+    // as_strided's storage offset is absolute: not a restride relative to its input's offset,
+    // which may differ from call to call.
+    case graph::OpKind::as_strided:
+      return std::nullopt;
+    default:
+      break;
   }
-  // as_strided's storage offset is absolute: not a restride relative to its input's offset,
-  // which may differ from call to call.
-  if (tracer::op_kind(schema) == graph::OpKind::as_strided) return std::nullopt;
   if (!unannotated_view(schema)) {
     const c10::AliasInfo* self = schema.arguments()[0].alias_info();
     if (self == nullptr || writes(self)) return std::nullopt;
@@ -232,39 +246,6 @@ codegen::TritonKernel triton_form(const sched::KernelGroup& group,
   return *t;
 }
 
-// The value of a 0-dim floating constant graph input (an attention's scale).
-std::function<std::optional<double>(graph::ValueId)> attention_constant(const Program& p) {
-  return [&p](graph::ValueId v) -> std::optional<double> {
-    for (const auto& [value, index] : p.constant_slots) {
-      const at::Tensor& c = p.traced.constants[index];
-      if (value == v && c.defined() && c.numel() == 1 && c.is_floating_point()) {
-        return c.item<double>();
-      }
-    }
-    return std::nullopt;
-  };
-}
-
-// Replaces the plan's eager attention patterns (runtime/attention_fusion.h) in p.steps, which
-// must be the plan's steps in order.
-void fuse_attention(Program& p, const sched::Plan& plan) {
-  std::vector<FusedAttention> found =
-      find_fused_attention(p.traced.graph, plan, attention_constant(p));
-  if (found.empty()) return;
-  std::vector<bool> drop(p.steps.size(), false);
-  for (FusedAttention& f : found) {
-    drop[f.first_product_step] = drop[f.softmax_step] = true;
-    if (f.view_step >= 0) drop[f.view_step] = true;
-    p.steps[f.second_product_step].attention = std::move(f);
-  }
-  std::vector<Step> kept;
-  for (size_t s = 0; s < p.steps.size(); ++s) {
-    if (!drop[s]) kept.push_back(std::move(p.steps[s]));
-  }
-  p.steps = std::move(kept);
-  p.num_fused_attention = static_cast<int>(found.size());
-}
-
 /// The hook after each step: its time; after a graph pass that changed the graph (its count of
 /// rewritten nodes is not 0), the verifier and, with CompileOptions::Debug::dump_pipeline, the
 /// graph on stderr. Only the graph passes change the graph, so no other step is checked.
@@ -324,9 +305,13 @@ Program compile_graph(tracer::TracedGraph traced, const ExecutorOptions& options
     p.num_folded_nodes =
         step.graph_pass("fold_constants", [&] { return fold_constants(p.traced); });
   }
-  step("bind_inputs", [&] { bind_inputs(p); });
   Target target;
   step("choose_target", [&] { target = choose_target(p); });
+  if (fuses_attention(p.options, target)) {
+    p.num_fused_attention =
+        step.graph_pass("fuse_attention", [&] { return fuse_attention(p.traced); });
+  }
+  step("bind_inputs", [&] { bind_inputs(p); });
   sched::ScheduleOptions schedule_options;
   sched::Plan plan;
   step("schedule", [&] { plan = schedule(p, target, &schedule_options); });
@@ -363,6 +348,12 @@ void bind_inputs(Program& p) {
   }
 }
 
+bool fuses_attention(const CompileOptions& o, const Target& t) {
+  const int fa = o.runtime.fuse_attention;
+  const bool kernels = o.sched.codegen && (t.cpu || t.triton);
+  return kernels && (fa == 1 || (fa == -1 && t.triton && t.cuda_device >= 0));
+}
+
 Target choose_target(Program& p) {
   // Kernels: C++ on the CPU; Triton on one CUDA device (or, for tests, in Triton's interpreter).
   const graph::Graph& g = p.traced.graph;
@@ -392,38 +383,13 @@ sched::Plan schedule(const Program& p, const Target& t, sched::ScheduleOptions* 
   sopts.index_asserts = t.triton;  // a device-side assert per index read, as eager's CUDA kernels
   sopts.chunk_single_rows = !t.triton;
   sopts.combo_kernels = o.sched.combo_kernels;
-  sched::Plan plan = sched::schedule_graph(g, sopts);
-  const int fa = o.runtime.fuse_attention;
-  const bool attention = sopts.fuse && (fa == 1 || (fa == -1 && t.triton && t.cuda_device >= 0));
-  if (attention) {
-    // Masks computed inside a softmax's kernel must exist in memory for the fused call.
-    std::vector<graph::ValueId> masks, siblings;
-    find_fused_attention(g, plan, attention_constant(p), &masks, &siblings);
-    if (!masks.empty() || !siblings.empty()) {
-      sopts.realize.assign(g.values.size(), false);
-      sopts.no_epilogue.assign(g.values.size(), false);
-      for (graph::ValueId m : masks) sopts.realize[m] = true;
-      for (graph::ValueId v : siblings) sopts.no_epilogue[v] = true;
-      plan = sched::schedule_graph(g, sopts);
-      // A mask realized can reveal a sibling (or the reverse): once more.
-      masks.clear();
-      siblings.clear();
-      find_fused_attention(g, plan, attention_constant(p), &masks, &siblings);
-      for (graph::ValueId m : masks) sopts.realize[m] = true;
-      for (graph::ValueId v : siblings) sopts.no_epilogue[v] = true;
-      if (!masks.empty() || !siblings.empty()) plan = sched::schedule_graph(g, sopts);
-    }
-  }
-  return plan;
+  return sched::schedule_graph(g, sopts);
 }
 
 void generate_kernels(Program& p, const Target& target, sched::Plan& plan,
                       sched::ScheduleOptions& options) {
   const CompileOptions& o = p.options;
   const graph::Graph& g = p.traced.graph;
-  const int fa = o.runtime.fuse_attention;
-  const bool attention =
-      options.fuse && (fa == 1 || (fa == -1 && target.triton && target.cuda_device >= 0));
   // A kernel with no Triton form leaves its nodes to ATen: the graph is scheduled again without
   // them, a few times at most, before the whole graph runs unfused.
   constexpr int kMaxRefusalRounds = 8;
@@ -584,7 +550,6 @@ void generate_kernels(Program& p, const Target& target, sched::Plan& plan,
           p.steps.push_back(std::move(step));
         }
       }
-      if (attention) fuse_attention(p, plan);
       ExecutorOptions unfused_options{.compile = o};
       unfused_options.compile.sched.codegen = false;
       unfused_options.compile.runtime.fold_constants = false;
@@ -605,7 +570,6 @@ void generate_kernels(Program& p, const Target& target, sched::Plan& plan,
       p.kernel_sources.clear();
       p.num_fused_nodes = 0;
       p.num_unwritten_outputs = 0;
-      p.num_fused_attention = 0;
       sched::ScheduleOptions unfused;
       unfused.fuse = false;
       plan = sched::schedule_graph(g, unfused);
@@ -639,8 +603,6 @@ Lifetimes plan_lifetimes(Program& p, bool release_inputs) {
       }
     } else if (!step.call) {
       for (const ViewOutput& o : step.view->outputs) writes.push_back(o.value);
-    } else if (step.attention) {
-      writes = {step.attention->out};
     } else {
       writes = step.call->outputs;
     }

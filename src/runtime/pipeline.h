@@ -6,22 +6,25 @@
 ///                            (runtime/causal_attention.h)
 ///   2. fold_constants        graph pass: nodes that depend on no input run once, now
 ///                            (runtime/constant_fold.h)
-///   3. bind_inputs           where each graph input and constant lives in the program
-///   4. choose_target         C++ kernels on the CPU, Triton on one CUDA device, or none
-///   5. schedule              fused kernel groups and the order of steps (sched/fusion.h), with
-///                            the values eager attention fusion needs in memory
-///   6. generate_kernels      emit, compile and load the kernels (C++ or Triton, in rounds
+///   3. choose_target         C++ kernels on the CPU, Triton on one CUDA device, or none
+///   4. fuse_attention        graph pass: eager attention (bmm, softmax, bmm) becomes one
+///                            ember::fused_attention node, an SDPA call
+///                            (runtime/attention_fusion.h)
+///   5. bind_inputs           where each graph input and constant lives in the program
+///   6. schedule              fused kernel groups and the order of steps (sched/fusion.h)
+///   7. generate_kernels      emit, compile and load the kernels (C++ or Triton, in rounds
 ///                            around the kernels Triton refuses) and build the steps: extern
-///                            calls, views, kernels, fused attention, matmul templates
-///   7. plan_lifetimes        each value's last use: where the program releases it
-///   8. mark_parameter_kernels, plan_reuse, plan_mutation_writes, plan_memory
+///                            calls, views, kernels, matmul templates
+///   8. plan_lifetimes        each value's last use: where the program releases it
+///   9. mark_parameter_kernels, plan_reuse, plan_mutation_writes, plan_memory
 ///                            what the kernels' outputs are written into (executor_memory.cpp)
-///   9. decide_cuda_graphs    whether calls replay a CUDA graph (mode="reduce-overhead")
+///  10. decide_cuda_graphs    whether calls replay a CUDA graph (mode="reduce-overhead")
 ///
-/// Steps 1 and 2 run only with CompileOptions::Runtime::fold_constants. After each step one hook
-/// records its time (Program::step_seconds); after a graph pass (1, 2: the only steps that change
-/// the graph) that rewrote nodes, it runs the verifier (an InternalError names the step) and with
-/// CompileOptions::Debug::dump_pipeline prints the graph to stderr. Each step is a free function
+/// Steps 1 and 2 run only with CompileOptions::Runtime::fold_constants, step 4 where
+/// fuses_attention says. After each step one hook records its time (Program::step_seconds); after
+/// a graph pass (1, 2, 4: the only steps that change the graph) that rewrote nodes, it runs the
+/// verifier (an InternalError names the step) and with CompileOptions::Debug::dump_pipeline
+/// prints the graph to stderr. Each step is a free function
 /// with its contract below; the Executor (runtime/executor.h) only executes the program.
 #pragma once
 
@@ -48,20 +51,23 @@ struct Target {
   c10::Device device = c10::Device(c10::DeviceType::CPU);  ///< where kernels' buffers live
 };
 
-/// Step 3. Fills p.input_slots, p.constant_slots and p.mutated_input_positions from the graph's
+/// Step 5. Fills p.input_slots, p.constant_slots and p.mutated_input_positions from the graph's
 /// inputs and mutations. Requires: p.traced has one constant tensor per constant input.
 void bind_inputs(Program& p);
 
-/// Step 4. The target of p's kernels; for Triton on a CUDA device, moves the CPU scalars the
+/// Step 3. The target of p's kernels; for Triton on a CUDA device, moves the CPU scalars the
 /// graph holds as constants to the device (kernels read constants from device memory).
 Target choose_target(Program& p);
 
-/// Step 5. The schedule options the target and p.options give, and the plan. With attention
-/// fusion (CompileOptions::Runtime::fuse_attention), masks a softmax's kernel computes are
-/// realized and their siblings kept out of epilogues, so the fused call can read them.
+/// Whether step 4 runs: CompileOptions::Runtime::fuse_attention 1, or -1 (the default) for
+/// Triton kernels on a CUDA device; and only where the graph gets kernels (sched.codegen, on the
+/// CPU or with Triton), as the fused kernels replace the softmax's.
+bool fuses_attention(const CompileOptions& o, const Target& t);
+
+/// Step 6. The schedule options the target and p.options give, and the plan.
 sched::Plan schedule(const Program& p, const Target& t, sched::ScheduleOptions* options);
 
-/// Step 6. Emits, compiles and loads the kernels of `plan` and fills p.steps, p.kernels,
+/// Step 7. Emits, compiles and loads the kernels of `plan` and fills p.steps, p.kernels,
 /// p.libraries, p.kernel_sources and the counters; builds p.unfused (the same graph without
 /// kernels). A kernel Triton refuses leaves its nodes to ATen and the graph is scheduled again
 /// (`plan`, `options` updated), a few rounds at most; a kernel that fails to compile, or the last
@@ -70,7 +76,7 @@ sched::Plan schedule(const Program& p, const Target& t, sched::ScheduleOptions* 
 void generate_kernels(Program& p, const Target& t, sched::Plan& plan,
                       sched::ScheduleOptions& options);
 
-/// mode="max-autotune", within step 6: gives the extern matrix products of a graph on CUDA
+/// mode="max-autotune", within step 7: gives the extern matrix products of a graph on CUDA
 /// device `device` their templates (one compile batch); `device` -1: a CPU graph whose Triton
 /// kernels run in Triton's interpreter (tests), the templates too. A pointwise kernel that is the
 /// only reader of a product becomes the template's epilogue (`group_of_kernel`: each kernel's
@@ -88,12 +94,12 @@ struct Lifetimes {
   std::vector<int> last_use, defined_at;
 };
 
-/// Step 7. Each value's lifetime, and the release list of each step: an intermediate goes after
+/// Step 8. Each value's lifetime, and the release list of each step: an intermediate goes after
 /// its last reader (or where it is defined, if nothing reads it); outputs, mutation values and
 /// constants stay; inputs stay unless `release_inputs` (and the graph mutates no input).
 Lifetimes plan_lifetimes(Program& p, bool release_inputs);
 
-/// Step 8, executor_memory.cpp. Gives Kernel::parameter_cache to kernels that read parameters
+/// Step 9, executor_memory.cpp. Gives Kernel::parameter_cache to kernels that read parameters
 /// only (not ones the graph mutates) and write nothing the caller sees.
 void mark_parameter_kernels(Program& p);
 /// Lets kernel outputs take over dead inputs' memory (Kernel::Output::reuse_input): an input
@@ -106,7 +112,7 @@ void plan_mutation_writes(Program& p, const Lifetimes& life);
 /// kernels only (the arena is host memory).
 void plan_memory(Program& p, const Lifetimes& life);
 
-/// Step 9. With CompileOptions::Runtime::cuda_graphs, a CudaGraphRunner for a graph on one CUDA
+/// Step 10. With CompileOptions::Runtime::cuda_graphs, a CudaGraphRunner for a graph on one CUDA
 /// device that mutates no input, draws no random numbers and is not verified; else
 /// p.cuda_graph_note says why not.
 void decide_cuda_graphs(Program& p, const Target& t);

@@ -1,7 +1,7 @@
 /// \file
 /// A compiled program: what compile_graph (runtime/pipeline.h) makes of a traced graph, and what
 /// an Executor (runtime/executor.h) runs, per call, with no Python. Plain data: the steps (kernel
-/// calls, views made from storage, boxed ATen calls, fused attention and matmul templates), the
+/// calls, views made from storage, boxed ATen calls and matmul templates), the
 /// kernels and the libraries that hold their code, where each graph input and constant lives,
 /// the memory plan, what the pipeline decided (and why it gave up on something), and what each
 /// step of the pipeline cost.
@@ -16,7 +16,6 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/attention_fusion.h"
 #include "runtime/cuda_graph.h"
 #include "runtime/extern_call.h"
 #include "runtime/host_compiler.h"
@@ -117,15 +116,13 @@ struct Step {
   /// are). Once the template won, that step is skipped and this one runs both.
   std::shared_ptr<MatmulTemplate> fused;
   int fused_product_step = -1;
-  /// An extern step that runs eager attention's three steps as one SDPA call instead of its
-  /// node (the second product).
-  std::optional<FusedAttention> attention;
   int fused_into = -1;  ///< the product's step: the kernel step its epilogue fuses into
 };
 
 /// The compiled form of one graph.
 struct Program {
-  tracer::TracedGraph traced;  ///< after the graph passes (constant folding, causal attention)
+  tracer::TracedGraph traced;  ///< after the graph passes (causal attention, constant folding,
+                               ///< attention fusion)
   CompileOptions options;
   std::vector<graph::ValueId> input_slots;                     ///< value of each non-constant input
   std::vector<std::pair<graph::ValueId, int>> constant_slots;  ///< value, index in constants
@@ -157,8 +154,7 @@ struct Program {
   std::vector<std::pair<std::string, double>> step_seconds;
 };
 
-/// The values a step reads: a kernel's inputs, a view's root, a fused attention's q, k^T, v and
-/// mask, an extern call's arguments.
+/// The values a step reads: a kernel's inputs, a view's root, an extern call's arguments.
 std::vector<graph::ValueId> step_reads(const Program& p, const Step& step);
 
 }  // namespace ember::runtime

@@ -132,9 +132,6 @@ void Scheduler::find_demands() {
   stored_.assign(num_values, false);
   live_.assign(g_.nodes.size(), false);
   for (ValueId v : g_.outputs) need[v] = read_live_[v] = true;
-  for (size_t v = 0; v < options_.realize.size() && v < num_values; ++v) {
-    if (options_.realize[v]) need[v] = true;
-  }
   for (const graph::Mutation& m : g_.mutations) need[m.value] = read_live_[m.value] = true;
   for (size_t i = g_.nodes.size(); i-- > 0;) {
     const graph::Node& n = g_.nodes[i];
@@ -572,9 +569,7 @@ Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
         ValueId v = n.outputs[0];
         if (!stored_[v]) break;
         if (open_reduction) {
-          const bool alone =
-              static_cast<size_t>(v) < options_.no_epilogue.size() && options_.no_epilogue[v];
-          if (!alone && open_reduction->add_epilogue(v)) break;
+          if (open_reduction->add_epilogue(v)) break;
           close();
         }
         std::vector<int64_t> shape = sizes_of(g_.type(v));

@@ -91,13 +91,6 @@ struct ScheduleOptions {
   /// Nodes (by index) that stay ATen calls whatever their kind: those of kernels a code generator
   /// refused (the executor schedules again without them). Shorter than the graph: the rest fuse.
   std::vector<bool> extern_nodes;
-  /// Values (by id) that must exist in memory, as a graph output does: a computed value is
-  /// stored by a kernel, a view becomes a view step (runtime/attention_fusion.h realizes the
-  /// masks of the attention it fuses). Shorter than the graph's values: the rest as usual.
-  std::vector<bool> realize;
-  /// Values (by id) that never join a reduction's kernel as epilogues (they get a kernel of
-  /// their own): a sibling copy that would keep a fused attention's softmax kernel alive.
-  std::vector<bool> no_epilogue;
   /// Whether a reduction to a single row (a full sum) runs its elements in parallel chunks with
   /// partial accumulators (OpenMP on the CPU). The Triton emitter runs a row in one program and
   /// refuses the chunks, so its graphs set it false (the tracer splits large CUDA reductions in

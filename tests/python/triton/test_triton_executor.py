@@ -318,7 +318,7 @@ def test_max_autotune_fuses_the_pointwise_kernel_after_a_product():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_eager_attention_runs_as_one_sdpa_call(dtype):
     """bmm, scale, a mask added to the scores viewed [B, H, S, S], softmax, bmm (TrOCR's and BART's
-    eager attention) become one scaled_dot_product_attention call (runtime/attention_fusion.h):
+    eager attention) become one ember::fused_attention node, an SDPA call (runtime/attention_fusion.h):
     the scores' product and the softmax kernel are gone. Not exact in bf16 (SDPA keeps the
     scores in f32), so compared at bf16's tolerance. A softmax read by something else, or a
     mask added after a second scale, stays as it is."""
@@ -336,7 +336,7 @@ def test_eager_attention_runs_as_one_sdpa_call(dtype):
         graph = ember.trace(attention, args)
         c = C.CompiledGraph(graph, triton_interpret=INTERPRET, fuse_attention=True)
         assert c.num_fused_attention == 1, c.describe_steps()
-        assert c.num_kernels == 0 and c.describe_steps()[-1] == "extern aten::bmm", \
+        assert c.num_kernels == 0 and c.describe_steps()[-1] == "extern ember::fused_attention", \
             c.describe_steps()  # k's transposed view, then the attention in the bmm's place
         torch.testing.assert_close(c(*args)[0], attention(*args), **tol)
         off = C.CompiledGraph(graph, triton_interpret=INTERPRET, fuse_attention=False)
@@ -355,7 +355,7 @@ def test_eager_attention_runs_as_one_sdpa_call(dtype):
         torch.testing.assert_close(c(*margs)[0], autocast_like(*margs), **tol)
 
         def mask_in_graph(q, k, v, keep):  # BERT's (1 - mask) * min, computed in the graph:
-            m = (1.0 - keep) * torch.finfo(keep.dtype).min  # realized for the fused call
+            m = (1.0 - keep) * torch.finfo(keep.dtype).min  # its own kernel, read by the node
             w = (torch.bmm(q, k.transpose(1, 2)).view(b, h, s, s) * 0.35 + m).view(b * h, s, s)
             return torch.bmm(F.softmax(w, dim=-1), v)
 
@@ -371,7 +371,7 @@ def test_eager_attention_runs_as_one_sdpa_call(dtype):
             q4, k4, v4 = (t.view(b, s, h, d).transpose(1, 2) for t in (x, y, z))
             w = torch.matmul(q4, k4.transpose(2, 3)) * 0.35
             w = w + (1.0 - keep) * torch.finfo(keep.dtype).min
-            return torch.matmul(F.softmax(w, dim=-1), v4)  # v4's copy: a sibling, apart
+            return torch.matmul(F.softmax(w, dim=-1), v4)
 
         xargs = tuple(t.reshape(b, s, h * d) for t in args[:3]) + (keep,)
         c = C.CompiledGraph(ember.trace(eager_4d, xargs), triton_interpret=INTERPRET,

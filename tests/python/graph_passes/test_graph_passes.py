@@ -1,0 +1,101 @@
+"""Each graph pass of the pipeline (src/runtime/pipeline.h: causal_attention, fold_constants,
+fuse_attention), before and after, as graph text: a small program traced, then the pass run alone
+on a copy (ember._C.run_graph_pass), against golden files
+(tests/python/graph_passes/golden/<case>.{before,after}.txt; EMBER_ACCEPT_GOLDEN=1 rewrites them).
+The CPU-only torch's text is the golden one (on a GPU machine only the counts are checked)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ember
+import ember._C as C
+
+GOLDEN = pathlib.Path(__file__).parent / "golden"
+CPU_ONLY = not torch.cuda.is_available()
+B, H, S, D = 2, 3, 5, 4
+
+
+def r(*shape, dtype=torch.float32):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(sum(shape)), dtype=dtype)
+
+
+def eager_attention(q, k, v, mask):  # TrOCR's: scale, a mask over [B, H, S, S], softmax, bmm
+    w = torch.bmm(q, k.transpose(1, 2)) * 0.35
+    w = (w.view(B, H, S, S) + mask).view(B * H, S, S)
+    return torch.bmm(F.softmax(w, dim=-1), v)
+
+
+def autocast_attention(q, k, v, mask):  # bf16 scores plus an f32 mask, the softmax cast back
+    w = (torch.bmm(q, k.transpose(1, 2)).view(B, H, S, S) + mask).view(B * H, S, S)
+    return torch.bmm(F.softmax(w, dim=-1).to(q.dtype), v)
+
+
+def probabilities_read_twice(q, k, v):  # the probabilities are an output: nothing to fuse
+    p = F.softmax(torch.bmm(q, k.transpose(1, 2)), dim=-1)
+    return torch.bmm(p, v), p
+
+
+def causal_sdpa(q, k, v):  # a constant causal mask, as transformers builds it under compile
+    mask = torch.ones(S, S, dtype=torch.bool).tril()
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+
+
+def constants(x):
+    return x + torch.ones(3) * 2
+
+
+QKV = [r(B * H, S, D), r(B * H, S, D), r(B * H, S, D)]
+CASES = {
+    # case: (pass, program, arguments, how many it rewrites)
+    "fuse_attention": ("fuse_attention", eager_attention, QKV + [r(B, 1, S, S)], 1),
+    "fuse_attention_autocast": (
+        "fuse_attention", autocast_attention,
+        [t.to(torch.bfloat16) for t in QKV] + [r(B, 1, S, S)], 1),
+    "fuse_attention_probabilities_read": ("fuse_attention", probabilities_read_twice, QKV, 0),
+    "causal_attention": ("causal_attention", causal_sdpa, [r(1, H, S, D)] * 3, 1),
+    "fold_constants": ("fold_constants", constants, [r(3)], 1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_graph_pass_before_and_after(case):
+    name, fn, args, count = CASES[case]
+    with torch.no_grad():
+        before = ember.trace(fn, args)
+    after, changed = C.run_graph_pass(before, name)
+    assert changed == count, str(after)
+    if count == 0:
+        assert str(after) == str(before)
+    assert C.reprint_graph_text(str(after)) == str(after)  # the parser reads what a pass made
+    if not CPU_ONLY:
+        return
+    for suffix, text in (("before", str(before)), ("after", str(after))):
+        path = GOLDEN / f"{case}.{suffix}.txt"
+        if os.environ.get("EMBER_ACCEPT_GOLDEN") == "1":
+            path.write_text(text)
+        assert text == path.read_text(), f"{path} differs:\n{text}"
+
+
+def test_fused_attention_matches_eager():
+    """The rewritten graph, compiled with kernels, computes what eager does (SDPA keeps the scores
+    in f32: not bit-identical)."""
+    args = QKV + [r(B, 1, S, S)]
+    with torch.no_grad():
+        graph = ember.trace(eager_attention, args)
+        compiled = C.CompiledGraph(graph, fuse_attention=True)
+        assert compiled.num_fused_attention == 1
+        assert "fuse_attention" in [n for n, _ in compiled.step_seconds]
+        assert compiled.describe_steps()[-1] == "extern ember::fused_attention"
+        torch.testing.assert_close(compiled(*args)[0], eager_attention(*args))
+
+
+def test_an_unknown_pass_is_a_user_error():
+    graph = ember.trace(constants, [r(3)])
+    with pytest.raises(ember.errors.CompileError, match="no graph pass named"):
+        C.run_graph_pass(graph, "not_a_pass")
