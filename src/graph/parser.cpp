@@ -1,7 +1,5 @@
 #include "graph/parser.h"
 
-#include <algorithm>
-#include <cctype>
 #include <charconv>
 #include <map>
 #include <optional>
@@ -9,13 +7,10 @@
 #include "graph/printer.h"
 #include "graph/verifier.h"
 #include "support/error.h"
+#include "support/lexer.h"
 
 namespace ember::graph {
 namespace {
-
-std::string location(int line, int col) {
-  return "line " + std::to_string(line) + ":" + std::to_string(col);
-}
 
 std::string sizes_str(const Dims& d) {
   std::string s = "[";
@@ -29,145 +24,11 @@ bool is_blank(char c) {
   return u <= 0x20 || u == 0x7f;
 }
 
-/// Decodes the string literal at the start of `s` (s[0] is '"'), whose first byte sits at
-/// line:col; sets `len` to the literal's length in `s`.
-std::string decode_string(std::string_view s, int line, int col, size_t& len) {
-  std::string out;
-  size_t k = 1;
-  while (true) {
-    EMBER_CHECK(k < s.size() && s[k] != '\n') << location(line, col) << ": unterminated string";
-    char c = s[k];
-    if (c == '"') break;
-    if (c != '\\') {
-      out += c;
-      ++k;
-      continue;
-    }
-    char e = k + 1 < s.size() ? s[k + 1] : ' ';
-    static constexpr std::string_view kEscapes = "\\\"ntr", kMeanings = "\\\"\n\t\r";
-    if (size_t which = kEscapes.find(e); which != std::string_view::npos) {
-      out += kMeanings[which];
-      k += 2;
-      continue;
-    }
-    bool hex = e == 'x' && k + 3 < s.size() &&
-               std::isxdigit(static_cast<unsigned char>(s[k + 2])) &&
-               std::isxdigit(static_cast<unsigned char>(s[k + 3]));
-    EMBER_CHECK(hex) << location(line, col + static_cast<int>(k))
-                     << ": expected an escape (\\\\ \\\" \\n \\t \\r \\xNN) after '\\'";
-    unsigned byte = 0;
-    std::from_chars(s.data() + k + 2, s.data() + k + 4, byte, 16);
-    out += static_cast<char>(byte);
-    k += 4;
-  }
-  len = k + 1;
-  return out;
-}
-
-enum class Tok : uint8_t { Name, Int, Float, Value, String, Punct, End };
-
-struct Token {
-  Tok kind = Tok::End;
-  std::string text;   ///< as written (a String with its quotes and escapes)
-  std::string bytes;  ///< a String's decoded bytes
-  int line = 1, col = 1;
-};
-
-struct Lexed {
-  std::vector<Token> toks;
-  /// The text after each `#`, by line (one comment per line at most); `col` is its first byte's.
-  std::map<int, Token> comments;
-};
-
-/// Splits the text into names, numbers, values, strings and punctuation (longest match wins), and
-/// sets comments aside.
-Lexed lex(std::string_view src) {
-  static const char* const kPuncts[] = {"::", "<-", "(", ")", "[", "]", "{", "}",
-                                        ",",  ":",  "=", "+", "-", "<", ">", "."};
-  Lexed out;
-  int line = 1, col = 1;
-  size_t i = 0;
-  auto advance = [&](size_t n) {
-    for (size_t k = 0; k < n; ++k, ++i) {
-      if (src[i] == '\n') {
-        ++line;
-        col = 1;
-      } else {
-        ++col;
-      }
-    }
-  };
-  auto is_digit = [&](size_t j) {
-    return j < src.size() && std::isdigit(static_cast<unsigned char>(src[j]));
-  };
-  while (i < src.size()) {
-    char c = src[i];
-    if (std::isspace(static_cast<unsigned char>(c))) {
-      advance(1);
-      continue;
-    }
-    Token t;
-    t.line = line;
-    t.col = col;
-    size_t j = i;
-    if (c == '#') {
-      size_t end = src.find('\n', i);
-      if (end == std::string_view::npos) end = src.size();
-      t.text = std::string(src.substr(i + 1, end - i - 1));
-      t.col = col + 1;
-      out.comments[line] = std::move(t);
-      advance(end - i);
-      continue;
-    }
-    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
-      while (j < src.size() && (std::isalnum(static_cast<unsigned char>(src[j])) || src[j] == '_'))
-        ++j;
-      t.kind = Tok::Name;
-    } else if (is_digit(i)) {
-      t.kind = Tok::Int;
-      while (is_digit(j)) ++j;
-      if (j < src.size() && src[j] == '.' && is_digit(j + 1)) {
-        t.kind = Tok::Float;
-        ++j;
-        while (is_digit(j)) ++j;
-      }
-      size_t sign = j + 1 < src.size() && (src[j + 1] == '+' || src[j + 1] == '-') ? 1 : 0;
-      if (j < src.size() && (src[j] == 'e' || src[j] == 'E') && is_digit(j + 1 + sign)) {
-        t.kind = Tok::Float;
-        j += 1 + sign;
-        while (is_digit(j)) ++j;
-      }
-    } else if (c == '%') {
-      ++j;
-      while (is_digit(j)) ++j;
-      EMBER_CHECK(j > i + 1) << location(line, col) << ": expected a value id after '%'";
-      t.kind = Tok::Value;
-    } else if (c == '"') {
-      size_t len = 0;
-      t.bytes = decode_string(src.substr(i), line, col, len);
-      j = i + len;
-      t.kind = Tok::String;
-    } else {
-      for (const char* p : kPuncts) {
-        std::string_view pv(p);
-        if (src.substr(i, pv.size()) == pv) {
-          j = i + pv.size();
-          break;
-        }
-      }
-      EMBER_CHECK(j > i) << location(line, col) << ": unexpected character '" << c << "'";
-      t.kind = Tok::Punct;
-    }
-    t.text = std::string(src.substr(i, j - i));
-    advance(j - i);
-    out.toks.push_back(std::move(t));
-  }
-  Token end;
-  end.line = line;
-  end.col = col;
-  out.toks.push_back(end);
-  return out;
-}
+/// Graph text: `%N` values, string literals, and `#` comments kept by line for input annotations.
+constexpr std::string_view kPunctuation[] = {"::", "<-", "(", ")", "[", "]", "{", "}",
+                                             ",",  ":",  "=", "+", "-", "<", ">", "."};
+constexpr LexRules kRules{
+    .punctuation = kPunctuation, .values = true, .strings = true, .keep_comments = true};
 
 /// Name -> enumerator for every code of `E` (int8 range) that `name_of` names; the `<N>` fallback
 /// names of unnamed codes are parsed separately. Built from the printer's own names, so the two
@@ -202,13 +63,9 @@ const std::map<std::string, MemoryFormat, std::less<>>& memory_format_names() {
   return names;
 }
 
-class Parser {
+class Parser : TokenCursor {
  public:
-  explicit Parser(std::string_view text) {
-    Lexed l = lex(text);
-    toks_ = std::move(l.toks);
-    comments_ = std::move(l.comments);
-  }
+  explicit Parser(std::string_view text) : Parser(lex(text, kRules)) {}
 
   Graph graph() {
     expect("graph");
@@ -246,39 +103,16 @@ class Parser {
     std::string where;
   };
 
+  explicit Parser(Lexed lexed)
+      : TokenCursor(std::move(lexed.tokens)), comments_(std::move(lexed.comments)) {}
+
   // ---- tokens
 
-  std::string where() const { return at_token(peek()); }
-  static std::string at_token(const Token& t) { return location(t.line, t.col); }
-  const Token& peek(size_t ahead = 0) const {
-    return toks_[std::min(pos_ + ahead, toks_.size() - 1)];
-  }
-  const Token& last() const { return toks_[pos_ > 0 ? pos_ - 1 : 0]; }
-  bool at(std::string_view text, size_t ahead = 0) const {
-    const Token& t = peek(ahead);
-    return (t.kind == Tok::Name || t.kind == Tok::Punct) && t.text == text;
-  }
-  bool accept(std::string_view text) {
-    if (!at(text)) return false;
-    ++pos_;
-    return true;
-  }
-  static std::string describe(const Token& t) {
-    return t.kind == Tok::End ? "end of input" : "'" + t.text + "'";
-  }
-  void expect(std::string_view text) {
-    EMBER_CHECK(accept(text)) << where() << ": expected '" << text << "' but found "
-                              << describe(peek());
-  }
-  void expect_end() {
-    EMBER_CHECK(peek().kind == Tok::End)
-        << where() << ": expected end of input but found " << describe(peek());
-  }
   std::string ident(const char* what) {
     const Token& t = peek();
-    EMBER_CHECK(t.kind == Tok::Name)
+    EMBER_CHECK(t.kind == TokenKind::Name)
         << where() << ": expected " << what << " but found " << describe(t);
-    ++pos_;
+    next();
     return t.text;
   }
 
@@ -286,14 +120,14 @@ class Parser {
   int64_t integer(const char* what, bool negative = false) {
     if (!negative) negative = accept("-");
     const Token& t = peek();
-    EMBER_CHECK(t.kind == Tok::Int)
+    EMBER_CHECK(t.kind == TokenKind::Int)
         << where() << ": expected " << what << " but found " << describe(t);
     std::string text = (negative ? "-" : "") + t.text;
     int64_t v = 0;
     auto r = std::from_chars(text.data(), text.data() + text.size(), v);
     EMBER_CHECK(r.ec == std::errc() && r.ptr == text.data() + text.size())
         << where() << ": integer " << text << " is out of range";
-    ++pos_;
+    next();
     return v;
   }
 
@@ -301,12 +135,12 @@ class Parser {
 
   ValueId value_id() {
     const Token& t = peek();
-    EMBER_CHECK(t.kind == Tok::Value)
+    EMBER_CHECK(t.kind == TokenKind::Value)
         << where() << ": expected a value (%N) but found " << describe(t);
     ValueId id = 0;
     auto r = std::from_chars(t.text.data() + 1, t.text.data() + t.text.size(), id);
     EMBER_CHECK(r.ec == std::errc()) << where() << ": value id " << t.text << " is out of range";
-    ++pos_;
+    next();
     return id;
   }
 
@@ -359,13 +193,13 @@ class Parser {
   std::optional<E> enum_value(const std::map<std::string, E, std::less<>>& names,
                               std::string_view fallback) {
     if (at_fallback(fallback)) {
-      ++pos_;
+      next();
       return enum_code<E>();
     }
-    if (peek().kind != Tok::Name) return std::nullopt;
+    if (peek().kind != TokenKind::Name) return std::nullopt;
     auto it = names.find(peek().text);
     if (it == names.end()) return std::nullopt;
-    ++pos_;
+    next();
     return it->second;
   }
 
@@ -430,7 +264,7 @@ class Parser {
 
   void input() {
     bool is_const = at("const");
-    ++pos_;
+    next();
     std::string at_value = where();
     ValueId id = value_id();
     expect(":");
@@ -500,12 +334,12 @@ class Parser {
     std::vector<Typed> outputs;
     OpInfo op;
     bool has_outputs = true;
-    if (peek().kind == Tok::Value) {
+    if (peek().kind == TokenKind::Value) {
       outputs.push_back(typed());
     } else if (at("(") || at("[")) {
       op.returns_list = at("[");
       const char* close = op.returns_list ? "]" : ")";
-      ++pos_;
+      next();
       while (!accept(close)) {
         if (!outputs.empty()) expect(",");
         outputs.push_back(typed());
@@ -514,7 +348,7 @@ class Parser {
       has_outputs = false;
     }
     if (has_outputs) expect("=");
-    EMBER_CHECK(peek().kind == Tok::Name)
+    EMBER_CHECK(peek().kind == TokenKind::Name)
         << where() << ": expected " << (has_outputs ? "an op name" : "a node, 'mutate' or 'return'")
         << " but found " << describe(peek());
     op.name = ident("an op name");
@@ -525,10 +359,13 @@ class Parser {
     Node node;
     while (!accept(")")) {
       if (!node.args.empty()) expect(",");
-      bool kwarg = peek().kind == Tok::Name && at("=", 1);
+      bool kwarg = peek().kind == TokenKind::Name && at("=", 1);
       op.arg_names.push_back(kwarg ? peek().text : "");
       op.kwarg_only.push_back(kwarg);
-      if (kwarg) pos_ += 2;
+      if (kwarg) {
+        next();
+        expect("=");
+      }
       node.args.push_back(argument());
     }
     node.op = g_.intern_op(op);
@@ -543,22 +380,22 @@ class Parser {
 
   bool at_number() const {
     const Token& t = peek();
-    return t.kind == Tok::Int || t.kind == Tok::Float || at("inf") || at("nan") || at("-");
+    return t.is_number() || at("inf") || at("nan") || at("-");
   }
 
   /// An int (Int token) or a double (Float token, inf, nan), with an optional '-'.
   Arg number() {
     bool negative = accept("-");
     const Token& t = peek();
-    if (t.kind == Tok::Int) return integer("a number", negative);
-    EMBER_CHECK(t.kind == Tok::Float || at("inf") || at("nan"))
+    if (t.kind == TokenKind::Int) return integer("a number", negative);
+    EMBER_CHECK(t.kind == TokenKind::Float || at("inf") || at("nan"))
         << where() << ": expected a number but found " << describe(t);
     std::string text = (negative ? "-" : "") + t.text;
     double v = 0;
     auto r = std::from_chars(text.data(), text.data() + text.size(), v);
     EMBER_CHECK(r.ec == std::errc() && r.ptr == text.data() + text.size())
         << where() << ": float " << text << " is out of range";
-    ++pos_;
+    next();
     return v;
   }
 
@@ -568,7 +405,7 @@ class Parser {
     if (accept("True")) return Arg{true};
     if (accept("False")) return Arg{false};
     if (at_number()) return number();
-    if (peek().kind == Tok::Value) return Arg{ValueRef{use_value()}};
+    if (peek().kind == TokenKind::Value) return Arg{ValueRef{use_value()}};
     return std::nullopt;
   }
 
@@ -577,7 +414,7 @@ class Parser {
       // A bare None is NoneArg; None inside a list is a missing Tensor?[] item.
       return *a;
     }
-    if (peek().kind == Tok::String) return toks_[pos_++].bytes;
+    if (peek().kind == TokenKind::String) return next().bytes;
     if (accept("[")) return list();
     if (auto d = enum_value(dtype_names(), "dtype")) return *d;
     if (auto k = enum_value(device_kind_names(), "device")) return device_index(*k);
@@ -663,9 +500,7 @@ class Parser {
     g_.mutations.push_back(Mutation{target, source});
   }
 
-  std::vector<Token> toks_;
   std::map<int, Token> comments_;  ///< by line; an input's annotation is taken out when read
-  size_t pos_ = 0;
   std::map<ValueId, Def> defs_;
   Graph g_;
 };

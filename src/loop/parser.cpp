@@ -1,102 +1,30 @@
 #include "loop/parser.h"
 
-#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <limits>
 #include <set>
 
 #include "support/error.h"
+#include "support/lexer.h"
 
 namespace ember::loop {
 namespace {
 
-enum class Tok : uint8_t { Name, Number, Punct, End };
-
-struct Token {
-  Tok kind = Tok::End;
-  std::string text;
-  int line = 1, col = 1;
-};
-
-/// Splits the text into names, numbers and punctuation; longest punctuation match wins.
-std::vector<Token> lex(std::string_view src) {
-  static const char* const kPuncts[] = {"//", "<=", "==", "!=", "&&", "||", "<-", "<<", ">>", "(",
-                                        ")",  "[",  "]",  "{",  "}",  ",",  ":",  "=",  "+",  "-",
-                                        "*",  "/",  "%",  "<",  ">",  "!",  "&",  "|",  "^"};
-  std::vector<Token> out;
-  int line = 1, col = 1;
-  size_t i = 0;
-  auto advance = [&](size_t n) {
-    for (size_t k = 0; k < n; ++k, ++i) {
-      if (src[i] == '\n') {
-        ++line;
-        col = 1;
-      } else {
-        ++col;
-      }
-    }
-  };
-  while (i < src.size()) {
-    char c = src[i];
-    if (std::isspace(static_cast<unsigned char>(c))) {
-      advance(1);
-      continue;
-    }
-    if (c == '#') {
-      while (i < src.size() && src[i] != '\n') advance(1);
-      continue;
-    }
-    Token t;
-    t.line = line;
-    t.col = col;
-    size_t j = i;
-    if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
-      while (j < src.size() && (std::isalnum(static_cast<unsigned char>(src[j])) || src[j] == '_'))
-        ++j;
-      t.kind = Tok::Name;
-    } else if (std::isdigit(static_cast<unsigned char>(c))) {
-      while (j < src.size() && std::isdigit(static_cast<unsigned char>(src[j]))) ++j;
-      if (j < src.size() && src[j] == '.') {
-        ++j;
-        while (j < src.size() && std::isdigit(static_cast<unsigned char>(src[j]))) ++j;
-      }
-      if (j < src.size() && (src[j] == 'e' || src[j] == 'E')) {
-        ++j;
-        if (j < src.size() && (src[j] == '+' || src[j] == '-')) ++j;
-        while (j < src.size() && std::isdigit(static_cast<unsigned char>(src[j]))) ++j;
-      }
-      t.kind = Tok::Number;
-    } else {
-      for (const char* p : kPuncts) {
-        std::string_view pv(p);
-        if (src.substr(i, pv.size()) == pv) {
-          j = i + pv.size();
-          break;
-        }
-      }
-      EMBER_CHECK(j > i) << "line " << line << ":" << col << ": unexpected character '" << c << "'";
-      t.kind = Tok::Punct;
-    }
-    t.text = std::string(src.substr(i, j - i));
-    advance(j - i);
-    out.push_back(std::move(t));
-  }
-  Token end;
-  end.line = line;
-  end.col = col;
-  out.push_back(end);
-  return out;
-}
+/// Loop text: `#` comments are dropped, and a malformed number (`1e`) reaches the parser whole.
+constexpr std::string_view kPunctuation[] = {
+    "//", "<=", "==", "!=", "&&", "||", "<-", "<<", ">>", "(", ")", "[", "]", "{", "}",
+    ",",  ":",  "=",  "+",  "-",  "*",  "/",  "%",  "<",  ">", "!", "&", "|", "^"};
+constexpr LexRules kRules{.punctuation = kPunctuation, .loose_numbers = true};
 
 const std::set<std::string, std::less<>> kKeywords = {
     "kernel", "input", "output",   "inout",      "temp",     "strides", "for", "let",
     "if",     "else",  "alloc",    "accumulate", "true",     "false",   "min", "max",
     "select", "cast",  "parallel", "vectorized", "unrolled", "serial"};
 
-class Parser {
+class Parser : TokenCursor {
  public:
-  explicit Parser(std::string_view text) : toks_(lex(text)) {}
+  explicit Parser(std::string_view text) : TokenCursor(lex(text, kRules).tokens) {}
 
   Kernel kernel() {
     Kernel k;
@@ -127,62 +55,35 @@ class Parser {
     return e;
   }
 
-  /// "line L:C" of the current token.
-  std::string where() const { return at_token(peek()); }
   /// "line L:C" of the last token consumed: where a node that failed to build ends.
-  std::string where_last() const { return at_token(toks_[pos_ > 0 ? pos_ - 1 : 0]); }
+  std::string where_last() const { return at_token(last()); }
 
  private:
-  static std::string at_token(const Token& t) {
-    return "line " + std::to_string(t.line) + ":" + std::to_string(t.col);
-  }
-  const Token& peek(size_t ahead = 0) const {
-    return toks_[std::min(pos_ + ahead, toks_.size() - 1)];
-  }
-  bool at(std::string_view text, size_t ahead = 0) const {
-    const Token& t = peek(ahead);
-    return t.kind != Tok::End && t.kind != Tok::Number && t.text == text;
-  }
-  bool accept(std::string_view text) {
-    if (!at(text)) return false;
-    ++pos_;
-    return true;
-  }
-  std::string describe(const Token& t) const {
-    return t.kind == Tok::End ? "end of input" : "'" + t.text + "'";
-  }
-  void expect(std::string_view text) {
-    EMBER_CHECK(accept(text)) << where() << ": expected '" << text << "' but found "
-                              << describe(peek());
-  }
-  void expect_end() {
-    EMBER_CHECK(peek().kind == Tok::End)
-        << where() << ": expected end of input but found " << describe(peek());
-  }
   std::string name(const char* what) {
     const Token& t = peek();
-    EMBER_CHECK(t.kind == Tok::Name && !kKeywords.count(t.text))
+    EMBER_CHECK(t.kind == TokenKind::Name && !kKeywords.count(t.text))
         << where() << ": expected " << what << " but found " << describe(t);
-    ++pos_;
+    next();
     return t.text;
   }
   DType dtype() {
     std::string n = peek().text;
     auto t = parse_dtype(n);
-    EMBER_CHECK(peek().kind == Tok::Name && t)
+    EMBER_CHECK(peek().kind == TokenKind::Name && t)
         << where() << ": expected a dtype but found " << describe(peek());
-    ++pos_;
+    next();
     return *t;
   }
 
   bool is_param() const {
-    return (at("input") || at("output") || at("inout") || at("temp")) && peek(1).kind == Tok::Name;
+    return (at("input") || at("output") || at("inout") || at("temp")) &&
+           peek(1).kind == TokenKind::Name;
   }
 
   BufferParam param() {
     BufferParam p;
     std::string role = peek().text;
-    ++pos_;
+    next();
     p.role = role == "input"    ? BufferRole::Input
              : role == "output" ? BufferRole::Output
              : role == "inout"  ? BufferRole::InOut
@@ -277,9 +178,9 @@ class Parser {
     }
     if (accept("accumulate")) {
       auto op = parse_reduce_op(peek().text);
-      EMBER_CHECK(peek().kind == Tok::Name && op)
+      EMBER_CHECK(peek().kind == TokenKind::Name && op)
           << where() << ": expected a reduction op but found " << describe(peek());
-      ++pos_;
+      next();
       std::vector<std::string> bufs;
       if (accept("(")) {
         while (!accept(")")) {
@@ -334,14 +235,13 @@ class Parser {
     bool negative = accept("-");
     const Token& tok = peek();
     std::string text = (negative ? "-" : "") + tok.text;
-    if (is_float(t) && tok.kind == Tok::Name && (tok.text == "inf" || tok.text == "nan")) {
-      ++pos_;
+    if (is_float(t) && tok.kind == TokenKind::Name && (tok.text == "inf" || tok.text == "nan")) {
+      next();
       double v = tok.text == "inf" ? std::numeric_limits<double>::infinity()
                                    : std::numeric_limits<double>::quiet_NaN();
       return FloatImm::make(t, negative ? -v : v);
     }
-    EMBER_CHECK(tok.kind == Tok::Number)
-        << where() << ": expected a number but found " << describe(tok);
+    EMBER_CHECK(tok.is_number()) << where() << ": expected a number but found " << describe(tok);
     const char* first = text.data();
     const char* last = text.data() + text.size();
     if (is_float(t)) {
@@ -356,20 +256,20 @@ class Parser {
       }
       EMBER_CHECK(r.ec == std::errc() && r.ptr == last)
           << where() << ": bad " << dtype_name(t) << " literal '" << text << "'";
-      ++pos_;
+      next();
       return FloatImm::make(t, v);
     }
     int64_t v = 0;
     auto r = std::from_chars(first, last, v);
     EMBER_CHECK(r.ec == std::errc() && r.ptr == last)
         << where() << ": bad integer literal '" << text << "'";
-    ++pos_;
+    next();
     return IntImm::make(t, v);
   }
 
   Expr expr() {
     const Token& tok = peek();
-    if (tok.kind == Tok::Number || (at("-") && peek(1).kind == Tok::Number)) {
+    if (tok.is_number() || (at("-") && peek(1).is_number())) {
       return number_literal(kIndexType);
     }
     if (accept("(")) {
@@ -381,8 +281,8 @@ class Parser {
 #include "loop/nodes.def"
       };
       for (const auto& [symbol, kind] : kOps) {
-        if (op.kind == Tok::Punct && op.text == symbol) {
-          ++pos_;
+        if (op.kind == TokenKind::Punct && op.text == symbol) {
+          next();
           Expr b = expr();
           expect(")");
           return make_binary(kind, a, b);
@@ -391,22 +291,23 @@ class Parser {
       EMBER_CHECK(false) << where() << ": expected a binary operator but found " << describe(op);
     }
     if (accept("!")) return Not::make(expr());
-    EMBER_CHECK(tok.kind == Tok::Name)
+    EMBER_CHECK(tok.kind == TokenKind::Name)
         << where() << ": expected an expression but found " << describe(tok);
     std::string n = tok.text;
     if (n == "true" || n == "false") {
-      ++pos_;
+      next();
       return bool_imm(n == "true");
     }
     if (at("(", 1)) {
       if (auto t = parse_dtype(n)) {
-        pos_ += 2;
+        next();
+        expect("(");
         Expr lit = number_literal(*t);
         expect(")");
         return lit;
       }
       if (n == "min" || n == "max" || n == "select" || parse_call_fn(n)) {
-        ++pos_;
+        next();
         std::vector<Expr> args = call_args();
         if (n == "select") {
           EMBER_CHECK(args.size() == 3) << where() << ": select takes 3 arguments";
@@ -424,7 +325,7 @@ class Parser {
       EMBER_CHECK(false) << where() << ": unknown function '" << n << "'";
     }
     if (n == "cast") {
-      ++pos_;
+      next();
       expect("<");
       DType t = dtype();
       expect(">");
@@ -448,8 +349,6 @@ class Parser {
     return SizeVar::make(id);
   }
 
-  std::vector<Token> toks_;
-  size_t pos_ = 0;
   std::set<std::string> size_vars_;
   std::vector<std::pair<std::string, DType>> vars_;
   std::vector<std::pair<std::string, DType>> buffers_;
