@@ -9,6 +9,7 @@
 #include "capture/compile/capture_compiler.h"
 #include "capture/hook/frame_hook.h"
 #include "capture/hook/logs.h"
+#include "capture/interp/interpreter.h"
 #include "python/bindings.h"
 #include "python/capture_core/capture_core.h"
 #include "python/options.h"
@@ -122,6 +123,12 @@ void bind_capture(nb::module_& m) {
   m.def("set_capture_log_topics", &capture::set_log_topics, nb::arg("topics"),
         "What capture logs: a comma list of recompiles, graph_breaks, guards, graph, or all.");
   m.def("capture_hook_stats", &hook_stats_dict, "Counters of the frame hook.");
+  m.def("capture_handled_ops", &capture::Interpreter::handled_ops,
+        "The bytecode ops the capture interpreter has a handler for (every other op of ops.def "
+        "is unsupported), in ops.def order.");
+  m.def("capture_call_kinds", &capture::Interpreter::call_kind_names,
+        "The kinds of callables of the capture interpreter's call policy, in the order they are "
+        "tried.");
   m.def("reset_capture_hook_stats", &capture::reset_hook_stats);
   m.def(
       "clear_capture_cache",

@@ -19,8 +19,6 @@ using bytecode::Op;
 
 namespace {
 
-constexpr bool kNullBeforeCallable = PY_MINOR_VERSION < 13;
-
 /// Iterators of builtin types, whose remaining items can be read without running program code.
 bool is_builtin_iterator(PyObject* o) {
   if (PyGen_Check(o)) return false;

@@ -24,6 +24,7 @@
 #include <Python.h>
 #include <nanobind/nanobind.h>
 
+#include <array>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "capture/bytecode/instruction.h"
+#include "capture/bytecode/opcode_table.h"
 #include "capture/guards/guards.h"
 #include "capture/guards/source.h"
 #include "capture/hook/frame_hook.h"
@@ -189,8 +191,23 @@ class Interpreter {
 
   struct Frame;
 
+  /// The names of the ops the interpreter handles (op_table()'s entries that are not
+  /// op_unsupported), in ops.def order. For tests.
+  static std::vector<std::string> handled_ops();
+  /// The names of the kinds of callables of the call policy, in the order they are tried
+  /// (call_kinds()). For tests.
+  static std::vector<std::string> call_kind_names();
+
  private:
-  // interpreter.cpp: the loop and the stack, name and container ops.
+  /// What an instruction tells the loop: the frame returned `value`.
+  struct StepResult {
+    bool returned = false;
+    nanobind::object value;
+  };
+  /// An opcode's handler: runs one instruction (op_table()).
+  using OpHandler = void (Interpreter::*)(Frame&, const bytecode::Instr&, StepResult&);
+
+  // interpreter.cpp: the loop (run, run_frame) and truth values.
   nanobind::object run_frame(Frame& fr);
   /// Whether a function the interpreter made closes over a cell of `fr`.
   bool cells_captured(const Frame& fr) const;
@@ -198,12 +215,108 @@ class Interpreter {
   bool nestable(const Frame& fr, const bytecode::Instr& in) const;
   /// Records every frame's state in stop_ (a nested stop).
   void record_nested_stop();
-  void step(Frame& fr, const bytecode::Instr& in, bool& returned, nanobind::object& result);
-  /// interpreter_data.cpp: the value-building ops (BUILD_*, unpacking, formatting); false for
-  /// any other op.
-  bool step_data(Frame& fr, const bytecode::Instr& in);
-  /// interpreter_exceptions.cpp: raise, except clauses and with blocks; false for other ops.
-  bool step_exceptions(Frame& fr, const bytecode::Instr& in);
+
+  // op_table.cpp: one handler per Op, in a table generated from ops.def (OpHandler). A handler
+  // runs one instruction of frame `fr`; the handlers of RETURN_VALUE and RETURN_CONST set `out`.
+  // Handlers named after an op handle that op; lower-case ones a family of ops.
+  /// Runs `in` through its entry of op_table().
+  void step(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  /// Per Op (in ops.def order): its handler, or op_unsupported.
+  static const std::array<OpHandler, bytecode::kNumOps>& op_table();
+  /// An op the interpreter does not handle: Unsupported ("the instruction X at ...").
+  void op_unsupported(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  /// NOP, RESUME, CACHE, EXTENDED_ARG, PRECALL, KW_NAMES: nothing to do.
+  void op_nothing(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  // interpreter_flow.cpp: the stack, jumps, loops, returns and generators.
+  void op_POP_TOP(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_PUSH_NULL(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_COPY(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_SWAP(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_RETURN_VALUE(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_RETURN_CONST(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  /// JUMP, JUMP_FORWARD, JUMP_BACKWARD, JUMP_BACKWARD_NO_INTERRUPT, JUMP_NO_INTERRUPT.
+  void op_jump(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  /// POP_JUMP_IF_TRUE, POP_JUMP_IF_FALSE.
+  void op_pop_jump_if_bool(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  /// POP_JUMP_IF_NONE, POP_JUMP_IF_NOT_NONE.
+  void op_pop_jump_if_none(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  /// JUMP_IF_TRUE_OR_POP, JUMP_IF_FALSE_OR_POP (3.11).
+  void op_jump_if_or_pop(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_TO_BOOL(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_GET_ITER(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_FOR_ITER(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_END_FOR(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_GET_YIELD_FROM_ITER(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_SEND(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_END_SEND(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_RETURN_GENERATOR(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_YIELD_VALUE(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  // interpreter_operators.cpp: operators on plain values.
+  void op_BINARY_OP(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  /// UNARY_NEGATIVE, UNARY_INVERT, UNARY_NOT, UNARY_POSITIVE (3.11).
+  void op_unary(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_CALL_INTRINSIC_1(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_COMPARE_OP(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_IS_OP(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_CONTAINS_OP(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  // interpreter_loads.cpp: constants, locals, cells, globals, attributes, subscripts, imports.
+  void op_LOAD_CONST(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  /// LOAD_FAST, LOAD_FAST_CHECK.
+  void op_load_fast(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_LOAD_FAST_AND_CLEAR(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_MAKE_CELL(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_COPY_FREE_VARS(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_LOAD_CLOSURE(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_LOAD_DEREF(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_LOAD_GLOBAL(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_LOAD_ATTR(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_LOAD_METHOD(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_LOAD_SUPER_ATTR(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_BINARY_SUBSCR(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_BINARY_SLICE(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_IMPORT_NAME(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_IMPORT_FROM(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  // interpreter_stores.cpp: locals, cells, attributes, items and slices.
+  void op_STORE_FAST(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_DELETE_FAST(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_STORE_DEREF(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_STORE_ATTR(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_STORE_SUBSCR(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_STORE_SLICE(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_DELETE_SUBSCR(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  // interpreter_data.cpp: building and taking apart Python values. Objects that become set
+  // members or dict keys are hashed by identity: pinned.
+  void op_BUILD_SLICE(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  /// BUILD_TUPLE, BUILD_LIST, BUILD_SET.
+  void op_build_sequence(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_BUILD_MAP(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_BUILD_CONST_KEY_MAP(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_BUILD_STRING(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_LIST_APPEND(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_SET_ADD(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_LIST_EXTEND(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_SET_UPDATE(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  /// DICT_UPDATE, DICT_MERGE.
+  void op_dict_update(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_MAP_ADD(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_LIST_TO_TUPLE(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_UNPACK_SEQUENCE(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_UNPACK_EX(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_FORMAT_VALUE(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  // interpreter_exceptions.cpp: raise, except clauses and with blocks.
+  void op_PUSH_EXC_INFO(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_POP_EXCEPT(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_CHECK_EXC_MATCH(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_RERAISE(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_RAISE_VARARGS(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_LOAD_ASSERTION_ERROR(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_BEFORE_WITH(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_WITH_EXCEPT_START(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  // call_policy.cpp: calls and the functions the frame makes.
+  void op_CALL(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_CALL_FUNCTION_EX(Frame& fr, const bytecode::Instr& in, StepResult& out);
+  void op_MAKE_FUNCTION(Frame& fr, const bytecode::Instr& in, StepResult& out);
+
   /// Whether `e` was raised by the program (not ember's error, nor a read of traced data).
   bool is_program_exception(nanobind::python_error& e) const;
   /// Jumps to the handler of `in` (which has one) with `e` on the stack, as CPython does.
@@ -229,8 +342,11 @@ class Interpreter {
   const Store* find_store(nanobind::handle obj, PyObject* name) const;
   void undo_stores();
   nanobind::object subscr(nanobind::handle obj, nanobind::handle key);
+  /// `obj`[key] where `obj` is a dict from outside the frame and `key` a graph input's tracer
+  /// tensor: the entry of the real tensor, read through an ItemOf source. Null when it is not
+  /// such a lookup.
+  nanobind::object tensor_keyed_item(nanobind::handle obj, nanobind::handle key);
   bool truth(nanobind::handle v);
-  nanobind::object make_function(Frame& fr, const bytecode::Instr& in);
 
   // interpreter_values.cpp: sources, guards, graph inputs and freshness.
   /// Registers `v`, read from `source`: installs its guard and returns what the frame sees (a
@@ -262,43 +378,101 @@ class Interpreter {
   /// The items of `v` for unpacking (a plain value, one the frame made, or an nn container).
   std::vector<nanobind::object> unpack_items(nanobind::handle v);
 
-  // interpreter_calls.cpp: the call policy and inlining.
+  // call_policy.cpp: the call policy. A call is handled by the first kind in call_kinds() whose
+  // predicate matches the callable; each kind's handler is in the file of its concept.
+  /// A kind's handler: the call's result.
+  using CallHandler = nanobind::object (Interpreter::*)(nanobind::handle callable,
+                                                        std::vector<nanobind::object> args,
+                                                        nanobind::handle kwnames);
+  struct CallKind {
+    const char* name;                   ///< for messages and tests
+    bool (*matches)(nanobind::handle);  ///< whether the callable is of this kind
+    CallHandler handler;
+  };
+  /// The kinds of callables, in the order they are tried.
+  static const std::vector<CallKind>& call_kinds();
   nanobind::object call(nanobind::handle callable, std::vector<nanobind::object> args,
                         nanobind::handle kwnames);
   /// call() for frame `fr`'s CALL instruction: a function inlined for it is a passthrough frame.
   nanobind::object call_from(Frame& fr, nanobind::handle callable,
                              std::vector<nanobind::object> args, nanobind::handle kwnames);
-  /// A call of an nn.Module: its forward inlined (after its hooks are checked), or a __call__
-  /// of the program's inlined; `plain_call`: nn.Module.__call__ itself (super().__call__).
-  /// torch.utils.checkpoint.checkpoint(fn, *args, **kwargs): fn(*args, **kwargs), its own
-  /// keywords (use_reentrant, ...) dropped.
-  nanobind::object call_checkpointed(std::vector<nanobind::object> args, nanobind::handle kwnames);
-  nanobind::object call_module(nanobind::handle module, std::vector<nanobind::object> args,
-                               nanobind::handle kwnames, bool plain_call = false);
+  /// A callable of no kind: Unsupported.
+  nanobind::object call_unsupported(nanobind::handle callable);
   /// Calls `callable` for real. `pin`: objects guarded by type among its arguments (and its
   /// bound self) are pinned (pin_identity), since the call reads them unguarded; false only
   /// where what it reads is guarded otherwise or depends on the type alone.
   nanobind::object call_real(nanobind::handle callable, std::vector<nanobind::object> args,
                              nanobind::handle kwnames, bool pin = true);
+  // call_function.cpp: Python functions and bound methods, inlining.
+  nanobind::object call_method(nanobind::handle callable, std::vector<nanobind::object> args,
+                               nanobind::handle kwnames);
+  nanobind::object call_function(nanobind::handle callable, std::vector<nanobind::object> args,
+                                 nanobind::handle kwnames);
+  /// Interprets `fn`, a Python function, as a new Frame with the arguments bound (a generator
+  /// function runs to completion: an iterator over what it yielded).
+  nanobind::object inline_function(nanobind::handle fn, std::vector<nanobind::object> args,
+                                   nanobind::handle kwnames);
+  // call_module.cpp: nn.Modules.
+  /// A call of an nn.Module: its forward inlined (after its hooks are checked), or a __call__
+  /// of the program's inlined; `plain_call`: nn.Module.__call__ itself (super().__call__).
+  nanobind::object call_module(nanobind::handle module, std::vector<nanobind::object> args,
+                               nanobind::handle kwnames, bool plain_call);
+  nanobind::object call_module(nanobind::handle module, std::vector<nanobind::object> args,
+                               nanobind::handle kwnames);
+  /// items() / keys() / values() of a ModuleDict read from a source, as a list whose modules
+  /// are wrapped with their item sources (the keys are guarded through Len and the items).
+  nanobind::object module_dict_view(nanobind::object module, std::string_view what,
+                                    const std::string& where);
+  // call_class.cpp: classes.
+  nanobind::object call_class(nanobind::handle callable, std::vector<nanobind::object> args,
+                              nanobind::handle kwnames);
+  // call_builtin.cpp: C functions and methods, builtins, containers' methods, descriptors.
+  nanobind::object call_c_function(nanobind::handle callable, std::vector<nanobind::object> args,
+                                   nanobind::handle kwnames);
+  nanobind::object call_builtin(nanobind::handle fn, std::vector<nanobind::object> args,
+                                nanobind::handle kwnames);
+  /// functools.reduce(fn, iterable[, initial]), calling `fn` as the program's calls are made.
+  nanobind::object reduce(std::vector<nanobind::object> args, nanobind::handle kwnames);
   /// A C method `leaf` of the container or fresh object `self`, run for real: its arguments
   /// pinned where it hashes or compares them, not where it only stores them.
   nanobind::object call_container_method(nanobind::handle method,
                                          std::vector<nanobind::object> args,
                                          nanobind::handle kwnames, PyObject* self,
                                          std::string_view leaf);
+  /// Method descriptors, wrapper descriptors, method-wrappers and torch ops.
+  nanobind::object call_descriptor(nanobind::handle callable, std::vector<nanobind::object> args,
+                                   nanobind::handle kwnames);
+  nanobind::object call_numpy_ufunc(nanobind::handle callable, std::vector<nanobind::object> args,
+                                    nanobind::handle kwnames);
+  // call_torch.cpp: tensor methods and torch's C functions (`name`: the callable's name).
+  nanobind::object call_tensor_method(nanobind::handle callable, std::vector<nanobind::object> args,
+                                      nanobind::handle kwnames, const std::string& name);
+  nanobind::object call_torch_function(nanobind::handle callable,
+                                       std::vector<nanobind::object> args, nanobind::handle kwnames,
+                                       const std::string& name);
+  // call_wrappers.cpp: wrappers of Python functions.
+  nanobind::object call_script_function(nanobind::handle callable,
+                                        std::vector<nanobind::object> args,
+                                        nanobind::handle kwnames);
+  nanobind::object call_lru_cache_wrapper(nanobind::handle callable,
+                                          std::vector<nanobind::object> args,
+                                          nanobind::handle kwnames);
   /// The function a functools.lru_cache wrapper wraps, when it is inlined (with its source);
   /// null otherwise.
   nanobind::object lru_wrapped(nanobind::handle wrapper);
-  /// functools.reduce(fn, iterable[, initial]), calling `fn` as the program's calls are made.
-  nanobind::object reduce(std::vector<nanobind::object> args, nanobind::handle kwnames);
-  nanobind::object call_builtin(nanobind::handle fn, std::vector<nanobind::object> args,
+  nanobind::object call_partial(nanobind::handle callable, std::vector<nanobind::object> args,
                                 nanobind::handle kwnames);
-  nanobind::object inline_function(nanobind::handle fn, std::vector<nanobind::object> args,
-                                   nanobind::handle kwnames);
-  /// items() / keys() / values() of a ModuleDict read from a source, as a list whose modules
-  /// are wrapped with their item sources (the keys are guarded through Len and the items).
-  nanobind::object module_dict_view(nanobind::object module, std::string_view what,
-                                    const std::string& where);
+  // call_library.cpp: library code, and the library calls handled specially.
+  /// Whether `callable`, library code, runs for real when called.
+  bool runs_for_real(nanobind::handle callable) const;
+  /// torch.cond, while_loop, ...: RunsUnhooked.
+  nanobind::object call_higher_order_op(nanobind::handle callable,
+                                        std::vector<nanobind::object> args,
+                                        nanobind::handle kwnames);
+  /// torch.utils.checkpoint.checkpoint(fn, *args, **kwargs): fn(*args, **kwargs), its own
+  /// keywords (use_reentrant, ...) dropped.
+  nanobind::object call_checkpointed(nanobind::handle checkpoint,
+                                     std::vector<nanobind::object> args, nanobind::handle kwnames);
   bool is_library_code(PyCodeObject* code) const;
   /// Whether `code` is library code that is inlined all the same when called: torch.optim's
   /// optimizers (their step, its wrappers and the functional updates), as Dynamo inlines them,
@@ -311,10 +485,6 @@ class Interpreter {
   /// `obj`.keys() / values() / items() of a dict from outside the frame read from a source: a
   /// new list of its entries, each value wrapped with its item source (its length guarded).
   nanobind::object dict_view(nanobind::handle obj, std::string_view what);
-  /// `obj`[key] where `obj` is a dict from outside the frame and `key` a graph input's tracer
-  /// tensor: the entry of the real tensor, read through an ItemOf source. Null when it is not
-  /// such a lookup.
-  nanobind::object tensor_keyed_item(nanobind::handle obj, nanobind::handle key);
   /// For torch._dynamo.disable's wrapper of torch.optim code (once torch.compile has run, Dynamo
   /// wraps every optimizer's _init_group and the fused updates: not for Dynamo to trace), the
   /// function it wraps, to be inlined; null for any other callable.
@@ -343,7 +513,6 @@ class Interpreter {
   /// Gives `fn`, a function taken from a class, a constant source if it has closure cells (so
   /// that they are read through it, guarded) and no source yet.
   void give_closure_source(PyObject* fn);
-  bool runs_for_real(nanobind::handle callable) const;
 
   tracer::TraceSession& session_;
   SourceTable& sources_;

@@ -1,8 +1,7 @@
 /// \file
 /// The interpreter's exception handling and with blocks: the exception table (an exception the
 /// program raises inside a try block jumps to its handler, as in CPython), raise, the except
-/// clause's opcodes, and the entry and exceptional exit of `with` (the rest of the loop is in
-/// interpreter.cpp).
+/// clause's opcodes, and the entry and exceptional exit of `with` (their handlers: op_table.cpp).
 ///
 /// An exception is a program exception when ember did not cause it: no ember error is pending
 /// in the trace session and it is not PyTorch's error for reading a traced tensor's data. Only
@@ -16,7 +15,6 @@ namespace nb = nanobind;
 namespace ember::capture {
 
 using bytecode::Instr;
-using bytecode::Op;
 
 namespace {
 
@@ -85,115 +83,109 @@ bool Interpreter::is_inference_mode(nb::handle mgr) const {
          attr_string(type, "__qualname__") == "inference_mode";
 }
 
-bool Interpreter::step_exceptions(Frame& fr, const Instr& in) {
-  auto& st = fr.stack;
-  switch (in.op) {
-    case Op::PUSH_EXC_INFO: {
-      nb::object exc = pop(fr);
-      st.push_back(handled_exc_.is_valid() ? handled_exc_ : nb::none());
-      handled_exc_ = exc;
-      st.push_back(std::move(exc));
-      return true;
+void Interpreter::op_PUSH_EXC_INFO(Frame& fr, const Instr&, StepResult&) {
+  nb::object exc = pop(fr);
+  fr.stack.push_back(handled_exc_.is_valid() ? handled_exc_ : nb::none());
+  handled_exc_ = exc;
+  fr.stack.push_back(std::move(exc));
+}
+
+void Interpreter::op_POP_EXCEPT(Frame& fr, const Instr&, StepResult&) {
+  nb::object exc = pop(fr);
+  handled_exc_ = exc.is_none() ? nb::object() : exc;
+}
+
+void Interpreter::op_CHECK_EXC_MATCH(Frame& fr, const Instr&, StepResult&) {
+  nb::object type = pop(fr);
+  if (PyTuple_Check(type.ptr())) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(type.ptr()); ++i) {
+      EMBER_UNSUPPORTED(PyExceptionClass_Check(PyTuple_GET_ITEM(type.ptr(), i)))
+          << "except with a tuple of non-exception types at " << location();
     }
-    case Op::POP_EXCEPT: {
-      nb::object exc = pop(fr);
-      handled_exc_ = exc.is_none() ? nb::object() : exc;
-      return true;
-    }
-    case Op::CHECK_EXC_MATCH: {
-      nb::object type = pop(fr);
-      if (PyTuple_Check(type.ptr())) {
-        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(type.ptr()); ++i) {
-          EMBER_UNSUPPORTED(PyExceptionClass_Check(PyTuple_GET_ITEM(type.ptr(), i)))
-              << "except with a tuple of non-exception types at " << location();
-        }
-      } else {
-        EMBER_UNSUPPORTED(PyExceptionClass_Check(type.ptr()))
-            << "except with a " << type_name_of(type) << " at " << location();
-      }
-      bool match = PyErr_GivenExceptionMatches(peek(fr).ptr(), type.ptr()) != 0;
-      st.push_back(nb::borrow(match ? Py_True : Py_False));
-      return true;
-    }
-    case Op::RERAISE: {
-      nb::object exc = pop(fr);
-      raise_instance(exc);
-    }
-    case Op::RAISE_VARARGS: {
-      if (in.arg == 0) {
-        if (!handled_exc_.is_valid()) {
-          PyErr_SetString(PyExc_RuntimeError, "No active exception to reraise");
-          throw nb::python_error();
-        }
-        raise_instance(handled_exc_);
-      }
-      nb::object cause = in.arg == 2 ? pop(fr) : nb::object();
-      nb::object exc = exception_instance(pop(fr));
-      if (cause.is_valid()) {
-        if (!cause.is_none()) cause = exception_instance(cause);
-        PyException_SetCause(exc.ptr(), cause.is_none() ? nullptr : cause.inc_ref().ptr());
-        if (cause.is_none())
-          reinterpret_cast<PyBaseExceptionObject*>(exc.ptr())->suppress_context = 1;
-      }
-      raise_instance(exc);
-    }
-    case Op::LOAD_ASSERTION_ERROR:
-      st.push_back(nb::borrow(PyExc_AssertionError));
-      return true;
-    case Op::BEFORE_WITH: {
-      // [mgr] -> [bound __exit__, mgr.__enter__()]. Grad-mode managers and nullcontext run for
-      // real (the interpreter restores grad mode when it stops); a manager whose __enter__ is
-      // program code is inlined like any method.
-      nb::object mgr = pop(fr);
-      static PyObject* record_function = imported("torch.autograd.profiler", "record_function");
-      if (PyObject_TypeCheck(mgr.ptr(), reinterpret_cast<PyTypeObject*>(record_function))) {
-        // A profiler range (an optimizer's step is one): nothing to record in a graph. Entered as
-        // a nullcontext, whose __exit__ runs for real.
-        static PyObject* nullcontext = imported("contextlib", "nullcontext");
-        nb::object null = checked(PyObject_CallNoArgs(nullcontext));
-        st.push_back(checked(PyObject_GetAttrString(null.ptr(), "__exit__")));
-        st.push_back(nb::none());
-        return true;
-      }
-      if (is_inference_mode(mgr)) {
-        // inference_mode(True) is entered as no_grad: the same values; the graph's outputs are
-        // ordinary tensors (not inference tensors).
-        nb::object mode = checked(PyObject_GetAttrString(mgr.ptr(), "mode"));
-        EMBER_UNSUPPORTED(mode.ptr() == Py_True)
-            << "a with block over inference_mode(False) at " << location();
-        static PyObject* no_grad = imported("torch", "no_grad");
-        mgr = checked(PyObject_CallNoArgs(no_grad));
-      }
-      bool real = enters_for_real(mgr);
-      nb::object enter = checked(PyObject_GetAttrString(mgr.ptr(), "__enter__"));
-      nb::object exit = checked(PyObject_GetAttrString(mgr.ptr(), "__exit__"));
-      if (!real) {
-        PyObject* fn = PyMethod_Check(enter.ptr()) ? PyMethod_GET_FUNCTION(enter.ptr()) : nullptr;
-        EMBER_UNSUPPORTED(
-            fn != nullptr && PyFunction_Check(fn) &&
-            !is_library_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn))))
-            << "a with block over a " << type_name_of(mgr) << " at " << location();
-      }
-      nb::object result = real ? checked(PyObject_CallNoArgs(enter.ptr())) : call(enter, {}, {});
-      EMBER_UNSUPPORTED(!(grad_inputs_ && at::GradMode::is_enabled()))
-          << "a with block that enables grad mode with inputs that require grad at " << location();
-      st.push_back(std::move(exit));
-      st.push_back(std::move(result));
-      return true;
-    }
-    case Op::WITH_EXCEPT_START: {
-      // [exit, lasti, prev_exc, exc] -> [..., exit(type(exc), exc, tb)]
-      nb::object exc = peek(fr, 1);
-      nb::object exit = peek(fr, 4);
-      nb::object type = nb::borrow(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())));
-      nb::object tb = nb::steal(PyException_GetTraceback(exc.ptr()));
-      if (!tb.is_valid()) tb = nb::none();
-      st.push_back(call(exit, {type, exc, tb}, {}));
-      return true;
-    }
-    default:
-      return false;
+  } else {
+    EMBER_UNSUPPORTED(PyExceptionClass_Check(type.ptr()))
+        << "except with a " << type_name_of(type) << " at " << location();
   }
+  bool match = PyErr_GivenExceptionMatches(peek(fr).ptr(), type.ptr()) != 0;
+  fr.stack.push_back(nb::borrow(match ? Py_True : Py_False));
+}
+
+void Interpreter::op_RERAISE(Frame& fr, const Instr&, StepResult&) {
+  nb::object exc = pop(fr);
+  raise_instance(exc);
+}
+
+void Interpreter::op_RAISE_VARARGS(Frame& fr, const Instr& in, StepResult&) {
+  if (in.arg == 0) {
+    if (!handled_exc_.is_valid()) {
+      PyErr_SetString(PyExc_RuntimeError, "No active exception to reraise");
+      throw nb::python_error();
+    }
+    raise_instance(handled_exc_);
+  }
+  nb::object cause = in.arg == 2 ? pop(fr) : nb::object();
+  nb::object exc = exception_instance(pop(fr));
+  if (cause.is_valid()) {
+    if (!cause.is_none()) cause = exception_instance(cause);
+    PyException_SetCause(exc.ptr(), cause.is_none() ? nullptr : cause.inc_ref().ptr());
+    if (cause.is_none()) reinterpret_cast<PyBaseExceptionObject*>(exc.ptr())->suppress_context = 1;
+  }
+  raise_instance(exc);
+}
+
+void Interpreter::op_LOAD_ASSERTION_ERROR(Frame& fr, const Instr&, StepResult&) {
+  fr.stack.push_back(nb::borrow(PyExc_AssertionError));
+}
+
+void Interpreter::op_BEFORE_WITH(Frame& fr, const Instr&, StepResult&) {
+  // [mgr] -> [bound __exit__, mgr.__enter__()]. Grad-mode managers and nullcontext run for
+  // real (the interpreter restores grad mode when it stops); a manager whose __enter__ is
+  // program code is inlined like any method.
+  auto& st = fr.stack;
+  nb::object mgr = pop(fr);
+  static PyObject* record_function = imported("torch.autograd.profiler", "record_function");
+  if (PyObject_TypeCheck(mgr.ptr(), reinterpret_cast<PyTypeObject*>(record_function))) {
+    // A profiler range (an optimizer's step is one): nothing to record in a graph. Entered as
+    // a nullcontext, whose __exit__ runs for real.
+    static PyObject* nullcontext = imported("contextlib", "nullcontext");
+    nb::object null = checked(PyObject_CallNoArgs(nullcontext));
+    st.push_back(checked(PyObject_GetAttrString(null.ptr(), "__exit__")));
+    st.push_back(nb::none());
+    return;
+  }
+  if (is_inference_mode(mgr)) {
+    // inference_mode(True) is entered as no_grad: the same values; the graph's outputs are
+    // ordinary tensors (not inference tensors).
+    nb::object mode = checked(PyObject_GetAttrString(mgr.ptr(), "mode"));
+    EMBER_UNSUPPORTED(mode.ptr() == Py_True)
+        << "a with block over inference_mode(False) at " << location();
+    static PyObject* no_grad = imported("torch", "no_grad");
+    mgr = checked(PyObject_CallNoArgs(no_grad));
+  }
+  bool real = enters_for_real(mgr);
+  nb::object enter = checked(PyObject_GetAttrString(mgr.ptr(), "__enter__"));
+  nb::object exit = checked(PyObject_GetAttrString(mgr.ptr(), "__exit__"));
+  if (!real) {
+    PyObject* fn = PyMethod_Check(enter.ptr()) ? PyMethod_GET_FUNCTION(enter.ptr()) : nullptr;
+    EMBER_UNSUPPORTED(fn != nullptr && PyFunction_Check(fn) &&
+                      !is_library_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn))))
+        << "a with block over a " << type_name_of(mgr) << " at " << location();
+  }
+  nb::object result = real ? checked(PyObject_CallNoArgs(enter.ptr())) : call(enter, {}, {});
+  EMBER_UNSUPPORTED(!(grad_inputs_ && at::GradMode::is_enabled()))
+      << "a with block that enables grad mode with inputs that require grad at " << location();
+  st.push_back(std::move(exit));
+  st.push_back(std::move(result));
+}
+
+void Interpreter::op_WITH_EXCEPT_START(Frame& fr, const Instr&, StepResult&) {
+  // [exit, lasti, prev_exc, exc] -> [..., exit(type(exc), exc, tb)]
+  nb::object exc = peek(fr, 1);
+  nb::object exit = peek(fr, 4);
+  nb::object type = nb::borrow(reinterpret_cast<PyObject*>(Py_TYPE(exc.ptr())));
+  nb::object tb = nb::steal(PyException_GetTraceback(exc.ptr()));
+  if (!tb.is_valid()) tb = nb::none();
+  fr.stack.push_back(call(exit, {type, exc, tb}, {}));
 }
 
 }  // namespace ember::capture

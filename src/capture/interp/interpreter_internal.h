@@ -1,5 +1,5 @@
 /// \file
-/// What interpreter.cpp, interpreter_values.cpp and interpreter_calls.cpp share.
+/// What the interpreter's files (interpreter*.cpp, op_table.cpp, call_*.cpp) share.
 #pragma once
 
 #include <Python.h>
@@ -120,6 +120,19 @@ bool is_static_key(PyObject* key);
 /// grad scaler).
 bool is_identity_free(nanobind::handle v);
 
+/// str(o), or "?" where it raises (call_policy.cpp).
+std::string str_of(nanobind::handle o);
+
+/// The `__module__` of a callable, or "" (call_policy.cpp).
+std::string module_of(nanobind::handle c);
+
+/// torch functions that change global state or leave the program: never run at capture time
+/// (call_library.cpp).
+bool is_denied_torch_function(std::string_view name);
+
+/// Builtin types whose constructors are safe to run for real (call_class.cpp).
+bool is_safe_builtin_type(PyObject* t);
+
 /// torch.optim optimizers, learning-rate schedulers and AMP's gradient scaler: objects whose
 /// methods mutate real tensors and counters they hold.
 bool is_stateful_torch_object(nanobind::handle v);
@@ -129,7 +142,7 @@ bool is_stateful_torch_object(nanobind::handle v);
 PyObject* torch_class(const char* module, const char* name);
 
 /// A function of torch's higher-order ops (torch.cond, while_loop, scan, map, ...) or one of those
-/// operators (interpreter_library.cpp).
+/// operators (call_library.cpp).
 bool is_higher_order_op(nanobind::handle callable);
 /// torch.utils.checkpoint.checkpoint.
 bool is_checkpoint(nanobind::handle callable);
@@ -159,5 +172,12 @@ inline nanobind::object const_at(PyCodeObject* co, int i) {
 
 /// The name of `co`'s localsplus slot `i`.
 PyObject* local_name(PyCodeObject* co, int i);
+
+inline PyObject* name_at(PyCodeObject* co, int i) {
+  return PyTuple_GET_ITEM(co->co_names, i);
+}
+
+/// Whether a call's NULL slot is below the callable (3.11, 3.12) rather than above it (3.13).
+inline constexpr bool kNullBeforeCallable = PY_MINOR_VERSION < 13;
 
 }  // namespace ember::capture

@@ -1,12 +1,143 @@
 /// \file
 /// The interpreter's reads: globals, attributes (with what a fresh object's class provides),
 /// closure cells, and subscripts (a tensor-keyed dict's entry read through its real tensor);
-/// the twin of interpreter_stores.cpp.
+/// the twin of interpreter_stores.cpp. With the handlers of the load ops (op_table.cpp):
+/// constants, locals, cells, globals, attributes, subscripts and imports of imported modules.
 #include "capture/interp/interpreter_internal.h"
 
 namespace nb = nanobind;
 
 namespace ember::capture {
+
+using bytecode::Instr;
+
+void Interpreter::op_LOAD_CONST(Frame& fr, const Instr& in, StepResult&) {
+  fr.stack.push_back(const_at(fr.code, in.arg));
+}
+
+void Interpreter::op_load_fast(Frame& fr, const Instr& in, StepResult&) {
+  nb::object v = fr.locals[static_cast<size_t>(in.arg)];
+  if (!v.is_valid()) {
+    PyErr_Format(PyExc_UnboundLocalError,
+                 "cannot access local variable '%U' where it is not associated with a value",
+                 local_name(fr.code, in.arg));
+    throw nb::python_error();
+  }
+  fr.stack.push_back(std::move(v));
+}
+
+void Interpreter::op_LOAD_FAST_AND_CLEAR(Frame& fr, const Instr& in, StepResult&) {
+  fr.stack.push_back(std::move(fr.locals[static_cast<size_t>(in.arg)]));
+  fr.locals[static_cast<size_t>(in.arg)] = nb::object();
+}
+
+void Interpreter::op_MAKE_CELL(Frame& fr, const Instr& in, StepResult&) {
+  nb::object& slot = fr.locals[static_cast<size_t>(in.arg)];
+  slot = fresh(checked(PyCell_New(slot.ptr())));
+}
+
+void Interpreter::op_COPY_FREE_VARS(Frame& fr, const Instr& in, StepResult&) {
+  EMBER_INTERNAL_ASSERT(!fr.closure.is_none()) << "COPY_FREE_VARS without a closure";
+  int n = in.arg;
+  int base = static_cast<int>(fr.locals.size()) - n;
+  for (int j = 0; j < n; ++j) {
+    PyObject* cell = PyTuple_GET_ITEM(fr.closure.ptr(), j);
+    fr.locals[static_cast<size_t>(base + j)] = nb::borrow(cell);
+    if (!fr.top && !is_fresh(cell) && fr.function_source >= 0) {
+      cell_origin_.emplace(cell, std::make_pair(fr.function_source, j));
+    }
+  }
+}
+
+void Interpreter::op_LOAD_CLOSURE(Frame& fr, const Instr& in, StepResult&) {
+  fr.stack.push_back(fr.locals[static_cast<size_t>(in.arg)]);
+}
+
+void Interpreter::op_LOAD_DEREF(Frame& fr, const Instr& in, StepResult&) {
+  fr.stack.push_back(load_deref(fr, in.arg));
+}
+
+void Interpreter::op_LOAD_GLOBAL(Frame& fr, const Instr& in, StepResult&) {
+  auto& st = fr.stack;
+  nb::object v = load_global(fr, name_at(fr.code, in.arg));
+  bool null = (in.flags & 1) != 0;
+  if (null && kNullBeforeCallable) st.emplace_back();
+  st.push_back(std::move(v));
+  if (null && !kNullBeforeCallable) st.emplace_back();
+}
+
+void Interpreter::op_LOAD_ATTR(Frame& fr, const Instr& in, StepResult&) {
+  nb::object obj = pop(fr);
+  fr.stack.push_back(load_attr(obj, name_at(fr.code, in.arg)));
+}
+
+void Interpreter::op_LOAD_METHOD(Frame& fr, const Instr& in, StepResult&) {
+  auto& st = fr.stack;
+  nb::object obj = pop(fr);
+  nb::object m = load_attr(obj, name_at(fr.code, in.arg));
+  if (kNullBeforeCallable) st.emplace_back();
+  st.push_back(std::move(m));
+  if (!kNullBeforeCallable) st.emplace_back();
+}
+
+void Interpreter::op_LOAD_SUPER_ATTR(Frame& fr, const Instr& in, StepResult&) {
+  // super().name: [super, __class__, self] -> super(__class__, self).name
+  auto& st = fr.stack;
+  nb::object self = pop(fr);
+  nb::object cls = pop(fr);
+  nb::object super_fn = pop(fr);
+  EMBER_UNSUPPORTED(super_fn.ptr() == reinterpret_cast<PyObject*>(&PySuper_Type))
+      << "LOAD_SUPER_ATTR with a " << type_name_of(super_fn) << " at " << location();
+  nb::object sup =
+      fresh(checked(PyObject_CallFunctionObjArgs(super_fn.ptr(), cls.ptr(), self.ptr(), nullptr)));
+  nb::object v = load_attr(sup, name_at(fr.code, in.arg));
+  if (in.flags & 1) {  // a method load: [NULL, bound] (3.12) or [bound, NULL] (3.13)
+    if (kNullBeforeCallable) st.emplace_back();
+    st.push_back(std::move(v));
+    if (!kNullBeforeCallable) st.emplace_back();
+  } else {
+    st.push_back(std::move(v));
+  }
+}
+
+void Interpreter::op_BINARY_SUBSCR(Frame& fr, const Instr&, StepResult&) {
+  nb::object key = pop(fr);
+  nb::object obj = pop(fr);
+  fr.stack.push_back(subscr(obj, key));
+}
+
+void Interpreter::op_BINARY_SLICE(Frame& fr, const Instr&, StepResult&) {
+  nb::object stop = pop(fr);
+  nb::object start = pop(fr);
+  nb::object obj = pop(fr);
+  nb::object key = checked(PySlice_New(start.ptr(), stop.ptr(), nullptr));
+  fr.stack.push_back(subscr(obj, key));
+}
+
+void Interpreter::op_IMPORT_NAME(Frame& fr, const Instr& in, StepResult&) {
+  // `import m` / `from m import x` of a module that is already imported: no side effect.
+  nb::object fromlist = pop(fr);
+  nb::object level = pop(fr);
+  PyObject* name = name_at(fr.code, in.arg);
+  EMBER_UNSUPPORTED(PyLong_AsLong(level.ptr()) == 0) << "a relative import at " << location();
+  PyObject* modules = PyImport_GetModuleDict();
+  PyObject* mod = PyDict_GetItemWithError(modules, name);
+  EMBER_UNSUPPORTED(mod != nullptr) << "importing a module that is not imported yet ("
+                                    << PyUnicode_AsUTF8(name) << ") at " << location();
+  if (fromlist.is_none()) {
+    // `import a.b` binds the top package.
+    nb::object top = checked(
+        PyImport_ImportModuleLevelObject(name, fr.globals.ptr(), nullptr, fromlist.ptr(), 0));
+    fr.stack.push_back(top);
+  } else {
+    fr.stack.push_back(nb::borrow(mod));
+  }
+}
+
+void Interpreter::op_IMPORT_FROM(Frame& fr, const Instr& in, StepResult&) {
+  nb::handle mod = peek(fr);
+  fr.stack.push_back(checked(PyObject_GetAttr(mod.ptr(), name_at(fr.code, in.arg))));
+}
 
 nb::object Interpreter::load_global(Frame& fr, PyObject* name) {
   // The top frame's globals are the frame's own (FrameView::globals); an inlined function's

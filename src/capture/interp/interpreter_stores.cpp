@@ -1,12 +1,75 @@
 /// \file
 /// The interpreter's attribute stores: on objects the frame made (directly, or through their
 /// class's __setattr__, inlined), and on objects from outside it, done for real, recorded for
-/// replay and undone when the interpreter stops (side_effects.h).
+/// replay and undone when the interpreter stops (side_effects.h). With the handlers of the
+/// store ops (op_table.cpp): locals, cells, attributes, items and slices.
 #include "capture/interp/interpreter_internal.h"
 
 namespace nb = nanobind;
 
 namespace ember::capture {
+
+using bytecode::Instr;
+
+void Interpreter::op_STORE_FAST(Frame& fr, const Instr& in, StepResult&) {
+  fr.locals[static_cast<size_t>(in.arg)] = pop(fr);
+}
+
+void Interpreter::op_DELETE_FAST(Frame& fr, const Instr& in, StepResult&) {
+  fr.locals[static_cast<size_t>(in.arg)] = nb::object();
+}
+
+void Interpreter::op_STORE_DEREF(Frame& fr, const Instr& in, StepResult&) {
+  nb::object cell = fr.locals[static_cast<size_t>(in.arg)];
+  EMBER_UNSUPPORTED(is_fresh(cell))
+      << "assigning a closure variable of an enclosing function at " << location();
+  nb::object v = pop(fr);
+  if (PyCell_Set(cell.ptr(), v.ptr()) < 0) throw nb::python_error();
+}
+
+void Interpreter::op_STORE_ATTR(Frame& fr, const Instr& in, StepResult&) {
+  nb::object obj = pop(fr);
+  nb::object v = pop(fr);
+  store_attr(obj, name_at(fr.code, in.arg), v);
+}
+
+void Interpreter::op_STORE_SUBSCR(Frame& fr, const Instr&, StepResult&) {
+  nb::object key = pop(fr);
+  nb::object obj = pop(fr);
+  nb::object v = pop(fr);
+  pin_identity(key);
+  EMBER_UNSUPPORTED(is_tensor(obj) || is_fresh(obj) || mutates_outside(obj))
+      << "assigning an item of a " << type_name_of(obj) << " at " << location();
+  if (nb::object m = special_method(obj, "__setitem__"); m.is_valid()) {
+    call(m, {key, v}, {});
+    return;
+  }
+  if (is_tensor(obj)) key = tensor_index(obj, key);
+  if (PyObject_SetItem(obj.ptr(), key.ptr(), v.ptr()) < 0) throw nb::python_error();
+}
+
+void Interpreter::op_STORE_SLICE(Frame& fr, const Instr&, StepResult&) {
+  nb::object stop = pop(fr);
+  nb::object start = pop(fr);
+  nb::object obj = pop(fr);
+  nb::object v = pop(fr);
+  EMBER_UNSUPPORTED(is_tensor(obj) || is_fresh(obj) || mutates_outside(obj))
+      << "assigning a slice of a " << type_name_of(obj) << " at " << location();
+  nb::object key = checked(PySlice_New(start.ptr(), stop.ptr(), nullptr));
+  if (PyObject_SetItem(obj.ptr(), key.ptr(), v.ptr()) < 0) throw nb::python_error();
+}
+
+void Interpreter::op_DELETE_SUBSCR(Frame& fr, const Instr&, StepResult&) {
+  nb::object key = pop(fr);
+  nb::object obj = pop(fr);
+  EMBER_UNSUPPORTED(is_fresh(obj) || mutates_outside(obj))
+      << "deleting an item of a " << type_name_of(obj) << " at " << location();
+  if (nb::object m = special_method(obj, "__delitem__"); m.is_valid()) {
+    call(m, {key}, {});
+    return;
+  }
+  if (PyObject_DelItem(obj.ptr(), key.ptr()) < 0) throw nb::python_error();
+}
 
 const Interpreter::Store* Interpreter::find_store(nb::handle obj, PyObject* name) const {
   for (const Store& s : stores_) {

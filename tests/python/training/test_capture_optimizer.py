@@ -1,5 +1,5 @@
 """torch.optim steps through ember.compile (the capture path): the interpreter inlines torch.optim's
-code (src/capture/interp/interpreter_calls.cpp, `is_inlined_library_code`), so a step becomes one graph
+code (src/capture/interp/call_library.cpp, `is_inlined_library_code`), so a step becomes one graph
 whose parameter and state updates are in-place mutations of its inputs, guarded like any frame.
 The first step creates the optimizer's state and runs eagerly; later steps run the graph from
 C++ (a cache hit of the hook, no Python frame). Parameters and state against eager's."""

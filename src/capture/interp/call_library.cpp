@@ -1,9 +1,12 @@
 /// \file
-/// Library code the interpreter inlines (torch.optim's, the abstract collections' mixins) and the
-/// library calls it handles itself: Dynamo's disabled wrappers of optimizer methods, an LR
-/// scheduler's patched `step`, dict views of dicts from outside the frame, and
-/// torch.set_grad_enabled, torch.utils.checkpoint (its call, inlined) and the higher-order ops
-/// (torch.cond, ...: the frame runs unhooked) (docs/design/capture.md).
+/// Library code in calls (call_policy.cpp): which code is library code (runs for real,
+/// runs_for_real: torch, math, operator, a few pure standard-library functions; never what
+/// changes global state or optimizer state) and which library code is inlined all the same
+/// (torch.optim's, the abstract collections' mixins); and the library calls the interpreter
+/// handles itself: Dynamo's disabled wrappers of optimizer methods, an LR scheduler's patched
+/// `step`, dict views of dicts from outside the frame, torch.set_grad_enabled,
+/// torch.utils.checkpoint (its call, inlined) and the higher-order ops (torch.cond, ...: the
+/// frame runs unhooked) (docs/design/capture.md).
 #include <string>
 #include <string_view>
 
@@ -12,6 +15,106 @@
 namespace nb = nanobind;
 
 namespace ember::capture {
+
+/// torch functions that change global state or leave the program: never run at capture time.
+bool is_denied_torch_function(std::string_view name) {
+  static constexpr std::string_view kDenied[] = {"manual_seed",
+                                                 "seed",
+                                                 "set_grad_enabled",
+                                                 "_set_grad_enabled",
+                                                 "set_default_dtype",
+                                                 "set_default_device",
+                                                 "use_deterministic_algorithms",
+                                                 "backward",
+                                                 "grad",
+                                                 "compile",
+                                                 "save",
+                                                 "load",
+                                                 "set_num_threads",
+                                                 "set_printoptions",
+                                                 "register_buffer",
+                                                 "register_parameter",
+                                                 "add_module",
+                                                 "register_module",
+                                                 "requires_grad_",
+                                                 "retain_grad",
+                                                 "register_hook",
+                                                 "tolist",
+                                                 "numpy",
+                                                 "item",
+                                                 "_assert_async",
+                                                 "cuda",
+                                                 "synchronize"};
+  for (std::string_view d : kDenied) {
+    if (name == d || (name.size() > d.size() && name[name.size() - d.size() - 1] == '.' &&
+                      name.substr(name.size() - d.size()) == d)) {
+      return true;
+    }
+  }
+  return false;
+}
+
+PyObject* torch_class(const char* module, const char* name) {
+  PyObject* m = PyImport_ImportModule(module);
+  PyObject* t = m != nullptr ? PyObject_GetAttrString(m, name) : nullptr;
+  Py_XDECREF(m);
+  if (t == nullptr) PyErr_Clear();
+  return t;  // kept for the process
+}
+
+bool is_stateful_torch_object(nb::handle v) {
+  static PyObject* optimizer = torch_class("torch.optim", "Optimizer");
+  static PyObject* scheduler = torch_class("torch.optim.lr_scheduler", "LRScheduler");
+  static PyObject* scaler = torch_class("torch.amp", "GradScaler");
+  for (PyObject* t : {optimizer, scheduler, scaler}) {
+    if (t == nullptr) continue;
+    int r = PyObject_IsInstance(v.ptr(), t);
+    if (r < 0) throw nb::python_error();
+    if (r == 1) return true;
+  }
+  return false;
+}
+
+namespace {
+
+/// Functions of the standard library that read their arguments and return a new value, with
+/// no side effect and no call into program code: they run for real.
+bool is_pure_library_function(std::string_view module, std::string_view name) {
+  if (module == "contextlib") {
+    return name == "nullcontext" || name == "nullcontext.__init__" ||
+           name == "nullcontext.__enter__" || name == "nullcontext.__exit__";
+  }
+  if (module == "dataclasses") return name == "fields" || name == "is_dataclass";
+  if (module == "inspect") {
+    return name == "signature" || name == "isclass" || name == "isfunction" || name == "ismethod";
+  }
+  if (module == "typing") return name == "cast" || name == "get_origin" || name == "get_args";
+  return false;
+}
+}  // namespace
+
+bool Interpreter::runs_for_real(nb::handle callable) const {
+  std::string module = module_of(callable);
+  if (is_pure_library_function(module, name_of(callable))) return true;
+  // torch.optim's functions change the optimizers' state (an LR scheduler's wrapper of `step`
+  // runs the step): never at capture time.
+  if (module == "torch.optim" || starts_with(module, "torch.optim.") ||
+      module == "torch.amp.grad_scaler") {
+    return false;
+  }
+  if (!(module == "torch" || starts_with(module, "torch.") || module == "math" ||
+        module == "_operator" || module == "operator")) {
+    return false;
+  }
+  // Functions that read or write what tracing does not see: parameters' .grad (clip_grad_norm_
+  // on a list of parameters saw no gradients on their tracer tensors and clipped nothing) and
+  // .data (vector_to_parameters).
+  if (starts_with(module, "torch.nn.utils.clip_grad") ||
+      starts_with(module, "torch.nn.utils.convert_parameters")) {
+    return false;
+  }
+  return !is_denied_torch_function(name_of(callable));
+}
 
 bool Interpreter::is_library_code(PyCodeObject* code) const {
   if (!in_files(code, options_.library_prefixes)) return false;
@@ -203,7 +306,16 @@ bool is_checkpoint(nb::handle callable) {
   return checkpoint != nullptr && callable.ptr() == checkpoint;
 }
 
-nb::object Interpreter::call_checkpointed(std::vector<nb::object> args, nb::handle kwnames) {
+nb::object Interpreter::call_higher_order_op(nb::handle callable, std::vector<nb::object>,
+                                             nb::handle) {
+  throw RunsUnhooked("calling " + name_of(callable) +
+                     " (a higher-order op: ember does not capture them yet; the frame runs "
+                     "eagerly) at " +
+                     location());
+}
+
+nb::object Interpreter::call_checkpointed(nb::handle, std::vector<nb::object> args,
+                                          nb::handle kwnames) {
   // checkpoint(fn, *args, use_reentrant=..., preserve_rng_state=..., context_fn=...,
   // determinism_check=..., debug=..., **kwargs) computes fn(*args, **kwargs): the capture calls
   // fn so, as Dynamo captures the checkpointed region. What the backward recomputes is then the

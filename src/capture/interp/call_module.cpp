@@ -1,0 +1,126 @@
+/// \file
+/// Calls of nn.Modules (call_policy.cpp): the module's forward inlined, after its hooks (and
+/// the global ones) are checked to be empty; a __call__ of the program's is inlined instead; and
+/// a ModuleDict's items() / keys() / values() read through their sources.
+#include <string>
+#include <string_view>
+
+#include "capture/interp/interpreter_internal.h"
+
+namespace nb = nanobind;
+
+namespace ember::capture {
+
+nb::object Interpreter::call_module(nb::handle callable, std::vector<nb::object> args,
+                                    nb::handle kwnames) {
+  return call_module(callable, std::move(args), kwnames, /*plain_call=*/false);
+}
+
+nb::object Interpreter::call_module(nb::handle module, std::vector<nb::object> args,
+                                    nb::handle kwnames, bool plain_call) {
+  static const char* const kHooks[] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
+                                       "_backward_pre_hooks"};
+  for (const char* h : kHooks) {
+    PyObject* d = PyObject_GetAttrString(module.ptr(), h);
+    if (d == nullptr) {
+      PyErr_Clear();
+      continue;
+    }
+    nb::object hooks = nb::steal(d);
+    EMBER_UNSUPPORTED(PyObject_Length(d) == 0)
+        << "a module with " << h << " (" << type_name_of(module) << ") at " << location();
+  }
+  static PyObject* global_hooks = [] {
+    nb::object m = checked(PyImport_ImportModule("torch.nn.modules.module"));
+    nb::object list = checked(PyList_New(0));
+    for (const char* n : {"_global_forward_hooks", "_global_forward_pre_hooks",
+                          "_global_backward_hooks", "_global_backward_pre_hooks"}) {
+      PyObject* d = PyObject_GetAttrString(m.ptr(), n);
+      if (d == nullptr) {
+        PyErr_Clear();
+        continue;
+      }
+      PyList_Append(list.ptr(), d);
+      Py_DECREF(d);
+    }
+    return list.release().ptr();
+  }();
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(global_hooks); ++i) {
+    EMBER_UNSUPPORTED(PyObject_Length(PyList_GET_ITEM(global_hooks, i)) == 0)
+        << "global nn.Module hooks are registered";
+  }
+  PyObject* type = reinterpret_cast<PyObject*>(Py_TYPE(module.ptr()));
+  static PyObject* module_call = [] {
+    nb::object m = checked(PyImport_ImportModule("torch.nn"));
+    nb::object cls = checked(PyObject_GetAttrString(m.ptr(), "Module"));
+    return checked(PyObject_GetAttrString(cls.ptr(), "__call__")).release().ptr();
+  }();
+  nb::object call_attr = checked(PyObject_GetAttrString(type, "__call__"));
+  if (call_attr.ptr() != module_call && !plain_call) {
+    // A __call__ of the program's (one that ends in super().__call__): inlined.
+    EMBER_UNSUPPORTED(
+        PyFunction_Check(call_attr.ptr()) &&
+        !is_library_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(call_attr.ptr()))))
+        << type_name_of(module) << " overrides __call__ at " << location();
+    give_closure_source(call_attr.ptr());
+    args.insert(args.begin(), nb::borrow(module));
+    return inline_function(call_attr, std::move(args), kwnames);
+  }
+  PyObject* dict = PyObject_GenericGetDict(module.ptr(), nullptr);
+  if (dict != nullptr) {
+    nb::object d = nb::steal(dict);
+    if (PyDict_GetItemString(dict, "forward") != nullptr) {
+      // `self.forward = self.forward_slicing` (timm's FasterNet): the instance's own forward,
+      // read (and guarded) as an attribute, is what nn.Module.__call__ calls.
+      int source = source_of(module);
+      EMBER_UNSUPPORTED(source >= 0)
+          << type_name_of(module) << " has an instance attribute 'forward' at " << location();
+      nb::object forward = load_attr(module, nb::str("forward").ptr());
+      return call(forward, std::move(args), kwnames);
+    }
+  } else {
+    PyErr_Clear();
+  }
+  nb::object forward = checked(PyObject_GetAttrString(type, "forward"));
+  EMBER_UNSUPPORTED(PyFunction_Check(forward.ptr()))
+      << type_name_of(module) << ".forward is a " << type_name_of(forward) << " at " << location();
+  int source = source_of(module);
+  if (source >= 0 && PyFunction_GET_CLOSURE(forward.ptr()) != nullptr) {
+    nb::object cls_name = nb::steal(PyUnicode_FromString("__class__"));
+    nb::object fwd_name = nb::steal(PyUnicode_FromString("forward"));
+    forward = wrap(forward, sources_.attr(sources_.attr(source, cls_name.ptr()), fwd_name.ptr()));
+  }
+  args.insert(args.begin(), nb::borrow(module));
+  return inline_function(forward, std::move(args), kwnames);
+}
+
+nb::object Interpreter::module_dict_view(nb::object module, std::string_view what,
+                                         const std::string& where) {
+  int source = source_of(module);
+  static PyObject* module_dict = imported("torch.nn", "ModuleDict");
+  int is_dict = PyObject_IsInstance(module.ptr(), module_dict);
+  if (is_dict < 0) throw nb::python_error();
+  EMBER_UNSUPPORTED(source >= 0 && is_dict == 1)
+      << "calling " << what << "() of a " << type_name_of(module) << " at " << where;
+  guards_.add_len(source, module.ptr());
+  nb::object keys = checked(PySequence_List(module.ptr()));  // ModuleDict iterates its keys
+  nb::object out = fresh(checked(PyList_New(0)));
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(keys.ptr()); ++i) {
+    PyObject* key = PyList_GET_ITEM(keys.ptr(), i);
+    EMBER_UNSUPPORTED(PyUnicode_CheckExact(key)) << "a ModuleDict key that is not a str";
+    nb::object item = checked(PyObject_GetItem(module.ptr(), key));
+    nb::object value = wrap(item, sources_.item(source, key));
+    nb::object entry;
+    if (what == "keys") {
+      entry = nb::borrow(key);
+    } else if (what == "values") {
+      entry = value;
+    } else {
+      entry = checked(PyTuple_Pack(2, key, value.ptr()));
+    }
+    if (PyList_Append(out.ptr(), entry.ptr()) < 0) throw nb::python_error();
+  }
+  return out;
+}
+
+}  // namespace ember::capture
