@@ -1,5 +1,7 @@
 #include "sym/eval.h"
 
+#include <algorithm>
+
 #include "support/error.h"
 #include "sym/int_math.h"
 

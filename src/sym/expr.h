@@ -116,10 +116,11 @@ struct AtomNode {
 /// The total order of canonical forms (<0, 0, >0). Deterministic: it compares structure (symbol
 /// ids, constants, kinds), never addresses. Atoms: by kind, then symbols by id and other atoms by
 /// operands. Monomials: their factors lexicographically (atom, then power), a prefix first.
-/// Expressions: terms lexicographically (monomial, then coefficient), then the constant.
+/// Expressions: terms pairwise (monomial, then coefficient), fewer terms first, then the constant.
 int compare(const SymExpr& a, const SymExpr& b);
 int compare_atoms(const AtomNode& a, const AtomNode& b);
 
+/// Polynomial arithmetic, canonical results. Throw Unsupported on int64 overflow.
 SymExpr operator+(const SymExpr& a, const SymExpr& b);
 SymExpr operator-(const SymExpr& a, const SymExpr& b);
 SymExpr operator-(const SymExpr& a);
@@ -128,6 +129,7 @@ SymExpr operator*(const SymExpr& a, const SymExpr& b);
 SymExpr floordiv(const SymExpr& a, const SymExpr& b);
 /// Python `a % b`. Throws UserError when b is the constant 0.
 SymExpr mod(const SymExpr& a, const SymExpr& b);
+/// The smaller and the larger of the two values.
 SymExpr min(const SymExpr& a, const SymExpr& b);
 SymExpr max(const SymExpr& a, const SymExpr& b);
 

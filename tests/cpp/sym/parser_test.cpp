@@ -11,22 +11,12 @@ using SymParser = SymTest;
 
 TEST_F(SymParser, PrintedFormsRoundTrip) {
   for (const char* text : {
-           "0",
-           "-3",
-           "s0",
-           "-s0",
-           "s0*2 + (s1 // 8)",
-           "s0 - s1*3 + 4",
-           "-s0*s1*2 + s2 - 1",
-           "s0*s0*s1",
-           "((s0 + 1) // s1)",
-           "(s0 // (s1*2))",
-           "s1*((s0*3 + 1) % 4)",
-           "min(s0, s1) - max(2, s0)*5",
-           "((s0 % 7) // 2) + max(s0 + s1, s2*2)",
-           "(-s0 // 2)",
-           "(s0 // (s1 - 1))",
-           "(s0 % min(s1, s2))",
+           "0", "-3", "s0", "-s0", "s0*2 + (s1 // 8)", "s0 - s1*3 + 4", "-s0*s1*2 + s2 - 1",
+           "s0*s0*s1", "((s0 + 1) // s1)", "(s0 // (s1*2))", "s1*((s0*3 + 1) % 4)",
+           "min(s0, s1) - max(2, s0)*5", "((s0 % 7) // 2) + max(s0 + s1, s2*2)", "(-s0 // 2)",
+           "(s0 // (s1 - 1))", "(s0 % min(s1, s2))",
+           "s0*2 + s1 - (s2 // 8)*3 + min(s0, s1) + 4",        // printer.h
+           "s0*2 + s1 - ((s2 + 1) // 8)*3 + min(s0, s1) + 4",  // docs/design/symbolic.md
        }) {
     SymExpr e = parse(text, env);
     EXPECT_EQ(print(e), text);
