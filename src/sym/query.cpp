@@ -9,8 +9,8 @@
 namespace ember::sym {
 namespace {
 
-/// range_of(e), narrowed by the min and max atoms at the top of `e` (Note [Min and max in
-/// differences]); at most `depth` of them, each doubling the work.
+/// range_of(e), narrowed by the min and max terms at the top of `e` (Note [Min and max in
+/// differences]): the first one here, the next ones in the recursive calls, `depth` in all.
 Range difference_range(const SymExpr& e, const ShapeEnv& env, int depth) {
   Range r = range_of(e, env);
   if (depth == 0) return r;
@@ -24,7 +24,9 @@ Range difference_range(const SymExpr& e, const ShapeEnv& env, int depth) {
     bool below_both = (m.kind == AtomKind::Min) == (t.coeff > 0);
     Range bound = below_both ? Range{std::min(rx.lo, ry.lo), std::min(rx.hi, ry.hi)}
                              : Range{std::max(rx.lo, ry.lo), std::max(rx.hi, ry.hi)};
-    r = {std::max(r.lo, bound.lo), std::min(r.hi, bound.hi)};
+    // The calls on e_x and e_y narrow by the next min/max term: one term per level keeps the
+    // work at 2^depth range computations.
+    return {std::max(r.lo, bound.lo), std::min(r.hi, bound.hi)};
   }
   return r;
 }
