@@ -9,8 +9,6 @@
 
 #include "graph/ops.h"
 #include "support/error.h"
-#include "tracer/attention_rewrite.h"
-#include "tracer/batch_norm_rewrite.h"
 #include "tracer/trace_session.h"
 #include "tracer/tracer_tensor.h"
 
@@ -108,8 +106,6 @@ void register_tracer_kernels() {
                                   std::nullopt, nullptr, "ember tracer"));
     }
   });
-  register_attention_rewrite();
-  register_batch_norm_rewrite();
 }
 
 }  // namespace ember::tracer

@@ -1,4 +1,4 @@
-#include "tracer/attention_rewrite.h"
+#include "rewrite/attention_rewrite.h"
 
 #include <ATen/Context.h>
 #include <ATen/ExpandUtils.h>
@@ -12,7 +12,7 @@
 #include <mutex>
 #include <optional>
 
-namespace ember::tracer {
+namespace ember::rewrite {
 
 namespace {
 
@@ -80,7 +80,7 @@ void register_attention_rewrite() {
     auto& dispatcher = c10::Dispatcher::singleton();
     c10::OperatorName name("aten::scaled_dot_product_attention", "");
     if (!dispatcher.findOp(name)) return;
-    // Leaked on purpose, as the tracer's other registrations (dispatch.cpp).
+    // Leaked on purpose, as the tracer's other registrations (tracer/dispatch.cpp).
     new c10::RegistrationHandleRAII(
         dispatcher.registerImpl(name, c10::DispatchKey::AutogradPrivateUse1,
                                 c10::KernelFunction::makeFromBoxedFunction<&attention_kernel>(),
@@ -88,4 +88,4 @@ void register_attention_rewrite() {
   });
 }
 
-}  // namespace ember::tracer
+}  // namespace ember::rewrite
