@@ -12,6 +12,8 @@
 #include <mutex>
 #include <optional>
 
+#include "support/error.h"
+
 namespace ember::rewrite {
 
 namespace {
@@ -79,7 +81,11 @@ void register_attention_rewrite() {
   std::call_once(once, [] {
     auto& dispatcher = c10::Dispatcher::singleton();
     c10::OperatorName name("aten::scaled_dot_product_attention", "");
-    if (!dispatcher.findOp(name)) return;
+    // Never skipped (as the ops the tracer records whole, tracer/dispatch.cpp).
+    EMBER_UNSUPPORTED(dispatcher.findOp(name).has_value())
+        << "this torch has no operator aten::scaled_dot_product_attention, which ember's rewrites "
+           "register a kernel "
+        << "on (attention_rewrite.h): a torch version ember does not support";
     // Leaked on purpose, as the tracer's other registrations (tracer/dispatch.cpp).
     new c10::RegistrationHandleRAII(
         dispatcher.registerImpl(name, c10::DispatchKey::AutogradPrivateUse1,

@@ -111,7 +111,10 @@ void register_batch_norm_rewrite() {
   std::call_once(once, [] {
     auto& dispatcher = c10::Dispatcher::singleton();
     c10::OperatorName name("aten::batch_norm", "");
-    if (!dispatcher.findOp(name)) return;
+    // Never skipped (as the ops the tracer records whole, tracer/dispatch.cpp).
+    EMBER_UNSUPPORTED(dispatcher.findOp(name).has_value())
+        << "this torch has no operator aten::batch_norm, which ember's rewrites register a kernel "
+        << "on (batch_norm_rewrite.h): a torch version ember does not support";
     // Leaked on purpose, as the tracer's other registrations (tracer/dispatch.cpp).
     new c10::RegistrationHandleRAII(
         dispatcher.registerImpl(name, c10::DispatchKey::AutogradPrivateUse1,
