@@ -2,7 +2,7 @@
 /// Common subexpressions of a graph merged.
 ///
 /// Autograd records the backward of each forward op on its own, so a joint graph repeats work:
-/// a matrix product's padding (tracer/matmul_padding.h) of a gradient and of that gradient's
+/// a matrix product's padding (rewrite/matmul_padding.h) of a gradient and of that gradient's
 /// transpose transposed back (the same copy, 1.9 GB each for BERT's head in f32), a weight
 /// transposed twice. `merge_common_subexpressions` keeps the first of each set of nodes with the
 /// same op and the same arguments, reads its outputs where the others' were read, and reads

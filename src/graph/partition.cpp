@@ -37,7 +37,7 @@ constexpr int kMaxBanRounds = 8;
 // Only values the forward computes are candidates of the min cut; a value the backward computes
 // from them without a tangent is computed there. A cast to a one-byte integer type that reads no
 // tangent (a max pool's window offsets, Note [Max-pool indices saved as window offsets] in
-// tracer/pool_offsets.h) is computed in the forward instead, with what it reads: the min cut may
+// rewrite/pool_offsets.h) is computed in the forward instead, with what it reads: the min cut may
 // then save it (a byte an element) where the backward would read the wide values it comes from.
 bool narrow_cast(const Graph& g, const Node& n) {
   if (g.op_of(n).kind != OpKind::_to_copy || n.outputs.size() != 1) return false;

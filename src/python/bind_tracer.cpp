@@ -7,11 +7,11 @@
 #include "python/bindings.h"
 #include "python/options.h"
 #include "python/torch_caster.h"
+#include "rewrite/rewrites.h"
 #include "support/error.h"
 #include "tracer/backward_walk.h"
 #include "tracer/dispatch.h"
 #include "tracer/meta_cache.h"
-#include "tracer/rewrites.h"
 #include "tracer/trace_session.h"
 
 namespace nb = nanobind;
@@ -32,6 +32,7 @@ graph::InputKind parse_kind(const std::string& kind) {
 
 void bind_tracer(nb::module_& m) {
   tracer::register_tracer_kernels();
+  rewrite::register_rewrite_kernels();
   m.def("clear_meta_cache", &tracer::clear_meta_cache,
         "Empties the tracer's cache of meta-kernel results (for measurements).");
   m.def("meta_cache_size", &tracer::meta_cache_size, "Entries in the meta-kernel result cache.");
@@ -44,21 +45,26 @@ void bind_tracer(nb::module_& m) {
       "rewrite_table",
       [] {
         nb::list out;
-        for (const tracer::Rewrite& r : tracer::rewrite_table()) {
+        for (const tracer::Rewrite& r : rewrite::rewrite_table()) {
           nb::list ops;
           for (graph::OpKind k : r.ops) ops.append(std::string(graph::op_name(k)));
           if (!r.prefix.empty()) ops.append(std::string(r.prefix) + "*");
           nb::dict d;
           d["name"] = r.name;
           d["ops"] = ops;
-          d["where"] = r.where;
+          d["device"] = tracer::where_name(r.where);
+          const char* option = tracer::widening_option(r.widened_by);
+          d["widened_by"] = *option ? nb::cast(std::string(option)) : nb::none();
+          d["when"] = r.when;
           d["does"] = r.does;
           out.append(d);
         }
         return out;
       },
-      "The trace-time rewrites in the order the tracer tries them (src/tracer/rewrites.h): "
-      "dicts of name, ops, where and does.");
+      "The trace-time rewrites in the order the tracer tries them (src/rewrite/rewrites.h): "
+      "dicts of name, ops, device (the devices it applies on: 'any', 'cuda' or 'nowhere'), "
+      "widened_by (the option that widens it to every device, or None), when (what else it "
+      "requires) and does.");
   using tracer::TraceSession;
   nb::class_<TraceSession>(m, "TraceSession",
                            "Records the ATen ops run on tracer tensors into a Graph. Use:\n"
@@ -68,7 +74,7 @@ void bind_tracer(nb::module_& m) {
       .def(
           "__init__",
           [](TraceSession* self, nb::handle options) {
-            new (self) TraceSession(compile_options_from(options));
+            new (self) TraceSession(compile_options_from(options), rewrite::rewrite_table());
           },
           nb::arg("options").none() = nb::none(),
           "`options`: ember.config.compile_options() (None: the current ember.config); its "

@@ -94,7 +94,7 @@ struct ScheduleOptions {
   /// Whether a reduction to a single row (a full sum) runs its elements in parallel chunks with
   /// partial accumulators (OpenMP on the CPU). The Triton emitter runs a row in one program and
   /// refuses the chunks, so its graphs set it false (the tracer splits large CUDA reductions in
-  /// stages instead: tracer/split_reduction.h).
+  /// stages instead: rewrite/split_reduction.h).
   bool chunk_single_rows = true;
   /// Whether independent pointwise kernels are merged into combo kernels (combo.h: horizontal
   /// fusion), one launch each.

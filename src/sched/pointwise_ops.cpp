@@ -95,7 +95,7 @@ bool alpha_ok(const Plan& p) {
 }
 
 // An integer floor division by a nonzero constant (index arithmetic: a max pool's window offsets,
-// tracer/pool_offsets.h): FloorDiv, Python's //, as ATen's div_floor_integer.
+// rewrite/pool_offsets.h): FloorDiv, Python's //, as ATen's div_floor_integer.
 bool int_floor_by_constant(const Plan& p) {
   const Arg* mode = p.arg("rounding_mode");
   const auto* s = is_none(mode) ? nullptr : std::get_if<std::string>(mode);

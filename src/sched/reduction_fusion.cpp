@@ -58,7 +58,7 @@ bool ReductionGroupBuilder::stores(ValueId v) const {
 // sizes and reduced dims, no epilogue has joined yet, and its input (computed inline by the same
 // prologue builder, so that shared producers are one let, or loaded) reads nothing the group
 // stores. Only adjacent ones: anything stored between them closes the group, so the tracer
-// records such sums next to each other (tracer/split_reduction.h, sums_in_stages).
+// records such sums next to each other (rewrite/split_reduction.h, sums_in_stages).
 bool ReductionGroupBuilder::add_sibling(int32_t node, std::vector<ValueId> outputs) {
   if (!fusible_ || epilogue_ || outputs.empty()) return false;
   const graph::Node& n = g_.nodes[node];

@@ -42,7 +42,7 @@ struct CompileOptions {
     /// (EMBER_CUDNN_BATCH_NORM=stats|1|0)
     enum class CudnnBatchNorm { Stats, Keep, Off };
     CudnnBatchNorm cudnn_batch_norm = CudnnBatchNorm::Stats;
-    /// Rewrites of tracer/rewrites.h turned off, by name (a comma list): for each rewrite's
+    /// Rewrites of rewrite/rewrites.h turned off, by name (a comma list): for each rewrite's
     /// before/after test, and to measure what one gains. (EMBER_DISABLED_REWRITES)
     std::string disabled_rewrites;
   };

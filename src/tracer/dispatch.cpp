@@ -9,8 +9,6 @@
 
 #include "graph/ops.h"
 #include "support/error.h"
-#include "tracer/attention_rewrite.h"
-#include "tracer/batch_norm_rewrite.h"
 #include "tracer/trace_session.h"
 #include "tracer/tracer_tensor.h"
 
@@ -63,7 +61,11 @@ void tracer_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
 // class values with .item()): traced, the decomposition would be a data-dependent graph break
 // although the result's shape is static. They are recorded whole instead (an extern call at run
 // time, which validates as eager does): the autograd kernel steps below autograd, where
-// functionalization unwraps the arguments and ember's kernel records the op.
+// functionalization unwraps the arguments and ember's kernel records the op. One that this torch
+// lacks is never skipped: it would trace as its decomposition again, a data-dependent break, with
+// nothing said. ember's op table (graph/ops.def) names it, so this torch is not one ember
+// supports (tests/python/graph checks every row against the installed torch): Unsupported at
+// import, naming the op.
 constexpr graph::OpKind kRecordedWhole[] = {graph::OpKind::one_hot};
 
 void below_autograd_kernel(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
@@ -84,7 +86,9 @@ void register_tracer_kernels() {
         "ember tracer fallback"));
     for (graph::OpKind kind : kRecordedWhole) {
       c10::OperatorName name(std::string(graph::op_name(kind)), "");
-      if (!dispatcher.findOp(name)) continue;
+      EMBER_UNSUPPORTED(dispatcher.findOp(name).has_value())
+          << "this torch has no operator " << name.name << ", which ember's tracer records whole "
+          << "(tracer/dispatch.cpp): a torch version ember does not support";
       handles->push_back(dispatcher.registerImpl(
           name, c10::DispatchKey::AutogradPrivateUse1,
           c10::KernelFunction::makeFromBoxedFunction<&below_autograd_kernel>(), std::nullopt,
@@ -108,8 +112,6 @@ void register_tracer_kernels() {
                                   std::nullopt, nullptr, "ember tracer"));
     }
   });
-  register_attention_rewrite();
-  register_batch_norm_rewrite();
 }
 
 }  // namespace ember::tracer

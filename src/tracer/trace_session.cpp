@@ -19,18 +19,10 @@
 #include "graph/verifier.h"
 #include "support/error.h"
 #include "tracer/absent_device_guard.h"
-#include "tracer/batch_norm_inference.h"
-#include "tracer/batch_norm_rewrite.h"
-#include "tracer/conv_bias.h"
-#include "tracer/conv_layout.h"
+#include "tracer/conv_result_layout.h"
 #include "tracer/convert.h"
-#include "tracer/decompose_backward.h"
-#include "tracer/foreach_ops.h"
-#include "tracer/log_softmax_rewrite.h"
-#include "tracer/matmul_padding.h"
 #include "tracer/meta_cache.h"
-#include "tracer/rewrites.h"
-#include "tracer/split_reduction.h"
+#include "tracer/rewrite_call.h"
 #include "tracer/tracer_tensor.h"
 
 namespace ember::tracer {
@@ -186,7 +178,8 @@ void mirror_requires_grad(const at::Tensor& real, at::Tensor& tracer) {
 
 }  // namespace
 
-TraceSession::TraceSession(CompileOptions options) : options_(std::move(options)) {}
+TraceSession::TraceSession(CompileOptions options, RewriteTable rewrites)
+    : options_(std::move(options)), rewrites_(rewrites) {}
 
 const CompileOptions::Trace& trace_options() {
   static const CompileOptions::Trace defaults;
@@ -313,18 +306,6 @@ void TraceSession::record_skipping(const Rewrite* row, const c10::OperatorHandle
   skipping_.pop_back();
 }
 
-void TraceSession::note_pool_offsets(const at::Tensor& indices, const PoolWindow& w) {
-  pool_offsets_.emplace(value_of(indices), std::make_pair(record_window_offsets(indices, w), w));
-}
-
-const std::pair<at::Tensor, PoolWindow>* TraceSession::pool_offsets_of(
-    const at::Tensor& indices) const {
-  TracerTensorImpl* t = as_tracer(indices);
-  if (t == nullptr) return nullptr;
-  auto it = pool_offsets_.find(t->value());
-  return it == pool_offsets_.end() ? nullptr : &it->second;
-}
-
 void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
   const c10::FunctionSchema& schema = op.schema();
   const std::string op_name = c10::toString(schema.operator_name());
@@ -346,14 +327,16 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
   }
 
   if (any_tracer) {
-    // The rewrites (rewrites.h), in table order: the first that applies records the op.
-    RewriteCall call{*this, op, stack, base, num_args};
+    // The rewrites (rewrite_call.h), in table order: the first that applies records the op.
+    const c10::ArrayRef<c10::IValue> call_args(stack->data() + base, num_args);
+    RewriteCall call{*this, op, stack, base, num_args, target_device(call_args)};
     const std::string& disabled = options_.trace.disabled_rewrites;
     const graph::OpKind kind = op_kind(schema);
-    for (const Rewrite& r : rewrite_table()) {
+    for (const Rewrite& r : rewrites_) {
       if (!r.matches(kind, schema.name())) continue;
       if (std::find(skipping_.begin(), skipping_.end(), &r) != skipping_.end()) continue;
       if (!disabled.empty() && rewrite_disabled(disabled, r.name)) continue;
+      if (!r.applies_on(call.target, options_.trace)) continue;
       call.row = &r;
       if (r.apply(call)) return;
     }
@@ -540,72 +523,10 @@ const at::Tensor* TraceSession::functional_input_holding(const at::Tensor& t) co
   return nullptr;
 }
 
-bool TraceSession::choose_sdp_backend(const c10::OperatorHandle& op, torch::jit::Stack* stack) {
-  const c10::FunctionSchema& schema = op.schema();
-  if (op_kind(schema) != graph::OpKind::_fused_sdp_choice) return false;
-  const size_t num_args = schema.arguments().size();
-  const size_t base = stack->size() - num_args;
-  const c10::IValue& query = (*stack)[base];
-  if (!query.isTensor() || !query.toTensor().device().is_cuda()) return false;
-  // The CUDA kernel reads only metadata (sizes, strides, dtype, device, requires_grad), which
-  // tracer tensors have, and the device's properties.
-  std::vector<c10::IValue> saved(stack->begin() + static_cast<std::ptrdiff_t>(base), stack->end());
-  EMBER_INTERNAL_ASSERT(outer_tls_.has_value()) << "_fused_sdp_choice recorded outside enter()";
-  c10::impl::ForceDispatchKeyGuard untraced(*outer_tls_);
-  try {
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CUDA), stack);
-    return true;
-  } catch (const std::exception&) {
-    stack->resize(base);
-    stack->insert(stack->end(), saved.begin(), saved.end());
-  }
-  return false;
-}
-
-bool TraceSession::record_batch_norm_update(const c10::OperatorHandle& op,
-                                            torch::jit::Stack* stack) {
-  // Eager's CPU kernel of native_batch_norm(training=True) updates running_mean and running_var
-  // in place although its schema does not say so, so functionalization passes it through
-  // unwrapped and no mutation would be recorded. `_native_batch_norm_legit_functional` has the
-  // same arguments and returns the new running statistics as outputs 3 and 4; the inputs' wrappers
-  // take them as their values, as functionalization does for an op that mutates its arguments.
-  // Running statistics that are not inputs (constants, values made by the program) keep the op.
-  const c10::FunctionSchema& schema = op.schema();
-  if (op_kind(schema) != graph::OpKind::native_batch_norm || !schema.overload_name().empty() ||
-      schema.arguments().size() != 8) {
-    return false;
-  }
-  const size_t base = stack->size() - 8;
-  const c10::IValue& training = (*stack)[base + 5];
-  const c10::IValue& mean = (*stack)[base + 3];
-  const c10::IValue& var = (*stack)[base + 4];
-  if (!training.isBool() || !training.toBool() || !mean.isTensor() || !var.isTensor()) {
-    return false;
-  }
-  const at::Tensor* mean_input = functional_input_holding(mean.toTensor());
-  const at::Tensor* var_input = functional_input_holding(var.toTensor());
-  if (mean_input == nullptr || var_input == nullptr || mean_input == var_input) return false;
-  for (size_t i : {size_t{0}, size_t{1}, size_t{2}}) {
-    const c10::IValue& v = (*stack)[base + i];
-    if (v.isTensor() &&
-        (v.toTensor().is_same(mean.toTensor()) || v.toTensor().is_same(var.toTensor()))) {
-      return false;  // a running statistic that is also read as the input, weight or bias
-    }
-  }
-  static const c10::OperatorHandle functional = c10::Dispatcher::singleton().findSchemaOrThrow(
-      "aten::_native_batch_norm_legit_functional", "");
-  record(functional, stack);  // same arguments; leaves its five results
-  EMBER_INTERNAL_ASSERT(stack->size() == base + 5) << "_native_batch_norm_legit_functional results";
-  at::Tensor new_var = stack->back().toTensor();
-  stack->pop_back();
-  at::Tensor new_mean = stack->back().toTensor();
-  stack->pop_back();
-  for (auto [input, value] : {std::pair{mean_input, &new_mean}, std::pair{var_input, &new_var}}) {
-    fz::replace_(*input, *value);
-    fz::commit_update(*input);
-    fz::sync(*input);
-  }
-  return true;
+void TraceSession::update_input(const at::Tensor& input, const at::Tensor& value) {
+  fz::replace_(input, value);
+  fz::commit_update(input);
+  fz::sync(input);
 }
 
 graph::ValueId TraceSession::aliased_view_of_mutated_input(const at::Tensor& out) {

@@ -19,16 +19,17 @@
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <exception>
+#include <memory>
 #include <optional>
 #include <string>
+#include <typeindex>
 #include <unordered_map>
 #include <utility>
 #include <vector>
 
 #include "graph/graph.h"
 #include "support/options.h"
-#include "tracer/pool_offsets.h"
-#include "tracer/rewrites.h"
+#include "tracer/rewrite_call.h"
 
 namespace ember::tracer {
 
@@ -44,8 +45,10 @@ struct TracedGraph {
 
 class TraceSession {
  public:
-  /// `options` (support/options.h): its `trace` group decides the trace-time rewrites.
-  explicit TraceSession(CompileOptions options = {});
+  /// `options` (support/options.h): its `trace` group decides which of `rewrites` apply.
+  /// `rewrites`: the trace-time rewrites `record` tries, in order (rewrite::rewrite_table(), from
+  /// src/rewrite, given by whoever creates the session; `{}` records every op as it is).
+  TraceSession(CompileOptions options, RewriteTable rewrites);
   ~TraceSession();
   TraceSession(const TraceSession&) = delete;
   TraceSession& operator=(const TraceSession&) = delete;
@@ -80,27 +83,30 @@ class TraceSession {
 
   const CompileOptions& options() const { return options_; }
 
-  // For the rewrites (rewrites.h), which record ops their way through these.
+  // For the rewrites (tracer/rewrite_call.h, src/rewrite), which record ops their way through
+  // these and `record`.
 
   /// Records the op as it is, with the rewrite `row` skipped for it (and for what it records).
   void record_skipping(const Rewrite* row, const c10::OperatorHandle& op, torch::jit::Stack* stack);
-  /// Note [Max-pool indices saved as window offsets]: records the offsets of a pool's `indices`
-  /// (a tracer tensor) in window `w`, kept by the indices' value.
-  void note_pool_offsets(const at::Tensor& indices, const PoolWindow& w);
-  /// The offsets and window noted for `indices`, or nullptr.
-  const std::pair<at::Tensor, PoolWindow>* pool_offsets_of(const at::Tensor& indices) const;
-  /// A convolution was recorded channels-last on a contiguous input (see finish).
+  /// A convolution was recorded channels-last on a contiguous input: `finish` turns the graph's
+  /// 4D outputs that came out channels-last back to contiguous, the layout eager gives them.
   void note_channels_last_from_contiguous() { channels_last_from_contiguous_ = true; }
-  /// Records `native_batch_norm(training=True)` whose running statistics are the current values
-  /// of graph inputs as `_native_batch_norm_legit_functional`, and makes its new running
-  /// statistics the inputs' values (so `finish` records them as mutations). Returns false, having
-  /// done nothing, for any other call. See docs/design/tracer.md.
-  bool record_batch_norm_update(const c10::OperatorHandle& op, torch::jit::Stack* stack);
-  /// aten::_fused_sdp_choice on tensors that report a CUDA device: asks the CUDA kernel, as eager
-  /// would (the meta kernel always answers "math", which would decompose attention into
-  /// matmuls and a softmax). Pushes the choice and returns true; false leaves the stack as it
-  /// was (not CUDA, or the kernel refused the tracer tensors).
-  bool choose_sdp_backend(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+  /// The graph input whose functional wrapper holds `t` (a tracer tensor) as its current value,
+  /// or nullptr.
+  const at::Tensor* functional_input_holding(const at::Tensor& t) const;
+  /// Makes `value` (a tracer tensor of the input's dtype and shape) the current value of the
+  /// graph input whose functional wrapper is `input`, as functionalization does for an op that
+  /// mutates it: `finish` records the change as a mutation of the input.
+  void update_input(const at::Tensor& input, const at::Tensor& value);
+  /// The state of type `T` that a rewrite keeps for the length of this trace (made on first use,
+  /// one per type): what a later op's rewrite reads of an earlier one's (a max pool's window
+  /// offsets, which its backward reads).
+  template <typename T>
+  T& rewrite_state() {
+    std::unique_ptr<StateBase>& slot = rewrite_states_[std::type_index(typeid(T))];
+    if (!slot) slot = std::make_unique<State<T>>();
+    return static_cast<State<T>*>(slot.get())->value;
+  }
 
   /// The session that is entered on this thread, or nullptr.
   static TraceSession* current();
@@ -138,9 +144,14 @@ class TraceSession {
   /// If `out` (a functional tensor) is a view of an input that the trace mutates, adds an
   /// as_strided view of that input and returns it; otherwise -1.
   graph::ValueId aliased_view_of_mutated_input(const at::Tensor& out);
-  /// The graph input whose functional wrapper holds `t` (a tracer tensor) as its current value,
-  /// or nullptr.
-  const at::Tensor* functional_input_holding(const at::Tensor& t) const;
+
+  struct StateBase {
+    virtual ~StateBase() = default;
+  };
+  template <typename T>
+  struct State : StateBase {
+    T value;
+  };
 
   graph::Graph graph_;
   std::vector<at::Tensor> constants_;
@@ -166,9 +177,10 @@ class TraceSession {
   bool channels_last_from_contiguous_ = false;
   /// Rewrites skipped for the op being recorded as it is (record_skipping).
   std::vector<const Rewrite*> skipping_;
-  // Note [Max-pool indices saved as window offsets]: the offsets (with their window) recorded
-  // for each pool's indices, by the indices' value.
-  std::unordered_map<graph::ValueId, std::pair<at::Tensor, PoolWindow>> pool_offsets_;
+  /// The rewrites `record` tries, in order.
+  RewriteTable rewrites_;
+  /// rewrite_state(), by type.
+  std::unordered_map<std::type_index, std::unique_ptr<StateBase>> rewrite_states_;
   std::exception_ptr pending_error_;
 };
 

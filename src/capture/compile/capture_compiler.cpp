@@ -23,6 +23,7 @@
 #include "capture/interp/interpreter.h"
 #include "capture/interp/interpreter_internal.h"
 #include "graph/printer.h"
+#include "rewrite/rewrites.h"
 #include "support/error.h"
 #include "tracer/trace_session.h"
 
@@ -89,7 +90,7 @@ std::unique_ptr<Attempt> run_attempt(const FrameView& f, const InterpreterOption
                                      const CompileOptions& options, int stop_at,
                                      int64_t stop_count = -1) {
   auto a = std::make_unique<Attempt>();
-  a->session = std::make_unique<tracer::TraceSession>(options);
+  a->session = std::make_unique<tracer::TraceSession>(options, rewrite::rewrite_table());
   a->guards.set_global_state(GlobalState::current());
   a->session->set_strict_constants(true);
   a->interp = std::make_unique<Interpreter>(*a->session, a->sources, a->guards, iopts);

@@ -33,7 +33,7 @@
 #include <optional>
 #include <utility>
 
-namespace ember::tracer {
+namespace ember::rewrite {
 
 /// `aten::_log_softmax` called with `args` (tracer tensors) recorded as above, or nullopt when
 /// the call is recorded as it is (not CUDA, a short or not-last dim, not a floating dtype).
@@ -46,4 +46,4 @@ std::optional<at::Tensor> log_softmax_as_logsumexp(const c10::OperatorHandle& op
 std::optional<std::pair<at::Tensor, at::Tensor>> nll_loss_as_gather(
     const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args);
 
-}  // namespace ember::tracer
+}  // namespace ember::rewrite

@@ -1,4 +1,4 @@
-#include "tracer/rewrites.h"
+#include "rewrite/rewrites.h"
 
 #include <ATen/ATen.h>
 
@@ -6,47 +6,29 @@
 #include <optional>
 #include <utility>
 
+#include "rewrite/attention_rewrite.h"
+#include "rewrite/batch_norm_inference.h"
+#include "rewrite/batch_norm_rewrite.h"
+#include "rewrite/batch_norm_update.h"
+#include "rewrite/conv_bias.h"
+#include "rewrite/conv_layout.h"
+#include "rewrite/decompose_backward.h"
+#include "rewrite/foreach_ops.h"
+#include "rewrite/log_softmax_rewrite.h"
+#include "rewrite/matmul_padding.h"
+#include "rewrite/pool_offsets.h"
+#include "rewrite/sdp_choice.h"
+#include "rewrite/split_reduction.h"
 #include "support/error.h"
-#include "tracer/batch_norm_inference.h"
-#include "tracer/batch_norm_rewrite.h"
-#include "tracer/conv_bias.h"
-#include "tracer/conv_layout.h"
 #include "tracer/convert.h"
-#include "tracer/decompose_backward.h"
-#include "tracer/foreach_ops.h"
-#include "tracer/log_softmax_rewrite.h"
-#include "tracer/matmul_padding.h"
-#include "tracer/pool_offsets.h"
-#include "tracer/split_reduction.h"
 #include "tracer/trace_session.h"
 #include "tracer/tracer_tensor.h"
 
-namespace ember::tracer {
+namespace ember::rewrite {
 
-void RewriteCall::push_results(std::vector<at::Tensor> results) {
-  torch::jit::drop(*stack, num_args);
-  for (at::Tensor& r : results) stack->emplace_back(std::move(r));
-}
-
-void RewriteCall::record_as_is() {
-  session.record_skipping(row, op, stack);
-}
-
-bool Rewrite::matches(graph::OpKind kind, std::string_view op_name) const {
-  if (!prefix.empty() && op_name.substr(0, prefix.size()) == prefix) return true;
-  return kind != graph::OpKind::Unknown && std::find(ops.begin(), ops.end(), kind) != ops.end();
-}
-
-bool rewrite_disabled(std::string_view disabled, std::string_view name) {
-  size_t start = 0;
-  while (start <= disabled.size()) {
-    size_t comma = disabled.find(',', start);
-    if (comma == std::string_view::npos) comma = disabled.size();
-    if (disabled.substr(start, comma - start) == name) return true;
-    start = comma + 1;
-  }
-  return false;
-}
+using tracer::op_kind;
+using tracer::Rewrite;
+using tracer::RewriteCall;
 
 namespace {
 
@@ -110,7 +92,7 @@ bool pool_window_offsets(RewriteCall& c) {
   std::optional<PoolWindow> w = offsets_window(c.op, c.args());
   if (!w.has_value()) return false;
   c.record_as_is();
-  c.session.note_pool_offsets(c.stack->back().toTensor(), *w);
+  note_pool_offsets(c.session, c.stack->back().toTensor(), *w);
   return true;
 }
 
@@ -119,7 +101,7 @@ bool pool_backward_from_offsets(RewriteCall& c) {
   // pool's backward from its offsets]), or ATen's with the indices rebuilt from them.
   c10::ArrayRef<c10::IValue> a = c.args();
   if (a.size() != 8 || !a[7].isTensor()) return false;
-  const std::pair<at::Tensor, PoolWindow>* found = c.session.pool_offsets_of(a[7].toTensor());
+  const std::pair<at::Tensor, PoolWindow>* found = pool_offsets_of(c.session, a[7].toTensor());
   if (found == nullptr) return false;
   const auto& [offsets, window] = *found;
   std::optional<at::Tensor> dx;
@@ -133,14 +115,6 @@ bool pool_backward_from_offsets(RewriteCall& c) {
   (*c.stack)[c.base + 7] = record_indices_from_offsets(offsets, window);
   c.record_as_is();
   return true;
-}
-
-bool batch_norm_update(RewriteCall& c) {
-  return c.session.record_batch_norm_update(c.op, c.stack);
-}
-
-bool sdp_choice(RewriteCall& c) {
-  return c.session.choose_sdp_backend(c.op, c.stack);
 }
 
 bool channels_last(RewriteCall& c) {
@@ -161,110 +135,161 @@ bool nll_loss_gather(RewriteCall& c) {
 
 }  // namespace
 
-const std::vector<Rewrite>& rewrite_table() {
+tracer::RewriteTable rewrite_table() {
+  using graph::OpKind;
+  using tracer::Where;
+  using tracer::Widening;
   static const std::vector<Rewrite> table = {
       {"cudnn_statistics",
-       {graph::OpKind::cudnn_batch_norm},
+       {OpKind::cudnn_batch_norm},
        "",
-       "CUDA, training, f32/f16",
+       Where::Cuda,
+       Widening::None,
+       "training, trace.cudnn_batch_norm=stats (the default)",
        "cuDNN's statistics kept, the output ember's normalization from them",
        cudnn_statistics},
       {"pool_window_offsets",
-       {graph::OpKind::max_pool2d_with_indices},
+       {OpKind::max_pool2d_with_indices},
        "",
-       "CUDA, or trace.splits_everywhere",
+       Where::Cuda,
+       Widening::SplitsEverywhere,
+       "grad mode, windows of at most 127 positions",
        "the indices also saved as int8 window offsets",
        pool_window_offsets},
       {"pool_backward_from_offsets",
-       {graph::OpKind::max_pool2d_with_indices_backward},
+       {OpKind::max_pool2d_with_indices_backward},
        "",
+       Where::Any,
+       Widening::None,
        "where a pool saved offsets",
        "the backward as gathers from the offsets",
        pool_backward_from_offsets},
       {"foreach_per_tensor",
        {},
        "aten::_foreach_",
-       "any device",
+       Where::Any,
+       Widening::None,
+       "",
        "one op per tensor",
        on_stack<record_foreach_as_per_tensor_ops>},
       {"batch_norm_update",
-       {graph::OpKind::native_batch_norm},
+       {OpKind::native_batch_norm},
        "",
-       "any device, training",
+       Where::Any,
+       Widening::None,
+       "training, running statistics that are graph inputs",
        "_native_batch_norm_legit_functional, its running statistics as input mutations",
-       batch_norm_update},
+       record_batch_norm_update},
       {"sdp_choice",
-       {graph::OpKind::_fused_sdp_choice},
+       {OpKind::_fused_sdp_choice},
        "",
-       "CUDA",
+       Where::Cuda,
+       Widening::None,
+       "",
        "the CUDA kernel's choice",
-       sdp_choice},
+       choose_sdp_backend},
       {"backward_decomposition",
-       {graph::OpKind::_log_softmax_backward_data, graph::OpKind::_softmax_backward_data,
-        graph::OpKind::convolution_backward, graph::OpKind::gelu_backward,
-        graph::OpKind::hardsigmoid_backward, graph::OpKind::hardswish_backward,
-        graph::OpKind::hardtanh_backward, graph::OpKind::leaky_relu_backward,
-        graph::OpKind::native_batch_norm_backward, graph::OpKind::native_layer_norm_backward,
-        graph::OpKind::nll_loss_backward, graph::OpKind::select_backward,
-        graph::OpKind::sigmoid_backward, graph::OpKind::silu_backward,
-        graph::OpKind::slice_backward, graph::OpKind::softplus_backward,
-        graph::OpKind::tanh_backward, graph::OpKind::threshold_backward},
+       {OpKind::gelu_backward, OpKind::hardsigmoid_backward, OpKind::hardswish_backward,
+        OpKind::hardtanh_backward, OpKind::leaky_relu_backward, OpKind::nll_loss_backward,
+        OpKind::select_backward, OpKind::sigmoid_backward, OpKind::silu_backward,
+        OpKind::slice_backward, OpKind::softplus_backward, OpKind::tanh_backward,
+        OpKind::threshold_backward},
        "",
-       "pointwise ones anywhere; reductions on CUDA, or trace.decompose_backward_everywhere",
-       "the pointwise ops and sums that compute the gradient",
-       on_stack<record_backward_decomposition>},
+       Where::Any,
+       Widening::None,
+       "floating dtypes",
+       "the pointwise ops that compute the gradient",
+       on_stack<record_pointwise_backward>},
+      {"backward_reduction_decomposition",
+       {OpKind::_log_softmax_backward_data, OpKind::_softmax_backward_data,
+        OpKind::convolution_backward, OpKind::native_layer_norm_backward},
+       "",
+       Where::Cuda,
+       Widening::DecomposeBackwardEverywhere,
+       "floating dtypes; a convolution's with a bias",
+       "the pointwise ops and sums that compute the gradient (a convolution's bias gradient)",
+       on_stack<record_reduction_backward>},
+      {"batch_norm_backward_decomposition",
+       {OpKind::native_batch_norm_backward},
+       "",
+       Where::Nowhere,
+       Widening::DecomposeBackwardEverywhere,
+       "floating dtypes (Note [Batch-norm backward])",
+       "the pointwise ops and sums (side by side) that compute the gradient",
+       on_stack<record_batch_norm_backward>},
       {"split_reduction",
-       {graph::OpKind::native_group_norm, graph::OpKind::_native_batch_norm_legit_functional,
-        graph::OpKind::sum, graph::OpKind::mean, graph::OpKind::amax, graph::OpKind::amin},
+       {OpKind::native_group_norm, OpKind::_native_batch_norm_legit_functional, OpKind::sum,
+        OpKind::mean, OpKind::amax, OpKind::amin},
        "",
-       "CUDA, or trace.splits_everywhere",
+       Where::Cuda,
+       Widening::SplitsEverywhere,
+       "few results of many elements",
        "few long reductions in two stages",
        on_stack<record_split_reduction>},
       {"batch_norm_inference",
-       {graph::OpKind::native_batch_norm, graph::OpKind::_native_batch_norm_legit,
-        graph::OpKind::_native_batch_norm_legit_no_training, graph::OpKind::cudnn_batch_norm},
+       {OpKind::native_batch_norm, OpKind::_native_batch_norm_legit,
+        OpKind::_native_batch_norm_legit_no_training, OpKind::cudnn_batch_norm},
        "",
-       "any device, eval",
+       Where::Cuda,
+       Widening::None,
+       "eval, nothing requires grad",
        "a per-channel affine map",
        on_stack<record_batch_norm_inference>},
       {"index_put_as_where",
-       {graph::OpKind::index_put},
+       {OpKind::index_put},
        "",
-       "any device",
+       Where::Any,
+       Widening::None,
+       "one boolean mask, one value",
        "self[mask] = value as where(mask, value, self)",
        one_result<index_put_as_where>},
       {"pad_unaligned_matmul",
-       {graph::OpKind::mm, graph::OpKind::bmm, graph::OpKind::addmm},
+       {OpKind::mm, OpKind::bmm, OpKind::addmm},
        "",
-       "CUDA, 16-bit",
+       Where::Cuda,
+       Widening::None,
+       "bf16, f16 or f32, unaligned, at least 2^26 multiply-adds",
        "the product of zero-padded operands, sliced",
        one_result<pad_unaligned_matmul>},
       {"convolution_bias_apart",
-       {graph::OpKind::convolution},
+       {OpKind::convolution},
        "",
-       "CUDA",
+       Where::Cuda,
+       Widening::None,
+       "a bias, f32/bf16/f16, nothing requires grad",
        "the convolution without its bias, then an add",
        one_result<convolution_bias_apart>},
       {"log_softmax_as_logsumexp",
-       {graph::OpKind::_log_softmax},
+       {OpKind::_log_softmax},
        "",
-       "CUDA, or trace.splits_everywhere",
+       Where::Cuda,
+       Widening::SplitsEverywhere,
+       "a last dim of at least 4096",
        "x - logsumexp(x)",
        one_result<log_softmax_as_logsumexp>},
       {"channels_last_convolution",
-       {graph::OpKind::convolution},
+       {OpKind::convolution},
        "",
-       "CUDA",
+       Where::Cuda,
+       Widening::None,
+       "2D, f32/bf16/f16, not grouped, not channels-last yet",
        "the convolution on channels-last operands",
        channels_last},
       {"nll_loss_as_gather",
-       {graph::OpKind::nll_loss_forward},
+       {OpKind::nll_loss_forward},
        "",
-       "CUDA, or trace.splits_everywhere",
+       Where::Cuda,
+       Widening::SplitsEverywhere,
+       "no class weights, a row of at least 4096",
        "a gather and a sum",
        nll_loss_gather},
   };
   return table;
 }
 
-}  // namespace ember::tracer
+void register_rewrite_kernels() {
+  register_attention_rewrite();
+  register_batch_norm_rewrite();
+}
+
+}  // namespace ember::rewrite

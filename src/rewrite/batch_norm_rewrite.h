@@ -7,8 +7,8 @@
 // opaque ATen call in the forward and another in the backward (`cudnn_batch_norm_backward`),
 // between which its ReLU and its residual add run as kernels of their own, and whose output the
 // min cut must save (it cannot be recomputed). `native_batch_norm` is what the tracer turns into
-// staged sums and a pointwise normalization (tracer/split_reduction.h), and its backward into sums
-// and pointwise ops (tracer/decompose_backward.h), all fused with their neighbours, so that the
+// staged sums and a pointwise normalization (rewrite/split_reduction.h), and its backward into sums
+// and pointwise ops (rewrite/decompose_backward.h), all fused with their neighbours, so that the
 // activations around a batch norm need not all be kept for the backward.
 //
 // So on AutogradPrivateUse1 (tracer tensors, above autograd, so NativeBatchNormBackward is what
@@ -40,9 +40,9 @@
 
 #include <optional>
 
-namespace ember::tracer {
+namespace ember::rewrite {
 
-/// Registers the rewrite. Idempotent; called by register_tracer_kernels.
+/// Registers the rewrite. Idempotent; called by register_rewrite_kernels (rewrites.h).
 void register_batch_norm_rewrite();
 
 /// What Note [cuDNN statistics, ember's normalization] needs of a cuDNN batch norm.
@@ -61,4 +61,4 @@ std::optional<CudnnNormalization> cudnn_normalization(const c10::OperatorHandle&
 /// save_mean, save_invstd, reserve), by ember's normalization of `n.x`.
 void normalize_from_statistics(const CudnnNormalization& n, torch::jit::Stack* stack);
 
-}  // namespace ember::tracer
+}  // namespace ember::rewrite

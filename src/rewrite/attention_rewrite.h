@@ -26,10 +26,11 @@
 // `where(row, _scaled_dot_product_attention_math(q, k, v), 0)` (its attention weights are saved
 // for the backward: [batch, heads, queries, keys] floats, as Inductor's).
 
-namespace ember::tracer {
+namespace ember::rewrite {
 
 /// Registers the rewrite for `AutogradPrivateUse1` (tracer tensors, above autograd, so the
-/// decomposition still records backward ops). Idempotent; called by register_tracer_kernels.
+/// decomposition still records backward ops). Idempotent; called by register_rewrite_kernels
+/// (rewrites.h).
 void register_attention_rewrite();
 
-}  // namespace ember::tracer
+}  // namespace ember::rewrite

@@ -1,4 +1,4 @@
-#include "tracer/batch_norm_rewrite.h"
+#include "rewrite/batch_norm_rewrite.h"
 #include "tracer/trace_session.h"
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -16,7 +16,9 @@
 #include "graph/ops.h"
 #include "support/error.h"
 
-namespace ember::tracer {
+namespace ember::rewrite {
+
+using tracer::trace_options;
 
 namespace {
 
@@ -77,7 +79,7 @@ std::optional<CudnnNormalization> cudnn_normalization(const c10::OperatorHandle&
   }
   CudnnNormalization n{input.toTensor(), optional_tensor(stack[base + 1]),
                        optional_tensor(stack[base + 2])};
-  if (!n.x.defined() || !n.x.device().is_cuda() || n.x.dim() < 2 || n.x.numel() == 0) {
+  if (!n.x.defined() || n.x.dim() < 2 || n.x.numel() == 0) {
     return std::nullopt;
   }
   const int64_t c = n.x.size(1);
@@ -109,8 +111,11 @@ void register_batch_norm_rewrite() {
   std::call_once(once, [] {
     auto& dispatcher = c10::Dispatcher::singleton();
     c10::OperatorName name("aten::batch_norm", "");
-    if (!dispatcher.findOp(name)) return;
-    // Leaked on purpose, as the tracer's other registrations (dispatch.cpp).
+    // Never skipped (as the ops the tracer records whole, tracer/dispatch.cpp).
+    EMBER_UNSUPPORTED(dispatcher.findOp(name).has_value())
+        << "this torch has no operator aten::batch_norm, which ember's rewrites register a kernel "
+        << "on (batch_norm_rewrite.h): a torch version ember does not support";
+    // Leaked on purpose, as the tracer's other registrations (tracer/dispatch.cpp).
     new c10::RegistrationHandleRAII(
         dispatcher.registerImpl(name, c10::DispatchKey::AutogradPrivateUse1,
                                 c10::KernelFunction::makeFromBoxedFunction<&batch_norm_kernel>(),
@@ -118,4 +123,4 @@ void register_batch_norm_rewrite() {
   });
 }
 
-}  // namespace ember::tracer
+}  // namespace ember::rewrite

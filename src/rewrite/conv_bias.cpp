@@ -1,4 +1,4 @@
-#include "tracer/conv_bias.h"
+#include "rewrite/conv_bias.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -8,7 +8,7 @@
 
 #include "graph/ops.h"
 
-namespace ember::tracer {
+namespace ember::rewrite {
 
 std::optional<at::Tensor> convolution_bias_apart(const c10::OperatorHandle& op,
                                                  c10::ArrayRef<c10::IValue> args) {
@@ -23,9 +23,8 @@ std::optional<at::Tensor> convolution_bias_apart(const c10::OperatorHandle& op,
   const at::Tensor& input = args[0].toTensor();
   const at::Tensor& weight = args[1].toTensor();
   const at::Tensor& bias = args[2].toTensor();
-  if (!input.defined() || !weight.defined() || !bias.defined() || !input.device().is_cuda() ||
-      input.dim() < 3 || weight.dim() != input.dim() || bias.dim() != 1 || !args[6].isBool() ||
-      !args[8].isInt()) {
+  if (!input.defined() || !weight.defined() || !bias.defined() || input.dim() < 3 ||
+      weight.dim() != input.dim() || bias.dim() != 1 || !args[6].isBool() || !args[8].isInt()) {
     return std::nullopt;
   }
   const int64_t out_channels = args[6].toBool() ? weight.size(1) * args[8].toInt() : weight.size(0);
@@ -49,4 +48,4 @@ std::optional<at::Tensor> convolution_bias_apart(const c10::OperatorHandle& op,
   return out.add(bias.view(shape));
 }
 
-}  // namespace ember::tracer
+}  // namespace ember::rewrite

@@ -1,4 +1,4 @@
-#include "tracer/attention_rewrite.h"
+#include "rewrite/attention_rewrite.h"
 
 #include <ATen/Context.h>
 #include <ATen/ExpandUtils.h>
@@ -12,7 +12,9 @@
 #include <mutex>
 #include <optional>
 
-namespace ember::tracer {
+#include "support/error.h"
+
+namespace ember::rewrite {
 
 namespace {
 
@@ -79,8 +81,12 @@ void register_attention_rewrite() {
   std::call_once(once, [] {
     auto& dispatcher = c10::Dispatcher::singleton();
     c10::OperatorName name("aten::scaled_dot_product_attention", "");
-    if (!dispatcher.findOp(name)) return;
-    // Leaked on purpose, as the tracer's other registrations (dispatch.cpp).
+    // Never skipped (as the ops the tracer records whole, tracer/dispatch.cpp).
+    EMBER_UNSUPPORTED(dispatcher.findOp(name).has_value())
+        << "this torch has no operator aten::scaled_dot_product_attention, which ember's rewrites "
+           "register a kernel "
+        << "on (attention_rewrite.h): a torch version ember does not support";
+    // Leaked on purpose, as the tracer's other registrations (tracer/dispatch.cpp).
     new c10::RegistrationHandleRAII(
         dispatcher.registerImpl(name, c10::DispatchKey::AutogradPrivateUse1,
                                 c10::KernelFunction::makeFromBoxedFunction<&attention_kernel>(),
@@ -88,4 +94,4 @@ void register_attention_rewrite() {
   });
 }
 
-}  // namespace ember::tracer
+}  // namespace ember::rewrite

@@ -21,23 +21,14 @@
 
 #include <optional>
 
-namespace ember::tracer {
+namespace ember::rewrite {
 
 /// `aten::convolution` called with `args` (tracer tensors), recorded on channels-last operands,
 /// or nullopt when the call is recorded as it is. `*from_contiguous` is set when the input was a
-/// contiguous (NCHW) tensor, so that the graph's outputs go back to that layout.
+/// contiguous (NCHW) tensor, so that the graph's outputs go back to that layout. On CUDA (the
+/// table's device predicate; not checked here).
 std::optional<at::Tensor> channels_last_convolution(const c10::OperatorHandle& op,
                                                     c10::ArrayRef<c10::IValue> args,
                                                     bool* from_contiguous);
 
-/// The layout of a convolution's result, which the meta kernel does not know: cuDNN returns
-/// channels-last when the input or the weight of a 2D convolution is channels-last
-/// (cudnn_conv_suggest_memory_format; not in f64), and so do the CPU's kernels (oneDNN's and the
-/// slow ones, every dtype, transposed too). Restrides `meta_result` (the meta kernel's result of
-/// `aten::convolution` called with `args`) to channels-last in that case. Before, a CPU
-/// convolution of a channels-last module was recorded contiguous: the graph's pointwise kernels
-/// after it wrote contiguous outputs where eager's are channels-last.
-void convolution_layout(const c10::OperatorHandle& op, c10::ArrayRef<c10::IValue> args,
-                        at::Tensor& meta_result);
-
-}  // namespace ember::tracer
+}  // namespace ember::rewrite

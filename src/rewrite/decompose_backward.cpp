@@ -1,4 +1,4 @@
-#include "tracer/decompose_backward.h"
+#include "rewrite/decompose_backward.h"
 #include "tracer/trace_session.h"
 
 #include <ATen/ATen.h>
@@ -14,24 +14,16 @@
 #include <vector>
 
 #include "graph/ops.h"
-#include "tracer/split_reduction.h"
+#include "rewrite/split_reduction.h"
 #include "tracer/tracer_tensor.h"
 
-namespace ember::tracer {
+namespace ember::rewrite {
+
+using tracer::as_tracer;
 
 namespace {
 
 using Stack = torch::jit::Stack;
-
-bool decompose_all() {
-  return trace_options().decompose_backward_everywhere;
-}
-
-// The reductions are decomposed on CUDA; trace.decompose_backward_everywhere on every device
-// (the CPU tests compare the decompositions with eager).
-bool decomposes_reductions(const at::Tensor& x) {
-  return x.device().is_cuda() || decompose_all();
-}
 
 bool is_half(at::ScalarType t) {
   return t == at::kHalf || t == at::kBFloat16;
@@ -167,7 +159,7 @@ bool layer_norm_backward(Stack* stack) {
   if (!a[0].isTensor() || !a[1].isTensor() || !a[3].isTensor() || !a[4].isTensor()) return false;
   const at::Tensor g = a[0].toTensor(), x = a[1].toTensor();
   const at::Tensor mean = a[3].toTensor(), rstd = a[4].toTensor();
-  if (!is_float(g) || !is_float(x) || !decomposes_reductions(x)) return false;
+  if (!is_float(g) || !is_float(x)) return false;
   const std::vector<int64_t> normalized = a[2].toIntVector();
   const std::optional<at::Tensor> weight = optional_tensor(a[5]);
   const std::vector<bool> mask = {a[7].toBoolList()[0], a[7].toBoolList()[1], a[7].toBoolList()[2]};
@@ -214,9 +206,10 @@ bool batch_norm_backward(Stack* stack) {
   const c10::IValue* a = stack->data() + base;
   if (!a[0].isTensor() || !a[1].isTensor() || !a[7].isBool()) return false;
   const at::Tensor g = a[0].toTensor(), x = a[1].toTensor();
-  // Only on request: ATen's kernel reads the activation gradient once for both sums, and the
-  // decomposed form makes training slower (Note [Batch-norm backward] in the header).
-  if (!is_float(g) || !is_float(x) || x.dim() < 2 || !decompose_all()) return false;
+  // Only on request (the table's row applies under trace.decompose_backward_everywhere alone):
+  // ATen's kernel reads the activation gradient once for both sums, and the decomposed form
+  // makes training slower (Note [Batch-norm backward] in the header).
+  if (!is_float(g) || !is_float(x) || x.dim() < 2) return false;
   const bool train = a[7].toBool();
   const double eps = a[8].toDouble();
   const std::optional<at::Tensor> weight = optional_tensor(a[2]);
@@ -346,8 +339,7 @@ bool convolution_backward(Stack* stack) {
   if (!a[0].isTensor() || !a[10].isBoolList()) return false;
   const at::Tensor g = a[0].toTensor();
   const c10::List<bool> mask = a[10].toBoolList();
-  if (mask.size() != 3 || !mask[2] || !is_float(g) || g.dim() < 3 || as_tracer(g) == nullptr ||
-      !decomposes_reductions(g)) {
+  if (mask.size() != 3 || !mask[2] || !is_float(g) || g.dim() < 3 || as_tracer(g) == nullptr) {
     return false;
   }
   std::vector<int64_t> dims{0};
@@ -368,20 +360,28 @@ bool convolution_backward(Stack* stack) {
   return true;
 }
 
+// The schema's arguments on top of the stack when `op` is a backward op with no overload name:
+// its kind and the index of its first argument; nullopt otherwise.
+std::optional<std::pair<graph::OpKind, size_t>> backward_call(const c10::OperatorHandle& op,
+                                                              const Stack& stack) {
+  const c10::FunctionSchema& schema = op.schema();
+  if (!schema.overload_name().empty()) return std::nullopt;
+  const graph::OpKind kind = graph::op_kind(schema.name());
+  if (graph::op_category(kind) != graph::OpCategory::Backward) return std::nullopt;
+  const size_t num_args = schema.arguments().size();
+  if (stack.size() < num_args || num_args < 2) return std::nullopt;
+  return std::make_pair(kind, stack.size() - num_args);
+}
+
 }  // namespace
 
-bool record_backward_decomposition(const c10::OperatorHandle& op, Stack* stack) {
-  const c10::FunctionSchema& schema = op.schema();
-  if (!schema.overload_name().empty()) return false;
-  using graph::OpKind;
-  const OpKind kind = graph::op_kind(schema.name());
-  if (graph::op_category(kind) != graph::OpCategory::Backward) return false;
-  const size_t num_args = schema.arguments().size();
-  if (stack->size() < num_args || num_args < 2) return false;
-  const size_t base = stack->size() - num_args;
+bool record_pointwise_backward(const c10::OperatorHandle& op, Stack* stack) {
+  const auto call = backward_call(op, *stack);
+  if (!call) return false;
+  const auto [kind, base] = *call;
+  const size_t num_args = stack->size() - base;
   // Recorded below autograd and autocast: the decompositions' ops are the graph's, as they are.
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-
   const auto& rules = pointwise_rules();
   if (auto it = rules.find(kind); it != rules.end()) {
     const c10::IValue& gv = (*stack)[base];
@@ -389,7 +389,7 @@ bool record_backward_decomposition(const c10::OperatorHandle& op, Stack* stack) 
     if (!gv.isTensor() || !xv.isTensor()) return false;
     const at::Tensor g = gv.toTensor(), x = xv.toTensor();
     if (!is_float(g) || !is_float(x) || g.sizes() != x.sizes()) return false;
-    if (as_tracer(g) == nullptr && as_tracer(x) == nullptr) return false;
+    if (tracer::as_tracer(g) == nullptr && tracer::as_tracer(x) == nullptr) return false;
     at::Tensor out =
         it->second(g, x, c10::ArrayRef<c10::IValue>(stack->data() + base + 2, num_args - 2));
     if (!out.defined()) return false;
@@ -397,13 +397,27 @@ bool record_backward_decomposition(const c10::OperatorHandle& op, Stack* stack) 
     torch::jit::push(*stack, std::move(out));
     return true;
   }
+  using graph::OpKind;
+  if (kind == OpKind::nll_loss_backward && num_args == 7) return nll_loss_backward(stack);
+  if ((kind == OpKind::slice_backward && num_args == 6) ||
+      (kind == OpKind::select_backward && num_args == 4)) {
+    return scatter_backward(kind, stack, num_args);
+  }
+  return false;
+}
+
+bool record_reduction_backward(const c10::OperatorHandle& op, Stack* stack) {
+  const auto call = backward_call(op, *stack);
+  if (!call) return false;
+  const auto [kind, base] = *call;
+  const size_t num_args = stack->size() - base;
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  using graph::OpKind;
   if (kind == OpKind::_softmax_backward_data || kind == OpKind::_log_softmax_backward_data) {
     const c10::IValue* a = stack->data() + base;
     if (!a[0].isTensor() || !a[1].isTensor()) return false;
     const at::Tensor g = a[0].toTensor(), y = a[1].toTensor();
-    if (!is_float(g) || !is_float(y) || g.sizes() != y.sizes() || !decomposes_reductions(y)) {
-      return false;
-    }
+    if (!is_float(g) || !is_float(y) || g.sizes() != y.sizes()) return false;
     at::Tensor out = softmax_backward(g, y, a[2].toInt(), a[3].toScalarType(),
                                       kind == OpKind::_log_softmax_backward_data);
     torch::jit::drop(*stack, num_args);
@@ -413,16 +427,19 @@ bool record_backward_decomposition(const c10::OperatorHandle& op, Stack* stack) 
   if (kind == OpKind::native_layer_norm_backward && num_args == 8) {
     return layer_norm_backward(stack);
   }
-  if (kind == OpKind::nll_loss_backward && num_args == 7) return nll_loss_backward(stack);
-  if ((kind == OpKind::slice_backward && num_args == 6) ||
-      (kind == OpKind::select_backward && num_args == 4)) {
-    return scatter_backward(kind, stack, num_args);
-  }
-  if (kind == OpKind::native_batch_norm_backward && num_args == 10) {
-    return batch_norm_backward(stack);
-  }
   if (kind == OpKind::convolution_backward && num_args == 11) return convolution_backward(stack);
   return false;
 }
 
-}  // namespace ember::tracer
+bool record_batch_norm_backward(const c10::OperatorHandle& op, Stack* stack) {
+  const auto call = backward_call(op, *stack);
+  if (!call) return false;
+  const auto [kind, base] = *call;
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  if (kind == graph::OpKind::native_batch_norm_backward && stack->size() - base == 10) {
+    return batch_norm_backward(stack);
+  }
+  return false;
+}
+
+}  // namespace ember::rewrite

@@ -1,11 +1,10 @@
-#include "tracer/log_softmax_rewrite.h"
+#include "rewrite/log_softmax_rewrite.h"
 
 #include <ATen/ATen.h>
 
 #include "graph/ops.h"
-#include "tracer/split_reduction.h"
 
-namespace ember::tracer {
+namespace ember::rewrite {
 
 namespace {
 // Rows shorter than this keep `_log_softmax` (one kernel; what it saves is small).
@@ -22,7 +21,7 @@ std::optional<at::Tensor> log_softmax_as_logsumexp(const c10::OperatorHandle& op
     return std::nullopt;
   }
   const at::Tensor& x = args[0].toTensor();
-  if (!x.defined() || x.dim() < 1 || !splits_on(x)) return std::nullopt;
+  if (!x.defined() || x.dim() < 1) return std::nullopt;
   const int64_t dim = args[1].toInt() < 0 ? args[1].toInt() + x.dim() : args[1].toInt();
   const at::ScalarType t = x.scalar_type();
   if (dim != x.dim() - 1 || x.size(dim) < kMinRow ||
@@ -51,9 +50,9 @@ std::optional<std::pair<at::Tensor, at::Tensor>> nll_loss_as_gather(
   const at::Tensor& target = args[1].toTensor();
   const int64_t reduction = args[3].toInt();
   const at::ScalarType t = self.scalar_type();
-  if (!self.defined() || !target.defined() || !splits_on(self) || self.dim() != 2 ||
-      self.size(1) < kMinRow || (t != at::kFloat && t != at::kBFloat16 && t != at::kHalf) ||
-      target.dim() != 1 || target.size(0) != self.size(0) ||
+  if (!self.defined() || !target.defined() || self.dim() != 2 || self.size(1) < kMinRow ||
+      (t != at::kFloat && t != at::kBFloat16 && t != at::kHalf) || target.dim() != 1 ||
+      target.size(0) != self.size(0) ||
       (target.scalar_type() != at::kLong && target.scalar_type() != at::kInt) ||
       (reduction != 1 && reduction != 2)) {
     return std::nullopt;
@@ -67,4 +66,4 @@ std::optional<std::pair<at::Tensor, at::Tensor>> nll_loss_as_gather(
   return std::make_pair(output.to(t), count.to(t));
 }
 
-}  // namespace ember::tracer
+}  // namespace ember::rewrite

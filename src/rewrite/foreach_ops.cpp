@@ -1,4 +1,4 @@
-#include "tracer/foreach_ops.h"
+#include "rewrite/foreach_ops.h"
 
 #include <ATen/core/List.h>
 #include <ATen/core/Tensor.h>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-namespace ember::tracer {
+namespace ember::rewrite {
 
 namespace {
 
@@ -115,4 +115,4 @@ bool record_foreach_as_per_tensor_ops(const c10::OperatorHandle& op, torch::jit:
   return true;
 }
 
-}  // namespace ember::tracer
+}  // namespace ember::rewrite

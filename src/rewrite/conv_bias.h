@@ -18,11 +18,11 @@
 
 #include <optional>
 
-namespace ember::tracer {
+namespace ember::rewrite {
 
 /// `aten::convolution` called with `args` (tracer tensors), recorded as the convolution without
 /// its bias and an add of the bias, or nullopt when the call is recorded as it is.
 std::optional<at::Tensor> convolution_bias_apart(const c10::OperatorHandle& op,
                                                  c10::ArrayRef<c10::IValue> args);
 
-}  // namespace ember::tracer
+}  // namespace ember::rewrite

@@ -1,4 +1,4 @@
-#include "tracer/matmul_padding.h"
+#include "rewrite/matmul_padding.h"
 
 #include <ATen/ops/addmm.h>
 #include <ATen/ops/bmm.h>
@@ -10,7 +10,7 @@
 
 #include "graph/ops.h"
 
-namespace ember::tracer {
+namespace ember::rewrite {
 
 namespace {
 
@@ -79,9 +79,8 @@ std::optional<at::Tensor> pad_unaligned_matmul(const c10::OperatorHandle& op,
   }
   const at::Tensor& a = args[first].toTensor();
   const at::Tensor& b = args[first + 1].toTensor();
-  if (!a.defined() || !b.defined() || !a.device().is_cuda() ||
-      a.dim() != (kind == graph::OpKind::bmm ? 3 : 2) || a.dim() != b.dim() ||
-      a.scalar_type() != b.scalar_type()) {
+  if (!a.defined() || !b.defined() || a.dim() != (kind == graph::OpKind::bmm ? 3 : 2) ||
+      a.dim() != b.dim() || a.scalar_type() != b.scalar_type()) {
     return std::nullopt;
   }
   const int64_t align = alignment(a.scalar_type());
@@ -125,4 +124,4 @@ std::optional<at::Tensor> pad_unaligned_matmul(const c10::OperatorHandle& op,
   return out;
 }
 
-}  // namespace ember::tracer
+}  // namespace ember::rewrite

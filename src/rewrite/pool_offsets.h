@@ -5,7 +5,7 @@
 // in its input plane, so the min cut saves the indices: ResNet-50's stem pool in bf16 at batch
 // 128, 196 MiB, where the pooled values themselves are 49 MiB. Inductor saves a byte per output
 // instead, the maximum's offset in its window (_low_memory_max_pool2d_with_offsets). Where the
-// reduction rewrites apply (splits_on: CUDA, or every device with EMBER_SPLIT_REDUCTIONS=all) and
+// reduction rewrites apply (CUDA, or every device with trace.splits_everywhere) and
 // a window has at most 127 positions, the tracer records after the pool the offsets
 //     off = (h - (oh*sH - pH)) / dH * KW + (w - (ow*sW - pW)) / dW     h, w = idx / W, idx % W
 // as int8, and a max_pool2d_with_indices_backward that reads those indices reads instead the
@@ -34,8 +34,13 @@
 
 #include <cstdint>
 #include <optional>
+#include <utility>
 
 namespace ember::tracer {
+class TraceSession;
+}
+
+namespace ember::rewrite {
 
 /// A 2D pooling window, and the width of the input planes it walks.
 struct PoolWindow {
@@ -44,12 +49,22 @@ struct PoolWindow {
 };
 
 /// The window of `op` called with `args` when it is a max_pool2d_with_indices on a tracer tensor
-/// whose indices are recorded as offsets (above), else nullopt.
+/// whose indices are recorded as offsets (above), else nullopt. On CUDA, or on every device with
+/// trace.splits_everywhere: the table's device predicate, not checked here.
 std::optional<PoolWindow> offsets_window(const c10::OperatorHandle& op,
                                          c10::ArrayRef<c10::IValue> args);
 
 /// The offsets of `indices` ([..., OH, OW], int64) in their windows, as int8, recorded.
 at::Tensor record_window_offsets(const at::Tensor& indices, const PoolWindow& w);
+
+/// Records the offsets of a pool's `indices` (a tracer tensor of `session`) in window `w`, and
+/// keeps them for the pool's backward (the session's rewrite state, by the indices' value).
+void note_pool_offsets(tracer::TraceSession& session, const at::Tensor& indices,
+                       const PoolWindow& w);
+
+/// The offsets and window noted for `indices` in `session`, or nullptr.
+const std::pair<at::Tensor, PoolWindow>* pool_offsets_of(tracer::TraceSession& session,
+                                                         const at::Tensor& indices);
 
 /// The int64 indices that `offsets` stand for, recorded.
 at::Tensor record_indices_from_offsets(const at::Tensor& offsets, const PoolWindow& w);
@@ -63,4 +78,4 @@ std::optional<at::Tensor> record_pool_backward_from_offsets(const at::Tensor& gr
                                                             const at::Tensor& offsets,
                                                             const PoolWindow& w);
 
-}  // namespace ember::tracer
+}  // namespace ember::rewrite

@@ -51,19 +51,18 @@
 #include <cstdint>
 #include <vector>
 
-namespace ember::tracer {
+namespace ember::rewrite {
 
 /// Records `op` called with the arguments on top of `stack` (tracer tensors) as a split
 /// reduction, replacing the arguments with its results, and returns true; or returns false and
-/// leaves the stack alone when the call is recorded as it is.
+/// leaves the stack alone when the call is recorded as it is. On CUDA, or on every device with
+/// trace.splits_everywhere: the table's device predicate, not checked here.
 bool record_split_reduction(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
-/// Whether the CUDA-only reduction rewrites apply to `x`: on CUDA, or on every device with
-/// EMBER_SPLIT_REDUCTIONS=all.
-bool splits_on(const at::Tensor& x);
-
 /// The sums of each of `xs` (tracer tensors of one shape) over `dims` in `acc`, recorded
-/// next to each other: split in stages as above where a sum of x would be, stage by stage for
+/// next to each other: split in stages as above where a sum of x would be (on CUDA, or on every
+/// device with trace.splits_everywhere: this checks x's device itself, for the rewrites of other
+/// predicates that call it), stage by stage for
 /// all of them, so that the scheduler folds the sums of each stage into one kernel, which reads
 /// what their inputs share once (Note [Sibling reductions] in sched/reduction_fusion.cpp).
 /// Batch norm's statistics and its backward's two sums.
@@ -71,4 +70,4 @@ std::vector<at::Tensor> record_sums_side_by_side(std::vector<at::Tensor> xs,
                                                  const std::vector<int64_t>& dims,
                                                  at::ScalarType acc);
 
-}  // namespace ember::tracer
+}  // namespace ember::rewrite

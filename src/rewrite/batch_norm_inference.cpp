@@ -1,4 +1,4 @@
-#include "tracer/batch_norm_inference.h"
+#include "rewrite/batch_norm_inference.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
@@ -10,7 +10,7 @@
 
 #include "graph/ops.h"
 
-namespace ember::tracer {
+namespace ember::rewrite {
 
 namespace {
 
@@ -53,8 +53,7 @@ bool record_batch_norm_inference(const c10::OperatorHandle& op, torch::jit::Stac
   std::optional<at::Tensor> bias = tensor(named(schema, args, "bias"));
   std::optional<at::Tensor> mean = tensor(named(schema, args, "running_mean"));
   std::optional<at::Tensor> var = tensor(named(schema, args, "running_var"));
-  if (!x || !mean || !var || eps_arg == nullptr || !eps_arg->isDouble() || !x->device().is_cuda() ||
-      x->dim() < 2) {
+  if (!x || !mean || !var || eps_arg == nullptr || !eps_arg->isDouble() || x->dim() < 2) {
     return false;
   }
   const at::ScalarType dtype = x->scalar_type();
@@ -94,4 +93,4 @@ bool record_batch_norm_inference(const c10::OperatorHandle& op, torch::jit::Stac
   return true;
 }
 
-}  // namespace ember::tracer
+}  // namespace ember::rewrite

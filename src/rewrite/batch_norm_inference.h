@@ -24,10 +24,10 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
-namespace ember::tracer {
+namespace ember::rewrite {
 
 /// Records `op` called with the arguments on top of `stack` as the affine map above, replacing
 /// the arguments with its results, and returns true; or returns false and leaves the stack alone.
 bool record_batch_norm_inference(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
-}  // namespace ember::tracer
+}  // namespace ember::rewrite

@@ -8,7 +8,7 @@
 // a ReLU's backward would read and write a whole activation on its own, and a linear layer's bias
 // gradient could not fuse with the activation gradient it sums. Inductor decomposes them; so does
 // the tracer here, when it records one on tracer tensors, into pointwise ops and sums that the
-// scheduler already fuses (and, on CUDA, splits: tracer/split_reduction.h).
+// scheduler already fuses (and, on CUDA, splits: rewrite/split_reduction.h).
 //
 // Numerics are eager's: half and bfloat16 operands are computed in f32 and the results rounded
 // once to the op's result dtype, as its kernels do with their opmath type.
@@ -45,17 +45,29 @@
 // gradient once for both per-channel sums; decomposed, they are column reductions of that
 // gradient in stages, which make CNN training slower and its compile longer (figures in
 // docs/benchmarks.md). Decomposed, the two sums are recorded side by side
-// (tracer::record_sums_side_by_side) and run as one kernel per stage (Note [Sibling reductions]
+// (rewrite::record_sums_side_by_side) and run as one kernel per stage (Note [Sibling reductions]
 // in sched/reduction_fusion.cpp), which reads g's chain and x once.
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
-namespace ember::tracer {
+namespace ember::rewrite {
 
-/// Records `op` called with the arguments on top of `stack` (tracer tensors) as its
-/// decomposition, replacing the arguments with its results, and returns true; or returns false
-/// and leaves the stack alone when the call is recorded as it is.
-bool record_backward_decomposition(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+// Three rows of the rewrite table (rewrites.cpp), one per device predicate: each records `op`
+// called with the arguments on top of `stack` (tracer tensors) as its decomposition, replacing
+// the arguments with its results, and returns true; or returns false and leaves the stack alone
+// when the call is recorded as it is. None checks the device: the table's predicate did.
 
-}  // namespace ember::tracer
+/// The pointwise backward ops, nll_loss_backward, slice_backward and select_backward: every
+/// device.
+bool record_pointwise_backward(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+/// The reductions (_softmax_backward_data, _log_softmax_backward_data,
+/// native_layer_norm_backward, convolution_backward's bias): CUDA, or every device with
+/// trace.decompose_backward_everywhere.
+bool record_reduction_backward(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+/// native_batch_norm_backward: only with trace.decompose_backward_everywhere (every device).
+bool record_batch_norm_backward(const c10::OperatorHandle& op, torch::jit::Stack* stack);
+
+}  // namespace ember::rewrite

@@ -24,11 +24,11 @@
 
 #include <optional>
 
-namespace ember::tracer {
+namespace ember::rewrite {
 
 /// The padded form of `op` (aten::mm, aten::addmm or aten::bmm) called with `args` (tracer
 /// tensors), computed by tracing the padded ops, or nullopt when the call is recorded as it is.
 std::optional<at::Tensor> pad_unaligned_matmul(const c10::OperatorHandle& op,
                                                c10::ArrayRef<c10::IValue> args);
 
-}  // namespace ember::tracer
+}  // namespace ember::rewrite

@@ -19,10 +19,10 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
-namespace ember::tracer {
+namespace ember::rewrite {
 
 /// Records `op` (a `_foreach_*` op, arguments on top of `stack`) as its per-tensor ops, replacing
 /// the arguments with its results, and returns true; or returns false, leaving the stack alone.
 bool record_foreach_as_per_tensor_ops(const c10::OperatorHandle& op, torch::jit::Stack* stack);
 
-}  // namespace ember::tracer
+}  // namespace ember::rewrite

@@ -1,4 +1,4 @@
-#include "tracer/split_reduction.h"
+#include "rewrite/split_reduction.h"
 
 #include <ATen/ATen.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
@@ -15,16 +15,21 @@
 #include "tracer/trace_session.h"
 #include "tracer/tracer_tensor.h"
 
-namespace ember::tracer {
+namespace ember::rewrite {
+
+using tracer::as_tracer;
+using tracer::call_meta_cached;
+using tracer::TracerTensorImpl;
+
+namespace {
 
 // Splits are for CUDA, where a program per result leaves SMs idle. The option
 // trace.splits_everywhere applies them on every device (the CPU tests run the rewritten graphs
-// against eager).
+// against eager). The rows of the table have this as their device predicate; the sums side by
+// side that other rows record (the batch-norm backward's) check it here.
 bool splits_on(const at::Tensor& x) {
-  return x.device().is_cuda() || trace_options().splits_everywhere;
+  return x.device().is_cuda() || tracer::trace_options().splits_everywhere;
 }
-
-namespace {
 
 constexpr int64_t kMaxRows = 256;             // results: fewer than this, and the device idles
 constexpr int64_t kMinRowElements = 1 << 16;  // elements per result worth splitting
@@ -51,8 +56,7 @@ bool split_group_norm(torch::jit::Stack* stack) {
   const int64_t hxw = (*stack)[base + 5].toInt();
   const int64_t g = (*stack)[base + 6].toInt();
   const double eps = (*stack)[base + 7].toDouble();
-  if (!x.defined() || !splits_on(x) || !x.is_contiguous() || g <= 0 || c % g != 0 ||
-      n * c * hxw != x.numel()) {
+  if (!x.defined() || !x.is_contiguous() || g <= 0 || c % g != 0 || n * c * hxw != x.numel()) {
     return false;
   }
   const at::ScalarType dtype = x.scalar_type();
@@ -246,7 +250,7 @@ bool split_simple_reduction(const c10::FunctionSchema& schema, torch::jit::Stack
   const c10::IValue& self = (*stack)[base];
   if (!self.isTensor()) return false;
   const at::Tensor x = self.toTensor();
-  if (!x.defined() || !splits_on(x) || x.dim() == 0) return false;
+  if (!x.defined() || x.dim() == 0) return false;
   const at::ScalarType dtype = x.scalar_type();
   if (dtype != at::kFloat && dtype != at::kDouble && dtype != at::kBFloat16 && dtype != at::kHalf) {
     return false;
@@ -356,7 +360,7 @@ bool split_batch_norm_training(const c10::OperatorHandle& op, torch::jit::Stack*
   const at::Tensor x = input.toTensor();
   const at::Tensor rm = rm_arg.toTensor(), rv = rv_arg.toTensor();
   TracerTensorImpl* tracer = as_tracer(x);
-  if (tracer == nullptr || tracer->session() == nullptr || !splits_on(x) || x.dim() < 2) {
+  if (tracer == nullptr || tracer->session() == nullptr || x.dim() < 2) {
     return false;
   }
   const at::ScalarType dtype = x.scalar_type();
@@ -469,4 +473,4 @@ bool record_split_reduction(const c10::OperatorHandle& op, torch::jit::Stack* st
   return false;
 }
 
-}  // namespace ember::tracer
+}  // namespace ember::rewrite

@@ -1,19 +1,29 @@
-#include "tracer/pool_offsets.h"
+#include "rewrite/pool_offsets.h"
 
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 
 #include <cstdlib>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "graph/ops.h"
-#include "tracer/split_reduction.h"
+#include "support/error.h"
+#include "tracer/trace_session.h"
 #include "tracer/tracer_tensor.h"
 
-namespace ember::tracer {
+namespace ember::rewrite {
+
+using tracer::as_tracer;
 
 namespace {
+
+// The offsets (with their window) recorded for each pool's indices in one trace, by the indices'
+// graph value.
+struct PoolOffsets {
+  std::unordered_map<graph::ValueId, std::pair<at::Tensor, PoolWindow>> by_indices;
+};
 
 // Two values of an int[2] argument: one value stands for both; empty gives `fallback`.
 std::optional<std::pair<int64_t, int64_t>> pair_of(const c10::IValue& v,
@@ -45,7 +55,7 @@ std::optional<PoolWindow> offsets_window(const c10::OperatorHandle& op,
     return std::nullopt;
   }
   const at::Tensor& x = args[0].toTensor();
-  if (!x.defined() || as_tracer(x) == nullptr || (x.dim() != 3 && x.dim() != 4) || !splits_on(x)) {
+  if (!x.defined() || as_tracer(x) == nullptr || (x.dim() != 3 && x.dim() != 4)) {
     return std::nullopt;
   }
   // Only where a backward may follow. Under no_grad nothing reads the indices, but the offsets
@@ -77,6 +87,23 @@ at::Tensor record_window_offsets(const at::Tensor& indices, const PoolWindow& w)
   if (w.dh != 1) kh = kh.div(w.dh, "floor");
   if (w.dw != 1) kw = kw.div(w.dw, "floor");
   return (kh * w.kw + kw).to(at::kChar);
+}
+
+void note_pool_offsets(tracer::TraceSession& session, const at::Tensor& indices,
+                       const PoolWindow& w) {
+  tracer::TracerTensorImpl* t = as_tracer(indices);
+  EMBER_INTERNAL_ASSERT(t != nullptr) << "max_pool2d_with_indices: indices not traced";
+  session.rewrite_state<PoolOffsets>().by_indices.emplace(
+      t->value(), std::make_pair(record_window_offsets(indices, w), w));
+}
+
+const std::pair<at::Tensor, PoolWindow>* pool_offsets_of(tracer::TraceSession& session,
+                                                         const at::Tensor& indices) {
+  tracer::TracerTensorImpl* t = as_tracer(indices);
+  if (t == nullptr) return nullptr;
+  const PoolOffsets& all = session.rewrite_state<PoolOffsets>();
+  auto it = all.by_indices.find(t->value());
+  return it == all.by_indices.end() ? nullptr : &it->second;
 }
 
 at::Tensor record_indices_from_offsets(const at::Tensor& offsets, const PoolWindow& w) {
@@ -137,4 +164,4 @@ std::optional<at::Tensor> record_pool_backward_from_offsets(const at::Tensor& gr
   return sum.to(input.scalar_type()).contiguous(input.suggest_memory_format());
 }
 
-}  // namespace ember::tracer
+}  // namespace ember::rewrite
