@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "support/error.h"
 #include "support/options.h"
 #include "tracer/rewrite_call.h"
 
@@ -117,7 +118,12 @@ class TraceSession {
 
   /// The thread's dispatch state from before enter(); the kernel restores it while it computes
   /// metadata, so that meta and eager calls are not traced.
-  const c10::impl::LocalDispatchKeySet& outer_tls() const { return *outer_tls_; }
+  /// Requires: the session is entered.
+  const c10::impl::LocalDispatchKeySet& outer_tls() const {
+    EMBER_INTERNAL_ASSERT(outer_tls_.has_value())
+        << "the outer dispatch state of a session not entered";
+    return *outer_tls_;
+  }
 
   const graph::Graph& graph() const { return graph_; }
 
