@@ -60,16 +60,9 @@ int64_t hint(const SymExpr& e, const ShapeEnv& env) {
 }
 
 SymExpr substitute(const SymExpr& e, const std::map<SymbolId, SymExpr>& replacements) {
-  SymExpr out = e.node().constant;
-  for (const Term& t : e.node().terms) {
-    SymExpr term = t.coeff;
-    for (const Factor& f : t.factors) {
-      SymExpr a = substitute_atom(f.atom, replacements);
-      for (int64_t i = 0; i < f.power; ++i) term = term * a;
-    }
-    out = out + term;
-  }
-  return out;
+  return map_atoms(e, [&](const std::shared_ptr<const AtomNode>& a) {
+    return substitute_atom(a, replacements);
+  });
 }
 
 }  // namespace ember::sym

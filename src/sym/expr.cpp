@@ -368,4 +368,18 @@ SymExpr apply(AtomKind kind, const SymExpr& lhs, const SymExpr& rhs) {
   return 0;
 }
 
+SymExpr map_atoms(const SymExpr& e,
+                  const std::function<SymExpr(const std::shared_ptr<const AtomNode>&)>& f) {
+  SymExpr out = e.node().constant;
+  for (const Term& t : e.node().terms) {
+    SymExpr term = t.coeff;
+    for (const Factor& factor : t.factors) {
+      SymExpr a = f(factor.atom);
+      for (int64_t i = 0; i < factor.power; ++i) term = term * a;
+    }
+    out = out + term;
+  }
+  return out;
+}
+
 }  // namespace ember::sym

@@ -137,6 +137,10 @@ SymExpr max(const SymExpr& a, const SymExpr& b);
 SymExpr atom_expr(std::shared_ptr<const AtomNode> atom);
 /// Rebuilds an atom of kind `kind` (not Symbol) through its builder.
 SymExpr apply(AtomKind kind, const SymExpr& lhs, const SymExpr& rhs);
+/// `e` with each atom replaced by `f(atom)`, rebuilt through the builders (canonical again):
+/// the walk of substitution and simplification.
+SymExpr map_atoms(const SymExpr& e,
+                  const std::function<SymExpr(const std::shared_ptr<const AtomNode>&)>& f);
 
 }  // namespace ember::sym
 

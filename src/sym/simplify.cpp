@@ -50,16 +50,8 @@ SymExpr simplify_atom(const std::shared_ptr<const AtomNode>& atom, const ShapeEn
 }  // namespace
 
 SymExpr simplify(const SymExpr& e, const ShapeEnv& env) {
-  SymExpr out = e.node().constant;
-  for (const Term& t : e.node().terms) {
-    SymExpr term = t.coeff;
-    for (const Factor& f : t.factors) {
-      SymExpr a = simplify_atom(f.atom, env);
-      for (int64_t i = 0; i < f.power; ++i) term = term * a;
-    }
-    out = out + term;
-  }
-  return out;
+  return map_atoms(e,
+                   [&](const std::shared_ptr<const AtomNode>& a) { return simplify_atom(a, env); });
 }
 
 }  // namespace ember::sym
