@@ -83,7 +83,7 @@ OPTIONS: tuple[Option, ...] = (
            "training batch norm on CUDA: stats (cuDNN's statistics, ember's normalization), "
            "keep (cuDNN's output), off (native_batch_norm, split into sums)"),
     Option("disabled_rewrites", "trace.disabled_rewrites", str, "", ("EMBER_DISABLED_REWRITES",),
-           str, "trace-time rewrites turned off, by name (a comma list; src/tracer/rewrites.cpp)"),
+           str, "trace-time rewrites turned off, by name (a comma list; src/rewrite/rewrites.cpp)"),
     # sched
     Option("codegen", "sched.codegen", bool, True, ("EMBER_CODEGEN",), _flag,
            "generated kernels; off, every node runs as an ATen call"),

@@ -11,7 +11,7 @@ OPTIMIZERS = {
     "AdamW": lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, foreach=False),
     "SGD": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=1e-2, foreach=False),
     # The multi-tensor path (the default on CUDA): its _foreach_* ops are recorded as the
-    # per-tensor ops (tracer/foreach_ops.h), which fuse and merge as the for-loop's.
+    # per-tensor ops (rewrite/foreach_ops.h), which fuse and merge as the for-loop's.
     "Adam-foreach": lambda ps: torch.optim.Adam(ps, lr=1e-2, foreach=True),
     "AdamW-foreach": lambda ps: torch.optim.AdamW(ps, lr=1e-2, weight_decay=0.1, foreach=True),
     "SGD-foreach": lambda ps: torch.optim.SGD(ps, lr=0.1, momentum=0.9, weight_decay=1e-2,

@@ -111,7 +111,7 @@ def test_unaligned_matmul_is_padded_and_matches_eager(bias):
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_conv_net_runs_channels_last_and_matches_eager(dtype):
-    # Convolutions are traced channels-last (src/tracer/conv_layout.h); a depthwise one too; the
+    # Convolutions are traced channels-last (src/rewrite/conv_layout.h); a depthwise one too; the
     # 4D output comes back contiguous, as eager's.
     import ember
 
@@ -217,7 +217,7 @@ def test_autocast_cuda():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_split_group_norm_cuda(dtype):
     # ConvTasNet's global layer norm: 8 groups in all, 2M elements each, traced as two stages of
-    # sums (src/tracer/split_reduction.h); against eager, the mean and rstd outputs included.
+    # sums (src/rewrite/split_reduction.h); against eager, the mean and rstd outputs included.
     gn = torch.nn.GroupNorm(1, 512, eps=1e-8).cuda()
     with torch.no_grad():
         gn.weight.normal_()
@@ -261,7 +261,7 @@ def test_autotuning_times_large_kernels_and_remembers_the_winner(tmp_path, monke
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_batch_norm_eval_as_affine_map_cuda(dtype):
-    # Eval batch norm on CUDA traced as x * alpha[c] + beta[c] (src/tracer/batch_norm_inference.h),
+    # Eval batch norm on CUDA traced as x * alpha[c] + beta[c] (src/rewrite/batch_norm_inference.h),
     # channels-last after a convolution and contiguous, against eager's cuDNN / ATen kernels.
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Conv2d(8, 32, 3, padding=1), torch.nn.BatchNorm2d(32),
@@ -283,7 +283,7 @@ def test_batch_norm_eval_as_affine_map_cuda(dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_split_sum_mean_amax_cuda(dtype):
     # Reductions with few results over long rows run as partials, then their sum
-    # (src/tracer/split_reduction.h), against eager.
+    # (src/rewrite/split_reduction.h), against eager.
     def f(x):
         return x.sum(), x.mean((1, 2), keepdim=True), x.amax((1, 2)), x.sum((1, 2), dtype=torch.float32)
 
@@ -294,7 +294,7 @@ def test_split_sum_mean_amax_cuda(dtype):
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_convnext_block_bias_apart_and_row_tiles_cuda(dtype):
-    # The depthwise convolution's bias is an add after it (src/tracer/conv_bias.h), fused into
+    # The depthwise convolution's bias is an add after it (src/rewrite/conv_bias.h), fused into
     # the layer norm over 96 channels, whose 16384 short rows run as row tiles of 16
     # (triton_codegen.md); the gelu between the linears is one collapsed loop.
     import ember
@@ -455,7 +455,7 @@ def test_training_factory_ops_on_the_device_thread_cuda():
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_training_convnet_batch_norm_split_cuda(dtype):
-    # Channels-last batch norm in training as split sums (tracer/split_reduction.h), the
+    # Channels-last batch norm in training as split sums (rewrite/split_reduction.h), the
     # convolution bias gradients as split column sums; gradients and running statistics match
     # eager over two steps (bf16 under autocast, as the bench's training mode).
     torch.manual_seed(0)
@@ -474,11 +474,11 @@ def test_training_convnet_batch_norm_split_cuda(dtype):
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_training_batch_norm_is_not_cudnn_and_backward_is_generated_cuda(dtype, monkeypatch):
-    # tracer/batch_norm_rewrite.h (EMBER_CUDNN_BATCH_NORM=0): f32 training batch norm on CUDA is
+    # rewrite/batch_norm_rewrite.h (EMBER_CUDNN_BATCH_NORM=0): f32 training batch norm on CUDA is
     # recorded as native_batch_norm (split into sums), not cudnn_batch_norm;
-    # tracer/decompose_backward.h (EMBER_DECOMPOSE_BACKWARD=all): its backward, the ReLU's and
+    # rewrite/decompose_backward.h (EMBER_DECOMPOSE_BACKWARD=all): its backward, the ReLU's and
     # the residual's are sums and pointwise ops in generated kernels.
-    # Both off by default (Note [Batch-norm backward] in tracer/decompose_backward.h).
+    # Both off by default (Note [Batch-norm backward] in rewrite/decompose_backward.h).
     monkeypatch.setenv("EMBER_CUDNN_BATCH_NORM", "0")
     monkeypatch.setenv("EMBER_DECOMPOSE_BACKWARD", "all")
     torch.manual_seed(0)

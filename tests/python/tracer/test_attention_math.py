@@ -1,4 +1,4 @@
-"""Note [f32 attention on CUDA] (tracer/attention_rewrite.h): an f32 attention call with a row
+"""Note [f32 attention on CUDA] (rewrite/attention_rewrite.h): an f32 attention call with a row
 mask on CUDA, TF32 products allowed and no dropout, is recorded in the math form (two batched
 products and _safe_softmax, which the scheduler fuses) instead of the memory-efficient kernel.
 Traced for cuda:0 on a machine with no GPU (nothing runs); tests/python/gpu/test_cuda.py runs it,

@@ -1,5 +1,5 @@
 """Batch norm in eval mode on CUDA is traced as its per-channel affine map, `x * alpha[c] +
-beta[c]`, with alpha and beta computed once per channel (src/tracer/batch_norm_inference.h).
+beta[c]`, with alpha and beta computed once per channel (src/rewrite/batch_norm_inference.h).
 Traced here for a cuda:0 the inputs only claim (nothing runs); tests/python/gpu runs it against
 eager. (F.batch_norm itself makes a CUDA tensor eagerly, so the ops are called directly.)"""
 

@@ -1,4 +1,4 @@
-"""A CUDA convolution's bias is recorded apart from it (src/tracer/conv_bias.h): the convolution
+"""A CUDA convolution's bias is recorded apart from it (src/rewrite/conv_bias.h): the convolution
 without its bias, then an add of the bias viewed [1, C, 1, ...], which fuses into the next
 kernel. Traced here for a cuda:0 the inputs only claim (nothing runs); tests/python/gpu runs
 such models against eager."""

@@ -1,4 +1,4 @@
-"""2D convolutions on CUDA are traced channels-last (src/tracer/conv_layout.h): their input and
+"""2D convolutions on CUDA are traced channels-last (src/rewrite/conv_layout.h): their input and
 weight are made channels-last, the result is channels-last as cuDNN returns it, the layout flows
 through the ops after it, and 4D graph outputs go back to contiguous. Traced here for a cuda:0
 the inputs only claim (nothing runs); tests/python/gpu runs such models against eager."""

@@ -1,4 +1,4 @@
-"""Note [cuDNN statistics, ember's normalization] (tracer/batch_norm_rewrite.h): by default
+"""Note [cuDNN statistics, ember's normalization] (rewrite/batch_norm_rewrite.h): by default
 (EMBER_CUDNN_BATCH_NORM unset or stats) a training-mode cuDNN batch norm keeps cuDNN's statistics and
 backward, and its output is ember's pointwise normalization from them, which fuses with the ReLU
 after it. Traced for cuda:0 with no GPU (nothing runs)."""

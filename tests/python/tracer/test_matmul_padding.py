@@ -1,5 +1,5 @@
 """Large matrix products on CUDA whose leading dimensions are not multiples of 16 bytes are traced
-as products of zero-padded operands, sliced back (src/tracer/matmul_padding.h). Traced here for a
+as products of zero-padded operands, sliced back (src/rewrite/matmul_padding.h). Traced here for a
 cuda:0 the inputs only claim (nothing runs); tests/python/gpu runs them against eager."""
 
 import pytest

@@ -1,5 +1,5 @@
 """A group norm on CUDA with few groups in all and many elements per group is traced as two
-stages of sums (src/tracer/split_reduction.h): partials per channel, then per group. Traced
+stages of sums (src/rewrite/split_reduction.h): partials per channel, then per group. Traced
 here for a cuda:0 the inputs only claim (nothing runs); tests/python/gpu runs it against eager."""
 
 import pytest

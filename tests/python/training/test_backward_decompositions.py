@@ -1,4 +1,4 @@
-"""Backward ops recorded as the ops the scheduler fuses (tracer/decompose_backward.h): each
+"""Backward ops recorded as the ops the scheduler fuses (rewrite/decompose_backward.h): each
 activation's backward, softmax's, layer norm's and batch norm's run in generated kernels, not as
 ATen calls, and their gradients match eager's (f32 and bf16, eager's rounding)."""
 

@@ -1,4 +1,4 @@
-"""Note [Log-softmax as x - logsumexp(x)] (tracer/log_softmax_rewrite.h): a language model's
+"""Note [Log-softmax as x - logsumexp(x)] (rewrite/log_softmax_rewrite.h): a language model's
 log-softmax over a long vocabulary is x - logsumexp(x); the backward recomputes it from the logits
 and one value per row instead of keeping it (GPT-2's head: 785 MB saved in f32, 393 MB of bf16
 logits now). On the CPU with EMBER_SPLIT_REDUCTIONS=all; traced for cuda:0 with no GPU."""

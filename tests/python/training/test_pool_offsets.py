@@ -1,4 +1,4 @@
-"""Note [Max-pool indices saved as window offsets] (tracer/pool_offsets.h): in training, a max
+"""Note [Max-pool indices saved as window offsets] (rewrite/pool_offsets.h): in training, a max
 pool's indices are saved as int8 offsets in their windows and rebuilt in the backward, as
 Inductor's low-memory pool does (ResNet-50's stem: 196 MiB of int64 indices saved, 25 MiB of
 offsets now). On the CPU with EMBER_SPLIT_REDUCTIONS=all; traced for cuda:0 with no GPU."""

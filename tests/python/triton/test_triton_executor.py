@@ -417,7 +417,7 @@ def test_number_to_a_tensor_power():
 @pytest.mark.parametrize("window", [(3, 2, 1, False), (2, 2, 0, True),
                                     ((3, 2), (2, 1), (1, 0), True)], ids=["3s2p1", "2s2ceil", "3x2"])
 def test_max_pool_backward_from_window_offsets(window, monkeypatch):
-    """Note [A max pool's backward from its offsets] (tracer/pool_offsets.h): the pool's indices
+    """Note [A max pool's backward from its offsets] (rewrite/pool_offsets.h): the pool's indices
     as int8 offsets and its backward as gathers from the windows, in generated kernels only (the
     integer floor divisions included)."""
     monkeypatch.setenv("EMBER_SPLIT_REDUCTIONS", "all")

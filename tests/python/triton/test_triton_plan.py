@@ -1,6 +1,6 @@
 """ember._C.triton_plan: what the executor's Triton path makes of a graph traced for cuda:0,
 with no GPU (nothing compiled or run). A ConvNeXt block in bf16: the convolution's bias is added
-inside the layer-norm kernel (tracer/conv_bias.h), whose 16384 rows of 96 run as row tiles, and
+inside the layer-norm kernel (rewrite/conv_bias.h), whose 16384 rows of 96 run as row tiles, and
 the gelu between the linears is one flat loop (loop/collapse.h)."""
 
 from __future__ import annotations
