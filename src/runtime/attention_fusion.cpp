@@ -86,13 +86,6 @@ bool is_view(const graph::Graph& g, int32_t node) {
          node_is(g, node, OpKind::alias) || node_is(g, node, OpKind::reshape);
 }
 
-std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& sizes) {
-  std::vector<int64_t> strides(sizes.size(), 1);
-  for (size_t d = sizes.size(); d-- > 1;)
-    strides[d - 1] = strides[d] * std::max<int64_t>(sizes[d], 1);
-  return strides;
-}
-
 // One pattern of the file comment: its operands, its arguments and the nodes it replaces.
 struct Match {
   ValueId q = -1, kt = -1, v = -1, mask = -1;  // mask -1: none
@@ -197,8 +190,7 @@ class Matcher {
         g_.type(*p).dtype != qt.dtype || !ot.is_static() || !qt.is_static()) {
       return std::nullopt;
     }
-    const std::vector<int64_t> out_sizes = graph::constant_values(ot.sizes);
-    if (graph::constant_values(ot.strides) != contiguous_strides(out_sizes)) return std::nullopt;
+    if (!ot.is_contiguous()) return std::nullopt;
     if (m_.mask >= 0) {  // SDPA takes a mask of q's dtype: an f32 one is converted per call
       const graph::DType md = g_.type(m_.mask).dtype;
       if (md != qt.dtype && md != graph::DType::Float32) return std::nullopt;
