@@ -4,6 +4,28 @@
 
 namespace ember::graph {
 
+Arg int_arg(const DimExpr& d) {
+  if (d.is_constant()) return Arg{d.constant()};
+  return Arg{d};
+}
+
+Arg int_list_arg(const Dims& dims) {
+  if (all_constant(dims)) return Arg{constant_values(dims)};
+  return Arg{dims};
+}
+
+std::optional<DimExpr> dim_arg(const Arg& a) {
+  if (const auto* i = std::get_if<int64_t>(&a)) return DimExpr(*i);
+  if (const auto* d = std::get_if<DimExpr>(&a)) return *d;
+  return std::nullopt;
+}
+
+std::optional<Dims> dims_arg(const Arg& a) {
+  if (const auto* v = std::get_if<std::vector<int64_t>>(&a)) return Dims(v->begin(), v->end());
+  if (const auto* d = std::get_if<Dims>(&a)) return *d;
+  return std::nullopt;
+}
+
 std::string OpInfo::qualified_name() const {
   return overload.empty() ? name : name + "." + overload;
 }

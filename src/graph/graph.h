@@ -25,6 +25,7 @@
 
 #include "graph/ops.h"
 #include "graph/types.h"
+#include "sym/shape_env.h"
 
 namespace ember::graph {
 
@@ -49,9 +50,22 @@ struct NoneArg {
 
 /// One argument of a node. A `Scalar` schema argument is stored as its Python kind (bool, int,
 /// float). The variant's order is part of the structural hash: append only.
+///
+/// A `SymInt` or `SymInt[]` argument that holds a symbol is a `DimExpr` or `Dims`; a constant one
+/// is an `int64_t` or `std::vector<int64_t>`, so static graphs never hold the symbolic kinds (build
+/// them through `int_arg` and `int_list_arg`, which keep that form).
 using Arg = std::variant<NoneArg, bool, int64_t, double, std::string, std::vector<int64_t>,
                          std::vector<double>, std::vector<bool>, DType, Device, Layout,
-                         MemoryFormat, ValueRef, ValueList>;
+                         MemoryFormat, ValueRef, ValueList, DimExpr, Dims>;
+
+/// `d` as an argument: an `int64_t` when constant, else a `DimExpr`.
+Arg int_arg(const DimExpr& d);
+/// `dims` as an argument: a `std::vector<int64_t>` when every dim is constant, else `Dims`.
+Arg int_list_arg(const Dims& dims);
+/// The argument as a dim, when it is an int or a `DimExpr`.
+std::optional<DimExpr> dim_arg(const Arg& a);
+/// The argument as dims, when it is an int list or `Dims`.
+std::optional<Dims> dims_arg(const Arg& a);
 
 /// A schema-resolved operator overload, interned once per graph.
 struct OpInfo {
@@ -124,6 +138,9 @@ class Graph {
   std::vector<Node> nodes;
   std::vector<ValueId> outputs;
   std::vector<Mutation> mutations;
+  /// The shape symbols the types and arguments use (their ranges, hints and sources); empty for
+  /// a static graph.
+  sym::ShapeEnv symbols;
 
   /// Adds an input of the given type; returns its value.
   ValueId add_input(TensorType type, InputKind kind, std::string name = {});

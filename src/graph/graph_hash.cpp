@@ -10,9 +10,20 @@ namespace ember::graph {
 namespace {
 
 /// Every list is hashed with its length first, so adjacent lists cannot trade elements.
+/// A constant hashes as its value (static graphs hash as they did before symbols), an expression
+/// as a marker and its structural hash.
+void hash_dim(Hasher& h, const DimExpr& e) {
+  if (std::optional<int64_t> c = e.as_constant()) {
+    h.i64(*c);
+  } else {
+    h.str("sym");
+    h.u64(e.hash());
+  }
+}
+
 void hash_dims(Hasher& h, const Dims& d) {
   h.u64(d.size());
-  for (const DimExpr& e : d) h.i64(e.constant());
+  for (const DimExpr& e : d) hash_dim(h, e);
 }
 
 void hash_type(Hasher& h, const TensorType& t) {
@@ -20,7 +31,7 @@ void hash_type(Hasher& h, const TensorType& t) {
   h.i64(static_cast<int64_t>(t.device.kind)).i64(t.device.index);
   hash_dims(h, t.sizes);
   hash_dims(h, t.strides);
-  h.i64(t.storage_offset.constant());
+  hash_dim(h, t.storage_offset);
   h.u64(t.requires_grad);
 }
 
@@ -67,6 +78,10 @@ void hash_arg(Hasher& h, const Arg& a) {
           h.i64(static_cast<int64_t>(v.kind)).i64(v.index);
         } else if constexpr (std::is_same_v<T, ValueRef>) {
           h.i64(v.id);
+        } else if constexpr (std::is_same_v<T, DimExpr>) {
+          hash_dim(h, v);
+        } else if constexpr (std::is_same_v<T, Dims>) {
+          hash_dims(h, v);
         } else {
           static_assert(std::is_same_v<T, ValueList>, "hash_arg misses an Arg alternative");
           h.u64(v.optional_items).u64(v.items.size());
@@ -92,6 +107,11 @@ void hash_op(Hasher& h, const OpInfo& op) {
 uint64_t hash_graph(const Graph& g) {
   Hasher h;
   h.str("ember.graph.v1");
+  // The symbols: a static graph has none, and hashes as before. Hints count: the scheduler picks
+  // strategies from them.
+  for (const sym::SymbolInfo& info : g.symbols.symbols()) {
+    h.str("symbol").str(info.name).i64(info.range.lo).i64(info.range.hi).i64(info.hint);
+  }
   h.u64(g.ops.size());
   for (const OpInfo& op : g.ops) hash_op(h, op);
   h.u64(g.inputs.size());

@@ -8,6 +8,7 @@
 #include "graph/verifier.h"
 #include "support/error.h"
 #include "support/lexer.h"
+#include "sym/parser.h"
 
 namespace ember::graph {
 namespace {
@@ -25,8 +26,8 @@ bool is_blank(char c) {
 }
 
 /// Graph text: `%N` values, string literals, and `#` comments kept by line for input annotations.
-constexpr std::string_view kPunctuation[] = {"::", "<-", "(", ")", "[", "]", "{", "}",
-                                             ",",  ":",  "=", "+", "-", "<", ">", "."};
+constexpr std::string_view kPunctuation[] = {"::", "<-", "(", ")", "[", "]", "{", "}",  ",", ":",
+                                             "=",  "+",  "-", "<", ">", ".", "*", "//", "%"};
 constexpr LexRules kRules{
     .punctuation = kPunctuation, .values = true, .strings = true, .keep_comments = true};
 
@@ -70,6 +71,7 @@ class Parser : TokenCursor {
   Graph graph() {
     expect("graph");
     expect("{");
+    while (accept("symbol")) symbol();
     while (at("input") || at("const")) input();
     while (!at("mutate") && !at("return")) node();
     while (accept("mutate")) mutation();
@@ -220,11 +222,94 @@ class Parser : TokenCursor {
     while (!accept(close)) {
       if (!out.empty()) expect(",");
       std::string at_dim = where();
-      int64_t v = integer(sizes ? "a size" : "a stride");
-      EMBER_CHECK(!sizes || v >= 0) << at_dim << ": negative size " << v;
-      out.push_back(v);
+      DimExpr d = dim(sizes ? "a size" : "a stride");
+      EMBER_CHECK(!sizes || !d.is_constant() || d.constant() >= 0)
+          << at_dim << ": negative size " << d.str();
+      out.push_back(d);
     }
     return out;
+  }
+
+  // ---- symbols and symbolic sizes
+
+  /// `symbol s0 : [2, inf] hint 7 "L['x'].size()[0]"`: the next symbol of the graph's ShapeEnv.
+  void symbol() {
+    std::string at_name = where();
+    std::string name = ident("a symbol name");
+    std::string expected = "s" + std::to_string(g_.symbols.symbols().size());
+    EMBER_CHECK(name == expected) << at_name << ": expected symbol " << expected << " (symbols are "
+                                  << "numbered in order) but found " << name;
+    expect(":");
+    expect("[");
+    sym::Range range{bound(), 0};
+    expect(",");
+    range.hi = bound();
+    expect("]");
+    EMBER_CHECK(range.lo <= range.hi) << at_name << ": empty range " << range.str();
+    expect("hint");
+    std::string at_hint = where();
+    int64_t hint = integer("a hint");
+    EMBER_CHECK(range.contains(hint))
+        << at_hint << ": hint " << hint << " is outside the range " << range.str();
+    std::string source;
+    if (peek().kind == TokenKind::String) source = next().bytes;
+    g_.symbols.create_symbol(hint, std::move(source), range);
+  }
+
+  /// A range bound: an integer, `inf` or `-inf`.
+  int64_t bound() {
+    bool negative = accept("-");
+    if (accept("inf")) return negative ? sym::Range::kNegInf : sym::Range::kPosInf;
+    return integer("a bound", negative);
+  }
+
+  /// Tokens ahead up to the next ',', ']', ')' or '}' outside parentheses.
+  size_t span_to_delimiter() const {
+    size_t n = 0;
+    int depth = 0;
+    for (;; ++n) {
+      const Token& t = peek(n);
+      if (t.kind == TokenKind::End) break;
+      if (t.kind == TokenKind::Punct) {
+        if (t.text == "(") {
+          ++depth;
+        } else if (depth == 0 &&
+                   (t.text == "," || t.text == "]" || t.text == ")" || t.text == "}")) {
+          break;
+        } else if (t.text == ")") {
+          --depth;
+        }
+      }
+    }
+    return n;
+  }
+
+  /// A size expression over the graph's symbols, or an integer.
+  DimExpr dim(const char* what) {
+    if (!at_symbolic()) return integer(what);
+    size_t n = span_to_delimiter();
+    std::string at_expr = where();
+    std::string text;
+    for (size_t i = 0; i < n; ++i) {
+      if (i) text += " ";
+      text += next().text;
+    }
+    try {
+      return DimExpr(sym::parse(text, g_.symbols));
+    } catch (const UserError& e) {
+      EMBER_CHECK(false) << at_expr << ": in the size expression '" << text << "': " << e.what();
+    }
+    return 0;  // unreachable
+  }
+
+  /// A symbolic size expression starts here: a symbol, min/max, '(' or '-' before one of them.
+  bool at_symbolic() const {
+    size_t k = at("-") ? 1 : 0;
+    const Token& t = peek(k);
+    if (t.kind == TokenKind::Punct) return t.text == "(";
+    if (t.kind != TokenKind::Name) return false;
+    if (t.text == "min" || t.text == "max") return true;
+    return g_.symbols.find(t.text) != nullptr;
   }
 
   TensorType type() {
@@ -243,7 +328,14 @@ class Parser : TokenCursor {
     } else {
       t.strides = contiguous_strides(t.sizes);
     }
-    if (accept("+")) t.storage_offset = integer("a storage offset");
+    if (accept("+")) {
+      if (accept("(")) {
+        t.storage_offset = dim("a storage offset");
+        expect(")");
+      } else {
+        t.storage_offset = integer("a storage offset");
+      }
+    }
     std::optional<DeviceKind> kind = enum_value(device_kind_names(), "device");
     EMBER_CHECK(kind) << where() << ": expected a device but found " << describe(peek());
     t.device = device_index(*kind);
@@ -404,6 +496,8 @@ class Parser : TokenCursor {
     if (accept("None")) return Arg{NoneArg{}};
     if (accept("True")) return Arg{true};
     if (accept("False")) return Arg{false};
+    // The printer never starts an expression with a number (the constant term comes last).
+    if (at_symbolic()) return int_arg(dim("an integer"));
     if (at_number()) return number();
     if (peek().kind == TokenKind::Value) return Arg{ValueRef{use_value()}};
     return std::nullopt;
@@ -426,7 +520,7 @@ class Parser : TokenCursor {
 
   /// The kind of list an item belongs in: 0 int, 1 float, 2 bool, 3 values (None included).
   static int list_kind(const Arg& a) {
-    if (std::holds_alternative<int64_t>(a)) return 0;
+    if (std::holds_alternative<int64_t>(a) || std::holds_alternative<DimExpr>(a)) return 0;
     if (std::holds_alternative<double>(a)) return 1;
     if (std::holds_alternative<bool>(a)) return 2;
     return 3;
@@ -449,8 +543,11 @@ class Parser : TokenCursor {
     }
     if (items.empty()) return std::vector<int64_t>{};
     switch (list_kind(items[0])) {
-      case 0:
-        return collect<int64_t>(items);
+      case 0: {
+        Dims dims;
+        for (const Arg& a : items) dims.push_back(*dim_arg(a));
+        return int_list_arg(dims);
+      }
       case 1:
         return collect<double>(items);
       case 2:

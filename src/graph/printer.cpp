@@ -190,6 +190,10 @@ std::string print_arg(const Arg& a) {
           return memory_format_name(v);
         } else if constexpr (std::is_same_v<T, ValueRef>) {
           return value_str(v.id);
+        } else if constexpr (std::is_same_v<T, DimExpr>) {
+          return v.str();
+        } else if constexpr (std::is_same_v<T, Dims>) {
+          return list_str(v, [](const DimExpr& x) { return x.str(); });
         } else {
           static_assert(std::is_same_v<T, ValueList>, "print_arg misses an Arg alternative");
           return list_str(v.items, [](const std::optional<ValueId>& x) {
@@ -202,6 +206,12 @@ std::string print_arg(const Arg& a) {
 
 std::string print_graph(const Graph& g) {
   std::string s = "graph {\n";
+  for (const sym::SymbolInfo& info : g.symbols.symbols()) {
+    s.append("  symbol ").append(info.name).append(" : ").append(info.range.str());
+    s.append(" hint ").append(std::to_string(info.hint));
+    if (!info.source.empty()) s.append(" ").append(quote(info.source));
+    s += "\n";
+  }
   for (const Input& in : g.inputs) s.append("  ").append(input_str(g, in)).append("\n");
   for (const Node& n : g.nodes) s.append("  ").append(node_str(g, n)).append("\n");
   for (const Mutation& m : g.mutations) {

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "support/error.h"
+#include "sym/printer.h"
+
 namespace ember::graph {
 
 std::string dtype_name(DType t) {
@@ -140,15 +143,93 @@ std::string memory_format_name(MemoryFormat m) {
   return "memory_format<" + std::to_string(static_cast<int>(m)) + ">";
 }
 
+DimExpr::DimExpr(sym::SymExpr e) {
+  if (std::optional<int64_t> c = e.as_constant()) {
+    value_ = *c;
+  } else {
+    expr_ = std::move(e);
+  }
+}
+
+int64_t DimExpr::constant() const {
+  EMBER_UNSUPPORTED(is_constant())
+      << "the size " << str() << " is symbolic where a constant is needed";
+  return value_;
+}
+
+bool DimExpr::operator==(const DimExpr& o) const {
+  if (is_constant() != o.is_constant()) return false;
+  return is_constant() ? value_ == o.value_ : *expr_ == *o.expr_;
+}
+
+std::string DimExpr::str() const {
+  return expr_ ? sym::print(*expr_) : std::to_string(value_);
+}
+
+uint64_t DimExpr::hash() const {
+  return expr_ ? expr_->hash() : sym::SymExpr(value_).hash();
+}
+
+namespace {
+/// Applies `op` to constants directly (the fast path of static graphs), else to expressions.
+template <typename IntOp, typename SymOp>
+DimExpr combine(const DimExpr& a, const DimExpr& b, IntOp int_op, SymOp sym_op) {
+  if (a.is_constant() && b.is_constant()) return int_op(a.constant(), b.constant());
+  return DimExpr(sym_op(a.expr(), b.expr()));
+}
+}  // namespace
+
+DimExpr operator+(const DimExpr& a, const DimExpr& b) {
+  return combine(
+      a, b, [](int64_t x, int64_t y) { return sym::SymExpr(x) + sym::SymExpr(y); },
+      [](const sym::SymExpr& x, const sym::SymExpr& y) { return x + y; });
+}
+DimExpr operator-(const DimExpr& a, const DimExpr& b) {
+  return combine(
+      a, b, [](int64_t x, int64_t y) { return sym::SymExpr(x) - sym::SymExpr(y); },
+      [](const sym::SymExpr& x, const sym::SymExpr& y) { return x - y; });
+}
+DimExpr operator*(const DimExpr& a, const DimExpr& b) {
+  return combine(
+      a, b, [](int64_t x, int64_t y) { return sym::SymExpr(x) * sym::SymExpr(y); },
+      [](const sym::SymExpr& x, const sym::SymExpr& y) { return x * y; });
+}
+DimExpr floordiv(const DimExpr& a, const DimExpr& b) {
+  return combine(
+      a, b, [](int64_t x, int64_t y) { return sym::floordiv(sym::SymExpr(x), sym::SymExpr(y)); },
+      [](const sym::SymExpr& x, const sym::SymExpr& y) { return sym::floordiv(x, y); });
+}
+DimExpr mod(const DimExpr& a, const DimExpr& b) {
+  return combine(
+      a, b, [](int64_t x, int64_t y) { return sym::mod(sym::SymExpr(x), sym::SymExpr(y)); },
+      [](const sym::SymExpr& x, const sym::SymExpr& y) { return sym::mod(x, y); });
+}
+
 Dims contiguous_strides(const Dims& sizes) {
   Dims strides(sizes.size());
-  int64_t acc = 1;
+  DimExpr acc = 1;
   for (size_t i = sizes.size(); i-- > 0;) {
     strides[i] = acc;
-    int64_t s = sizes[i].constant();
-    acc *= s > 1 ? s : 1;
+    const DimExpr& s = sizes[i];
+    if (s.is_constant()) {
+      if (s.constant() > 1) acc = acc * s;
+    } else {
+      // A symbolic size is a symbol of ember's ShapeEnv, which specializes 0 and 1 (its range
+      // starts at 2), or an expression over them: torch's max(size, 1) is the size itself.
+      acc = acc * s;
+    }
   }
   return strides;
+}
+
+DimExpr sym_numel(const Dims& sizes) {
+  DimExpr n = 1;
+  for (const DimExpr& s : sizes) n = n * s;
+  return n;
+}
+
+bool all_constant(const Dims& dims) {
+  return std::all_of(dims.begin(), dims.end(), [](const DimExpr& d) { return d.is_constant(); });
 }
 
 int64_t numel(const Dims& sizes) {
@@ -188,7 +269,11 @@ std::string dims_str(const Dims& d) {
 std::string type_str(const TensorType& t) {
   std::string s = dtype_name(t.dtype) + "[" + dims_str(t.sizes) + "]";
   if (!t.is_contiguous()) s += "{" + dims_str(t.strides) + "}";
-  if (!(t.storage_offset == DimExpr(0))) s += "+" + t.storage_offset.str();
+  if (!(t.storage_offset == DimExpr(0))) {
+    // A symbolic offset is parenthesized: the device name follows it.
+    s += t.storage_offset.is_constant() ? "+" + t.storage_offset.str()
+                                        : "+(" + t.storage_offset.str() + ")";
+  }
   s += " " + device_name(t.device);
   if (t.requires_grad) s += " grad";
   return s;

@@ -5,8 +5,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "sym/expr.h"
 
 namespace ember::graph {
 
@@ -62,28 +65,52 @@ enum class MemoryFormat : int8_t {
 };
 std::string memory_format_name(MemoryFormat m);
 
-/// A size, stride or offset. Today it is always a constant. It is the one place where symbolic
-/// shapes will enter: it will become a handle to an expression over shape symbols, and callers that
-/// ask `is_constant()` first keep working.
+/// A size, stride or offset: a constant, or an expression over shape symbols (`s0*768`,
+/// `(s1 + 1) // 2`; docs/design/symbolic.md). Constants are stored as plain integers, so static
+/// graphs pay nothing for symbols; a `sym::SymExpr` that is a constant is stored as one, so
+/// `is_constant()` is exact. The symbols' ranges, hints and sources live in the graph's
+/// `Graph::symbols`, never here.
 class DimExpr {
  public:
   DimExpr() = default;
   /*implicit*/ DimExpr(int64_t v) : value_(v) {}
-  bool is_constant() const { return true; }
-  int64_t constant() const { return value_; }
-  bool operator==(const DimExpr&) const = default;
-  std::string str() const { return std::to_string(value_); }
+  /*implicit*/ DimExpr(int v) : value_(v) {}
+  /*implicit*/ DimExpr(sym::SymExpr e);
+  bool is_constant() const { return !expr_.has_value(); }
+  /// The value. Requires `is_constant()` (an internal error otherwise).
+  int64_t constant() const;
+  std::optional<int64_t> as_constant() const {
+    return is_constant() ? std::optional<int64_t>(value_) : std::nullopt;
+  }
+  /// The value as an expression (a constant expression when constant).
+  sym::SymExpr expr() const { return expr_ ? *expr_ : sym::SymExpr(value_); }
+  bool operator==(const DimExpr& o) const;
+  /// A constant prints as its digits, an expression in sym/printer.h's form.
+  std::string str() const;
+  uint64_t hash() const;
 
  private:
   int64_t value_ = 0;
+  std::optional<sym::SymExpr> expr_;  ///< set exactly when the value is not a constant
 };
+
+DimExpr operator+(const DimExpr& a, const DimExpr& b);
+DimExpr operator-(const DimExpr& a, const DimExpr& b);
+DimExpr operator*(const DimExpr& a, const DimExpr& b);
+/// Python's `//` and `%`.
+DimExpr floordiv(const DimExpr& a, const DimExpr& b);
+DimExpr mod(const DimExpr& a, const DimExpr& b);
 
 using Dims = std::vector<DimExpr>;
 
 /// Contiguous (row-major) strides for `sizes`.
 Dims contiguous_strides(const Dims& sizes);
-/// Number of elements.
+/// Number of elements. Requires constant sizes.
 int64_t numel(const Dims& sizes);
+/// Number of elements, as an expression.
+DimExpr sym_numel(const Dims& sizes);
+/// Every dim is a constant.
+bool all_constant(const Dims& dims);
 /// The values of `dims`. Requires every dim to be constant.
 std::vector<int64_t> constant_values(const Dims& dims);
 

@@ -44,6 +44,15 @@ std::string decode_string(std::string_view s, int line, int col, size_t& len) {
   return out;
 }
 
+namespace {
+bool is_punctuation(std::string_view text, const LexRules& rules) {
+  for (std::string_view p : rules.punctuation) {
+    if (p == text) return true;
+  }
+  return false;
+}
+}  // namespace
+
 Lexed lex(std::string_view src, const LexRules& rules) {
   Lexed out;
   int line = 1, col = 1;
@@ -100,7 +109,7 @@ Lexed lex(std::string_view src, const LexRules& rules) {
         j += 1 + sign;
         while (is_digit(j)) ++j;
       }
-    } else if (c == '%' && rules.values) {
+    } else if (c == '%' && rules.values && (is_digit(j + 1) || !is_punctuation("%", rules))) {
       ++j;
       while (is_digit(j)) ++j;
       EMBER_CHECK(j > i + 1) << location(line, col) << ": expected a value id after '%'";

@@ -41,7 +41,8 @@ struct Token {
 struct LexRules {
   /// The punctuation tokens; the longest one that matches wins, whatever the order.
   std::span<const std::string_view> punctuation;
-  /// `%N` is a Value token; a `%` without a digit after it is an error "expected a value id after
+  /// `%N` is a Value token; a `%` without a digit after it is the punctuation `%` when that is in
+  /// `punctuation` (the modulo of a symbolic size), else an error "expected a value id after
   /// '%'". Without it, `%` is an ordinary punctuation character.
   bool values = false;
   /// `"..."` is a String token (decode_string's escapes and errors).

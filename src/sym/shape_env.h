@@ -33,7 +33,8 @@ struct SymbolInfo {
 class ShapeEnv {
  public:
   /// With `specialize_zero_one`, create_size() returns 0 and 1 as constants.
-  explicit ShapeEnv(bool specialize_zero_one = true) : specialize_zero_one_(specialize_zero_one) {}
+  ShapeEnv() : ShapeEnv(true) {}
+  explicit ShapeEnv(bool specialize_zero_one) : specialize_zero_one_(specialize_zero_one) {}
 
   /// A new symbol `s<N>` (N = the number of symbols so far). Throws UserError when `hint` is
   /// outside `range`.

@@ -1,5 +1,7 @@
 #include "tracer/convert.h"
 
+#include "graph/printer.h"
+
 #include "support/error.h"
 
 namespace ember::tracer {
@@ -137,6 +139,10 @@ c10::IValue to_ivalue(const graph::Arg& a) {
           return c10::IValue(to_c10(x));
         } else if constexpr (std::is_same_v<T, graph::MemoryFormat>) {
           return c10::IValue(to_c10(x));
+        } else if constexpr (std::is_same_v<T, graph::DimExpr> || std::is_same_v<T, graph::Dims>) {
+          EMBER_UNSUPPORTED(false) << "the symbolic argument " << graph::print_arg(graph::Arg(x))
+                                   << " has no value without the sizes of a call";
+          return c10::IValue();
         } else {
           EMBER_INTERNAL_ASSERT(false) << "tensor argument has no constant IValue";
           return c10::IValue();

@@ -2,10 +2,12 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <nanobind/stl/string.h>
+
 #include <torch/csrc/Device.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/tensor_memoryformats.h>
+#include "graph/printer.h"
 
 #include <cctype>
 #include <string>
@@ -82,6 +84,10 @@ nb::object python_arg(const graph::Arg& a, const std::vector<nb::object>& nodes)
           return nb::borrow(torch::utils::getTHPMemoryFormat(tracer::to_c10(v)));
         } else if constexpr (std::is_same_v<T, graph::ValueRef>) {
           return nodes[static_cast<size_t>(v.id)];
+        } else if constexpr (std::is_same_v<T, graph::DimExpr> || std::is_same_v<T, graph::Dims>) {
+          EMBER_UNSUPPORTED(false) << "the FX export of a graph with symbolic sizes ("
+                                   << graph::print_arg(graph::Arg(v)) << ")";
+          return nb::none();
         } else {
           static_assert(std::is_same_v<T, graph::ValueList>,
                         "python_arg misses an Arg alternative");

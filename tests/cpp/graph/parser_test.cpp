@@ -326,7 +326,8 @@ std::string graph_text(const std::string& body, const std::string& ret = "") {
 TEST(ParseGraphErrors, ReportBadTokens) {
   EXPECT_EQ(parse_error("graph {\n  input %0 : f32[2] cpu  # user x\n  @\n}\n"),
             "line 3:3: unexpected character '@'");
-  EXPECT_EQ(parse_error("graph {\n  return (%x)\n}\n"), "line 2:11: expected a value id after '%'");
+  EXPECT_EQ(parse_error("graph {\n  return (%x)\n}\n"),
+            "line 2:11: expected a value (%N) but found '%'");
   EXPECT_EQ(parse_error("grph {\n}\n"), "line 1:1: expected 'graph' but found 'grph'");
   EXPECT_EQ(parse_error("graph {\n  return ()\n"), "line 3:1: expected '}' but found end of input");
   EXPECT_EQ(parse_error(graph_text("") + "graph"),
@@ -429,6 +430,93 @@ TEST(ParseGraphErrors, ReportInvalidMutations) {
   EXPECT_EQ(parse_error(graph_text(inputs + "  mutate %3 <- %4\n")),
             "line 7:16: mutation writes %4 of sizes [2] into %3 of sizes [3]");
   EXPECT_EQ(parse_error(graph_text(inputs + "  mutate %0 <- %7\n")), "line 7:16: unknown value %7");
+}
+
+}  // namespace
+}  // namespace ember::graph
+
+namespace ember::graph {
+namespace {
+
+// A graph over shape symbols (issue 35): symbol lines, symbolic sizes, strides and offsets, and
+// symbolic int and int-list arguments print, parse back equal and hash apart from their static
+// versions.
+TEST(ParseGraph, RoundTripsSymbolicSizesAndArguments) {
+  Graph g;
+  sym::SymExpr s0 = g.symbols.create_size(7, "L['x'].size()[0]");
+  sym::SymExpr s1 = g.symbols.create_size(16, "L['x'].size()[1]");
+  TensorType x = make_type({2, 3});
+  x.sizes = {DimExpr(s0), DimExpr(s1), 768};
+  x.strides = contiguous_strides(x.sizes);
+  ValueId in = g.add_input(x, InputKind::User, "L['x']");
+  TensorType flat = x;
+  flat.sizes = {DimExpr(s0 * s1), 768};
+  flat.strides = contiguous_strides(flat.sizes);
+  int32_t view = g.intern_op(make_op("aten::view", "", {"self", "size"}, {false, false}, false));
+  g.add_node(view, {ValueRef{in}, int_list_arg({DimExpr(s0 * s1), 768})}, {flat});
+  TensorType part = flat;
+  part.sizes = {DimExpr(sym::floordiv(s0 * s1 + 1, 2)), 768};
+  part.storage_offset = DimExpr(s1 * 768);
+  int32_t slice = g.intern_op(make_op("aten::slice", "Tensor", {"self", "dim", "start", "end"},
+                                      {false, false, false, false}, false));
+  g.add_node(slice,
+             {ValueRef{1}, int64_t{0}, int_arg(DimExpr(s1)), int_arg(DimExpr(sym::min(s0, s1)))},
+             {part});
+  g.outputs = {2};
+  Graph parsed = expect_round_trip(g);
+  std::string text = print_graph(parsed);
+  EXPECT_NE(text.find("symbol s0 : [2, inf] hint 7 \"L['x'].size()[0]\""), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("f32[s0, s1, 768]"), std::string::npos) << text;
+  EXPECT_NE(text.find("aten::view(%0, [s0*s1, 768])"), std::string::npos) << text;
+  EXPECT_NE(text.find("+(s1*768)"), std::string::npos) << text;
+  EXPECT_NE(text.find("min(s0, s1)"), std::string::npos) << text;
+  ASSERT_EQ(parsed.symbols.symbols().size(), 2u);
+  EXPECT_EQ(parsed.symbols.info(1).hint, 16);
+  EXPECT_EQ(parsed.symbols.info(1).source, "L['x'].size()[1]");
+  EXPECT_TRUE(std::holds_alternative<Dims>(parsed.nodes[0].args[1]));
+  EXPECT_TRUE(std::holds_alternative<DimExpr>(parsed.nodes[1].args[3]));
+  EXPECT_FALSE(parsed.type(0).is_static());
+
+  // A different hint is a different graph (the scheduler picks strategies from hints).
+  Graph other = parse_graph(std::string(text).replace(text.find("hint 7"), 6, "hint 9"));
+  EXPECT_NE(hash_graph(other), hash_graph(parsed));
+}
+
+TEST(ParseGraphErrors, ReportBadSymbols) {
+  auto error = [](const std::string& text) {
+    try {
+      parse_graph(text);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(error("graph {\n  symbol s1 : [2, inf] hint 4\n  return ()\n}\n"),
+            "line 2:10: expected symbol s0 (symbols are numbered in order) but found s1");
+  EXPECT_EQ(error("graph {\n  symbol s0 : [2, 8] hint 9\n  return ()\n}\n"),
+            "line 2:27: hint 9 is outside the range [2, 8]");
+  std::string unknown = error(
+      "graph {\n  symbol s0 : [2, inf] hint 4\n  input %0 : f32[s0*s3] cpu  # user\n  return "
+      "(%0)\n}\n");
+  EXPECT_NE(unknown.find("line 3:18: in the size expression 's0 * s3'"), std::string::npos)
+      << unknown;
+}
+
+TEST(DimExpr, ConstantsStayConstantsAndSymbolsDoNot) {
+  sym::ShapeEnv env;
+  sym::SymExpr s0 = env.create_size(5, "a");
+  EXPECT_TRUE(DimExpr(sym::SymExpr(4)).is_constant());
+  EXPECT_EQ(DimExpr(s0 - s0), DimExpr(0));
+  EXPECT_FALSE(DimExpr(s0).is_constant());
+  EXPECT_EQ((DimExpr(3) * DimExpr(4)).constant(), 12);
+  EXPECT_EQ((DimExpr(s0) * 2).str(), "s0*2");
+  EXPECT_EQ(sym_numel({DimExpr(s0), 3}).str(), "s0*3");
+  EXPECT_EQ(contiguous_strides({DimExpr(s0), 1, 4}), (Dims{4, 4, 1}));
+  EXPECT_EQ(contiguous_strides({2, DimExpr(s0), 4}), (Dims{DimExpr(s0 * 4), 4, 1}));
+  EXPECT_THROW(DimExpr(s0).constant(), Unsupported);
+  EXPECT_EQ(int_arg(DimExpr(s0 - s0 + 3)), Arg{int64_t{3}});
+  EXPECT_EQ(int_list_arg({1, 2}), Arg(std::vector<int64_t>({1, 2})));
 }
 
 }  // namespace
