@@ -82,15 +82,16 @@ void bind_tracer(nb::module_& m) {
       .def(
           "add_input",
           [](TraceSession& s, const at::Tensor& example, const std::string& kind,
-             const std::string& name, std::optional<std::string> device) {
+             const std::string& name, std::optional<std::string> device,
+             const std::vector<int64_t>& dynamic_dims) {
             std::optional<c10::Device> d;
             if (device.has_value()) d = c10::Device(*device);
-            return s.add_input(example, parse_kind(kind), name, d);
+            return s.add_input(example, parse_kind(kind), name, d, dynamic_dims);
           },
           nb::arg("example"), nb::arg("kind") = "user", nb::arg("name") = "",
-          nb::arg("device").none() = nb::none(),
+          nb::arg("device").none() = nb::none(), nb::arg("dynamic_dims") = std::vector<int64_t>{},
           "A tracer tensor for a graph input like `example`; `device` (\"cuda:0\") overrides "
-          "the device it reports.")
+          "the device it reports; `dynamic_dims`: dims whose size is a shape symbol.")
       .def(
           "__enter__",
           [](TraceSession& s) -> TraceSession& {
@@ -105,6 +106,16 @@ void bind_tracer(nb::module_& m) {
       .def("rethrow_pending_error", &TraceSession::rethrow_pending_error,
            "Re-raises the first ember error raised inside the trace with its own type, if any.")
       .def_prop_ro("num_nodes", [](const TraceSession& s) { return s.graph().nodes.size(); });
+  m.def(
+      "size_guards",
+      [](const tracer::TracedGraph& g) {
+        std::vector<std::string> out;
+        for (const sym::SizeGuard& guard : g.size_guards) out.push_back(sym::print(guard));
+        return out;
+      },
+      nb::arg("graph"),
+      "The size guards of a traced graph, as text (`s0 > 8`, `not (s0 == s1)`): the relations "
+      "between symbolic sizes its trace relied on.");
 }
 
 }  // namespace ember::python

@@ -274,10 +274,47 @@ SymExpr operator*(const SymExpr& a, const SymExpr& b) {
   return from_terms(0, std::move(out));
 }
 
+namespace {
+
+/// `a / b` when `b` is a single symbolic term (coefficient times a monomial) that divides every
+/// term of `a` and `a` has no constant term: then `a // b` is exactly that quotient for every
+/// binding with `b != 0`, and `a % b` is 0 (`(s0*s1*64) // (s0*2) -> s1*32`).
+std::optional<SymExpr> divide_by_term(const SymExpr& a, const SymExpr& b) {
+  const ExprNode& bn = b.node();
+  const ExprNode& an = a.node();
+  if (b.is_constant() || bn.constant != 0 || bn.terms.size() != 1) return std::nullopt;
+  if (an.constant != 0 || an.terms.empty()) return std::nullopt;
+  const int64_t b_coeff = bn.terms[0].coeff;
+  const std::vector<Factor>& b_factors = bn.terms[0].factors;
+  SymExpr out(0);
+  for (const Term& t : an.terms) {
+    if (t.coeff % b_coeff != 0) return std::nullopt;
+    SymExpr term(t.coeff / b_coeff);
+    std::vector<int64_t> used(b_factors.size(), 0);
+    for (const Factor& f : t.factors) {
+      int64_t power = f.power;
+      for (size_t i = 0; i < b_factors.size(); ++i) {
+        if (compare_atoms(*b_factors[i].atom, *f.atom) == 0) {
+          if (power < b_factors[i].power) return std::nullopt;
+          power -= b_factors[i].power;
+          used[i] = 1;
+        }
+      }
+      for (int64_t p = 0; p < power; ++p) term = term * atom_expr(f.atom);
+    }
+    if (std::find(used.begin(), used.end(), 0) != used.end()) return std::nullopt;
+    out = out + term;
+  }
+  return out;
+}
+
+}  // namespace
+
 SymExpr floordiv(const SymExpr& a, const SymExpr& b) {
   std::optional<int64_t> d = b.as_constant();
   if (!d) {
     if (a.as_constant() == 0) return 0;
+    if (std::optional<SymExpr> q = divide_by_term(a, b)) return *q;
     return make_op(AtomKind::FloorDiv, a, b);
   }
   EMBER_CHECK(*d != 0) << "division by zero";
@@ -315,6 +352,7 @@ SymExpr mod(const SymExpr& a, const SymExpr& b) {
   std::optional<int64_t> d = b.as_constant();
   if (!d) {
     if (a.as_constant() == 0) return 0;
+    if (divide_by_term(a, b)) return 0;
     return make_op(AtomKind::Mod, a, b);
   }
   EMBER_CHECK(*d != 0) << "modulo by zero";

@@ -1,6 +1,7 @@
 #include "tracer/convert.h"
 
 #include "graph/printer.h"
+#include "tracer/sym_node.h"
 
 #include "support/error.h"
 
@@ -83,11 +84,7 @@ graph::Arg to_arg(const c10::IValue& v, const c10::TypePtr& schema_type, const s
   if (v.isBool()) return v.toBool();
   if (v.isInt()) return v.toInt();
   if (v.isDouble()) return v.toDouble();
-  if (v.isSymInt()) {
-    auto s = v.toSymInt();
-    EMBER_UNSUPPORTED(s.is_heap_allocated() == false) << op << ": symbolic int arguments";
-    return s.as_int_unchecked();
-  }
+  if (v.isSymInt()) return graph::int_arg(to_dim(v.toSymInt()));
   if (v.isString()) return v.toStringRef();
   if (v.isIntList()) return v.toIntVector();
   if (v.isDoubleList()) return v.toDoubleVector();
@@ -98,17 +95,17 @@ graph::Arg to_arg(const c10::IValue& v, const c10::TypePtr& schema_type, const s
   }
   if (v.isList()) {
     // SymInt[] arrives as a generic list of ints.
-    std::vector<int64_t> out;
+    graph::Dims out;
     for (const c10::IValue& e : v.toListRef()) {
       if (e.isInt()) {
         out.push_back(e.toInt());
-      } else if (e.isSymInt() && !e.toSymInt().is_heap_allocated()) {
-        out.push_back(e.toSymInt().as_int_unchecked());
+      } else if (e.isSymInt()) {
+        out.push_back(to_dim(e.toSymInt()));
       } else {
         EMBER_UNSUPPORTED(false) << op << ": list argument of " << e.tagKind() << " elements";
       }
     }
-    return out;
+    return graph::int_list_arg(out);
   }
   EMBER_UNSUPPORTED(false) << op << ": argument of type " << schema_type->str() << " ("
                            << v.tagKind() << ")";

@@ -16,13 +16,16 @@
 #include <mutex>
 #include <vector>
 
+#include "graph/shape_rules.h"
 #include "graph/verifier.h"
 #include "support/error.h"
+#include "sym/eval.h"
 #include "tracer/absent_device_guard.h"
 #include "tracer/conv_result_layout.h"
 #include "tracer/convert.h"
 #include "tracer/meta_cache.h"
 #include "tracer/rewrite_call.h"
+#include "tracer/sym_node.h"
 #include "tracer/tracer_tensor.h"
 
 namespace ember::tracer {
@@ -192,6 +195,50 @@ TraceSession::~TraceSession() {
   if (active_) exit();
 }
 
+namespace {
+
+/// `v` with every symbolic int replaced by its hint (what a meta kernel can read).
+c10::IValue at_hints(const c10::IValue& v) {
+  auto hint_of = [](const c10::SymInt& s) -> int64_t {
+    if (std::optional<int64_t> c = s.maybe_as_int()) return *c;
+    auto* n = dynamic_cast<SizeNode*>(s.toSymNodeImplUnowned());
+    EMBER_UNSUPPORTED(n != nullptr) << "a symbolic int of another tracer";
+    return n->hint();
+  };
+  if (v.isSymInt()) return c10::IValue(hint_of(v.toSymInt()));
+  if (v.isList() && !v.isTensorList()) {
+    bool any = false;
+    for (const c10::IValue& e : v.toListRef()) any = any || e.isSymInt();
+    if (!any) return v;
+    std::vector<int64_t> out;
+    for (const c10::IValue& e : v.toListRef()) {
+      out.push_back(e.isSymInt() ? hint_of(e.toSymInt()) : e.toInt());
+    }
+    return c10::IValue(out);
+  }
+  return v;
+}
+
+/// Some argument of the call is symbolic, or is a tensor of a symbolic type.
+bool reads_symbols(const graph::Graph& g, const std::vector<graph::Arg>& args) {
+  for (const graph::Arg& a : args) {
+    if (std::holds_alternative<graph::DimExpr>(a) || std::holds_alternative<graph::Dims>(a)) {
+      return true;
+    }
+    if (const auto* r = std::get_if<graph::ValueRef>(&a)) {
+      if (!g.type(r->id).is_static()) return true;
+    }
+    if (const auto* l = std::get_if<graph::ValueList>(&a)) {
+      for (const std::optional<graph::ValueId>& v : l->items) {
+        if (v && !g.type(*v).is_static()) return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 TraceSession* TraceSession::current() {
   return tls_current;
 }
@@ -202,12 +249,32 @@ TraceSession* TraceSession::only_entered() {
 }
 
 at::Tensor TraceSession::add_input(const at::Tensor& example, graph::InputKind kind,
-                                   const std::string& name, std::optional<c10::Device> device) {
+                                   const std::string& name, std::optional<c10::Device> device,
+                                   const std::vector<int64_t>& dynamic_dims) {
   EMBER_INTERNAL_ASSERT(!finished_) << "add_input after finish";
   EMBER_CHECK(example.defined()) << "input '" << name << "' is an undefined tensor";
   EMBER_UNSUPPORTED(as_tracer(example) == nullptr && !fz::isFunctionalTensor(example))
       << "input '" << name << "' is already a traced tensor";
   graph::TensorType type = tensor_type(example, device);
+  if (!dynamic_dims.empty()) {
+    const graph::Dims concrete = type.strides;
+    for (int64_t d : dynamic_dims) {
+      EMBER_CHECK(d >= -example.dim() && d < example.dim())
+          << "input '" << name << "': dynamic dim " << d << " of a " << example.dim()
+          << "-dim tensor";
+      if (d < 0) d += example.dim();
+      auto ud = static_cast<size_t>(d);
+      if (!type.sizes[ud].is_constant()) continue;
+      type.sizes[ud] = graph::DimExpr(
+          graph_.symbols.create_size(example.size(d), name + ".size()[" + std::to_string(d) + "]"));
+    }
+    type.strides = graph::dense_strides_like(type.sizes, concrete);
+    for (size_t d = 0; d < concrete.size(); ++d) {
+      EMBER_UNSUPPORTED(sym::hint(type.strides[d].expr(), graph_.symbols) == concrete[d].constant())
+          << "input '" << name << "' with dynamic sizes is not dense (strides " << example.strides()
+          << ")";
+    }
+  }
   graph::ValueId v = graph_.add_input(type, kind, name);
   EMBER_INTERNAL_ASSERT(!active_) << "add_input while the trace is entered";
   at::Tensor meta = meta_like(example);
@@ -326,7 +393,9 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
     });
   }
 
-  if (any_tracer) {
+  // The rewrites read sizes as numbers: a trace with symbolic sizes records ops as they are
+  // (docs/design/symbolic.md).
+  if (any_tracer && !symbolic()) {
     // The rewrites (rewrite_call.h), in table order: the first that applies records the op.
     const c10::ArrayRef<c10::IValue> call_args(stack->data() + base, num_args);
     RewriteCall call{*this, op, stack, base, num_args, target_device(call_args)};
@@ -449,8 +518,9 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
       EMBER_UNSUPPORTED(false) << op_name << ": an explicit torch.Generator argument";
     } else {
       args.push_back(to_arg(v, a.real_type(), op_name));
-      // pin_memory has no meaning on meta tensors.
-      meta_stack.emplace_back(a.name() == "pin_memory" ? c10::IValue() : v);
+      // pin_memory has no meaning on meta tensors; the meta kernel gets symbolic ints as their
+      // hints.
+      meta_stack.emplace_back(a.name() == "pin_memory" ? c10::IValue() : at_hints(v));
     }
   }
   c10::Device out_device =
@@ -486,7 +556,17 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
       slots.push_back(this_slot);
     });
   }
-  int32_t op_index = graph_.intern_op(op_info(schema));
+  graph::OpInfo info = op_info(schema);
+  if (symbolic() && reads_symbols(graph_, args)) {
+    // Results of an op that reads a symbolic size: their types as expressions (the rules check
+    // themselves against the meta kernel's types at the hints).
+    out_types = graph::symbolic_result_types(graph_, info, args, out_types, size_guards_);
+    for (const c10::IValue& r : meta_stack) {
+      EMBER_UNSUPPORTED(r.isTensor() || r.isTensorList() || r.isNone())
+          << op_name << " returns a " << r.tagKind() << " computed from symbolic sizes";
+    }
+  }
+  int32_t op_index = graph_.intern_op(info);
   int32_t node = graph_.add_node(op_index, std::move(args), std::move(out_types));
   if (slot != static_cast<int32_t>(slots.size()))
     graph_.nodes[node].result_slots = std::move(slots);
@@ -627,7 +707,8 @@ TracedGraph TraceSession::finish(const std::vector<at::Tensor>& traced_outputs) 
   finished_ = true;
   functional_inputs_.clear();
   constant_ids_.clear();
-  return TracedGraph{std::move(graph_), std::move(constants_)};
+  std::vector<sym::SizeGuard> guards = size_guards_.guards();
+  return TracedGraph{std::move(graph_), std::move(constants_), std::move(guards)};
 }
 
 }  // namespace ember::tracer

@@ -30,6 +30,7 @@
 #include "graph/graph.h"
 #include "support/error.h"
 #include "support/options.h"
+#include "sym/guard.h"
 #include "tracer/rewrite_call.h"
 
 namespace ember::tracer {
@@ -42,6 +43,9 @@ const CompileOptions::Trace& trace_options();
 struct TracedGraph {
   graph::Graph graph;
   std::vector<at::Tensor> constants;
+  /// The size relations the trace relied on (sym/guard.h), over `graph.symbols`: the graph is
+  /// valid for the bindings under which each gives its expected answer. Empty for a static graph.
+  std::vector<sym::SizeGuard> size_guards = {};
 };
 
 class TraceSession {
@@ -58,8 +62,13 @@ class TraceSession {
   /// (a real tensor; its data is never read). Call before enter().
   /// `device` overrides the device the tracer tensor reports (tests trace for cuda:0 on a machine
   /// with no GPU: only the device's choices in the tracer run, nothing on the device).
+  /// `dynamic_dims`: the dims whose size becomes a shape symbol (sym::ShapeEnv::create_size,
+  /// with the source `name.size()[d]`; a size of 0 or 1 stays a constant, the caller's guards
+  /// keep it). The tracer tensor then reports symbolic sizes (tracer/sym_node.h), results get
+  /// symbolic types (graph/shape_rules.h), and decisions on them become size guards.
   at::Tensor add_input(const at::Tensor& example, graph::InputKind kind, const std::string& name,
-                       std::optional<c10::Device> device = std::nullopt);
+                       std::optional<c10::Device> device = std::nullopt,
+                       const std::vector<int64_t>& dynamic_dims = {});
 
   /// A tracer tensor standing for the real tensor `t` as a constant of the graph (data the
   /// program wrote, as torch.tensor([1.0, 2.0]) makes). Call while the trace is not entered.
@@ -126,6 +135,10 @@ class TraceSession {
   }
 
   const graph::Graph& graph() const { return graph_; }
+  /// Decides size relations for this trace and records the guards (sym/guard.h).
+  sym::GuardRecorder& size_guards() { return size_guards_; }
+  /// Some input has a symbolic size.
+  bool symbolic() const { return !graph_.symbols.symbols().empty(); }
 
   /// When set, a real tensor reaching the trace (one that is not a graph input) is unsupported,
   /// except a wrapped Python number or a 0-dim tensor (a scalar an op made from a number). Capture
@@ -160,6 +173,7 @@ class TraceSession {
   };
 
   graph::Graph graph_;
+  sym::GuardRecorder size_guards_{graph_.symbols};
   std::vector<at::Tensor> constants_;
   std::unordered_map<const c10::TensorImpl*, graph::ValueId> constant_ids_;
   std::vector<at::Tensor> functional_inputs_;

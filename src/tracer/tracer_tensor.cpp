@@ -6,6 +6,8 @@
 
 #include "support/error.h"
 #include "tracer/absent_device_guard.h"
+#include "tracer/sym_node.h"
+#include "tracer/trace_session.h"
 
 namespace ember::tracer {
 
@@ -33,7 +35,21 @@ TracerTensorImpl::TracerTensorImpl(TraceSession* session, graph::ValueId value, 
       meta_(std::move(meta)) {
   key_set_ = key_set_ | autocast_key_for(device);
   ensure_device_guard(device.type());  // Note [Tracing for a device this torch lacks]
-  set_sizes_and_strides(meta_.sizes(), meta_.strides(), meta_.storage_offset());
+  const graph::TensorType* type =
+      session_ != nullptr && value_ >= 0 &&
+              static_cast<size_t>(value_) < session_->graph().values.size()
+          ? &session_->graph().type(value_)
+          : nullptr;
+  if (type != nullptr && !type->is_static()) {
+    // Symbolic sizes (issue 35): torch sees SymInts over ember's expressions.
+    sym::GuardRecorder* guards = &session_->size_guards();
+    std::vector<c10::SymInt> sizes, strides;
+    for (const graph::DimExpr& d : type->sizes) sizes.push_back(to_symint(d, guards));
+    for (const graph::DimExpr& d : type->strides) strides.push_back(to_symint(d, guards));
+    set_sizes_and_strides(sizes, strides, to_symint(type->storage_offset, guards));
+  } else {
+    set_sizes_and_strides(meta_.sizes(), meta_.strides(), meta_.storage_offset());
+  }
 }
 
 c10::intrusive_ptr<c10::TensorImpl> TracerTensorImpl::shallow_copy_and_detach(

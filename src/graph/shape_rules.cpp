@@ -1,0 +1,641 @@
+#include "graph/shape_rules.h"
+
+#include <algorithm>
+#include <limits>
+#include <numeric>
+
+#include "support/error.h"
+#include "sym/eval.h"
+#include "sym/simplify.h"
+
+namespace ember::graph {
+namespace {
+
+using sym::Rel;
+using sym::SymExpr;
+
+constexpr int64_t kMaxIndex = std::numeric_limits<int64_t>::max();
+
+/// One op call being typed.
+struct Call {
+  const Graph& g;
+  const OpInfo& op;
+  const std::vector<Arg>& args;
+  const std::vector<TensorType>& concrete;
+  sym::GuardRecorder& guards;
+
+  std::string name() const { return op.qualified_name(); }
+
+  const Arg* named(std::string_view n) const {
+    for (size_t i = 0; i < op.arg_names.size() && i < args.size(); ++i) {
+      if (op.arg_names[i] == n) return &args[i];
+    }
+    return nullptr;
+  }
+  const Arg& at(size_t i) const {
+    EMBER_INTERNAL_ASSERT(i < args.size()) << name() << ": no argument " << i;
+    return args[i];
+  }
+  const TensorType* tensor_or_null(const Arg& a) const {
+    const auto* r = std::get_if<ValueRef>(&a);
+    return r ? &g.type(r->id) : nullptr;
+  }
+  const TensorType& tensor(size_t i) const {
+    const TensorType* t = tensor_or_null(at(i));
+    EMBER_INTERNAL_ASSERT(t != nullptr) << name() << ": argument " << i << " is not a tensor";
+    return *t;
+  }
+  DimExpr dim(const Arg& a) const {
+    std::optional<DimExpr> d = dim_arg(a);
+    EMBER_INTERNAL_ASSERT(d.has_value()) << name() << ": expected an int argument";
+    return *d;
+  }
+  /// An int argument the rule needs as a number (a dimension index, a step): a symbolic one is
+  /// specialized to its hint, with a guard.
+  int64_t integer(const Arg& a) const { return guards.specialize(dim(a).expr()); }
+  Dims dims(const Arg& a) const {
+    std::optional<Dims> d = dims_arg(a);
+    EMBER_INTERNAL_ASSERT(d.has_value()) << name() << ": expected an int list argument";
+    return *d;
+  }
+  bool decide(const DimExpr& a, Rel rel, const DimExpr& b) const {
+    if (a.is_constant() && b.is_constant()) {
+      int64_t x = a.constant(), y = b.constant();
+      switch (rel) {
+        case Rel::EQ:
+          return x == y;
+        case Rel::NE:
+          return x != y;
+        case Rel::LT:
+          return x < y;
+        case Rel::LE:
+          return x <= y;
+        case Rel::GT:
+          return x > y;
+        case Rel::GE:
+          return x >= y;
+      }
+    }
+    return guards.decide(a.expr(), rel, b.expr());
+  }
+  DimExpr simplify(const DimExpr& d) const {
+    return d.is_constant() ? d : DimExpr(sym::simplify(d.expr(), g.symbols));
+  }
+  /// A result that is a new tensor: dense strides in the order of result `i`'s concrete ones.
+  TensorType fresh(size_t i, Dims sizes) const {
+    EMBER_INTERNAL_ASSERT(i < concrete.size())
+        << name() << ": result " << i << " of " << concrete.size();
+    TensorType t = concrete[i];
+    t.strides = dense_strides_like(sizes, concrete[i].strides);
+    t.sizes = std::move(sizes);
+    t.storage_offset = 0;
+    return t;
+  }
+  TensorType view(size_t i, Dims sizes, Dims strides, DimExpr offset) const {
+    EMBER_INTERNAL_ASSERT(i < concrete.size()) << name() << ": result " << i;
+    TensorType t = concrete[i];
+    t.sizes = std::move(sizes);
+    t.strides = std::move(strides);
+    t.storage_offset = std::move(offset);
+    return t;
+  }
+};
+
+int64_t wrap_dim(const Call& c, int64_t d, int64_t rank) {
+  int64_t r = std::max<int64_t>(rank, 1);
+  if (d < 0) d += r;
+  EMBER_INTERNAL_ASSERT(d >= 0 && d < r) << c.name() << ": dim " << d << " of rank " << rank;
+  return d;
+}
+
+/// Broadcast sizes (torch's rules), deciding the equalities they need through guards.
+Dims broadcast(const Call& c, const std::vector<const Dims*>& shapes) {
+  size_t rank = 0;
+  for (const Dims* s : shapes) rank = std::max(rank, s->size());
+  Dims out(rank, DimExpr(1));
+  for (size_t k = 0; k < rank; ++k) {
+    DimExpr& r = out[rank - 1 - k];
+    for (const Dims* s : shapes) {
+      if (k >= s->size()) continue;
+      const DimExpr& d = (*s)[s->size() - 1 - k];
+      if (d == DimExpr(1) || d == r) continue;
+      if (r == DimExpr(1)) {
+        r = d;
+        continue;
+      }
+      if (c.decide(d, Rel::EQ, 1)) continue;
+      if (c.decide(r, Rel::EQ, 1)) {
+        r = d;
+        continue;
+      }
+      EMBER_UNSUPPORTED(c.decide(r, Rel::EQ, d))
+          << c.name() << ": sizes " << r.str() << " and " << d.str() << " do not broadcast";
+      if (d.is_constant()) r = d;  // prefer the constant of two equal sizes
+    }
+  }
+  return out;
+}
+
+Dims reduced(const Call& c, const TensorType& self, const Arg* dim_arg_p, bool keepdim) {
+  int64_t rank = self.dim();
+  std::vector<bool> reduce(static_cast<size_t>(rank), false);
+  bool all = dim_arg_p == nullptr || std::holds_alternative<NoneArg>(*dim_arg_p);
+  if (!all) {
+    if (std::holds_alternative<int64_t>(*dim_arg_p) ||
+        std::holds_alternative<DimExpr>(*dim_arg_p)) {
+      if (rank > 0) reduce[static_cast<size_t>(wrap_dim(c, c.integer(*dim_arg_p), rank))] = true;
+    } else {
+      Dims ds = c.dims(*dim_arg_p);
+      if (ds.empty()) all = true;
+      for (const DimExpr& d : ds) {
+        if (rank > 0)
+          reduce[static_cast<size_t>(wrap_dim(c, c.guards.specialize(d.expr()), rank))] = true;
+      }
+    }
+  }
+  Dims out;
+  for (int64_t d = 0; d < rank; ++d) {
+    bool r = all || reduce[static_cast<size_t>(d)];
+    if (!r) {
+      out.push_back(self.sizes[static_cast<size_t>(d)]);
+    } else if (keepdim) {
+      out.push_back(1);
+    }
+  }
+  return out;
+}
+
+bool keepdim_of(const Call& c) {
+  const Arg* k = c.named("keepdim");
+  if (k == nullptr) return false;
+  const bool* b = std::get_if<bool>(k);
+  return b != nullptr && *b;
+}
+
+/// view/_unsafe_view/reshape sizes with a -1 inferred.
+Dims view_sizes(const Call& c, const TensorType& self, Dims sizes) {
+  std::optional<size_t> infer;
+  DimExpr known = 1;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] == DimExpr(-1)) {
+      infer = i;
+    } else {
+      known = known * sizes[i];
+    }
+  }
+  if (infer) {
+    DimExpr total = sym_numel(self.sizes);
+    sizes[*infer] = c.simplify(floordiv(total, known));
+  }
+  return sizes;
+}
+
+DimExpr clamp_index(const Call& c, DimExpr i, const DimExpr& size) {
+  if (i.is_constant() && i.constant() < 0) i = i + size;
+  if (c.decide(i, Rel::LT, 0)) return 0;
+  if (c.decide(i, Rel::GE, size)) return size;
+  return i;
+}
+
+std::vector<TensorType> rule(const Call& c) {
+  const OpKind kind = c.op.kind;
+  const std::string& ov = c.op.overload;
+  auto all_tensor_shapes = [&] {
+    std::vector<const Dims*> shapes;
+    for (const Arg& a : c.args) {
+      if (const TensorType* t = c.tensor_or_null(a)) shapes.push_back(&t->sizes);
+    }
+    return shapes;
+  };
+  auto same_as = [&](const TensorType& t) {
+    std::vector<TensorType> out;
+    for (size_t i = 0; i < c.concrete.size(); ++i) out.push_back(c.fresh(i, t.sizes));
+    return out;
+  };
+
+  switch (op_category(kind)) {
+    case OpCategory::Pointwise: {
+      Dims sizes = broadcast(c, all_tensor_shapes());
+      std::vector<TensorType> out;
+      for (size_t i = 0; i < c.concrete.size(); ++i) out.push_back(c.fresh(i, sizes));
+      return out;
+    }
+    default:
+      break;
+  }
+
+  switch (kind) {
+    // ---- reductions
+    case OpKind::sum:
+    case OpKind::mean:
+    case OpKind::prod:
+    case OpKind::amax:
+    case OpKind::amin:
+    case OpKind::max:
+    case OpKind::min:
+    case OpKind::argmax:
+    case OpKind::argmin:
+    case OpKind::any:
+    case OpKind::all:
+    case OpKind::var:
+    case OpKind::std:
+    case OpKind::var_mean:
+    case OpKind::std_mean:
+    case OpKind::logsumexp: {
+      const TensorType& self = c.tensor(0);
+      Dims sizes = reduced(c, self, c.named("dim"), keepdim_of(c));
+      std::vector<TensorType> out;
+      for (size_t i = 0; i < c.concrete.size(); ++i) out.push_back(c.fresh(i, sizes));
+      return out;
+    }
+    case OpKind::_softmax:
+    case OpKind::_log_softmax:
+    case OpKind::_safe_softmax:
+    case OpKind::_softmax_backward_data:
+    case OpKind::_log_softmax_backward_data:
+    case OpKind::tril:
+    case OpKind::triu:
+    case OpKind::flip:
+    case OpKind::roll:
+    case OpKind::copy:
+    case OpKind::fill:
+    case OpKind::index_put:
+    case OpKind::_index_put_impl:
+    case OpKind::index_add:
+    case OpKind::index_copy:
+    case OpKind::index_fill:
+    case OpKind::scatter:
+    case OpKind::scatter_add:
+    case OpKind::scatter_reduce:
+    case OpKind::slice_scatter:
+    case OpKind::select_scatter:
+    case OpKind::empty_like:
+    case OpKind::zeros_like:
+    case OpKind::ones_like:
+    case OpKind::full_like:
+      return same_as(c.tensor(0));
+    case OpKind::native_layer_norm: {
+      const TensorType& x = c.tensor(0);
+      Dims normalized = c.dims(c.at(1));
+      size_t axis = x.sizes.size() - normalized.size();
+      Dims stats(x.sizes.begin(), x.sizes.begin() + static_cast<std::ptrdiff_t>(axis));
+      stats.resize(x.sizes.size(), DimExpr(1));
+      return {c.fresh(0, x.sizes), c.fresh(1, stats), c.fresh(2, stats)};
+    }
+
+    // ---- views
+    case OpKind::alias:
+    case OpKind::detach: {
+      const TensorType& s = c.tensor(0);
+      return {c.view(0, s.sizes, s.strides, s.storage_offset)};
+    }
+    case OpKind::view:
+    case OpKind::_unsafe_view:
+    case OpKind::reshape: {
+      const TensorType& s = c.tensor(0);
+      Dims sizes = view_sizes(c, s, c.dims(c.at(1)));
+      EMBER_UNSUPPORTED(s.is_contiguous())
+          << c.name() << " of a non-contiguous tensor with symbolic sizes";
+      return {c.view(0, sizes, contiguous_strides(sizes), s.storage_offset)};
+    }
+    case OpKind::permute: {
+      const TensorType& s = c.tensor(0);
+      Dims perm = c.dims(c.at(1));
+      Dims sizes, strides;
+      for (const DimExpr& p : perm) {
+        auto d = static_cast<size_t>(wrap_dim(c, c.guards.specialize(p.expr()), s.dim()));
+        sizes.push_back(s.sizes[d]);
+        strides.push_back(s.strides[d]);
+      }
+      return {c.view(0, sizes, strides, s.storage_offset)};
+    }
+    case OpKind::transpose:
+    case OpKind::t: {
+      const TensorType& s = c.tensor(0);
+      Dims sizes = s.sizes, strides = s.strides;
+      if (s.dim() >= 2) {
+        int64_t a = kind == OpKind::t ? 0 : wrap_dim(c, c.integer(c.at(1)), s.dim());
+        int64_t b = kind == OpKind::t ? 1 : wrap_dim(c, c.integer(c.at(2)), s.dim());
+        std::swap(sizes[static_cast<size_t>(a)], sizes[static_cast<size_t>(b)]);
+        std::swap(strides[static_cast<size_t>(a)], strides[static_cast<size_t>(b)]);
+      }
+      return {c.view(0, sizes, strides, s.storage_offset)};
+    }
+    case OpKind::unsqueeze: {
+      const TensorType& s = c.tensor(0);
+      int64_t d = c.integer(c.at(1));
+      if (d < 0) d += s.dim() + 1;
+      EMBER_INTERNAL_ASSERT(d >= 0 && d <= s.dim()) << c.name() << ": dim " << d;
+      Dims sizes = s.sizes, strides = s.strides;
+      auto ud = static_cast<size_t>(d);
+      DimExpr stride = ud >= s.sizes.size() ? DimExpr(1) : s.sizes[ud] * s.strides[ud];
+      sizes.insert(sizes.begin() + d, DimExpr(1));
+      strides.insert(strides.begin() + d, stride);
+      return {c.view(0, sizes, strides, s.storage_offset)};
+    }
+    case OpKind::squeeze: {
+      const TensorType& s = c.tensor(0);
+      std::vector<bool> drop(s.sizes.size(), false);
+      const Arg* dim = c.args.size() > 1 ? &c.at(1) : nullptr;
+      for (size_t d = 0; d < s.sizes.size(); ++d) {
+        drop[d] = dim == nullptr && s.sizes[d] == DimExpr(1);
+      }
+      if (dim != nullptr) {
+        Dims ds = std::holds_alternative<int64_t>(*dim) || std::holds_alternative<DimExpr>(*dim)
+                      ? Dims{c.dim(*dim)}
+                      : c.dims(*dim);
+        for (const DimExpr& e : ds) {
+          auto d = static_cast<size_t>(wrap_dim(c, c.guards.specialize(e.expr()), s.dim()));
+          if (d < s.sizes.size()) drop[d] = c.decide(s.sizes[d], Rel::EQ, 1);
+        }
+      }
+      Dims sizes, strides;
+      for (size_t d = 0; d < s.sizes.size(); ++d) {
+        if (drop[d]) continue;
+        sizes.push_back(s.sizes[d]);
+        strides.push_back(s.strides[d]);
+      }
+      return {c.view(0, sizes, strides, s.storage_offset)};
+    }
+    case OpKind::expand: {
+      const TensorType& s = c.tensor(0);
+      Dims target = c.dims(c.at(1));
+      size_t lead = target.size() - s.sizes.size();
+      Dims sizes, strides;
+      for (size_t i = 0; i < target.size(); ++i) {
+        if (i < lead) {
+          sizes.push_back(target[i]);
+          strides.push_back(0);
+          continue;
+        }
+        const DimExpr& have = s.sizes[i - lead];
+        DimExpr want = target[i] == DimExpr(-1) ? have : target[i];
+        if (have == want || c.decide(have, Rel::EQ, want)) {
+          sizes.push_back(want.is_constant() ? want : have);
+          strides.push_back(s.strides[i - lead]);
+        } else {
+          EMBER_INTERNAL_ASSERT(c.decide(have, Rel::EQ, 1))
+              << c.name() << ": expands " << have.str();
+          sizes.push_back(want);
+          strides.push_back(0);
+        }
+      }
+      return {c.view(0, sizes, strides, s.storage_offset)};
+    }
+    case OpKind::slice: {
+      const TensorType& s = c.tensor(0);
+      auto d = static_cast<size_t>(wrap_dim(c, c.integer(c.at(1)), s.dim()));
+      const DimExpr& size = s.sizes[d];
+      const Arg& start_a = c.at(2);
+      const Arg& end_a = c.at(3);
+      int64_t step = c.args.size() > 4 ? c.integer(c.at(4)) : 1;
+      EMBER_UNSUPPORTED(step > 0) << c.name() << ": step " << step;
+      DimExpr start = std::holds_alternative<NoneArg>(start_a) ? DimExpr(0) : c.dim(start_a);
+      DimExpr end = std::holds_alternative<NoneArg>(end_a) ? DimExpr(kMaxIndex) : c.dim(end_a);
+      start = clamp_index(c, start, size);
+      if (end == DimExpr(kMaxIndex)) {
+        end = size;
+      } else {
+        end = clamp_index(c, end, size);
+        if (c.decide(end, Rel::LT, start)) end = start;
+      }
+      DimExpr len = c.simplify(floordiv(end - start + (step - 1), step));
+      Dims sizes = s.sizes, strides = s.strides;
+      sizes[d] = len;
+      strides[d] = s.strides[d] * step;
+      return {c.view(0, sizes, strides, c.simplify(s.storage_offset + start * s.strides[d]))};
+    }
+    case OpKind::select: {
+      const TensorType& s = c.tensor(0);
+      auto d = static_cast<size_t>(wrap_dim(c, c.integer(c.at(1)), s.dim()));
+      DimExpr index = c.dim(c.at(2));
+      if (index.is_constant() && index.constant() < 0) index = index + s.sizes[d];
+      // Out-of-range indices raise in eager; the guard keeps a compiled read in bounds.
+      EMBER_INTERNAL_ASSERT(c.decide(index, Rel::LT, s.sizes[d]) && c.decide(index, Rel::GE, 0))
+          << c.name() << ": index " << index.str() << " out of " << s.sizes[d].str();
+      Dims sizes = s.sizes, strides = s.strides;
+      sizes.erase(sizes.begin() + static_cast<std::ptrdiff_t>(d));
+      strides.erase(strides.begin() + static_cast<std::ptrdiff_t>(d));
+      return {c.view(0, sizes, strides, c.simplify(s.storage_offset + index * s.strides[d]))};
+    }
+    case OpKind::split:
+    case OpKind::split_with_sizes: {
+      const TensorType& s = c.tensor(0);
+      int64_t dim_i = c.args.size() > 2 ? c.integer(c.at(2)) : 0;
+      auto d = static_cast<size_t>(wrap_dim(c, dim_i, s.dim()));
+      const DimExpr& size = s.sizes[d];
+      Dims pieces;
+      if (kind == OpKind::split_with_sizes) {
+        pieces = c.dims(c.at(1));
+      } else {
+        DimExpr split = c.dim(c.at(1));
+        auto n = static_cast<int64_t>(c.concrete.size());
+        EMBER_UNSUPPORTED(
+            c.decide(floordiv(size + split - 1, split), Rel::EQ, std::max<int64_t>(n, 1)))
+            << c.name() << ": the number of pieces";
+        for (int64_t i = 0; i + 1 < n; ++i) pieces.push_back(split);
+        if (n > 0) pieces.push_back(c.simplify(size - split * (n - 1)));
+      }
+      std::vector<TensorType> out;
+      DimExpr offset = s.storage_offset;
+      for (size_t i = 0; i < pieces.size() && i < c.concrete.size(); ++i) {
+        Dims sizes = s.sizes;
+        sizes[d] = pieces[i];
+        out.push_back(c.view(i, sizes, s.strides, c.simplify(offset)));
+        offset = offset + pieces[i] * s.strides[d];
+      }
+      return out;
+    }
+    case OpKind::as_strided: {
+      const TensorType& s = c.tensor(0);
+      DimExpr offset = s.storage_offset;
+      if (c.args.size() > 3 && !std::holds_alternative<NoneArg>(c.at(3))) offset = c.dim(c.at(3));
+      return {c.view(0, c.dims(c.at(1)), c.dims(c.at(2)), offset)};
+    }
+
+    // ---- indexing and layout
+    case OpKind::index_select: {
+      const TensorType& s = c.tensor(0);
+      auto d = static_cast<size_t>(wrap_dim(c, c.integer(c.at(1)), s.dim()));
+      Dims sizes = s.sizes;
+      const TensorType& index = c.tensor(2);
+      if (!sizes.empty()) sizes[d] = index.sizes.empty() ? DimExpr(1) : index.sizes[0];
+      return {c.fresh(0, sizes)};
+    }
+    case OpKind::gather:
+      return {c.fresh(0, c.tensor(2).sizes)};
+    case OpKind::embedding: {
+      const TensorType& w = c.tensor(0);
+      Dims sizes = c.tensor(1).sizes;
+      sizes.push_back(w.sizes.back());
+      return {c.fresh(0, sizes)};
+    }
+    case OpKind::cat:
+    case OpKind::stack: {
+      const auto* list = std::get_if<ValueList>(&c.at(0));
+      EMBER_INTERNAL_ASSERT(list != nullptr) << c.name() << ": expected a tensor list";
+      std::vector<const TensorType*> parts;
+      for (const std::optional<ValueId>& v : list->items) {
+        const TensorType& t = c.g.type(*v);
+        // cat skips legacy empty 1-D tensors.
+        if (kind == OpKind::cat && t.dim() == 1 && t.sizes[0] == DimExpr(0)) continue;
+        parts.push_back(&t);
+      }
+      EMBER_UNSUPPORTED(!parts.empty()) << c.name() << " of empty tensors";
+      int64_t rank = parts[0]->dim() + (kind == OpKind::stack ? 1 : 0);
+      auto d = static_cast<size_t>(wrap_dim(c, c.args.size() > 1 ? c.integer(c.at(1)) : 0, rank));
+      Dims sizes = parts[0]->sizes;
+      if (kind == OpKind::stack) {
+        sizes.insert(sizes.begin() + static_cast<std::ptrdiff_t>(d),
+                     DimExpr(static_cast<int64_t>(parts.size())));
+      } else {
+        DimExpr total = 0;
+        for (const TensorType* p : parts) total = total + p->sizes[d];
+        sizes[d] = total;
+      }
+      return {c.fresh(0, sizes)};
+    }
+    case OpKind::constant_pad_nd: {
+      const TensorType& s = c.tensor(0);
+      Dims pad = c.dims(c.at(1));
+      Dims sizes = s.sizes;
+      for (size_t i = 0; 2 * i + 1 < pad.size() && i < sizes.size(); ++i) {
+        size_t d = sizes.size() - 1 - i;
+        sizes[d] = c.simplify(sizes[d] + pad[2 * i] + pad[2 * i + 1]);
+      }
+      return {c.fresh(0, sizes)};
+    }
+    case OpKind::repeat: {
+      const TensorType& s = c.tensor(0);
+      Dims reps = c.dims(c.at(1));
+      Dims sizes = reps;
+      size_t lead = reps.size() - s.sizes.size();
+      for (size_t i = 0; i < s.sizes.size(); ++i) sizes[lead + i] = s.sizes[i] * reps[lead + i];
+      return {c.fresh(0, sizes)};
+    }
+
+    // ---- factories
+    case OpKind::empty:
+    case OpKind::zeros:
+    case OpKind::ones:
+    case OpKind::full:
+      return {c.fresh(0, c.dims(c.at(0)))};
+    case OpKind::new_empty:
+    case OpKind::new_zeros:
+    case OpKind::new_ones:
+    case OpKind::new_full:
+      return {c.fresh(0, c.dims(c.at(1)))};
+    case OpKind::empty_strided:
+      return {c.view(0, c.dims(c.at(0)), c.dims(c.at(1)), 0)};
+    case OpKind::scalar_tensor:
+      return {c.fresh(0, {})};
+    case OpKind::arange: {
+      // arange(end), arange.start(start, end), arange.start_step(start, end, step): integer
+      // bounds only (a float bound is never symbolic).
+      DimExpr start = 0, end = 0, step = 1;
+      if (ov.empty()) {
+        end = c.dim(c.at(0));
+      } else {
+        start = c.dim(c.at(0));
+        end = c.dim(c.at(1));
+        if (ov == "start_step") step = c.dim(c.at(2));
+      }
+      int64_t st = c.guards.specialize(step.expr());
+      EMBER_UNSUPPORTED(st > 0) << c.name() << ": step " << st;
+      DimExpr n = c.simplify(floordiv(end - start + (st - 1), st));
+      if (!c.decide(n, Rel::GE, 0)) n = 0;
+      return {c.fresh(0, {n})};
+    }
+
+    // ---- matrix products and attention
+    case OpKind::mm:
+      return {c.fresh(0, {c.tensor(0).sizes[0], c.tensor(1).sizes[1]})};
+    case OpKind::addmm:
+      return {c.fresh(0, {c.tensor(1).sizes[0], c.tensor(2).sizes[1]})};
+    case OpKind::bmm: {
+      const TensorType& a = c.tensor(0);
+      return {c.fresh(0, {a.sizes[0], a.sizes[1], c.tensor(1).sizes[2]})};
+    }
+    case OpKind::scaled_dot_product_attention:
+    case OpKind::_scaled_dot_product_flash_attention_for_cpu: {
+      const TensorType& q = c.tensor(0);
+      Dims out = q.sizes;
+      out.back() = c.tensor(2).sizes.back();
+      std::vector<TensorType> r{c.fresh(0, out)};
+      if (c.concrete.size() > 1) {
+        Dims lse(q.sizes.begin(), q.sizes.end() - 1);
+        r.push_back(c.fresh(1, lse));
+      }
+      return r;
+    }
+    default:
+      break;
+  }
+  EMBER_UNSUPPORTED(false) << c.name() << " has no symbolic shape rule";
+  return {};
+}
+
+std::string hint_str(const Dims& d, const sym::ShapeEnv& env) {
+  std::string s = "[";
+  for (size_t i = 0; i < d.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(sym::hint(d[i].expr(), env));
+  }
+  return s + "]";
+}
+
+bool agrees(const Dims& symbolic, const Dims& concrete, const sym::ShapeEnv& env) {
+  if (symbolic.size() != concrete.size()) return false;
+  for (size_t i = 0; i < symbolic.size(); ++i) {
+    if (sym::hint(symbolic[i].expr(), env) != concrete[i].constant()) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+Dims dense_strides_like(const Dims& sizes, const Dims& like) {
+  const size_t n = sizes.size();
+  std::vector<int64_t> like_values;
+  bool usable = like.size() == n && all_constant(like);
+  if (usable) like_values = constant_values(like);
+  std::vector<size_t> order(n);  // outermost first
+  std::iota(order.begin(), order.end(), size_t{0});
+  if (usable) {
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return like_values[a] > like_values[b]; });
+  }
+  Dims strides(n);
+  DimExpr acc = 1;
+  for (size_t k = n; k-- > 0;) {
+    size_t d = order[k];
+    strides[d] = acc;
+    const DimExpr& s = sizes[d];
+    if (!s.is_constant() || s.constant() > 1) acc = acc * s;
+  }
+  return strides;
+}
+
+std::vector<TensorType> symbolic_result_types(const Graph& g, const OpInfo& op,
+                                              const std::vector<Arg>& args,
+                                              const std::vector<TensorType>& concrete,
+                                              sym::GuardRecorder& guards) {
+  Call c{g, op, args, concrete, guards};
+  std::vector<TensorType> out = rule(c);
+  EMBER_INTERNAL_ASSERT(out.size() == concrete.size())
+      << c.name() << ": the rule gives " << out.size() << " results, the meta kernel "
+      << concrete.size();
+  for (size_t i = 0; i < out.size(); ++i) {
+    const TensorType& t = out[i];
+    const TensorType& m = concrete[i];
+    bool same = agrees(t.sizes, m.sizes, g.symbols) && agrees(t.strides, m.strides, g.symbols) &&
+                sym::hint(t.storage_offset.expr(), g.symbols) == m.storage_offset.constant();
+    EMBER_UNSUPPORTED(same) << c.name() << ": the symbolic shape rule gives sizes "
+                            << hint_str(t.sizes, g.symbols) << " strides "
+                            << hint_str(t.strides, g.symbols) << " at the hints, the meta kernel "
+                            << type_str(m) << " (result " << i << ")";
+  }
+  return out;
+}
+
+}  // namespace ember::graph

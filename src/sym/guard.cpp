@@ -1,0 +1,74 @@
+#include "sym/guard.h"
+
+#include <algorithm>
+
+#include "sym/eval.h"
+#include "sym/printer.h"
+
+namespace ember::sym {
+namespace {
+
+bool compare(int64_t a, Rel rel, int64_t b) {
+  switch (rel) {
+    case Rel::EQ:
+      return a == b;
+    case Rel::NE:
+      return a != b;
+    case Rel::LT:
+      return a < b;
+    case Rel::LE:
+      return a <= b;
+    case Rel::GT:
+      return a > b;
+    case Rel::GE:
+      return a >= b;
+  }
+  return false;
+}
+
+Rel negate(Rel rel) {
+  switch (rel) {
+    case Rel::EQ:
+      return Rel::NE;
+    case Rel::NE:
+      return Rel::EQ;
+    case Rel::LT:
+      return Rel::GE;
+    case Rel::LE:
+      return Rel::GT;
+    case Rel::GT:
+      return Rel::LE;
+    case Rel::GE:
+      return Rel::LT;
+  }
+  return Rel::EQ;
+}
+
+}  // namespace
+
+bool guard_holds(const SizeGuard& g, const Bindings& bindings) {
+  return compare(evaluate(g.lhs, bindings), g.rel, evaluate(g.rhs, bindings)) == g.expected;
+}
+
+std::string print(const SizeGuard& g) {
+  std::string rel = print(g.lhs) + " " + rel_name(g.rel) + " " + print(g.rhs);
+  return g.expected ? rel : "not (" + rel + ")";
+}
+
+bool GuardRecorder::decide(const SymExpr& a, Rel rel, const SymExpr& b) {
+  if (statically_known_true(a, rel, b, *env_)) return true;
+  if (statically_known_true(a, negate(rel), b, *env_)) return false;
+  bool answer = compare(hint(a, *env_), rel, hint(b, *env_));
+  SizeGuard g{a, rel, b, answer};
+  if (std::find(guards_.begin(), guards_.end(), g) == guards_.end()) guards_.push_back(g);
+  return answer;
+}
+
+int64_t GuardRecorder::specialize(const SymExpr& e) {
+  if (std::optional<int64_t> c = e.as_constant()) return *c;
+  int64_t v = hint(e, *env_);
+  decide(e, Rel::EQ, SymExpr(v));
+  return v;
+}
+
+}  // namespace ember::sym

@@ -1,0 +1,119 @@
+#include "graph/shape_rules.h"
+
+#include <gtest/gtest.h>
+
+#include "graph/printer.h"
+#include "graph_builders.h"
+#include "support/error.h"
+#include "sym/eval.h"
+#include "sym/printer.h"
+
+namespace ember::graph {
+namespace {
+
+using test::make_op;
+
+TensorType typed(Dims sizes, Dims strides = {}) {
+  TensorType t;
+  t.strides = strides.empty() ? contiguous_strides(sizes) : strides;
+  t.sizes = std::move(sizes);
+  return t;
+}
+
+/// The concrete type of `t` at the hints of `g`'s symbols.
+TensorType at_hints(const Graph& g, const TensorType& t) {
+  TensorType out = t;
+  auto values = [&](const Dims& d) {
+    Dims r;
+    for (const DimExpr& e : d) r.push_back(sym::hint(e.expr(), g.symbols));
+    return r;
+  };
+  out.sizes = values(t.sizes);
+  out.strides = values(t.strides);
+  out.storage_offset = sym::hint(t.storage_offset.expr(), g.symbols);
+  return out;
+}
+
+struct RuleTest : ::testing::Test {
+  Graph g;
+  sym::GuardRecorder guards{g.symbols};
+  DimExpr s0 = g.symbols.create_size(6, "a");
+  DimExpr s1 = g.symbols.create_size(4, "b");
+
+  /// The rule's result types for `op(args)`, `expected` being their types at the hints (what the
+  /// meta kernel would give).
+  std::vector<TensorType> apply(const char* name, const char* overload,
+                                std::vector<std::string> arg_names, std::vector<Arg> args,
+                                const std::vector<TensorType>& expected_symbolic) {
+    OpInfo op = make_op(name, overload, arg_names, std::vector<bool>(arg_names.size(), false));
+    op.kind = op_kind(op.name);
+    std::vector<TensorType> concrete;
+    for (const TensorType& t : expected_symbolic) concrete.push_back(at_hints(g, t));
+    return symbolic_result_types(g, op, args, concrete, guards);
+  }
+  ValueRef input(TensorType t) { return ValueRef{g.add_input(std::move(t), InputKind::User)}; }
+};
+
+TEST_F(RuleTest, ViewInfersMinusOneExactly) {
+  ValueRef x = input(typed({2, s0, 4, 8}));
+  TensorType want = typed({2, s0, 32});
+  auto out = apply("aten::view", "", {"self", "size"}, {x, int_list_arg({2, s0, -1})}, {want});
+  EXPECT_EQ(type_str(out[0]), "f32[2, s0, 32] cpu");
+}
+
+TEST_F(RuleTest, BroadcastGuardsEqualityOfSymbols) {
+  ValueRef a = input(typed({s0, 3}));
+  ValueRef b = input(typed({s1, 1}));
+  // s0 and s1 are 6 and 4 at their hints: these would not broadcast, so use equal hints.
+  Graph h;
+  sym::GuardRecorder hg{h.symbols};
+  DimExpr t0 = h.symbols.create_size(5, "a"), t1 = h.symbols.create_size(5, "b");
+  ValueRef ha{h.add_input(typed({t0, 3}), InputKind::User)};
+  ValueRef hb{h.add_input(typed({t1, 1}), InputKind::User)};
+  OpInfo op = make_op("aten::add", "Tensor", {"self", "other", "alpha"}, {false, false, true});
+  op.kind = op_kind(op.name);
+  auto out = symbolic_result_types(h, op, {ha, hb, int64_t{1}}, {typed({5, 3})}, hg);
+  EXPECT_EQ(type_str(out[0]), "f32[s0, 3] cpu");
+  ASSERT_EQ(hg.guards().size(), 1u);
+  EXPECT_EQ(sym::print(hg.guards()[0]), "s0 == s1");
+  (void)a;
+  (void)b;
+}
+
+TEST_F(RuleTest, SliceClampsWithGuardsOnlyWhereRangesDoNotDecide) {
+  ValueRef x = input(typed({s0, 8}));
+  // x[1:s0] needs no guard; x[:3] needs s0 >= 3 decided (true at the hint 6).
+  auto a = apply("aten::slice", "Tensor", {"self", "dim", "start", "end", "step"},
+                 {x, int64_t{0}, int64_t{1}, int_arg(s0), int64_t{1}}, {[&] {
+                   TensorType t = typed({s0 - 1, 8}, {8, 1});
+                   t.storage_offset = 8;
+                   return t;
+                 }()});
+  EXPECT_EQ(type_str(a[0]), "f32[s0 - 1, 8]+8 cpu");
+  EXPECT_TRUE(guards.guards().empty());
+  auto b = apply("aten::slice", "Tensor", {"self", "dim", "start", "end", "step"},
+                 {x, int64_t{0}, int64_t{0}, int64_t{3}, int64_t{1}}, {typed({3, 8})});
+  EXPECT_EQ(type_str(b[0]), "f32[3, 8] cpu");
+  ASSERT_EQ(guards.guards().size(), 1u);
+  EXPECT_EQ(sym::print(guards.guards()[0]), "not (3 >= s0)");
+}
+
+TEST_F(RuleTest, ARuleThatDisagreesWithTheMetaKernelIsUnsupported) {
+  ValueRef x = input(typed({s0, 8}));
+  OpInfo op =
+      make_op("aten::sum", "dim_IntList", {"self", "dim", "keepdim"}, {false, false, false});
+  op.kind = op_kind(op.name);
+  // The meta kernel says [7]; the rule says [s0] = [6] at the hint.
+  EXPECT_THROW(
+      symbolic_result_types(g, op, {x, std::vector<int64_t>{1}, false}, {typed({7})}, guards),
+      Unsupported);
+}
+
+TEST_F(RuleTest, DenseStridesFollowTheConcreteOrder) {
+  EXPECT_EQ(dense_strides_like({s0, 3, 4}, {12, 4, 1}), (Dims{12, 4, 1}));
+  // channels-last-like order: dim 1 innermost.
+  EXPECT_EQ(dense_strides_like({2, 3, s0}, {18, 1, 3}), (Dims{DimExpr(s0 * 3), 1, 3}));
+}
+
+}  // namespace
+}  // namespace ember::graph
