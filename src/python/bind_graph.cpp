@@ -1,5 +1,6 @@
 /// \file
 /// Python view of a traced graph: ember._C.Graph.
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -10,11 +11,40 @@
 #include "graph/verifier.h"
 #include "python/bindings.h"
 #include "python/torch_caster.h"
+#include "support/error.h"
+#include "tracer/convert.h"
 #include "tracer/trace_session.h"
 
 namespace nb = nanobind;
 
 namespace ember::python {
+
+namespace {
+
+/// The graph that graph text `text` describes, as a traced graph: each op's argument names from
+/// its schema in this process's dispatcher (the text carries only kwarg-only names, and the
+/// scheduler looks arguments up by name). Constant inputs have no tensors in text: refused.
+tracer::TracedGraph parse_traced_graph(const std::string& text) {
+  graph::Graph g = graph::parse_graph(text);
+  for (const graph::Input& in : g.inputs) {
+    EMBER_CHECK(in.kind != graph::InputKind::Constant)
+        << "graph text with a const input (%" << in.value
+        << ") cannot become a traced graph: text carries no constant tensors";
+  }
+  for (graph::OpInfo& op : g.ops) {
+    auto handle = c10::Dispatcher::singleton().findSchema({op.name, op.overload});
+    EMBER_CHECK(handle.has_value()) << "no operator " << op.qualified_name() << " is registered";
+    graph::OpInfo info = tracer::op_info(handle->schema());
+    EMBER_CHECK(info.arg_names.size() == op.arg_names.size())
+        << op.qualified_name() << " takes " << info.arg_names.size()
+        << " arguments, the text gives " << op.arg_names.size();
+    info.returns_list = op.returns_list;
+    op = std::move(info);
+  }
+  return tracer::TracedGraph{std::move(g), {}};
+}
+
+}  // namespace
 
 void bind_graph(nb::module_& m) {
   using tracer::TracedGraph;
@@ -53,6 +83,10 @@ void bind_graph(nb::module_& m) {
       "The printer's text of the graph that graph text `text` parses to (graph/parser.h): equal "
       "to `text` for every text the printer wrote. Raises CompileError with line:column on bad "
       "text.");
+  m.def("parse_traced_graph", &parse_traced_graph, nb::arg("text"),
+        "The Graph that graph text `text` describes (graph/parser.h), ready for CompiledGraph: "
+        "its ops' argument names come from their schemas. Raises CompileError on bad text and "
+        "for a graph with const inputs (text holds no tensors).");
   m.def(
       "op_table_names",
       [] {

@@ -272,6 +272,13 @@ void bind_runtime(nb::module_& m) {
       .def("describe_steps", &Executor::describe_steps,
            "One line per step: 'kernel <name>: ops', 'view <op>' or 'extern <op>'.")
       .def_prop_ro("codegen_error", &Executor::codegen_error)
+      .def_prop_ro("is_symbolic", &Executor::is_symbolic,
+                   "The graph's sizes are expressions over shape symbols, bound at each call.")
+      .def_prop_ro("symbolic_fallback", &Executor::symbolic_fallback,
+                   "For a symbolic graph compiled once per binding of its symbols, why it was not "
+                   "compiled symbolically ('compiled per size: <step>: <why>'); '' otherwise.")
+      .def_prop_ro("num_specializations", &Executor::num_specializations,
+                   "Static programs compiled so far for a symbolic graph compiled per binding.")
       .def_prop_ro("cuda_graph_status", &Executor::cuda_graph_status,
                    "'' while the graph is (or will be) replayed as a CUDA graph, else why not "
                    "('off' without cuda_graphs).")

@@ -53,9 +53,11 @@ class Executor {
   }
 
   /// Runs the graph. `inputs` are the graph's non-constant inputs, in order. Checks that each has
-  /// the dtype and sizes the graph was traced with (UserError otherwise). Inputs whose strides
-  /// differ from the traced ones run unfused (kernels bake strides in). Applies the graph's input
-  /// mutations, then returns its outputs.
+  /// the dtype and sizes the graph was traced with (UserError otherwise; for a graph over shape
+  /// symbols, each symbol takes its value from the input size it is, and every input's sizes
+  /// must match its type under those values). Inputs whose strides differ from the traced ones
+  /// run unfused (kernels bake strides in). Applies the graph's input mutations, then returns its
+  /// outputs.
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const;
   /// The same, taking the caller's references to the inputs (see release_inputs).
   std::vector<at::Tensor> run(std::vector<at::Tensor>&& inputs) const;
@@ -102,6 +104,16 @@ class Executor {
   /// Steps that make views of a realized tensor directly from its storage (see View): one per
   /// chain of views the scheduler collapsed, or one per view op left outside kernels.
   int num_view_steps() const;
+  /// The graph's sizes are expressions over shape symbols (issue 35, runtime/specialize.h).
+  bool is_symbolic() const { return p_.symbol_sources.has_value(); }
+  /// For a symbolic graph compiled per binding of its symbols, why no step compiled it
+  /// symbolically ("compiled per size: <step>: <why>"); empty otherwise.
+  const std::string& symbolic_fallback() const { return p_.symbolic_fallback; }
+  /// The static programs compiled so far for a symbolic graph compiled per binding (one per
+  /// distinct binding); 0 otherwise.
+  int num_specializations() const {
+    return p_.specializations ? p_.specializations->num_compiled() : 0;
+  }
   /// Why code generation was abandoned for this graph; empty if it was not.
   const std::string& codegen_error() const { return p_.codegen_error; }
   /// Why each kernel the code generator refused has no generated form; their nodes run as ATen
@@ -133,8 +145,13 @@ class Executor {
                          torch::jit::Stack& stack) const;
   /// Runs one kernel; false when it reported an out-of-range index (and wrote nothing).
   /// `write_through`: outputs marked Output::write_through may be written into their input.
+  /// `symbols`: the call's symbol values (a symbolic kernel's sizes).
   bool run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const at::Tensor& arena,
-                  bool write_through = false) const;
+                  bool write_through = false, const std::vector<int64_t>& symbols = {}) const;
+  /// For a symbolic graph: whether a call should run the static program of its binding (the
+  /// graph is compiled per binding, or an input's strides differ from its type's).
+  bool runs_per_binding(const std::vector<at::Tensor>& inputs,
+                        const std::vector<int64_t>& symbols) const;
   /// Whether no two of a call's inputs (in `env`) share a storage: mutations may then be written
   /// in place.
   bool inputs_own_their_storage(const std::vector<at::Tensor>& env) const;
@@ -144,11 +161,13 @@ class Executor {
   /// views a copy of the root in the traced layout.
   bool run_view(const Step& step, std::vector<at::Tensor>& env) const;
   bool strides_match(const std::vector<at::Tensor>& inputs) const;
-  /// run() after its checks of the inputs: the program of steps.
-  void check_inputs(const std::vector<at::Tensor>& inputs) const;
+  /// run()'s checks of the inputs. Returns the value of each shape symbol (by id) for a
+  /// symbolic graph, else nothing.
+  std::vector<int64_t> check_inputs(const std::vector<at::Tensor>& inputs) const;
   /// `owned`: the inputs to move into the program's values (run(&&)), else nullptr.
   std::vector<at::Tensor> run_program(const std::vector<at::Tensor>& inputs,
-                                      std::vector<at::Tensor>* owned = nullptr) const;
+                                      std::vector<at::Tensor>* owned = nullptr,
+                                      const std::vector<int64_t>& symbols = {}) const;
   /// CompileOptions::Debug::verify_kernels (runtime/kernel_check.cpp): every value of the unfused
   /// program run on `inputs`, none released and no mutation applied, the reference for
   /// check_kernel.

@@ -19,6 +19,7 @@
 #include "runtime/executor.h"
 #include "runtime/executor_internal.h"
 #include "support/error.h"
+#include "sym/eval.h"
 #include "tracer/convert.h"
 
 namespace ember::runtime {
@@ -125,8 +126,42 @@ bool Executor::run_view(const Step& step, std::vector<at::Tensor>& env) const {
   return true;
 }
 
+namespace {
+
+std::vector<int64_t> evaluate_dims(const graph::Dims& dims, const sym::Bindings& bindings) {
+  std::vector<int64_t> out;
+  out.reserve(dims.size());
+  for (const graph::DimExpr& d : dims) {
+    std::optional<int64_t> c = d.as_constant();
+    out.push_back(c ? *c : sym::evaluate(d.expr(), bindings));
+  }
+  return out;
+}
+
+}  // namespace
+
 bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const at::Tensor& arena,
-                          bool write_through) const {
+                          bool write_through, const std::vector<int64_t>& symbols) const {
+  if (k.symbolic) {
+    // Its inputs are graph inputs whose sizes and strides the call checked; its outputs are
+    // allocated at this call's sizes.
+    std::vector<void*> buffers;
+    buffers.reserve(k.inputs.size() + k.outputs.size());
+    for (graph::ValueId v : k.inputs) buffers.push_back(env[v].data_ptr());
+    const sym::Bindings bindings = to_bindings(symbols);
+    for (size_t i = 0; i < k.outputs.size(); ++i) {
+      at::Tensor& t = env[k.outputs[i]];
+      t = at::empty_strided(evaluate_dims(k.symbolic_outputs[i].first, bindings),
+                            evaluate_dims(k.symbolic_outputs[i].second, bindings),
+                            k.allocations[i].options);
+      buffers.push_back(t.data_ptr());
+    }
+    std::vector<int64_t> sizes;
+    sizes.reserve(k.size_symbols.size());
+    for (int id : k.size_symbols) sizes.push_back(symbols.at(id));
+    k.fn(buffers.data(), sizes.data());
+    return true;
+  }
   std::vector<void*> buffers;
   buffers.reserve(k.inputs.size() + k.outputs.size() + 1);
   for (size_t i = 0; i < k.inputs.size(); ++i) {
@@ -201,26 +236,55 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
   // op traced in a region with autocast off (a rotary embedding's fp32 matmul) must not be cast
   // again because the caller's autocast is on now.
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-  check_inputs(inputs);
+  const std::vector<int64_t> symbols = check_inputs(inputs);
+  if (runs_per_binding(inputs, symbols)) return p_.specializations->get(symbols)->run(inputs);
   if (p_.cuda_graph) {
     auto replayed = p_.cuda_graph->run(
         inputs, [this](const std::vector<at::Tensor>& in) { return run_program(in); });
     if (replayed.has_value()) return std::move(*replayed);
   }
-  return run_program(inputs);
+  return run_program(inputs, nullptr, symbols);
+}
+
+bool Executor::runs_per_binding(const std::vector<at::Tensor>& inputs,
+                                const std::vector<int64_t>& symbols) const {
+  if (!p_.specializations) return false;
+  if (!p_.symbolic_fallback.empty()) return true;
+  // Symbolic kernels read their inputs at the types' strides.
+  const graph::Graph& g = p_.traced.graph;
+  sym::Bindings bindings;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const graph::TensorType& t = g.type(p_.input_slots[i]);
+    for (int64_t d = 0; d < inputs[i].dim(); ++d) {
+      if (inputs[i].size(d) <= 1) continue;
+      int64_t want = 0;
+      if (std::optional<int64_t> c = t.strides[d].as_constant()) {
+        want = *c;
+      } else {
+        if (bindings.empty()) bindings = to_bindings(symbols);
+        want = sym::evaluate(t.strides[d].expr(), bindings);
+      }
+      if (inputs[i].stride(d) != want) return true;
+    }
+  }
+  return false;
 }
 
 std::vector<at::Tensor> Executor::run(std::vector<at::Tensor>&& inputs) const {
-  if (!p_.release_inputs || p_.cuda_graph) {
+  if (!(p_.specializations && !p_.symbolic_fallback.empty()) &&
+      (!p_.release_inputs || p_.cuda_graph)) {
     const std::vector<at::Tensor> kept = std::move(inputs);
     return run(kept);
   }
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-  check_inputs(inputs);
-  return run_program(inputs, &inputs);
+  const std::vector<int64_t> symbols = check_inputs(inputs);
+  if (runs_per_binding(inputs, symbols)) {
+    return p_.specializations->get(symbols)->run(std::move(inputs));
+  }
+  return run_program(inputs, &inputs, symbols);
 }
 
-void Executor::check_inputs(const std::vector<at::Tensor>& inputs) const {
+std::vector<int64_t> Executor::check_inputs(const std::vector<at::Tensor>& inputs) const {
   const graph::Graph& g = p_.traced.graph;
   EMBER_CHECK(inputs.size() == p_.input_slots.size())
       << "expected " << p_.input_slots.size() << " input tensors but got " << inputs.size();
@@ -231,12 +295,15 @@ void Executor::check_inputs(const std::vector<at::Tensor>& inputs) const {
     EMBER_CHECK(tracer::to_graph(x.scalar_type()) == t.dtype && x.dim() == t.dim())
         << "input " << i << " has dtype " << x.scalar_type() << " and " << x.dim()
         << " dims, but the graph was traced for " << graph::type_str(t);
+    if (p_.symbol_sources) continue;  // the sizes: bind_symbols
     for (int64_t d = 0; d < x.dim(); ++d) {
       EMBER_CHECK(x.size(d) == t.sizes[d].constant())
           << "input " << i << " has size " << x.sizes() << ", but the graph was traced for "
           << graph::type_str(t);
     }
   }
+  if (!p_.symbol_sources) return {};
+  return bind_symbols(g, *p_.symbol_sources, p_.input_slots, inputs);
 }
 
 namespace {
@@ -286,7 +353,8 @@ struct LiveBytes {
 }  // namespace
 
 std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inputs,
-                                              std::vector<at::Tensor>* owned) const {
+                                              std::vector<at::Tensor>* owned,
+                                              const std::vector<int64_t>& symbols) const {
   const graph::Graph& g = p_.traced.graph;
   if (p_.unfused && !strides_match(inputs)) {
     unfused_runs_.fetch_add(1, std::memory_order_relaxed);
@@ -361,7 +429,7 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
       if (step.fused && !env[step.matmul_operands.out].defined()) {
         p_.steps[step.fused_product_step].call->run(env, stack);  // the product's step was skipped
       }
-      if (!run_kernel(p_.kernels[step.kernel], env, arena, write_through)) {
+      if (!run_kernel(p_.kernels[step.kernel], env, arena, write_through, symbols)) {
         // An index tensor holds an out-of-range index. Nothing is mutated before the last step:
         // the unfused program runs the ATen ops, which raise eager's error.
         EMBER_INTERNAL_ASSERT(p_.unfused != nullptr) << "kernel step without an unfused program";

@@ -23,6 +23,7 @@
 #include "runtime/constant_fold.h"
 #include "runtime/executor.h"
 #include "sched/memory_plan.h"
+#include "sched/symbolic_pointwise.h"
 #include "support/error.h"
 #include "support/hash.h"
 #include "tracer/convert.h"
@@ -294,7 +295,92 @@ std::vector<at::ScalarType> buffer_types(const Program& p, const sched::KernelGr
   return types;
 }
 
+namespace {
+
+/// Symbolic graph `traced` as a program that compiles it per binding of its symbols
+/// (runtime/specialize.h), `why` being the reason no symbolic program was made.
+Program specialized_program(tracer::TracedGraph traced, const ExecutorOptions& options,
+                            std::string why) {
+  Program p;
+  p.traced = std::move(traced);
+  p.options = options.compile;
+  bind_inputs(p);
+  p.symbol_sources = symbol_sources(p.traced.graph, p.input_slots);
+  p.specializations = std::make_shared<Specializations>(p.traced, options);
+  p.symbolic_fallback = std::move(why);
+  return p;
+}
+
+/// The program of a graph over shape symbols whose every step handles symbols. Throws
+/// Unsupported, naming the step, where one does not (compile_graph then compiles the graph per
+/// binding).
+Program compile_symbolic(tracer::TracedGraph traced, const ExecutorOptions& options) {
+  Program p;
+  p.traced = std::move(traced);
+  p.options = options.compile;
+  const graph::Graph& g = p.traced.graph;
+  EMBER_UNSUPPORTED(all_on_cpu(g) && !p.options.triton.interpret)
+      << "choose_target: symbolic kernels are C++ (CPU) kernels only so far";
+  bind_inputs(p);
+  p.symbol_sources = symbol_sources(g, p.input_slots);
+  sched::ScheduleOptions schedule_options;
+  schedule_options.fuse = p.options.sched.codegen;
+  const sched::KernelGroup group = sched::schedule_symbolic_pointwise(g, schedule_options);
+  const std::string source = codegen::emit_cpp_unit({group.kernel});
+  HostCompileOptions compile_options = HostCompileOptions::from(p.options.codegen);
+  compile_options.prelude = codegen::cpp_prelude();
+  compile_options.key_parts.push_back("torch " EMBER_TORCH_VERSION_STRING);
+  p.libraries = compile_and_load_all({source}, compile_options);
+  p.kernel_sources = {source};
+  Kernel k;
+  k.symbolic = true;
+  k.fn = reinterpret_cast<Kernel::Fn>(
+      p.libraries[0]->symbol(codegen::cpp_kernel_symbol(group.kernel.name)));
+  k.inputs = group.inputs;
+  k.outputs = group.outputs;
+  for (const std::string& name : group.kernel.size_vars) {
+    k.size_symbols.push_back(g.symbols.find(name)->id);
+  }
+  for (graph::ValueId v : group.outputs) {
+    const graph::TensorType& t = g.type(v);
+    k.symbolic_outputs.emplace_back(t.sizes, t.strides);
+    Kernel::Output out;
+    out.options = at::TensorOptions().dtype(tracer::to_c10(t.dtype));
+    k.allocations.push_back(std::move(out));
+  }
+  k.description = "kernel " + group.kernel.name + " (symbolic):";
+  for (size_t j = 0; j < group.nodes.size(); ++j) {
+    k.description += (j ? ", " : " ") + g.op_of(g.nodes[group.nodes[j]]).qualified_name();
+  }
+  p.kernels.push_back(std::move(k));
+  Step step;
+  step.kernel = 0;
+  p.steps.push_back(std::move(step));
+  p.num_fused_nodes = static_cast<int>(group.nodes.size());
+  plan_lifetimes(p, options.release_inputs);
+  // Calls whose input strides differ from the traced ones run a static program of their sizes.
+  p.specializations = std::make_shared<Specializations>(p.traced, options);
+  return p;
+}
+
+Program compile_static(tracer::TracedGraph traced, const ExecutorOptions& options);
+
+}  // namespace
+
 Program compile_graph(tracer::TracedGraph traced, const ExecutorOptions& options) {
+  if (traced.graph.symbols.symbols().empty()) return compile_static(std::move(traced), options);
+  tracer::TracedGraph copy = traced;
+  try {
+    return compile_symbolic(std::move(traced), options);
+  } catch (const Unsupported& e) {
+    return specialized_program(std::move(copy), options,
+                               std::string("compiled per size: ") + e.what());
+  }
+}
+
+namespace {
+
+Program compile_static(tracer::TracedGraph traced, const ExecutorOptions& options) {
   Program p;
   p.traced = std::move(traced);
   p.options = options.compile;
@@ -327,6 +413,8 @@ Program compile_graph(tracer::TracedGraph traced, const ExecutorOptions& options
   step("decide_cuda_graphs", [&] { decide_cuda_graphs(p, target); });
   return p;
 }
+
+}  // namespace
 
 void bind_inputs(Program& p) {
   const graph::Graph& g = p.traced.graph;

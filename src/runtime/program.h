@@ -20,6 +20,7 @@
 #include "runtime/extern_call.h"
 #include "runtime/host_compiler.h"
 #include "runtime/matmul_template.h"
+#include "runtime/specialize.h"
 #include "runtime/triton_runtime.h"
 #include "support/options.h"
 #include "tracer/trace_session.h"
@@ -75,6 +76,13 @@ struct Kernel {
   /// meta kernel's) is first copied into this layout.
   std::vector<Output> input_layouts;
   std::string description;  ///< "kernel <name>: <ops of its nodes>"
+  /// A kernel over shape symbols (sched/symbolic_pointwise.h): the symbol id of each size
+  /// argument it takes (loop::Kernel::size_vars, in order), and its outputs' sizes and strides as
+  /// expressions (`allocations` and `input_layouts` are then empty: its inputs are graph inputs
+  /// whose layout the call checked, its outputs are allocated per call).
+  bool symbolic = false;
+  std::vector<int> size_symbols;
+  std::vector<std::pair<graph::Dims, graph::Dims>> symbolic_outputs;
   /// sched::KernelGroup::reuse: candidates, decided by plan_reuse.
   std::vector<std::pair<graph::ValueId, graph::ValueId>> reuse;
   /// A kernel of parameters and buffers only (autocast's casts of the weights, a batch norm's
@@ -152,6 +160,13 @@ struct Program {
   std::string cuda_graph_note = "off";  ///< why cuda_graph is null
   /// Each pipeline step's name and seconds, in order (compile_graph).
   std::vector<std::pair<std::string, double>> step_seconds;
+  /// A graph over shape symbols (issue 35): where each symbol takes its value at a call (every
+  /// call binds them and checks its inputs' sizes). Unset for a static graph.
+  std::optional<SymbolSources> symbol_sources;
+  /// A symbolic graph that is compiled per binding of its symbols (runtime/specialize.h): the
+  /// program then has no steps and each call runs the static program of its binding.
+  std::shared_ptr<Specializations> specializations;
+  std::string symbolic_fallback;  ///< why `specializations` is set, or ""
 };
 
 /// The values a step reads: a kernel's inputs, a view's root, an extern call's arguments.

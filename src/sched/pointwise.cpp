@@ -6,6 +6,7 @@
 
 #include "sched/pointwise_internal.h"
 #include "support/error.h"
+#include "sym/range.h"
 
 namespace ember::sched {
 namespace detail {
@@ -130,7 +131,19 @@ std::optional<Plan> plan_node(const graph::Graph& g, const graph::Node& n) {
       if (!dt) return std::nullopt;
       o.dtype = *dt;
       o.zero_dim = t.dim() == 0;
-      o.one_element = graph::numel(t.sizes) == 1;
+      if (graph::all_constant(t.sizes)) {
+        o.one_element = graph::numel(t.sizes) == 1;
+      } else {
+        // A symbolic size: more than one element when some dim is known to be >= 2 (every
+        // symbol is, under 0/1 specialization); else unknown, so not pointwise.
+        bool not_one = false;
+        for (const graph::DimExpr& d : t.sizes) {
+          not_one |=
+              d.is_constant() ? d.constant() == 0 : sym::range_of(d.expr(), g.symbols).lo >= 2;
+        }
+        if (!not_one) return std::nullopt;
+        o.one_element = false;
+      }
       o.cpu_scalar = o.zero_dim && t.device.kind == graph::DeviceKind::CPU;
       o.input = input_of[a - n.args.data()];
       ++num_tensor_operands;
