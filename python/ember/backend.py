@@ -33,20 +33,56 @@ _CONTROL_FLOW_OPS = frozenset({"cond", "while_loop", "while_loop_stack_output", 
                                "associative_scan"})
 
 
+def _placeholder_value(node: torch.fx.Node) -> Any:
+    return node.meta.get("example_value", node.meta.get("val"))
+
+
+def _symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
+    """What Dynamo's dynamic shapes made symbolic: per example input, its symbolic dims and their
+    symbol names (`([dims], [keys])`), and for each int input (a SymInt placeholder) the
+    (tensor input, dim) whose size it is. Raises Unsupported for a size that is an expression
+    rather than a symbol, and for an int input that is no tensor input's size."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(example_inputs):
+        raise Unsupported(f"{len(example_inputs)} example inputs for {len(placeholders)} "
+                          "placeholders")
+    dynamic = [([], []) for _ in example_inputs]
+    where: dict[str, tuple[int, int]] = {}
+    for i, (node, x) in enumerate(zip(placeholders, example_inputs)):
+        val = _placeholder_value(node)
+        if not (isinstance(x, torch.Tensor) and isinstance(val, torch.Tensor)):
+            continue
+        for d, size in enumerate(val.shape):
+            if not isinstance(size, torch.SymInt):
+                continue
+            expr = size.node.expr
+            if expr.is_number:  # specialized by Dynamo, which guards it
+                continue
+            if not expr.is_Symbol:
+                raise Unsupported(f"input '{node.name}' has the size {expr} in dim {d} (an "
+                                  "expression of symbols; ember takes symbols as sizes)")
+            dynamic[i][0].append(d)
+            dynamic[i][1].append(str(expr))
+            where.setdefault(str(expr), (i, d))
+    ints: dict[int, tuple[int, int]] = {}
+    for i, (node, x) in enumerate(zip(placeholders, example_inputs)):
+        if isinstance(x, torch.Tensor):
+            continue
+        val = _placeholder_value(node)
+        name = str(val.node.expr) if isinstance(val, torch.SymInt) else None
+        if name is None or name not in where:
+            raise Unsupported(f"input {i} ('{node.name}') is a {type(x).__name__} that is no "
+                              "tensor input's size")
+        ints[i] = where[name]
+    return dynamic, ints
+
+
 def _unsupported_reason(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> str | None:
-    for i, x in enumerate(example_inputs):
-        if not isinstance(x, torch.Tensor):
-            return f"input {i} is a {type(x).__name__} (dynamic shapes are not supported yet)"
     for node in gm.graph.nodes:
         if (node.op == "call_function" and isinstance(node.target, torch._ops.HigherOrderOperator)
                 and node.target.name() in _CONTROL_FLOW_OPS):
             return (f"the graph holds torch.{node.target.name()} (a control-flow higher-order op, "
                     "not compiled by ember yet)")
-        if node.op != "placeholder":
-            continue
-        val = node.meta.get("example_value", node.meta.get("val"))
-        if isinstance(val, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in val.shape):
-            return f"input '{node.name}' has symbolic sizes (dynamic shapes are not supported yet)"
     return None
 
 
@@ -85,13 +121,91 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs) -
     reason = _unsupported_reason(gm, example_inputs)
     if reason is not None:
         return _fallback(gm, reason)
-    kinds, names = _input_kinds(gm, example_inputs)
     # torch.compile(..., options={...}) passes its options here; ember.config under them.
     options = config.compile_options(kwargs.get("options"))
+    try:
+        dynamic, ints = _symbolic_inputs(gm, example_inputs)
+    except Unsupported as e:
+        return _fallback(gm, str(e))
+    if ints or any(dims for dims, _ in dynamic):
+        return _compile_dynamic(gm, example_inputs, dynamic, ints, options)
+    kinds, names = _input_kinds(gm, example_inputs)
     attrs = _tensor_attributes(gm)
     if attrs:
         return _with_attributes_lifted(gm, example_inputs, kinds, names, attrs, options)
     return _compile(gm, gm, example_inputs, kinds, names, options)
+
+
+def _compile_dynamic(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
+                     dynamic: list[tuple[list[int], list[str]]], ints: dict[int, tuple[int, int]],
+                     options: dict) -> Callable:
+    """A graph of Dynamo's dynamic shapes: its symbolic dims become ember's shape symbols (one per
+    Dynamo symbol), its int inputs the tracer tensors' symbolic sizes, and the compiled graph
+    takes the tensors only. A call whose sizes break a relation ember's trace relied on (a size
+    guard Dynamo did not make) runs eagerly."""
+    if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
+                                       for x in example_inputs):
+        return _fallback(gm, "training with dynamic shapes is not compiled by ember yet")
+    if _tensor_attributes(gm):
+        return _fallback(gm, "a graph with tensor attributes and dynamic shapes")
+    # Dynamo's dynamic floats (specialize_float=False): a Python float (a LayerNorm's eps) comes
+    # in as a 0-dim tensor read by .item(). ember traces its value as a constant and checks it
+    # per call: a call with another value runs eagerly.
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    scalars = {i: x.item() for i, (node, x) in enumerate(zip(placeholders, example_inputs))
+               if isinstance(x, torch.Tensor) and x.dim() == 0 and node.users
+               and all(u.op == "call_method" and u.target == "item" for u in node.users)}
+    tensor_pos = [i for i, x in enumerate(example_inputs)
+                  if isinstance(x, torch.Tensor) and i not in scalars]
+    tensors = [example_inputs[i] for i in tensor_pos]
+    kinds, names = _input_kinds(gm, tensors)
+    pos_of = {i: k for k, i in enumerate(tensor_pos)}
+
+    def traced(*tracer_tensors: torch.Tensor) -> Any:
+        args = []
+        for i in range(len(example_inputs)):
+            if i in ints:
+                j, d = ints[i]
+                args.append(tracer_tensors[pos_of[j]].shape[d])
+            elif i in scalars:
+                args.append(example_inputs[i])
+            else:
+                args.append(tracer_tensors[pos_of[i]])
+        return gm(*args)
+
+    def build():
+        graph, rebuild = trace_with_structure(traced, tensors, kinds, names, options=options,
+                                              dynamic=[dynamic[i] for i in tensor_pos])
+        return graph, rebuild, _C.CompiledGraph(graph, options=options)
+
+    built = _build_or_fallback(gm, build)
+    if callable(built):
+        return built
+    graph, rebuild, compiled = built
+    if compiled.has_mutations:
+        return _fallback(gm, "a graph that mutates its inputs, with dynamic shapes")
+    metrics.counters["graphs"] += 1
+    metrics.counters["dynamic_graphs"] += 1
+    metrics.counters["nodes"] += graph.num_nodes
+    if compiled.symbolic_fallback:
+        # Correct at every size, but its kernels are compiled once per new size.
+        metrics.counters["per_size_graphs"] += 1
+        log.info("ember: a graph with symbolic sizes is %s", compiled.symbolic_fallback)
+    guards = _C.size_guards(graph)
+    log.debug("ember: compiled a graph of %d nodes with symbolic sizes; size guards: %s\n%s",
+              graph.num_nodes, guards or "none", graph)
+
+    def run(*args: Any) -> Any:
+        call = [args[i] for i in tensor_pos]
+        if guards and not _C.size_guards_hold(graph, call):
+            metrics.counters["size_guard_failures"] += 1
+            return gm(*args)
+        for i, v in scalars.items():
+            if args[i].item() != v:
+                metrics.counters["scalar_guard_failures"] += 1
+                return gm(*args)
+        return rebuild(compiled(*call))
+    return run
 
 
 def _tensor_attributes(gm: torch.fx.GraphModule) -> list[tuple[str, torch.Tensor]]:

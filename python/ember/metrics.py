@@ -56,6 +56,7 @@ def snapshot() -> dict:
     _sync()
     out = {"graphs": 0, "nodes": 0, "fallbacks": 0, "kernels": 0, "fused_nodes": 0,
            "extern_steps": 0, "parameter_kernels": 0, "fused_attention": 0, "causal_attention": 0, "training_graphs": 0, "view_steps": 0, "folded_nodes": 0, "captured_frames": 0,
-           "graph_breaks": 0, "eager_frames": 0, "codegen_notes": 0}
+           "graph_breaks": 0, "eager_frames": 0, "codegen_notes": 0, "dynamic_graphs": 0,
+           "size_guard_failures": 0, "scalar_guard_failures": 0, "per_size_graphs": 0}
     out.update(counters)
     return out

@@ -56,11 +56,13 @@ def _flatten_outputs(out: Any) -> tuple[list[torch.Tensor], Callable[[Sequence[t
 
 def trace_with_structure(fn: Callable, example_inputs: Sequence[Any], kinds: Sequence[str] | None = None,
                          names: Sequence[str] | None = None, device: str | None = None,
-                         options: dict | None = None):
+                         options: dict | None = None,
+                         dynamic: Sequence[tuple[list[int], list[str]]] | None = None):
     """Traces `fn(*example_inputs)`; returns (graph, rebuild) where `rebuild` maps the graph's
     output tensors back to the structure `fn` returned. `device` makes the inputs' tracer tensors
     report that device (tests trace for "cuda:0" on a machine with no GPU). `options`:
-    ember.config.compile_options() (None: the current ember.config)."""
+    ember.config.compile_options() (None: the current ember.config). `dynamic`: per input, the
+    dims whose size is a shape symbol and a key per dim (equal keys: one symbol)."""
     for i, x in enumerate(example_inputs):
         if not isinstance(x, torch.Tensor):
             raise CompileError(
@@ -73,8 +75,9 @@ def trace_with_structure(fn: Callable, example_inputs: Sequence[Any], kinds: Seq
     session = _C.TraceSession(options=options)
     kinds = kinds or ["user"] * len(example_inputs)
     names = names or [f"arg{i}" for i in range(len(example_inputs))]
-    tracer_inputs = [session.add_input(x, k, n, device)
-                     for x, k, n in zip(example_inputs, kinds, names)]
+    dynamic = dynamic or [([], [])] * len(example_inputs)
+    tracer_inputs = [session.add_input(x, k, n, device, dims, keys)
+                     for x, k, n, (dims, keys) in zip(example_inputs, kinds, names, dynamic)]
     try:
         with torch.no_grad(), session:
             out = fn(*tracer_inputs)

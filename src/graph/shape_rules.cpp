@@ -23,6 +23,7 @@ struct Call {
   const std::vector<Arg>& args;
   const std::vector<TensorType>& concrete;
   sym::GuardRecorder& guards;
+  bool pointwise_tag = false;
 
   std::string name() const { return op.qualified_name(); }
 
@@ -190,6 +191,52 @@ Dims view_sizes(const Call& c, const TensorType& self, Dims sizes) {
   return sizes;
 }
 
+/// The strides of a view of `self` as `sizes` without a copy, as torch computes them (chunks of
+/// dims that are contiguous among themselves are split or merged), or nullopt when the view
+/// needs a copy. Relations between sizes are decided through guards.
+std::optional<Dims> view_strides(const Call& c, const TensorType& self, const Dims& sizes) {
+  const Dims& old_sizes = self.sizes;
+  const Dims& old_strides = self.strides;
+  Dims strides(sizes.size(), DimExpr(1));
+  if (old_sizes.empty()) return strides;
+  auto view_d = static_cast<int64_t>(sizes.size()) - 1;
+  DimExpr chunk_base_stride = old_strides.back();
+  DimExpr tensor_numel = 1;
+  DimExpr view_numel = 1;
+  for (auto tensor_d = static_cast<int64_t>(old_sizes.size()) - 1; tensor_d >= 0; --tensor_d) {
+    auto td = static_cast<size_t>(tensor_d);
+    tensor_numel = tensor_numel * old_sizes[td];
+    bool chunk_ends = tensor_d == 0;
+    if (!chunk_ends) {
+      const DimExpr& prev_size = old_sizes[td - 1];
+      const DimExpr& prev_stride = old_strides[td - 1];
+      chunk_ends = !(prev_size == DimExpr(1)) && !c.decide(prev_size, Rel::EQ, 1) &&
+                   !(prev_stride == tensor_numel * chunk_base_stride) &&
+                   c.decide(prev_stride, Rel::NE, tensor_numel * chunk_base_stride);
+    }
+    if (!chunk_ends) continue;
+    while (view_d >= 0) {
+      const DimExpr& v = sizes[static_cast<size_t>(view_d)];
+      bool take = v == DimExpr(1) ||
+                  (!(view_numel == tensor_numel) && c.decide(view_numel, Rel::LT, tensor_numel));
+      if (!take) break;
+      strides[static_cast<size_t>(view_d)] = view_numel * chunk_base_stride;
+      view_numel = view_numel * v;
+      --view_d;
+    }
+    if (!(view_numel == tensor_numel) && c.decide(view_numel, Rel::NE, tensor_numel)) {
+      return std::nullopt;
+    }
+    if (tensor_d > 0) {
+      chunk_base_stride = old_strides[td - 1];
+      tensor_numel = 1;
+      view_numel = 1;
+    }
+  }
+  if (view_d != -1) return std::nullopt;
+  return strides;
+}
+
 DimExpr clamp_index(const Call& c, DimExpr i, const DimExpr& size) {
   if (i.is_constant() && i.constant() < 0) i = i + size;
   if (c.decide(i, Rel::LT, 0)) return 0;
@@ -213,15 +260,11 @@ std::vector<TensorType> rule(const Call& c) {
     return out;
   };
 
-  switch (op_category(kind)) {
-    case OpCategory::Pointwise: {
-      Dims sizes = broadcast(c, all_tensor_shapes());
-      std::vector<TensorType> out;
-      for (size_t i = 0; i < c.concrete.size(); ++i) out.push_back(c.fresh(i, sizes));
-      return out;
-    }
-    default:
-      break;
+  if (op_category(kind) == OpCategory::Pointwise || c.pointwise_tag) {
+    Dims sizes = broadcast(c, all_tensor_shapes());
+    std::vector<TensorType> out;
+    for (size_t i = 0; i < c.concrete.size(); ++i) out.push_back(c.fresh(i, sizes));
+    return out;
   }
 
   switch (kind) {
@@ -294,9 +337,11 @@ std::vector<TensorType> rule(const Call& c) {
     case OpKind::reshape: {
       const TensorType& s = c.tensor(0);
       Dims sizes = view_sizes(c, s, c.dims(c.at(1)));
-      EMBER_UNSUPPORTED(s.is_contiguous())
-          << c.name() << " of a non-contiguous tensor with symbolic sizes";
-      return {c.view(0, sizes, contiguous_strides(sizes), s.storage_offset)};
+      if (s.is_contiguous()) return {c.view(0, sizes, contiguous_strides(sizes), s.storage_offset)};
+      std::optional<Dims> strides = view_strides(c, s, sizes);
+      EMBER_UNSUPPORTED(strides.has_value())
+          << c.name() << " of a tensor whose strides do not allow the view, with symbolic sizes";
+      return {c.view(0, sizes, *strides, s.storage_offset)};
     }
     case OpKind::permute: {
       const TensorType& s = c.tensor(0);
@@ -619,8 +664,8 @@ Dims dense_strides_like(const Dims& sizes, const Dims& like) {
 std::vector<TensorType> symbolic_result_types(const Graph& g, const OpInfo& op,
                                               const std::vector<Arg>& args,
                                               const std::vector<TensorType>& concrete,
-                                              sym::GuardRecorder& guards) {
-  Call c{g, op, args, concrete, guards};
+                                              sym::GuardRecorder& guards, bool pointwise) {
+  Call c{g, op, args, concrete, guards, pointwise};
   std::vector<TensorType> out = rule(c);
   EMBER_INTERNAL_ASSERT(out.size() == concrete.size())
       << c.name() << ": the rule gives " << out.size() << " results, the meta kernel "

@@ -28,10 +28,12 @@ namespace ember::graph {
 /// constant sizes stay constants.
 ///
 /// Throws Unsupported when `op` has no rule (`"<op> has no symbolic shape rule"`).
+/// `pointwise`: ATen tags the op pointwise (torch's own classification, for ops outside ember's
+/// table such as masked_fill): its results broadcast its tensor arguments.
 std::vector<TensorType> symbolic_result_types(const Graph& g, const OpInfo& op,
                                               const std::vector<Arg>& args,
                                               const std::vector<TensorType>& concrete,
-                                              sym::GuardRecorder& guards);
+                                              sym::GuardRecorder& guards, bool pointwise = false);
 
 /// Dense strides for `sizes` in the dimension order of `like` (the strides of a dense tensor of
 /// the same rank at the hints): contiguous when `like` is, otherwise innermost first by

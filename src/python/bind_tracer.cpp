@@ -83,15 +83,18 @@ void bind_tracer(nb::module_& m) {
           "add_input",
           [](TraceSession& s, const at::Tensor& example, const std::string& kind,
              const std::string& name, std::optional<std::string> device,
-             const std::vector<int64_t>& dynamic_dims) {
+             const std::vector<int64_t>& dynamic_dims,
+             const std::vector<std::string>& symbol_keys) {
             std::optional<c10::Device> d;
             if (device.has_value()) d = c10::Device(*device);
-            return s.add_input(example, parse_kind(kind), name, d, dynamic_dims);
+            return s.add_input(example, parse_kind(kind), name, d, dynamic_dims, symbol_keys);
           },
           nb::arg("example"), nb::arg("kind") = "user", nb::arg("name") = "",
           nb::arg("device").none() = nb::none(), nb::arg("dynamic_dims") = std::vector<int64_t>{},
+          nb::arg("symbol_keys") = std::vector<std::string>{},
           "A tracer tensor for a graph input like `example`; `device` (\"cuda:0\") overrides "
-          "the device it reports; `dynamic_dims`: dims whose size is a shape symbol.")
+          "the device it reports; `dynamic_dims`: dims whose size is a shape symbol; "
+          "`symbol_keys` (one per dynamic dim): dims with equal keys share one symbol.")
       .def(
           "__enter__",
           [](TraceSession& s) -> TraceSession& {
@@ -116,6 +119,32 @@ void bind_tracer(nb::module_& m) {
       nb::arg("graph"),
       "The size guards of a traced graph, as text (`s0 > 8`, `not (s0 == s1)`): the relations "
       "between symbolic sizes its trace relied on.");
+  m.def(
+      "size_guards_hold",
+      [](const tracer::TracedGraph& g, const std::vector<at::Tensor>& inputs) {
+        // Each symbol's value: the first non-constant input dim whose size is exactly it.
+        sym::Bindings b;
+        size_t k = 0;
+        for (const graph::Input& in : g.graph.inputs) {
+          if (in.kind == graph::InputKind::Constant) continue;
+          EMBER_CHECK(k < inputs.size()) << "size_guards_hold: " << inputs.size() << " inputs";
+          const at::Tensor& t = inputs[k++];
+          const graph::TensorType& type = g.graph.type(in.value);
+          for (size_t d = 0; d < type.sizes.size() && static_cast<int64_t>(d) < t.dim(); ++d) {
+            if (type.sizes[d].is_constant()) continue;
+            if (std::optional<sym::SymbolId> id = type.sizes[d].expr().as_symbol()) {
+              b.emplace(*id, t.size(static_cast<int64_t>(d)));
+            }
+          }
+        }
+        for (const sym::SizeGuard& guard : g.size_guards) {
+          if (!sym::guard_holds(guard, b)) return false;
+        }
+        return true;
+      },
+      nb::arg("graph"), nb::arg("inputs"),
+      "Whether the size guards of `graph` hold for a call with `inputs` (its non-constant "
+      "inputs, in order): each symbol bound from the first input size that is exactly it.");
 }
 
 }  // namespace ember::python

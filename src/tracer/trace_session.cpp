@@ -250,7 +250,8 @@ TraceSession* TraceSession::only_entered() {
 
 at::Tensor TraceSession::add_input(const at::Tensor& example, graph::InputKind kind,
                                    const std::string& name, std::optional<c10::Device> device,
-                                   const std::vector<int64_t>& dynamic_dims) {
+                                   const std::vector<int64_t>& dynamic_dims,
+                                   const std::vector<std::string>& symbol_keys) {
   EMBER_INTERNAL_ASSERT(!finished_) << "add_input after finish";
   EMBER_CHECK(example.defined()) << "input '" << name << "' is an undefined tensor";
   EMBER_UNSUPPORTED(as_tracer(example) == nullptr && !fz::isFunctionalTensor(example))
@@ -258,15 +259,33 @@ at::Tensor TraceSession::add_input(const at::Tensor& example, graph::InputKind k
   graph::TensorType type = tensor_type(example, device);
   if (!dynamic_dims.empty()) {
     const graph::Dims concrete = type.strides;
-    for (int64_t d : dynamic_dims) {
+    EMBER_CHECK(symbol_keys.empty() || symbol_keys.size() == dynamic_dims.size())
+        << "input '" << name << "': " << symbol_keys.size() << " symbol keys for "
+        << dynamic_dims.size() << " dynamic dims";
+    for (size_t k = 0; k < dynamic_dims.size(); ++k) {
+      int64_t d = dynamic_dims[k];
       EMBER_CHECK(d >= -example.dim() && d < example.dim())
           << "input '" << name << "': dynamic dim " << d << " of a " << example.dim()
           << "-dim tensor";
       if (d < 0) d += example.dim();
       auto ud = static_cast<size_t>(d);
       if (!type.sizes[ud].is_constant()) continue;
-      type.sizes[ud] = graph::DimExpr(
-          graph_.symbols.create_size(example.size(d), name + ".size()[" + std::to_string(d) + "]"));
+      const std::string* key = symbol_keys.empty() ? nullptr : &symbol_keys[k];
+      if (key != nullptr) {
+        auto known = symbol_of_key_.find(*key);
+        if (known != symbol_of_key_.end()) {
+          int64_t seen = sym::hint(known->second, graph_.symbols);
+          EMBER_CHECK(seen == example.size(d))
+              << "input '" << name << "': dim " << d << " is symbol " << *key << ", seen as "
+              << seen << " before but " << example.size(d) << " here";
+          type.sizes[ud] = graph::DimExpr(known->second);
+          continue;
+        }
+      }
+      sym::SymExpr e =
+          graph_.symbols.create_size(example.size(d), name + ".size()[" + std::to_string(d) + "]");
+      if (key != nullptr && !e.is_constant()) symbol_of_key_.emplace(*key, e);
+      type.sizes[ud] = graph::DimExpr(e);
     }
     type.strides = graph::dense_strides_like(type.sizes, concrete);
     for (size_t d = 0; d < concrete.size(); ++d) {
@@ -560,7 +579,8 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
   if (symbolic() && reads_symbols(graph_, args)) {
     // Results of an op that reads a symbolic size: their types as expressions (the rules check
     // themselves against the meta kernel's types at the hints).
-    out_types = graph::symbolic_result_types(graph_, info, args, out_types, size_guards_);
+    out_types = graph::symbolic_result_types(graph_, info, args, out_types, size_guards_,
+                                             op.hasTag(at::Tag::pointwise));
     for (const c10::IValue& r : meta_stack) {
       EMBER_UNSUPPORTED(r.isTensor() || r.isTensorList() || r.isNone())
           << op_name << " returns a " << r.tagKind() << " computed from symbolic sizes";

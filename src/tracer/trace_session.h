@@ -66,9 +66,12 @@ class TraceSession {
   /// with the source `name.size()[d]`; a size of 0 or 1 stays a constant, the caller's guards
   /// keep it). The tracer tensor then reports symbolic sizes (tracer/sym_node.h), results get
   /// symbolic types (graph/shape_rules.h), and decisions on them become size guards.
+  /// `symbol_keys` (empty, or one per dynamic dim): dims with the same key share one symbol,
+  /// across inputs (a foreign tracer's symbol names, when its graph says two sizes are one).
   at::Tensor add_input(const at::Tensor& example, graph::InputKind kind, const std::string& name,
                        std::optional<c10::Device> device = std::nullopt,
-                       const std::vector<int64_t>& dynamic_dims = {});
+                       const std::vector<int64_t>& dynamic_dims = {},
+                       const std::vector<std::string>& symbol_keys = {});
 
   /// A tracer tensor standing for the real tensor `t` as a constant of the graph (data the
   /// program wrote, as torch.tensor([1.0, 2.0]) makes). Call while the trace is not entered.
@@ -174,6 +177,8 @@ class TraceSession {
 
   graph::Graph graph_;
   sym::GuardRecorder size_guards_{graph_.symbols};
+  /// add_input's symbol keys, and the symbol each stands for.
+  std::unordered_map<std::string, sym::SymExpr> symbol_of_key_;
   std::vector<at::Tensor> constants_;
   std::unordered_map<const c10::TensorImpl*, graph::ValueId> constant_ids_;
   std::vector<at::Tensor> functional_inputs_;

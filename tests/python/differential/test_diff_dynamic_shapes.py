@@ -1,0 +1,131 @@
+"""Dynamic shapes through torch.compile(backend="ember") (issue 35): the graphs Dynamo makes with
+symbolic sizes (automatic dynamic after a size changes, or dynamic=True) are compiled by ember with
+shape symbols, not run eagerly, and match eager at every size."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ember
+from ember import metrics
+
+pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+class GPT2Block(torch.nn.Module):
+    """A GPT-2 style block: pre-norm causal self-attention with a mask sliced to the length, and a
+    GELU MLP."""
+
+    def __init__(self, C=32, H=4, max_len=512):
+        super().__init__()
+        self.ln1, self.ln2 = torch.nn.LayerNorm(C), torch.nn.LayerNorm(C)
+        self.qkv, self.proj = torch.nn.Linear(C, 3 * C), torch.nn.Linear(C, C)
+        self.fc, self.out = torch.nn.Linear(C, 4 * C), torch.nn.Linear(4 * C, C)
+        self.H = H
+        self.register_buffer("bias", torch.tril(torch.ones(max_len, max_len, dtype=torch.bool)))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(self.ln1(x)).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / (C // self.H) ** 0.5)
+        att = att.masked_fill(~self.bias[:T, :T], float("-inf")).softmax(-1)
+        y = (att @ v).transpose(1, 2).contiguous().view(B, T, C)
+        x = x + self.proj(y)
+        return x + self.out(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+class BertLayer(torch.nn.Module):
+    """A BERT style layer: post-norm bidirectional attention under a padding mask (a second input
+    whose sizes are the first's), then a GELU MLP."""
+
+    def __init__(self, C=32, H=4):
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(C, C) for _ in range(3))
+        self.o, self.ln1, self.ln2 = torch.nn.Linear(C, C), torch.nn.LayerNorm(C), torch.nn.LayerNorm(C)
+        self.fc, self.out = torch.nn.Linear(C, 4 * C), torch.nn.Linear(4 * C, C)
+        self.H = H
+
+    def forward(self, x, mask):
+        B, T, C = x.shape
+        heads = lambda t: t.view(B, T, self.H, C // self.H).permute(0, 2, 1, 3)
+        q, k, v = heads(self.q(x)), heads(self.k(x)), heads(self.v(x))
+        scores = q @ k.transpose(-1, -2) / (C // self.H) ** 0.5
+        scores = scores + (1.0 - mask[:, None, None, :].to(x.dtype)) * -10000.0
+        y = (scores.softmax(-1) @ v).permute(0, 2, 1, 3).reshape(B, T, C)
+        x = self.ln1(x + self.o(y))
+        return self.ln2(x + self.out(F.gelu(self.fc(x))))
+
+
+SEQ_LENS = [16, 17, 31, 64, 100, 128]
+BATCHES = [2, 3, 5, 8]
+
+
+def _calls(model, make_inputs, compiled):
+    with torch.no_grad():
+        for B, T in [(2, t) for t in SEQ_LENS] + [(b, 17) for b in BATCHES]:
+            args = make_inputs(B, T)
+            torch.testing.assert_close(compiled(*args), model(*args), rtol=1e-4, atol=1e-4)
+
+
+def _gpt2_inputs(B, T):
+    return (torch.randn(B, T, 32),)
+
+
+def _bert_inputs(B, T):
+    mask = torch.ones(B, T, dtype=torch.long)
+    mask[:, T // 2:] = 0
+    return torch.randn(B, T, 32), mask
+
+
+@pytest.mark.parametrize("model,make_inputs", [(GPT2Block, _gpt2_inputs), (BertLayer, _bert_inputs)],
+                         ids=["gpt2", "bert"])
+@pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic_true"])
+def test_sequence_lengths_and_batch_sizes_compile_at_most_twice(model, make_inputs, dynamic):
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    metrics.reset()
+    m = model().eval()
+    _calls(m, make_inputs, torch.compile(m, backend="ember", dynamic=dynamic))
+    snap = metrics.snapshot()
+    assert snap["fallbacks"] == 0, metrics.fallback_reasons
+    # dynamic=True: one graph, symbolic from the first call. Automatic dynamic is Dynamo's: the
+    # first graph is static, and each dim seen changing makes one more graph with it symbolic (the
+    # lengths change first, the batch later: static, then [2, s], then [s, s]).
+    if dynamic:
+        assert snap["graphs"] == 1 and snap["dynamic_graphs"] == 1, snap
+    else:
+        assert snap["graphs"] == 3 and snap["dynamic_graphs"] == 2, snap
+    assert snap["size_guard_failures"] == 0, snap
+
+
+def test_a_slice_past_a_symbolic_length_stays_right():
+    # x[:, :3] on a symbolic length: ember's slice decides 3 < T at the hints (a size guard). A
+    # call with T <= 3 must not read past the end: either Dynamo guarded the same relation and
+    # recompiled, or ember's size guard fails for that call and it runs eagerly (counted).
+    torch._dynamo.reset()
+    metrics.reset()
+
+    def f(x):
+        return x[:, :3] * 2
+
+    cf = torch.compile(f, backend="ember", dynamic=True)
+    for T in [8, 9, 2]:
+        x = torch.randn(2, T)
+        torch.testing.assert_close(cf(x), f(x))
+    snap = metrics.snapshot()
+    assert snap["dynamic_graphs"] >= 2 or snap["size_guard_failures"] >= 1, snap
+
+
+def test_an_int_input_that_is_no_size_falls_back_with_its_reason():
+    torch._dynamo.reset()
+    metrics.reset()
+
+    def f(x, n):
+        return x * n + 1
+
+    cf = torch.compile(f, backend="ember")
+    for n in [2, 3, 4]:
+        x = torch.randn(3)
+        torch.testing.assert_close(cf(x, n), f(x, n))
+    assert any("no tensor input's size" in r for r in metrics.fallback_reasons), metrics.fallback_reasons
