@@ -171,6 +171,8 @@ void plan_memory(Program& p, const Lifetimes& life) {
     if (step.kernel >= 0) {
       const Kernel& k = p.kernels[step.kernel];
       if (k.parameter_cache) continue;  // kept across calls: never in the per-call arena
+      // Symbolic sizes: allocated per call, at that call's sizes (Executor::run_kernel).
+      if (k.symbolic) continue;
       for (size_t i = 0; i < k.outputs.size(); ++i) {
         const Kernel::Output& out = k.allocations[i];
         if (out.reuse_input >= 0) continue;  // in a dead input's memory

@@ -74,6 +74,7 @@ bool Executor::mutated_inputs_alias(const std::vector<at::Tensor>& inputs) const
 }
 
 bool Executor::strides_match(const std::vector<at::Tensor>& inputs) const {
+  if (p_.symbol_sources) return true;  // checked by runs_per_binding
   const graph::Graph& g = p_.traced.graph;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const graph::TensorType& t = g.type(p_.input_slots[i]);
@@ -143,12 +144,29 @@ std::vector<int64_t> evaluate_dims(const graph::Dims& dims, const sym::Bindings&
 bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const at::Tensor& arena,
                           bool write_through, const std::vector<int64_t>& symbols) const {
   if (k.symbolic) {
-    // Its inputs are graph inputs whose sizes and strides the call checked; its outputs are
-    // allocated at this call's sizes.
+    // Inputs in the layout of their types under this call's sizes (an extern op may return
+    // another: copied, as below); outputs allocated at this call's sizes.
+    const sym::Bindings bindings = to_bindings(symbols);
     std::vector<void*> buffers;
     buffers.reserve(k.inputs.size() + k.outputs.size());
-    for (graph::ValueId v : k.inputs) buffers.push_back(env[v].data_ptr());
-    const sym::Bindings bindings = to_bindings(symbols);
+    for (size_t i = 0; i < k.inputs.size(); ++i) {
+      at::Tensor& x = env[k.inputs[i]];
+      EMBER_INTERNAL_ASSERT(x.defined())
+          << k.description << ": input " << i << " (%" << k.inputs[i] << ") is not defined";
+      const graph::TensorType& t = p_.traced.graph.type(k.inputs[i]);
+      const std::vector<int64_t> sizes = evaluate_dims(k.symbolic_inputs[i].first, bindings);
+      const std::vector<int64_t> strides = evaluate_dims(k.symbolic_inputs[i].second, bindings);
+      if (!has_layout(x, sizes, strides) || tracer::to_graph(x.scalar_type()) != t.dtype) {
+        note_layout_copy(k.description + ": input " + std::to_string(i) + " (%" +
+                             std::to_string(k.inputs[i]) + ")",
+                         x);
+        at::Tensor copy =
+            at::empty_strided(sizes, strides, x.options().dtype(tracer::to_c10(t.dtype)));
+        copy.copy_(x);
+        x = copy;
+      }
+      buffers.push_back(x.data_ptr());
+    }
     for (size_t i = 0; i < k.outputs.size(); ++i) {
       at::Tensor& t = env[k.outputs[i]];
       t = at::empty_strided(evaluate_dims(k.symbolic_outputs[i].first, bindings),
@@ -376,6 +394,9 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
   for (const auto& [value, index] : p_.constant_slots) env[value] = p_.traced.constants[index];
 
   torch::jit::Stack stack;
+  // A symbolic program's extern steps evaluate their symbolic arguments under these.
+  const sym::Bindings bindings = symbols.empty() ? sym::Bindings{} : to_bindings(symbols);
+  const sym::Bindings* bound = symbols.empty() ? nullptr : &bindings;
   // The arena holds intermediates only (no output, mutation value or alias of one is placed in
   // it, and extern results that alias it are cloned), so nothing references it after the call
   // and the next call may take it over.
@@ -427,7 +448,8 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
         }
       }
       if (step.fused && !env[step.matmul_operands.out].defined()) {
-        p_.steps[step.fused_product_step].call->run(env, stack);  // the product's step was skipped
+        p_.steps[step.fused_product_step].call->run(env, stack,
+                                                    bound);  // the product's step was skipped
       }
       if (!run_kernel(p_.kernels[step.kernel], env, arena, write_through, symbols)) {
         // An index tensor holds an out-of-range index. Nothing is mutated before the last step:
@@ -457,7 +479,7 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
       const MatmulOperands& o = step.matmul_operands;
       product = step.matmul->run(env[o.a], env[o.b], o.bias >= 0 ? &env[o.bias] : nullptr,
                                  step.matmul_sizes, step.matmul_strides, [&] {
-                                   step.call->run(env, stack);
+                                   step.call->run(env, stack, bound);
                                    return env[step.matmul_operands.out];
                                  });
     }
@@ -466,7 +488,7 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
     } else if (step.view && run_view(step, env)) {
       // made from the root's storage
     } else {
-      step.call->run(env, stack);
+      step.call->run(env, stack, bound);
       if (arena.defined() && !step.may_alias) {
         // The plan assumed this op's results are fresh memory (its schema says so). One that
         // returns a view of an arena buffer anyway would be overwritten when the buffer is

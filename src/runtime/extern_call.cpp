@@ -3,9 +3,35 @@
 #include <ATen/core/List.h>
 
 #include "support/error.h"
+#include "sym/eval.h"
 #include "tracer/convert.h"
 
 namespace ember::runtime {
+
+namespace {
+
+bool is_symbolic(const graph::Arg& a) {
+  if (const auto* d = std::get_if<graph::DimExpr>(&a)) return !d->is_constant();
+  if (const auto* ds = std::get_if<graph::Dims>(&a)) return !graph::all_constant(*ds);
+  return false;
+}
+
+/// Symbolic argument `a` (a DimExpr or Dims) under `bindings`, as the int or int list the
+/// operator takes.
+c10::IValue evaluate_arg(const graph::Arg& a, const sym::Bindings& bindings) {
+  auto value = [&](const graph::DimExpr& d) {
+    std::optional<int64_t> c = d.as_constant();
+    return c ? *c : sym::evaluate(d.expr(), bindings);
+  };
+  if (const auto* d = std::get_if<graph::DimExpr>(&a)) return c10::IValue(value(*d));
+  const auto& ds = std::get<graph::Dims>(a);
+  std::vector<int64_t> out;
+  out.reserve(ds.size());
+  for (const graph::DimExpr& d : ds) out.push_back(value(d));
+  return c10::IValue(std::move(out));
+}
+
+}  // namespace
 
 ExternCall make_extern_call(const graph::Graph& g, int32_t n) {
   const graph::Node& node = g.nodes[n];
@@ -33,6 +59,9 @@ ExternCall make_extern_call(const graph::Graph& g, int32_t n) {
       // (_scaled_dot_product_efficient_attention_backward's attn_bias with no mask), and the
       // kernel's unboxing refuses a None there.
       step.args.emplace_back(at::Tensor());
+    } else if (is_symbolic(a)) {
+      step.symbolic_args.emplace_back(static_cast<int>(i), &a);
+      step.args.emplace_back();
     } else {
       step.args.push_back(tracer::to_ivalue(a));
     }
@@ -51,9 +80,15 @@ std::vector<graph::ValueId> ExternCall::reads() const {
   return out;
 }
 
-void ExternCall::run(std::vector<at::Tensor>& env, torch::jit::Stack& stack) const {
+void ExternCall::run(std::vector<at::Tensor>& env, torch::jit::Stack& stack,
+                     const sym::Bindings* bindings) const {
   const ExternCall& step = *this;
   stack.assign(step.args.begin(), step.args.end());
+  if (!step.symbolic_args.empty()) {
+    EMBER_INTERNAL_ASSERT(bindings != nullptr)
+        << step.op->schema().name() << " has symbolic arguments but was run without bindings";
+    for (const auto& [pos, a] : step.symbolic_args) stack[pos] = evaluate_arg(*a, *bindings);
+  }
   for (const auto& [pos, v] : step.tensor_args) stack[pos] = env[v];
   for (const auto& [pos, list] : step.list_args) {
     if (list->optional_items) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "graph/graph.h"
+#include "sym/shape_env.h"
 
 namespace ember::runtime {
 
@@ -24,17 +25,22 @@ struct ExternCall {
   std::vector<std::pair<int, const graph::ValueList*>> list_args;
   std::vector<graph::ValueId> outputs;
   std::vector<int32_t> result_slots;  ///< see graph::Node::result_slots
+  /// Arguments over shape symbols (a `DimExpr` or `Dims` that is not constant): evaluated at
+  /// each call under its bindings. The pointers are into the graph, as list_args'.
+  std::vector<std::pair<int, const graph::Arg*>> symbolic_args;
 
   /// The values the call reads, tensor lists included.
   std::vector<graph::ValueId> reads() const;
   /// Calls the operator with the tensors of `env` and stores its results in `env` (`stack` is
-  /// scratch space, reused between calls). Throws what the operator throws; InternalError when it
-  /// returns another number of tensors than it did while tracing.
-  void run(std::vector<at::Tensor>& env, torch::jit::Stack& stack) const;
+  /// scratch space, reused between calls). `bindings`: the values of the graph's shape symbols
+  /// at this call, required when `symbolic_args` is not empty. Throws what the operator throws;
+  /// InternalError when it returns another number of tensors than it did while tracing.
+  void run(std::vector<at::Tensor>& env, torch::jit::Stack& stack,
+           const sym::Bindings* bindings = nullptr) const;
 };
 
-/// Prepares node `node` of `g`. Throws Unsupported when its operator is not registered in this
-/// process.
+/// Prepares node `node` of `g`: constant arguments converted once, symbolic ones (symbolic_args)
+/// left to each call. Throws Unsupported when its operator is not registered in this process.
 ExternCall make_extern_call(const graph::Graph& g, int32_t node);
 
 }  // namespace ember::runtime

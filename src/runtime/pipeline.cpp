@@ -23,7 +23,6 @@
 #include "runtime/constant_fold.h"
 #include "runtime/executor.h"
 #include "sched/memory_plan.h"
-#include "sched/symbolic_pointwise.h"
 #include "support/error.h"
 #include "support/hash.h"
 #include "tracer/convert.h"
@@ -311,67 +310,15 @@ Program specialized_program(tracer::TracedGraph traced, const ExecutorOptions& o
   return p;
 }
 
-/// The program of a graph over shape symbols whose every step handles symbols. Throws
-/// Unsupported, naming the step, where one does not (compile_graph then compiles the graph per
-/// binding).
-Program compile_symbolic(tracer::TracedGraph traced, const ExecutorOptions& options) {
-  Program p;
-  p.traced = std::move(traced);
-  p.options = options.compile;
-  const graph::Graph& g = p.traced.graph;
-  EMBER_UNSUPPORTED(all_on_cpu(g) && !p.options.triton.interpret)
-      << "choose_target: symbolic kernels are C++ (CPU) kernels only so far";
-  bind_inputs(p);
-  p.symbol_sources = symbol_sources(g, p.input_slots);
-  sched::ScheduleOptions schedule_options;
-  schedule_options.fuse = p.options.sched.codegen;
-  const sched::KernelGroup group = sched::schedule_symbolic_pointwise(g, schedule_options);
-  const std::string source = codegen::emit_cpp_unit({group.kernel});
-  HostCompileOptions compile_options = HostCompileOptions::from(p.options.codegen);
-  compile_options.prelude = codegen::cpp_prelude();
-  compile_options.key_parts.push_back("torch " EMBER_TORCH_VERSION_STRING);
-  p.libraries = compile_and_load_all({source}, compile_options);
-  p.kernel_sources = {source};
-  Kernel k;
-  k.symbolic = true;
-  k.fn = reinterpret_cast<Kernel::Fn>(
-      p.libraries[0]->symbol(codegen::cpp_kernel_symbol(group.kernel.name)));
-  k.inputs = group.inputs;
-  k.outputs = group.outputs;
-  for (const std::string& name : group.kernel.size_vars) {
-    k.size_symbols.push_back(g.symbols.find(name)->id);
-  }
-  for (graph::ValueId v : group.outputs) {
-    const graph::TensorType& t = g.type(v);
-    k.symbolic_outputs.emplace_back(t.sizes, t.strides);
-    Kernel::Output out;
-    out.options = at::TensorOptions().dtype(tracer::to_c10(t.dtype));
-    k.allocations.push_back(std::move(out));
-  }
-  k.description = "kernel " + group.kernel.name + " (symbolic):";
-  for (size_t j = 0; j < group.nodes.size(); ++j) {
-    k.description += (j ? ", " : " ") + g.op_of(g.nodes[group.nodes[j]]).qualified_name();
-  }
-  p.kernels.push_back(std::move(k));
-  Step step;
-  step.kernel = 0;
-  p.steps.push_back(std::move(step));
-  p.num_fused_nodes = static_cast<int>(group.nodes.size());
-  plan_lifetimes(p, options.release_inputs);
-  // Calls whose input strides differ from the traced ones run a static program of their sizes.
-  p.specializations = std::make_shared<Specializations>(p.traced, options);
-  return p;
-}
-
-Program compile_static(tracer::TracedGraph traced, const ExecutorOptions& options);
+Program compile_program(tracer::TracedGraph traced, const ExecutorOptions& options);
 
 }  // namespace
 
 Program compile_graph(tracer::TracedGraph traced, const ExecutorOptions& options) {
-  if (traced.graph.symbols.symbols().empty()) return compile_static(std::move(traced), options);
+  if (traced.graph.symbols.symbols().empty()) return compile_program(std::move(traced), options);
   tracer::TracedGraph copy = traced;
   try {
-    return compile_symbolic(std::move(traced), options);
+    return compile_program(std::move(traced), options);
   } catch (const Unsupported& e) {
     return specialized_program(std::move(copy), options,
                                std::string("compiled per size: ") + e.what());
@@ -380,12 +327,21 @@ Program compile_graph(tracer::TracedGraph traced, const ExecutorOptions& options
 
 namespace {
 
-Program compile_static(tracer::TracedGraph traced, const ExecutorOptions& options) {
+// A graph over shape symbols (issue 35) goes through the same steps, each handling symbols or
+// throwing Unsupported naming itself (compile_graph then compiles the graph per size). Its
+// graph passes are skipped: they run nodes at the trace's sizes.
+Program compile_program(tracer::TracedGraph traced, const ExecutorOptions& options) {
   Program p;
   p.traced = std::move(traced);
   p.options = options.compile;
+  const bool symbolic = !p.traced.graph.symbols.symbols().empty();
+  if (symbolic) {
+    EMBER_UNSUPPORTED(all_on_cpu(p.traced.graph) && !p.options.triton.interpret)
+        << "choose_target: symbolic programs run on the CPU only so far (Triton kernels and CUDA "
+           "graphs are static)";
+  }
   StepHook step(p);
-  if (p.options.runtime.fold_constants) {
+  if (p.options.runtime.fold_constants && !symbolic) {
     p.num_causal_attention =
         step.graph_pass("causal_attention", [&] { return causal_attention(p.traced); });
     p.num_folded_nodes =
@@ -397,7 +353,10 @@ Program compile_static(tracer::TracedGraph traced, const ExecutorOptions& option
     p.num_fused_attention =
         step.graph_pass("fuse_attention", [&] { return fuse_attention(p.traced); });
   }
-  step("bind_inputs", [&] { bind_inputs(p); });
+  step("bind_inputs", [&] {
+    bind_inputs(p);
+    if (symbolic) p.symbol_sources = symbol_sources(p.traced.graph, p.input_slots);
+  });
   sched::ScheduleOptions schedule_options;
   sched::Plan plan;
   step("schedule", [&] { plan = schedule(p, target, &schedule_options); });
@@ -411,6 +370,8 @@ Program compile_static(tracer::TracedGraph traced, const ExecutorOptions& option
     if (!p.triton) plan_memory(p, life);  // the arena is host memory: not for Triton kernels yet
   });
   step("decide_cuda_graphs", [&] { decide_cuda_graphs(p, target); });
+  // Calls whose input strides differ from the types' run a static program of their sizes.
+  if (symbolic) p.specializations = std::make_shared<Specializations>(p.traced, options);
   return p;
 }
 
@@ -470,7 +431,8 @@ sched::Plan schedule(const Program& p, const Target& t, sched::ScheduleOptions* 
   sopts.stored_prologues = o.sched.stored_prologues;
   sopts.index_asserts = t.triton;  // a device-side assert per index read, as eager's CUDA kernels
   sopts.chunk_single_rows = !t.triton;
-  sopts.combo_kernels = o.sched.combo_kernels;
+  // Combo kernels merge loop nests of static shapes only (sched/combo.h).
+  sopts.combo_kernels = o.sched.combo_kernels && g.symbols.symbols().empty();
   return sched::schedule_graph(g, sopts);
 }
 
@@ -583,43 +545,62 @@ void generate_kernels(Program& p, const Target& target, sched::Plan& plan,
         k.inputs = group.inputs;
         k.outputs = group.outputs;
         k.index_status = group.index_status;
-        k.reuse = group.reuse;
-        for (graph::ValueId v : group.inputs) {
-          const graph::TensorType& t = g.type(v);
-          k.input_layouts.push_back(Kernel::Output{
-              graph::constant_values(t.sizes), graph::constant_values(t.strides),
-              at::TensorOptions().dtype(tracer::to_c10(t.dtype)).device(target.device)});
-        }
-        for (size_t i = 0; i < group.outputs.size(); ++i) {
-          const graph::TensorType& t = g.type(group.outputs[i]);
-          Kernel::Output out;
-          out.sizes = graph::constant_values(t.sizes);
-          out.strides = graph::constant_values(t.strides);
-          out.options = at::TensorOptions().dtype(tracer::to_c10(t.dtype)).device(target.device);
-          if (target.triton) {
-            const std::vector<std::string>& unused = k.triton->kernel().unused_buffers;
-            const std::string& name = group.kernel.buffers[group.inputs.size() + i].name;
-            out.unused = std::find(unused.begin(), unused.end(), name) != unused.end();
-            p.num_unwritten_outputs += out.unused ? 1 : 0;
+        k.symbolic = !group.kernel.size_vars.empty();
+        if (k.symbolic) {
+          // Over shape symbols (C++ only: compile_program refuses other symbolic targets).
+          for (const std::string& name : group.kernel.size_vars) {
+            k.size_symbols.push_back(g.symbols.find(name)->id);
           }
-          k.allocations.push_back(std::move(out));
-        }
-        k.description = "kernel " + (target.triton ? k.triton->kernel().name : group.kernel.name);
-        if (group.kernel.combo) {
-          k.description += " (combo of " + std::to_string(group.kernel.parts().size()) + ")";
-        }
-        {
-          // Its buffers' bytes, each read or written once: a lower bound on its memory traffic
-          // (scripts/profile_model.py sets it beside the kernel's time).
-          int64_t bytes = 0;
-          for (const std::vector<graph::ValueId>* vs : {&group.inputs, &group.outputs}) {
-            for (graph::ValueId v : *vs) bytes += graph::nbytes(g.type(v));
+          for (graph::ValueId v : group.inputs) {
+            k.symbolic_inputs.emplace_back(g.type(v).sizes, g.type(v).strides);
           }
-          std::ostringstream mib;
-          mib << std::fixed << std::setprecision(1) << static_cast<double>(bytes) / (1 << 20);
-          k.description += " [" + mib.str() + " MiB]";
+          for (graph::ValueId v : group.outputs) {
+            const graph::TensorType& t = g.type(v);
+            k.symbolic_outputs.emplace_back(t.sizes, t.strides);
+            Kernel::Output out;
+            out.options = at::TensorOptions().dtype(tracer::to_c10(t.dtype));
+            k.allocations.push_back(std::move(out));
+          }
+          k.description = "kernel " + group.kernel.name + " (symbolic):";
+        } else {
+          k.reuse = group.reuse;
+          for (graph::ValueId v : group.inputs) {
+            const graph::TensorType& t = g.type(v);
+            k.input_layouts.push_back(Kernel::Output{
+                graph::constant_values(t.sizes), graph::constant_values(t.strides),
+                at::TensorOptions().dtype(tracer::to_c10(t.dtype)).device(target.device)});
+          }
+          for (size_t i = 0; i < group.outputs.size(); ++i) {
+            const graph::TensorType& t = g.type(group.outputs[i]);
+            Kernel::Output out;
+            out.sizes = graph::constant_values(t.sizes);
+            out.strides = graph::constant_values(t.strides);
+            out.options = at::TensorOptions().dtype(tracer::to_c10(t.dtype)).device(target.device);
+            if (target.triton) {
+              const std::vector<std::string>& unused = k.triton->kernel().unused_buffers;
+              const std::string& name = group.kernel.buffers[group.inputs.size() + i].name;
+              out.unused = std::find(unused.begin(), unused.end(), name) != unused.end();
+              p.num_unwritten_outputs += out.unused ? 1 : 0;
+            }
+            k.allocations.push_back(std::move(out));
+          }
+          k.description = "kernel " + (target.triton ? k.triton->kernel().name : group.kernel.name);
+          if (group.kernel.combo) {
+            k.description += " (combo of " + std::to_string(group.kernel.parts().size()) + ")";
+          }
+          {
+            // Its buffers' bytes, each read or written once: a lower bound on its memory traffic
+            // (scripts/profile_model.py sets it beside the kernel's time).
+            int64_t bytes = 0;
+            for (const std::vector<graph::ValueId>* vs : {&group.inputs, &group.outputs}) {
+              for (graph::ValueId v : *vs) bytes += graph::nbytes(g.type(v));
+            }
+            std::ostringstream mib;
+            mib << std::fixed << std::setprecision(1) << static_cast<double>(bytes) / (1 << 20);
+            k.description += " [" + mib.str() + " MiB]";
+          }
+          k.description += ":";
         }
-        k.description += ":";
         for (size_t j = 0; j < group.nodes.size(); ++j) {
           k.description += (j ? ", " : " ") + g.op_of(g.nodes[group.nodes[j]]).qualified_name();
         }

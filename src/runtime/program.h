@@ -76,13 +76,14 @@ struct Kernel {
   /// meta kernel's) is first copied into this layout.
   std::vector<Output> input_layouts;
   std::string description;  ///< "kernel <name>: <ops of its nodes>"
-  /// A kernel over shape symbols (sched/symbolic_pointwise.h): the symbol id of each size
-  /// argument it takes (loop::Kernel::size_vars, in order), and its outputs' sizes and strides as
-  /// expressions (`allocations` and `input_layouts` are then empty: its inputs are graph inputs
-  /// whose layout the call checked, its outputs are allocated per call).
+  /// A kernel over shape symbols (sched/size_expr.h): the symbol id of each size argument it
+  /// takes (loop::Kernel::size_vars, in order), and its inputs' and outputs' sizes and strides as
+  /// expressions (`allocations` then hold only the options and `input_layouts` is empty: inputs
+  /// are checked, and outputs allocated, per call at that call's sizes; never in the arena, never
+  /// written into a dead input).
   bool symbolic = false;
   std::vector<int> size_symbols;
-  std::vector<std::pair<graph::Dims, graph::Dims>> symbolic_outputs;
+  std::vector<std::pair<graph::Dims, graph::Dims>> symbolic_inputs, symbolic_outputs;
   /// sched::KernelGroup::reuse: candidates, decided by plan_reuse.
   std::vector<std::pair<graph::ValueId, graph::ValueId>> reuse;
   /// A kernel of parameters and buffers only (autocast's casts of the weights, a batch norm's

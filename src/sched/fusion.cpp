@@ -18,6 +18,7 @@
 #include "sched/reduction.h"
 #include "sched/reduction_spec.h"
 #include "sched/scatter.h"
+#include "sched/size_expr.h"
 #include "support/error.h"
 
 namespace ember::sched {
@@ -34,12 +35,35 @@ bool kernel_value(const graph::Graph& g, ValueId v) {
   return kernel_device(t.device) && to_loop_dtype(t.dtype) && t.is_static();
 }
 
+// A value of symbolic type a pointwise kernel can compute or read (on the CPU, with a loop-IR
+// dtype).
+bool symbolic_kernel_value(const graph::Graph& g, ValueId v) {
+  const graph::TensorType& t = g.type(v);
+  return !t.is_static() && t.device.kind == graph::DeviceKind::CPU && to_loop_dtype(t.dtype);
+}
+
+// A node over symbolic types (issue 35): pointwise ones fuse (their kernels' loops run over the
+// symbols, size_expr.h); reductions, views, indexing and the rest stay ATen calls, evaluating
+// their symbolic arguments per call, for now.
+std::optional<NodeClass> classify_symbolic(const graph::Graph& g, const graph::Node& n) {
+  bool symbolic = false;
+  std::vector<ValueId> values = all_reads(n);
+  values.insert(values.end(), n.outputs.begin(), n.outputs.end());
+  for (ValueId v : values) symbolic |= !g.type(v).is_static();
+  if (!symbolic) return std::nullopt;
+  for (ValueId v : values) {
+    if (!kernel_value(g, v) && !symbolic_kernel_value(g, v)) return NodeClass::Extern;
+  }
+  return n.outputs.size() == 1 && is_pointwise(g, n) ? NodeClass::Pointwise : NodeClass::Extern;
+}
+
 NodeClass classify(const graph::Graph& g, int32_t index, const ScheduleOptions& options) {
   const graph::Node& n = g.nodes[index];
   if (!options.fuse) return NodeClass::Extern;
   if (static_cast<size_t>(index) < options.extern_nodes.size() && options.extern_nodes[index]) {
     return NodeClass::Extern;
   }
+  if (std::optional<NodeClass> c = classify_symbolic(g, n)) return *c;
   if (options.reductions && is_reduction_kernel_node(g, n)) return NodeClass::Reduction;
   for (ValueId v : n.outputs) {
     if (!kernel_value(g, v)) return NodeClass::Extern;
@@ -308,9 +332,9 @@ int Scheduler::cost(ValueId v, std::vector<int>& weights) const {
 // Computing it again reads almost nothing; realizing it writes it and reads it back.
 constexpr int64_t kGeneratedRatio = 64;
 bool Scheduler::generated(ValueId v) const {
-  const int64_t n = graph::numel(g_.type(v).sizes);
+  const int64_t n = hint_numel(g_.type(v).sizes, g_.symbols);
   return walk_inlined(
-      v, [&](ValueId u) { return graph::numel(g_.type(u).sizes) * kGeneratedRatio <= n; },
+      v, [&](ValueId u) { return hint_numel(g_.type(u).sizes, g_.symbols) * kGeneratedRatio <= n; },
       [](ValueId) {});
 }
 
@@ -346,7 +370,7 @@ std::vector<ValueId> Scheduler::violators(const std::vector<std::pair<int, Use>>
   // (x - mean) * invstd, which otherwise is realized whole, a full-size tensor).
   std::vector<ValueId> out;
   for (ValueId v : bad) {
-    if (broadcast.count(v) && graph::numel(g_.type(v).sizes) < kMaxBroadcastRealize)
+    if (broadcast.count(v) && hint_numel(g_.type(v).sizes, g_.symbols) < kMaxBroadcastRealize)
       out.push_back(v);
   }
   if (!out.empty()) return out;
@@ -402,8 +426,7 @@ std::vector<ValueId> Scheduler::stored_prologue(int32_t reduction, const KernelB
   }
   const graph::Node& n = g_.nodes[reduction];
   std::optional<ReductionSpec> spec = analyze_reduction(g_, n, /*coalesce=*/false);
-  if (!spec || sizes_of(g_.type(spec->x.value)) != open->shape() ||
-      !supports_reduction_fusion(g_, n)) {
+  if (!spec || g_.type(spec->x.value).sizes != open->shape() || !supports_reduction_fusion(g_, n)) {
     return {};
   }
   // What computing the stored values inline costs (their own ops and what they inline, each
@@ -572,7 +595,7 @@ Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
           if (open_reduction->add_epilogue(v)) break;
           close();
         }
-        std::vector<int64_t> shape = sizes_of(g_.type(v));
+        const graph::Dims& shape = g_.type(v).sizes;
         if (open && open->shape() != shape && held && held->shape() == shape) {
           // Back to the held kernel's shape: it is open again, and the open one is held in turn
           // (or, with view steps waiting on it, runs now). Whichever later reads the other's

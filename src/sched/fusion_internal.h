@@ -70,11 +70,11 @@ std::string loop_var(size_t d);
 // A buffer name used while building, replaced by buf<k> at the end.
 std::string value_buffer(ValueId v);
 // The flat offset of `index` in a tensor of type `t` (dims of size 1 contribute nothing: their
-// index is 0).
+// index is 0). Symbolic strides are SizeVar expressions (size_expr.h).
 Expr offset_of(const graph::TensorType& t, const Index& index);
 // `index` (of a tensor of sizes `out`) broadcast to an operand of sizes `in`: right-aligned,
-// size-1 dims read element 0.
-Index broadcast(const Index& index, const std::vector<int64_t>& in);
+// size-1 dims read element 0. A symbolic size is never 1 (0/1 specialization): never broadcast.
+Index broadcast(const Index& index, const graph::Dims& in);
 // An element of an index tensor (i64 or i32) as an i64 index.
 Expr as_index(Expr e);
 void collect_vars(const Expr& e, std::set<std::string>& out);
@@ -108,12 +108,17 @@ class FusionState {
 };
 
 // Builds one kernel: the values it stores (one shape, the iteration space) and everything they
-// inline. Reads go through element() (the ElementReader of index_ops.h).
+// inline. Reads go through element() (the ElementReader of index_ops.h). The shape may hold
+// symbolic sizes (a kernel of pointwise values over shape symbols): its loops then run over
+// SizeVar extents, its reads and writes at symbolic strides and offsets, and the symbols' hints
+// decide only loop kinds and order.
 class KernelBuilder final : public ElementReader {
  public:
-  KernelBuilder(const FusionState& s, std::vector<int64_t> shape);
+  KernelBuilder(const FusionState& s, graph::Dims shape);
+  KernelBuilder(const FusionState& s, const std::vector<int64_t>& shape)
+      : KernelBuilder(s, graph::Dims(shape.begin(), shape.end())) {}
 
-  const std::vector<int64_t>& shape() const { return shape_; }
+  const graph::Dims& shape() const { return shape_; }
   bool stores(ValueId v) const {
     for (const auto& [sv, var] : st_.stores) {
       if (sv == v) return true;
@@ -183,7 +188,13 @@ class KernelBuilder final : public ElementReader {
   Index identity() const;
   std::string key(ValueId v, const Index& index) const;
   Expr load(ValueId buffer_value, const graph::TensorType& geometry, const Index& index,
-            int64_t base_offset);
+            const graph::DimExpr& base_offset);
+  bool is_one(size_t d) const { return shape_[d] == graph::DimExpr(1); }
+  /// Extent > 1 (a symbolic size is at least 2).
+  bool is_loop(size_t d) const {
+    const std::optional<int64_t> c = shape_[d].as_constant();
+    return !c || *c > 1;
+  }
   Expr define(ValueId v, const Index& index);
   void add_input(ValueId v) {
     if (std::find(st_.inputs.begin(), st_.inputs.end(), v) == st_.inputs.end()) {
@@ -193,7 +204,7 @@ class KernelBuilder final : public ElementReader {
 
   const FusionState& s_;
   const graph::Graph& g_;
-  std::vector<int64_t> shape_;
+  graph::Dims shape_;
   loop::VarBounds bounds_;
   State st_;
   std::map<ValueId, Expr> bound_;  // see bind_reads

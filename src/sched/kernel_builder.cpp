@@ -9,7 +9,9 @@
 #include "sched/fusion_internal.h"
 #include "sched/kernel_params.h"
 #include "sched/pointwise.h"
+#include "sched/size_expr.h"
 #include "support/error.h"
+#include "sym/range.h"
 
 namespace ember::sched::fusion_detail {
 
@@ -51,18 +53,20 @@ std::string value_buffer(ValueId v) {
 Expr offset_of(const graph::TensorType& t, const Index& index) {
   Expr off = loop::idx(0);
   for (size_t d = 0; d < t.sizes.size(); ++d) {
-    if (t.sizes[d].constant() == 1) continue;
-    off = off + index[d] * loop::idx(t.strides[d].constant());
+    if (t.sizes[d] == graph::DimExpr(1)) continue;
+    off = off + index[d] * dim_expr(t.strides[d]);
   }
   return off;
 }
 
 // `index` (of a tensor of sizes `out`) broadcast to an operand of sizes `in`: right-aligned, size-1
 // dims read element 0.
-Index broadcast(const Index& index, const std::vector<int64_t>& in) {
+Index broadcast(const Index& index, const graph::Dims& in) {
   Index r(in.size());
   const size_t off = index.size() - in.size();
-  for (size_t d = 0; d < in.size(); ++d) r[d] = in[d] == 1 ? loop::idx(0) : index[d + off];
+  for (size_t d = 0; d < in.size(); ++d) {
+    r[d] = in[d] == graph::DimExpr(1) ? loop::idx(0) : index[d + off];
+  }
   return r;
 }
 
@@ -136,10 +140,17 @@ Expr rename_buffers(const Expr& e, const std::map<std::string, std::string>& nam
 
 // ---- KernelBuilder ------------------------------------------------------------------------------
 
-KernelBuilder::KernelBuilder(const FusionState& s, std::vector<int64_t> shape)
+KernelBuilder::KernelBuilder(const FusionState& s, graph::Dims shape)
     : s_(s), g_(s.graph()), shape_(std::move(shape)) {
   for (size_t d = 0; d < shape_.size(); ++d) {
-    bounds_[loop_var(d)] = loop::Interval::range(0, std::max<int64_t>(shape_[d] - 1, 0));
+    if (std::optional<int64_t> c = shape_[d].as_constant()) {
+      bounds_[loop_var(d)] = loop::Interval::range(0, std::max<int64_t>(*c - 1, 0));
+    } else {  // what the symbols' ranges allow, for every size: never the hints
+      const sym::Range r = sym::range_of(shape_[d].expr(), g_.symbols);
+      loop::Interval i{0, std::nullopt};
+      if (r.hi != sym::Range::kPosInf) i.hi = std::max<int64_t>(r.hi - 1, 0);
+      bounds_[loop_var(d)] = i;
+    }
   }
 }
 
@@ -152,7 +163,7 @@ Index KernelBuilder::simplified(const Index& index) const {
 Index KernelBuilder::identity() const {
   Index r;
   for (size_t d = 0; d < shape_.size(); ++d) {
-    r.push_back(shape_[d] == 1 ? loop::idx(0) : loop::var(loop_var(d)));
+    r.push_back(is_one(d) ? loop::idx(0) : loop::var(loop_var(d)));
   }
   return r;
 }
@@ -164,11 +175,10 @@ std::string KernelBuilder::key(ValueId v, const Index& index) const {
 }
 
 Expr KernelBuilder::load(ValueId buffer_value, const graph::TensorType& geometry,
-                         const Index& index, int64_t base_offset) {
+                         const Index& index, const graph::DimExpr& base_offset) {
   add_input(buffer_value);
   Expr off = loop::simplify(
-      loop::idx(geometry.storage_offset.constant() - base_offset) + offset_of(geometry, index),
-      bounds_);
+      dim_expr(geometry.storage_offset - base_offset) + offset_of(geometry, index), bounds_);
   auto bound = bound_.find(buffer_value);
   if (bound != bound_.end() && !loop::structurally_equal(off, bound->second)) conflict_ = true;
   return loop::Load::make(*to_loop_dtype(geometry.dtype), value_buffer(buffer_value), off);
@@ -184,7 +194,7 @@ Expr KernelBuilder::element(ValueId v, const Index& raw_index, bool guarded) {
     ValueId root = s_.view_root(v);
     if (s_.realized(root) && !stores(root)) {
       st_.nodes.insert(ni);
-      return load(root, t, index, g_.type(root).storage_offset.constant());
+      return load(root, t, index, g_.type(root).storage_offset);
     }
     if (needs_realized_input(g_, n)) {  // its root is realized: written by this kernel
       EMBER_INTERNAL_ASSERT(stores(root)) << "as_strided of a value that is not realized";
@@ -213,7 +223,7 @@ Expr KernelBuilder::element(ValueId v, const Index& raw_index, bool guarded) {
       conflict_ = true;
       return loop::Load::make(*to_loop_dtype(t.dtype), value_buffer(v), loop::idx(0));
     }
-    return load(v, t, index, t.storage_offset.constant());
+    return load(v, t, index, t.storage_offset);
   }
   guard_depth_ += guarded;
   Expr e = define(v, index);
@@ -231,7 +241,7 @@ Expr KernelBuilder::define(ValueId v, const Index& index) {
   std::set<std::string> used;
   for (const Expr& e : index) collect_vars(e, used);
   for (size_t d = 0; d < shape_.size(); ++d) {
-    use.broadcast |= shape_[d] > 1 && !used.count(loop_var(d));
+    use.broadcast |= is_loop(d) && !used.count(loop_var(d));
   }
   st_.uses.push_back(use);
   if (++st_.num_instances[v] > kMaxInstances && !s_.realized(v)) throw TooManyInstances{v};
@@ -242,7 +252,7 @@ Expr KernelBuilder::define(ValueId v, const Index& index) {
   if (s_.node_class(v) == NodeClass::Pointwise) {
     std::vector<Expr> in;
     for (ValueId u : tensor_args(n)) {
-      in.push_back(element(u, broadcast(index, sizes_of(g_.type(u))), false));
+      in.push_back(element(u, broadcast(index, g_.type(u).sizes), false));
     }
     value = lower_pointwise(g_, n, in);
   } else {
@@ -281,7 +291,7 @@ Expr KernelBuilder::index_element(ValueId v, const Index& raw_index, const Expr&
     st_.checks.push_back(check);
   }
   const graph::TensorType& t = g_.type(v);
-  Expr x = as_index(load(root, t, simplified(raw_index), g_.type(root).storage_offset.constant()));
+  Expr x = as_index(load(root, t, simplified(raw_index), g_.type(root).storage_offset));
   if (s_.index_asserts()) {  // each read checks itself (ScheduleOptions::index_asserts)
     x = loop::Call::make(loop::CallFn::CheckIndex,
                          {x, loop::idx(negative_wraps ? -*bound : 0), loop::idx(*bound)});
@@ -414,16 +424,19 @@ KernelGroup KernelBuilder::finish(const std::string& name, const ScheduleOptions
   const size_t rank = shape_.size();
   std::vector<size_t> order(rank);
   for (size_t d = 0; d < rank; ++d) order[d] = d;
-  auto key_of = [&](size_t d) { return shape_[d] == 1 ? INT64_MAX : first.strides[d].constant(); };
+  // Symbolic sizes and strides count at their hints: the order and the loop kinds never change
+  // what the kernel computes, and every loop runs its exact extent.
+  auto key_of = [&](size_t d) {
+    return is_one(d) ? INT64_MAX : hint_of(first.strides[d], g_.symbols);
+  };
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return key_of(a) > key_of(b); });
-  int64_t numel = 1;
-  for (int64_t s : shape_) numel *= s;
+  const int64_t numel = hint_numel(shape_, g_.symbols);
   // The parallel loop: the outermost of extent > 1.
   std::optional<size_t> parallel;
   if (numel >= options.parallel_threshold) {
     for (size_t d : order) {
-      if (shape_[d] > 1) {
+      if (is_loop(d)) {
         parallel = d;
         break;
       }
@@ -433,7 +446,7 @@ KernelGroup KernelBuilder::finish(const std::string& name, const ScheduleOptions
     size_t d = order[pos];
     loop::ForKind kind = pos + 1 == rank ? loop::ForKind::Vectorized : loop::ForKind::Serial;
     if (parallel == d) kind = loop::ForKind::Parallel;
-    body = loop::For::make(loop::var(loop_var(d)), loop::idx(0), loop::idx(shape_[d]), kind, body);
+    body = loop::For::make(loop::var(loop_var(d)), loop::idx(0), dim_expr(shape_[d]), kind, body);
   }
 
   body = with_index_checks(std::move(body), group);
@@ -441,6 +454,7 @@ KernelGroup KernelBuilder::finish(const std::string& name, const ScheduleOptions
   std::map<std::string, std::string> names;
   for (const auto& [v, buf] : buffer_of) names[value_buffer(v)] = buf;
   k.body = rename_buffers(body, names);
+  k.size_vars = kernel_size_vars(k, g_.symbols);
   return group;
 }
 

@@ -1,6 +1,7 @@
 #include "sched/kernel_params.h"
 
 #include "sched/pointwise.h"
+#include "sched/size_expr.h"
 #include "support/error.h"
 
 namespace ember::sched {
@@ -21,8 +22,8 @@ std::map<graph::ValueId, std::string> add_group_buffers(const graph::Graph& g,
     p.name = "buf" + std::to_string(k.buffers.size());
     p.role = role;
     p.dtype = *dtype;
-    for (const graph::DimExpr& d : t.sizes) p.sizes.push_back(loop::idx(d.constant()));
-    for (const graph::DimExpr& d : t.strides) p.strides.push_back(loop::idx(d.constant()));
+    for (const graph::DimExpr& d : t.sizes) p.sizes.push_back(dim_expr(d));
+    for (const graph::DimExpr& d : t.strides) p.strides.push_back(dim_expr(d));
     buffer_of[v] = p.name;
     k.buffers.push_back(std::move(p));
   };

@@ -2,13 +2,20 @@
 inputs and runs the graph correctly at every size in the symbol's range, compared here with eager
 at many sizes. Graphs come from text (`_C.parse_traced_graph`), as the tracer will make them.
 
-Where no step compiles a graph symbolically, the executor compiles it once per binding of its
-symbols (`symbolic_fallback` says why): correct, never silently wrong."""
+CPU graphs compile once for every size: pointwise groups become kernels over the symbols, every
+other node (reductions, views, matrix products, embedding, ...) an ATen call whose symbolic
+arguments are evaluated per call. Where a step cannot handle symbols (Triton kernels, so far), the
+executor compiles the graph once per binding of its symbols (`symbolic_fallback` says why):
+correct, never silently wrong."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 import ember._C as C
 from ember.errors import CompileError, Unsupported
@@ -31,6 +38,7 @@ def check_sizes(cg, make_inputs, reference, sizes=SIZES):
             assert g.shape == w.shape, (n, g.shape, w.shape)
             assert g.stride() == w.stride() or not g.is_contiguous() or not w.is_contiguous()
             torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-5)
+    assert cg.symbolic_fallback == "" and cg.num_specializations == 0  # compiled once
 
 
 POINTWISE = """graph {
@@ -255,15 +263,112 @@ def test_inputs_with_other_strides_run_the_program_of_their_sizes():
     assert cg.num_specializations == 1
 
 
-def test_graphs_beyond_pointwise_fall_back_naming_the_step():
-    text = """graph {
+def test_what_is_not_symbolic_yet_falls_back_naming_the_step():
+    # Triton kernels are static: such a graph is compiled per size.
+    cg = compiled(POINTWISE, triton_interpret=True)
+    assert cg.symbolic_fallback.startswith("compiled per size: choose_target: symbolic programs")
+    assert cg.num_specializations == 0  # nothing compiled before a call
+
+
+MIXED = """graph {
   symbol s0 : [2, inf] hint 7 "L['x'].size()[0]"
-  input %0 : f32[s0, 16] cpu  # user x
-  %1 : f32[s0, 16] cpu = aten::_softmax(%0, -1, False)
-  return (%1)
+  symbol s1 : [2, inf] hint 16 "L['x'].size()[1]"
+  input %0 : f32[s0, s1, 8] cpu  # user x
+  input %1 : f32[8, 8] cpu  # param w
+  input %2 : f32[8] cpu  # param b
+  %3 : f32[s0*s1, 8] cpu = aten::view(%0, [s0*s1, 8])
+  %4 : f32[s0*s1, 8] cpu = aten::addmm(%2, %3, %1, beta=1, alpha=1)
+  %5 : f32[s0, s1, 8] cpu = aten::view(%4, [s0, s1, 8])
+  %6 : f32[s0, s1, 8] cpu = aten::tanh(%5)
+  %7 : f32[s0, s1, 8] cpu = aten::add.Tensor(%6, %0, alpha=1)
+  %8 : f32[s0, s1, 8] cpu = aten::_softmax(%7, -1, False)
+  %9 : f32[s0, s1, 8] cpu = aten::mul.Tensor(%8, 2)
+  return (%9, %7)
+}
+"""
+
+
+def test_extern_calls_with_symbolic_arguments_between_symbolic_kernels():
+    cg = compiled(MIXED)
+    assert cg.symbolic_fallback == ""
+    assert cg.num_kernels == 2  # tanh + add; the scaling after the softmax
+    w, b = torch.randn(8, 8), torch.randn(8)
+
+    def ref(x, w, b):
+        y = torch.tanh(x.reshape(-1, 8) @ w + b).view(x.shape) + x
+        return torch.softmax(y, -1) * 2, y
+
+    for m in [2, 3, 17, 64]:
+        check_sizes(cg, lambda n: (torch.randn(n, m, 8), w, b), ref, sizes=[2, 7, 16, 255])
+    assert compiled(MIXED).kernel_sources == cg.kernel_sources  # deterministic
+
+
+def test_symbolic_kernels_read_extern_results_in_another_layout():
+    # The transpose's result is read by a kernel at its symbolic strides.
+    text = """graph {
+  symbol s0 : [2, inf] hint 5 "L['x'].size()[0]"
+  symbol s1 : [2, inf] hint 6 "L['x'].size()[1]"
+  input %0 : f32[s0, s1] cpu  # user x
+  %1 : f32[s1, s0]{1, s1} cpu = aten::transpose.int(%0, 0, 1)
+  %2 : f32[s1, s0] cpu = aten::exp(%1)
+  %3 : f32[s1] cpu = aten::sum.dim_IntList(%2, [1], False, dtype=None)
+  return (%2, %3)
 }
 """
     cg = compiled(text)
-    assert cg.symbolic_fallback.startswith("compiled per size: schedule: aten::_softmax")
-    x = torch.randn(5, 16)
-    torch.testing.assert_close(cg(x)[0], torch.softmax(x, -1))
+    assert cg.num_kernels == 1 and "(symbolic)" in " ".join(cg.describe_steps())
+    for m in [2, 9, 100]:
+        check_sizes(cg, lambda n: (torch.randn(n, m),), lambda x: (x.t().exp(), x.t().exp().sum(1)))
+
+
+class _Block(nn.Module):
+    """A GPT-2-style block: token and position embeddings, pre-norm causal self-attention (bmm,
+    softmax, a mask from arange), tanh-GELU MLP, residual adds, dropout (eval)."""
+
+    def __init__(self, C=32, H=4, T=128, V=50):
+        super().__init__()
+        self.wte, self.wpe = nn.Embedding(V, C), nn.Embedding(T, C)
+        self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+        self.q, self.k, self.v, self.proj = (nn.Linear(C, C) for _ in range(4))
+        self.fc, self.fc2 = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+        self.drop, self.H = nn.Dropout(0.1), H
+
+    def forward(self, idx):
+        B, T = idx.shape
+        pos = torch.arange(0, T, dtype=torch.long)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        C, H = x.shape[-1], self.H
+        h = self.ln1(x)
+        q, k, v = (f(h).view(B, T, H, C // H).transpose(1, 2) for f in (self.q, self.k, self.v))
+        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(C // H))
+        att = torch.where(pos[None, :] <= pos[:, None], att, torch.tensor(float("-inf")))
+        y = (F.softmax(att, dim=-1) @ v).transpose(1, 2).contiguous().view(B, T, C)
+        x = x + self.drop(self.proj(y))
+        return x + self.fc2(F.gelu(self.fc(self.ln2(x)), approximate="tanh"))
+
+
+def _trace_symbolic(fn, x, dynamic):
+    s = C.TraceSession()
+    inp = s.add_input(x, "user", "idx", None, dynamic)
+    with s:
+        out = fn(inp)
+    return s.finish([out])
+
+
+def test_a_gpt2_block_traced_with_symbolic_batch_and_length_compiles_once():
+    torch.manual_seed(0)
+    block = _Block().eval()
+    with torch.no_grad():
+        g = _trace_symbolic(block, torch.randint(0, 50, (3, 7)), [0, 1])
+    assert C.size_guards(g) == [] or all("<" in guard for guard in C.size_guards(g))
+    cg = C.CompiledGraph(g)
+    assert cg.symbolic_fallback == ""
+    kernels = cg.num_kernels
+    assert kernels >= 4  # embeddings' sum, mask + scale, gelu, residual adds
+    for B, T in [(2, 2), (3, 7), (2, 16), (5, 17), (2, 64), (3, 100), (2, 128)]:
+        idx = torch.randint(0, 50, (B, T))
+        with torch.no_grad():
+            torch.testing.assert_close(cg(idx)[0], block(idx), rtol=1e-4, atol=1e-4)
+    assert cg.num_specializations == 0  # one compile for every size
+    assert cg.num_kernels == kernels
+    assert C.CompiledGraph(g).kernel_sources == cg.kernel_sources  # deterministic

@@ -1,0 +1,98 @@
+#include "sched/size_expr.h"
+
+#include <algorithm>
+#include <functional>
+
+#include "loop/traverse.h"
+#include "support/error.h"
+#include "sym/eval.h"
+
+namespace ember::sched {
+
+namespace {
+
+loop::Expr atom_to_loop(const sym::AtomNode& a, std::set<sym::SymbolId>& used) {
+  if (a.kind == sym::AtomKind::Symbol) {
+    used.insert(a.id);
+    return loop::SizeVar::make(a.name);
+  }
+  loop::Expr l = to_loop_expr(a.lhs, used);
+  loop::Expr r = to_loop_expr(a.rhs, used);
+  switch (a.kind) {
+    case sym::AtomKind::FloorDiv:
+      return loop::floordiv(l, r);
+    case sym::AtomKind::Mod:
+      return loop::mod(l, r);
+    case sym::AtomKind::Min:
+      return loop::min(l, r);
+    case sym::AtomKind::Max:
+      return loop::max(l, r);
+    case sym::AtomKind::Symbol:
+      break;
+  }
+  EMBER_INTERNAL_ASSERT(false) << "unknown atom kind";
+  return {};
+}
+
+}  // namespace
+
+loop::Expr to_loop_expr(const sym::SymExpr& e, std::set<sym::SymbolId>& used) {
+  const sym::ExprNode& n = e.node();
+  std::optional<loop::Expr> sum;
+  for (const sym::Term& t : n.terms) {
+    std::optional<loop::Expr> term;
+    for (const sym::Factor& f : t.factors) {
+      loop::Expr a = atom_to_loop(*f.atom, used);
+      for (int64_t p = 0; p < f.power; ++p) term = term ? *term * a : a;
+    }
+    loop::Expr x = t.coeff == 1 ? *term : *term * loop::idx(t.coeff);
+    sum = sum ? *sum + x : x;
+  }
+  if (!sum) return loop::idx(n.constant);
+  return n.constant == 0 ? *sum : *sum + loop::idx(n.constant);
+}
+
+loop::Expr dim_expr(const graph::DimExpr& d) {
+  if (std::optional<int64_t> c = d.as_constant()) return loop::idx(*c);
+  std::set<sym::SymbolId> used;
+  return to_loop_expr(d.expr(), used);
+}
+
+std::vector<std::string> kernel_size_vars(const loop::Kernel& k, const sym::ShapeEnv& symbols) {
+  std::set<std::string> names;
+  std::function<void(const loop::Expr&)> walk = [&](const loop::Expr& e) {
+    if (const auto* s = e.as<loop::SizeVar>()) names.insert(s->name);
+    loop::for_each_child(e, walk);
+  };
+  std::function<void(const loop::Stmt&)> walk_stmt = [&](const loop::Stmt& s) {
+    loop::for_each_stmt_child(s, walk, walk_stmt);
+  };
+  walk_stmt(k.body);
+  for (const loop::BufferParam& b : k.buffers) {
+    for (const loop::Expr& e : b.sizes) walk(e);
+    for (const loop::Expr& e : b.strides) walk(e);
+  }
+  std::vector<std::pair<sym::SymbolId, std::string>> by_id;
+  for (const std::string& n : names) {
+    const auto* info = symbols.find(n);
+    EMBER_INTERNAL_ASSERT(info != nullptr) << "kernel " << k.name << " reads unknown size " << n;
+    by_id.emplace_back(info->id, n);
+  }
+  std::sort(by_id.begin(), by_id.end());
+  std::vector<std::string> out;
+  for (auto& [id, n] : by_id) out.push_back(std::move(n));
+  return out;
+}
+
+int64_t hint_of(const graph::DimExpr& d, const sym::ShapeEnv& symbols) {
+  std::optional<int64_t> c = d.as_constant();
+  return c ? *c : sym::hint(d.expr(), symbols);
+}
+
+int64_t hint_numel(const graph::Dims& sizes, const sym::ShapeEnv& symbols) {
+  int64_t n = 1;
+  for (const graph::DimExpr& d : sizes) n *= hint_of(d, symbols);
+  return n;
+}
+
+}  // namespace ember::sched

@@ -1,0 +1,36 @@
+/// \file
+/// Sizes over shape symbols in kernels (issue 35, docs/design/symbolic.md): a graph's size,
+/// stride or offset expression as a loop expression over the kernel's size variables
+/// (loop::SizeVar, named after the graph's symbols `s0`, `s1`, ...; the runtime passes their
+/// values at each launch), and which size variables a kernel reads.
+#pragma once
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+#include "loop/expr.h"
+#include "loop/stmt.h"
+
+namespace ember::sched {
+
+/// `e` as an i64 loop expression: symbols become SizeVars named as in the graph's symbols; their
+/// ids are added to `used`. Python `//` and `%` become FloorDiv and Mod (the same semantics).
+loop::Expr to_loop_expr(const sym::SymExpr& e, std::set<sym::SymbolId>& used);
+
+/// `d` as an i64 loop expression: an IntImm when constant, else to_loop_expr.
+loop::Expr dim_expr(const graph::DimExpr& d);
+
+/// The size variables kernel `k` reads (its body's and its buffers' sizes and strides), as
+/// loop::Kernel::size_vars wants them: the symbols' names, in symbol id order of `symbols`.
+std::vector<std::string> kernel_size_vars(const loop::Kernel& k, const sym::ShapeEnv& symbols);
+
+/// The product of `sizes` at the symbols' hints: for heuristics only (how many elements a kernel
+/// runs over, which loop is parallel), never for what a kernel computes.
+int64_t hint_numel(const graph::Dims& sizes, const sym::ShapeEnv& symbols);
+
+/// `d` at the symbols' hints (heuristics only, as hint_numel).
+int64_t hint_of(const graph::DimExpr& d, const sym::ShapeEnv& symbols);
+
+}  // namespace ember::sched
