@@ -127,7 +127,10 @@ def compile(model: Any = None, *, backend: Any = "ember", fullgraph: bool = Fals
     (inputs as positional tensors, returning a tuple or list of output tensors).
     fullgraph=True: a frame that cannot be captured whole raises ember.Unsupported naming the
     reason and the source line, instead of running eagerly.
-    dynamic: shapes are static in this version (dynamic=True warns and compiles static).
+    dynamic: True makes every dim of a tensor input a shape symbol (one graph for all sizes);
+        False keeps every size static; None (the default) is automatic dynamic: the first call
+        compiles static, and a dim seen changing on a recompile becomes symbolic.
+        torch._dynamo.mark_dynamic / mark_static on an input are honoured.
     mode: as torch.compile's. "reduce-overhead": each graph on one CUDA device is captured into
     a CUDA graph on its second call and replayed from then on (inputs copied into static
     buffers, parameters read in place, outputs returned as copies); a graph that cannot be
@@ -150,9 +153,6 @@ def _compile(model: Any, *, backend: Any, fullgraph: bool, dynamic: bool | None,
     if mode not in (None, "default", "reduce-overhead", "max-autotune",
                     "max-autotune-no-cudagraphs"):
         raise CompileError(f"ember.compile: unknown mode {mode!r}")
-    if dynamic:
-        warnings.warn("ember.compile: dynamic shapes are not supported yet; compiling with static "
-                      "shapes (a new shape recompiles)", stacklevel=2)
     if not callable(model):
         raise CompileError(f"ember.compile: expected a function or nn.Module, got "
                            f"{type(model).__name__}")
@@ -162,7 +162,8 @@ def _compile(model: Any, *, backend: Any, fullgraph: bool, dynamic: bool | None,
                                   library_prefixes=library_prefixes(), backend=graph_backend,
                                   cuda_graphs=mode in ("reduce-overhead", "max-autotune"),
                                   matmul_templates=mode in ("max-autotune",
-                                                            "max-autotune-no-cudagraphs"))
+                                                            "max-autotune-no-cudagraphs"),
+                                  dynamic=dynamic)
     if isinstance(model, torch.nn.Module):
         forward = type(model).forward
         top = getattr(forward, "__code__", None)
@@ -238,6 +239,11 @@ class ExplainOutput:
             lines += [f"  {i + 1}. {r}" for i, r in enumerate(self.break_reasons)]
         for i, ops in enumerate(self.ops_per_graph):
             lines.append(f"Ops per graph {i + 1}: " + ", ".join(ops))
+        for i, g in enumerate(self.graphs):
+            symbols = [line.strip() for line in g.splitlines() if line.strip().startswith("symbol s")]
+            if symbols:
+                lines.append(f"Shape symbols of graph {i + 1}:")
+                lines += ["  " + s for s in symbols]
         for i, g in enumerate(self.guards):
             lines.append(f"Guards of graph {i + 1}:")
             lines += ["  " + line for line in g.splitlines()]

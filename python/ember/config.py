@@ -70,7 +70,7 @@ OPTIONS: tuple[Option, ...] = (
            "its original bytecode, with one warning naming the guard that failed last"),
     Option("logs", "capture.logs", str, "", ("EMBER_LOGS",), str,
            "comma list of what ember.compile logs (logger 'ember'): recompiles, graph_breaks, "
-           "guards, graph, or all"),
+           "guards, graph, dynamic (shape symbols and size guards), or all"),
     # trace
     Option("splits_everywhere", "trace.splits_everywhere", bool, False,
            ("EMBER_SPLIT_REDUCTIONS",), _is("all"),

@@ -67,9 +67,10 @@ void bind_capture(nb::module_& m) {
           [](CaptureCompiler* self, bool fullgraph, std::optional<bool> codegen,
              std::optional<bool> reductions, std::optional<bool> reduction_fusion,
              std::vector<std::string> library_prefixes, nb::object backend, bool cuda_graphs,
-             bool matmul_templates, nb::handle options) {
+             bool matmul_templates, nb::handle options, std::optional<bool> dynamic) {
             capture::CaptureOptions o;
             o.fullgraph = fullgraph;
+            o.dynamic = dynamic;
             if (!backend.is_none()) o.backend = std::move(backend);
             o.executor.compile = compile_options_from(options);
             CompileOptions& c = o.executor.compile;
@@ -87,6 +88,9 @@ void bind_capture(nb::module_& m) {
           nb::arg("library_prefixes") = std::vector<std::string>{},
           nb::arg("backend").none() = nb::none(), nb::arg("cuda_graphs") = false,
           nb::arg("matmul_templates") = false, nb::arg("options").none() = nb::none(),
+          nb::arg("dynamic").none() = nb::none(),
+          "dynamic: torch.compile's dynamic= (True: every dim of a tensor input symbolic; False: "
+          "none; None: automatic, a dim becomes symbolic once a recompile sees it change). "
           "backend: None (ember's compiler) or a callable(gm, example_inputs) -> callable, "
           "torch.compile's backend convention (src/capture/compile/graph_runner.h). cuda_graphs: "
           "graphs "

@@ -197,6 +197,20 @@ c10::SymNode SizeNode::is_non_overlapping_and_dense(c10::ArrayRef<c10::SymNode> 
 c10::SymNode SizeNode::clone() {
   return is_bool_ ? make_bool(cond_) : make(expr_);
 }
+c10::SymNode SizeNode::sym_float() {
+  EMBER_UNSUPPORTED(false) << "the symbolic size " << str()
+                           << " used as a float (a size as a Python scalar with a tensor, as in "
+                           << "`t * x.shape[0]`, or `x.shape[-1] ** 0.5`): symbolic floats are "
+                           << "not built yet";
+  return {};
+}
+c10::SymNode SizeNode::truediv(const c10::SymNode&) {
+  return sym_float();
+}
+c10::SymNode SizeNode::pow(const c10::SymNode&) {
+  return sym_float();
+}
+
 c10::SymNode SizeNode::wrap_int(int64_t num) {
   return make(SymExpr(num));
 }

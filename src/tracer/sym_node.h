@@ -71,6 +71,13 @@ class SizeNode final : public c10::SymNodeImpl {
   c10::SymNode is_non_overlapping_and_dense(c10::ArrayRef<c10::SymNode> sizes,
                                             c10::ArrayRef<c10::SymNode> strides) override;
   c10::SymNode clone() override;
+  /// Unsupported, as are truediv and pow: symbolic floats are not built. (A size mixed with a
+  /// tensor as a Python scalar, `t * x.shape[0]` or `t / x.shape[-1] ** 0.5`, goes through
+  /// torch's sym_float; a float specialized to its hint is not enough there: torch wraps a
+  /// SymFloat scalar into a tensor without reading its value.)
+  c10::SymNode sym_float() override;
+  c10::SymNode truediv(const c10::SymNode& other) override;
+  c10::SymNode pow(const c10::SymNode& other) override;
   c10::SymNode wrap_int(int64_t num) override;
   c10::SymNode wrap_bool(bool num) override;
   int64_t guard_int(const char* file, int64_t line) override;

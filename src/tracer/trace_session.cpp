@@ -219,6 +219,22 @@ c10::IValue at_hints(const c10::IValue& v) {
   return v;
 }
 
+/// Some argument is a symbolic int (of ember's tracer), or a list holding one.
+bool has_symbolic_ints(c10::ArrayRef<c10::IValue> args) {
+  auto symbolic = [](const c10::IValue& v) {
+    return v.isSymInt() && v.toSymInt().is_heap_allocated();
+  };
+  for (const c10::IValue& v : args) {
+    if (symbolic(v)) return true;
+    if (v.isList() && !v.isTensorList()) {
+      for (const c10::IValue& e : v.toListRef()) {
+        if (symbolic(e)) return true;
+      }
+    }
+  }
+  return false;
+}
+
 /// Some argument of the call is symbolic, or is a tensor of a symbolic type.
 bool reads_symbols(const graph::Graph& g, const std::vector<graph::Arg>& args) {
   for (const graph::Arg& a : args) {
@@ -445,8 +461,13 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
         << op_name << " asks for a tensor on the PrivateUse1 device, whose dispatch key ember's "
         << "tracer uses";
   }
-  if (!any_tracer && (any_real || is_uninitialized_factory(op) ||
-                      asks_for_meta(c10::ArrayRef<c10::IValue>(stack->data() + base, num_args)))) {
+  // A computation on real tensors with a symbolic argument (`buffer[:T]` for a symbolic T) is
+  // recorded, its tensors as constants: run now, it would specialize T.
+  const bool symbolic_args =
+      symbolic() && has_symbolic_ints(c10::ArrayRef<c10::IValue>(stack->data() + base, num_args));
+  if (!any_tracer && !symbolic_args &&
+      (any_real || is_uninitialized_factory(op) ||
+       asks_for_meta(c10::ArrayRef<c10::IValue>(stack->data() + base, num_args)))) {
     // Only real tensors: a constant computation. Run it now; its result is a constant. Autograd
     // and ADInplaceOrView already ran above this kernel, so the call continues below them.
     at::AutoDispatchBelowADInplaceOrView below_autograd;

@@ -159,6 +159,8 @@ std::unique_ptr<GraphRunner> finish_training(Attempt& a, const std::vector<at::T
     }
   }
   if (differentiable.empty()) return nullptr;
+  EMBER_UNSUPPORTED(!a.session->symbolic())
+      << "training graphs with shape symbols are not compiled yet";
   tracer::TraceSession& s = *a.session;
   std::vector<int> grad_inputs;
   tracer::TracedGraph joint;
@@ -229,6 +231,15 @@ std::unique_ptr<GraphRunner> finish(Attempt& a, const std::vector<at::Tensor>& t
     throw;
   }
   a.session->exit();
+  if (!traced.graph.symbols.symbols().empty()) {
+    EMBER_UNSUPPORTED(!options.backend.is_valid())
+        << "a graph with shape symbols is not handed to a foreign backend";
+    EMBER_INTERNAL_ASSERT(a.interp->symbol_sources().size() ==
+                          traced.graph.symbols.symbols().size())
+        << "the trace has " << traced.graph.symbols.symbols().size() << " shape symbols, capture "
+        << "knows the sources of " << a.interp->symbol_sources().size();
+    a.guards.add_size_relations(a.interp->symbol_sources(), traced.size_guards);
+  }
   if (!options.backend.is_valid()) return make_executor_runner(std::move(traced), options.executor);
   return make_backend_runner(std::move(traced), options.backend, graph_inputs(a, f));
 }
@@ -314,7 +325,90 @@ bool CaptureCompiler::touches_torch(const FrameView& f) {
   return false;
 }
 
+namespace {
+
+/// The dims in `attr` of tensor `obj` (torch._dynamo.mark_dynamic / mark_static keep them as a
+/// set attribute of the tensor).
+std::vector<int64_t> marked_dims(PyObject* obj, const char* attr) {
+  std::vector<int64_t> out;
+  if (obj == nullptr || !PyObject_HasAttrString(obj, attr)) return out;
+  nb::object dims = nb::steal(PyObject_GetAttrString(obj, attr));
+  if (!dims.is_valid()) {
+    PyErr_Clear();
+    return out;
+  }
+  try {
+    for (nb::handle d : dims) out.push_back(nb::cast<int64_t>(d));
+  } catch (...) {
+    PyErr_Clear();
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<int64_t> CaptureCompiler::dynamic_dims(PyObject* code, const std::string& name,
+                                                   const at::Tensor& t, graph::InputKind kind) {
+  if (kind != graph::InputKind::User || t.dim() == 0 || static_codes_.contains(code)) return {};
+  nb::object py = nb::steal(THPVariable_Wrap(t));
+  std::vector<int64_t> fixed = marked_dims(py.ptr(), "_dynamo_static_indices");
+  std::vector<bool> dynamic(static_cast<size_t>(t.dim()), options_.dynamic.value_or(false));
+  for (int64_t d : marked_dims(py.ptr(), "_dynamo_dynamic_indices")) {
+    if (d >= 0 && d < t.dim()) dynamic[static_cast<size_t>(d)] = true;
+  }
+  if (!options_.dynamic.has_value()) {
+    // Automatic dynamic: a dim seen with another size when this frame compiled before.
+    SeenSizes& seen = seen_sizes_[code][name];
+    std::vector<int64_t> now = t.sizes().vec();
+    if (seen.sizes.size() != now.size()) {
+      seen.sizes = now;
+      seen.changed.assign(now.size(), false);
+    }
+    for (size_t d = 0; d < now.size(); ++d) {
+      if (seen.sizes[d] != now[d]) seen.changed[d] = true;
+      if (seen.changed[d]) dynamic[d] = true;
+    }
+    seen.sizes = now;
+  }
+  std::vector<int64_t> out;
+  for (size_t d = 0; d < dynamic.size(); ++d) {
+    bool is_fixed = std::find(fixed.begin(), fixed.end(), static_cast<int64_t>(d)) != fixed.end();
+    if (dynamic[d] && !is_fixed) out.push_back(static_cast<int64_t>(d));
+  }
+  used_dynamic_ = used_dynamic_ || !out.empty();
+  return out;
+}
+
 CompileResult CaptureCompiler::compile(const FrameView& f) {
+  used_dynamic_ = false;
+  const size_t first_record = log_->records.size();
+  CompileResult r = compile_once(f);
+  if (!used_dynamic_ || PyErr_Occurred()) return r;
+  bool clean = r.action == CompileResult::Action::Run;
+  std::string why = r.reason;
+  for (size_t i = first_record; i < log_->records.size(); ++i) {
+    const CaptureRecord& rec = log_->records[i];
+    if (!rec.captured || rec.graph_break) {
+      clean = false;
+      why = rec.reason;
+    }
+  }
+  if (clean) return r;
+  // Shape symbols made the frame break or run eagerly (a size used as a float, an op with no
+  // symbolic shape rule): the frame keeps static shapes from now on, as before dynamic shapes.
+  PyObject* code = reinterpret_cast<PyObject*>(f.code);
+  static_codes_.insert(code);
+  eager_memo_.erase(code);
+  unhooked_.erase(code);
+  log_->records.resize(first_record);
+  if (log_enabled("dynamic") || log_enabled("recompiles")) {
+    log_warning("ember: " + frame_name(f) + " compiles with static shapes: with symbolic sizes " +
+                why);
+  }
+  return compile_once(f);
+}
+
+CompileResult CaptureCompiler::compile_once(const FrameView& f) {
   auto t0 = std::chrono::steady_clock::now();
   CaptureRecord rec;
   rec.code = frame_name(f);
@@ -406,6 +500,13 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
   };
   InterpreterOptions iopts;
   iopts.library_prefixes = options_.library_prefixes;
+  {
+    PyObject* code = reinterpret_cast<PyObject*>(f.code);
+    iopts.dynamic_dims = [this, code](const std::string& name, const at::Tensor& t,
+                                      graph::InputKind kind) {
+      return dynamic_dims(code, name, t, kind);
+    };
+  }
   try {
     std::unique_ptr<Attempt> a;
     std::unique_ptr<GraphRunner> runner;
@@ -500,6 +601,21 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
           std::make_unique<BreakFrame>(a->sources, a->guards, code.code, num_arg_slots(f.code));
     }
     rec.captured = true;
+    if (log_enabled("dynamic") && rec.graph.find("  symbol s") != std::string::npos) {
+      // The symbols (from the graph's text) and the size guards (from the guards' text).
+      std::string text = "ember: " + rec.code + " compiled with shape symbols:";
+      auto lines_with = [&](const std::string& from, const std::string& prefix) {
+        size_t pos = 0;
+        while ((pos = from.find(prefix, pos)) != std::string::npos) {
+          size_t end = from.find('\n', pos);
+          text += "\n  " + from.substr(pos, end - pos);
+          pos = end == std::string::npos ? from.size() : end;
+        }
+      };
+      lines_with(rec.graph, "symbol s");
+      lines_with(rec.guard_text, "SIZE_RELATIONS");
+      log_warning(text);
+    }
     if (log_enabled("guards")) log_warning("ember: guards of " + rec.code + "\n" + rec.guard_text);
     if (log_enabled("graph")) log_warning("ember: graph of " + rec.code + "\n" + rec.graph);
     result.action = CompileResult::Action::Run;

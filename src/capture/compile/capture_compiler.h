@@ -31,6 +31,11 @@ struct CaptureOptions {
   /// ember's Executor; unset: the Executor.
   nanobind::object backend;
   std::vector<std::string> library_prefixes;  ///< code that runs for real, not inlined
+  /// torch.compile's `dynamic=`: true, every dim of a user tensor input is a shape symbol;
+  /// false, none is; unset (automatic dynamic), a dim becomes one once a recompile of the frame
+  /// sees its size changed (and dims torch._dynamo.mark_dynamic marked). mark_static'd dims are
+  /// never symbols. Parameters and buffers keep static shapes.
+  std::optional<bool> dynamic;
 };
 
 /// What the capture did, for ember.metrics and ember.explain.
@@ -65,6 +70,8 @@ struct CaptureLog {
 class CaptureCompiler final : public FrameCompiler {
  public:
   explicit CaptureCompiler(CaptureOptions options) : options_(std::move(options)) {}
+  /// Compiles the frame (compile_once); when shape symbols made it break or run eagerly where
+  /// static shapes might not, the frame keeps static shapes from then on and compiles again.
   CompileResult compile(const FrameView& f) override;
   bool fullgraph() const override { return options_.fullgraph; }
 
@@ -92,6 +99,21 @@ class CaptureCompiler final : public FrameCompiler {
   /// Code objects of eager_memo_ whose callees run unhooked too (RunsUnhooked).
   std::unordered_set<PyObject*> unhooked_;
   std::vector<nanobind::object> memo_keepalive_;
+  /// Automatic dynamic: per code object and tensor source name, the sizes seen when compiling
+  /// it, and the dims seen changing (shape symbols from then on).
+  struct SeenSizes {
+    std::vector<int64_t> sizes;
+    std::vector<bool> changed;
+  };
+  std::unordered_map<PyObject*, std::unordered_map<std::string, SeenSizes>> seen_sizes_;
+  /// The dims of tensor input `t` (source `name`, of frame `code`) that become shape symbols.
+  std::vector<int64_t> dynamic_dims(PyObject* code, const std::string& name, const at::Tensor& t,
+                                    graph::InputKind kind);
+  CompileResult compile_once(const FrameView& f);
+  /// Set by dynamic_dims when it made a dim symbolic during the current compile.
+  bool used_dynamic_ = false;
+  /// Code objects whose symbolic compile failed: static shapes for them from then on.
+  std::unordered_set<PyObject*> static_codes_;
 };
 
 }  // namespace ember::capture

@@ -45,10 +45,38 @@ bool tensor_matches(PyObject* obj, const TensorMeta& m) {
   c10::IntArrayRef sizes = t.sizes();
   c10::IntArrayRef strides = t.strides();
   if (sizes.size() != m.sizes.size()) return false;
+  if (!m.stride_order.empty()) {
+    // Dynamic dims: any size of at least 2, dense strides in the traced order.
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      if (m.sizes[i] < 0 ? sizes[i] < 2 : sizes[i] != m.sizes[i]) return false;
+    }
+    int64_t acc = 1;
+    for (size_t k = m.stride_order.size(); k-- > 0;) {
+      auto d = static_cast<size_t>(m.stride_order[k]);
+      if (sizes[d] != 1 && strides[d] != acc) return false;
+      acc *= std::max<int64_t>(sizes[d], 1);
+    }
+    return true;
+  }
   for (size_t i = 0; i < sizes.size(); ++i) {
     if (sizes[i] != m.sizes[i]) return false;
     // Strides of size-1 dimensions do not change the layout.
     if (sizes[i] != 1 && strides[i] != m.strides[i]) return false;
+  }
+  return true;
+}
+
+bool size_relations_hold(const Guard& g, const std::vector<nb::object>& values) {
+  sym::Bindings b;
+  for (size_t id = 0; id < g.symbol_at.size(); ++id) {
+    PyObject* v = values[static_cast<size_t>(g.symbol_at[id].first)].ptr();
+    if (v == nullptr || !THPVariable_Check(v)) return false;
+    const at::Tensor& t = THPVariable_Unpack(v);
+    if (g.symbol_at[id].second >= t.dim()) return false;
+    b.emplace(static_cast<sym::SymbolId>(id), t.size(g.symbol_at[id].second));
+  }
+  for (const sym::SizeGuard& sg : g.size_guards) {
+    if (!sym::guard_holds(sg, b)) return false;
   }
   return true;
 }
@@ -70,8 +98,13 @@ PyObject* id_target(const Guard& g) {
 
 std::string meta_text(const TensorMeta& m) {
   std::ostringstream os;
-  os << c10::toString(m.dtype) << " " << m.device << " sizes=" << c10::IntArrayRef(m.sizes)
-     << " strides=" << c10::IntArrayRef(m.strides) << " requires_grad=" << m.requires_grad;
+  os << c10::toString(m.dtype) << " " << m.device << " sizes=" << c10::IntArrayRef(m.sizes);
+  if (m.stride_order.empty()) {
+    os << " strides=" << c10::IntArrayRef(m.strides);
+  } else {
+    os << " (-1: any size >= 2) dense in dim order " << c10::IntArrayRef(m.stride_order);
+  }
+  os << " requires_grad=" << m.requires_grad;
   return os.str();
 }
 
@@ -333,12 +366,39 @@ bool is_guardable_constant(PyObject* obj) {
   return true;
 }
 
-void GuardSet::add_tensor(int source, PyObject* tensor) {
+void GuardSet::add_tensor(int source, PyObject* tensor, const std::vector<int64_t>& dynamic_dims) {
   EMBER_INTERNAL_ASSERT(THPVariable_Check(tensor)) << "a tensor guard on a non-tensor";
   Guard g;
   g.kind = GuardKind::TensorMatch;
   g.source = source;
-  g.tensor = meta_of(THPVariable_Unpack(tensor));
+  const at::Tensor& t = THPVariable_Unpack(tensor);
+  g.tensor = meta_of(t);
+  bool any = false;
+  for (int64_t d : dynamic_dims) {
+    if (d < 0) d += t.dim();
+    if (d < 0 || d >= t.dim() || t.size(d) < 2) continue;  // 0 and 1 stay specialized
+    g.tensor.sizes[static_cast<size_t>(d)] = -1;
+    any = true;
+  }
+  if (any) {
+    // The traced order: by decreasing stride, ties in dim order (graph::dense_strides_like).
+    std::vector<int64_t> order(static_cast<size_t>(t.dim()));
+    for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int64_t>(i);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int64_t a, int64_t b) { return t.stride(a) > t.stride(b); });
+    g.tensor.stride_order = std::move(order);
+  }
+  guards_.push_back(std::move(g));
+}
+
+void GuardSet::add_size_relations(std::vector<std::pair<int, int64_t>> symbol_at,
+                                  std::vector<sym::SizeGuard> size_guards) {
+  if (size_guards.empty()) return;
+  Guard g;
+  g.kind = GuardKind::SizeRelations;
+  g.source = symbol_at.empty() ? 0 : symbol_at[0].first;
+  g.symbol_at = std::move(symbol_at);
+  g.size_guards = std::move(size_guards);
   guards_.push_back(std::move(g));
 }
 
@@ -451,6 +511,8 @@ bool GuardSet::passes(const Guard& g, const std::vector<nb::object>& values) con
       return plain_data_equal(v, g.expected.ptr());
     case GuardKind::Aliasing:
       return aliasing_matches(g, values);
+    case GuardKind::SizeRelations:
+      return size_relations_hold(g, values);
   }
   return false;
 }
@@ -495,6 +557,12 @@ std::string GuardSet::first_failure(const std::vector<nb::object>& values,
         return name + " is not " + sources.name(g.other);
       case GuardKind::StateEquals:
         return "the state of " + name + " changed since compiling";
+      case GuardKind::SizeRelations: {
+        std::string text;
+        for (const sym::SizeGuard& sg : g.size_guards)
+          text += (text.empty() ? "" : ", ") + sym::print(sg);
+        return "a size relation the graph relied on no longer holds (" + text + ")";
+      }
       case GuardKind::Aliasing: {
         size_t i = 0;
         if (!THPVariable_Check(v)) return name + " is not a tensor";
@@ -542,6 +610,17 @@ std::string GuardSet::describe(const SourceTable& sources) const {
         os << "STATE_EQUALS " << name << " (a " << Py_TYPE(g.expected.ptr())->tp_name
            << " and everything it holds)\n";
         break;
+      case GuardKind::SizeRelations: {
+        os << "SIZE_RELATIONS";
+        for (size_t id = 0; id < g.symbol_at.size(); ++id) {
+          os << (id ? ", " : " ") << "s" << id << " = " << sources.name(g.symbol_at[id].first)
+             << ".size(" << g.symbol_at[id].second << ")";
+        }
+        os << ":";
+        for (const sym::SizeGuard& sg : g.size_guards) os << " " << sym::print(sg) << ";";
+        os << "\n";
+        break;
+      }
       case GuardKind::Aliasing: {
         os << "ALIASING " << name << " (mutated) overlaps";
         bool any = false;

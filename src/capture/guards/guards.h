@@ -18,6 +18,9 @@
 ///   Aliasing     a tensor the graph mutates shares memory with exactly the other inputs it
 ///                shared memory with when compiling (none, for a graph traced on distinct
 ///                tensors: its functional form reads the other inputs' old values)
+///   SizeRelations the size guards of a graph with shape symbols (sym/guard.h), each symbol read
+///                from the size of the tensor source it stands for; after the TensorMatch guards
+///                of those sources, which check that a dynamic dim is at least 2
 /// Plus the global state read once per call (GlobalState): what changes the meaning of a trace
 /// without changing any input.
 #pragma once
@@ -35,6 +38,7 @@
 #include <vector>
 
 #include "capture/guards/source.h"
+#include "sym/guard.h"
 
 namespace ember::capture {
 
@@ -46,14 +50,19 @@ enum class GuardKind : uint8_t {
   Len,
   Same,
   StateEquals,
-  Aliasing
+  Aliasing,
+  SizeRelations
 };
 
 struct TensorMeta {
   c10::ScalarType dtype = c10::ScalarType::Undefined;
   c10::Device device = c10::Device(c10::DeviceType::CPU);
+  /// -1 for a dynamic dim: any size of at least 2 (sizes 0 and 1 are specialized).
   std::vector<int64_t> sizes;
   std::vector<int64_t> strides;
+  /// With a dynamic dim: the dims from outermost to innermost; the strides must be the dense
+  /// strides of the call's sizes in that order (`strides` is then not compared).
+  std::vector<int64_t> stride_order;
   bool requires_grad = false;
   c10::DispatchKeySet keys;
 };
@@ -72,6 +81,10 @@ struct Guard {
   /// Aliasing: the other tensor inputs, and for each whether it shares memory with `source`.
   std::vector<int> others;
   std::vector<uint8_t> shares;
+  /// SizeRelations: per shape symbol (by id), the tensor source and dim whose size it is; and
+  /// the relations that must give their traced answers.
+  std::vector<std::pair<int, int64_t>> symbol_at;
+  std::vector<sym::SizeGuard> size_guards;
 };
 
 /// The global state a trace depends on: what Dynamo's global-state guard covers. Read in C++
@@ -114,7 +127,13 @@ struct GlobalState {
 
 class GuardSet {
  public:
-  void add_tensor(int source, PyObject* tensor);
+  /// `dynamic_dims`: dims of a size of at least 2 that the graph takes as shape symbols; any size
+  /// of at least 2 passes there (with dense strides in the traced order).
+  void add_tensor(int source, PyObject* tensor, const std::vector<int64_t>& dynamic_dims = {});
+  /// The size guards of a graph with shape symbols; `symbol_at[id]`: the (source, dim) symbol
+  /// `id` is read from.
+  void add_size_relations(std::vector<std::pair<int, int64_t>> symbol_at,
+                          std::vector<sym::SizeGuard> guards);
   /// Holds `obj` weakly where its type allows (modules, functions, classes): a guard must not
   /// keep a dropped model alive. Once the object is gone the guard fails, even for a new object
   /// at the same address.

@@ -25,6 +25,7 @@
 #include <nanobind/nanobind.h>
 
 #include <array>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -122,6 +123,10 @@ struct InterpreterOptions {
   /// co_filename prefixes of code that runs for real instead of being inlined (torch, the
   /// standard library). Inlined: everything else.
   std::vector<std::string> library_prefixes;
+  /// The dims of a tensor input (source name, value, kind) that become shape symbols; unset:
+  /// none (static shapes).
+  std::function<std::vector<int64_t>(const std::string&, const at::Tensor&, graph::InputKind)>
+      dynamic_dims;
 };
 
 class Interpreter {
@@ -177,6 +182,8 @@ class Interpreter {
 
   /// The source each graph input reads, in input order.
   const std::vector<int>& input_sources() const { return input_sources_; }
+  /// Per shape symbol of the trace (by id): the tensor source and dim it is the size of.
+  const std::vector<std::pair<int, int64_t>>& symbol_sources() const { return symbol_sources_; }
   /// Graph inputs that require grad under grad mode (tracer tensors that autograd records on),
   /// and their positions among input_sources(): the joint graph differentiates the outputs
   /// with respect to them (capture_compiler.cpp).
@@ -521,6 +528,7 @@ class Interpreter {
 
   std::vector<Frame*> frames_;  ///< the inlining stack, outermost first
   std::vector<int> input_sources_;
+  std::vector<std::pair<int, int64_t>> symbol_sources_;
   std::unordered_map<PyObject*, int> source_of_;        ///< non-constant objects read from sources
   std::unordered_map<PyObject*, PyObject*> tracer_of_;  ///< real tensor -> its tracer tensor
   std::unordered_map<PyObject*, int> tensor_source_;    ///< real tensor -> its first source

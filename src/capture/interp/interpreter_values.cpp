@@ -90,6 +90,16 @@ bool is_plain_value(nb::handle v) {
     return true;
   }
   if (Py_TYPE(o) == reinterpret_cast<PyTypeObject*>(size_type())) return true;
+  // A symbolic size (docs/design/symbolic.md): arithmetic on it builds ember's expressions, and
+  // a decision on it records a size guard.
+  static PyObject* sym_int = imported("torch", "SymInt");
+  static PyObject* sym_bool = imported("torch", "SymBool");
+  static PyObject* sym_float = imported("torch", "SymFloat");
+  if (reinterpret_cast<PyObject*>(Py_TYPE(o)) == sym_int ||
+      reinterpret_cast<PyObject*>(Py_TYPE(o)) == sym_bool ||
+      reinterpret_cast<PyObject*>(Py_TYPE(o)) == sym_float) {
+    return true;
+  }
   std::string_view n(Py_TYPE(o)->tp_name);
   if (n.substr(0, 19) == "torch.return_types.") return true;  // (values, indices) structseqs
   if (is_enum_member(v) || is_numpy_scalar(o)) return true;
@@ -167,7 +177,6 @@ nb::object Interpreter::wrap(nb::handle v, int source) {
       EMBER_UNSUPPORTED(real.layout() == c10::kStrided && !real.is_quantized() && !real.is_nested())
           << sources_.name(source) << " is a " << real.layout() << " tensor; only strided "
           << "tensors are supported";
-      guards_.add_tensor(source, o);
       if (real.requires_grad()) grad_inputs_ = true;
       // A module's registered buffer (read through its _buffers) is module state like a
       // parameter: the executor may keep the outputs of kernels that read only such inputs.
@@ -176,10 +185,18 @@ nb::object Interpreter::wrap(nb::handle v, int source) {
       graph::InputKind kind = isinstance(v, parameter_type()) ? graph::InputKind::Parameter
                               : buffer                        ? graph::InputKind::Buffer
                                                               : graph::InputKind::User;
+      std::vector<int64_t> dynamic;
+      if (options_.dynamic_dims) dynamic = options_.dynamic_dims(sources_.name(source), real, kind);
+      guards_.add_tensor(source, o, dynamic);
       session_.exit();
       at::Tensor tracer;
       try {
-        tracer = session_.add_input(real, kind, sources_.name(source));
+        tracer = session_.add_input(real, kind, sources_.name(source), std::nullopt, dynamic);
+        // The symbols add_input made, in order: one per dynamic dim of a size of at least 2.
+        for (int64_t d : dynamic) {
+          if (d < 0) d += real.dim();
+          if (real.size(d) >= 2) symbol_sources_.emplace_back(source, d);
+        }
       } catch (...) {
         session_.enter();
         throw;

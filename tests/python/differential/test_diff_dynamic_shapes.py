@@ -2,6 +2,8 @@
 symbolic sizes (automatic dynamic after a size changes, or dynamic=True) are compiled by ember with
 shape symbols, not run eagerly, and match eager at every size."""
 
+import gc
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,7 +14,15 @@ from ember import metrics
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
 
 
-class GPT2Block(torch.nn.Module):
+@pytest.fixture(autouse=True)
+def _free_compiled_functions():
+    # Compiled functions (and their capture records) die with the cycles that hold them: collect
+    # them, so that tests counting the live compilers' records after these see none of them.
+    yield
+    gc.collect()
+
+
+class GPT2Layer(torch.nn.Module):
     """A GPT-2 style block: pre-norm causal self-attention with a mask sliced to the length, and a
     GELU MLP."""
 
@@ -78,7 +88,7 @@ def _bert_inputs(B, T):
     return torch.randn(B, T, 32), mask
 
 
-@pytest.mark.parametrize("model,make_inputs", [(GPT2Block, _gpt2_inputs), (BertLayer, _bert_inputs)],
+@pytest.mark.parametrize("model,make_inputs", [(GPT2Layer, _gpt2_inputs), (BertLayer, _bert_inputs)],
                          ids=["gpt2", "bert"])
 @pytest.mark.parametrize("dynamic", [None, True], ids=["automatic", "dynamic_true"])
 def test_sequence_lengths_and_batch_sizes_compile_at_most_twice(model, make_inputs, dynamic):
@@ -129,3 +139,106 @@ def test_an_int_input_that_is_no_size_falls_back_with_its_reason():
         x = torch.randn(3)
         torch.testing.assert_close(cf(x, n), f(x, n))
     assert any("no tensor input's size" in r for r in metrics.fallback_reasons), metrics.fallback_reasons
+
+
+# ---- ember.compile's own capture (src/capture): the frame compiler makes dims symbolic.
+
+
+@pytest.mark.parametrize("model,make_inputs", [(GPT2Layer, _gpt2_inputs), (BertLayer, _bert_inputs)],
+                         ids=["gpt2", "bert"])
+def test_ember_compile_automatic_dynamic(model, make_inputs):
+    # As Dynamo's automatic dynamic: static first; a recompile after the length changed makes the
+    # length symbolic, one after the batch changed the batch too. Then every size runs.
+    torch.manual_seed(0)
+    metrics.reset()
+    m = model().eval()
+    _calls(m, make_inputs, ember.compile(m))
+    snap = metrics.snapshot()
+    assert snap["eager_frames"] == 0 and snap["graph_breaks"] == 0, metrics.fallback_reasons
+    assert snap["graphs"] == 3, snap
+
+
+def test_ember_compile_dynamic_true_compiles_once_for_every_size():
+    metrics.reset()
+
+    def f(x, b):
+        B, T, C = x.shape
+        y = (x + b).view(B * T, C).softmax(-1)
+        return y.view(B, T, C).sum(1), torch.arange(T)
+
+    cf = ember.compile(f, dynamic=True)
+    b = torch.randn(16)
+    for B, T in [(2, 5), (2, 7), (3, 9), (4, 33), (8, 100)]:
+        x = torch.randn(B, T, 16)
+        torch.testing.assert_close(cf(x, b), f(x, b))
+    snap = metrics.snapshot()
+    assert snap["graphs"] == 1 and snap["eager_frames"] == 0, (snap, metrics.fallback_reasons)
+    out = ember.explain(f, dynamic=True)(torch.randn(2, 5, 16), b)
+    assert "sizes=[-1, -1, -1] (-1: any size >= 2)" in out.guards[0]
+
+
+def test_ember_compile_dynamic_false_and_mark_dynamic():
+    def f(x):
+        return x.softmax(-1) * 2
+
+    metrics.reset()
+    cf = ember.compile(f, dynamic=False)
+    for T in [5, 6, 7]:
+        x = torch.randn(2, T)
+        torch.testing.assert_close(cf(x), f(x))
+    assert metrics.snapshot()["graphs"] == 3
+
+    metrics.reset()
+    cf = ember.compile(f)
+    for T in [5, 6, 7]:
+        x = torch.randn(2, T)
+        torch._dynamo.mark_dynamic(x, 1)
+        torch.testing.assert_close(cf(x), f(x))
+    assert metrics.snapshot()["graphs"] == 1
+
+
+def test_ember_compile_size_relations_are_guards():
+    # x[:, :3] decided 3 < T at the traced size: T = 2 fails that guard and recompiles, right.
+    metrics.reset()
+
+    def f(x):
+        return x[:, :3] * 2
+
+    cf = ember.compile(f, dynamic=True)
+    for T in [8, 9, 2]:
+        x = torch.randn(2, T)
+        torch.testing.assert_close(cf(x), f(x))
+    assert metrics.snapshot()["graphs"] == 2
+    out = ember.explain(f, dynamic=True)(torch.randn(2, 8))
+    assert "SIZE_RELATIONS s0 = L['x'].size(0), s1 = L['x'].size(1): not (3 >= s1);" in out.guards[0]
+
+
+def test_ember_compile_a_size_used_as_a_float_keeps_static_shapes():
+    # Symbolic floats are not built: the symbolic compile of this frame fails, and the frame
+    # compiles with static shapes instead (one graph per size), never eagerly.
+    metrics.reset()
+
+    def f(x):
+        return x * x.shape[-1] ** 0.5
+
+    cf = ember.compile(f, dynamic=True)
+    for T in [6, 7]:
+        x = torch.randn(2, T)
+        torch.testing.assert_close(cf(x), f(x))
+    snap = metrics.snapshot()
+    assert snap["graphs"] == 2 and snap["eager_frames"] == 0, (snap, metrics.fallback_reasons)
+
+
+def test_explain_and_logs_show_the_symbols_their_sources_and_the_size_guards(caplog):
+    def f(x):
+        return x[:, :3] * 2
+
+    out = str(ember.explain(f, dynamic=True)(torch.randn(2, 8)))
+    assert "Shape symbols of graph 1:" in out
+    assert 'symbol s1 : [2, inf] hint 8 "L[\'x\'].size()[1]"' in out
+    assert "SIZE_RELATIONS s0 = L['x'].size(0), s1 = L['x'].size(1): not (3 >= s1);" in out
+    with ember.config.patch(logs="dynamic"), caplog.at_level("WARNING", logger="ember"):
+        ember.compile(f, dynamic=True)(torch.randn(2, 8))
+    text = caplog.text
+    assert "compiled with shape symbols" in text and "symbol s1 : [2, inf]" in text, text
+    assert "not (3 >= s1)" in text, text
