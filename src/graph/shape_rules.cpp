@@ -61,21 +61,7 @@ struct Call {
   }
   bool decide(const DimExpr& a, Rel rel, const DimExpr& b) const {
     if (a.is_constant() && b.is_constant()) {
-      int64_t x = a.constant(), y = b.constant();
-      switch (rel) {
-        case Rel::EQ:
-          return x == y;
-        case Rel::NE:
-          return x != y;
-        case Rel::LT:
-          return x < y;
-        case Rel::LE:
-          return x <= y;
-        case Rel::GT:
-          return x > y;
-        case Rel::GE:
-          return x >= y;
-      }
+      return sym::relation_holds(a.constant(), rel, b.constant());
     }
     return guards.decide(a.expr(), rel, b.expr());
   }

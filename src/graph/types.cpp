@@ -147,7 +147,7 @@ DimExpr::DimExpr(sym::SymExpr e) {
   if (std::optional<int64_t> c = e.as_constant()) {
     value_ = *c;
   } else {
-    expr_ = std::move(e);
+    node_ = e.node_ptr();
   }
 }
 
@@ -159,15 +159,15 @@ int64_t DimExpr::constant() const {
 
 bool DimExpr::operator==(const DimExpr& o) const {
   if (is_constant() != o.is_constant()) return false;
-  return is_constant() ? value_ == o.value_ : *expr_ == *o.expr_;
+  return is_constant() ? value_ == o.value_ : expr() == o.expr();
 }
 
 std::string DimExpr::str() const {
-  return expr_ ? sym::print(*expr_) : std::to_string(value_);
+  return node_ ? sym::print(expr()) : std::to_string(value_);
 }
 
 uint64_t DimExpr::hash() const {
-  return expr_ ? expr_->hash() : sym::SymExpr(value_).hash();
+  return expr().hash();
 }
 
 namespace {

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -76,14 +77,14 @@ class DimExpr {
   /*implicit*/ DimExpr(int64_t v) : value_(v) {}
   /*implicit*/ DimExpr(int v) : value_(v) {}
   /*implicit*/ DimExpr(sym::SymExpr e);
-  bool is_constant() const { return !expr_.has_value(); }
+  bool is_constant() const { return node_ == nullptr; }
   /// The value. Requires `is_constant()` (an internal error otherwise).
   int64_t constant() const;
   std::optional<int64_t> as_constant() const {
     return is_constant() ? std::optional<int64_t>(value_) : std::nullopt;
   }
   /// The value as an expression (a constant expression when constant).
-  sym::SymExpr expr() const { return expr_ ? *expr_ : sym::SymExpr(value_); }
+  sym::SymExpr expr() const { return node_ ? sym::SymExpr(node_) : sym::SymExpr(value_); }
   bool operator==(const DimExpr& o) const;
   /// A constant prints as its digits, an expression in sym/printer.h's form.
   std::string str() const;
@@ -91,7 +92,9 @@ class DimExpr {
 
  private:
   int64_t value_ = 0;
-  std::optional<sym::SymExpr> expr_;  ///< set exactly when the value is not a constant
+  /// The expression's node, set exactly when the value is not a constant (a plain pointer, not an
+  /// optional SymExpr: constants cost nothing).
+  std::shared_ptr<const sym::ExprNode> node_;
 };
 
 DimExpr operator+(const DimExpr& a, const DimExpr& b);

@@ -77,6 +77,8 @@ class SymExpr {
   bool operator!=(const SymExpr& other) const { return !(*this == other); }
 
   const ExprNode& node() const { return *node_; }
+  /// The shared node (to hold an expression without a SymExpr, as graph::DimExpr does).
+  const std::shared_ptr<const ExprNode>& node_ptr() const { return node_; }
 
   /// Internal: wraps a node already in canonical form (used by expr.cpp's builders).
   explicit SymExpr(std::shared_ptr<const ExprNode> node) : node_(std::move(node)) {}

@@ -6,9 +6,8 @@
 #include "sym/printer.h"
 
 namespace ember::sym {
-namespace {
 
-bool compare(int64_t a, Rel rel, int64_t b) {
+bool relation_holds(int64_t a, Rel rel, int64_t b) {
   switch (rel) {
     case Rel::EQ:
       return a == b;
@@ -25,6 +24,8 @@ bool compare(int64_t a, Rel rel, int64_t b) {
   }
   return false;
 }
+
+namespace {
 
 Rel negate(Rel rel) {
   switch (rel) {
@@ -47,7 +48,7 @@ Rel negate(Rel rel) {
 }  // namespace
 
 bool guard_holds(const SizeGuard& g, const Bindings& bindings) {
-  return compare(evaluate(g.lhs, bindings), g.rel, evaluate(g.rhs, bindings)) == g.expected;
+  return relation_holds(evaluate(g.lhs, bindings), g.rel, evaluate(g.rhs, bindings)) == g.expected;
 }
 
 std::string print(const SizeGuard& g) {
@@ -58,7 +59,7 @@ std::string print(const SizeGuard& g) {
 bool GuardRecorder::decide(const SymExpr& a, Rel rel, const SymExpr& b) {
   if (statically_known_true(a, rel, b, *env_)) return true;
   if (statically_known_true(a, negate(rel), b, *env_)) return false;
-  bool answer = compare(hint(a, *env_), rel, hint(b, *env_));
+  bool answer = relation_holds(hint(a, *env_), rel, hint(b, *env_));
   SizeGuard g{a, rel, b, answer};
   if (std::find(guards_.begin(), guards_.end(), g) == guards_.end()) guards_.push_back(g);
   return answer;

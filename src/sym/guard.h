@@ -23,6 +23,9 @@ struct SizeGuard {
   bool operator==(const SizeGuard&) const = default;
 };
 
+/// `a rel b` on numbers.
+bool relation_holds(int64_t a, Rel rel, int64_t b);
+
 /// Whether `g` gives its expected answer under `bindings` (every symbol of it bound).
 bool guard_holds(const SizeGuard& g, const Bindings& bindings);
 

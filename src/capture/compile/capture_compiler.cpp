@@ -353,8 +353,12 @@ std::vector<int64_t> CaptureCompiler::dynamic_dims(PyObject* code, const std::st
   nb::object py = nb::steal(THPVariable_Wrap(t));
   std::vector<int64_t> fixed = marked_dims(py.ptr(), "_dynamo_static_indices");
   std::vector<bool> dynamic(static_cast<size_t>(t.dim()), options_.dynamic.value_or(false));
-  for (int64_t d : marked_dims(py.ptr(), "_dynamo_dynamic_indices")) {
-    if (d >= 0 && d < t.dim()) dynamic[static_cast<size_t>(d)] = true;
+  // mark_dynamic, and maybe_mark_dynamic (the same here: a dim ember cannot keep symbolic makes
+  // the frame fall back to static shapes, never an error).
+  for (const char* attr : {"_dynamo_dynamic_indices", "_dynamo_weak_dynamic_indices"}) {
+    for (int64_t d : marked_dims(py.ptr(), attr)) {
+      if (d >= 0 && d < t.dim()) dynamic[static_cast<size_t>(d)] = true;
+    }
   }
   if (!options_.dynamic.has_value()) {
     // Automatic dynamic: a dim seen with another size when this frame compiled before.

@@ -1,0 +1,104 @@
+"""Dynamic shapes, side by side (issue 35): a GPT-2-style and a BERT-style layer called at many
+sequence lengths, compiled static (one compile per length) and dynamic (symbolic batch and
+length, one compile), by ember and by Inductor, in one process. Prints a table: per model and
+backend, the median ms per call over the lengths (each length timed after its warm-up), the
+compiles, and the compile seconds.
+
+    python scripts/bench_dynamic.py [--device cpu|cuda] [--lengths 16,17,...] [--batch 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests", "python", "differential"))
+from test_diff_dynamic_shapes import BertLayer, GPT2Layer  # noqa: E402
+
+import ember  # noqa: E402
+
+
+def inputs(model, B, T, device, C):
+    x = torch.randn(B, T, C, device=device)
+    if model is BertLayer:
+        mask = torch.ones(B, T, dtype=torch.long, device=device)
+        mask[:, T // 2:] = 0
+        return [x, mask]
+    return [x]
+
+
+def make(backend, dynamic, m):
+    if backend == "eager":
+        return m
+    if backend == "ember":
+        return ember.compile(m, dynamic=False if not dynamic else None)
+    torch._dynamo.reset()
+    return torch.compile(m, backend="inductor", dynamic=False if not dynamic else None)
+
+
+def timed(fn, args, device, reps):
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+    for _ in range(3):
+        fn(*args)
+    sync()
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        fn(*args)
+    sync()
+    return (time.perf_counter() - t0) / reps * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--lengths", default="16,17,31,64,100,128,255,256,512")
+    ap.add_argument("--batch", type=int, default=2)
+    ap.add_argument("--width", type=int, default=256)
+    ap.add_argument("--reps", type=int, default=20)
+    a = ap.parse_args()
+    lengths = [int(t) for t in a.lengths.split(",")]
+    print(f"torch {torch.__version__}, device {a.device}, batch {a.batch}, width {a.width}, "
+          f"lengths {lengths}")
+    print(f"{'model':10} {'backend':16} {'median ms':>10} {'compiles':>9} {'compile s':>10}")
+    for model in (GPT2Layer, BertLayer):
+        torch.manual_seed(0)
+        kw = {"max_len": 1024} if model is GPT2Layer else {}
+        m = model(C=a.width, H=4, **kw).to(a.device).eval()
+        for backend, dynamic in [("eager", False), ("ember", False), ("ember", True),
+                                 ("inductor", False), ("inductor", True)]:
+            if backend == "inductor" and not dynamic:
+                fns = None  # one fresh torch.compile per length (Dynamo would go dynamic)
+            ms, compile_s, compiles = [], 0.0, 0
+            fn = None if backend != "eager" else m
+            ember.metrics.reset()
+            with torch.no_grad():
+                for T in lengths:
+                    args = inputs(model, a.batch, T, a.device, a.width)
+                    if dynamic:
+                        for x in args:
+                            torch._dynamo.maybe_mark_dynamic(x, 0)
+                            torch._dynamo.maybe_mark_dynamic(x, 1)
+                    if fn is None or (not dynamic and backend != "eager"):
+                        fn = make(backend, dynamic, m)
+                    t0 = time.perf_counter()
+                    fn(*args)
+                    first = time.perf_counter() - t0
+                    ms.append(timed(fn, args, a.device, a.reps))
+                    steady = ms[-1] / 1e3
+                    if first > 5 * steady + 0.05:  # this call compiled
+                        compile_s += first - steady
+                        compiles += 1
+            name = f"{backend}{' dynamic' if dynamic else ' static' if backend != 'eager' else ''}"
+            print(f"{model.__name__:10} {name:16} {statistics.median(ms):10.3f} {compiles:9d} "
+                  f"{compile_s:10.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
