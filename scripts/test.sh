@@ -17,6 +17,10 @@ fi
 
 "$PY" -m pytest tests/python -q "$@"
 
+# The differential tests a second time with every torch.compile graph dynamic (dynamic=True:
+# Dynamo's symbolic sizes, compiled by ember with shape symbols; issue 35).
+EMBER_TEST_DYNAMIC=1 "$PY" -m pytest tests/python/differential -q "$@"
+
 # The torch-free capture core (frame hook, bytecode) on the other supported CPythons, where pyenv
 # has them (their torch-free tests; tests/python/capture_core).
 for v in 3.12 3.13; do

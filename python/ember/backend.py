@@ -70,10 +70,9 @@ def _symbolic_inputs(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]):
             continue
         val = _placeholder_value(node)
         name = str(val.node.expr) if isinstance(val, torch.SymInt) else None
-        if name is None or name not in where:
-            raise Unsupported(f"input {i} ('{node.name}') is a {type(x).__name__} that is no "
-                              "tensor input's size")
-        ints[i] = where[name]
+        # An int that is no tensor's size (a dynamic Python int argument): None, compiled per
+        # value (_per_size).
+        ints[i] = where.get(name) if name is not None else None
     return dynamic, ints
 
 
@@ -143,9 +142,6 @@ def _compile_dynamic(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     Dynamo symbol), its int inputs the tracer tensors' symbolic sizes, and the compiled graph
     takes the tensors only. A call whose sizes break a relation ember's trace relied on (a size
     guard Dynamo did not make) runs eagerly."""
-    if torch.is_grad_enabled() and any(isinstance(x, torch.Tensor) and x.requires_grad
-                                       for x in example_inputs):
-        return _fallback(gm, "training with dynamic shapes is not compiled by ember yet")
     if _tensor_attributes(gm):
         return _fallback(gm, "a graph with tensor attributes and dynamic shapes")
     # Dynamo's dynamic floats (specialize_float=False): a Python float (a LayerNorm's eps) comes
@@ -178,15 +174,30 @@ def _compile_dynamic(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                                               dynamic=[dynamic[i] for i in tensor_pos])
         return graph, rebuild, _C.CompiledGraph(graph, options=options)
 
-    built = _build_or_fallback(gm, build)
-    if callable(built):
-        return built
+    if any(v is None for v in ints.values()):
+        return _per_size(gm, example_inputs, tensor_pos, ints, scalars, options,
+                         "an int input that is no tensor's size")
+    if torch.is_grad_enabled() and any(example_inputs[i].requires_grad for i in tensor_pos):
+        return _per_size(gm, example_inputs, tensor_pos, ints, scalars, options,
+                         "training graphs with symbolic sizes are not built yet")
+    try:
+        built = build()
+    except InternalError:
+        raise
+    except Exception as e:  # Unsupported, or an op that failed on symbolic sizes
+        return _per_size(gm, example_inputs, tensor_pos, ints, scalars, options,
+                         f"{type(e).__name__}: {e}" if not isinstance(e, Unsupported) else str(e))
     graph, rebuild, compiled = built
     if compiled.has_mutations:
-        return _fallback(gm, "a graph that mutates its inputs, with dynamic shapes")
+        return _per_size(gm, example_inputs, tensor_pos, ints, scalars, options,
+                         "a graph that mutates its inputs")
     metrics.counters["graphs"] += 1
     metrics.counters["dynamic_graphs"] += 1
     metrics.counters["nodes"] += graph.num_nodes
+    metrics.counters["kernels"] += compiled.num_kernels
+    metrics.counters["fused_nodes"] += compiled.num_fused_nodes
+    metrics.counters["extern_steps"] += compiled.num_extern_steps
+    metrics.counters["view_steps"] += compiled.num_view_steps
     if compiled.symbolic_fallback:
         # Correct at every size, but its kernels are compiled once per new size.
         metrics.counters["per_size_graphs"] += 1
@@ -205,6 +216,49 @@ def _compile_dynamic(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                 metrics.counters["scalar_guard_failures"] += 1
                 return gm(*args)
         return rebuild(compiled(*call))
+    return run
+
+
+def _per_size(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], tensor_pos: list[int],
+              ints: dict[int, tuple[int, int]], scalars: dict[int, float], options: dict,
+              reason: str) -> Callable:
+    """Dynamo's symbolic graph compiled with static shapes, once per distinct set of sizes (and
+    int and scalar inputs): what ember cannot trace symbolically still runs compiled, never
+    eagerly for that reason alone."""
+    metrics.counters["per_size_graphs"] += 1
+    log.info("ember: a graph with symbolic sizes is compiled per size: %s", reason)
+    cache: dict[tuple, Callable] = {}
+    kinds, names = _input_kinds(gm, [example_inputs[i] for i in tensor_pos])
+
+    def key_of(args: Sequence[Any]) -> tuple:
+        return tuple(tuple(a.shape) + tuple(a.stride()) if i in tensor_pos and i not in scalars
+                     else a.item() if i in scalars else a for i, a in enumerate(args))
+
+    def compiled_for(args: Sequence[Any]) -> Callable:
+        values = {i: args[i] for i in range(len(args)) if i not in tensor_pos or i in scalars}
+
+        def fn(*tensors: torch.Tensor) -> Any:
+            full, k = [], 0
+            for i in range(len(args)):
+                if i in values:
+                    full.append(values[i])
+                else:
+                    full.append(tensors[k])
+                    k += 1
+            return gm(*full)
+
+        positions = [i for i in tensor_pos if i not in scalars]
+        inner = _compile(gm, fn, [args[i] for i in positions], kinds, names, options)
+        if inner == gm.forward:
+            return gm
+        return lambda *call: inner(*[call[i] for i in positions])
+
+    def run(*args: Any) -> Any:
+        key = key_of(args)
+        entry = cache.get(key)
+        if entry is None:
+            entry = cache[key] = compiled_for(args)
+        return entry(*args)
     return run
 
 

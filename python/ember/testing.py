@@ -24,6 +24,8 @@ import math
 from collections.abc import Mapping
 from typing import Any, Callable, Iterable
 
+import os
+
 import torch
 
 __all__ = ["check_model", "compare", "clone_inputs", "default_tolerances"]
@@ -440,7 +442,8 @@ def check_model(
     - metadata_only: True, or output paths (e.g. {"out", "out[1]"}) or a predicate: compare
       only dtype/shape/strides there (for uninitialized values such as `torch.empty`).
     - runs: how many times each is run, in lockstep (the second compiled run uses the cache).
-    - dynamic: passed to torch.compile (False: static shapes).
+    - dynamic: passed to torch.compile (False: static shapes; EMBER_TEST_DYNAMIC=1 turns False
+      into True, the suite's dynamic-shapes run in scripts/test.sh).
     - vary_inputs: runs after the first get floating-point inputs scaled elementwise by
       seeded factors in [0.5, 1.5) (signs kept), so a compiled program that baked input values
       in as constants is caught. Integer and bool inputs stay as they are.
@@ -467,6 +470,8 @@ def check_model(
 
     torch._dynamo.reset()
     metrics.reset()
+    if os.environ.get("EMBER_TEST_DYNAMIC") == "1" and dynamic is False:
+        dynamic = True  # the suite's second run: every graph with symbolic sizes (issue 35)
     compiled_fn = torch.compile(compiled_target, backend=backend, fullgraph=fullgraph, dynamic=dynamic)
 
     def ctx():
