@@ -135,6 +135,19 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs) -
     return _compile(gm, gm, example_inputs, kinds, names, options)
 
 
+def _count_graph(graph: Any, compiled: Any) -> None:
+    """ember.metrics' counters for one compiled graph."""
+    metrics.counters["graphs"] += 1
+    metrics.counters["nodes"] += graph.num_nodes
+    metrics.counters["kernels"] += compiled.num_kernels
+    metrics.counters["fused_nodes"] += compiled.num_fused_nodes
+    metrics.counters["extern_steps"] += compiled.num_extern_steps
+    metrics.counters["fused_attention"] += compiled.num_fused_attention
+    metrics.counters["causal_attention"] += compiled.num_causal_attention
+    metrics.counters["folded_nodes"] += compiled.num_folded_nodes
+    metrics.counters["view_steps"] += compiled.num_view_steps
+
+
 def _compile_dynamic(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
                      dynamic: list[tuple[list[int], list[str]]], ints: dict[int, tuple[int, int]],
                      options: dict) -> Callable:
@@ -191,13 +204,8 @@ def _compile_dynamic(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     if compiled.has_mutations:
         return _per_size(gm, example_inputs, tensor_pos, ints, scalars, options,
                          "a graph that mutates its inputs")
-    metrics.counters["graphs"] += 1
+    _count_graph(graph, compiled)
     metrics.counters["dynamic_graphs"] += 1
-    metrics.counters["nodes"] += graph.num_nodes
-    metrics.counters["kernels"] += compiled.num_kernels
-    metrics.counters["fused_nodes"] += compiled.num_fused_nodes
-    metrics.counters["extern_steps"] += compiled.num_extern_steps
-    metrics.counters["view_steps"] += compiled.num_view_steps
     if compiled.symbolic_fallback:
         # Correct at every size, but its kernels are compiled once per new size.
         metrics.counters["per_size_graphs"] += 1
@@ -332,15 +340,7 @@ def _compile(gm: torch.fx.GraphModule, fn: Callable, example_inputs: Sequence[to
     graph, rebuild, compiled = built
     if compiled.has_mutations and compiled.mutated_inputs_alias(list(example_inputs)):
         return _fallback(gm, "an input that the graph mutates shares memory with another input")
-    metrics.counters["graphs"] += 1
-    metrics.counters["nodes"] += graph.num_nodes
-    metrics.counters["kernels"] += compiled.num_kernels
-    metrics.counters["fused_nodes"] += compiled.num_fused_nodes
-    metrics.counters["extern_steps"] += compiled.num_extern_steps
-    metrics.counters["fused_attention"] += compiled.num_fused_attention
-    metrics.counters["causal_attention"] += compiled.num_causal_attention
-    metrics.counters["folded_nodes"] += compiled.num_folded_nodes
-    metrics.counters["view_steps"] += compiled.num_view_steps
+    _count_graph(graph, compiled)
     for note in compiled.refused_kernels:
         metrics.counters["codegen_notes"] += 1
         metrics.fallback_reasons.append(f"not generated: {note}")
