@@ -216,7 +216,7 @@ def _compile_dynamic(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
 
     def run(*args: Any) -> Any:
         call = [args[i] for i in tensor_pos]
-        if guards and not _C.size_guards_hold(graph, call):
+        if guards and not compiled.size_guards_hold(call):
             metrics.counters["size_guard_failures"] += 1
             return gm(*args)
         for i, v in scalars.items():

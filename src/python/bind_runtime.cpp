@@ -272,6 +272,9 @@ void bind_runtime(nb::module_& m) {
       .def("describe_steps", &Executor::describe_steps,
            "One line per step: 'kernel <name>: ops', 'view <op>' or 'extern <op>'.")
       .def_prop_ro("codegen_error", &Executor::codegen_error)
+      .def("size_guards_hold", &Executor::size_guards_hold, nb::arg("inputs"),
+           "Whether the trace's size guards hold for a call with `inputs` (the graph's "
+           "non-constant inputs): what a caller whose own guards did not cover them checks.")
       .def_prop_ro("is_symbolic", &Executor::is_symbolic,
                    "The graph's sizes are expressions over shape symbols, bound at each call.")
       .def_prop_ro("symbolic_fallback", &Executor::symbolic_fallback,

@@ -119,32 +119,6 @@ void bind_tracer(nb::module_& m) {
       nb::arg("graph"),
       "The size guards of a traced graph, as text (`s0 > 8`, `not (s0 == s1)`): the relations "
       "between symbolic sizes its trace relied on.");
-  m.def(
-      "size_guards_hold",
-      [](const tracer::TracedGraph& g, const std::vector<at::Tensor>& inputs) {
-        // Each symbol's value: the first non-constant input dim whose size is exactly it.
-        sym::Bindings b;
-        size_t k = 0;
-        for (const graph::Input& in : g.graph.inputs) {
-          if (in.kind == graph::InputKind::Constant) continue;
-          EMBER_CHECK(k < inputs.size()) << "size_guards_hold: " << inputs.size() << " inputs";
-          const at::Tensor& t = inputs[k++];
-          const graph::TensorType& type = g.graph.type(in.value);
-          for (size_t d = 0; d < type.sizes.size() && static_cast<int64_t>(d) < t.dim(); ++d) {
-            if (type.sizes[d].is_constant()) continue;
-            if (std::optional<sym::SymbolId> id = type.sizes[d].expr().as_symbol()) {
-              b.emplace(*id, t.size(static_cast<int64_t>(d)));
-            }
-          }
-        }
-        for (const sym::SizeGuard& guard : g.size_guards) {
-          if (!sym::guard_holds(guard, b)) return false;
-        }
-        return true;
-      },
-      nb::arg("graph"), nb::arg("inputs"),
-      "Whether the size guards of `graph` hold for a call with `inputs` (its non-constant "
-      "inputs, in order): each symbol bound from the first input size that is exactly it.");
 }
 
 }  // namespace ember::python

@@ -106,6 +106,10 @@ class Executor {
   int num_view_steps() const;
   /// The graph's sizes are expressions over shape symbols (issue 35, runtime/specialize.h).
   bool is_symbolic() const { return p_.symbol_sources.has_value(); }
+  /// Whether the trace's size guards (TracedGraph::size_guards) hold for a call with `inputs`,
+  /// each symbol read where the program binds it (its SymbolSources, found at compile time).
+  /// True for a graph without guards.
+  bool size_guards_hold(const std::vector<at::Tensor>& inputs) const;
   /// For a symbolic graph compiled per binding of its symbols, why no step compiled it
   /// symbolically ("compiled per size: <step>: <why>"); empty otherwise.
   const std::string& symbolic_fallback() const { return p_.symbolic_fallback; }

@@ -324,6 +324,22 @@ std::vector<int64_t> Executor::check_inputs(const std::vector<at::Tensor>& input
   return bind_symbols(g, *p_.symbol_sources, p_.input_slots, inputs);
 }
 
+bool Executor::size_guards_hold(const std::vector<at::Tensor>& inputs) const {
+  const std::vector<sym::SizeGuard>& guards = p_.traced.size_guards;
+  if (guards.empty() || !p_.symbol_sources) return true;
+  const SymbolSources& s = *p_.symbol_sources;
+  sym::Bindings b;
+  for (size_t id = 0; id < s.source.size(); ++id) {
+    const auto [i, d] = s.source[id];
+    if (static_cast<size_t>(i) >= inputs.size() || d >= inputs[static_cast<size_t>(i)].dim()) {
+      return false;
+    }
+    b.emplace(static_cast<sym::SymbolId>(id), inputs[static_cast<size_t>(i)].size(d));
+  }
+  return std::all_of(guards.begin(), guards.end(),
+                     [&](const sym::SizeGuard& g) { return sym::guard_holds(g, b); });
+}
+
 namespace {
 
 // CompileOptions::Debug::live_bytes 1 (EMBER_DEBUG_LIVE=1): the bytes of the distinct storages a

@@ -192,10 +192,14 @@ nb::object Interpreter::wrap(nb::handle v, int source) {
       at::Tensor tracer;
       try {
         tracer = session_.add_input(real, kind, sources_.name(source), std::nullopt, dynamic);
-        // The symbols add_input made, in order: one per dynamic dim of a size of at least 2.
-        for (int64_t d : dynamic) {
-          if (d < 0) d += real.dim();
-          if (real.size(d) >= 2) symbol_sources_.emplace_back(source, d);
+        // The symbols add_input made, read off the input's type: a dim that is a new symbol.
+        const graph::Graph& g = session_.graph();
+        const graph::TensorType& type = g.type(g.inputs.back().value);
+        for (size_t d = 0; d < type.sizes.size(); ++d) {
+          std::optional<sym::SymbolId> id = type.sizes[d].expr().as_symbol();
+          if (id && static_cast<size_t>(*id) == symbol_sources_.size()) {
+            symbol_sources_.emplace_back(source, static_cast<int64_t>(d));
+          }
         }
       } catch (...) {
         session_.enter();

@@ -104,5 +104,6 @@ def test_an_op_without_a_rule_is_unsupported_with_its_name():
 def test_size_guards_are_checked_against_a_call():
     g = trace(lambda x: x[:, :3] * 2, torch.randn(2, 8), dynamic=[[1]])
     assert _C.size_guards(g) == ["not (3 >= s0)"]
-    assert _C.size_guards_hold(g, [torch.randn(2, 5)])
-    assert not _C.size_guards_hold(g, [torch.randn(2, 3)])
+    cg = _C.CompiledGraph(g)
+    assert cg.size_guards_hold([torch.randn(2, 5)])
+    assert not cg.size_guards_hold([torch.randn(2, 3)])
