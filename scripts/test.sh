@@ -17,9 +17,11 @@ fi
 
 "$PY" -m pytest tests/python -q "$@"
 
-# The differential tests a second time with every torch.compile graph dynamic (dynamic=True:
-# Dynamo's symbolic sizes, compiled by ember with shape symbols; issue 35).
-EMBER_TEST_DYNAMIC=1 "$PY" -m pytest tests/python/differential -q "$@"
+# The differential tests and the capture corpus a second time with every graph dynamic
+# (dynamic=True: torch.compile's graphs get Dynamo's symbolic sizes, ember.compile's its own
+# shape symbols; issue 35).
+EMBER_TEST_DYNAMIC=1 EMBER_DYNAMIC=true "$PY" -m pytest tests/python/differential \
+  tests/python/capture -q "$@"
 
 # The torch-free capture core (frame hook, bytecode) on the other supported CPythons, where pyenv
 # has them (their torch-free tests; tests/python/capture_core).

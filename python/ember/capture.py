@@ -128,8 +128,9 @@ def compile(model: Any = None, *, backend: Any = "ember", fullgraph: bool = Fals
     fullgraph=True: a frame that cannot be captured whole raises ember.Unsupported naming the
     reason and the source line, instead of running eagerly.
     dynamic: True makes every dim of a tensor input a shape symbol (one graph for all sizes);
-        False keeps every size static; None (the default) is automatic dynamic: the first call
-        compiles static, and a dim seen changing on a recompile becomes symbolic.
+        False keeps every size static; None (the default) takes ember.config.dynamic
+        (EMBER_DYNAMIC), whose default is automatic dynamic: the first call compiles static,
+        and a dim seen changing on a recompile becomes symbolic.
         torch._dynamo.mark_dynamic / mark_static on an input are honoured.
     mode: as torch.compile's. "reduce-overhead": each graph on one CUDA device is captured into
     a CUDA graph on its second call and replayed from then on (inputs copied into static
@@ -146,6 +147,14 @@ def compile(model: Any = None, *, backend: Any = "ember", fullgraph: bool = Fals
                     options=options)[0]
 
 
+def _dynamic_default(mode: str) -> bool | None:
+    """ember.config.dynamic (EMBER_DYNAMIC) as a dynamic= value."""
+    if mode not in ("automatic", "true", "false"):
+        raise CompileError(f"ember.config.dynamic must be 'automatic', 'true' or 'false', got "
+                           f"{mode!r}")
+    return {"true": True, "false": False}.get(mode)
+
+
 def _compile(model: Any, *, backend: Any, fullgraph: bool, dynamic: bool | None,
              mode: str | None, options: dict | None = None) -> tuple[Any, Any]:
     """compile(), returning the capture compiler too (for explain)."""
@@ -158,6 +167,8 @@ def _compile(model: Any, *, backend: Any, fullgraph: bool, dynamic: bool | None,
                            f"{type(model).__name__}")
     compiled_options = config.compile_options(options)
     _setup(compiled_options)
+    if dynamic is None:
+        dynamic = _dynamic_default(compiled_options["capture.dynamic"])
     compiler = _C.CaptureCompiler(fullgraph=fullgraph, options=compiled_options,
                                   library_prefixes=library_prefixes(), backend=graph_backend,
                                   cuda_graphs=mode in ("reduce-overhead", "max-autotune"),

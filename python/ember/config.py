@@ -38,6 +38,14 @@ def _cudnn_batch_norm(text: str) -> str:
     return {"stats": "stats", "1": "keep", "0": "off"}.get(text.strip(), "stats")
 
 
+def _dynamic(text: str) -> str:
+    word = {"1": "true", "on": "true", "0": "false", "off": "false"}.get(text.strip().lower(),
+                                                                       text.strip().lower())
+    if word not in ("automatic", "true", "false"):
+        raise ValueError(text)
+    return word
+
+
 def _fuse_attention(text: str) -> int:
     return {"0": 0, "1": 1}.get(text.strip(), -1)
 
@@ -68,6 +76,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("cache_size_limit", "capture.cache_size_limit", int, 8, ("EMBER_CACHE_SIZE_LIMIT",), int,
            "most compiled entries of one ember.compile per code object; past it the frame runs "
            "its original bytecode, with one warning naming the guard that failed last"),
+    Option("dynamic", "capture.dynamic", str, "automatic", ("EMBER_DYNAMIC",), _dynamic,
+           "ember.compile's dynamic= where a call gives none: automatic (a dim seen changing "
+           "becomes a shape symbol), true (every dim of a tensor input is one), false (static)"),
     Option("logs", "capture.logs", str, "", ("EMBER_LOGS",), str,
            "comma list of what ember.compile logs (logger 'ember'): recompiles, graph_breaks, "
            "guards, graph, dynamic (shape symbols and size guards), or all"),

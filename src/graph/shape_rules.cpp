@@ -65,6 +65,14 @@ struct Call {
     }
     return guards.decide(a.expr(), rel, b.expr());
   }
+  /// Requires `a == b` (an op's operands that must agree: a product's inner sizes, a norm's
+  /// width against its weight), deciding it through a guard: the trace saw them equal, and the
+  /// guard keeps every reuse so (a symbol equal to a constant is pinned to it).
+  void require_equal(const DimExpr& a, const DimExpr& b, const char* what) const {
+    if (a == b) return;
+    EMBER_UNSUPPORTED(decide(a, Rel::EQ, b))
+        << name() << ": " << what << " " << a.str() << " and " << b.str() << " differ";
+  }
   DimExpr simplify(const DimExpr& d) const {
     return d.is_constant() ? d : DimExpr(sym::simplify(d.expr(), g.symbols));
   }
@@ -226,7 +234,9 @@ std::optional<Dims> view_strides(const Call& c, const TensorType& self, const Di
 DimExpr clamp_index(const Call& c, DimExpr i, const DimExpr& size) {
   if (i.is_constant() && i.constant() < 0) i = i + size;
   if (c.decide(i, Rel::LT, 0)) return 0;
-  if (c.decide(i, Rel::GE, size)) return size;
+  // i == size clamps to i itself: asking `i > size` keeps that case in the graph (a length
+  // equal to a buffer's size reuses it).
+  if (c.decide(i, Rel::GT, size)) return size;
   return i;
 }
 
@@ -240,11 +250,13 @@ std::vector<TensorType> rule(const Call& c) {
     }
     return shapes;
   };
-  auto same_as = [&](const TensorType& t) {
+  // Every result with these sizes.
+  auto same_as_shape = [&](const Dims& sizes) {
     std::vector<TensorType> out;
-    for (size_t i = 0; i < c.concrete.size(); ++i) out.push_back(c.fresh(i, t.sizes));
+    for (size_t i = 0; i < c.concrete.size(); ++i) out.push_back(c.fresh(i, sizes));
     return out;
   };
+  auto same_as = [&](const TensorType& t) { return same_as_shape(t.sizes); };
 
   if (op_category(kind) == OpCategory::Pointwise || c.pointwise_tag) {
     Dims sizes = broadcast(c, all_tensor_shapes());
@@ -286,7 +298,6 @@ std::vector<TensorType> rule(const Call& c) {
     case OpKind::triu:
     case OpKind::flip:
     case OpKind::roll:
-    case OpKind::copy:
     case OpKind::fill:
     case OpKind::index_put:
     case OpKind::_index_put_impl:
@@ -307,9 +318,24 @@ std::vector<TensorType> rule(const Call& c) {
       const TensorType& x = c.tensor(0);
       Dims normalized = c.dims(c.at(1));
       size_t axis = x.sizes.size() - normalized.size();
+      for (size_t i = 0; i < normalized.size(); ++i) {
+        c.require_equal(x.sizes[axis + i], normalized[i], "normalized size");
+        for (size_t w = 2; w <= 3 && w < c.args.size(); ++w) {
+          const TensorType* t = c.tensor_or_null(c.at(w));
+          if (t != nullptr && t->sizes.size() == normalized.size()) {
+            c.require_equal(t->sizes[i], normalized[i], "weight size");
+          }
+        }
+      }
       Dims stats(x.sizes.begin(), x.sizes.begin() + static_cast<std::ptrdiff_t>(axis));
       stats.resize(x.sizes.size(), DimExpr(1));
       return {c.fresh(0, x.sizes), c.fresh(1, stats), c.fresh(2, stats)};
+    }
+
+    case OpKind::copy: {
+      // The functional copy_ clones self preserving its strides and storage offset.
+      const TensorType& s = c.tensor(0);
+      return {c.view(0, s.sizes, s.strides, s.storage_offset)};
     }
 
     // ---- views
@@ -524,6 +550,12 @@ std::vector<TensorType> rule(const Call& c) {
         for (const TensorType* p : parts) total = total + p->sizes[d];
         sizes[d] = total;
       }
+      for (const TensorType* p : parts) {
+        for (size_t k = 0; k < p->sizes.size() && k < parts[0]->sizes.size(); ++k) {
+          if (kind == OpKind::cat && k == d) continue;  // the dim cat joins along
+          c.require_equal(p->sizes[k], parts[0]->sizes[k], "part sizes");
+        }
+      }
       return {c.fresh(0, sizes)};
     }
     case OpKind::constant_pad_nd: {
@@ -564,6 +596,10 @@ std::vector<TensorType> rule(const Call& c) {
       // arange(end), arange.start(start, end), arange.start_step(start, end, step): integer
       // bounds only (a float bound is never symbolic).
       DimExpr start = 0, end = 0, step = 1;
+      for (size_t i = 0; i < (ov.empty() ? 1 : ov == "start_step" ? 3 : 2); ++i) {
+        EMBER_UNSUPPORTED(dim_arg(c.at(i)).has_value())
+            << c.name() << " with a float bound or step and a symbolic one";
+      }
       if (ov.empty()) {
         end = c.dim(c.at(0));
       } else {
@@ -580,16 +616,27 @@ std::vector<TensorType> rule(const Call& c) {
 
     // ---- matrix products and attention
     case OpKind::mm:
+      c.require_equal(c.tensor(0).sizes[1], c.tensor(1).sizes[0], "inner sizes");
       return {c.fresh(0, {c.tensor(0).sizes[0], c.tensor(1).sizes[1]})};
-    case OpKind::addmm:
-      return {c.fresh(0, {c.tensor(1).sizes[0], c.tensor(2).sizes[1]})};
+    case OpKind::addmm: {
+      c.require_equal(c.tensor(1).sizes[1], c.tensor(2).sizes[0], "inner sizes");
+      Dims out{c.tensor(1).sizes[0], c.tensor(2).sizes[1]};
+      broadcast(c, {&c.tensor(0).sizes, &out});  // the bias against the product
+      return {c.fresh(0, out)};
+    }
     case OpKind::bmm: {
       const TensorType& a = c.tensor(0);
-      return {c.fresh(0, {a.sizes[0], a.sizes[1], c.tensor(1).sizes[2]})};
+      const TensorType& b = c.tensor(1);
+      c.require_equal(a.sizes[0], b.sizes[0], "batch sizes");
+      c.require_equal(a.sizes[2], b.sizes[1], "inner sizes");
+      return {c.fresh(0, {a.sizes[0], a.sizes[1], b.sizes[2]})};
     }
     case OpKind::scaled_dot_product_attention:
     case OpKind::_scaled_dot_product_flash_attention_for_cpu: {
       const TensorType& q = c.tensor(0);
+      c.require_equal(q.sizes.back(), c.tensor(1).sizes.back(), "query and key widths");
+      c.require_equal(c.tensor(1).sizes[c.tensor(1).sizes.size() - 2],
+                      c.tensor(2).sizes[c.tensor(2).sizes.size() - 2], "key and value lengths");
       Dims out = q.sizes;
       out.back() = c.tensor(2).sizes.back();
       std::vector<TensorType> r{c.fresh(0, out)};
@@ -599,8 +646,134 @@ std::vector<TensorType> rule(const Call& c) {
       }
       return r;
     }
+    case OpKind::convolution: {
+      // convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+      // groups): each spatial size from torch's formula.
+      const TensorType& x = c.tensor(0);
+      const TensorType& w = c.tensor(1);
+      Dims stride = c.dims(c.at(3)), padding = c.dims(c.at(4)), dilation = c.dims(c.at(5));
+      const bool* transposed = std::get_if<bool>(&c.at(6));
+      EMBER_INTERNAL_ASSERT(transposed != nullptr) << c.name() << ": transposed";
+      Dims out_pad = c.dims(c.at(7));
+      int64_t groups = c.integer(c.at(8));
+      if (*transposed) {
+        c.require_equal(x.sizes[1], w.sizes[0], "input channels");
+      } else {
+        c.require_equal(x.sizes[1], w.sizes[1] * groups, "input channels");
+      }
+      size_t spatial = x.sizes.size() - 2;
+      auto pick = [&](const Dims& v, size_t i) { return v.size() == 1 ? v[0] : v.at(i); };
+      Dims sizes{x.sizes[0], *transposed ? w.sizes[1] * groups : w.sizes[0]};
+      for (size_t i = 0; i < spatial; ++i) {
+        const DimExpr& in = x.sizes[2 + i];
+        DimExpr k = pick(dilation, i) * (w.sizes[2 + i] - 1);
+        DimExpr n = *transposed ? (in - 1) * pick(stride, i) - pick(padding, i) * 2 + k +
+                                      pick(out_pad, i) + 1
+                                : floordiv(in + pick(padding, i) * 2 - k - 1, pick(stride, i)) + 1;
+        sizes.push_back(c.simplify(n));
+      }
+      return {c.fresh(0, sizes)};
+    }
+    case OpKind::index: {
+      // index.Tensor(self, indices): the index tensors broadcast together; their shape replaces
+      // the indexed dims where those are adjacent, else leads.
+      const TensorType& s = c.tensor(0);
+      const auto* list = std::get_if<ValueList>(&c.at(1));
+      EMBER_INTERNAL_ASSERT(list != nullptr) << c.name() << ": expected a tensor list";
+      std::vector<const Dims*> shapes;
+      std::vector<size_t> indexed;
+      for (size_t i = 0; i < list->items.size(); ++i) {
+        if (!list->items[i]) continue;
+        const TensorType& t = c.g.type(*list->items[i]);
+        EMBER_UNSUPPORTED(t.dtype != DType::Bool && t.dtype != DType::UInt8)
+            << c.name() << " with a mask index (its result size depends on the data)";
+        shapes.push_back(&t.sizes);
+        indexed.push_back(i);
+      }
+      EMBER_UNSUPPORTED(!indexed.empty()) << c.name() << " without an index tensor";
+      Dims index_shape = broadcast(c, shapes);
+      const bool adjacent = indexed.back() - indexed.front() + 1 == indexed.size();
+      Dims sizes;
+      if (adjacent) {
+        sizes.assign(s.sizes.begin(), s.sizes.begin() + static_cast<std::ptrdiff_t>(indexed[0]));
+      }
+      sizes.insert(sizes.end(), index_shape.begin(), index_shape.end());
+      for (size_t d = 0; d < s.sizes.size(); ++d) {
+        const bool is_indexed = std::find(indexed.begin(), indexed.end(), d) != indexed.end();
+        if (is_indexed || (adjacent && d < indexed[0])) continue;
+        sizes.push_back(s.sizes[d]);
+      }
+      return {c.fresh(0, sizes)};
+    }
+    case OpKind::unbind: {
+      const TensorType& s = c.tensor(0);
+      auto d =
+          static_cast<size_t>(wrap_dim(c, c.args.size() > 1 ? c.integer(c.at(1)) : 0, s.dim()));
+      EMBER_UNSUPPORTED(c.decide(s.sizes[d], Rel::EQ, static_cast<int64_t>(c.concrete.size())))
+          << c.name() << ": the number of pieces";
+      Dims sizes = s.sizes, strides = s.strides;
+      sizes.erase(sizes.begin() + static_cast<std::ptrdiff_t>(d));
+      strides.erase(strides.begin() + static_cast<std::ptrdiff_t>(d));
+      std::vector<TensorType> out;
+      for (size_t i = 0; i < c.concrete.size(); ++i) {
+        out.push_back(
+            c.view(i, sizes, strides,
+                   c.simplify(s.storage_offset + static_cast<int64_t>(i) * s.strides[d])));
+      }
+      return out;
+    }
+    case OpKind::empty_permuted:
+      return {c.fresh(0, c.dims(c.at(0)))};
+    case OpKind::native_batch_norm:
+    case OpKind::_native_batch_norm_legit:
+    case OpKind::_native_batch_norm_legit_functional:
+    case OpKind::_native_batch_norm_legit_no_training: {
+      // (out, save_mean, save_invstd[, running_mean, running_var]): the statistics have one
+      // value per channel, or none outside training.
+      const TensorType& x = c.tensor(0);
+      std::vector<TensorType> out{c.fresh(0, x.sizes)};
+      for (size_t i = 1; i < c.concrete.size(); ++i) {
+        const Dims& seen = c.concrete[i].sizes;
+        const bool empty = seen.size() == 1 && seen[0] == DimExpr(0);
+        out.push_back(c.fresh(i, empty ? Dims{0} : Dims{x.sizes.size() > 1 ? x.sizes[1] : 1}));
+      }
+      return out;
+    }
     default:
       break;
+  }
+  // Ops outside ember's table, by name, one class each.
+  auto one_of = [&](std::initializer_list<std::string_view> names) {
+    return std::find(names.begin(), names.end(), c.op.name) != names.end();
+  };
+  if (one_of({"aten::floor_divide", "aten::remainder", "aten::fmod", "aten::copysign",
+              "aten::xlogy", "aten::hypot"})) {
+    return same_as_shape(broadcast(c, all_tensor_shapes()));
+  }
+  if (one_of({"aten::cumsum", "aten::cumprod", "aten::logcumsumexp", "aten::cummax", "aten::cummin",
+              "aten::sort"})) {
+    return same_as(c.tensor(0));
+  }
+  if (one_of({"aten::topk"})) {
+    // topk(self, k, dim=-1, ...): dim becomes k.
+    const TensorType& s = c.tensor(0);
+    Dims sizes = s.sizes;
+    if (!sizes.empty()) {
+      int64_t dim = c.args.size() > 2 ? c.integer(c.at(2)) : -1;
+      sizes[static_cast<size_t>(wrap_dim(c, dim, s.dim()))] = c.dim(c.at(1));
+    }
+    return same_as_shape(sizes);
+  }
+  if (one_of({"aten::linalg_vector_norm", "aten::norm"})) {
+    return same_as_shape(reduced(c, c.tensor(0), c.named("dim"), keepdim_of(c)));
+  }
+  if (one_of({"aten::mse_loss", "aten::l1_loss", "aten::smooth_l1_loss", "aten::huber_loss",
+              "aten::soft_margin_loss", "aten::binary_cross_entropy"})) {
+    // reduction: 0 none (the broadcast shape), else one value.
+    const Arg* r = c.named("reduction");
+    const int64_t* mode = r ? std::get_if<int64_t>(r) : nullptr;
+    EMBER_INTERNAL_ASSERT(mode != nullptr) << c.name() << ": reduction";
+    return same_as_shape(*mode == 0 ? broadcast(c, all_tensor_shapes()) : Dims{});
   }
   EMBER_UNSUPPORTED(false) << c.name() << " has no symbolic shape rule";
   return {};

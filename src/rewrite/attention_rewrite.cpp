@@ -41,9 +41,13 @@ void attention_kernel(const c10::OperatorHandle& /*op*/, torch::jit::Stack* stac
   if (!(*stack)[base + 6].isNone()) scale = (*stack)[base + 6].toDouble();
   const bool enable_gqa = (*stack)[base + 7].toBool();
 
+  // (The row-mask rewrite reads sizes as numbers: not with shape symbols.)
+  auto symbolic = [](const at::Tensor& t) {
+    return t.unsafeGetTensorImpl()->has_symbolic_sizes_strides();
+  };
   std::optional<at::Tensor> row;
-  if (mask.has_value() && mask->defined() && !is_causal && is_row_mask(*mask) && query.dim() >= 2 &&
-      value.dim() >= 1) {
+  if (mask.has_value() && mask->defined() && !is_causal && !symbolic(*mask) && !symbolic(query) &&
+      !symbolic(value) && is_row_mask(*mask) && query.dim() >= 2 && value.dim() >= 1) {
     std::vector<int64_t> out_sizes(query.sizes().begin(), query.sizes().end());
     out_sizes.back() = value.size(-1);
     at::Tensor candidate = mask->narrow(-1, 0, 1);

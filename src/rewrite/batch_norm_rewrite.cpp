@@ -44,7 +44,8 @@ void batch_norm_kernel(const c10::OperatorHandle& /*op*/, torch::jit::Stack* sta
   at::Tensor out;
   const bool rewrite =
       trace_options().cudnn_batch_norm == CompileOptions::Trace::CudnnBatchNorm::Off;
-  if (rewrite && training && input.device().is_cuda() && input.dim() >= 2 && input.numel() > 0) {
+  if (rewrite && training && input.device().is_cuda() && input.dim() >= 2 &&
+      input.sym_numel() > 0) {
     out = std::get<0>(at::native_batch_norm(input, weight, bias, running_mean, running_var,
                                             training, momentum, eps));
   } else {

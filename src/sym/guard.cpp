@@ -4,6 +4,7 @@
 
 #include "sym/eval.h"
 #include "sym/printer.h"
+#include "sym/simplify.h"
 
 namespace ember::sym {
 
@@ -62,11 +63,21 @@ bool GuardRecorder::decide(const SymExpr& a, Rel rel, const SymExpr& b) {
   bool answer = relation_holds(hint(a, *env_), rel, hint(b, *env_));
   SizeGuard g{a, rel, b, answer};
   if (std::find(guards_.begin(), guards_.end(), g) == guards_.end()) guards_.push_back(g);
+  if ((rel == Rel::EQ && answer) || (rel == Rel::NE && !answer)) {
+    // a == b holds at every binding the guard admits: a symbol equal to a constant is pinned.
+    auto pin = [&](const SymExpr& s, const SymExpr& c) {
+      std::optional<SymbolId> id = s.as_symbol();
+      std::optional<int64_t> v = c.as_constant();
+      if (id && v) env_->constrain(*id, Range::constant(*v));
+    };
+    pin(a, b);
+    pin(b, a);
+  }
   return answer;
 }
 
 int64_t GuardRecorder::specialize(const SymExpr& e) {
-  if (std::optional<int64_t> c = e.as_constant()) return *c;
+  if (std::optional<int64_t> c = simplify(e, *env_).as_constant()) return *c;
   int64_t v = hint(e, *env_);
   decide(e, Rel::EQ, SymExpr(v));
   return v;

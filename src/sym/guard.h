@@ -34,22 +34,27 @@ std::string print(const SizeGuard& g);
 
 /// Decides relations between sizes, recording a guard for each answer that the ranges alone do
 /// not give. Holds the ShapeEnv (not owned) and the guards recorded so far.
+///
+/// A guard that pins a symbol to a constant (`s2 == 32` answered true, as a LayerNorm's width
+/// against its weight) also narrows the symbol's range to that value, so from then on
+/// simplify() reads the symbol as the constant (Dynamo's replacements, for constants): `s2 // 4`
+/// is 8 and `(C // H) ** 0.5` a plain float.
 class GuardRecorder {
  public:
-  explicit GuardRecorder(const ShapeEnv& env) : env_(&env) {}
+  explicit GuardRecorder(ShapeEnv& env) : env_(&env) {}
 
   /// `a rel b`: statically known (true or false) answers record nothing; otherwise the answer at
   /// the hints, recorded as a guard.
   bool decide(const SymExpr& a, Rel rel, const SymExpr& b);
-  /// `e` as an integer: a constant as it is; otherwise its hint, recording `e == hint` (the
-  /// value is specialized).
+  /// `e` as an integer: a constant (after simplify()) as it is; otherwise its hint, recording
+  /// `e == hint` (the value is specialized).
   int64_t specialize(const SymExpr& e);
 
   const std::vector<SizeGuard>& guards() const { return guards_; }
   const ShapeEnv& env() const { return *env_; }
 
  private:
-  const ShapeEnv* env_;
+  ShapeEnv* env_;
   std::vector<SizeGuard> guards_;
 };
 

@@ -1,6 +1,7 @@
 #include "sym/query.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "support/error.h"
 #include "sym/range.h"
@@ -29,6 +30,34 @@ Range difference_range(const SymExpr& e, const ShapeEnv& env, int depth) {
     return {std::max(r.lo, bound.lo), std::min(r.hi, bound.hi)};
   }
   return r;
+}
+
+/// `e` divided by its positive content: the gcd of its coefficients times each symbol (of range
+/// >= 1) that every term holds, at its smallest power. Dividing by a positive value keeps the
+/// sign, so relations of `e` with 0 are those of the quotient, whose range interval arithmetic
+/// bounds better: `s0*s1*64 - s1*64` is `s1*64 * (s0 - 1)`, positive for s0 >= 2, though its
+/// own range (lo(s0*s1*64) - hi(s1*64)) is unbounded below.
+SymExpr without_positive_content(const SymExpr& e, const ShapeEnv& env) {
+  const ExprNode& n = e.node();
+  if (n.constant != 0 || n.terms.size() < 2) return e;
+  int64_t g = 0;
+  for (const Term& t : n.terms) g = std::gcd(g, t.coeff < 0 ? -t.coeff : t.coeff);
+  SymExpr content(g);
+  for (const Factor& f : n.terms[0].factors) {
+    if (f.atom->kind != AtomKind::Symbol || env.range(f.atom->id).lo < 1) continue;
+    int64_t power = f.power;
+    for (const Term& t : n.terms) {
+      int64_t here = 0;
+      for (const Factor& h : t.factors) {
+        if (h.atom->kind == AtomKind::Symbol && h.atom->id == f.atom->id) here = h.power;
+      }
+      power = std::min(power, here);
+    }
+    for (int64_t p = 0; p < power; ++p) content = content * atom_expr(f.atom);
+  }
+  if (content == SymExpr(1)) return e;
+  SymExpr q = floordiv(e, content);
+  return q * content == e ? q : e;  // exact by construction; checked, as the sign relies on it
 }
 
 // Note [Min and max in differences]
@@ -62,7 +91,7 @@ const char* rel_name(Rel r) {
 bool statically_known_true(const SymExpr& a, Rel rel, const SymExpr& b, const ShapeEnv& env) {
   Range r;
   try {
-    r = difference_range(simplify(a - b, env), env, /*depth=*/4);
+    r = difference_range(without_positive_content(simplify(a - b, env), env), env, /*depth=*/4);
   } catch (const Unsupported&) {
     return false;  // the difference overflows int64: nothing is known
   }

@@ -31,7 +31,11 @@ std::optional<SymExpr> by_ranges(AtomKind kind, const SymExpr& x, const SymExpr&
 }
 
 SymExpr simplify_atom(const std::shared_ptr<const AtomNode>& atom, const ShapeEnv& env) {
-  if (atom->kind == AtomKind::Symbol) return atom_expr(atom);
+  if (atom->kind == AtomKind::Symbol) {
+    // A symbol pinned to one value (a guard `s == c` narrowed its range) is that value.
+    const Range r = env.range(atom->id);
+    return r.is_constant() ? SymExpr(r.lo) : atom_expr(atom);
+  }
   SymExpr x = simplify(atom->lhs, env);
   SymExpr d = simplify(atom->rhs, env);
   if (auto r = by_ranges(atom->kind, x, d, env)) return *r;

@@ -93,7 +93,7 @@ int64_t emulated_sdp_choice(const at::Tensor& q, const at::Tensor& /*k*/, const 
                             bool /*is_causal*/, std::optional<double> /*scale*/,
                             bool /*enable_gqa*/) {
   const bool half = q.scalar_type() == at::kBFloat16 || q.scalar_type() == at::kHalf;
-  const int64_t head = q.dim() == 4 ? q.size(-1) : 0;
+  const int64_t head = q.dim() == 4 ? q.sym_size(-1).guard_int(__FILE__, __LINE__) : 0;
   const bool no_mask = !mask.has_value() || !mask->defined();
   if (head == 0 || head % 8 != 0 || dropout != 0.0) return 0;  // sdp::SDPBackend::math
   return half && no_mask && head <= 128 ? 3 : 2;               // cudnn_attention : efficient

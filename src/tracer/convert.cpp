@@ -49,9 +49,15 @@ graph::TensorType tensor_type(const at::Tensor& t, std::optional<c10::Device> de
   graph::TensorType ty;
   ty.dtype = to_graph(t.scalar_type());
   ty.device = to_graph(device.value_or(t.device()));
-  for (int64_t s : t.sizes()) ty.sizes.emplace_back(s);
-  for (int64_t s : t.strides()) ty.strides.emplace_back(s);
-  ty.storage_offset = t.storage_offset();
+  if (t.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) {
+    for (const c10::SymInt& s : t.sym_sizes()) ty.sizes.push_back(to_dim(s));
+    for (const c10::SymInt& s : t.sym_strides()) ty.strides.push_back(to_dim(s));
+    ty.storage_offset = to_dim(t.sym_storage_offset());
+  } else {
+    for (int64_t s : t.sizes()) ty.sizes.emplace_back(s);
+    for (int64_t s : t.strides()) ty.strides.emplace_back(s);
+    ty.storage_offset = t.storage_offset();
+  }
   ty.requires_grad = t.requires_grad();
   return ty;
 }

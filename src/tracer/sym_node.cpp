@@ -6,6 +6,7 @@
 #include "support/error.h"
 #include "sym/eval.h"
 #include "sym/printer.h"
+#include "sym/simplify.h"
 
 namespace ember::tracer {
 namespace {
@@ -73,7 +74,8 @@ int64_t SizeNode::hint() const {
 }
 
 c10::SymNode SizeNode::make(SymExpr e) const {
-  return c10::make_intrusive<SizeNode>(guards_, std::move(e));
+  // Simplified, so that a symbol a guard pinned reads as its constant (GuardRecorder).
+  return c10::make_intrusive<SizeNode>(guards_, sym::simplify(e, guards_->env()));
 }
 c10::SymNode SizeNode::make_bool(std::shared_ptr<const SizeBool> b) const {
   return c10::make_intrusive<SizeNode>(guards_, std::move(b));
@@ -301,7 +303,8 @@ std::string SizeNode::str() {
 
 std::optional<int64_t> SizeNode::constant_int() {
   if (is_bool_) return std::nullopt;
-  return expr_.as_constant();
+  // A symbol pinned after this node was made is a constant now.
+  return sym::simplify(expr_, guards_->env()).as_constant();
 }
 std::optional<bool> SizeNode::constant_bool() {
   if (!is_bool_ || cond_->kind != SizeBool::Kind::Const) return std::nullopt;
@@ -311,7 +314,7 @@ std::optional<int64_t> SizeNode::maybe_as_int() {
   return constant_int();
 }
 bool SizeNode::is_constant() {
-  return is_bool_ ? cond_->kind == SizeBool::Kind::Const : expr_.is_constant();
+  return is_bool_ ? cond_->kind == SizeBool::Kind::Const : constant_int().has_value();
 }
 
 c10::SymInt to_symint(const graph::DimExpr& d, sym::GuardRecorder* guards) {

@@ -16,10 +16,12 @@
 #include <mutex>
 #include <vector>
 
+#include "graph/pinned_symbols.h"
 #include "graph/shape_rules.h"
 #include "graph/verifier.h"
 #include "support/error.h"
 #include "sym/eval.h"
+#include "sym/simplify.h"
 #include "tracer/absent_device_guard.h"
 #include "tracer/conv_result_layout.h"
 #include "tracer/convert.h"
@@ -665,8 +667,9 @@ graph::ValueId TraceSession::aliased_view_of_mutated_input(const at::Tensor& out
     if (!mutated) return -1;
     auto handle = c10::Dispatcher::singleton().findSchemaOrThrow("aten::as_strided", "");
     graph::TensorType type = tensor_type(out, fin.device());
-    std::vector<graph::Arg> args{graph::ValueRef{input}, out.sizes().vec(), out.strides().vec(),
-                                 static_cast<int64_t>(out.storage_offset())};
+    std::vector<graph::Arg> args{graph::ValueRef{input}, graph::int_list_arg(type.sizes),
+                                 graph::int_list_arg(type.strides),
+                                 graph::int_arg(type.storage_offset)};
     int32_t node = graph_.add_node(graph_.intern_op(op_info(handle.schema())), std::move(args),
                                    {std::move(type)});
     return graph_.nodes[node].outputs[0];
@@ -719,7 +722,15 @@ TracedGraph TraceSession::finish(const std::vector<at::Tensor>& traced_outputs) 
       graph::ValueId nv = value_of(inner);
       const graph::TensorType& old_t = graph_.type(input.value);
       const graph::TensorType& new_t = graph_.type(nv);
-      EMBER_UNSUPPORTED(old_t.dtype == new_t.dtype && old_t.sizes == new_t.sizes)
+      auto folded = [&](const graph::Dims& ds) {
+        graph::Dims out;
+        for (const graph::DimExpr& d : ds) {
+          out.push_back(d.is_constant() ? d
+                                        : graph::DimExpr(sym::simplify(d.expr(), graph_.symbols)));
+        }
+        return out;
+      };
+      EMBER_UNSUPPORTED(old_t.dtype == new_t.dtype && folded(old_t.sizes) == folded(new_t.sizes))
           << "input '" << input.name << "' is replaced by a tensor of another dtype or shape";
       graph_.mutations.push_back(graph::Mutation{input.value, nv});
     }
@@ -744,6 +755,7 @@ TracedGraph TraceSession::finish(const std::vector<at::Tensor>& traced_outputs) 
     }
     graph_.outputs.push_back(v);
   }
+  graph::fold_pinned_symbols(graph_);
   graph::check_graph(graph_);
   finished_ = true;
   functional_inputs_.clear();

@@ -386,30 +386,57 @@ std::vector<int64_t> CaptureCompiler::dynamic_dims(PyObject* code, const std::st
 CompileResult CaptureCompiler::compile(const FrameView& f) {
   used_dynamic_ = false;
   const size_t first_record = log_->records.size();
-  CompileResult r = compile_once(f);
-  if (!used_dynamic_ || PyErr_Occurred()) return r;
-  bool clean = r.action == CompileResult::Action::Run;
-  std::string why = r.reason;
-  for (size_t i = first_record; i < log_->records.size(); ++i) {
-    const CaptureRecord& rec = log_->records[i];
-    if (!rec.captured || rec.graph_break) {
-      clean = false;
-      why = rec.reason;
+  // The unclean reasons (graph breaks, eager frames) of the records since `first_record`.
+  auto unclean_reasons = [&](const CompileResult& r) {
+    std::vector<std::string> out;
+    if (r.action != CompileResult::Action::Run) out.push_back(r.reason);
+    for (size_t i = first_record; i < log_->records.size(); ++i) {
+      const CaptureRecord& rec = log_->records[i];
+      if (!rec.captured || rec.graph_break) out.push_back(rec.reason);
     }
+    return out;
+  };
+  HeldLogs symbolic_logs;
+  CompileResult r = compile_once(f);
+  if (!used_dynamic_ || PyErr_Occurred()) {
+    symbolic_logs.release();
+    return r;
   }
-  if (clean) return r;
-  // Shape symbols made the frame break or run eagerly (a size used as a float, an op with no
-  // symbolic shape rule): the frame keeps static shapes from now on, as before dynamic shapes.
+  const std::vector<std::string> symbolic_reasons = unclean_reasons(r);
+  if (symbolic_reasons.empty()) {
+    symbolic_logs.release();
+    return r;
+  }
+  // The frame broke or ran eagerly with shape symbols. Compiled again with static shapes: where
+  // that breaks for the same reasons, the symbols were not the cause (a print, a data-dependent
+  // branch) and the symbolic result is kept; otherwise the symbols were (a size used as a float,
+  // an op with no symbolic shape rule) and the frame keeps static shapes from now on.
   PyObject* code = reinterpret_cast<PyObject*>(f.code);
-  static_codes_.insert(code);
-  eager_memo_.erase(code);
-  unhooked_.erase(code);
+  std::vector<std::string> symbolic_messages = symbolic_logs.take();
+  std::vector<CaptureRecord> symbolic_records(log_->records.begin() + first_record,
+                                              log_->records.end());
   log_->records.resize(first_record);
+  auto memo = eager_memo_.extract(code);
+  const bool was_unhooked = unhooked_.erase(code) > 0;
+  static_codes_.insert(code);
+  HeldLogs static_logs;
+  CompileResult s = compile_once(f);
+  if (!PyErr_Occurred() && unclean_reasons(s) == symbolic_reasons) {
+    static_codes_.erase(code);
+    log_->records.resize(first_record);
+    log_->records.insert(log_->records.end(), symbolic_records.begin(), symbolic_records.end());
+    if (!memo.empty()) eager_memo_.insert(std::move(memo));
+    if (was_unhooked) unhooked_.insert(code);
+    static_logs.take();
+    for (const std::string& m : symbolic_messages) log_warning(m);
+    return r;
+  }
+  static_logs.release();
   if (log_enabled("dynamic") || log_enabled("recompiles")) {
     log_warning("ember: " + frame_name(f) + " compiles with static shapes: with symbolic sizes " +
-                why);
+                symbolic_reasons.back());
   }
-  return compile_once(f);
+  return s;
 }
 
 CompileResult CaptureCompiler::compile_once(const FrameView& f) {
@@ -654,7 +681,14 @@ CompileResult CaptureCompiler::compile_once(const FrameView& f) {
       // rather than tracing it again on every call.
       eager_memo_[code_key] = state_now;
       memo_keepalive_.push_back(nb::borrow(code_key));
-      give_up(CompileResult::Action::Eager, "the program raised " + msg);
+      // The exception's type and message, without the traceback that what() leads with.
+      std::string raised = msg;
+      try {
+        raised = nb::cast<std::string>(e.type().attr("__name__")) + ": " +
+                 nb::cast<std::string>(nb::str(e.value()));
+      } catch (...) {
+      }
+      give_up(CompileResult::Action::Eager, "the program raised " + raised);
     }
   } catch (const UserError&) {
     set_python_error(std::current_exception());

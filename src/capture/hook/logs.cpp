@@ -13,6 +13,11 @@ std::string& topics() {
   return *t;
 }
 
+HeldLogs*& holder() {
+  static HeldLogs* h = nullptr;  // guarded by the GIL
+  return h;
+}
+
 }  // namespace
 
 void set_log_topics(const std::string& t) {
@@ -26,7 +31,31 @@ bool log_enabled(const char* topic) {
          logs.find(",all,") != std::string::npos;
 }
 
+HeldLogs::HeldLogs() : outer_(holder()) {
+  holder() = this;
+}
+
+HeldLogs::~HeldLogs() {
+  if (holding_) take();
+}
+
+std::vector<std::string> HeldLogs::take() {
+  if (holding_) {
+    holding_ = false;
+    holder() = outer_;
+  }
+  return std::move(messages_);
+}
+
+void HeldLogs::release() {
+  for (const std::string& m : take()) log_warning(m);
+}
+
 void log_warning(const std::string& msg) {
+  if (holder() != nullptr) {
+    holder()->messages_.push_back(msg);
+    return;
+  }
   PyObject* type = nullptr;
   PyObject* value = nullptr;
   PyObject* tb = nullptr;

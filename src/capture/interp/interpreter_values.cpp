@@ -358,7 +358,8 @@ nb::object Interpreter::tensor_index(nb::handle tensor, nb::handle key) {
       // A mask over dimension 0 of the size it masks: the positions of its True items (a
       // bool index's output shape depends on them; a constant's does not).
       const at::Tensor& t = THPVariable_Unpack(tensor.ptr());
-      if (t.dim() == 0 || t.size(0) != PyList_GET_SIZE(k)) return nb::borrow(key);
+      // (A symbolic dim 0 is compared through a size guard.)
+      if (t.dim() == 0 || t.sym_size(0) != PyList_GET_SIZE(k)) return nb::borrow(key);
       nb::object positions = checked(PyList_New(0));
       for (Py_ssize_t i = 0; i < PyList_GET_SIZE(k); ++i) {
         if (PyList_GET_ITEM(k, i) != Py_True) continue;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "sym/eval.h"
+#include "sym/guard.h"
 #include "sym/query.h"
 #include "sym/simplify.h"
 #include "sym_test_util.h"
@@ -115,8 +116,19 @@ TEST_F(StaticallyKnown, ComparesByTheRangeOfTheDifference) {
   EXPECT_TRUE(statically_known_true(s0 * 2, Rel::NE, 1, env));
   EXPECT_TRUE(statically_known_true(min(s0, s1), Rel::LE, s0, env));
   EXPECT_TRUE(statically_known_true(max(s0, s1), Rel::GE, s1, env));
-  // True (s1 >= 2), but interval arithmetic over the difference s0*s1 - s0*2 cannot see it.
-  EXPECT_FALSE(statically_known_true(s0 * s1, Rel::GE, s0 * 2, env));
+  // s0*s1 - s0*2 = s0 * (s1 - 2): its positive content s0 divided out, s1 - 2 >= 0.
+  EXPECT_TRUE(statically_known_true(s0 * s1, Rel::GE, s0 * 2, env));
+  // The guards a view's strides asked for (Falcon, batch s0 and length s1).
+  EXPECT_TRUE(statically_known_true(s1 * 64, Rel::LT, s0 * s1 * 64, env));
+  EXPECT_TRUE(statically_known_true(s1, Rel::LT, s0 * s1 * s1 * 2, env));
+  EXPECT_TRUE(statically_known_true(s1 * 16, Rel::NE, s0 * s1 * 32, env));
+  EXPECT_FALSE(statically_known_true(s1 * 4, Rel::LT, s0 * s1 * 2, env));  // s0 = 2: equal
+}
+
+TEST_F(StaticallyKnown, DividesOnlyByPositiveContent) {
+  // s2 may be 0: s2*s0 - s2 = s2 * (s0 - 1) is 0 at s2 = 0, so not > 0.
+  env.constrain(0, {2, Range::kPosInf});
+  EXPECT_FALSE(statically_known_true(s2 * s0, Rel::GT, s2, env));
 }
 
 TEST_F(StaticallyKnown, AnswersFalseWhenItDependsOnTheValues) {
@@ -207,6 +219,28 @@ TEST_F(HintsAndSubstitution, SubstitutesAndRecanonicalizes) {
               substitute(floordiv(s0, s1), {{1, 0}});
             }),
             "division by zero");
+}
+
+using GuardPins = SymTest;
+
+TEST_F(GuardPins, AnEqualityWithAConstantPinsTheSymbol) {
+  GuardRecorder guards(env);
+  // s1 (hint 7) against a weight's width 7: true, recorded, and s1 is 7 from then on.
+  EXPECT_TRUE(guards.decide(s1, Rel::EQ, 7));
+  EXPECT_EQ(env.range(1).lo, 7);
+  EXPECT_EQ(env.range(1).hi, 7);
+  EXPECT_EQ(simplify(floordiv(s1 * 4, 2) + s0, env), s0 + 14);
+  EXPECT_EQ(guards.specialize(s1 * 3), 21);
+  ASSERT_EQ(guards.guards().size(), 1u);
+  EXPECT_EQ(print(guards.guards()[0]), "s1 == 7");
+  // A false equality or a relation pins nothing.
+  EXPECT_FALSE(guards.decide(s0, Rel::EQ, 4));
+  EXPECT_TRUE(guards.decide(s2, Rel::LT, 4));
+  EXPECT_EQ(env.range(0).hi, Range::kPosInf);
+  EXPECT_EQ(env.range(2).hi, Range::kPosInf);
+  // `not (s0 != 5)` is s0 == 5.
+  EXPECT_FALSE(guards.decide(s0, Rel::NE, 5));
+  EXPECT_EQ(env.range(0).lo, 5);
 }
 
 }  // namespace

@@ -1,0 +1,48 @@
+#include "graph/pinned_symbols.h"
+
+#include <unordered_set>
+
+#include "sym/simplify.h"
+
+namespace ember::graph {
+namespace {
+
+DimExpr fold(const DimExpr& d, const sym::ShapeEnv& env) {
+  return d.is_constant() ? d : DimExpr(sym::simplify(d.expr(), env));
+}
+
+Dims fold(const Dims& ds, const sym::ShapeEnv& env) {
+  Dims out;
+  out.reserve(ds.size());
+  for (const DimExpr& d : ds) out.push_back(fold(d, env));
+  return out;
+}
+
+}  // namespace
+
+void fold_pinned_symbols(Graph& g) {
+  bool pinned = false;
+  for (const sym::SymbolInfo& s : g.symbols.symbols()) pinned |= s.range.is_constant();
+  if (!pinned) return;
+  const sym::ShapeEnv& env = g.symbols;
+  std::unordered_set<ValueId> inputs;
+  for (const Input& in : g.inputs) inputs.insert(in.value);
+  for (Node& n : g.nodes) {
+    for (Arg& a : n.args) {
+      if (const auto* d = std::get_if<DimExpr>(&a)) {
+        a = int_arg(fold(*d, env));
+      } else if (const auto* ds = std::get_if<Dims>(&a)) {
+        a = int_list_arg(fold(*ds, env));
+      }
+    }
+    for (ValueId v : n.outputs) {
+      if (inputs.contains(v)) continue;
+      TensorType& t = g.values.at(static_cast<size_t>(v)).type;
+      t.sizes = fold(t.sizes, env);
+      t.strides = fold(t.strides, env);
+      t.storage_offset = fold(t.storage_offset, env);
+    }
+  }
+}
+
+}  // namespace ember::graph
