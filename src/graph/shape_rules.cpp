@@ -722,6 +722,45 @@ std::vector<TensorType> rule(const Call& c) {
       }
       return out;
     }
+    case OpKind::max_pool2d_with_indices:
+    case OpKind::avg_pool2d: {
+      // max_pool2d_with_indices(self, kernel_size, stride, padding, dilation, ceil_mode),
+      // avg_pool2d(self, kernel_size, stride, padding, ceil_mode, ...): torch's pooling size.
+      const TensorType& x = c.tensor(0);
+      const bool max = kind == OpKind::max_pool2d_with_indices;
+      Dims kernel = c.dims(c.at(1));
+      Dims stride = c.args.size() > 2 ? c.dims(c.at(2)) : Dims{};
+      Dims padding = c.args.size() > 3 ? c.dims(c.at(3)) : Dims{0};
+      Dims dilation = max && c.args.size() > 4 ? c.dims(c.at(4)) : Dims{1};
+      const size_t ceil_at = max ? 5 : 4;
+      const bool* ceil = c.args.size() > ceil_at ? std::get_if<bool>(&c.at(ceil_at)) : nullptr;
+      const bool ceil_mode = ceil != nullptr && *ceil;
+      if (stride.empty()) stride = kernel;
+      auto pick = [&](const Dims& v, size_t i) { return v.size() == 1 ? v[0] : v.at(i); };
+      Dims sizes(x.sizes.begin(), x.sizes.end() - 2);
+      for (size_t i = 0; i < 2; ++i) {
+        const DimExpr& in = x.sizes[x.sizes.size() - 2 + i];
+        DimExpr k = pick(dilation, i) * (pick(kernel, i) - 1) + 1;
+        DimExpr span = in + pick(padding, i) * 2 - k + (ceil_mode ? pick(stride, i) - 1 : 0);
+        DimExpr n = c.simplify(floordiv(span, pick(stride, i)) + 1);
+        // With ceil_mode, the last window must start inside the input or its left padding.
+        if (ceil_mode && c.decide((n - 1) * pick(stride, i), Rel::GE, in + pick(padding, i))) {
+          n = c.simplify(n - 1);
+        }
+        sizes.push_back(n);
+      }
+      return same_as_shape(sizes);
+    }
+    case OpKind::nll_loss_forward: {
+      // (output, total_weight); reduction 0 (none) keeps the batch dim.
+      const TensorType& x = c.tensor(0);
+      const int64_t* mode = std::get_if<int64_t>(&c.at(3));
+      EMBER_INTERNAL_ASSERT(mode != nullptr) << c.name() << ": reduction";
+      Dims out = *mode == 0 && x.dim() == 2 ? Dims{x.sizes[0]} : Dims{};
+      std::vector<TensorType> r{c.fresh(0, out)};
+      if (c.concrete.size() > 1) r.push_back(c.fresh(1, {}));
+      return r;
+    }
     case OpKind::empty_permuted:
       return {c.fresh(0, c.dims(c.at(0)))};
     case OpKind::native_batch_norm:
@@ -753,6 +792,15 @@ std::vector<TensorType> rule(const Call& c) {
   if (one_of({"aten::cumsum", "aten::cumprod", "aten::logcumsumexp", "aten::cummax", "aten::cummin",
               "aten::sort"})) {
     return same_as(c.tensor(0));
+  }
+  if (one_of({"aten::_adaptive_avg_pool2d", "aten::adaptive_max_pool2d",
+              "aten::_adaptive_avg_pool3d", "aten::adaptive_max_pool3d"})) {
+    // (self, output_size): the leading dims, then output_size.
+    const TensorType& x = c.tensor(0);
+    Dims out_size = c.dims(c.at(1));
+    Dims sizes(x.sizes.begin(), x.sizes.end() - static_cast<std::ptrdiff_t>(out_size.size()));
+    sizes.insert(sizes.end(), out_size.begin(), out_size.end());
+    return same_as_shape(sizes);
   }
   if (one_of({"aten::topk"})) {
     // topk(self, k, dim=-1, ...): dim becomes k.

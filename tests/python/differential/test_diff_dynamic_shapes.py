@@ -366,3 +366,30 @@ def test_ember_compile_dynamic_true_on_the_issue_grid(model, make_inputs):
     snap = metrics.snapshot()
     assert snap["eager_frames"] == 0 and snap["graph_breaks"] == 0, metrics.fallback_reasons
     assert snap["graphs"] == 2, snap
+
+
+_IMAGE_RULE_CASES = {
+    "max_pool": lambda x: F.max_pool2d(x, 3, stride=2, padding=1),
+    "max_pool_ceil": lambda x: F.max_pool2d(x, 2, ceil_mode=True),
+    "avg_pool": lambda x: F.avg_pool2d(x, 3, stride=2, ceil_mode=True, padding=1),
+    "adaptive_avg_pool": lambda x: F.adaptive_avg_pool2d(x, (1, 1)).flatten(1) * 2,
+    "conv_pool_nll": lambda x: F.nll_loss(
+        F.log_softmax(F.adaptive_avg_pool2d(F.conv2d(x, torch.ones(4, 3, 3, 3), padding=1), 1)
+                      .flatten(1), -1), torch.zeros(x.shape[0], dtype=torch.long)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_IMAGE_RULE_CASES))
+def test_ember_compile_shape_rules_of_image_ops(case):
+    # Pools (their size formula, ceil_mode's last-window rule) and losses at batch, height and
+    # width of several sizes, odd ones included: one graph, equal to eager.
+    f = _IMAGE_RULE_CASES[case]
+    metrics.reset()
+    cf = ember.compile(f, dynamic=True)
+    with torch.no_grad():
+        for B, H, W in [(2, 9, 12), (3, 16, 7), (4, 13, 13)]:
+            x = torch.randn(B, 3, H, W)
+            torch.testing.assert_close(cf(x), f(x))
+    snap = metrics.snapshot()
+    assert snap["eager_frames"] == 0, metrics.fallback_reasons
+    assert snap["graphs"] == 1, (snap, metrics.fallback_reasons)
