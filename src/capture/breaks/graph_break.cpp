@@ -9,6 +9,8 @@
 #include "capture/bytecode/assembler.h"
 #include "capture/interp/interpreter_internal.h"
 #include "support/error.h"
+#include "sym/parser.h"
+#include "sym/simplify.h"
 
 namespace nb = nanobind;
 
@@ -127,6 +129,31 @@ struct TemplateBuilder {
     return t;
   }
 
+  /// A Size template of `v`, a torch.SymInt over the trace's shape symbols: its expression (read
+  /// back from the SizeNode's text), evaluated per call from the sizes of the tensors whose dims
+  /// the symbols are.
+  OutputTemplate size_of(nb::handle v) {
+    OutputTemplate t;
+    t.kind = OutputTemplate::Kind::Size;
+    nb::object text = nb::steal(PyObject_CallMethod(v.ptr(), "__str__", nullptr));
+    if (!text.is_valid()) throw nb::python_error();
+    const sym::ShapeEnv& env = interp.session().graph().symbols;
+    t.size = sym::simplify(sym::parse(nb::cast<std::string>(text), env), env);
+    if (t.size.is_constant()) {
+      t.kind = OutputTemplate::Kind::Constant;
+      t.value = nb::steal(PyLong_FromLongLong(t.size.constant()));
+      return t;
+    }
+    // Every symbol is bound (a few sizes read per call); evaluate() reads the ones it needs.
+    const auto& sources = interp.symbol_sources();
+    EMBER_UNSUPPORTED(sources.size() == env.symbols().size())
+        << "a size in the frame's state reads a shape symbol without a source";
+    for (size_t id = 0; id < sources.size(); ++id) {
+      t.size_sources.emplace_back(static_cast<sym::SymbolId>(id), sources[id]);
+    }
+    return t;
+  }
+
   OutputTemplate of(nb::handle v) {
     OutputTemplate t;
     PyObject* o = v.ptr();
@@ -208,6 +235,23 @@ struct TemplateBuilder {
         t.items.push_back(of(PyList_GET_ITEM(rest.ptr(), i)));
       }
       return t;
+    }
+    static PyObject* sym_int = imported("torch", "SymInt");
+    if (reinterpret_cast<PyObject*>(Py_TYPE(o)) == sym_int) return size_of(v);
+    if (std::string_view(Py_TYPE(o)->tp_name) == "torch.Size") {
+      // A shape with symbolic sizes: a torch.Size of its items, each rebuilt per call.
+      bool symbolic = false;
+      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i) {
+        symbolic |= reinterpret_cast<PyObject*>(Py_TYPE(PyTuple_GET_ITEM(o, i))) == sym_int;
+      }
+      if (symbolic) {
+        t.kind = OutputTemplate::Kind::Tuple;
+        t.value = nb::borrow(reinterpret_cast<PyObject*>(Py_TYPE(o)));
+        for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(o); ++i) {
+          t.items.push_back(of(PyTuple_GET_ITEM(o, i)));
+        }
+        return t;
+      }
     }
     bool stateless = PyModule_Check(o) || PyType_Check(o) || PyCFunction_Check(o) ||
                      (PyFunction_Check(o) && !interp.created_here(v));

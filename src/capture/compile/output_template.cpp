@@ -2,6 +2,9 @@
 
 #include <torch/csrc/autograd/python_variable.h>
 
+#include "support/error.h"
+#include "sym/eval.h"
+
 namespace nb = nanobind;
 
 namespace ember::capture {
@@ -31,6 +34,16 @@ nb::object build_output(const OutputTemplate& t, const std::vector<at::Tensor>& 
       return t.value;
     case OutputTemplate::Kind::Source:
       return values[static_cast<size_t>(t.index)];
+    case OutputTemplate::Kind::Size: {
+      sym::Bindings bindings;
+      for (const auto& [id, at] : t.size_sources) {
+        const nb::object& tensor = values[static_cast<size_t>(at.first)];
+        EMBER_INTERNAL_ASSERT(THPVariable_Check(tensor.ptr()))
+            << "a shape symbol's source is not a tensor";
+        bindings[id] = THPVariable_Unpack(tensor.ptr()).size(at.second);
+      }
+      return nb::steal(PyLong_FromLongLong(sym::evaluate(t.size, bindings)));
+    }
     case OutputTemplate::Kind::BoundMethod: {
       nb::object self = build_output(t.items[0], outs, values, memo);
       PyObject* m = PyObject_GetAttr(self.ptr(), t.value.ptr());

@@ -9,7 +9,11 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cstdint>
+#include <utility>
 #include <vector>
+
+#include "sym/expr.h"
 
 namespace ember::capture {
 
@@ -24,7 +28,8 @@ struct OutputTemplate {
     Source,
     BoundMethod,
     Object,
-    Alias  ///< the object an earlier List, Dict or Object template with the same slot built
+    Alias,  ///< the object an earlier List, Dict or Object template with the same slot built
+    Size    ///< an int: `size` over the shape symbols, each read off a source tensor's dim
   };
   Kind kind = Kind::Constant;
   int index = -1;  ///< Tensor: graph output; Source: the source read
@@ -40,6 +45,10 @@ struct OutputTemplate {
   /// Object of a dict subclass: its static base (dict or OrderedDict), whose item assignment
   /// sets the items without running the class's own __setitem__.
   nanobind::object base;
+  /// Size: the expression, and per symbol id it reads, the tensor source and the dim whose size
+  /// binds it (Interpreter::symbol_sources).
+  sym::SymExpr size;
+  std::vector<std::pair<sym::SymbolId, std::pair<int, int64_t>>> size_sources;
 };
 
 /// Builds the value `t` describes, from the graph's outputs and the call's source values.

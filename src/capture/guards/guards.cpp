@@ -347,6 +347,13 @@ bool is_guardable_constant(PyObject* obj) {
     }
     return true;
   }
+  if (std::string_view(Py_TYPE(obj)->tp_name) == "torch.Size") {
+    // A shape of ints; one holding symbolic sizes (torch.SymInt) is no constant.
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(obj); ++i) {
+      if (!PyLong_CheckExact(PyTuple_GET_ITEM(obj, i))) return false;
+    }
+    return true;
+  }
   if (is_torch_value_type(Py_TYPE(obj)) || is_enum_member(obj) || is_numpy_scalar(obj)) {
     return true;
   }

@@ -180,6 +180,8 @@ class Interpreter {
     return mutated_containers_;
   }
 
+  /// The trace this interpreter records into.
+  const tracer::TraceSession& session() const { return session_; }
   /// The source each graph input reads, in input order.
   const std::vector<int>& input_sources() const { return input_sources_; }
   /// Per shape symbol of the trace (by id): the tensor source and dim it is the size of.

@@ -393,3 +393,29 @@ def test_ember_compile_shape_rules_of_image_ops(case):
     snap = metrics.snapshot()
     assert snap["eager_frames"] == 0, metrics.fallback_reasons
     assert snap["graphs"] == 1, (snap, metrics.fallback_reasons)
+
+
+def test_ember_compile_sizes_in_the_state_at_a_graph_break():
+    # A symbolic size (`n`) and a shape of symbolic sizes (`shape`) live across a graph break:
+    # the segment rebuilds them per call from the inputs' sizes (never the trace's SymInts), so
+    # the frame before the break keeps its symbols. The resume function gets them as ints.
+    metrics.reset()
+
+    def f(x):
+        shape = x.shape
+        n = x.shape[0] * 2
+        print("", end="")
+        return x.reshape(-1).view(shape) * n, n, shape
+
+    cf = ember.compile(f, dynamic=True)
+    for B in [3, 5, 7]:
+        x = torch.randn(B, 4)
+        out, n, shape = cf(x)
+        torch.testing.assert_close(out, x * 2 * B)
+        assert n == 2 * B and type(n) is int
+        assert shape == torch.Size([B, 4]) and type(shape) is torch.Size
+    snap = metrics.snapshot()
+    assert snap["eager_frames"] == 0 and snap["graph_breaks"] == 1, metrics.fallback_reasons
+    recs = [r for r in ember.capture.records()
+            if r["code"].endswith("test_ember_compile_sizes_in_the_state_at_a_graph_break.<locals>.f)")]
+    assert len(recs) == 1, recs  # the frame before the break compiled once, with symbols
