@@ -1,6 +1,7 @@
 #include "graph/shape_rules.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <numeric>
 
@@ -594,22 +595,31 @@ std::vector<TensorType> rule(const Call& c) {
       return {c.fresh(0, {})};
     case OpKind::arange: {
       // arange(end), arange.start(start, end), arange.start_step(start, end, step): integer
-      // bounds only (a float bound is never symbolic).
-      DimExpr start = 0, end = 0, step = 1;
-      for (size_t i = 0; i < (ov.empty() ? 1 : ov == "start_step" ? 3 : 2); ++i) {
+      // bounds and steps, or floats of integral value (`torch.arange(T, -1, -1.0)`); another
+      // float next to a symbolic bound is Unsupported.
+      auto bound = [&](size_t i) -> DimExpr {
+        if (const double* f = std::get_if<double>(&c.at(i))) {
+          EMBER_UNSUPPORTED(std::isfinite(*f) && *f == std::floor(*f) && std::fabs(*f) < 1e15)
+              << c.name() << " with the float bound or step " << *f << " and a symbolic one";
+          return DimExpr(static_cast<int64_t>(*f));
+        }
         EMBER_UNSUPPORTED(dim_arg(c.at(i)).has_value())
-            << c.name() << " with a float bound or step and a symbolic one";
-      }
+            << c.name() << " with a bound or step that is no number";
+        return c.dim(c.at(i));
+      };
+      DimExpr start = 0, end = 0, step = 1;
       if (ov.empty()) {
-        end = c.dim(c.at(0));
+        end = bound(0);
       } else {
-        start = c.dim(c.at(0));
-        end = c.dim(c.at(1));
-        if (ov == "start_step") step = c.dim(c.at(2));
+        start = bound(0);
+        end = bound(1);
+        if (ov == "start_step") step = bound(2);
       }
       int64_t st = c.guards.specialize(step.expr());
-      EMBER_UNSUPPORTED(st > 0) << c.name() << ": step " << st;
-      DimExpr n = c.simplify(floordiv(end - start + (st - 1), st));
+      EMBER_UNSUPPORTED(st != 0) << c.name() << ": step 0";
+      // ceil((end - start) / step), for either sign of the step.
+      DimExpr n = c.simplify(st > 0 ? floordiv(end - start + (st - 1), st)
+                                    : floordiv(end - start + (st + 1), st));
       if (!c.decide(n, Rel::GE, 0)) n = 0;
       return {c.fresh(0, {n})};
     }

@@ -330,6 +330,11 @@ _RULE_CASES = {
     "conv1d": lambda x: F.conv1d(x[:, None], torch.ones(3, 1, 3), stride=2, padding=1),
     "conv_transpose1d": lambda x: F.conv_transpose1d(x[:, None], torch.ones(1, 2, 3), stride=2),
     "batch_norm": lambda x: F.batch_norm(x[:, None], torch.zeros(1), torch.ones(1)),
+    # arange with float bounds or steps of integral value, and negative steps (XLNet's
+    # relative positions: torch.arange(T, -T, -1.0)).
+    "arange_negative_float_step": lambda x: x * torch.arange(x.shape[1], 0, -1.0),
+    "arange_float_bounds": lambda x: x + torch.arange(0.0, x.shape[1], 1.0),
+    "arange_negative_int_step": lambda x: x[:, :1] * torch.arange(x.shape[1] * 2, 0, -3),
 }
 
 
