@@ -11,14 +11,14 @@ DimExpr fold(const DimExpr& d, const sym::ShapeEnv& env) {
   return d.is_constant() ? d : DimExpr(sym::simplify(d.expr(), env));
 }
 
-Dims fold(const Dims& ds, const sym::ShapeEnv& env) {
+}  // namespace
+
+Dims fold_pinned(const Dims& dims, const sym::ShapeEnv& env) {
   Dims out;
-  out.reserve(ds.size());
-  for (const DimExpr& d : ds) out.push_back(fold(d, env));
+  out.reserve(dims.size());
+  for (const DimExpr& d : dims) out.push_back(fold(d, env));
   return out;
 }
-
-}  // namespace
 
 void fold_pinned_symbols(Graph& g) {
   bool pinned = false;
@@ -32,14 +32,14 @@ void fold_pinned_symbols(Graph& g) {
       if (const auto* d = std::get_if<DimExpr>(&a)) {
         a = int_arg(fold(*d, env));
       } else if (const auto* ds = std::get_if<Dims>(&a)) {
-        a = int_list_arg(fold(*ds, env));
+        a = int_list_arg(fold_pinned(*ds, env));
       }
     }
     for (ValueId v : n.outputs) {
       if (inputs.contains(v)) continue;
       TensorType& t = g.values.at(static_cast<size_t>(v)).type;
-      t.sizes = fold(t.sizes, env);
-      t.strides = fold(t.strides, env);
+      t.sizes = fold_pinned(t.sizes, env);
+      t.strides = fold_pinned(t.strides, env);
       t.storage_offset = fold(t.storage_offset, env);
     }
   }

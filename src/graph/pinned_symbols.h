@@ -16,4 +16,7 @@ namespace ember::graph {
 /// A graph without pinned symbols is unchanged.
 void fold_pinned_symbols(Graph& g);
 
+/// `dims` simplified over `env` (a pinned symbol as its constant), constants as they are.
+Dims fold_pinned(const Dims& dims, const sym::ShapeEnv& env);
+
 }  // namespace ember::graph

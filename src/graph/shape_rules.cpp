@@ -232,6 +232,12 @@ std::optional<Dims> view_strides(const Call& c, const TensorType& self, const Di
   return strides;
 }
 
+/// Entry `i` of a per-spatial-dim argument (a stride, padding, kernel size), which torch also
+/// takes as one value for every dim.
+const DimExpr& per_dim(const Dims& v, size_t i) {
+  return v.size() == 1 ? v[0] : v.at(i);
+}
+
 DimExpr clamp_index(const Call& c, DimExpr i, const DimExpr& size) {
   if (i.is_constant() && i.constant() < 0) i = i + size;
   if (c.decide(i, Rel::LT, 0)) return 0;
@@ -672,14 +678,14 @@ std::vector<TensorType> rule(const Call& c) {
         c.require_equal(x.sizes[1], w.sizes[1] * groups, "input channels");
       }
       size_t spatial = x.sizes.size() - 2;
-      auto pick = [&](const Dims& v, size_t i) { return v.size() == 1 ? v[0] : v.at(i); };
       Dims sizes{x.sizes[0], *transposed ? w.sizes[1] * groups : w.sizes[0]};
       for (size_t i = 0; i < spatial; ++i) {
         const DimExpr& in = x.sizes[2 + i];
-        DimExpr k = pick(dilation, i) * (w.sizes[2 + i] - 1);
-        DimExpr n = *transposed ? (in - 1) * pick(stride, i) - pick(padding, i) * 2 + k +
-                                      pick(out_pad, i) + 1
-                                : floordiv(in + pick(padding, i) * 2 - k - 1, pick(stride, i)) + 1;
+        DimExpr k = per_dim(dilation, i) * (w.sizes[2 + i] - 1);
+        DimExpr n = *transposed
+                        ? (in - 1) * per_dim(stride, i) - per_dim(padding, i) * 2 + k +
+                              per_dim(out_pad, i) + 1
+                        : floordiv(in + per_dim(padding, i) * 2 - k - 1, per_dim(stride, i)) + 1;
         sizes.push_back(c.simplify(n));
       }
       return {c.fresh(0, sizes)};
@@ -746,15 +752,15 @@ std::vector<TensorType> rule(const Call& c) {
       const bool* ceil = c.args.size() > ceil_at ? std::get_if<bool>(&c.at(ceil_at)) : nullptr;
       const bool ceil_mode = ceil != nullptr && *ceil;
       if (stride.empty()) stride = kernel;
-      auto pick = [&](const Dims& v, size_t i) { return v.size() == 1 ? v[0] : v.at(i); };
       Dims sizes(x.sizes.begin(), x.sizes.end() - 2);
       for (size_t i = 0; i < 2; ++i) {
         const DimExpr& in = x.sizes[x.sizes.size() - 2 + i];
-        DimExpr k = pick(dilation, i) * (pick(kernel, i) - 1) + 1;
-        DimExpr span = in + pick(padding, i) * 2 - k + (ceil_mode ? pick(stride, i) - 1 : 0);
-        DimExpr n = c.simplify(floordiv(span, pick(stride, i)) + 1);
+        DimExpr k = per_dim(dilation, i) * (per_dim(kernel, i) - 1) + 1;
+        DimExpr span = in + per_dim(padding, i) * 2 - k + (ceil_mode ? per_dim(stride, i) - 1 : 0);
+        DimExpr n = c.simplify(floordiv(span, per_dim(stride, i)) + 1);
         // With ceil_mode, the last window must start inside the input or its left padding.
-        if (ceil_mode && c.decide((n - 1) * pick(stride, i), Rel::GE, in + pick(padding, i))) {
+        if (ceil_mode &&
+            c.decide((n - 1) * per_dim(stride, i), Rel::GE, in + per_dim(padding, i))) {
           n = c.simplify(n - 1);
         }
         sizes.push_back(n);

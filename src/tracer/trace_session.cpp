@@ -21,7 +21,6 @@
 #include "graph/verifier.h"
 #include "support/error.h"
 #include "sym/eval.h"
-#include "sym/simplify.h"
 #include "tracer/absent_device_guard.h"
 #include "tracer/conv_result_layout.h"
 #include "tracer/convert.h"
@@ -722,15 +721,9 @@ TracedGraph TraceSession::finish(const std::vector<at::Tensor>& traced_outputs) 
       graph::ValueId nv = value_of(inner);
       const graph::TensorType& old_t = graph_.type(input.value);
       const graph::TensorType& new_t = graph_.type(nv);
-      auto folded = [&](const graph::Dims& ds) {
-        graph::Dims out;
-        for (const graph::DimExpr& d : ds) {
-          out.push_back(d.is_constant() ? d
-                                        : graph::DimExpr(sym::simplify(d.expr(), graph_.symbols)));
-        }
-        return out;
-      };
-      EMBER_UNSUPPORTED(old_t.dtype == new_t.dtype && folded(old_t.sizes) == folded(new_t.sizes))
+      EMBER_UNSUPPORTED(old_t.dtype == new_t.dtype &&
+                        graph::fold_pinned(old_t.sizes, graph_.symbols) ==
+                            graph::fold_pinned(new_t.sizes, graph_.symbols))
           << "input '" << input.name << "' is replaced by a tensor of another dtype or shape";
       graph_.mutations.push_back(graph::Mutation{input.value, nv});
     }

@@ -398,12 +398,9 @@ CompileResult CaptureCompiler::compile(const FrameView& f) {
   };
   HeldLogs symbolic_logs;
   CompileResult r = compile_once(f);
-  if (!used_dynamic_ || PyErr_Occurred()) {
-    symbolic_logs.release();
-    return r;
-  }
-  const std::vector<std::string> symbolic_reasons = unclean_reasons(r);
-  if (symbolic_reasons.empty()) {
+  const std::vector<std::string> symbolic_reasons =
+      used_dynamic_ && !PyErr_Occurred() ? unclean_reasons(r) : std::vector<std::string>{};
+  if (symbolic_reasons.empty()) {  // static, an error to raise, or captured cleanly
     symbolic_logs.release();
     return r;
   }
