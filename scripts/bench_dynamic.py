@@ -37,6 +37,9 @@ def make(backend, dynamic, m):
     if backend == "eager":
         return m
     if backend == "ember":
+        # A fresh cache per compile: the static rows compile once per length (past the cache
+        # limit of 8 a frame would run uncompiled), and the dynamic ones start from none.
+        ember._C.clear_capture_cache(None)
         return ember.compile(m, dynamic={False: False, True: None, "all": True}[dynamic])
     torch._dynamo.reset()
     return torch.compile(m, backend="inductor", dynamic=False if not dynamic else None)

@@ -13,6 +13,8 @@
 #   pytest:A  pytest A (paths and options)
 #   profile:A scripts/profile_model.py A
 #   verify:A  scripts/verify_model.py A (EMBER_VERIFY_KERNELS=1: kernels against their ATen ops)
+#   py:A      python3 A (a script and its arguments), cut off after PY_TIMEOUT seconds (default:
+#             the budget left)
 #   zoo:A     scripts/zoo_sweep.py A (A names --family, --json @R/NAME.json, --jobs, ...), cut off
 #             after ZOO_TIMEOUT seconds (default: the budget left); its rows are kept as they come
 # In every step's arguments @R stands for the results folder and @LEFT for the seconds left until
@@ -60,6 +62,9 @@ for step in "$@"; do
       # shellcheck disable=SC2086
       python3 scripts/profile_model.py ${step#profile:} 2>&1 | grep -v USDT | tee -a "$R/profile.log" \
         | tail -80 ;;
+    py:*)
+      # shellcheck disable=SC2086
+      timeout "${PY_TIMEOUT:-$(( END_AT - t ))}" python3 ${step#py:} 2>&1 | tee -a "$R/py.log" | tail -40 ;;
     zoo:*)
       # shellcheck disable=SC2086
       timeout "${ZOO_TIMEOUT:-$(( END_AT - t ))}" python3 scripts/zoo_sweep.py ${step#zoo:} 2>&1 \

@@ -445,7 +445,9 @@ def _patch_libdevice() -> None:
 
 
 def _interpret(source: str, name: str, programs: int, block_param: str, block: int,
-               tensors: list) -> None:
+               args: list) -> None:
+    """Runs a generated kernel in Triton's interpreter: `args` are its tensors, then its integer
+    arguments (a kernel's shape symbols)."""
     if os.environ.get("TRITON_INTERPRET") != "1":
         raise RuntimeError("ember: Triton's interpreter needs TRITON_INTERPRET=1 before triton "
                            "is imported")
@@ -455,9 +457,9 @@ def _interpret(source: str, name: str, programs: int, block_param: str, block: i
         consts = dict((k, int(v)) for k, v in (p.split("=") for p in block_param.split(",")))
         grid_y = consts.pop("grid_y", 1)
         consts.pop("num_stages", None)
-        fn[(programs, grid_y)](*tensors, **consts)
+        fn[(programs, grid_y)](*args, **consts)
         return
-    fn[(programs,)](*tensors, **{block_param: block})
+    fn[(programs,)](*args, **{block_param: block})
 
 
 _C.set_triton_hooks(_compile, _interpret)

@@ -141,10 +141,12 @@ void bind_runtime(nb::module_& m) {
         };
         h.interpret = [interpret](const std::string& source, const std::string& name,
                                   int64_t programs, const std::string& block_param, int block,
-                                  const std::vector<at::Tensor>& args) {
+                                  const std::vector<at::Tensor>& args,
+                                  const std::vector<int64_t>& integers) {
           nb::gil_scoped_acquire gil;
           nb::list tensors;
           for (const at::Tensor& t : args) tensors.append(nb::steal(THPVariable_Wrap(t)));
+          for (int64_t v : integers) tensors.append(nb::int_(v));
           interpret(source, name, programs, block_param, block, tensors);
         };
         runtime::set_triton_hooks(std::move(h));
@@ -155,7 +157,8 @@ void bind_runtime(nb::module_& m) {
       "list of "
       "(cubin, symbol, num_warps, shared, global_scratch_size, global_scratch_align, "
       "profile_scratch_size), one per kernel, or a str (why Triton's compiler refused it); "
-      "interpret(source, name, programs, block_param, block, tensors).");
+      "interpret(source, name, programs, block_param, block, arguments): the tensors, then the "
+      "kernel's integer arguments.");
   m.def(
       "set_cuda_graph_hook",
       [](nb::callable capture) {

@@ -50,15 +50,21 @@ int64_t CudaGraphRunner::replays() const {
   return replays_;
 }
 
+size_t CudaGraphRunner::num_captured() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  size_t n = 0;
+  for (const auto& [key, e] : entries_) n += e.graph.exec != nullptr ? 1 : 0;
+  return n;
+}
+
 void CudaGraphRunner::disable(const std::string& why) {
   disabled_ = why;
-  static_inputs_.clear();
-  static_outputs_.clear();
-  graph_ = {};
+  entries_.clear();
   TORCH_WARN("ember: mode=\"reduce-overhead\": a graph runs without a CUDA graph: ", why);
 }
 
-bool CudaGraphRunner::capture(const std::vector<at::Tensor>& inputs, const Program& program) {
+bool CudaGraphRunner::capture(Entry& e, const std::vector<at::Tensor>& inputs,
+                              const Program& program) {
   if (!hook()) {
     disable("no CUDA graph hook is installed (ember._cudagraphs was not imported)");
     return false;
@@ -68,7 +74,7 @@ bool CudaGraphRunner::capture(const std::vector<at::Tensor>& inputs, const Progr
     return false;
   }
   const c10::Device device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_));
-  static_inputs_.clear();
+  e.static_inputs.clear();
   for (size_t i = 0; i < inputs.size(); ++i) {
     const at::Tensor& x = inputs[i];
     if (x.device() != device) {
@@ -77,33 +83,33 @@ bool CudaGraphRunner::capture(const std::vector<at::Tensor>& inputs, const Progr
       return false;
     }
     if (parameters_[i]) {
-      static_inputs_.push_back(x);
+      e.static_inputs.push_back(x);
     } else {
       at::Tensor s = at::empty_strided(x.sizes(), x.strides(), x.options());
       s.copy_(x);
-      static_inputs_.push_back(std::move(s));
+      e.static_inputs.push_back(std::move(s));
     }
   }
   try {
-    graph_ = hook()(device_, [&] { static_outputs_ = program(static_inputs_); });
+    e.graph = hook()(device_, [&] { e.static_outputs = program(e.static_inputs); });
   } catch (const std::exception& e) {
     disable(std::string("its capture failed: ") + e.what());
     return false;
   }
-  if (graph_.exec == nullptr) {
+  if (e.graph.exec == nullptr) {
     disable("the capture returned no graph");
     return false;
   }
-  for (size_t o = 0; o < static_outputs_.size(); ++o) {
-    for (const at::Tensor& x : static_inputs_) {
-      if (shares_storage(static_outputs_[o], x)) {
+  for (size_t o = 0; o < e.static_outputs.size(); ++o) {
+    for (const at::Tensor& x : e.static_inputs) {
+      if (shares_storage(e.static_outputs[o], x)) {
         disable("output " + std::to_string(o) + " aliases an input");
         return false;
       }
     }
     // Outputs are returned as copies: outputs that share memory would no longer.
     for (size_t p = 0; p < o; ++p) {
-      if (shares_storage(static_outputs_[o], static_outputs_[p])) {
+      if (shares_storage(e.static_outputs[o], e.static_outputs[p])) {
         disable("outputs " + std::to_string(p) + " and " + std::to_string(o) + " share memory");
         return false;
       }
@@ -113,15 +119,32 @@ bool CudaGraphRunner::capture(const std::vector<at::Tensor>& inputs, const Progr
 }
 
 std::optional<std::vector<at::Tensor>> CudaGraphRunner::run(const std::vector<at::Tensor>& inputs,
-                                                            const Program& program) {
+                                                            const Program& program,
+                                                            const std::vector<int64_t>& symbols) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!disabled_.empty()) return std::nullopt;
   EMBER_INTERNAL_ASSERT(inputs.size() == parameters_.size())
       << "CUDA graph of " << parameters_.size() << " inputs called with " << inputs.size();
-  if (++calls_ == 1) return std::nullopt;  // warm-up: lazily loaded state loads outside capture
-  if (graph_.exec == nullptr && !capture(inputs, program)) return std::nullopt;
+  auto it = entries_.find(symbols);
+  if (it == entries_.end()) {
+    if (entries_.size() >= kMaxCudaGraphSizes) {
+      if (!warned_full_) {
+        warned_full_ = true;
+        TORCH_WARN(
+            "ember: mode=\"reduce-overhead\": a graph over shape symbols has CUDA graphs "
+            "for ",
+            kMaxCudaGraphSizes, " sizes; calls of other sizes run without one");
+      }
+      return std::nullopt;
+    }
+    it = entries_.emplace(symbols, Entry{}).first;
+  }
+  Entry& e = it->second;
+  if (++e.calls == 1) return std::nullopt;  // warm-up: lazily loaded state loads outside capture
+  if (e.graph.exec == nullptr && !capture(e, inputs, program)) return std::nullopt;
+  const std::vector<at::Tensor>& static_inputs = e.static_inputs;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const at::Tensor& s = static_inputs_[i];
+    const at::Tensor& s = static_inputs[i];
     if (inputs[i].device() != s.device() || inputs[i].scalar_type() != s.scalar_type() ||
         !inputs[i].sizes().equals(s.sizes())) {
       return std::nullopt;
@@ -129,19 +152,19 @@ std::optional<std::vector<at::Tensor>> CudaGraphRunner::run(const std::vector<at
     if (parameters_[i] && inputs[i].data_ptr() != s.data_ptr()) return std::nullopt;
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!parameters_[i] && inputs[i].data_ptr() != static_inputs_[i].data_ptr()) {
-      static_inputs_[i].copy_(inputs[i]);
+    if (!parameters_[i] && inputs[i].data_ptr() != e.static_inputs[i].data_ptr()) {
+      e.static_inputs[i].copy_(inputs[i]);
     }
   }
   const c10::Device device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(device_));
   c10::Stream stream = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->getStream(device);
   cuda::ensure_context(device_);
-  cuda::check(cuda::driver().cuGraphLaunch(graph_.exec, stream.native_handle()), "cuGraphLaunch");
+  cuda::check(cuda::driver().cuGraphLaunch(e.graph.exec, stream.native_handle()), "cuGraphLaunch");
   ++replays_;
   ++total_replays;
   std::vector<at::Tensor> outs;
-  outs.reserve(static_outputs_.size());
-  for (const at::Tensor& o : static_outputs_) outs.push_back(o.defined() ? o.clone() : o);
+  outs.reserve(e.static_outputs.size());
+  for (const at::Tensor& o : e.static_outputs) outs.push_back(o.defined() ? o.clone() : o);
   return outs;
 }
 

@@ -12,12 +12,18 @@
 /// returns copies of the static outputs, so that a later replay cannot overwrite what a caller
 /// holds. A graph whose capture fails, or whose outputs alias its inputs, runs without a CUDA
 /// graph, with the reason in a warning and in disabled_reason().
+///
+/// A graph over shape symbols (issue 35) records one CUDA graph per binding of its symbols, as
+/// Inductor's CUDA graph trees record one per distinct size: each size has its warm-up call, its
+/// capture and its own static inputs and outputs. Past kMaxCudaGraphSizes sizes, calls of a new
+/// size run without one.
 #pragma once
 
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -43,7 +49,10 @@ void set_cuda_graph_hook(CudaGraphHook hook);
 /// Replays of CUDA graphs in this process (all runners): for tests.
 int64_t cuda_graph_replays_total();
 
-/// The CUDA graph of one compiled graph (see the file comment).
+/// The sizes (bindings of a graph's symbols) a CudaGraphRunner records graphs for, at most.
+constexpr size_t kMaxCudaGraphSizes = 32;
+
+/// The CUDA graphs of one compiled graph (see the file comment).
 class CudaGraphRunner {
  public:
   using Program = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
@@ -53,28 +62,37 @@ class CudaGraphRunner {
   CudaGraphRunner(int device, std::vector<bool> parameters);
   ~CudaGraphRunner();
 
-  /// The outputs for `inputs` from a replay of the graph, capturing it first on the second call;
-  /// nullopt when the caller must run `program` itself (the warm-up call, a call the graph
-  /// cannot serve, or a graph that could not be captured).
+  /// The outputs for `inputs` from a replay of the graph of binding `symbols` (the values of
+  /// the graph's symbols; empty for a static graph), capturing it first on that binding's second
+  /// call; nullopt when the caller must run `program` itself (the warm-up call, a call the graph
+  /// cannot serve, a size past kMaxCudaGraphSizes, or a graph that could not be captured).
   std::optional<std::vector<at::Tensor>> run(const std::vector<at::Tensor>& inputs,
-                                             const Program& program);
+                                             const Program& program,
+                                             const std::vector<int64_t>& symbols = {});
 
   /// Why the graph runs without a CUDA graph; empty while it is captured or still to be.
   std::string disabled_reason() const;
   int64_t replays() const;
+  /// The bindings that have a captured graph.
+  size_t num_captured() const;
 
  private:
-  bool capture(const std::vector<at::Tensor>& inputs, const Program& program);
+  /// One binding's graph.
+  struct Entry {
+    int64_t calls = 0;
+    std::vector<at::Tensor> static_inputs, static_outputs;
+    CapturedCudaGraph graph;
+  };
+  bool capture(Entry& e, const std::vector<at::Tensor>& inputs, const Program& program);
   void disable(const std::string& why);
 
   const int device_;
   const std::vector<bool> parameters_;
   mutable std::mutex mu_;
-  int64_t calls_ = 0;
   int64_t replays_ = 0;
   std::string disabled_;
-  std::vector<at::Tensor> static_inputs_, static_outputs_;
-  CapturedCudaGraph graph_;
+  std::map<std::vector<int64_t>, Entry> entries_;
+  bool warned_full_ = false;
 };
 
 }  // namespace ember::runtime

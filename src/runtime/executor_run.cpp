@@ -177,6 +177,14 @@ bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const a
     std::vector<int64_t> sizes;
     sizes.reserve(k.size_symbols.size());
     for (int id : k.size_symbols) sizes.push_back(symbols.at(id));
+    if (k.triton) {
+      std::vector<at::Tensor> args;
+      args.reserve(k.inputs.size() + k.outputs.size());
+      for (graph::ValueId v : k.inputs) args.push_back(env[v]);
+      for (graph::ValueId v : k.outputs) args.push_back(env[v]);
+      k.triton->launch(args, sizes);
+      return true;
+    }
     k.fn(buffers.data(), sizes.data());
     return true;
   }
@@ -257,8 +265,13 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
   const std::vector<int64_t> symbols = check_inputs(inputs);
   if (runs_per_binding(inputs, symbols)) return p_.specializations->get(symbols)->run(inputs);
   if (p_.cuda_graph) {
+    // One CUDA graph per binding of the symbols (cuda_graph.h).
     auto replayed = p_.cuda_graph->run(
-        inputs, [this](const std::vector<at::Tensor>& in) { return run_program(in); });
+        inputs,
+        [this, &symbols](const std::vector<at::Tensor>& in) {
+          return run_program(in, nullptr, symbols);
+        },
+        symbols);
     if (replayed.has_value()) return std::move(*replayed);
   }
   return run_program(inputs, nullptr, symbols);

@@ -286,7 +286,7 @@ void MatmulTemplate::launch_all(size_t config, const std::vector<at::Tensor>& ar
   if (interpret_) {
     // The interpret hook takes the constexprs (and the grid's second axis) in block_param.
     triton_hooks().interpret(source_, "ember_mm", grid[0],
-                             named_constexprs(constexprs(c, {{"grid_y", grid[1]}})), 0, args);
+                             named_constexprs(constexprs(c, {{"grid_y", grid[1]}})), 0, args, {});
     return;
   }
   std::vector<void*> ptrs;

@@ -335,11 +335,6 @@ Program compile_program(tracer::TracedGraph traced, const ExecutorOptions& optio
   p.traced = std::move(traced);
   p.options = options.compile;
   const bool symbolic = !p.traced.graph.symbols.symbols().empty();
-  if (symbolic) {
-    EMBER_UNSUPPORTED(all_on_cpu(p.traced.graph) && !p.options.triton.interpret)
-        << "choose_target: symbolic programs run on the CPU only so far (Triton kernels and CUDA "
-           "graphs are static)";
-  }
   StepHook step(p);
   if (p.options.runtime.fold_constants && !symbolic) {
     p.num_causal_attention =
@@ -349,7 +344,7 @@ Program compile_program(tracer::TracedGraph traced, const ExecutorOptions& optio
   }
   Target target;
   step("choose_target", [&] { target = choose_target(p); });
-  if (fuses_attention(p.options, target)) {
+  if (!symbolic && fuses_attention(p.options, target)) {
     p.num_fused_attention =
         step.graph_pass("fuse_attention", [&] { return fuse_attention(p.traced); });
   }
@@ -492,18 +487,29 @@ void generate_kernels(Program& p, const Target& target, sched::Plan& plan,
           plan = sched::schedule_graph(g, options);
           continue;
         }
+        // A kernel over shape symbols gets its launch configuration at their hints.
+        auto hint_of = [&](const loop::Kernel& k) {
+          loop::Bindings b;
+          for (const std::string& name : k.size_vars) b[name] = g.symbols.find(name)->hint;
+          return b;
+        };
         if (target.cuda_device < 0) {
-          for (int gi : live) triton_of_group[gi] = TritonLaunchable::interpreted(forms[gi]);
+          for (int gi : live) {
+            triton_of_group[gi] =
+                TritonLaunchable::interpreted(forms[gi], hint_of(plan.groups[gi].kernel));
+          }
         } else {  // one batch: compiled in parallel, identical kernels once
           std::vector<codegen::TritonKernel> ks;
           std::vector<std::vector<at::ScalarType>> types;
+          std::vector<loop::Bindings> hints;
           for (int gi : live) {
             ks.push_back(forms[gi]);
             types.push_back(buffer_types(p, plan.groups[gi]));
+            hints.push_back(hint_of(plan.groups[gi].kernel));
           }
           std::vector<std::string> errors;
-          std::vector<std::unique_ptr<TritonLaunchable>> ls =
-              TritonLaunchable::cuda_all(ks, types, target.cuda_device, &errors, o.triton.autotune);
+          std::vector<std::unique_ptr<TritonLaunchable>> ls = TritonLaunchable::cuda_all(
+              ks, types, target.cuda_device, &errors, o.triton.autotune, hints);
           for (size_t j = 0; j < live.size(); ++j) {
             if (ls[j] != nullptr) {
               triton_of_group[live[j]] = std::move(ls[j]);
@@ -547,7 +553,8 @@ void generate_kernels(Program& p, const Target& target, sched::Plan& plan,
         k.index_status = group.index_status;
         k.symbolic = !group.kernel.size_vars.empty();
         if (k.symbolic) {
-          // Over shape symbols (C++ only: compile_program refuses other symbolic targets).
+          // Over shape symbols: C++ kernels take their values in `sizes`, Triton kernels as
+          // arguments after the buffers.
           for (const std::string& name : group.kernel.size_vars) {
             k.size_symbols.push_back(g.symbols.find(name)->id);
           }
@@ -558,7 +565,7 @@ void generate_kernels(Program& p, const Target& target, sched::Plan& plan,
             const graph::TensorType& t = g.type(v);
             k.symbolic_outputs.emplace_back(t.sizes, t.strides);
             Kernel::Output out;
-            out.options = at::TensorOptions().dtype(tracer::to_c10(t.dtype));
+            out.options = at::TensorOptions().dtype(tracer::to_c10(t.dtype)).device(target.device);
             k.allocations.push_back(std::move(out));
           }
           k.description = "kernel " + group.kernel.name + " (symbolic):";
@@ -624,7 +631,8 @@ void generate_kernels(Program& p, const Target& target, sched::Plan& plan,
       unfused_options.compile.runtime.fold_constants = false;
       p.unfused = std::make_unique<Executor>(p.traced, std::move(unfused_options));
       p.triton = target.triton;
-      if (target.triton && o.runtime.matmul_templates) {
+      // (The templates are timed at the product's sizes: static graphs only.)
+      if (target.triton && o.runtime.matmul_templates && g.symbols.symbols().empty()) {
         std::vector<int> group_of_kernel(p.kernels.size(), -1);
         for (size_t gi = 0; gi < kernel_of_group.size(); ++gi) {
           if (kernel_of_group[gi] >= 0) group_of_kernel[kernel_of_group[gi]] = static_cast<int>(gi);

@@ -143,14 +143,25 @@ int64_t num_loaded_triton_modules() {
   return n;
 }
 
+// Note [Symbolic Triton kernels]
+// A kernel over shape symbols (issue 35) takes each size variable as an i64 argument after its
+// buffers. It is compiled once: its block size (and a row tile's rows per program) is chosen at
+// the symbols' hints and kept for every size, since the emitted forms mask every block, and only
+// the grid follows the sizes (triton_programs at each launch's values). Such a kernel is not
+// autotuned: which configuration wins depends on the sizes, and the first call's need not be
+// typical. Triton specializes no integer argument here (the signature is given, with no
+// divisibility or equal-to-1 attributes), so one binary serves every value.
+
 std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
     const std::vector<codegen::TritonKernel>& ks,
     const std::vector<std::vector<at::ScalarType>>& buffer_types, int device,
-    std::vector<std::string>* errors, bool autotune_wanted) {
+    std::vector<std::string>* errors, bool autotune_wanted,
+    const std::vector<loop::Bindings>& hints) {
   EMBER_UNSUPPORTED(hooks().compile != nullptr)
       << "no Triton compiler (ember._triton was not imported, or triton is missing)";
   EMBER_UNSUPPORTED(driver().error.empty()) << driver().error;
   EMBER_INTERNAL_ASSERT(ks.size() == buffer_types.size()) << "one type list per kernel";
+  EMBER_INTERNAL_ASSERT(hints.empty() || hints.size() == ks.size()) << "one hint per kernel";
   const bool autotune = autotune_wanted && triton_autotune_usable();
   const std::string device_name = autotune ? cuda_device_name(device) : "";
   std::vector<std::unique_ptr<TritonLaunchable>> out;
@@ -162,18 +173,21 @@ std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
   LoadedCache& cache = loaded_cache();
   for (size_t i = 0; i < ks.size(); ++i) {
     std::unique_ptr<TritonLaunchable> l(new TritonLaunchable());
+    const loop::Bindings hint = hints.empty() ? loop::Bindings{} : hints[i];
+    const bool symbolic = !ks[i].size_vars.empty();
     l->kernel_ = ks[i];
-    l->launch_ = codegen::triton_launch(ks[i], {});
+    l->launch_ = codegen::triton_launch(ks[i], hint);
     l->device_ = device;
     std::vector<std::string> signature;
     for (at::ScalarType t : buffer_types[i]) signature.push_back(triton_pointer_type(t));
+    for (size_t v = 0; v < ks[i].size_vars.size(); ++v) signature.push_back("i64");
     signature.push_back("constexpr");
     const bool row_tile = !ks[i].rows_param.empty();
     if (row_tile) signature.push_back("constexpr");  // XBLOCK, the rows per program
     std::vector<codegen::TritonConfig> configs =
-        autotune ? codegen::triton_configs(ks[i], {})
-                 : std::vector<codegen::TritonConfig>{
-                       {l->launch_.block, 4, row_tile ? ks[i].rows_per_program : 0}};
+        autotune && !symbolic ? codegen::triton_configs(ks[i], hint)
+                              : std::vector<codegen::TritonConfig>{
+                                    {l->launch_.block, 4, row_tile ? ks[i].rows_per_program : 0}};
     if (configs.size() > 1) {
       Hasher h;
       h.str("ember-triton-tune-v1").str(device_name).str(ks[i].name).str(ks[i].source);
@@ -193,7 +207,7 @@ std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
     for (const codegen::TritonConfig& c : configs) {
       Candidate cand;
       cand.config = c;
-      cand.programs = codegen::triton_programs(ks[i], {}, c.block, c.rows);
+      cand.programs = codegen::triton_programs(ks[i], hint, c.block, c.rows);
       l->candidates_.push_back(std::move(cand));
       TritonCompileJob job;
       job.source = ks[i].source;
@@ -261,38 +275,53 @@ std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
   return out;
 }
 
-std::unique_ptr<TritonLaunchable> TritonLaunchable::interpreted(const codegen::TritonKernel& k) {
+std::unique_ptr<TritonLaunchable> TritonLaunchable::interpreted(const codegen::TritonKernel& k,
+                                                                const loop::Bindings& hint) {
   EMBER_UNSUPPORTED(hooks().interpret != nullptr)
       << "no Triton interpreter (ember._triton was not imported, or triton is missing)";
   std::unique_ptr<TritonLaunchable> l(new TritonLaunchable());
   l->kernel_ = k;
-  l->launch_ = codegen::triton_launch(k, {});
+  l->launch_ = codegen::triton_launch(k, hint);
   l->interpret_ = true;
   return l;
 }
 
 TritonLaunchable::~TritonLaunchable() = default;
 
-void TritonLaunchable::launch(const std::vector<at::Tensor>& buffers) const {
-  if (launch_.programs == 0) return;
+int64_t TritonLaunchable::programs(const Candidate& c, const std::vector<int64_t>& sizes) const {
+  if (kernel_.size_vars.empty()) return c.programs;
+  EMBER_INTERNAL_ASSERT(sizes.size() == kernel_.size_vars.size())
+      << kernel_.name << ": " << sizes.size() << " sizes for " << kernel_.size_vars.size()
+      << " size variables";
+  loop::Bindings b;
+  for (size_t i = 0; i < sizes.size(); ++i) b[kernel_.size_vars[i]] = sizes[i];
+  return codegen::triton_programs(kernel_, b, c.config.block, c.config.rows);
+}
+
+void TritonLaunchable::launch(const std::vector<at::Tensor>& buffers,
+                              const std::vector<int64_t>& sizes) const {
   if (interpret_) {
+    Candidate c;
+    c.config = {launch_.block, 4, kernel_.rows_param.empty() ? 0 : kernel_.rows_per_program};
+    c.programs = launch_.programs;
+    const int64_t n = programs(c, sizes);
+    if (n == 0) return;
     std::string block_param = kernel_.block_param;
     if (!kernel_.rows_param.empty()) {  // a row tile: its default rows per program too
       block_param = named_constexprs(
           {{kernel_.block_param, launch_.block}, {kernel_.rows_param, kernel_.rows_per_program}});
     }
-    hooks().interpret(kernel_.source, kernel_.name, launch_.programs, block_param, launch_.block,
-                      buffers);
+    hooks().interpret(kernel_.source, kernel_.name, n, block_param, launch_.block, buffers, sizes);
     return;
   }
   if (!tuned_.load(std::memory_order_acquire)) {
     std::lock_guard<std::mutex> lock(tune_mu_);
     if (!tuned_.load(std::memory_order_relaxed) && !tune(buffers)) {
-      launch_with(candidates_.front(), buffers);  // the default, tuned at a later launch
+      launch_with(candidates_.front(), buffers, sizes);  // the default, tuned at a later launch
       return;
     }
   }
-  launch_with(candidates_.front(), buffers);
+  launch_with(candidates_.front(), buffers, sizes);
 }
 
 bool TritonLaunchable::tune(const std::vector<at::Tensor>& buffers) const {
@@ -312,7 +341,7 @@ bool TritonLaunchable::tune(const std::vector<at::Tensor>& buffers) const {
   ensure_context(device_);
   std::vector<double> ms;
   for (const Candidate& c : candidates_) {
-    std::optional<double> t = time_launches(stream, [&] { launch_with(c, buffers); });
+    std::optional<double> t = time_launches(stream, [&] { launch_with(c, buffers, {}); });
     if (!t.has_value()) return false;
     ms.push_back(*t);
   }
@@ -329,13 +358,16 @@ bool TritonLaunchable::tune(const std::vector<at::Tensor>& buffers) const {
   return true;
 }
 
-void TritonLaunchable::launch_with(const Candidate& c,
-                                   const std::vector<at::Tensor>& buffers) const {
-  // Arguments: each buffer's device pointer (launch_loaded appends Triton's scratch pointers).
+void TritonLaunchable::launch_with(const Candidate& c, const std::vector<at::Tensor>& buffers,
+                                   const std::vector<int64_t>& sizes) const {
+  const int64_t n = programs(c, sizes);
+  if (n == 0) return;
+  // Arguments: each buffer's device pointer, then the sizes (launch_loaded appends Triton's
+  // scratch pointers).
   std::vector<void*> ptrs;
   ptrs.reserve(buffers.size() + 2);
   for (const at::Tensor& t : buffers) ptrs.push_back(t.data_ptr());
-  launch_loaded(*c.loaded, c.programs, 1, std::move(ptrs), device_);
+  launch_loaded(*c.loaded, n, 1, std::move(ptrs), device_, sizes);
 }
 
 std::vector<std::shared_ptr<const LoadedTritonKernel>> load_triton_jobs(
@@ -384,20 +416,25 @@ std::vector<std::shared_ptr<const LoadedTritonKernel>> load_triton_jobs(
 }
 
 void launch_loaded(const LoadedTritonKernel& k, int64_t grid_x, int64_t grid_y,
-                   std::vector<void*> pointers, int device) {
+                   std::vector<void*> pointers, int device, const std::vector<int64_t>& integers) {
   const TritonBinary& binary = k.binary;
   at::Tensor scratch;
+  std::vector<void*> scratch_pointers;
   if (binary.global_scratch_bytes > 0) {
     scratch = at::empty({static_cast<int64_t>(binary.global_scratch_bytes) * grid_x * grid_y},
                         at::TensorOptions().dtype(at::kByte).device(at::kCUDA, device));
-    pointers.push_back(scratch.data_ptr());
+    scratch_pointers.push_back(scratch.data_ptr());
   } else {
-    pointers.push_back(nullptr);
+    scratch_pointers.push_back(nullptr);
   }
-  pointers.push_back(nullptr);  // profile scratch
+  scratch_pointers.push_back(nullptr);  // profile scratch
+  // cuLaunchKernel reads each argument through its address: the buffers, the integers, then
+  // the scratch pointers, in the kernel's parameter order.
   std::vector<void*> params;
-  params.reserve(pointers.size());
+  params.reserve(pointers.size() + integers.size() + scratch_pointers.size());
   for (void*& p : pointers) params.push_back(&p);
+  for (const int64_t& v : integers) params.push_back(const_cast<int64_t*>(&v));
+  for (void*& p : scratch_pointers) params.push_back(&p);
   const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
   c10::Stream stream = impl->getStream(c10::Device(c10::DeviceType::CUDA, device));
   ensure_context(device);

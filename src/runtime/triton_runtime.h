@@ -59,10 +59,10 @@ struct TritonCompileJob {
 struct TritonHooks {
   /// Jobs -> one binary per job, in order (the hook may compile them in parallel).
   std::function<std::vector<TritonBinary>(const std::vector<TritonCompileJob>&)> compile;
-  /// (module source, function name, programs, block parameter, block size, arguments): runs the
-  /// kernel in Triton's interpreter.
+  /// (module source, function name, programs, block parameter, block size, tensor arguments,
+  /// integer arguments after them): runs the kernel in Triton's interpreter.
   std::function<void(const std::string&, const std::string&, int64_t, const std::string&, int,
-                     const std::vector<at::Tensor>&)>
+                     const std::vector<at::Tensor>&, const std::vector<int64_t>&)>
       interpret;
 };
 void set_triton_hooks(TritonHooks hooks);
@@ -77,7 +77,10 @@ std::string triton_pointer_type(at::ScalarType t);
 
 struct LoadedTritonKernel;
 
-/// One generated kernel, ready to launch with static sizes (the scheduler's kernels have none).
+/// One generated kernel, ready to launch. A kernel over shape symbols (TritonKernel's source
+/// takes them as i64 arguments after its buffers, loop::Kernel::size_vars) is compiled once, its
+/// block size chosen at the symbols' hints, and launched on a grid computed from each call's sizes
+/// (Note [Symbolic Triton kernels]).
 class TritonLaunchable {
  public:
   /// Compiles the kernels `ks` for the CUDA device `device` (buffer_types[i] is ks[i]'s) in one
@@ -85,20 +88,27 @@ class TritonLaunchable {
   /// compiled and loaded once, and a kernel this process has already loaded (and still holds) is
   /// not compiled again. A kernel Triton's compiler refuses is a nullptr, with the compiler's
   /// message in (*errors)[i]. `autotune` (CompileOptions::Triton::autotune): large kernels time
-  /// their candidate launch configurations at their first launch.
+  /// their candidate launch configurations at their first launch. `hints[i]` (empty, or one per
+  /// kernel) binds ks[i]'s size variables to the values its launch configuration is chosen for;
+  /// a kernel with size variables launches with that one configuration.
   static std::vector<std::unique_ptr<TritonLaunchable>> cuda_all(
       const std::vector<codegen::TritonKernel>& ks,
       const std::vector<std::vector<at::ScalarType>>& buffer_types, int device,
-      std::vector<std::string>* errors, bool autotune = true);
-  /// Runs `k` in Triton's interpreter (through the interpret hook) on CPU tensors.
-  static std::unique_ptr<TritonLaunchable> interpreted(const codegen::TritonKernel& k);
+      std::vector<std::string>* errors, bool autotune = true,
+      const std::vector<loop::Bindings>& hints = {});
+  /// Runs `k` in Triton's interpreter (through the interpret hook) on CPU tensors; `hint` as in
+  /// cuda_all.
+  static std::unique_ptr<TritonLaunchable> interpreted(const codegen::TritonKernel& k,
+                                                       const loop::Bindings& hint = {});
   ~TritonLaunchable();
 
   /// Launches on the kernel's buffers, in order (inputs, then outputs). The first launch of a
   /// kernel with several configurations (codegen/triton_configs.h) times each on these buffers
   /// first and keeps the fastest (triton_tuning.h); buffers that share storage, or a stream
   /// capturing a CUDA graph, put the timing off to a later launch and use the default.
-  void launch(const std::vector<at::Tensor>& buffers) const;
+  /// `sizes`: the values of the kernel's size variables (TritonKernel's kernel order), for a
+  /// kernel over shape symbols.
+  void launch(const std::vector<at::Tensor>& buffers, const std::vector<int64_t>& sizes = {}) const;
 
   const codegen::TritonKernel& kernel() const { return kernel_; }
 
@@ -109,7 +119,10 @@ class TritonLaunchable {
     std::shared_ptr<const LoadedTritonKernel> loaded;  ///< shared by identical kernels
   };
   TritonLaunchable() = default;
-  void launch_with(const Candidate& c, const std::vector<at::Tensor>& buffers) const;
+  void launch_with(const Candidate& c, const std::vector<at::Tensor>& buffers,
+                   const std::vector<int64_t>& sizes) const;
+  /// c's programs at `sizes` (its own for a kernel without size variables).
+  int64_t programs(const Candidate& c, const std::vector<int64_t>& sizes) const;
   /// Times the candidates on `buffers` and keeps the fastest; false when it could not time.
   bool tune(const std::vector<at::Tensor>& buffers) const;
 
@@ -142,9 +155,11 @@ int64_t num_loaded_triton_modules();
 std::vector<std::shared_ptr<const LoadedTritonKernel>> load_triton_jobs(
     const std::vector<TritonCompileJob>& jobs, int device, std::vector<std::string>* errors);
 
-/// Launches `k` on a grid of (grid_x, grid_y) programs with `pointers` as its arguments (Triton's
-/// scratch pointers are appended), on device `device`'s current stream.
+/// Launches `k` on a grid of (grid_x, grid_y) programs with `pointers`, then `integers` (i64
+/// arguments), as its arguments (Triton's scratch pointers are appended), on device `device`'s
+/// current stream.
 void launch_loaded(const LoadedTritonKernel& k, int64_t grid_x, int64_t grid_y,
-                   std::vector<void*> pointers, int device);
+                   std::vector<void*> pointers, int device,
+                   const std::vector<int64_t>& integers = {});
 
 }  // namespace ember::runtime

@@ -505,6 +505,7 @@ Expr product(const std::vector<const For*>& loops) {
 TritonKernel Emitter::run() {
   TritonKernel out;
   out.name = "ember_" + k_.name;
+  out.size_vars = k_.size_vars;
   if (int32_indices(k_)) index_cast_.clear();
   std::vector<const For*> nest;
   Stmt inner = k_.body;
@@ -754,6 +755,7 @@ void Emitter::drop_private_stores(TritonKernel& out) {
 TritonKernel emit_combo(const Kernel& k, const std::vector<std::string>& private_buffers) {
   TritonKernel out;
   out.name = "ember_" + k.name;
+  out.size_vars = k.size_vars;
   out.form = TritonKernel::Form::Combo;
   out.block_param = "XBLOCK";
   out.int32_indices = true;

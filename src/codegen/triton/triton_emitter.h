@@ -48,6 +48,8 @@ struct TritonKernel {
   enum class Form { Flat, Rows, Tiled, Combo };
   std::string name;    ///< the @triton.jit function's name
   std::string source;  ///< a Python module defining it
+  /// The loop kernel's size variables, in order: i64 arguments after the buffers.
+  std::vector<std::string> size_vars;
   Form form = Form::Flat;
   /// Rows: the number of programs; Flat: the number of elements, in programs of XBLOCK; Tiled:
   /// the programs per tile (the product of the untiled loops); Combo: the parts' elements

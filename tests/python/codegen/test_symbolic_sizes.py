@@ -2,15 +2,17 @@
 inputs and runs the graph correctly at every size in the symbol's range, compared here with eager
 at many sizes. Graphs come from text (`_C.parse_traced_graph`), as the tracer will make them.
 
-CPU graphs compile once for every size: pointwise groups become kernels over the symbols, every
-other node (reductions, views, matrix products, embedding, ...) an ATen call whose symbolic
-arguments are evaluated per call. Where a step cannot handle symbols (Triton kernels, so far), the
+Graphs compile once for every size: pointwise groups become kernels over the symbols (C++ on the
+CPU; Triton kernels, which take the symbols as i64 arguments, run here in Triton's interpreter:
+the `target` parameter), every other node (reductions, views, matrix products, embedding, ...) an
+ATen call whose symbolic arguments are evaluated per call. Where a step cannot handle symbols, the
 executor compiles the graph once per binding of its symbols (`symbolic_fallback` says why):
 correct, never silently wrong."""
 
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -23,8 +25,20 @@ from ember.errors import CompileError, Unsupported
 SIZES = [2, 3, 7, 16, 17, 100]
 
 
-def compiled(text: str, **kw):
+def compiled(text: str, target: str = "cpp", **kw):
+    if target == "triton":
+        kw["triton_interpret"] = True
     return C.CompiledGraph(C.parse_traced_graph(text), **kw)
+
+
+def _triton_target():
+    # Triton's interpreter runs where tests/python/conftest.py set TRITON_INTERPRET (no GPU).
+    import importlib.util
+    ok = importlib.util.find_spec("triton") is not None and os.environ.get("TRITON_INTERPRET") == "1"
+    return pytest.param("triton", marks=pytest.mark.skipif(not ok, reason="Triton's interpreter is off"))
+
+
+TARGETS = pytest.mark.parametrize("target", ["cpp", _triton_target()])
 
 
 def check_sizes(cg, make_inputs, reference, sizes=SIZES):
@@ -90,13 +104,15 @@ def test_a_static_graph_from_text_runs_as_a_traced_one():
     torch.testing.assert_close(got[1], y.sum(1))
 
 
-def test_pointwise_at_many_sizes():
-    cg = compiled(POINTWISE)
+@TARGETS
+def test_pointwise_at_many_sizes(target):
+    cg = compiled(POINTWISE, target)
     check_sizes(cg, lambda n: (torch.randn(n, 16), torch.randn(16)),
                 lambda x, b: torch.relu(x + b) * x)
 
 
-def test_views_with_symbolic_arguments():
+@TARGETS
+def test_views_with_symbolic_arguments(target):
     text = """graph {
   symbol s0 : [2, inf] hint 5 "L['x'].size()[0]"
   symbol s1 : [2, inf] hint 6 "L['x'].size()[1]"
@@ -110,7 +126,7 @@ def test_views_with_symbolic_arguments():
   return (%4, %6)
 }
 """
-    cg = compiled(text)
+    cg = compiled(text, target)
 
     def ref(x):
         v = (-(x * x).view(-1)).view(x.shape[1], x.shape[0])
@@ -120,7 +136,8 @@ def test_views_with_symbolic_arguments():
         check_sizes(cg, lambda n: (torch.randn(n, m),), ref, sizes=[2, 7, 16])
 
 
-def test_reductions_at_many_sizes():
+@TARGETS
+def test_reductions_at_many_sizes(target):
     text = """graph {
   symbol s0 : [2, inf] hint 7 "L['x'].size()[0]"
   symbol s1 : [2, inf] hint 16 "L['x'].size()[1]"
@@ -133,7 +150,7 @@ def test_reductions_at_many_sizes():
   return (%1, %2, %3, %5)
 }
 """
-    cg = compiled(text)
+    cg = compiled(text, target)
 
     def ref(x):
         return torch.softmax(x, -1), x.sum(1), x.sum(0), x - x.mean(-1, keepdim=True)
@@ -142,7 +159,8 @@ def test_reductions_at_many_sizes():
         check_sizes(cg, lambda n: (torch.randn(n, m),), ref)
 
 
-def test_matmul_at_many_sizes():
+@TARGETS
+def test_matmul_at_many_sizes(target):
     text = """graph {
   symbol s0 : [2, inf] hint 7 "L['x'].size()[0]"
   input %0 : f32[s0, 16] cpu  # user x
@@ -154,12 +172,13 @@ def test_matmul_at_many_sizes():
   return (%5)
 }
 """
-    cg = compiled(text)
+    cg = compiled(text, target)
     w, b = torch.randn(16, 8), torch.randn(8)
     check_sizes(cg, lambda n: (torch.randn(n, 16), w, b), lambda x, w, b: torch.tanh(x @ w + b))
 
 
-def test_slice_with_a_symbolic_bound():
+@TARGETS
+def test_slice_with_a_symbolic_bound(target):
     text = """graph {
   symbol s0 : [2, inf] hint 7 "L['x'].size()[0]"
   symbol s1 : [2, inf] hint 10 "L['x'].size()[1]"
@@ -171,7 +190,7 @@ def test_slice_with_a_symbolic_bound():
   return (%3, %4)
 }
 """
-    cg = compiled(text)
+    cg = compiled(text, target)
 
     def ref(x):
         h = x[:, : x.shape[1] // 2]
@@ -181,8 +200,9 @@ def test_slice_with_a_symbolic_bound():
         check_sizes(cg, lambda n: (torch.randn(n, m),), ref, sizes=[2, 3, 17])
 
 
-def test_each_binding_compiles_once():
-    cg = compiled(POINTWISE)
+@TARGETS
+def test_each_binding_compiles_once(target):
+    cg = compiled(POINTWISE, target)
     assert cg.is_symbolic
     b = torch.randn(16)
     for n in [3, 5, 3, 5, 3]:
@@ -232,7 +252,8 @@ def test_pointwise_graphs_get_one_symbolic_kernel():
     assert compiled(POINTWISE).kernel_sources == cg.kernel_sources
 
 
-def test_a_symbolic_kernel_with_two_symbols_and_broadcasts():
+@TARGETS
+def test_a_symbolic_kernel_with_two_symbols_and_broadcasts(target):
     text = """graph {
   symbol s0 : [2, inf] hint 40 "L['x'].size()[0]"
   symbol s1 : [2, inf] hint 900 "L['x'].size()[1]"
@@ -245,7 +266,7 @@ def test_a_symbolic_kernel_with_two_symbols_and_broadcasts():
   return (%5, %3)
 }
 """
-    cg = compiled(text)
+    cg = compiled(text, target)
     assert cg.symbolic_fallback == ""
     for n, m in [(2, 2), (3, 17), (100, 255), (7, 1000), (1000, 3)]:
         x, y, z = torch.randn(n, m), torch.randn(n, 1), torch.randn(m)
@@ -255,19 +276,30 @@ def test_a_symbolic_kernel_with_two_symbols_and_broadcasts():
     assert cg.num_specializations == 0
 
 
-def test_inputs_with_other_strides_run_the_program_of_their_sizes():
-    cg = compiled(POINTWISE)
+@TARGETS
+def test_inputs_with_other_strides_run_the_program_of_their_sizes(target):
+    cg = compiled(POINTWISE, target)
     x = torch.randn(16, 9).t()  # [9, 16], strides (1, 9)
     b = torch.randn(16)
     torch.testing.assert_close(cg(x, b)[0], torch.relu(x + b) * x)
     assert cg.num_specializations == 1
 
 
-def test_what_is_not_symbolic_yet_falls_back_naming_the_step():
-    # Triton kernels are static: such a graph is compiled per size.
-    cg = compiled(POINTWISE, triton_interpret=True)
-    assert cg.symbolic_fallback.startswith("compiled per size: choose_target: symbolic programs")
-    assert cg.num_specializations == 0  # nothing compiled before a call
+@TARGETS
+def test_triton_kernels_take_the_symbols_as_arguments(target):
+    if target == "cpp":
+        pytest.skip("Triton only")
+    cg = compiled(POINTWISE, target)
+    assert cg.symbolic_fallback == "" and cg.num_kernels == 1
+    (source,) = cg.kernel_sources
+    (signature,) = [line for line in source.splitlines() if line.startswith("def ember_")]
+    assert "s_s0" in signature  # an argument
+    b = torch.randn(16)
+    for n in [2, 3, 1000, 5]:  # its block was chosen at the hint (7): any size runs
+        x = torch.randn(n, 16)
+        torch.testing.assert_close(cg(x, b)[0], torch.relu(x + b) * x)
+    assert cg.num_specializations == 0
+    assert compiled(POINTWISE, target).kernel_sources == cg.kernel_sources  # deterministic
 
 
 MIXED = """graph {
@@ -288,8 +320,9 @@ MIXED = """graph {
 """
 
 
-def test_extern_calls_with_symbolic_arguments_between_symbolic_kernels():
-    cg = compiled(MIXED)
+@TARGETS
+def test_extern_calls_with_symbolic_arguments_between_symbolic_kernels(target):
+    cg = compiled(MIXED, target)
     assert cg.symbolic_fallback == ""
     assert cg.num_kernels == 2  # tanh + add; the scaling after the softmax
     w, b = torch.randn(8, 8), torch.randn(8)
@@ -300,10 +333,11 @@ def test_extern_calls_with_symbolic_arguments_between_symbolic_kernels():
 
     for m in [2, 3, 17, 64]:
         check_sizes(cg, lambda n: (torch.randn(n, m, 8), w, b), ref, sizes=[2, 7, 16, 255])
-    assert compiled(MIXED).kernel_sources == cg.kernel_sources  # deterministic
+    assert compiled(MIXED, target).kernel_sources == cg.kernel_sources  # deterministic
 
 
-def test_symbolic_kernels_read_extern_results_in_another_layout():
+@TARGETS
+def test_symbolic_kernels_read_extern_results_in_another_layout(target):
     # The transpose's result is read by a kernel at its symbolic strides.
     text = """graph {
   symbol s0 : [2, inf] hint 5 "L['x'].size()[0]"
@@ -315,7 +349,7 @@ def test_symbolic_kernels_read_extern_results_in_another_layout():
   return (%2, %3)
 }
 """
-    cg = compiled(text)
+    cg = compiled(text, target)
     assert cg.num_kernels == 1 and "(symbolic)" in " ".join(cg.describe_steps())
     for m in [2, 9, 100]:
         check_sizes(cg, lambda n: (torch.randn(n, m),), lambda x: (x.t().exp(), x.t().exp().sum(1)))
@@ -355,13 +389,14 @@ def _trace_symbolic(fn, x, dynamic):
     return s.finish([out])
 
 
-def test_a_gpt2_block_traced_with_symbolic_batch_and_length_compiles_once():
+@TARGETS
+def test_a_gpt2_block_traced_with_symbolic_batch_and_length_compiles_once(target):
     torch.manual_seed(0)
     block = _Block().eval()
     with torch.no_grad():
         g = _trace_symbolic(block, torch.randint(0, 50, (3, 7)), [0, 1])
     assert C.size_guards(g) == [] or all("<" in guard for guard in C.size_guards(g))
-    cg = C.CompiledGraph(g)
+    cg = C.CompiledGraph(g, triton_interpret=target == "triton")
     assert cg.symbolic_fallback == ""
     kernels = cg.num_kernels
     assert kernels >= 4  # embeddings' sum, mask + scale, gelu, residual adds
@@ -371,4 +406,4 @@ def test_a_gpt2_block_traced_with_symbolic_batch_and_length_compiles_once():
             torch.testing.assert_close(cg(idx)[0], block(idx), rtol=1e-4, atol=1e-4)
     assert cg.num_specializations == 0  # one compile for every size
     assert cg.num_kernels == kernels
-    assert C.CompiledGraph(g).kernel_sources == cg.kernel_sources  # deterministic
+    assert C.CompiledGraph(g, triton_interpret=target == "triton").kernel_sources == cg.kernel_sources  # deterministic

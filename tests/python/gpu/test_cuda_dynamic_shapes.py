@@ -50,3 +50,36 @@ def test_blocks_at_many_sizes_on_cuda(model, how):
     snap = metrics.snapshot()
     assert snap["fallbacks"] == 0 and snap["eager_frames"] == 0, metrics.fallback_reasons
     assert snap["graphs"] <= 3, snap
+
+
+def test_symbolic_graphs_compile_once_into_triton_kernels_over_the_symbols():
+    # dynamic=True: one graph for every size, its pointwise kernels Triton kernels that take the
+    # symbols as i64 arguments (no per-size program).
+    torch.manual_seed(0)
+    metrics.reset()
+    m = GPT2Layer().cuda().eval()
+    c = ember.compile(m, dynamic=True)
+    with torch.no_grad():
+        for B, T in SIZES:
+            (x,) = _inputs(GPT2Layer, B, T)
+            torch.testing.assert_close(c(x), m(x), rtol=2e-3, atol=2e-3)
+    snap = metrics.snapshot()
+    assert snap["graphs"] == 1 and snap["per_size_graphs"] == 0, snap
+    assert snap["kernels"] >= 2, snap
+
+
+def test_reduce_overhead_records_one_cuda_graph_per_size():
+    # mode="reduce-overhead" with symbols: each size warms up, is captured on its second call,
+    # and is replayed from then on; sizes do not share a graph.
+    from ember import _C
+
+    torch.manual_seed(0)
+    m = GPT2Layer().cuda().eval()
+    c = ember.compile(m, dynamic=True, mode="reduce-overhead")
+    before = _C.cuda_graph_replays()
+    with torch.no_grad():
+        for T in (17, 31, 17, 31, 17, 31, 64):
+            x = torch.randn(2, T, 32, device="cuda")
+            torch.testing.assert_close(c(x), m(x), rtol=2e-3, atol=2e-3)
+    # 17 and 31: call 1 warms up, calls 2 and 3 replay; 64 once (warm-up)
+    assert _C.cuda_graph_replays() - before == 4
