@@ -17,11 +17,11 @@ fi
 
 "$PY" -m pytest tests/python -q "$@"
 
-# The differential tests and the capture corpus a second time with every graph dynamic
-# (dynamic=True: torch.compile's graphs get Dynamo's symbolic sizes, ember.compile's its own
-# shape symbols; issue 35).
+# The differential tests, the capture corpus and the training tests a second time with every
+# graph dynamic (dynamic=True: torch.compile's graphs get Dynamo's symbolic sizes, ember.compile's
+# its own shape symbols; issue 35).
 EMBER_TEST_DYNAMIC=1 EMBER_DYNAMIC=true "$PY" -m pytest tests/python/differential \
-  tests/python/capture -q "$@"
+  tests/python/capture tests/python/training -q "$@"
 
 # The torch-free capture core (frame hook, bytecode) on the other supported CPythons, where pyenv
 # has them (their torch-free tests; tests/python/capture_core).

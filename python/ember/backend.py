@@ -191,8 +191,8 @@ def _compile_dynamic(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
         return _per_size(gm, example_inputs, tensor_pos, ints, scalars, options,
                          "an int input that is no tensor's size")
     if torch.is_grad_enabled() and any(example_inputs[i].requires_grad for i in tensor_pos):
-        return _per_size(gm, example_inputs, tensor_pos, ints, scalars, options,
-                         "training graphs with symbolic sizes are not built yet")
+        return _training_dynamic(gm, traced, example_inputs, tensor_pos, ints, scalars, kinds,
+                                 names, [dynamic[i] for i in tensor_pos], options)
     try:
         built = build()
     except InternalError:
@@ -212,6 +212,54 @@ def _compile_dynamic(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
         log.info("ember: a graph with symbolic sizes is %s", compiled.symbolic_fallback)
     guards = _C.size_guards(graph)
     log.debug("ember: compiled a graph of %d nodes with symbolic sizes; size guards: %s\n%s",
+              graph.num_nodes, guards or "none", graph)
+
+    def run(*args: Any) -> Any:
+        call = [args[i] for i in tensor_pos]
+        if guards and not compiled.size_guards_hold(call):
+            metrics.counters["size_guard_failures"] += 1
+            return gm(*args)
+        for i, v in scalars.items():
+            if args[i].item() != v:
+                metrics.counters["scalar_guard_failures"] += 1
+                return gm(*args)
+        return rebuild(compiled(*call))
+    return run
+
+
+def _training_dynamic(gm: torch.fx.GraphModule, traced: Callable, example_inputs: Sequence[Any],
+                      tensor_pos: list[int], ints: dict[int, tuple[int, int]],
+                      scalars: dict[int, float], kinds: list[str], names: list[str],
+                      dynamic: list[tuple[list[int], list[str]]], options: dict) -> Callable:
+    """A training graph of Dynamo's dynamic shapes: the joint graph traced over ember's shape
+    symbols (tangents in the outputs' symbols), split and compiled once; a call whose sizes break a
+    relation the trace relied on runs eagerly, as in _compile_dynamic."""
+    tensors = [example_inputs[i] for i in tensor_pos]
+    requires_grad = [x.requires_grad for x in tensors]
+
+    def build():
+        graph, rebuild, sig = trace_joint(traced, tensors, requires_grad, kinds, names,
+                                          options=options, dynamic=dynamic)
+        compiled = _C.CompiledFunction(
+            graph, sig["num_primals"], sig["num_forward_outputs"], sig["tangent_outputs"],
+            sig["grad_inputs"], options=options)
+        compiled.set_eager_backward(_eager_backward(traced, sig))
+        return graph, rebuild, compiled
+
+    try:
+        graph, rebuild, compiled = build()
+    except InternalError:
+        raise
+    except Exception as e:  # Unsupported, or an op that failed on symbolic sizes
+        return _per_size(gm, example_inputs, tensor_pos, ints, scalars, options,
+                         f"{type(e).__name__}: {e}" if not isinstance(e, Unsupported) else str(e))
+    metrics.counters["graphs"] += 1
+    metrics.counters["training_graphs"] += 1
+    metrics.counters["dynamic_graphs"] += 1
+    metrics.counters["nodes"] += graph.num_nodes
+    metrics.counters["kernels"] += compiled.num_kernels
+    guards = _C.size_guards(graph)
+    log.debug("ember: compiled a joint graph of %d nodes with symbolic sizes; size guards: %s\n%s",
               graph.num_nodes, guards or "none", graph)
 
     def run(*args: Any) -> Any:

@@ -114,7 +114,8 @@ def _device_available(device: str) -> bool:
 
 def trace_joint(fn: Callable, example_inputs: Sequence[torch.Tensor], requires_grad: Sequence[bool],
                 kinds: Sequence[str] | None = None, names: Sequence[str] | None = None,
-                device: str | None = None, options: dict | None = None):
+                device: str | None = None, options: dict | None = None,
+                dynamic: Sequence[tuple[list[int], list[str]]] | None = None):
     """Traces `fn(*example_inputs)` and its backward into one joint graph: autograd runs on the
     tracer tensors (the inputs flagged in `requires_grad` require grad), and
     `torch.autograd.grad(outputs, those inputs, tangents)` records the backward ops. Returns
@@ -124,15 +125,19 @@ def trace_joint(fn: Callable, example_inputs: Sequence[torch.Tensor], requires_g
     not reach get none). `signature` holds num_primals, num_forward_outputs, tangent_outputs and
     grad_inputs, as _C.CompiledFunction takes them. `device` ("cuda:0") traces as if the inputs
     were on that device, as `trace` does (Note [Tracing for a device this torch lacks]); pass
-    the result to `_C.split_training_graph`, then each side to `_C.triton_plan`."""
+    the result to `_C.split_training_graph`, then each side to `_C.triton_plan`. `dynamic`: per
+    input, its dims that are shape symbols and their symbol keys, as `trace_with_structure` takes
+    them; each tangent then has its output's symbolic sizes."""
     for i, x in enumerate(example_inputs):
         if not isinstance(x, torch.Tensor):
             raise CompileError(f"input {i} is a {type(x).__name__}; ember traces tensor inputs only")
     session = _C.TraceSession(options=options)
     kinds = kinds or ["user"] * len(example_inputs)
     names = names or [f"arg{i}" for i in range(len(example_inputs))]
-    tracer_inputs = [session.add_input(x, k, n, device)
-                     for x, k, n in zip(example_inputs, kinds, names)]
+    dynamic = dynamic or [([], [])] * len(example_inputs)
+    symbolic = any(dims for dims, _ in dynamic)
+    tracer_inputs = [session.add_input(x, k, n, device, dims, keys)
+                     for x, k, n, (dims, keys) in zip(example_inputs, kinds, names, dynamic)]
     try:
         with torch.enable_grad():
             for t, r in zip(tracer_inputs, requires_grad):
@@ -144,10 +149,14 @@ def trace_joint(fn: Callable, example_inputs: Sequence[torch.Tensor], requires_g
             differentiable = [i for i, t in enumerate(tensors)
                               if t.requires_grad and (t.is_floating_point() or t.is_complex())]
             # Tangents are inputs like the others: real tensors stand for their metadata.
-            tangents = [session.add_input(torch.empty(tensors[i].shape, dtype=tensors[i].dtype,
-                                                      device="cpu" if device else tensors[i].device),
-                                          "user", f"tangent{i}", device)
-                        for i in differentiable]
+            if symbolic:  # the outputs' sizes, over the trace's symbols
+                tangents = [session.add_input_like(tensors[i], "user", f"tangent{i}")
+                            for i in differentiable]
+            else:
+                tangents = [session.add_input(torch.empty(tensors[i].shape, dtype=tensors[i].dtype,
+                                                          device="cpu" if device else tensors[i].device),
+                                              "user", f"tangent{i}", device)
+                            for i in differentiable]
             wanted = [i for i, r in enumerate(requires_grad) if r]
             with session:
                 outs = [tensors[i] for i in differentiable]

@@ -27,6 +27,7 @@ Graph merge_common_subexpressions(const Graph& g,
                                   const std::function<bool(const Graph&, const Node&)>& may_merge) {
   Graph out;
   out.ops = g.ops;
+  out.symbols = g.symbols;
   std::vector<ValueId> remap(g.values.size(), -1);
   for (const Input& in : g.inputs)
     remap[in.value] = out.add_input(g.type(in.value), in.kind, in.name);

@@ -8,6 +8,7 @@
 #include "graph/max_flow.h"
 #include "graph/verifier.h"
 #include "support/error.h"
+#include "sym/eval.h"
 
 namespace ember::graph {
 
@@ -15,8 +16,14 @@ namespace {
 
 int64_t value_bytes(const Graph& g, ValueId v) {
   const TensorType& t = g.type(v);
-  if (!t.is_static()) return int64_t{1} << 40;  // never cheaper than recomputing
-  return nbytes(t);
+  if (t.is_static()) return nbytes(t);
+  // Over shape symbols: its bytes at the symbols' hints (the sizes the trace saw).
+  int64_t n = element_size(t.dtype);
+  for (const DimExpr& d : t.sizes) {
+    std::optional<int64_t> c = d.as_constant();
+    n *= c ? *c : sym::hint(d.expr(), g.symbols);
+  }
+  return std::max<int64_t>(n, 1);
 }
 
 // Note [Recompute reads few large tensors]
@@ -296,6 +303,7 @@ JointSplit split_joint(const Graph& g, const std::vector<bool>& is_tangent, int 
   // The forward: primals in, the program's outputs and the saved intermediates out.
   Graph& f = out.forward;
   f.ops = g.ops;
+  f.symbols = g.symbols;
   std::vector<ValueId> fmap(g.values.size(), -1);
   for (size_t i = 0; i < g.inputs.size(); ++i) {
     const Input& in = g.inputs[i];
@@ -326,6 +334,7 @@ JointSplit split_joint(const Graph& g, const std::vector<bool>& is_tangent, int 
   // The backward: saved values, tangents and its constants in; the gradients out.
   Graph& b = out.backward;
   b.ops = g.ops;
+  b.symbols = g.symbols;
   std::vector<ValueId> bmap(g.values.size(), -1);
   for (size_t i = 0; i < saved.size(); ++i) {
     bmap[saved[i]] = b.add_input(g.type(saved[i]), InputKind::User, "saved" + std::to_string(i));

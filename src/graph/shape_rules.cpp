@@ -25,6 +25,7 @@ struct Call {
   const std::vector<TensorType>& concrete;
   sym::GuardRecorder& guards;
   bool pointwise_tag = false;
+  const std::vector<int32_t>& slots;  ///< the schema result of each concrete type (empty: i)
 
   std::string name() const { return op.qualified_name(); }
 
@@ -86,6 +87,21 @@ struct Call {
     t.sizes = std::move(sizes);
     t.storage_offset = 0;
     return t;
+  }
+  /// Results whose sizes are `per_slot[k]` for schema result k (the defined ones, in order); a
+  /// slot with none keeps its concrete type.
+  std::vector<TensorType> by_slot(const std::vector<std::optional<Dims>>& per_slot) const {
+    std::vector<TensorType> out;
+    for (size_t i = 0; i < concrete.size(); ++i) {
+      const size_t k = slots.empty() ? i : static_cast<size_t>(slots[i]);
+      out.push_back(k < per_slot.size() && per_slot[k] ? fresh(i, *per_slot[k]) : concrete[i]);
+    }
+    return out;
+  }
+  /// The sizes of tensor argument `i`, or none when it is None.
+  std::optional<Dims> sizes_of(size_t i) const {
+    const TensorType* t = i < args.size() ? tensor_or_null(args[i]) : nullptr;
+    return t ? std::optional<Dims>(t->sizes) : std::nullopt;
   }
   TensorType view(size_t i, Dims sizes, Dims strides, DimExpr offset) const {
     EMBER_INTERNAL_ASSERT(i < concrete.size()) << name() << ": result " << i;
@@ -839,6 +855,61 @@ std::vector<TensorType> rule(const Call& c) {
     EMBER_INTERNAL_ASSERT(mode != nullptr) << c.name() << ": reduction";
     return same_as_shape(*mode == 0 ? broadcast(c, all_tensor_shapes()) : Dims{});
   }
+  // ---- backward ops: each gradient has the sizes of what it is the gradient of
+  if (one_of({"aten::native_layer_norm_backward"})) {
+    // (grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)
+    return c.by_slot({c.sizes_of(1), c.sizes_of(5), c.sizes_of(6)});
+  }
+  if (one_of({"aten::native_group_norm_backward"})) {
+    // (grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask): weight's are [C]
+    const Dims channel = {c.dim(c.at(6))};
+    return c.by_slot({c.sizes_of(1), channel, channel});
+  }
+  if (one_of({"aten::native_batch_norm_backward"})) {
+    // (grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, ...)
+    const TensorType& x = c.tensor(1);
+    const Dims channel = {x.sizes.size() > 1 ? x.sizes[1] : DimExpr(1)};
+    return c.by_slot({x.sizes, channel, channel});
+  }
+  if (one_of({"aten::convolution_backward"})) {
+    // (grad_output, input, weight, bias_sizes, ...): input's, weight's, bias_sizes
+    std::optional<Dims> bias;
+    if (std::optional<Dims> b = dims_arg(c.at(3))) bias = *b;
+    return c.by_slot({c.sizes_of(1), c.sizes_of(2), bias});
+  }
+  if (one_of({"aten::embedding_dense_backward"})) {
+    // (grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
+    const TensorType& grad = c.tensor(0);
+    EMBER_INTERNAL_ASSERT(!grad.sizes.empty()) << c.name() << ": a 0-dim gradient";
+    return same_as_shape({c.dim(c.at(2)), grad.sizes.back()});
+  }
+  if (one_of({"aten::nll_loss_backward", "aten::nll_loss2d_backward", "aten::mse_loss_backward",
+              "aten::l1_loss_backward", "aten::smooth_l1_loss_backward",
+              "aten::huber_loss_backward", "aten::soft_margin_loss_backward",
+              "aten::binary_cross_entropy_backward", "aten::max_pool2d_with_indices_backward",
+              "aten::max_pool3d_with_indices_backward", "aten::avg_pool2d_backward",
+              "aten::avg_pool3d_backward", "aten::_adaptive_avg_pool2d_backward",
+              "aten::_adaptive_avg_pool3d_backward", "aten::adaptive_max_pool2d_backward",
+              "aten::adaptive_max_pool3d_backward"})) {
+    // (grad_output, self, ...): self's sizes
+    return same_as(c.tensor(1));
+  }
+  if (one_of({"aten::select_backward", "aten::slice_backward", "aten::diagonal_backward",
+              "aten::unfold_backward", "aten::as_strided_backward"})) {
+    // (grad, input_sizes, ...)
+    return same_as_shape(c.dims(c.at(1)));
+  }
+  if (one_of({"aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+              "aten::_scaled_dot_product_efficient_attention_backward",
+              "aten::_scaled_dot_product_flash_attention_backward",
+              "aten::_scaled_dot_product_cudnn_attention_backward"})) {
+    // (grad_out, query, key, value, ...): query's, key's, value's (then an attention bias's)
+    std::vector<std::optional<Dims>> per = {c.sizes_of(1), c.sizes_of(2), c.sizes_of(3)};
+    if (c.op.name == "aten::_scaled_dot_product_efficient_attention_backward") {
+      per.push_back(c.sizes_of(4));
+    }
+    return c.by_slot(per);
+  }
   EMBER_UNSUPPORTED(false) << c.name() << " has no symbolic shape rule";
   return {};
 }
@@ -887,8 +958,9 @@ Dims dense_strides_like(const Dims& sizes, const Dims& like) {
 std::vector<TensorType> symbolic_result_types(const Graph& g, const OpInfo& op,
                                               const std::vector<Arg>& args,
                                               const std::vector<TensorType>& concrete,
-                                              sym::GuardRecorder& guards, bool pointwise) {
-  Call c{g, op, args, concrete, guards, pointwise};
+                                              sym::GuardRecorder& guards, bool pointwise,
+                                              const std::vector<int32_t>& slots) {
+  Call c{g, op, args, concrete, guards, pointwise, slots};
   std::vector<TensorType> out = rule(c);
   EMBER_INTERNAL_ASSERT(out.size() == concrete.size())
       << c.name() << ": the rule gives " << out.size() << " results, the meta kernel "

@@ -30,10 +30,14 @@ namespace ember::graph {
 /// Throws Unsupported when `op` has no rule (`"<op> has no symbolic shape rule"`).
 /// `pointwise`: ATen tags the op pointwise (torch's own classification, for ops outside ember's
 /// table such as masked_fill): its results broadcast its tensor arguments.
+/// `slots`: the schema result each of `concrete` is (an op whose results may be undefined, as
+/// a backward op's under its output mask, has types for the defined ones only); empty: result i
+/// is slot i.
 std::vector<TensorType> symbolic_result_types(const Graph& g, const OpInfo& op,
                                               const std::vector<Arg>& args,
                                               const std::vector<TensorType>& concrete,
-                                              sym::GuardRecorder& guards, bool pointwise = false);
+                                              sym::GuardRecorder& guards, bool pointwise = false,
+                                              const std::vector<int32_t>& slots = {});
 
 /// Dense strides for `sizes` in the dimension order of `like` (the strides of a dense tensor of
 /// the same rank at the hints): contiguous when `like` is, otherwise innermost first by

@@ -65,6 +65,9 @@ void bind_autograd(nb::module_& m) {
           "compiles both.")
       .def("__call__", [](const CompiledFunction& f,
                           nb::args args) { return tensor_tuple(f.run(tensor_args(args))); })
+      .def("size_guards_hold", &CompiledFunction::size_guards_hold, nb::arg("inputs"),
+           "Whether a call with `inputs` meets the size relations the joint graph's trace relied "
+           "on (always for a static graph).")
       .def_prop_ro("num_zero_tangent_programs", &CompiledFunction::num_zero_tangent_programs,
                    "Backward programs compiled for calls where some outputs got no gradient "
                    "(each such tangent one zero, read by broadcast).")

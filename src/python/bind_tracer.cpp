@@ -96,6 +96,13 @@ void bind_tracer(nb::module_& m) {
           "the device it reports; `dynamic_dims`: dims whose size is a shape symbol; "
           "`symbol_keys` (one per dynamic dim): dims with equal keys share one symbol.")
       .def(
+          "add_input_like",
+          [](TraceSession& s, const at::Tensor& like, const std::string& kind,
+             const std::string& name) { return s.add_input_like(like, parse_kind(kind), name); },
+          nb::arg("like"), nb::arg("kind") = "user", nb::arg("name") = "",
+          "A tracer tensor for a new contiguous graph input of the traced tensor `like`'s "
+          "sizes (its expressions over the trace's symbols), dtype and device: a tangent.")
+      .def(
           "__enter__",
           [](TraceSession& s) -> TraceSession& {
             s.enter();

@@ -70,6 +70,7 @@ tracer::TracedGraph with_zero_tangents(const tracer::TracedGraph& traced,
   const graph::Graph& g = traced.graph;
   graph::Graph out;
   out.ops = g.ops;
+  out.symbols = g.symbols;
   std::vector<graph::ValueId> remap(g.values.size(), -1);
   auto expand = c10::Dispatcher::singleton().findSchemaOrThrow("aten::expand", "");
   size_t non_constant = 0;
@@ -88,10 +89,9 @@ tracer::TracedGraph with_zero_tangents(const tracer::TracedGraph& traced,
     graph::TensorType broadcast = scalar;
     broadcast.sizes = t.sizes;
     broadcast.strides.assign(t.sizes.size(), graph::DimExpr(0));
-    std::vector<int64_t> sizes;
-    for (const graph::DimExpr& d : t.sizes) sizes.push_back(d.constant());
-    const int32_t node = out.add_node(out.intern_op(tracer::op_info(expand.schema())),
-                                      {graph::ValueRef{v}, sizes, false}, {broadcast});
+    const int32_t node =
+        out.add_node(out.intern_op(tracer::op_info(expand.schema())),
+                     {graph::ValueRef{v}, graph::int_list_arg(t.sizes), false}, {broadcast});
     remap[in.value] = out.nodes[node].outputs[0];
   }
   for (const graph::Node& n : g.nodes) graph::copy_node(g, n, out, remap);
@@ -129,6 +129,9 @@ struct CompiledBackward : ag::Node {
   std::shared_ptr<const CompiledFunction::State> state;
   std::vector<ag::SavedVariable> saved;
   std::vector<OutputMeta> tangent_meta;  ///< for gradients that no loss reached: zeros
+  /// The forward call's values of the shape symbols (by id), which the backward program takes
+  /// from its caller (ExecutorOptions::symbols_from_caller); empty for a static graph.
+  std::vector<int64_t> symbols;
   bool released = false;
   /// Double backward's fallback, with every primal of the call (when each was a leaf).
   std::shared_ptr<const EagerBackward> eager;
@@ -175,7 +178,7 @@ struct CompiledBackward : ag::Node {
       release_variables();
     }
     std::vector<at::Tensor> out;
-    auto body = [&] { out = program->run(std::move(inputs)); };
+    auto body = [&] { out = program->run(std::move(inputs), symbols); };
     if (state->backward_scope) {
       state->backward_scope(body);
     } else {
@@ -279,7 +282,10 @@ TrainingGraphs split_training_graph(const tracer::TracedGraph& joint,
     return out;
   };
   TrainingGraphs out;
-  out.forward = tracer::TracedGraph{std::move(split.forward), constants(split.forward_constants)};
+  // The size relations the joint's trace relied on: over the forward's inputs, which bind every
+  // symbol (CompiledFunction::size_guards_hold).
+  out.forward = tracer::TracedGraph{std::move(split.forward), constants(split.forward_constants),
+                                    joint.size_guards};
   out.backward =
       tracer::TracedGraph{std::move(split.backward), constants(split.backward_constants)};
   out.split = std::move(split);
@@ -306,6 +312,7 @@ CompiledFunction::CompiledFunction(tracer::TracedGraph joint, JointSignature sig
   state->forward.emplace(std::move(graphs.forward), options);
   ExecutorOptions backward_options = options;
   backward_options.release_inputs = true;
+  backward_options.symbols_from_caller = true;
   state->backward_graph = graphs.backward;
   state->backward_options = backward_options;
   state->backward.emplace(std::move(graphs.backward), backward_options);
@@ -342,6 +349,10 @@ int CompiledFunction::num_zero_tangent_programs() const {
   for (const auto& [mask, program] : state_->zero_tangent_variants) n += program != nullptr;
   return n;
 }
+bool CompiledFunction::size_guards_hold(const std::vector<at::Tensor>& inputs) const {
+  return state_->forward->size_guards_hold(inputs);
+}
+
 int CompiledFunction::num_saved() const {
   return static_cast<int>(state_->saved_inputs.size());
 }
@@ -359,6 +370,7 @@ std::vector<at::Tensor> CompiledFunction::run(const std::vector<at::Tensor>& inp
   NodePtr node = make_node<CompiledBackward>();
   auto* backward = static_cast<CompiledBackward*>(node.get());
   backward->state = state_;
+  backward->symbols = s.forward->symbol_values(inputs);
   if (!eager_backward_) {
     backward->no_replay = "not supported (no eager fallback is installed)";
   } else if (!replayable_) {

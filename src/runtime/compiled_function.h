@@ -73,6 +73,9 @@ class CompiledFunction {
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const;
 
   const Executor& forward() const;
+  /// Whether a call with `inputs` meets the size relations the joint graph's trace relied on
+  /// (Executor::size_guards_hold); true for a static graph.
+  bool size_guards_hold(const std::vector<at::Tensor>& inputs) const;
   const Executor& backward() const;
   /// Values the forward keeps for the backward (intermediates and inputs), and their bytes.
   int num_saved() const;

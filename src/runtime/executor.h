@@ -61,6 +61,13 @@ class Executor {
   std::vector<at::Tensor> run(const std::vector<at::Tensor>& inputs) const;
   /// The same, taking the caller's references to the inputs (see release_inputs).
   std::vector<at::Tensor> run(std::vector<at::Tensor>&& inputs) const;
+  /// The same with the values of the graph's shape symbols (by id) given by the caller
+  /// (ExecutorOptions::symbols_from_caller; empty for a graph without symbols).
+  std::vector<at::Tensor> run(std::vector<at::Tensor>&& inputs,
+                              const std::vector<int64_t>& symbols) const;
+  /// The value of each shape symbol (by id) at a call with `inputs`, as run() binds them; empty
+  /// for a graph without symbols.
+  std::vector<int64_t> symbol_values(const std::vector<at::Tensor>& inputs) const;
 
   /// True when the graph mutates an input that shares memory with another input. The graph was
   /// traced assuming inputs do not alias, so such a call must run eagerly instead.
@@ -167,7 +174,14 @@ class Executor {
   bool strides_match(const std::vector<at::Tensor>& inputs) const;
   /// run()'s checks of the inputs. Returns the value of each shape symbol (by id) for a
   /// symbolic graph, else nothing.
-  std::vector<int64_t> check_inputs(const std::vector<at::Tensor>& inputs) const;
+  /// `given`: the symbols' values from the caller (ExecutorOptions::symbols_from_caller).
+  std::vector<int64_t> check_inputs(const std::vector<at::Tensor>& inputs,
+                                    const std::vector<int64_t>* given = nullptr) const;
+  std::vector<at::Tensor> run_checked(const std::vector<at::Tensor>& inputs,
+                                      const std::vector<int64_t>& symbols) const;
+  /// The unfused program on `inputs`, with this call's symbol values when the caller gives them.
+  std::vector<at::Tensor> unfused_run(const std::vector<at::Tensor>& inputs,
+                                      const std::vector<int64_t>& symbols) const;
   /// `owned`: the inputs to move into the program's values (run(&&)), else nullptr.
   std::vector<at::Tensor> run_program(const std::vector<at::Tensor>& inputs,
                                       std::vector<at::Tensor>* owned = nullptr,

@@ -262,7 +262,22 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
   // op traced in a region with autocast off (a rotary embedding's fp32 matmul) must not be cast
   // again because the caller's autocast is on now.
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-  const std::vector<int64_t> symbols = check_inputs(inputs);
+  return run_checked(inputs, check_inputs(inputs));
+}
+
+std::vector<at::Tensor> Executor::unfused_run(const std::vector<at::Tensor>& inputs,
+                                              const std::vector<int64_t>& symbols) const {
+  if (!p_.symbols_from_caller || symbols.empty()) return p_.unfused->run(inputs);
+  return p_.unfused->run(std::vector<at::Tensor>(inputs), symbols);
+}
+
+std::vector<int64_t> Executor::symbol_values(const std::vector<at::Tensor>& inputs) const {
+  if (!p_.symbol_sources) return {};
+  return bind_symbols(p_.traced.graph, *p_.symbol_sources, p_.input_slots, inputs);
+}
+
+std::vector<at::Tensor> Executor::run_checked(const std::vector<at::Tensor>& inputs,
+                                              const std::vector<int64_t>& symbols) const {
   if (runs_per_binding(inputs, symbols)) return p_.specializations->get(symbols)->run(inputs);
   if (p_.cuda_graph) {
     // One CUDA graph per binding of the symbols (cuda_graph.h).
@@ -302,20 +317,27 @@ bool Executor::runs_per_binding(const std::vector<at::Tensor>& inputs,
 }
 
 std::vector<at::Tensor> Executor::run(std::vector<at::Tensor>&& inputs) const {
+  return run(std::move(inputs), {});
+}
+
+std::vector<at::Tensor> Executor::run(std::vector<at::Tensor>&& inputs,
+                                      const std::vector<int64_t>& given) const {
+  const bool from_caller = !given.empty() && p_.symbol_sources.has_value();
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   if (!(p_.specializations && !p_.symbolic_fallback.empty()) &&
       (!p_.release_inputs || p_.cuda_graph)) {
     const std::vector<at::Tensor> kept = std::move(inputs);
-    return run(kept);
+    return run_checked(kept, check_inputs(kept, from_caller ? &given : nullptr));
   }
-  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-  const std::vector<int64_t> symbols = check_inputs(inputs);
+  const std::vector<int64_t> symbols = check_inputs(inputs, from_caller ? &given : nullptr);
   if (runs_per_binding(inputs, symbols)) {
     return p_.specializations->get(symbols)->run(std::move(inputs));
   }
   return run_program(inputs, &inputs, symbols);
 }
 
-std::vector<int64_t> Executor::check_inputs(const std::vector<at::Tensor>& inputs) const {
+std::vector<int64_t> Executor::check_inputs(const std::vector<at::Tensor>& inputs,
+                                            const std::vector<int64_t>* given) const {
   const graph::Graph& g = p_.traced.graph;
   EMBER_CHECK(inputs.size() == p_.input_slots.size())
       << "expected " << p_.input_slots.size() << " input tensors but got " << inputs.size();
@@ -334,7 +356,7 @@ std::vector<int64_t> Executor::check_inputs(const std::vector<at::Tensor>& input
     }
   }
   if (!p_.symbol_sources) return {};
-  return bind_symbols(g, *p_.symbol_sources, p_.input_slots, inputs);
+  return bind_symbols(g, *p_.symbol_sources, p_.input_slots, inputs, given);
 }
 
 bool Executor::size_guards_hold(const std::vector<at::Tensor>& inputs) const {
@@ -405,7 +427,7 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
   const graph::Graph& g = p_.traced.graph;
   if (p_.unfused && !strides_match(inputs)) {
     unfused_runs_.fetch_add(1, std::memory_order_relaxed);
-    return p_.unfused->run(inputs);
+    return unfused_run(inputs, symbols);
   }
   std::vector<at::Tensor> reference;
   if (p_.options.debug.verify_kernels && p_.unfused && !p_.kernels.empty()) {
@@ -487,7 +509,7 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
         EMBER_CHECK(!inputs_gone) << "an index is out of range in a kernel of the graph's "
                                   << "backward (ember frees its inputs as it goes, so the ATen "
                                   << "ops that would name it cannot run again)";
-        return p_.unfused->run(inputs);
+        return unfused_run(inputs, symbols);
       }
       if (step.fused && step.fused->chosen() == -2) decide_fused_step(step, env, stack);
       if (key) {

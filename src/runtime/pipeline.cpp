@@ -303,8 +303,9 @@ Program specialized_program(tracer::TracedGraph traced, const ExecutorOptions& o
   Program p;
   p.traced = std::move(traced);
   p.options = options.compile;
+  p.symbols_from_caller = options.symbols_from_caller;
   bind_inputs(p);
-  p.symbol_sources = symbol_sources(p.traced.graph, p.input_slots);
+  p.symbol_sources = symbol_sources(p.traced.graph, p.input_slots, options.symbols_from_caller);
   p.specializations = std::make_shared<Specializations>(p.traced, options);
   p.symbolic_fallback = std::move(why);
   return p;
@@ -334,6 +335,7 @@ Program compile_program(tracer::TracedGraph traced, const ExecutorOptions& optio
   Program p;
   p.traced = std::move(traced);
   p.options = options.compile;
+  p.symbols_from_caller = options.symbols_from_caller;
   const bool symbolic = !p.traced.graph.symbols.symbols().empty();
   StepHook step(p);
   if (p.options.runtime.fold_constants && !symbolic) {
@@ -350,7 +352,8 @@ Program compile_program(tracer::TracedGraph traced, const ExecutorOptions& optio
   }
   step("bind_inputs", [&] {
     bind_inputs(p);
-    if (symbolic) p.symbol_sources = symbol_sources(p.traced.graph, p.input_slots);
+    if (symbolic)
+      p.symbol_sources = symbol_sources(p.traced.graph, p.input_slots, options.symbols_from_caller);
   });
   sched::ScheduleOptions schedule_options;
   sched::Plan plan;
@@ -626,7 +629,7 @@ void generate_kernels(Program& p, const Target& target, sched::Plan& plan,
           p.steps.push_back(std::move(step));
         }
       }
-      ExecutorOptions unfused_options{.compile = o};
+      ExecutorOptions unfused_options{.compile = o, .symbols_from_caller = p.symbols_from_caller};
       unfused_options.compile.sched.codegen = false;
       unfused_options.compile.runtime.fold_constants = false;
       p.unfused = std::make_unique<Executor>(p.traced, std::move(unfused_options));

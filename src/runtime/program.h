@@ -41,6 +41,11 @@ struct ExecutorOptions {
   /// by node. (A kernel that finds an out-of-range index then raises instead of rerunning the
   /// call unfused.)
   bool release_inputs = false;
+  /// For a graph over shape symbols: the caller passes the symbols' values (run(inputs, symbols))
+  /// and an input need not have a bare symbol as a size. The backward of a training graph, whose
+  /// inputs (saved values, tangents) may show a symbol only inside a product (a flattened
+  /// [s0*s1, C]), gets the forward call's values.
+  bool symbols_from_caller = false;
 };
 
 /// A generated kernel of the program (C++ through a function pointer, or Triton).
@@ -133,7 +138,8 @@ struct Program {
   tracer::TracedGraph traced;  ///< after the graph passes (causal attention, constant folding,
                                ///< attention fusion)
   CompileOptions options;
-  std::vector<graph::ValueId> input_slots;                     ///< value of each non-constant input
+  bool symbols_from_caller = false;         ///< ExecutorOptions::symbols_from_caller
+  std::vector<graph::ValueId> input_slots;  ///< value of each non-constant input
   std::vector<std::pair<graph::ValueId, int>> constant_slots;  ///< value, index in constants
   std::vector<size_t> mutated_input_positions;  ///< positions in `inputs` of mutated inputs
   std::vector<Step> steps;

@@ -9,8 +9,8 @@
 
 namespace ember::runtime {
 
-SymbolSources symbol_sources(const graph::Graph& g,
-                             const std::vector<graph::ValueId>& input_slots) {
+SymbolSources symbol_sources(const graph::Graph& g, const std::vector<graph::ValueId>& input_slots,
+                             bool given) {
   const std::vector<sym::SymbolInfo>& symbols = g.symbols.symbols();
   SymbolSources s;
   s.source.assign(symbols.size(), {-1, -1});
@@ -31,7 +31,7 @@ SymbolSources symbol_sources(const graph::Graph& g,
     }
   }
   for (size_t id = 0; id < symbols.size(); ++id) {
-    EMBER_UNSUPPORTED(s.source[id].first >= 0)
+    EMBER_UNSUPPORTED(given || s.source[id].first >= 0)
         << "symbol " << s.name[id] << " is no size of an input: the executor cannot bind it";
   }
   return s;
@@ -39,10 +39,21 @@ SymbolSources symbol_sources(const graph::Graph& g,
 
 std::vector<int64_t> bind_symbols(const graph::Graph& g, const SymbolSources& sources,
                                   const std::vector<graph::ValueId>& input_slots,
-                                  const std::vector<at::Tensor>& inputs) {
+                                  const std::vector<at::Tensor>& inputs,
+                                  const std::vector<int64_t>* given) {
   std::vector<int64_t> values(sources.source.size());
   for (size_t id = 0; id < values.size(); ++id) {
+    if (given != nullptr) {
+      EMBER_INTERNAL_ASSERT(given->size() == values.size())
+          << given->size() << " symbol values given for " << values.size() << " symbols";
+      values[id] = (*given)[id];
+      EMBER_CHECK(sources.range[id].contains(values[id]))
+          << "symbol " << sources.name[id] << " is " << values[id]
+          << ", which the graph was traced for in " << sources.range[id].str();
+      continue;
+    }
     const auto [i, d] = sources.source[id];
+    EMBER_INTERNAL_ASSERT(i >= 0) << "symbol " << sources.name[id] << " has no source";
     const at::Tensor& x = inputs[i];
     const graph::TensorType& t = g.type(input_slots[i]);
     EMBER_CHECK(x.dim() == t.dim()) << "input " << i << " has " << x.dim()

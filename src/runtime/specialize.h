@@ -40,16 +40,21 @@ struct SymbolSources {
 
 /// The sources of `g`'s symbols: for each, the first bare size `s<i>` of a non-constant input
 /// (`input_slots`: the value of each, in call order). Throws Unsupported for a symbol that is no
-/// bare size of such an input (not a graph the executor can bind).
-SymbolSources symbol_sources(const graph::Graph& g, const std::vector<graph::ValueId>& input_slots);
+/// bare size of such an input (not a graph the executor can bind), unless `given` (the caller
+/// passes every value: ExecutorOptions::symbols_from_caller); its source is then (-1, -1).
+SymbolSources symbol_sources(const graph::Graph& g, const std::vector<graph::ValueId>& input_slots,
+                             bool given = false);
 
 /// The value of each symbol (by id) at a call with `inputs`, after checking, cheaply, that every
 /// input has its type's rank and sizes under these values and each symbol lies in its range.
 /// Throws UserError naming the input otherwise. Requires `inputs.size() == input_slots.size()`
 /// and dtypes checked by the caller.
+/// `given` (by symbol id): the values the caller passes, taken instead of the inputs' sizes and
+/// checked the same way.
 std::vector<int64_t> bind_symbols(const graph::Graph& g, const SymbolSources& sources,
                                   const std::vector<graph::ValueId>& input_slots,
-                                  const std::vector<at::Tensor>& inputs);
+                                  const std::vector<at::Tensor>& inputs,
+                                  const std::vector<int64_t>* given = nullptr);
 
 /// `values` (by symbol id) as sym::Bindings.
 sym::Bindings to_bindings(const std::vector<int64_t>& values);

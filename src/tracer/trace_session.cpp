@@ -8,6 +8,7 @@
 #include <c10/util/Exception.h>
 #include <torch/csrc/autograd/grad_mode.h>
 
+#include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
 #include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
@@ -324,6 +325,31 @@ at::Tensor TraceSession::add_input(const at::Tensor& example, graph::InputKind k
   return functional;
 }
 
+at::Tensor TraceSession::add_input_like(const at::Tensor& like, graph::InputKind kind,
+                                        const std::string& name) {
+  EMBER_INTERNAL_ASSERT(!finished_) << "add_input_like after finish";
+  EMBER_INTERNAL_ASSERT(!active_) << "add_input_like while the trace is entered";
+  EMBER_INTERNAL_ASSERT(like.defined()) << "add_input_like of an undefined tensor";
+  graph::Dims sizes;
+  std::vector<int64_t> hints;
+  for (const c10::SymInt& d : like.sym_sizes()) {
+    sizes.push_back(to_dim(d));
+    std::optional<int64_t> c = sizes.back().as_constant();
+    hints.push_back(c ? *c : sym::hint(sizes.back().expr(), graph_.symbols));
+  }
+  at::Tensor meta =
+      at::empty(hints, at::TensorOptions().dtype(like.scalar_type()).device(c10::kMeta));
+  graph::TensorType type = tensor_type(meta, like.device());
+  type.sizes = sizes;
+  type.strides = graph::contiguous_strides(sizes);
+  graph::ValueId v = graph_.add_input(type, kind, name);
+  at::Tensor functional =
+      fz::to_functional_tensor(make_tracer(this, v, std::move(meta), like.device()));
+  functional_inputs_.push_back(functional);
+  functional_input_index_.push_back(graph_.inputs.size() - 1);
+  return functional;
+}
+
 at::Tensor TraceSession::add_constant_tensor(const at::Tensor& t) {
   EMBER_INTERNAL_ASSERT(!active_) << "add_constant_tensor while the trace is entered";
   bool strict = strict_constants_;
@@ -602,7 +628,7 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
     // Results of an op that reads a symbolic size: their types as expressions (the rules check
     // themselves against the meta kernel's types at the hints).
     out_types = graph::symbolic_result_types(graph_, info, args, out_types, size_guards_,
-                                             op.hasTag(at::Tag::pointwise));
+                                             op.hasTag(at::Tag::pointwise), slots);
     for (const c10::IValue& r : meta_stack) {
       EMBER_UNSUPPORTED(r.isTensor() || r.isTensorList() || r.isNone())
           << op_name << " returns a " << r.tagKind() << " computed from symbolic sizes";

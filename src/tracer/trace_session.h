@@ -73,6 +73,12 @@ class TraceSession {
                        const std::vector<int64_t>& dynamic_dims = {},
                        const std::vector<std::string>& symbol_keys = {});
 
+  /// A tracer tensor standing for a new graph input `name` of the sizes, dtype and device of the
+  /// traced tensor `like`, contiguous: the tangent of an output in a joint graph. Its sizes are
+  /// `like`'s expressions over this session's symbols (a symbolic output's tangent is symbolic
+  /// in the same symbols: it adds none). Call before enter().
+  at::Tensor add_input_like(const at::Tensor& like, graph::InputKind kind, const std::string& name);
+
   /// A tracer tensor standing for the real tensor `t` as a constant of the graph (data the
   /// program wrote, as torch.tensor([1.0, 2.0]) makes). Call while the trace is not entered.
   at::Tensor add_constant_tensor(const at::Tensor& t);

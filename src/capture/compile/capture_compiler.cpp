@@ -159,8 +159,6 @@ std::unique_ptr<GraphRunner> finish_training(Attempt& a, const std::vector<at::T
     }
   }
   if (differentiable.empty()) return nullptr;
-  EMBER_UNSUPPORTED(!a.session->symbolic())
-      << "training graphs with shape symbols are not compiled yet";
   tracer::TraceSession& s = *a.session;
   std::vector<int> grad_inputs;
   tracer::TracedGraph joint;
@@ -168,11 +166,9 @@ std::unique_ptr<GraphRunner> finish_training(Attempt& a, const std::vector<at::T
     s.exit();
     std::vector<at::Tensor> tangents;
     for (int i : differentiable) {
-      const at::Tensor& t = tensors[static_cast<size_t>(i)];
-      at::Tensor example =
-          at::empty(t.sizes(), at::TensorOptions(t.scalar_type()).device(t.device()));
-      tangents.push_back(s.add_input(example, graph::InputKind::User, "tangent" + std::to_string(i),
-                                     std::nullopt));
+      // Contiguous, of the output's sizes (over the trace's symbols when they are symbolic).
+      tangents.push_back(s.add_input_like(tensors[static_cast<size_t>(i)], graph::InputKind::User,
+                                          "tangent" + std::to_string(i)));
     }
     s.enter();
     std::vector<at::Tensor> outputs;
@@ -197,6 +193,14 @@ std::unique_ptr<GraphRunner> finish_training(Attempt& a, const std::vector<at::T
     throw;
   }
   s.exit();
+  if (!joint.graph.symbols.symbols().empty()) {
+    // The size relations the forward and the backward relied on guard the frame (the tangents
+    // add no symbols: their sizes are the outputs').
+    EMBER_INTERNAL_ASSERT(a.interp->symbol_sources().size() == joint.graph.symbols.symbols().size())
+        << "the joint trace has " << joint.graph.symbols.symbols().size()
+        << " shape symbols, capture knows the sources of " << a.interp->symbol_sources().size();
+    a.guards.add_size_relations(a.interp->symbol_sources(), joint.size_guards);
+  }
   // The primals are the interpreter's inputs; the tangents were added after them.
   runtime::JointSignature sig = runtime::joint_signature(
       joint.graph, static_cast<int>(a.interp->input_sources().size()),
