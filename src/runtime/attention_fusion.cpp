@@ -90,7 +90,7 @@ bool is_view(const graph::Graph& g, int32_t node) {
 struct Match {
   ValueId q = -1, kt = -1, v = -1, mask = -1;  // mask -1: none
   double scale = 1.0;
-  std::vector<int64_t> heads;
+  graph::Dims heads;  ///< [B, H] of 4D scores (symbolic over shape symbols), or empty
   bool convert_mask = false;
   int32_t second_product = -1;
   std::vector<int32_t> nodes;  // every node of the pattern, the second product included
@@ -153,7 +153,7 @@ class Matcher {
       const bool a_scores = leads_to_product(*a);
       if (a_scores == leads_to_product(*b)) return std::nullopt;
       m_.mask = a_scores ? *b : *a;
-      const std::vector<int64_t> shape = graph::constant_values(g_.type(cur).sizes);
+      const graph::Dims& shape = g_.type(cur).sizes;
       if (shape.size() != 3 && shape.size() != 4) return std::nullopt;
       if (shape.size() == 4) m_.heads = {shape[0], shape[1]};
       m_.nodes.push_back(an);
@@ -187,7 +187,7 @@ class Matcher {
     const bool floating = qt.dtype == graph::DType::Float32 || qt.dtype == graph::DType::BFloat16 ||
                           qt.dtype == graph::DType::Float16;
     if (!floating || g_.type(*kt).dtype != qt.dtype || vt.dtype != qt.dtype ||
-        g_.type(*p).dtype != qt.dtype || !ot.is_static() || !qt.is_static()) {
+        g_.type(*p).dtype != qt.dtype) {
       return std::nullopt;
     }
     if (!ot.is_contiguous()) return std::nullopt;
@@ -196,9 +196,8 @@ class Matcher {
       if (md != qt.dtype && md != graph::DType::Float32) return std::nullopt;
       m_.convert_mask = md != qt.dtype;
     }
-    if (!m_.heads.empty() && m_.heads[0] * m_.heads[1] != graph::constant_values(qt.sizes)[0]) {
-      return std::nullopt;
-    }
+    // (Over shape symbols: equal as expressions, so at every size.)
+    if (!m_.heads.empty() && !(m_.heads[0] * m_.heads[1] == qt.sizes[0])) return std::nullopt;
     m_.q = *q;
     m_.kt = *kt;
     m_.v = *v;
@@ -274,6 +273,7 @@ int fuse_attention(tracer::TracedGraph& traced) {
       c10::Dispatcher::singleton().findSchemaOrThrow("ember::fused_attention", "");
   graph::Graph out;
   out.ops = g.ops;
+  out.symbols = g.symbols;
   const int32_t op_index = out.intern_op(tracer::op_info(op.schema()));
   std::vector<int> match_of(g.nodes.size(), -1);
   for (size_t i = 0; i < found.size(); ++i) match_of[found[i].second_product] = static_cast<int>(i);
@@ -293,7 +293,7 @@ int fuse_attention(tracer::TracedGraph& traced) {
         graph::ValueRef{remap[m.v]},
         m.mask >= 0 ? graph::Arg(graph::ValueRef{remap[m.mask]}) : graph::Arg(graph::NoneArg{}),
         m.scale,
-        m.heads,
+        graph::int_list_arg(m.heads),
         m.convert_mask};
     const ValueId o = g.nodes[n].outputs[0];
     const int32_t added = out.add_node(op_index, std::move(args), {g.type(o)});

@@ -330,7 +330,8 @@ namespace {
 
 // A graph over shape symbols (issue 35) goes through the same steps, each handling symbols or
 // throwing Unsupported naming itself (compile_graph then compiles the graph per size). Its
-// graph passes are skipped: they run nodes at the trace's sizes.
+// causal_attention and fold_constants passes are skipped: they run nodes at the trace's sizes
+// (fuse_attention matches shapes as expressions).
 Program compile_program(tracer::TracedGraph traced, const ExecutorOptions& options) {
   Program p;
   p.traced = std::move(traced);
@@ -346,7 +347,7 @@ Program compile_program(tracer::TracedGraph traced, const ExecutorOptions& optio
   }
   Target target;
   step("choose_target", [&] { target = choose_target(p); });
-  if (!symbolic && fuses_attention(p.options, target)) {
+  if (fuses_attention(p.options, target)) {  // (symbolic heads: an argument evaluated per call)
     p.num_fused_attention =
         step.graph_pass("fuse_attention", [&] { return fuse_attention(p.traced); });
   }

@@ -424,3 +424,20 @@ def test_ember_compile_sizes_in_the_state_at_a_graph_break():
     recs = [r for r in ember.capture.records()
             if r["code"].endswith("test_ember_compile_sizes_in_the_state_at_a_graph_break.<locals>.f)")]
     assert len(recs) == 1, recs  # the frame before the break compiled once, with symbols
+
+
+def test_attention_fusion_over_shape_symbols():
+    # Eager attention (bmm, scale, mask, softmax, bmm) becomes one SDPA call in a symbolic graph
+    # too: its heads [B, H] are an argument over the symbols, evaluated per call (the pass is on by
+    # default for CUDA graphs; forced here on the CPU).
+    torch.manual_seed(0)
+    m = BertLayer().eval()
+    with ember.config.patch(fuse_attention=1):
+        c = ember.compile(m, dynamic=True)
+        metrics.reset()
+        with torch.no_grad():
+            for B, T in [(2, 16), (3, 17), (2, 31), (5, 64)]:
+                args = _bert_inputs(B, T)
+                torch.testing.assert_close(c(*args), m(*args), rtol=1e-4, atol=1e-4)
+    snap = metrics.snapshot()
+    assert snap["graphs"] == 1 and snap["fused_attention"] == 1, snap
