@@ -5,12 +5,16 @@ backend, the median ms per call over the lengths (each length timed after its wa
 of --rounds means of --reps calls), the compiles, and the compile seconds.
 
     python scripts/bench_dynamic.py [--device cpu|cuda] [--lengths 16,17,...] [--batch 2]
-        [--reps 20] [--rounds 5]
+        [--reps 20] [--rounds 5] [--train]
+
+--train times training steps instead: each call is the forward and a backward of
+`out.square().mean()` (gradients set to None between calls), compiled as joint graphs.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import sys
@@ -64,6 +68,15 @@ def timed(fn, args, device, reps, rounds):
     return best
 
 
+def step_of(fn, m):
+    """A training step of `fn` (the module `m`, compiled or not)."""
+    def step(*args):
+        fn(*args).square().mean().backward()
+        for p in m.parameters():
+            p.grad = None
+    return step
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--device", default="cpu")
@@ -72,15 +85,17 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=256)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds per length; the best")
+    ap.add_argument("--train", action="store_true", help="forward and backward steps")
     a = ap.parse_args()
     lengths = [int(t) for t in a.lengths.split(",")]
     print(f"torch {torch.__version__}, device {a.device}, batch {a.batch}, width {a.width}, "
-          f"lengths {lengths}")
+          f"lengths {lengths}{', training steps' if a.train else ''}")
     print(f"{'model':10} {'backend':16} {'median ms':>10} {'compiles':>9} {'compile s':>10}")
     for model in (GPT2Layer, BertLayer):
         torch.manual_seed(0)
         kw = {"max_len": 1024} if model is GPT2Layer else {}
-        m = model(C=a.width, H=4, **kw).to(a.device).eval()
+        m = model(C=a.width, H=4, **kw).to(a.device)
+        m = m.train() if a.train else m.eval()
         # dynamic: False static, True batch and length marked maybe_mark_dynamic, "all"
         # ember.compile(dynamic=True) with nothing marked (every dim a symbol; the width is
         # pinned to the weights' by the first norm or product).
@@ -90,8 +105,9 @@ def main() -> None:
                 fns = None  # one fresh torch.compile per length (Dynamo would go dynamic)
             ms, compile_s, compiles = [], 0.0, 0
             fn = None if backend != "eager" else m
+            call = fn if not a.train or fn is None else step_of(fn, m)
             ember.metrics.reset()
-            with torch.no_grad():
+            with contextlib.nullcontext() if a.train else torch.no_grad():
                 for T in lengths:
                     args = inputs(model, a.batch, T, a.device, a.width)
                     if dynamic is True:
@@ -100,10 +116,11 @@ def main() -> None:
                             torch._dynamo.maybe_mark_dynamic(x, 1)
                     if fn is None or (not dynamic and backend != "eager"):
                         fn = make(backend, dynamic, m)
+                        call = fn if not a.train else step_of(fn, m)
                     t0 = time.perf_counter()
-                    fn(*args)
+                    call(*args)
                     first = time.perf_counter() - t0
-                    ms.append(timed(fn, args, a.device, a.reps, a.rounds))
+                    ms.append(timed(call, args, a.device, a.reps, a.rounds))
                     steady = ms[-1] / 1e3
                     if first > 5 * steady + 0.05:  # this call compiled
                         compile_s += first - steady

@@ -855,6 +855,15 @@ std::vector<TensorType> rule(const Call& c) {
     EMBER_INTERNAL_ASSERT(mode != nullptr) << c.name() << ": reduction";
     return same_as_shape(*mode == 0 ? broadcast(c, all_tensor_shapes()) : Dims{});
   }
+  if (one_of({"aten::mv"})) {  // [n, m] @ [m]
+    const TensorType &a = c.tensor(0), &v = c.tensor(1);
+    c.require_equal(a.sizes.at(1), v.sizes.at(0), "inner size");
+    return same_as_shape({a.sizes.at(0)});
+  }
+  if (one_of({"aten::dot", "aten::vdot"})) {  // [n] . [n]
+    c.require_equal(c.tensor(0).sizes.at(0), c.tensor(1).sizes.at(0), "size");
+    return same_as_shape({});
+  }
   // ---- backward ops: each gradient has the sizes of what it is the gradient of
   if (one_of({"aten::native_layer_norm_backward"})) {
     // (grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)
@@ -905,7 +914,7 @@ std::vector<TensorType> rule(const Call& c) {
               "aten::_scaled_dot_product_cudnn_attention_backward"})) {
     // (grad_out, query, key, value, ...): query's, key's, value's (then an attention bias's)
     std::vector<std::optional<Dims>> per = {c.sizes_of(1), c.sizes_of(2), c.sizes_of(3)};
-    if (c.op.name == "aten::_scaled_dot_product_efficient_attention_backward") {
+    if (one_of({"aten::_scaled_dot_product_efficient_attention_backward"})) {
       per.push_back(c.sizes_of(4));
     }
     return c.by_slot(per);

@@ -9,6 +9,7 @@
 
 #include "graph/ops.h"
 #include "support/error.h"
+#include "tracer/symbolic_matmul.h"
 #include "tracer/trace_session.h"
 #include "tracer/tracer_tensor.h"
 
@@ -98,6 +99,7 @@ void register_tracer_kernels() {
                                   c10::KernelFunction::makeFromBoxedFunction<&tracer_kernel>(),
                                   std::nullopt, nullptr, "ember tracer: recorded whole"));
     }
+    register_symbolic_matmul();
     for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
       auto op = dispatcher.findOp(name);
       if (!op || !op->hasSchema()) continue;

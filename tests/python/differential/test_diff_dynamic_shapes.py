@@ -441,3 +441,28 @@ def test_attention_fusion_over_shape_symbols():
                 torch.testing.assert_close(c(*args), m(*args), rtol=1e-4, atol=1e-4)
     snap = metrics.snapshot()
     assert snap["graphs"] == 1 and snap["fused_attention"] == 1, snap
+
+
+MATMUL_RANKS = [((5,), (5,)), ((3, 5), (5,)), ((5,), (5, 4)), ((3, 5), (5, 4)), ((2, 3, 5), (5, 4)),
+                ((2, 3, 5), (5,)), ((2, 3, 5), (2, 5, 4)), ((2, 1, 3, 5), (4, 5, 6)),
+                ((3, 5), (2, 5, 4)), ((5,), (2, 5, 4)), ((2, 4, 3, 5), (2, 4, 5, 6))]
+
+
+@pytest.mark.parametrize("shapes", MATMUL_RANKS, ids=lambda s: f"{len(s[0])}d@{len(s[1])}d")
+def test_matmul_of_every_rank_over_shape_symbols(shapes):
+    # matmul decomposes over SymInts on tracer tensors (tracer/symbolic_matmul.h), the same on
+    # every torch (torch 2.11's own decomposition reads sizes as numbers): one graph for every
+    # size, forward and backward equal to eager's.
+    sa, sb = shapes
+    f = lambda a, b: (a @ b) * 2  # noqa: E731
+    c = ember.compile(f, dynamic=True)
+    metrics.reset()
+    for k in (0, 1, 3):
+        a = torch.randn(*(d + k if d > 1 else d for d in sa), requires_grad=True)
+        inner = [a.shape[-1]] if len(sb) == 1 else [a.shape[-1], sb[-1] + k]
+        b = torch.randn(*(d + k if d > 1 else d for d in sb[:-2]), *inner, requires_grad=True)
+        got, want = c(a, b), f(a, b)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+        for x, y in zip(torch.autograd.grad(got.sum(), (a, b)), torch.autograd.grad(want.sum(), (a, b))):
+            torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
+    assert metrics.snapshot()["graphs"] == 1, metrics.fallback_reasons
