@@ -91,8 +91,8 @@ struct CompileOptions {
     bool cuda_graphs = false;
     /// mode="max-autotune": Triton templates for matrix products, timed against cuBLAS.
     bool matmul_templates = false;
-    /// Eager attention as one SDPA call: -1 on CUDA graphs with Triton kernels, 0 never, 1 on any
-    /// kernel graph. (EMBER_FUSE_ATTENTION unset|0|1)
+    /// Eager attention as one SDPA call: -1 on CUDA graphs with Triton kernels and on CPU graphs
+    /// over shape symbols, 0 never, 1 on any kernel graph. (EMBER_FUSE_ATTENTION unset|0|1)
     int fuse_attention = -1;
     /// Kernels of parameters only keep their outputs across calls. (EMBER_PARAMETER_CACHE)
     bool parameter_cache = true;

@@ -427,20 +427,28 @@ def test_ember_compile_sizes_in_the_state_at_a_graph_break():
 
 
 def test_attention_fusion_over_shape_symbols():
-    # Eager attention (bmm, scale, mask, softmax, bmm) becomes one SDPA call in a symbolic graph
-    # too: its heads [B, H] are an argument over the symbols, evaluated per call (the pass is on by
-    # default for CUDA graphs; forced here on the CPU).
+    # Eager attention (bmm, scale, mask, softmax, bmm) becomes one fused node in a symbolic graph
+    # too, by default on the CPU (its softmax would be an ATen call): its heads [B, H] are an
+    # argument over the symbols, evaluated per call. Below 128 keys the node runs eager's ops,
+    # from 128 SDPA (Note [Short attention on the CPU]): both sides of that line here.
     torch.manual_seed(0)
     m = BertLayer().eval()
-    with ember.config.patch(fuse_attention=1):
-        c = ember.compile(m, dynamic=True)
-        metrics.reset()
-        with torch.no_grad():
-            for B, T in [(2, 16), (3, 17), (2, 31), (5, 64)]:
-                args = _bert_inputs(B, T)
-                torch.testing.assert_close(c(*args), m(*args), rtol=1e-4, atol=1e-4)
+    c = ember.compile(m, dynamic=True)
+    metrics.reset()
+    with torch.no_grad():
+        for B, T in [(2, 16), (3, 17), (2, 31), (5, 64), (2, 128), (3, 200)]:
+            args = _bert_inputs(B, T)
+            torch.testing.assert_close(c(*args), m(*args), rtol=1e-4, atol=1e-4)
     snap = metrics.snapshot()
     assert snap["graphs"] == 1 and snap["fused_attention"] == 1, snap
+    with ember.config.patch(fuse_attention=0):  # off: the same results from the unfused ops
+        ember._C.clear_capture_cache(None)
+        off = ember.compile(m, dynamic=True)
+        metrics.reset()
+        with torch.no_grad():
+            args = _bert_inputs(2, 40)
+            torch.testing.assert_close(off(*args), m(*args), rtol=1e-4, atol=1e-4)
+        assert metrics.snapshot()["fused_attention"] == 0
 
 
 MATMUL_RANKS = [((5,), (5,)), ((3, 5), (5,)), ((5,), (5, 4)), ((3, 5), (5, 4)), ((2, 3, 5), (5, 4)),
