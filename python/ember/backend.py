@@ -213,7 +213,13 @@ def _compile_dynamic(gm: torch.fx.GraphModule, example_inputs: Sequence[Any],
     guards = _C.size_guards(graph)
     log.debug("ember: compiled a graph of %d nodes with symbolic sizes; size guards: %s\n%s",
               graph.num_nodes, guards or "none", graph)
+    return _guarded(gm, compiled, rebuild, tensor_pos, scalars, guards)
 
+
+def _guarded(gm: torch.fx.GraphModule, compiled: Any, rebuild: Callable, tensor_pos: list[int],
+             scalars: dict[int, float], guards: list[str]) -> Callable:
+    """A symbolic graph's runner (a CompiledGraph or a CompiledFunction): a call whose sizes break
+    a size guard ember's trace relied on, or whose traced scalar changed, runs eagerly."""
     def run(*args: Any) -> Any:
         call = [args[i] for i in tensor_pos]
         if guards and not compiled.size_guards_hold(call):
@@ -261,18 +267,7 @@ def _training_dynamic(gm: torch.fx.GraphModule, traced: Callable, example_inputs
     guards = _C.size_guards(graph)
     log.debug("ember: compiled a joint graph of %d nodes with symbolic sizes; size guards: %s\n%s",
               graph.num_nodes, guards or "none", graph)
-
-    def run(*args: Any) -> Any:
-        call = [args[i] for i in tensor_pos]
-        if guards and not compiled.size_guards_hold(call):
-            metrics.counters["size_guard_failures"] += 1
-            return gm(*args)
-        for i, v in scalars.items():
-            if args[i].item() != v:
-                metrics.counters["scalar_guard_failures"] += 1
-                return gm(*args)
-        return rebuild(compiled(*call))
-    return run
+    return _guarded(gm, compiled, rebuild, tensor_pos, scalars, guards)
 
 
 def _per_size(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], tensor_pos: list[int],

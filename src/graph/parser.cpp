@@ -4,6 +4,7 @@
 #include <map>
 #include <optional>
 
+#include "graph/pinned_symbols.h"
 #include "graph/printer.h"
 #include "graph/verifier.h"
 #include "support/error.h"
@@ -591,7 +592,8 @@ class Parser : TokenCursor {
     EMBER_CHECK(t.type.dtype == s.type.dtype)
         << at_source << ": mutation writes " << dtype_name(s.type.dtype) << " %" << source
         << " into " << dtype_name(t.type.dtype) << " %" << target;
-    EMBER_CHECK(t.type.sizes == s.type.sizes)
+    // (A symbol pinned to a constant stays in the input's type: compared as the constant.)
+    EMBER_CHECK(fold_pinned(t.type.sizes, g_.symbols) == fold_pinned(s.type.sizes, g_.symbols))
         << at_source << ": mutation writes %" << source << " of sizes " << sizes_str(s.type.sizes)
         << " into %" << target << " of sizes " << sizes_str(t.type.sizes);
     g_.mutations.push_back(Mutation{target, source});

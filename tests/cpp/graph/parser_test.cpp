@@ -503,6 +503,26 @@ TEST(ParseGraphErrors, ReportBadSymbols) {
       << unknown;
 }
 
+TEST(ParseGraph, AMutationOfAnInputWithAPinnedSymbolVerifies) {
+  // A symbol a guard pinned to a constant stays in its input's type (the runtime binds it) while
+  // the nodes' types fold it: the mutation's sizes compare as equal (an optimizer step's state
+  // under dynamic=True), in the parser and the verifier alike.
+  const std::string text =
+      "graph {\n"
+      "  symbol s0 : [8, 8] hint 8 \"L['buf'].size()[0]\"\n"
+      "  input %0 : f32[s0] cpu  # user buf\n"
+      "  %1 : f32[8] cpu = aten::mul.Scalar(%0, 2)\n"
+      "  mutate %0 <- %1\n"
+      "  return ()\n"
+      "}\n";
+  Graph g = parse_graph(text);
+  EXPECT_NO_THROW(check_graph(g));
+  EXPECT_EQ(print_graph(g), text);
+  const std::string wrong =
+      std::string(text).replace(text.find("[8, 8] hint 8"), 13, "[2, inf] hint 8");
+  EXPECT_THROW(parse_graph(wrong), UserError);
+}
+
 TEST(DimExpr, ConstantsStayConstantsAndSymbolsDoNot) {
   sym::ShapeEnv env;
   sym::SymExpr s0 = env.create_size(5, "a");
