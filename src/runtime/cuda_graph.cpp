@@ -50,13 +50,6 @@ int64_t CudaGraphRunner::replays() const {
   return replays_;
 }
 
-size_t CudaGraphRunner::num_captured() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  size_t n = 0;
-  for (const auto& [key, e] : entries_) n += e.graph.exec != nullptr ? 1 : 0;
-  return n;
-}
-
 void CudaGraphRunner::disable(const std::string& why) {
   disabled_ = why;
   entries_.clear();
@@ -92,8 +85,8 @@ bool CudaGraphRunner::capture(Entry& e, const std::vector<at::Tensor>& inputs,
   }
   try {
     e.graph = hook()(device_, [&] { e.static_outputs = program(e.static_inputs); });
-  } catch (const std::exception& e) {
-    disable(std::string("its capture failed: ") + e.what());
+  } catch (const std::exception& err) {
+    disable(std::string("its capture failed: ") + err.what());
     return false;
   }
   if (e.graph.exec == nullptr) {

@@ -73,8 +73,6 @@ class CudaGraphRunner {
   /// Why the graph runs without a CUDA graph; empty while it is captured or still to be.
   std::string disabled_reason() const;
   int64_t replays() const;
-  /// The bindings that have a captured graph.
-  size_t num_captured() const;
 
  private:
   /// One binding's graph.
