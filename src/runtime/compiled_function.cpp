@@ -359,7 +359,8 @@ int CompiledFunction::num_saved() const {
 
 std::vector<at::Tensor> CompiledFunction::run(const std::vector<at::Tensor>& inputs) const {
   const State& s = *state_;
-  std::vector<at::Tensor> all = s.forward->run(inputs);
+  std::vector<int64_t> symbols;  // the backward takes the forward call's values
+  std::vector<at::Tensor> all = s.forward->run_and_bind(inputs, &symbols);
   std::vector<at::Tensor> outputs(all.begin(), all.begin() + s.num_forward_outputs);
   bool needs_grad = false;
   if (at::GradMode::is_enabled()) {
@@ -370,7 +371,7 @@ std::vector<at::Tensor> CompiledFunction::run(const std::vector<at::Tensor>& inp
   NodePtr node = make_node<CompiledBackward>();
   auto* backward = static_cast<CompiledBackward*>(node.get());
   backward->state = state_;
-  backward->symbols = s.forward->symbol_values(inputs);
+  backward->symbols = std::move(symbols);
   if (!eager_backward_) {
     backward->no_replay = "not supported (no eager fallback is installed)";
   } else if (!replayable_) {

@@ -65,9 +65,10 @@ class Executor {
   /// (ExecutorOptions::symbols_from_caller; empty for a graph without symbols).
   std::vector<at::Tensor> run(std::vector<at::Tensor>&& inputs,
                               const std::vector<int64_t>& symbols) const;
-  /// The value of each shape symbol (by id) at a call with `inputs`, as run() binds them; empty
-  /// for a graph without symbols.
-  std::vector<int64_t> symbol_values(const std::vector<at::Tensor>& inputs) const;
+  /// run(inputs), also giving the value of each shape symbol (by id) it bound in `*symbols`
+  /// (empty for a graph without symbols): what a training graph's backward takes.
+  std::vector<at::Tensor> run_and_bind(const std::vector<at::Tensor>& inputs,
+                                       std::vector<int64_t>* symbols) const;
 
   /// True when the graph mutates an input that shares memory with another input. The graph was
   /// traced assuming inputs do not alias, so such a call must run eagerly instead.

@@ -271,9 +271,11 @@ std::vector<at::Tensor> Executor::unfused_run(const std::vector<at::Tensor>& inp
   return p_.unfused->run(std::vector<at::Tensor>(inputs), symbols);
 }
 
-std::vector<int64_t> Executor::symbol_values(const std::vector<at::Tensor>& inputs) const {
-  if (!p_.symbol_sources) return {};
-  return bind_symbols(p_.traced.graph, *p_.symbol_sources, p_.input_slots, inputs);
+std::vector<at::Tensor> Executor::run_and_bind(const std::vector<at::Tensor>& inputs,
+                                               std::vector<int64_t>* symbols) const {
+  c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  *symbols = check_inputs(inputs);
+  return run_checked(inputs, *symbols);
 }
 
 std::vector<at::Tensor> Executor::run_checked(const std::vector<at::Tensor>& inputs,
