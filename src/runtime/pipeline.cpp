@@ -347,7 +347,7 @@ Program compile_program(tracer::TracedGraph traced, const ExecutorOptions& optio
   }
   Target target;
   step("choose_target", [&] { target = choose_target(p); });
-  if (fuses_attention(p.options, target, symbolic)) {  // (symbolic heads: evaluated per call)
+  if (fuses_attention(p.options, target)) {  // (symbolic heads: evaluated per call)
     p.num_fused_attention =
         step.graph_pass("fuse_attention", [&] { return fuse_attention(p.traced); });
   }
@@ -396,10 +396,10 @@ void bind_inputs(Program& p) {
   }
 }
 
-bool fuses_attention(const CompileOptions& o, const Target& t, bool symbolic) {
+bool fuses_attention(const CompileOptions& o, const Target& t) {
   const int fa = o.runtime.fuse_attention;
   const bool kernels = o.sched.codegen && (t.cpu || t.triton);
-  const bool by_default = (t.triton && t.cuda_device >= 0) || (symbolic && t.cpu && !t.triton);
+  const bool by_default = t.triton && t.cuda_device >= 0;
   return kernels && (fa == 1 || (fa == -1 && by_default));
 }
 

@@ -60,11 +60,10 @@ void bind_inputs(Program& p);
 Target choose_target(Program& p);
 
 /// Whether step 4 runs: CompileOptions::Runtime::fuse_attention 1, or -1 (the default) for
-/// Triton kernels on a CUDA device and for a CPU graph over shape symbols (`symbolic`: its
-/// softmax is no kernel, so the unfused form writes and reads the scores three times); and only
-/// where the graph gets kernels (sched.codegen, on the CPU or with Triton), as the fused kernels
-/// replace the softmax's.
-bool fuses_attention(const CompileOptions& o, const Target& t, bool symbolic = false);
+/// Triton kernels on a CUDA device; and only where the graph gets kernels (sched.codegen, on the
+/// CPU or with Triton), as the fused kernels replace the softmax's. Graphs over shape symbols
+/// follow the same rule as static ones (their softmax is a reduction kernel too).
+bool fuses_attention(const CompileOptions& o, const Target& t);
 
 /// Step 6. The schedule options the target and p.options give, and the plan.
 sched::Plan schedule(const Program& p, const Target& t, sched::ScheduleOptions* options);

@@ -35,17 +35,18 @@ bool kernel_value(const graph::Graph& g, ValueId v) {
   return kernel_device(t.device) && to_loop_dtype(t.dtype) && t.is_static();
 }
 
-// A value of symbolic type a pointwise kernel can compute or read (on the CPU, with a loop-IR
-// dtype).
+// A value of symbolic type a kernel can compute or read (on a kernel device, with a loop-IR
+// dtype): C++ kernels on the CPU, Triton kernels on CUDA, both taking the symbols as arguments.
 bool symbolic_kernel_value(const graph::Graph& g, ValueId v) {
   const graph::TensorType& t = g.type(v);
-  return !t.is_static() && t.device.kind == graph::DeviceKind::CPU && to_loop_dtype(t.dtype);
+  return !t.is_static() && kernel_device(t.device) && to_loop_dtype(t.dtype);
 }
 
-// A node over symbolic types (issue 35): pointwise ones fuse (their kernels' loops run over the
-// symbols, size_expr.h); reductions, views, indexing and the rest stay ATen calls, evaluating
-// their symbolic arguments per call, for now.
-std::optional<NodeClass> classify_symbolic(const graph::Graph& g, const graph::Node& n) {
+// A node over symbolic types (issue 35): pointwise ones fuse and reductions are kernels (their
+// loops run over the symbols, size_expr.h); views, indexing and the rest stay ATen calls,
+// evaluating their symbolic arguments per call, for now.
+std::optional<NodeClass> classify_symbolic(const graph::Graph& g, const graph::Node& n,
+                                           const ScheduleOptions& options) {
   bool symbolic = false;
   std::vector<ValueId> values = all_reads(n);
   values.insert(values.end(), n.outputs.begin(), n.outputs.end());
@@ -54,6 +55,7 @@ std::optional<NodeClass> classify_symbolic(const graph::Graph& g, const graph::N
   for (ValueId v : values) {
     if (!kernel_value(g, v) && !symbolic_kernel_value(g, v)) return NodeClass::Extern;
   }
+  if (options.reductions && is_reduction_kernel_node(g, n)) return NodeClass::Reduction;
   return n.outputs.size() == 1 && is_pointwise(g, n) ? NodeClass::Pointwise : NodeClass::Extern;
 }
 
@@ -63,7 +65,7 @@ NodeClass classify(const graph::Graph& g, int32_t index, const ScheduleOptions& 
   if (static_cast<size_t>(index) < options.extern_nodes.size() && options.extern_nodes[index]) {
     return NodeClass::Extern;
   }
-  if (std::optional<NodeClass> c = classify_symbolic(g, n)) return *c;
+  if (std::optional<NodeClass> c = classify_symbolic(g, n, options)) return *c;
   if (options.reductions && is_reduction_kernel_node(g, n)) return NodeClass::Reduction;
   for (ValueId v : n.outputs) {
     if (!kernel_value(g, v)) return NodeClass::Extern;

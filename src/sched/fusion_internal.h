@@ -257,7 +257,7 @@ class ReductionGroupBuilder {
   std::vector<ValueId> outputs_;
   bool fusible_ = false;
   ValueId x_value_ = -1;
-  std::vector<int64_t> x_sizes_;
+  graph::Dims x_sizes_;
   std::optional<KernelBuilder> prologue_;
   Expr x_;  // the input at the identity index (prologue)
   std::optional<KernelBuilder> epilogue_;

@@ -445,6 +445,33 @@ const std::map<graph::OpOverload, Rule>& rule_table() {
     t[{OpKind::where, "self"}] = {Mode::Where, {"condition", "self", "other"}, [](P, V x) {
                                     return select(x[0], x[1], x[2]);
                                   }};
+    // masked_fill(self, mask, value): value where the b8 mask is set, else self, broadcast
+    // together (the out-of-place op expands both); the value is converted to self's dtype as
+    // masked_fill_ converts it (a Scalar's to<T>(), or a 0-dim tensor's item()). For integer
+    // and bool outputs only integer and bool values that fit (eager raises on others).
+    auto fill_ok = [](P p) {
+      return p.operands[0].dtype == p.out && p.operands[1].dtype == DType::Bool;
+    };
+    t[{OpKind::masked_fill, "Scalar"}] = {
+        Mode::Raw,
+        {"self", "mask"},
+        [](P p, V x) { return select(x[1], constant(p.out, *p.arg("value")), x[0]); },
+        [fill_ok](P p) {
+          const Arg* v = p.arg("value");
+          if (!fill_ok(p) || v == nullptr) return false;
+          if (loop::is_float(p.out))
+            return number(v).has_value() || std::holds_alternative<bool>(*v);
+          if (const auto* i = std::get_if<int64_t>(v)) return loop::int_fits(p.out, *i);
+          return std::holds_alternative<bool>(*v);
+        }};
+    t[{OpKind::masked_fill, "Tensor"}] = {
+        Mode::Raw,
+        {"self", "mask", "value"},
+        [](P p, V x) { return select(x[1], cast(p.out, x[2]), x[0]); },
+        [fill_ok](P p) {
+          // Float into float only (item() of an integer or bool value is exact there).
+          return fill_ok(p) && p.operands[2].zero_dim && loop::is_float(p.out);
+        }};
 
     auto convert_to = [](P p, V x) { return cast(p.out, x[0]); };
     for (const graph::OpOverload& op :

@@ -12,6 +12,7 @@
 #include "sched/pointwise.h"
 #include "sched/reduction_loops.h"
 #include "sched/reduction_spec.h"
+#include "sched/size_expr.h"
 #include "support/error.h"
 
 namespace ember::sched {
@@ -79,7 +80,7 @@ class ProgramBuilder {
         buffer_of_(buffer_of),
         fusion_(fusion),
         siblings_(siblings),
-        space_{s.sizes, s.reduced, s.x.strides} {}
+        space_{s.sizes, s.reduced, s.x.strides, &g.symbols} {}
 
   RowProgram build() {
     kind_program();
@@ -207,14 +208,21 @@ class ProgramBuilder {
   }
 
   DType dtype(ValueId v) const { return *to_loop_dtype(g_.type(v).dtype); }
-  int64_t n() const { return s_.reduced_numel(); }
+  graph::DimExpr n() const { return s_.reduced_numel(); }
+  // The elements per row as a `t` value: a constant, or the symbolic count converted per call.
+  Expr count(DType t) const {
+    if (std::optional<int64_t> c = n().as_constant()) return fconst(t, static_cast<double>(*c));
+    return cast(t, dim_expr(n()));
+  }
 
   // ---- operands -------------------------------------------------------------------------
 
   Expr offset(const ReductionOperand& o) const {
     Expr off = loop::idx(0);
     for (size_t d = 0; d < o.strides.size(); ++d) {
-      if (o.strides[d] != 0) off = add(off, mul(element_var(d), loop::idx(o.strides[d])));
+      if (!(o.strides[d] == graph::DimExpr(0))) {
+        off = add(off, mul(element_var(d), dim_expr(o.strides[d])));
+      }
     }
     return loop::simplify(off);
   }
@@ -240,11 +248,13 @@ class ProgramBuilder {
   // The flat index of the element within its row: reduced dims in row-major order (argmax).
   Expr reduced_flat_index() const {
     Expr index = loop::idx(0);
-    int64_t stride = 1;
+    graph::DimExpr stride = 1;
     for (size_t d = s_.sizes.size(); d-- > 0;) {
       if (!s_.reduced[d]) continue;
-      if (s_.sizes[d] != 1) index = add(index, mul(element_var(d), loop::idx(stride)));
-      stride *= s_.sizes[d];
+      if (!(s_.sizes[d] == graph::DimExpr(1))) {
+        index = add(index, mul(element_var(d), dim_expr(stride)));
+      }
+      stride = stride * s_.sizes[d];
     }
     return loop::simplify(index);
   }
@@ -306,7 +316,7 @@ class ProgramBuilder {
       inits.push_back(set(name, loop::reduction_identity(op, 0, a)));
       folds.push_back(accumulate(op, name, cast(a, xm)));
       Expr total = value(name, a);
-      if (m.kind == Kind::Mean) total = div(total, fconst(a, static_cast<double>(n())));
+      if (m.kind == Kind::Mean) total = div(total, count(a));
       stores.push_back(store_to(m.outputs[0], total));
     }
     row(std::move(inits));
@@ -320,13 +330,19 @@ class ProgramBuilder {
     const DType a = DType::Float64;
     init("acc_sum", ReduceOp::Sum, a);
     elements({accumulate(ReduceOp::Sum, "acc_sum", x(a))});
-    Expr mu = define("mu", div(value("acc_sum", a), fconst(a, static_cast<double>(n()))));
+    Expr mu = define("mu", div(value("acc_sum", a), count(a)));
     init("acc_m2", ReduceOp::Sum, a);
     Expr dev = loop::Var::make("t_dev", a);
     elements(
         {loop::Let::make(dev, sub(x(a), mu), accumulate(ReduceOp::Sum, "acc_m2", mul(dev, dev)))});
-    const double divisor = std::max(0.0, static_cast<double>(n()) - s_.correction);
-    Expr var = div(value("acc_m2", a), fconst(a, divisor));
+    Expr divisor;  // max(0, N - correction)
+    if (std::optional<int64_t> c = n().as_constant()) {
+      divisor = fconst(a, std::max(0.0, static_cast<double>(*c) - s_.correction));
+    } else {
+      Expr d = sub(count(a), fconst(a, s_.correction));
+      divisor = loop::Select::make(bin(ExprKind::LT, fconst(a, 0), d), d, fconst(a, 0));
+    }
+    Expr var = div(value("acc_m2", a), divisor);
     const bool std = s_.kind == Kind::Std || s_.kind == Kind::StdMean;
     std::vector<Stmt> out = {store(0, std ? call(loop::CallFn::Sqrt, var) : var)};
     if (s_.kind == Kind::VarMean || s_.kind == Kind::StdMean) out.push_back(store(1, mu));
@@ -362,7 +378,8 @@ class ProgramBuilder {
     Expr sum = value("acc_sum", a);
     if (s_.kind == Kind::Softmax || s_.kind == Kind::SafeSoftmax) {
       const bool in_output = dtype(s_.outputs[0].value) == a;
-      const bool in_scratch = !in_output && uses_inner_layout(space_) && n() <= kMaxScratchRow;
+      const bool in_scratch = !in_output && uses_inner_layout(space_) && n().is_constant() &&
+                              n().constant() <= kMaxScratchRow;
       Expr e = loop::Var::make("t_exp", a);
       std::vector<Stmt> pass = {accumulate(ReduceOp::Sum, "acc_sum", e)};
       Expr kept;  // where exp(x - max) is kept, if anywhere
@@ -401,7 +418,7 @@ class ProgramBuilder {
   // eager's formulas in the compute type.
   void normalize() {
     const DType a = opmath(dtype(s_.x.value));
-    const Expr count = fconst(a, static_cast<double>(n()));
+    const Expr count = this->count(a);
     init("acc_sum", ReduceOp::Sum, a);
     elements({accumulate(ReduceOp::Sum, "acc_sum", x(a))});
     Expr mu = define("mu", div(value("acc_sum", a), count));
@@ -465,7 +482,7 @@ class ProgramBuilder {
       return cast(p, bin(k, cast(pm, a), cast(pm, b)));
     };
     auto p_const = [&](double v) { return cast(p, fconst(pm, v)); };
-    const double count = static_cast<double>(n());
+    const double count = static_cast<double>(n().constant());  // batch norm: static only
 
     init("acc_sum", ReduceOp::Sum, sum_t);
     elements({accumulate(ReduceOp::Sum, "acc_sum", x(sum_t))});
@@ -575,9 +592,10 @@ loop::Kernel build_reduction_kernel(const graph::Graph& g, const graph::Node& n,
     siblings.push_back(std::move(*s));
   }
   RowProgram program = ProgramBuilder(g, *spec, buffer_of, fusion, siblings).build();
-  const ReductionSpace space{spec->sizes, spec->reduced, spec->x.strides};
+  const ReductionSpace space{spec->sizes, spec->reduced, spec->x.strides, &g.symbols};
   k.body =
       build_reduction_loops(space, program, options.parallel_threshold, options.chunk_single_rows);
+  k.size_vars = kernel_size_vars(k, g.symbols);
   return k;
 }
 

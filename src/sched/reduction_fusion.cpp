@@ -9,6 +9,7 @@
 #include "sched/reduction.h"
 #include "sched/reduction_loops.h"
 #include "sched/reduction_spec.h"
+#include "sched/size_expr.h"
 #include "support/error.h"
 
 namespace ember::sched::fusion_detail {
@@ -23,7 +24,7 @@ ReductionGroupBuilder::ReductionGroupBuilder(const FusionState& s, int32_t node,
   spec_ = std::move(*spec);
   fusible_ = fuse && supports_reduction_fusion(g_, n);
   x_value_ = spec_.x.value;
-  x_sizes_ = sizes_of(g_.type(x_value_));
+  x_sizes_ = g_.type(x_value_).sizes;
   const bool x_stored = std::find(stored.begin(), stored.end(), x_value_) != stored.end();
   if (!s_.realized(x_value_) || x_stored) {
     EMBER_INTERNAL_ASSERT(fusible_ || !stored.empty())
@@ -90,7 +91,7 @@ bool ReductionGroupBuilder::add_sibling(int32_t node, std::vector<ValueId> outpu
 }
 
 bool ReductionGroupBuilder::add_epilogue(ValueId v) {
-  if (!fusible_ || sizes_of(g_.type(v)) != x_sizes_) return false;
+  if (!fusible_ || g_.type(v).sizes != x_sizes_) return false;
   std::optional<KernelBuilder> trial;
   if (epilogue_) {
     trial.emplace(*epilogue_);
@@ -104,7 +105,9 @@ bool ReductionGroupBuilder::add_epilogue(ValueId v) {
       for (const ReductionOperand& o : spec->outputs) {
         Expr off = loop::idx(0);
         for (size_t d = 0; d < o.strides.size(); ++d) {
-          if (o.strides[d] != 0) off = off + loop::var(loop_var(d)) * loop::idx(o.strides[d]);
+          if (!(o.strides[d] == graph::DimExpr(0))) {
+            off = off + loop::var(loop_var(d)) * dim_expr(o.strides[d]);
+          }
         }
         trial->bind_reads(o.value, off);
       }

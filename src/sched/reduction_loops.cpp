@@ -9,12 +9,14 @@
 #include "loop/equality.h"
 #include "loop/simplify.h"
 #include "loop/traverse.h"
+#include "sched/size_expr.h"
 #include "support/error.h"
 
 namespace ember::sched {
 
 namespace {
 
+using graph::DimExpr;
 using loop::Expr;
 using loop::ForKind;
 using loop::Stmt;
@@ -38,15 +40,27 @@ std::string x_name(size_t d) {
   return "x" + std::to_string(d);
 }
 
+bool is_one(const DimExpr& d) {
+  return d.is_constant() && d.constant() == 1;
+}
+
+// `d` at the symbols' hints: for heuristics only.
+int64_t hint(const ReductionSpace& s, const DimExpr& d) {
+  if (std::optional<int64_t> c = d.as_constant()) return *c;
+  EMBER_INTERNAL_ASSERT(s.symbols != nullptr) << "a symbolic reduction space without symbols";
+  return hint_of(d, *s.symbols);
+}
+
 // Dims of size other than 1 (size-0 dims give loops that never run), in memory order of the
-// input: largest stride first (ties: lower dim first).
+// input: largest stride first, at the hints (ties: lower dim first).
 std::vector<size_t> memory_order(const ReductionSpace& s, bool reduced) {
   std::vector<size_t> dims;
   for (size_t d = 0; d < s.sizes.size(); ++d) {
-    if (s.sizes[d] != 1 && s.reduced[d] == reduced) dims.push_back(d);
+    if (!is_one(s.sizes[d]) && s.reduced[d] == reduced) dims.push_back(d);
   }
-  std::stable_sort(dims.begin(), dims.end(),
-                   [&](size_t a, size_t b) { return s.x_strides[a] > s.x_strides[b]; });
+  std::stable_sort(dims.begin(), dims.end(), [&](size_t a, size_t b) {
+    return hint(s, s.x_strides[a]) > hint(s, s.x_strides[b]);
+  });
   return dims;
 }
 
@@ -54,7 +68,7 @@ std::vector<size_t> memory_order(const ReductionSpace& s, bool reduced) {
 // variable walks them all (x<d> = (var // inner) % size).
 struct LoopDims {
   std::vector<size_t> dims;  // outer to inner
-  int64_t extent = 1;
+  DimExpr extent = 1;
   std::string var;
 };
 
@@ -64,9 +78,10 @@ std::vector<LoopDims> merge_contiguous(const ReductionSpace& s, const std::vecto
   for (size_t d : dims) {
     if (!loops.empty()) {
       size_t prev = loops.back().dims.back();
+      // As expressions: a run at every size of the symbols.
       if (s.x_strides[prev] == s.sizes[d] * s.x_strides[d]) {
         loops.back().dims.push_back(d);
-        loops.back().extent *= s.sizes[d];
+        loops.back().extent = loops.back().extent * s.sizes[d];
         continue;
       }
     }
@@ -82,12 +97,12 @@ std::vector<LoopDims> merge_contiguous(const ReductionSpace& s, const std::vecto
 // x<d> for every dim of `dims` (outer to inner) as digits of the flat index `flat`.
 void decompose(const ReductionSpace& s, const std::vector<size_t>& dims, const Expr& flat,
                std::map<std::string, Expr>& subst) {
-  int64_t inner = 1;
+  DimExpr inner = 1;
   for (size_t i = dims.size(); i-- > 0;) {
-    Expr digit = loop::floordiv(flat, loop::idx(inner));
-    if (i > 0) digit = loop::mod(digit, loop::idx(s.sizes[dims[i]]));
+    Expr digit = loop::floordiv(flat, dim_expr(inner));
+    if (i > 0) digit = loop::mod(digit, dim_expr(s.sizes[dims[i]]));
     subst[x_name(dims[i])] = digit;
-    inner *= s.sizes[dims[i]];
+    inner = inner * s.sizes[dims[i]];
   }
 }
 
@@ -100,7 +115,7 @@ Stmt nest(const std::vector<LoopDims>& loops, Stmt body, bool vectorize_innermos
   for (size_t i = loops.size(); i-- > 0;) {
     ForKind kind =
         vectorize_innermost && i + 1 == loops.size() ? ForKind::Vectorized : ForKind::Serial;
-    body = loop::For::make(loop::var(loops[i].var), loop::idx(0), loop::idx(loops[i].extent), kind,
+    body = loop::For::make(loop::var(loops[i].var), loop::idx(0), dim_expr(loops[i].extent), kind,
                            body);
   }
   return body;
@@ -115,18 +130,22 @@ Stmt bind_all(const std::map<std::string, Expr>& values, Stmt body) {
   return body;
 }
 
-// Per-row values of `size` each (per-element ones: `row_elements`).
-Stmt allocate_all(const std::vector<RowValue>& values, int64_t size, int64_t row_elements,
+// Per-row values of `size` each (per-element ones: `row_elements`, which must be constant).
+Stmt allocate_all(const std::vector<RowValue>& values, int64_t size, const DimExpr& row_elements,
                   Stmt body) {
   for (size_t i = values.size(); i-- > 0;) {
-    int64_t n = values[i].per_element ? row_elements : size;
+    EMBER_INTERNAL_ASSERT(!values[i].per_element || row_elements.is_constant())
+        << "per-element row value " << values[i].name << " over a row of symbolic size";
+    int64_t n = values[i].per_element ? row_elements.constant() : size;
     body = loop::Allocate::make(values[i].name, values[i].dtype, {loop::idx(n)}, body);
   }
   return body;
 }
 
-int64_t product(const std::vector<int64_t>& v) {
-  return std::accumulate(v.begin(), v.end(), int64_t{1}, std::multiplies<>());
+DimExpr product(const graph::Dims& v) {
+  DimExpr p = 1;
+  for (const DimExpr& d : v) p = p * d;
+  return p;
 }
 
 // The Accumulates of `body` into per-row values (index row_index()), one per accumulator.
@@ -175,14 +194,14 @@ class Builder {
     std::vector<size_t> kept = memory_order(s_, false);
     std::vector<size_t> reduced = memory_order(s_, true);
     for (size_t d = 0; d < s_.sizes.size(); ++d) {
-      if (s_.sizes[d] == 1) size1_[x_name(d)] = loop::idx(0);
+      if (is_one(s_.sizes[d])) size1_[x_name(d)] = loop::idx(0);
     }
     int64_t element_steps = 0;
     for (const RowStep& st : p_.steps) element_steps += st.kind == RowStep::Kind::Elements;
-    work_ = product(s_.sizes) * std::max<int64_t>(element_steps, 1);
+    work_ = hint(s_, product(s_.sizes)) * std::max<int64_t>(element_steps, 1);
     // The layout follows the dim the input walks contiguously.
     for (size_t d : kept) {
-      if (s_.sizes[d] == 0) return loop::Block::make({});  // no rows
+      if (s_.sizes[d] == DimExpr(0)) return loop::Block::make({});  // no rows
     }
     if (!uses_inner_layout(s_)) return loop::simplify(outer(kept, reduced));
     return loop::simplify(inner(kept, reduced));
@@ -199,8 +218,8 @@ class Builder {
   // Rows outside, the row's elements inside; see reduction_loops.h.
   Stmt inner(const std::vector<size_t>& kept, const std::vector<size_t>& reduced) {
     std::vector<LoopDims> loops = merge_contiguous(s_, reduced, "m");
-    int64_t rows = 1;
-    for (size_t d : kept) rows *= s_.sizes[d];
+    DimExpr rows = 1;
+    for (size_t d : kept) rows = rows * s_.sizes[d];
     std::map<std::string, Expr> subst = {{row_index().as<loop::Var>()->name, loop::idx(0)}};
     std::map<std::string, Expr> digits;  // kept dims of the row, bound once per row
     Expr p = loop::var("p");
@@ -211,8 +230,9 @@ class Builder {
     }
     for (const LoopDims& l : loops) bind_loop_dims(s_, l, subst);
 
-    const bool split = chunk_ && rows == 1 && !loops.empty() && parallel(loops[0].extent) &&
-                       product(s_.sizes) >= 2 * kMinChunkElements;
+    const bool split = chunk_ && graph::all_constant(s_.sizes) && rows == DimExpr(1) &&
+                       !loops.empty() && parallel(loops[0].extent.constant()) &&
+                       product(s_.sizes).constant() >= 2 * kMinChunkElements;
     std::vector<Stmt> steps;
     for (const RowStep& st : p_.steps) {
       if (st.kind == RowStep::Kind::Row) {
@@ -223,13 +243,13 @@ class Builder {
         steps.push_back(nest(loops, substituted(st.body, subst), /*vectorize_innermost=*/true));
       }
     }
-    int64_t row_elements = 1;
-    for (size_t d : reduced) row_elements *= s_.sizes[d];
+    DimExpr row_elements = 1;
+    for (size_t d : reduced) row_elements = row_elements * s_.sizes[d];
     Stmt body =
         bind_all(digits, allocate_all(p_.values, 1, row_elements, loop::Block::make(steps)));
     if (kept.empty()) return body;
-    ForKind kind = !split && parallel(rows) ? ForKind::Parallel : ForKind::Serial;
-    return loop::For::make(p, loop::idx(0), loop::idx(rows), kind, body);
+    ForKind kind = !split && parallel(hint(s_, rows)) ? ForKind::Parallel : ForKind::Serial;
+    return loop::For::make(p, loop::idx(0), dim_expr(rows), kind, body);
   }
 
   // One row's Elements step in chunks of the outermost loop, run in parallel: each chunk
@@ -237,8 +257,8 @@ class Builder {
   // runs it in parallel), combined into the row's values in chunk order afterwards.
   Stmt split_elements(const std::vector<LoopDims>& loops, const Stmt& body,
                       const std::map<std::string, Expr>& subst) {
-    const int64_t extent = loops[0].extent;
-    const int64_t inner_elements = product(s_.sizes) / extent;
+    const int64_t extent = loops[0].extent.constant();
+    const int64_t inner_elements = product(s_.sizes).constant() / extent;
     int64_t chunks = std::min<int64_t>(
         {kMaxChunks, extent, std::max<int64_t>(2, extent * inner_elements / kMinChunkElements)});
     int64_t q = (extent + chunks - 1) / chunks;
@@ -293,35 +313,43 @@ class Builder {
   Stmt outer(const std::vector<size_t>& kept, const std::vector<size_t>& reduced) {
     const size_t cd = kept.back();  // the kept dim of smallest stride
     std::vector<size_t> others(kept.begin(), kept.end() - 1);
-    const int64_t size_c = s_.sizes[cd];
-    int64_t others_rows = 1;
-    for (size_t d : others) others_rows *= s_.sizes[d];
-    int64_t tile = std::min(size_c, kOuterTile);
-    // Few tiles of a large reduction (a sum over the leading dim of [4096, 256]): smaller tiles,
-    // so that the parallel loop has iterations for every thread.
-    if (work_ >= threshold_ && others_rows * ((size_c + tile - 1) / tile) < kMinParallelRows) {
-      tile = std::max<int64_t>(kMinOuterTile, (size_c / kMinParallelRows + 15) / 16 * 16);
-      tile = std::min(tile, size_c);
+    const DimExpr size_c = s_.sizes[cd];
+    DimExpr others_rows = 1;
+    for (size_t d : others) others_rows = others_rows * s_.sizes[d];
+    // The tile is a constant (per-row values are buffers of its size): for a symbolic size_c the
+    // full tile, its last one partial at every size.
+    int64_t tile = kOuterTile;
+    if (std::optional<int64_t> c = size_c.as_constant()) {
+      tile = std::min(*c, kOuterTile);
+      // Few tiles of a large reduction (a sum over the leading dim of [4096, 256]): smaller
+      // tiles, so that the parallel loop has iterations for every thread.
+      if (work_ >= threshold_ &&
+          hint(s_, others_rows) * ((*c + tile - 1) / tile) < kMinParallelRows) {
+        tile = std::max<int64_t>(kMinOuterTile, (*c / kMinParallelRows + 15) / 16 * 16);
+        tile = std::min(tile, *c);
+      }
     }
-    const int64_t tiles = (size_c + tile - 1) / tile;
-    const int64_t rows = tiles * others_rows;
+    const DimExpr tiles = graph::floordiv(size_c + (tile - 1), tile);
+    const DimExpr rows = tiles * others_rows;
+    const bool one_tile = tiles == DimExpr(1);
 
     Expr p = loop::var("p");
     std::map<std::string, Expr> digits;  // bound once per tile
-    if (tiles > 1) digits["t"] = loop::mod(p, loop::idx(tiles));
-    Expr t = tiles == 1 ? loop::idx(0) : loop::var("t");
+    if (!one_tile) digits["t"] = loop::mod(p, dim_expr(tiles));
+    Expr t = one_tile ? loop::idx(0) : loop::var("t");
     Expr c = loop::var("c");
     std::map<std::string, Expr> subst = {{row_index().as<loop::Var>()->name, c},
                                          {x_name(cd), t * tile + c}};
-    if (others.size() == 1 && tiles == 1) {
+    if (others.size() == 1 && one_tile) {
       subst[x_name(others[0])] = p;
     } else if (!others.empty()) {
-      decompose(s_, others, loop::floordiv(p, loop::idx(tiles)), digits);
+      decompose(s_, others, loop::floordiv(p, dim_expr(tiles)), digits);
     }
     std::vector<LoopDims> loops = merge_contiguous(s_, reduced, "m");
     for (const LoopDims& l : loops) bind_loop_dims(s_, l, subst);
-    Expr extent = size_c % tile == 0 ? loop::idx(tile)
-                                     : loop::min(loop::idx(tile), loop::idx(size_c) - t * tile);
+    Expr extent = graph::mod(size_c, tile) == DimExpr(0)
+                      ? loop::idx(tile)
+                      : loop::min(loop::idx(tile), dim_expr(size_c) - t * tile);
 
     auto tile_loop = [&](const Stmt& body) {
       return loop::For::make(c, loop::idx(0), extent, ForKind::Vectorized,
@@ -343,8 +371,8 @@ class Builder {
     std::vector<RowValue> values = p_.values;
     values.insert(values.end(), blocks.begin(), blocks.end());
     Stmt body = bind_all(digits, allocate_all(values, tile, 0, loop::Block::make(steps)));
-    ForKind kind = parallel(rows) ? ForKind::Parallel : ForKind::Serial;
-    return loop::For::make(p, loop::idx(0), loop::idx(rows), kind, body);
+    ForKind kind = parallel(hint(s_, rows)) ? ForKind::Parallel : ForKind::Serial;
+    return loop::For::make(p, loop::idx(0), dim_expr(rows), kind, body);
   }
 
   // An Elements step of the outer layout: the reduced loops around the tile loop. Its float sums
@@ -359,12 +387,19 @@ class Builder {
     for (const loop::Accumulate* a : row_accumulates(body)) {
       if (a->op == loop::ReduceOp::Sum && loop::is_float(a->values[0].dtype())) sums.push_back(a);
     }
-    int64_t per_row = 1;
-    for (const LoopDims& l : loops) per_row *= l.extent;
-    if (sums.empty() || per_row <= kOuterBlock) return nest(loops, tile_loop(body), false);
-    const int64_t inner = per_row / loops[0].extent;  // elements per iteration of the first loop
+    DimExpr per_row = 1;
+    for (const LoopDims& l : loops) per_row = per_row * l.extent;
+    // A symbolic row may be long at some size: blocked whatever its hint (one block when short).
+    if (sums.empty() || (per_row.is_constant() && per_row.constant() <= kOuterBlock)) {
+      return nest(loops, tile_loop(body), false);
+    }
+    // Elements per iteration of the first loop (at the hints: the block is a constant).
+    DimExpr inner_elements = 1;
+    for (size_t i = 1; i < loops.size(); ++i) inner_elements = inner_elements * loops[i].extent;
+    const int64_t inner = std::max<int64_t>(1, hint(s_, inner_elements));
     const int64_t b = std::max<int64_t>(1, kOuterBlock / inner);
-    const int64_t nblocks = (loops[0].extent + b - 1) / b;
+    const DimExpr extent0 = loops[0].extent;
+    const DimExpr nblocks = graph::floordiv(extent0 + (b - 1), b);
     std::map<std::string, std::string> renamed;
     std::vector<Stmt> init, fold;
     for (const loop::Accumulate* a : sums) {
@@ -392,14 +427,14 @@ class Builder {
     Stmt inner_loops = nest(rest, tile_loop(rewrite(body)), false);
     Expr blk = loop::var("blk");
     Expr start = blk * b;
-    Expr len = loops[0].extent % b == 0
+    Expr len = graph::mod(extent0, b) == DimExpr(0)
                    ? loop::idx(b)
-                   : loop::min(loop::idx(b), loop::idx(loops[0].extent) - start);
+                   : loop::min(loop::idx(b), dim_expr(extent0) - start);
     Stmt block = loop::Block::make(
         {tile_loop(loop::Block::make(init)),
          loop::For::make(loop::var(loops[0].var), start, len, ForKind::Serial, inner_loops),
          tile_loop(loop::Block::make(fold))});
-    return loop::For::make(blk, loop::idx(0), loop::idx(nblocks), ForKind::Serial, block);
+    return loop::For::make(blk, loop::idx(0), dim_expr(nblocks), ForKind::Serial, block);
   }
 
   const ReductionSpace& s_;
@@ -420,8 +455,9 @@ bool uses_inner_layout(const ReductionSpace& s) {
   // The dim of smallest stride (ties: the later dim, as memory_order orders them).
   std::vector<size_t> all = kept;
   all.insert(all.end(), reduced.begin(), reduced.end());
-  std::stable_sort(all.begin(), all.end(),
-                   [&](size_t a, size_t b) { return s.x_strides[a] > s.x_strides[b]; });
+  std::stable_sort(all.begin(), all.end(), [&](size_t a, size_t b) {
+    return hint(s, s.x_strides[a]) > hint(s, s.x_strides[b]);
+  });
   return s.reduced[all.back()];
 }
 

@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "graph/types.h"
 #include "loop/stmt.h"
+#include "sym/shape_env.h"
 
 namespace ember::sched {
 
@@ -48,11 +50,15 @@ loop::Expr element_var(size_t d);
 loop::Expr row_index();
 
 /// The iteration space: `sizes`, which dims are reduced, and the strides of the input (which
-/// decide the loop order and the vectorized dim).
+/// decide the loop order and the vectorized dim). Sizes and strides may be expressions over shape
+/// symbols (a symbolic graph): loops then run over their exact extents at every size, and the
+/// symbols' hints in `symbols` decide only heuristics (loop order, which loop is parallel, tile
+/// and block sizes), never what the kernel computes. `symbols` may be null for constant spaces.
 struct ReductionSpace {
-  std::vector<int64_t> sizes;
+  graph::Dims sizes;
   std::vector<bool> reduced;
-  std::vector<int64_t> x_strides;
+  graph::Dims x_strides;
+  const sym::ShapeEnv* symbols = nullptr;
 };
 
 /// Whether build_reduction_loops lays `space` out with rows outside and their elements inside
@@ -64,7 +70,8 @@ bool uses_inner_layout(const ReductionSpace& space);
 ///    reduced dims inside in memory order (contiguous ones merged into one loop), the innermost
 ///    vectorized; per-row values are one-element buffers. A single large row is split into
 ///    chunks that run in parallel with per-chunk partial accumulators, combined in chunk order
-///    (with `chunk_single_rows`).
+///    (with `chunk_single_rows`, constant sizes only). Per-element row values need a constant
+///    row size.
 ///  - outer layout (a kept dim is the smallest-stride one): rows of that dim are processed in
 ///    tiles: loops over the reduced dims with the tile's dim innermost and vectorized; per-row
 ///    values are tile-sized buffers.

@@ -99,11 +99,18 @@ bool is_int(DType t) {
          t == DType::Int64;
 }
 
-// A tensor on a kernel device, of constant geometry, whose dtype the kernels handle (f16 excluded:
-// its eager numerics are not checked).
+// A tensor on a kernel device whose dtype the kernels handle (f16 excluded: its eager numerics are
+// not checked). Its geometry may be symbolic (the kinds that take symbols check that
+// themselves: Analyzer::symbolic_ok).
 bool usable(const graph::TensorType& t) {
-  if (!kernel_device(t.device) || !t.is_static()) return false;
+  if (!kernel_device(t.device)) return false;
   return is_float(t.dtype) || is_int(t.dtype) || t.dtype == DType::Bool;
+}
+
+// Whether `d` is the constant 1 (a symbolic size never is: 0/1 specialization gives symbols a
+// range from 2, and an expression that happens to be 1 at some call keeps its loop).
+bool is_one(const graph::DimExpr& d) {
+  return d.is_constant() && d.constant() == 1;
 }
 
 // The wrapped dim `d` of a rank-`rank` tensor, or nullopt when out of range. A 0-dim tensor
@@ -115,10 +122,10 @@ std::optional<int64_t> wrap_dim(int64_t d, int64_t rank) {
 }
 
 // Strides of `t` over the iteration space of x's own dims (t has x's sizes): 0 for size-1 dims.
-std::vector<int64_t> element_strides(const graph::TensorType& t) {
-  std::vector<int64_t> s;
+graph::Dims element_strides(const graph::TensorType& t) {
+  graph::Dims s;
   for (size_t d = 0; d < t.sizes.size(); ++d) {
-    s.push_back(t.sizes[d].constant() == 1 ? 0 : t.strides[d].constant());
+    s.push_back(is_one(t.sizes[d]) ? graph::DimExpr(0) : t.strides[d]);
   }
   return s;
 }
@@ -168,12 +175,12 @@ class Analyzer {
     }
     s_.x.value = *x;
     const graph::TensorType& xt = g_.type(*x);
-    if (!dtypes_ok(xt.dtype)) return std::nullopt;
+    if (!dtypes_ok(xt.dtype) || !symbolic_ok()) return std::nullopt;
     if (s_.kind == Kind::BatchNorm) return batch_norm();
     if (entry->dims == DimArg::Normalize) {
       return s_.kind == Kind::LayerNorm ? layer_norm() : group_norm();
     }
-    s_.sizes = sizes_of(xt);
+    s_.sizes = xt.sizes;
     s_.x.strides = element_strides(xt);
     const int64_t rank = static_cast<int64_t>(s_.sizes.size());
     s_.reduced.assign(s_.sizes.size(), false);
@@ -197,7 +204,7 @@ class Analyzer {
       if (!w) return std::nullopt;
       if (rank > 0) s_.reduced[*w] = true;  // a 0-dim input is its own row of one
       s_.last_dim = rank == 0 || *w == rank - 1;
-      if (n_.outputs.size() != 1 || sizes_of(g_.type(n_.outputs[0])) != s_.sizes) {
+      if (n_.outputs.size() != 1 || g_.type(n_.outputs[0]).sizes != s_.sizes) {
         return std::nullopt;
       }
       s_.outputs.push_back({n_.outputs[0], element_strides(g_.type(n_.outputs[0]))});
@@ -231,6 +238,20 @@ class Analyzer {
   }
 
  private:
+  // Whether the node's kind takes symbolic sizes, strides and offsets, where it has any: not
+  // group_norm and batch_norm (their size arguments and eager's fast-path layouts are read as
+  // numbers).
+  bool symbolic_ok() const {
+    if (s_.kind != Kind::GroupNorm && s_.kind != Kind::BatchNorm) return true;
+    for (ValueId v : graph::tensor_reads(n_)) {
+      if (!g_.type(v).is_static()) return false;
+    }
+    for (ValueId v : n_.outputs) {
+      if (!g_.type(v).is_static()) return false;
+    }
+    return true;
+  }
+
   // Input and output dtypes the kernels implement as eager does.
   bool dtypes_ok(DType x) const {
     auto out = [&](size_t i) { return g_.type(n_.outputs.at(i)).dtype; };
@@ -349,14 +370,14 @@ class Analyzer {
   // A reduced output: keepdim (x's rank, reduced dims of size 1) or the kept dims only.
   std::optional<ReductionOperand> reduced_output(ValueId o, bool keepdim) const {
     const graph::TensorType& t = g_.type(o);
-    const std::vector<int64_t> sizes = sizes_of(t);
-    ReductionOperand op{o, std::vector<int64_t>(s_.sizes.size(), 0)};
+    const graph::Dims& sizes = t.sizes;
+    ReductionOperand op{o, graph::Dims(s_.sizes.size(), 0)};
     size_t j = 0;
     for (size_t d = 0; d < s_.sizes.size(); ++d) {
       if (s_.reduced[d] && !keepdim) continue;
       if (j >= sizes.size()) return std::nullopt;
-      if (sizes[j] != (s_.reduced[d] ? 1 : s_.sizes[d])) return std::nullopt;
-      if (!s_.reduced[d] && s_.sizes[d] != 1) op.strides[d] = t.strides[j].constant();
+      if (!(sizes[j] == (s_.reduced[d] ? graph::DimExpr(1) : s_.sizes[d]))) return std::nullopt;
+      if (!s_.reduced[d] && !is_one(s_.sizes[d])) op.strides[d] = t.strides[j];
       ++j;
     }
     if (j != sizes.size()) return std::nullopt;
@@ -366,15 +387,15 @@ class Analyzer {
   // An optional weight or bias argument of layer_norm / group_norm: absent, or a tensor of the
   // input's dtype or f32 with `sizes`; its strides over the space come from `strides_of`.
   template <typename F>
-  bool param(const char* name, const std::vector<int64_t>& sizes,
-             std::optional<ReductionOperand>& out, F strides_of) const {
+  bool param(const char* name, const graph::Dims& sizes, std::optional<ReductionOperand>& out,
+             F strides_of) const {
     const graph::Arg* a = arg_named(g_, n_, name);
     if (is_none(a)) return true;
     std::optional<ValueId> v = value_arg(a);
     if (!v) return false;
     const graph::TensorType& t = g_.type(*v);
     DType x = g_.type(s_.x.value).dtype;
-    if (!usable(t) || (t.dtype != x && t.dtype != DType::Float32) || sizes_of(t) != sizes) {
+    if (!usable(t) || (t.dtype != x && t.dtype != DType::Float32) || t.sizes != sizes) {
       return false;
     }
     out = ReductionOperand{*v, strides_of(t)};
@@ -391,28 +412,29 @@ class Analyzer {
   // layer_norm over the trailing dims `normalized_shape`; mean and rstd keep x's rank.
   std::optional<ReductionSpec> layer_norm() {
     const graph::TensorType& xt = g_.type(s_.x.value);
-    s_.sizes = sizes_of(xt);
+    s_.sizes = xt.sizes;
     s_.x.strides = element_strides(xt);
     const size_t rank = s_.sizes.size();
-    const auto* shape = std::get_if<std::vector<int64_t>>(arg_named(g_, n_, "normalized_shape"));
-    if (shape == nullptr || shape->empty() || shape->size() > rank) return std::nullopt;
-    const size_t k = shape->size();
-    if (!std::equal(shape->begin(), shape->end(), s_.sizes.end() - static_cast<ptrdiff_t>(k))) {
+    const auto* ints = std::get_if<std::vector<int64_t>>(arg_named(g_, n_, "normalized_shape"));
+    if (ints == nullptr || ints->empty() || ints->size() > rank) return std::nullopt;
+    const graph::Dims shape(ints->begin(), ints->end());
+    const size_t k = shape.size();
+    if (!std::equal(shape.begin(), shape.end(), s_.sizes.end() - static_cast<ptrdiff_t>(k))) {
       return std::nullopt;
     }
     s_.reduced.assign(rank, false);
     for (size_t d = rank - k; d < rank; ++d) s_.reduced[d] = true;
     auto trailing = [&](const graph::TensorType& t) {
-      std::vector<int64_t> st(rank, 0);
-      std::vector<int64_t> own = element_strides(t);
+      graph::Dims st(rank, 0);
+      graph::Dims own = element_strides(t);
       for (size_t d = 0; d < k; ++d) st[rank - k + d] = own[d];
       return st;
     };
-    if (!param("weight", *shape, s_.weight, trailing) ||
-        !param("bias", *shape, s_.bias, trailing) || !eps_arg()) {
+    if (!param("weight", shape, s_.weight, trailing) || !param("bias", shape, s_.bias, trailing) ||
+        !eps_arg()) {
       return std::nullopt;
     }
-    if (sizes_of(g_.type(n_.outputs[0])) != s_.sizes) return std::nullopt;
+    if (g_.type(n_.outputs[0]).sizes != s_.sizes) return std::nullopt;
     s_.outputs.push_back({n_.outputs[0], element_strides(g_.type(n_.outputs[0]))});
     for (size_t i = 1; i < 3; ++i) {
       std::optional<ReductionOperand> o = reduced_output(n_.outputs[i], /*keepdim=*/true);
@@ -441,20 +463,21 @@ class Analyzer {
     const int64_t g = *groups, cg = *c / *groups;
     s_.sizes = {xs[0], g, cg};
     for (size_t d = 2; d < xs.size(); ++d) s_.sizes.push_back(xs[d]);
+    const std::vector<int64_t> sizes = graph::constant_values(s_.sizes);
     s_.reduced.assign(s_.sizes.size(), true);
     s_.reduced[0] = s_.reduced[1] = false;
     // A tensor of x's shape over the view: the channel stride splits into (G, C/G).
     auto view = [&](const graph::TensorType& t) {
       const std::vector<int64_t> own = graph::constant_values(t.strides);
-      std::vector<int64_t> st = {own[0], own[1] * cg, own[1]};
+      graph::Dims st = {own[0], own[1] * cg, own[1]};
       for (size_t d = 2; d < own.size(); ++d) st.push_back(own[d]);
       for (size_t d = 0; d < st.size(); ++d) {
-        if (s_.sizes[d] == 1) st[d] = 0;
+        if (sizes[d] == 1) st[d] = 0;
       }
       return st;
     };
     auto channels = [&](const graph::TensorType& t) {
-      std::vector<int64_t> st(s_.sizes.size(), 0);
+      graph::Dims st(s_.sizes.size(), 0);
       int64_t sw = t.strides[0].constant();
       st[1] = g == 1 ? 0 : sw * cg;
       st[2] = cg == 1 ? 0 : sw;
@@ -487,8 +510,9 @@ class Analyzer {
     const graph::OpInfo& op = g_.op_of(n_);
     const bool update = op.is(graph::OpKind::_native_batch_norm_legit_functional);
     const graph::TensorType& xt = g_.type(s_.x.value);
-    s_.sizes = sizes_of(xt);
-    const size_t rank = s_.sizes.size();
+    s_.sizes = xt.sizes;
+    const std::vector<int64_t> sizes = sizes_of(xt);
+    const size_t rank = sizes.size();
     const auto* training = std::get_if<bool>(arg_named(g_, n_, "training"));
     const auto* momentum = std::get_if<double>(arg_named(g_, n_, "momentum"));
     if (rank < 2 || training == nullptr || !*training || momentum == nullptr || !eps_arg() ||
@@ -496,7 +520,7 @@ class Analyzer {
         !batch_norm_takes_fast_path(xt, g_.type(n_.outputs[0]))) {
       return std::nullopt;
     }
-    for (int64_t size : s_.sizes) {
+    for (int64_t size : sizes) {
       if (size == 0) return std::nullopt;
     }
     if (op.is(graph::OpKind::native_batch_norm) && (!is_none(arg_named(g_, n_, "running_mean")) ||
@@ -507,9 +531,9 @@ class Analyzer {
     s_.x.strides = element_strides(xt);
     s_.reduced.assign(rank, true);
     s_.reduced[1] = false;
-    const int64_t c = s_.sizes[1];
+    const int64_t c = sizes[1];
     auto channels = [&](const graph::TensorType& t) {
-      std::vector<int64_t> st(rank, 0);
+      graph::Dims st(rank, 0);
       if (c != 1) st[1] = t.strides[0].constant();
       return st;
     };
@@ -572,7 +596,7 @@ std::vector<ReductionOperand*> operands(ReductionSpec& s) {
 void coalesce(ReductionSpec& s) {
   std::vector<ReductionOperand*> ops = operands(s);
   for (size_t d = s.sizes.size(); d-- > 0;) {
-    if (s.sizes[d] != 1) continue;
+    if (!is_one(s.sizes[d])) continue;
     s.sizes.erase(s.sizes.begin() + static_cast<ptrdiff_t>(d));
     s.reduced.erase(s.reduced.begin() + static_cast<ptrdiff_t>(d));
     for (ReductionOperand* o : ops)
@@ -582,10 +606,10 @@ void coalesce(ReductionSpec& s) {
     if (s.reduced[d] != s.reduced[d - 1]) continue;
     bool one_run = true;
     for (const ReductionOperand* o : ops) {
-      one_run &= o->strides[d - 1] == s.sizes[d] * o->strides[d];
+      one_run &= o->strides[d - 1] == s.sizes[d] * o->strides[d];  // as expressions
     }
     if (!one_run) continue;
-    s.sizes[d - 1] *= s.sizes[d];
+    s.sizes[d - 1] = s.sizes[d - 1] * s.sizes[d];
     s.sizes.erase(s.sizes.begin() + static_cast<ptrdiff_t>(d));
     s.reduced.erase(s.reduced.begin() + static_cast<ptrdiff_t>(d));
     for (ReductionOperand* o : ops) {
@@ -597,10 +621,10 @@ void coalesce(ReductionSpec& s) {
 
 }  // namespace
 
-int64_t ReductionSpec::reduced_numel() const {
-  int64_t n = 1;
+graph::DimExpr ReductionSpec::reduced_numel() const {
+  graph::DimExpr n = 1;
   for (size_t d = 0; d < sizes.size(); ++d) {
-    if (reduced[d]) n *= sizes[d];
+    if (reduced[d]) n = n * sizes[d];
   }
   return n;
 }

@@ -43,18 +43,19 @@ enum class ReductionKind : uint8_t {
 /// A tensor operand of a reduction, indexed by the iteration space: element (i_0, ..., i_k-1)
 /// of the space reads or writes element sum(i_d * strides[d]) of `value`. A stride is 0 where
 /// the operand does not vary with the dim: a broadcast dim, a reduced dim of a reduced output,
-/// a dim of size 1.
+/// a dim of size 1. Sizes and strides are expressions over the graph's shape symbols in a
+/// symbolic graph (docs/design/symbolic.md), constants otherwise.
 struct ReductionOperand {
   graph::ValueId value = -1;
-  std::vector<int64_t> strides;
+  graph::Dims strides;
 };
 
 /// What a supported node computes.
 struct ReductionSpec {
   ReductionKind kind = ReductionKind::Sum;
-  std::vector<int64_t> sizes;  ///< the iteration space (x's sizes, or its view)
-  std::vector<bool> reduced;   ///< per dim of the space: reduced, or kept (one result per value)
-  ReductionOperand x;          ///< the input
+  graph::Dims sizes;          ///< the iteration space (x's sizes, or its view)
+  std::vector<bool> reduced;  ///< per dim of the space: reduced, or kept (one result per value)
+  ReductionOperand x;         ///< the input
   std::optional<ReductionOperand> weight, bias;  ///< layer_norm, group_norm, batch_norm
   /// batch_norm: the running statistics that outputs 3 and 4 update (absent: no update).
   std::optional<ReductionOperand> running_mean, running_var;
@@ -67,11 +68,13 @@ struct ReductionSpec {
   bool last_dim = false;  ///< softmax, log_softmax: over the input's last dim
 
   /// Elements per reduction: the product of the reduced sizes.
-  int64_t reduced_numel() const;
+  graph::DimExpr reduced_numel() const;
 };
 
 /// The spec of node `n`, or nullopt when ember has no kernel for it (it then runs as an ATen
 /// call). Conservative: anything unsure is nullopt. Requires a verifier-valid graph; never throws.
+/// Over shape symbols: softmax, log_softmax, _safe_softmax, layer_norm and the reductions over
+/// dims (sum ... logsumexp); group_norm and batch_norm need constant sizes.
 /// The space comes coalesced: size-1 dims dropped, and two neighbouring dims (both reduced or
 /// both kept) merged into one wherever every operand walks them as one run, so a contiguous
 /// softmax over [B, H, S, S] is a [B*H*S, S] space.

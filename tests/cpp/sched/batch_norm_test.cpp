@@ -187,7 +187,7 @@ TEST(BatchNorm, TrainingIsAReductionInFunctionalFormOnly) {
   std::optional<ReductionSpec> spec = analyze_reduction(tg.g, tg.g.nodes[tg.bn]);
   ASSERT_TRUE(spec.has_value());
   EXPECT_EQ(spec->kind, ReductionKind::BatchNorm);
-  EXPECT_EQ(spec->sizes, (std::vector<int64_t>{2, 3, 4}));
+  EXPECT_EQ(spec->sizes, (graph::Dims{2, 3, 4}));
   EXPECT_EQ(spec->reduced, (std::vector<bool>{true, false, true}));
   EXPECT_EQ(spec->outputs.size(), 5u);
   EXPECT_EQ(spec->momentum, 0.25);

@@ -89,6 +89,62 @@ TEST(Reduction, SoftmaxKernelMatchesGolden) {
   EXPECT_NE(codegen::emit_cpp(k).find("#pragma omp parallel for"), std::string::npos);
 }
 
+// Reductions over shape symbols (issue 35): a var_mean over rows of symbolic count and width has
+// loops and an element count over the size variables (golden), and its one kernel is right at
+// every size (the interpreter against a double reference), far from the hints it was laid out
+// at. A layer norm needs its normalized shape as constants.
+TEST(Reduction, ReductionsOverShapeSymbolsMatchGoldenAndEverySize) {
+  graph::Graph g;
+  graph::DimExpr s0 = g.symbols.create_size(7, "L['x'].size()[0]");
+  graph::DimExpr s1 = g.symbols.create_size(16, "L['x'].size()[1]");
+  ValueRef x{g.add_input(type(DType::Float32, {s0, s1}), graph::InputKind::User)};
+  int32_t n =
+      add(g, "aten::native_layer_norm", {"input", "normalized_shape", "weight", "bias", "eps"},
+          {x, std::vector<int64_t>{}, NoneArg{}, NoneArg{}, 1e-5},
+          {type(DType::Float32, {s0, s1}), type(DType::Float32, {s0, 1}),
+           type(DType::Float32, {s0, 1})});
+  // normalized_shape must be the constant trailing sizes: a symbolic width is no int list.
+  EXPECT_FALSE(is_reduction_kernel_node(g, g.nodes[n]));
+
+  // var_mean over the symbolic width: one kernel over s0 rows of s1 elements.
+  graph::Graph h;
+  graph::DimExpr r = h.symbols.create_size(7, "L['x'].size()[0]");
+  graph::DimExpr c = h.symbols.create_size(16, "L['x'].size()[1]");
+  ValueRef y{h.add_input(type(DType::Float32, {r, c}), graph::InputKind::User)};
+  int32_t m = add(h, "aten::var_mean.correction", {"self", "dim", "correction", "keepdim"},
+                  {y, std::vector<int64_t>{1}, int64_t{1}, true},
+                  {type(DType::Float32, {r, 1}), type(DType::Float32, {r, 1})});
+  h.outputs = h.nodes[m].outputs;
+  ASSERT_TRUE(is_reduction_kernel_node(h, h.nodes[m]));
+  Plan plan = schedule_graph(h, kWithReductions);
+  ASSERT_EQ(plan.groups.size(), 1u);
+  const loop::Kernel& k = plan.groups[0].kernel;
+  EXPECT_TRUE(loop::verify_kernel(k).empty()) << loop::print_kernel(k);
+  EXPECT_EQ(k.size_vars, (std::vector<std::string>{"s0", "s1"}));
+  std::string text = loop::print_kernel(k);
+  std::string golden_path = std::string(EMBER_SCHED_GOLDEN_DIR) + "/var_mean_symbolic.loop";
+  if (std::getenv("EMBER_ACCEPT_GOLDEN") != nullptr) std::ofstream(golden_path) << text;
+  EXPECT_EQ(text, read(golden_path)) << "regenerate with EMBER_ACCEPT_GOLDEN=1 and review the diff";
+  EXPECT_EQ(loop::print_kernel(loop::parse_kernel(text)), text);
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{2, 2}, {3, 5}, {1, 9}, {5, 300}}) {
+    loop::BufferMap bufs;
+    bufs["buf0"] = random_f32(static_cast<size_t>(rows * cols), 2, 1);
+    loop::run_kernel(k, {{"s0", rows}, {"s1", cols}}, bufs);
+    for (int64_t i = 0; i < rows; ++i) {
+      double mean = 0, m2 = 0;
+      for (int64_t j = 0; j < cols; ++j) mean += bufs["buf0"][i * cols + j].f;
+      mean /= static_cast<double>(cols);
+      for (int64_t j = 0; j < cols; ++j) {
+        const double d = bufs["buf0"][i * cols + j].f - mean;
+        m2 += d * d;
+      }
+      EXPECT_NEAR(bufs["buf1"][i].f, m2 / static_cast<double>(cols - 1), 1e-4)
+          << rows << " " << cols;
+      EXPECT_NEAR(bufs["buf2"][i].f, mean, 1e-5) << rows << " " << cols;
+    }
+  }
+}
+
 // Softmax and log_softmax over a middle dim, run by the interpreter against a double reference.
 TEST(Reduction, SoftmaxOverMiddleDimMatchesReference) {
   for (bool log : {false, true}) {
@@ -287,9 +343,9 @@ TEST(Reduction, SpaceIsCoalesced) {
   graph::Graph g = softmax_graph({8, 8, 32, 32}, -1);
   std::optional<ReductionSpec> s = analyze_reduction(g, g.nodes[0]);
   ASSERT_TRUE(s.has_value());
-  EXPECT_EQ(s->sizes, (std::vector<int64_t>{2048, 32}));
+  EXPECT_EQ(s->sizes, (graph::Dims{2048, 32}));
   EXPECT_EQ(s->reduced, (std::vector<bool>{false, true}));
-  EXPECT_EQ(s->x.strides, (std::vector<int64_t>{32, 1}));
+  EXPECT_EQ(s->x.strides, (graph::Dims{32, 1}));
 
   graph::Graph h;
   ValueRef x{h.add_input(type(DType::Float32, {4, 1, 6, 9}), graph::InputKind::User)};
@@ -297,8 +353,8 @@ TEST(Reduction, SpaceIsCoalesced) {
       {x, std::vector<int64_t>{2, 3}, true, NoneArg{}}, {type(DType::Float32, {4, 1, 1, 1})});
   s = analyze_reduction(h, h.nodes[0]);
   ASSERT_TRUE(s.has_value());
-  EXPECT_EQ(s->sizes, (std::vector<int64_t>{4, 54}));
-  EXPECT_EQ(s->outputs[0].strides, (std::vector<int64_t>{1, 0}));
+  EXPECT_EQ(s->sizes, (graph::Dims{4, 54}));
+  EXPECT_EQ(s->outputs[0].strides, (graph::Dims{1, 0}));
 }
 
 // Runs plan group `gi`'s kernel compiled and through the interpreter on the same inputs.

@@ -129,3 +129,36 @@ def test_integer_power_of_a_number_stays_an_aten_call():
         return 3 ** e
 
     check_model(f, (torch.arange(6),), expect_graphs=1, expect_fallbacks=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int64, torch.bool])
+def test_masked_fill_is_pointwise_and_broadcasts_like_eager(dtype):
+    # The out-of-place masked_fill expands self and the mask together; the value is converted to
+    # self's dtype. A causal mask over attention scores is the common case.
+    fill = {torch.float32: float("-inf"), torch.bfloat16: -1e4, torch.int64: -7, torch.bool: True}
+
+    def f(x, mask, row_mask):
+        y = (x * 2).masked_fill(mask, fill[dtype]) if dtype != torch.bool else x.masked_fill(mask, True)
+        z = x.masked_fill(row_mask, 0)  # a mask of more dims than self: the result grows
+        return y, z
+
+    if dtype == torch.bool:
+        x = torch.rand(2, 3, 5, 5) > 0.5
+    elif dtype.is_floating_point:
+        x = torch.randn(2, 3, 5, 5, dtype=dtype)
+    else:
+        x = torch.randint(-5, 5, (2, 3, 5, 5), dtype=dtype)
+    mask = ~torch.ones(5, 5, dtype=torch.bool).tril()
+    row_mask = torch.rand(4, 1, 1, 1, 5) > 0.5
+    stats = check_model(f, (x, mask, row_mask), expect_graphs=1, expect_fallbacks=0)
+    assert stats["extern_steps"] == 0 and stats["kernels"] >= 1
+
+
+def test_masked_fill_with_a_tensor_value_and_softmax_is_one_kernel():
+    def f(scores, mask):
+        return scores.masked_fill(mask, torch.tensor(float("-inf"))).softmax(-1)
+
+    scores = torch.randn(2, 4, 7, 7)
+    mask = ~torch.ones(7, 7, dtype=torch.bool).tril()
+    stats = check_model(f, (scores, mask), expect_graphs=1, expect_fallbacks=0)
+    assert stats["kernels"] == 1
