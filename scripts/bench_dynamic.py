@@ -5,10 +5,11 @@ backend, the median ms per call over the lengths (each length timed after its wa
 of --rounds means of --reps calls), the compiles, and the compile seconds.
 
     python scripts/bench_dynamic.py [--device cpu|cuda] [--lengths 16,17,...] [--batch 2]
-        [--reps 20] [--rounds 5] [--train]
+        [--reps 20] [--rounds 5] [--train] [--per-length]
 
 --train times training steps instead: each call is the forward and a backward of
 `out.square().mean()` (gradients set to None between calls), compiled as joint graphs.
+--per-length also prints, per model, the ms per call of every backend at each length.
 """
 
 from __future__ import annotations
@@ -86,12 +87,14 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=5, help="timed rounds per length; the best")
     ap.add_argument("--train", action="store_true", help="forward and backward steps")
+    ap.add_argument("--per-length", action="store_true", help="a table of ms per length too")
     a = ap.parse_args()
     lengths = [int(t) for t in a.lengths.split(",")]
     print(f"torch {torch.__version__}, device {a.device}, batch {a.batch}, width {a.width}, "
           f"lengths {lengths}{', training steps' if a.train else ''}")
     print(f"{'model':10} {'backend':16} {'median ms':>10} {'compiles':>9} {'compile s':>10}")
     for model in (GPT2Layer, BertLayer):
+        per_length = {}
         torch.manual_seed(0)
         kw = {"max_len": 1024} if model is GPT2Layer else {}
         m = model(C=a.width, H=4, **kw).to(a.device)
@@ -129,6 +132,11 @@ def main() -> None:
                     f"{backend}{' dynamic' if dynamic else ' static' if backend != 'eager' else ''}")
             print(f"{model.__name__:10} {name:16} {statistics.median(ms):10.3f} {compiles:9d} "
                   f"{compile_s:10.2f}", flush=True)
+            per_length[name] = ms
+        if a.per_length:
+            print(f"{model.__name__} ms per length: " + " ".join(f"{T:>7}" for T in lengths))
+            for name, ms in per_length.items():
+                print(f"  {name:16} " + " ".join(f"{t:7.3f}" for t in ms))
 
 
 if __name__ == "__main__":

@@ -431,7 +431,8 @@ KernelGroup KernelBuilder::finish(const std::string& name, const ScheduleOptions
   };
   std::stable_sort(order.begin(), order.end(),
                    [&](size_t a, size_t b) { return key_of(a) > key_of(b); });
-  const int64_t numel = hint_numel(shape_, g_.symbols);
+  // At the largest size the symbols allow, not the hints (Note [Parallel loops over symbols]).
+  const int64_t numel = largest_numel(shape_, g_.symbols);
   // The parallel loop: the outermost of extent > 1.
   std::optional<size_t> parallel;
   if (numel >= options.parallel_threshold) {

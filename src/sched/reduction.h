@@ -33,7 +33,8 @@ namespace ember::sched {
 ///    path only (reduction_spec.cpp, batch_norm()).
 /// Dtypes: f32, f64 and bf16 (computed in f32, as eager) everywhere; integer and bool inputs
 /// where eager takes them (sum and prod give int64, any/all, amax/amin, argmax/argmin,
-/// logsumexp). Every tensor must be on the CPU with constant sizes and strides. Conservative:
+/// logsumexp). Every tensor must be on a kernel device; sizes and strides may be symbolic except
+/// for group_norm and batch_norm (reduction_spec.h). Conservative:
 /// when unsure it returns false (the node then runs as an ATen call). Never throws for a
 /// verifier-valid graph. Inference-mode batch norm is not here: it is an index function
 /// (batch_norm.h); native_batch_norm(training=True) with running statistics (which eager updates

@@ -198,7 +198,10 @@ class Builder {
     }
     int64_t element_steps = 0;
     for (const RowStep& st : p_.steps) element_steps += st.kind == RowStep::Kind::Elements;
-    work_ = hint(s_, product(s_.sizes)) * std::max<int64_t>(element_steps, 1);
+    // At the largest size the symbols allow (Note [Parallel loops over symbols], size_expr.cpp).
+    const int64_t largest =
+        s_.symbols == nullptr ? product(s_.sizes).constant() : largest_numel(s_.sizes, *s_.symbols);
+    work_ = largest > INT64_MAX / 8 ? INT64_MAX : largest * std::max<int64_t>(element_steps, 1);
     // The layout follows the dim the input walks contiguously.
     for (size_t d : kept) {
       if (s_.sizes[d] == DimExpr(0)) return loop::Block::make({});  // no rows
@@ -209,6 +212,11 @@ class Builder {
 
  private:
   bool parallel(int64_t iterations) const { return iterations >= 2 && work_ >= threshold_; }
+  // The same for a loop of `iterations` that may be symbolic: one of at least 2 at some size.
+  bool parallel(const DimExpr& iterations) const {
+    if (std::optional<int64_t> c = iterations.as_constant()) return parallel(*c);
+    return work_ >= threshold_ && largest_numel({iterations}, *s_.symbols) >= 2;
+  }
 
   Stmt substituted(const Stmt& body, std::map<std::string, Expr> subst) const {
     for (const auto& [name, e] : size1_) subst[name] = e;
@@ -248,7 +256,7 @@ class Builder {
     Stmt body =
         bind_all(digits, allocate_all(p_.values, 1, row_elements, loop::Block::make(steps)));
     if (kept.empty()) return body;
-    ForKind kind = !split && parallel(hint(s_, rows)) ? ForKind::Parallel : ForKind::Serial;
+    ForKind kind = !split && parallel(rows) ? ForKind::Parallel : ForKind::Serial;
     return loop::For::make(p, loop::idx(0), dim_expr(rows), kind, body);
   }
 
@@ -371,7 +379,7 @@ class Builder {
     std::vector<RowValue> values = p_.values;
     values.insert(values.end(), blocks.begin(), blocks.end());
     Stmt body = bind_all(digits, allocate_all(values, tile, 0, loop::Block::make(steps)));
-    ForKind kind = parallel(hint(s_, rows)) ? ForKind::Parallel : ForKind::Serial;
+    ForKind kind = parallel(rows) ? ForKind::Parallel : ForKind::Serial;
     return loop::For::make(p, loop::idx(0), dim_expr(rows), kind, body);
   }
 

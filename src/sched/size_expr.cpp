@@ -6,6 +6,7 @@
 #include "loop/traverse.h"
 #include "support/error.h"
 #include "sym/eval.h"
+#include "sym/range.h"
 
 namespace ember::sched {
 
@@ -87,6 +88,20 @@ std::vector<std::string> kernel_size_vars(const loop::Kernel& k, const sym::Shap
 int64_t hint_of(const graph::DimExpr& d, const sym::ShapeEnv& symbols) {
   std::optional<int64_t> c = d.as_constant();
   return c ? *c : sym::hint(d.expr(), symbols);
+}
+
+// Note [Parallel loops over symbols]
+// A static kernel's outer loop runs in parallel (OpenMP) from ScheduleOptions::parallel_threshold
+// elements; below it the fork and join cost more than they save. A kernel over shape symbols is
+// compiled once, at the sizes of the call that compiled it (the hints), and runs at every size
+// after: decided at the hints, a graph first called with 16 tokens ran its kernels serially at
+// 256 and 512 too (a GPT-2 layer at 256 tokens: 10.5 ms against the static graph's 6.8). So the
+// decision takes the largest size the symbols' ranges allow, which for an unbounded symbol means
+// parallel; at small sizes that costs the fork and join of a warm OpenMP team per kernel.
+int64_t largest_numel(const graph::Dims& sizes, const sym::ShapeEnv& symbols) {
+  const graph::DimExpr n = graph::sym_numel(sizes);
+  if (std::optional<int64_t> c = n.as_constant()) return *c;
+  return sym::range_of(n.expr(), symbols).hi;  // kPosInf (INT64_MAX) when unbounded
 }
 
 int64_t hint_numel(const graph::Dims& sizes, const sym::ShapeEnv& symbols) {

@@ -33,4 +33,11 @@ int64_t hint_numel(const graph::Dims& sizes, const sym::ShapeEnv& symbols);
 /// `d` at the symbols' hints (heuristics only, as hint_numel).
 int64_t hint_of(const graph::DimExpr& d, const sym::ShapeEnv& symbols);
 
+/// The elements a kernel over `sizes` may run over, for the choice of a parallel loop: the
+/// product itself when constant, else the largest the symbols' ranges allow (INT64_MAX when
+/// unbounded). Not the hint: a kernel compiled at a small size (the first call of a frame) runs
+/// at every larger one, where a serial loop would leave cores idle (Note [Parallel loops over
+/// symbols] in size_expr.cpp).
+int64_t largest_numel(const graph::Dims& sizes, const sym::ShapeEnv& symbols);
+
 }  // namespace ember::sched

@@ -129,3 +129,19 @@ def test_a_three_dim_softmax_over_two_symbols_with_an_epilogue(target):
         x = torch.randn(b, t, t)
         torch.testing.assert_close(cg(x)[0], fn(x), rtol=1e-5, atol=1e-5)
     assert cg.num_specializations == 0
+
+
+def test_kernels_compiled_at_a_small_size_run_in_parallel_at_every_size():
+    # Note [Parallel loops over symbols]: the hints (2 x 4 here) are far below the parallel
+    # threshold, but the kernels run at every larger size too: their outer loops are parallel.
+    def fn(x):
+        return (x * 2).softmax(-1) + 1, x.sum(0)
+
+    g = _trace(fn, torch.randn(2, 4), [0, 1])
+    cg = C.CompiledGraph(g)
+    assert cg.num_kernels >= 2
+    for src in cg.kernel_sources:
+        assert "#pragma omp parallel for" in src
+    static = C.CompiledGraph(_trace(fn, torch.randn(2, 4), []))
+    assert not any("#pragma omp parallel for" in src for src in static.kernel_sources)
+    _check(cg, fn, [(2, 4), (300, 500)])
