@@ -54,6 +54,14 @@ const char* cpp_type(DType t) {
   return "";
 }
 
+// The element type of a buffer of `t` in memory: a bool buffer is uint8_t (torch's bools are the
+// bytes 0 and 1), read back as bool (Emitter::expr, Load). GCC's vectorizer has no vector type for
+// a load of `bool`: a loop reading a bool mask (masked_fill's, a causal mask's) ran scalar,
+// exp() and all, where a uint8_t load and a compare vectorize.
+const char* storage_type(DType t) {
+  return t == DType::Bool ? "uint8_t" : cpp_type(t);
+}
+
 // Low-precision floats compute in f32 and round at every node.
 bool is_low_float(DType t) {
   return t == DType::BFloat16 || t == DType::Float16;
@@ -90,8 +98,8 @@ std::string Emitter::function() {
        << "(void* const* buffers, const int64_t* sizes) {\n";
   for (size_t i = 0; i < k_.buffers.size(); ++i) {
     const BufferParam& b = k_.buffers[i];
-    out_ << "  " << cpp_type(b.dtype) << "* const p_" << b.name << " = static_cast<"
-         << cpp_type(b.dtype) << "*>(buffers[" << i << "]);\n";
+    out_ << "  " << storage_type(b.dtype) << "* const p_" << b.name << " = static_cast<"
+         << storage_type(b.dtype) << "*>(buffers[" << i << "]);\n";
   }
   restrict_pointers(1);
   for (size_t i = 0; i < k_.size_vars.size(); ++i) {
@@ -106,7 +114,7 @@ std::string Emitter::function() {
 
 void Emitter::restrict_pointers(int ind) {
   for (const BufferParam& b : k_.buffers) {
-    line(ind, std::string(cpp_type(b.dtype)) + "* __restrict__ " + buf_name(b.name) + " = p_" +
+    line(ind, std::string(storage_type(b.dtype)) + "* __restrict__ " + buf_name(b.name) + " = p_" +
                   b.name + ";");
   }
   for (const BufferParam& b : k_.buffers) line(ind, "(void)" + buf_name(b.name) + ";");
@@ -193,7 +201,8 @@ std::string Emitter::expr(const Expr& e) {
                   std::to_string(*last) + "LL)";
         }
       }
-      return buf_name(l->buffer) + "[" + index + "]";
+      std::string element = buf_name(l->buffer) + "[" + index + "]";
+      return e.dtype() == DType::Bool ? "static_cast<bool>(" + element + ")" : element;
     }
     case ExprKind::Call:
       return call(e);
@@ -511,7 +520,7 @@ void Emitter::stmt(const Stmt& s, int ind) {
       }
       if (elems >= 1 && elems <= max_elems) {
         line(ind, "{");
-        line(ind + 1, std::string(cpp_type(a->dtype)) + " " + buf_name(a->buffer) + "[" +
+        line(ind + 1, std::string(storage_type(a->dtype)) + " " + buf_name(a->buffer) + "[" +
                           std::to_string(elems) + "];");
         stmt(a->body, ind + 1);
         line(ind, "}");
@@ -520,9 +529,9 @@ void Emitter::stmt(const Stmt& s, int ind) {
       std::string n = "1";
       for (const Expr& d : a->sizes) n = "(" + n + " * " + expr(d) + ")";
       line(ind, "{");
-      line(ind + 1, std::string("std::vector<") + cpp_type(a->dtype) + "> " + buf_name(a->buffer) +
-                        "_storage(static_cast<size_t>(" + n + "));");
-      line(ind + 1, std::string(cpp_type(a->dtype)) + "* __restrict__ " + buf_name(a->buffer) +
+      line(ind + 1, std::string("std::vector<") + storage_type(a->dtype) + "> " +
+                        buf_name(a->buffer) + "_storage(static_cast<size_t>(" + n + "));");
+      line(ind + 1, std::string(storage_type(a->dtype)) + "* __restrict__ " + buf_name(a->buffer) +
                         " = " + buf_name(a->buffer) + "_storage.data();");
       stmt(a->body, ind + 1);
       line(ind, "}");

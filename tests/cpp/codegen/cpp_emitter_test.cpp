@@ -49,6 +49,33 @@ TEST_F(CppEmitter, SoftmaxMatchesTheInterpreter) {
   check_against_interpreter(k, {{"s0", 7}, {"s1", 33}}, 1e-5);
 }
 
+// A bool buffer is bytes in memory (uint8_t) and bool once read: GCC has no vector type for a load
+// of `bool`, so a loop reading a mask (masked_fill's select) ran scalar. The kernel still agrees
+// with the interpreter: selects, a bool output, and an `any` reduction into a bool buffer.
+TEST_F(CppEmitter, BoolBuffersAreBytesAndMatchTheInterpreter) {
+  const std::string text =
+      "kernel masked(n) {\n"
+      "  input x : f32[n] strides [1]\n"
+      "  input m : b8[n] strides [1]\n"
+      "  output y : f32[n] strides [1]\n"
+      "  output z : b8[n] strides [1]\n"
+      "  output a : b8[1] strides [1]\n"
+      "  a[0] = false\n"
+      "  for (i, 0, n) vectorized {\n"
+      "    y[i] = select(m[i], f32(-inf), (x[i] * f32(0.5)))\n"
+      "    z[i] = (m[i] && (f32(0) < x[i]))\n"
+      "    accumulate any a[0] <- m[i]\n"
+      "  }\n"
+      "}\n";
+  Kernel k = loop::parse_kernel(text);
+  const std::string src = emit_cpp(k);
+  EXPECT_NE(src.find("uint8_t* const p_m = static_cast<uint8_t*>(buffers[1]);"), std::string::npos)
+      << src;
+  EXPECT_EQ(src.find("bool*"), std::string::npos) << src;
+  EXPECT_NE(src.find("static_cast<bool>(b_m["), std::string::npos) << src;
+  check_against_interpreter(k, {{"n", 37}}, 0);
+}
+
 // Every integer type, every shift amount from -3 to width + 2 and a range of values: the
 // compiled shifts and bitwise ops agree with the interpreter (which follows torch's CPU kernels).
 TEST_F(CppEmitter, BitwiseOpsAndShiftsMatchTheInterpreter) {
