@@ -14,16 +14,20 @@ namespace ember::graph {
 
 namespace {
 
-int64_t value_bytes(const Graph& g, ValueId v) {
-  const TensorType& t = g.type(v);
-  if (t.is_static()) return nbytes(t);
-  // Over shape symbols: its bytes at the symbols' hints (the sizes the trace saw).
-  int64_t n = element_size(t.dtype);
-  for (const DimExpr& d : t.sizes) {
+// The elements of value `v`; over shape symbols, at the symbols' hints (the sizes the trace saw).
+int64_t hint_numel(const Graph& g, ValueId v) {
+  int64_t n = 1;
+  for (const DimExpr& d : g.type(v).sizes) {
     std::optional<int64_t> c = d.as_constant();
     n *= c ? *c : sym::hint(d.expr(), g.symbols);
   }
-  return std::max<int64_t>(n, 1);
+  return n;
+}
+
+int64_t value_bytes(const Graph& g, ValueId v) {
+  const TensorType& t = g.type(v);
+  if (t.is_static()) return nbytes(t);
+  return std::max<int64_t>(hint_numel(g, v) * element_size(t.dtype), 1);
 }
 
 // Note [Recompute reads few large tensors]
@@ -116,10 +120,10 @@ std::vector<ValueId> over_read(const Graph& g, const std::vector<bool>& recomput
     if (!recompute[ni]) continue;
     const Node& n = g.nodes[ni];
     for (ValueId o : n.outputs) {
-      const int64_t half = numel(g.type(o).sizes) / 2;
+      const int64_t half = hint_numel(g, o) / 2;
       std::vector<ValueId> large;
       auto add = [&](ValueId r) {
-        if (numel(g.type(r).sizes) >= half && large.size() <= kMaxRecomputeLargeReads &&
+        if (hint_numel(g, r) >= half && large.size() <= kMaxRecomputeLargeReads &&
             std::find(large.begin(), large.end(), r) == large.end()) {
           large.push_back(r);
         }
