@@ -83,3 +83,32 @@ def test_reduce_overhead_records_one_cuda_graph_per_size():
             torch.testing.assert_close(c(x), m(x), rtol=2e-3, atol=2e-3)
     # 17 and 31: call 1 warms up, calls 2 and 3 replay; 64 once (warm-up)
     assert _C.cuda_graph_replays() - before == 4
+
+
+def test_reductions_over_symbols_are_triton_kernels_on_cuda():
+    # Reduction kernels over shape symbols on the GPU: a scaled, causally masked softmax and a
+    # layer norm with its residual, traced with symbolic rows and length, one Triton program for
+    # every size, equal to eager far from the hints (docs/design/symbolic.md, "Reduction kernels").
+    from ember import _C as C
+
+    w, b = torch.randn(64, device="cuda"), torch.randn(64, device="cuda")
+
+    def fn(x, y):
+        T = x.shape[-1]
+        mask = torch.ones(T, T, dtype=torch.bool, device="cuda").tril()
+        att = (x * 0.125).masked_fill(~mask, float("-inf")).softmax(-1)
+        h = y * 2 + 1
+        return att, torch.nn.functional.layer_norm(h, (64,), w, b), h.sum(0)
+
+    s = C.TraceSession()
+    x = s.add_input(torch.randn(2, 9, 9, device="cuda"), "user", "x", None, [0, 1, 2])
+    y = s.add_input(torch.randn(7, 64, device="cuda"), "user", "y", None, [0])
+    with s, torch.no_grad():
+        out = fn(x, y)
+    cg = C.CompiledGraph(s.finish(list(out)))
+    assert cg.symbolic_fallback == "" and cg.num_kernels >= 2, cg.refused_kernels
+    for B, T, R in [(2, 2, 3), (3, 9, 7), (2, 130, 1000), (4, 512, 5000)]:
+        args = (torch.randn(B, T, T, device="cuda"), torch.randn(R, 64, device="cuda"))
+        for g, e in zip(cg(*args), fn(*args)):
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+    assert cg.num_specializations == 0
