@@ -220,7 +220,7 @@ class ProgramBuilder {
   Expr offset(const ReductionOperand& o) const {
     Expr off = loop::idx(0);
     for (size_t d = 0; d < o.strides.size(); ++d) {
-      if (!(o.strides[d] == graph::DimExpr(0))) {
+      if (!is_constant(o.strides[d], 0)) {
         off = add(off, mul(element_var(d), dim_expr(o.strides[d])));
       }
     }
@@ -251,7 +251,7 @@ class ProgramBuilder {
     graph::DimExpr stride = 1;
     for (size_t d = s_.sizes.size(); d-- > 0;) {
       if (!s_.reduced[d]) continue;
-      if (!(s_.sizes[d] == graph::DimExpr(1))) {
+      if (!is_constant(s_.sizes[d], 1)) {
         index = add(index, mul(element_var(d), dim_expr(stride)));
       }
       stride = stride * s_.sizes[d];

@@ -105,7 +105,7 @@ bool ReductionGroupBuilder::add_epilogue(ValueId v) {
       for (const ReductionOperand& o : spec->outputs) {
         Expr off = loop::idx(0);
         for (size_t d = 0; d < o.strides.size(); ++d) {
-          if (!(o.strides[d] == graph::DimExpr(0))) {
+          if (!is_constant(o.strides[d], 0)) {
             off = off + loop::var(loop_var(d)) * dim_expr(o.strides[d]);
           }
         }

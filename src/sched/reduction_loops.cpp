@@ -40,10 +40,6 @@ std::string x_name(size_t d) {
   return "x" + std::to_string(d);
 }
 
-bool is_one(const DimExpr& d) {
-  return d.is_constant() && d.constant() == 1;
-}
-
 // `d` at the symbols' hints: for heuristics only.
 int64_t hint(const ReductionSpace& s, const DimExpr& d) {
   if (std::optional<int64_t> c = d.as_constant()) return *c;
@@ -56,7 +52,7 @@ int64_t hint(const ReductionSpace& s, const DimExpr& d) {
 std::vector<size_t> memory_order(const ReductionSpace& s, bool reduced) {
   std::vector<size_t> dims;
   for (size_t d = 0; d < s.sizes.size(); ++d) {
-    if (!is_one(s.sizes[d]) && s.reduced[d] == reduced) dims.push_back(d);
+    if (!is_constant(s.sizes[d], 1) && s.reduced[d] == reduced) dims.push_back(d);
   }
   std::stable_sort(dims.begin(), dims.end(), [&](size_t a, size_t b) {
     return hint(s, s.x_strides[a]) > hint(s, s.x_strides[b]);
@@ -194,7 +190,7 @@ class Builder {
     std::vector<size_t> kept = memory_order(s_, false);
     std::vector<size_t> reduced = memory_order(s_, true);
     for (size_t d = 0; d < s_.sizes.size(); ++d) {
-      if (is_one(s_.sizes[d])) size1_[x_name(d)] = loop::idx(0);
+      if (is_constant(s_.sizes[d], 1)) size1_[x_name(d)] = loop::idx(0);
     }
     int64_t element_steps = 0;
     for (const RowStep& st : p_.steps) element_steps += st.kind == RowStep::Kind::Elements;
@@ -204,7 +200,7 @@ class Builder {
     work_ = largest > INT64_MAX / 8 ? INT64_MAX : largest * std::max<int64_t>(element_steps, 1);
     // The layout follows the dim the input walks contiguously.
     for (size_t d : kept) {
-      if (s_.sizes[d] == DimExpr(0)) return loop::Block::make({});  // no rows
+      if (is_constant(s_.sizes[d], 0)) return loop::Block::make({});  // no rows
     }
     if (!uses_inner_layout(s_)) return loop::simplify(outer(kept, reduced));
     return loop::simplify(inner(kept, reduced));

@@ -8,6 +8,7 @@
 #include "sched/fusion.h"
 #include "sched/kernel_params.h"
 #include "sched/pointwise.h"
+#include "sched/size_expr.h"
 
 namespace ember::sched {
 
@@ -107,12 +108,6 @@ bool usable(const graph::TensorType& t) {
   return is_float(t.dtype) || is_int(t.dtype) || t.dtype == DType::Bool;
 }
 
-// Whether `d` is the constant 1 (a symbolic size never is: 0/1 specialization gives symbols a
-// range from 2, and an expression that happens to be 1 at some call keeps its loop).
-bool is_one(const graph::DimExpr& d) {
-  return d.is_constant() && d.constant() == 1;
-}
-
 // The wrapped dim `d` of a rank-`rank` tensor, or nullopt when out of range. A 0-dim tensor
 // takes dims 0 and -1 (and reduces nothing).
 std::optional<int64_t> wrap_dim(int64_t d, int64_t rank) {
@@ -125,7 +120,7 @@ std::optional<int64_t> wrap_dim(int64_t d, int64_t rank) {
 graph::Dims element_strides(const graph::TensorType& t) {
   graph::Dims s;
   for (size_t d = 0; d < t.sizes.size(); ++d) {
-    s.push_back(is_one(t.sizes[d]) ? graph::DimExpr(0) : t.strides[d]);
+    s.push_back(is_constant(t.sizes[d], 1) ? graph::DimExpr(0) : t.strides[d]);
   }
   return s;
 }
@@ -377,7 +372,7 @@ class Analyzer {
       if (s_.reduced[d] && !keepdim) continue;
       if (j >= sizes.size()) return std::nullopt;
       if (!(sizes[j] == (s_.reduced[d] ? graph::DimExpr(1) : s_.sizes[d]))) return std::nullopt;
-      if (!s_.reduced[d] && !is_one(s_.sizes[d])) op.strides[d] = t.strides[j];
+      if (!s_.reduced[d] && !is_constant(s_.sizes[d], 1)) op.strides[d] = t.strides[j];
       ++j;
     }
     if (j != sizes.size()) return std::nullopt;
@@ -596,7 +591,7 @@ std::vector<ReductionOperand*> operands(ReductionSpec& s) {
 void coalesce(ReductionSpec& s) {
   std::vector<ReductionOperand*> ops = operands(s);
   for (size_t d = s.sizes.size(); d-- > 0;) {
-    if (!is_one(s.sizes[d])) continue;
+    if (!is_constant(s.sizes[d], 1)) continue;
     s.sizes.erase(s.sizes.begin() + static_cast<ptrdiff_t>(d));
     s.reduced.erase(s.reduced.begin() + static_cast<ptrdiff_t>(d));
     for (ReductionOperand* o : ops)

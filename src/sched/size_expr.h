@@ -30,6 +30,13 @@ std::vector<std::string> kernel_size_vars(const loop::Kernel& k, const sym::Shap
 /// runs over, which loop is parallel), never for what a kernel computes.
 int64_t hint_numel(const graph::Dims& sizes, const sym::ShapeEnv& symbols);
 
+/// Whether `d` is the constant `v` (a symbolic size never is one, whatever its hint: 0/1
+/// specialization gives symbols a range from 2, and an expression that happens to equal `v` at
+/// some call is not known to).
+inline bool is_constant(const graph::DimExpr& d, int64_t v) {
+  return d.is_constant() && d.constant() == v;
+}
+
 /// `d` at the symbols' hints (heuristics only, as hint_numel).
 int64_t hint_of(const graph::DimExpr& d, const sym::ShapeEnv& symbols);
 
