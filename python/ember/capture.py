@@ -102,6 +102,10 @@ def _record_metrics(log: Any, seen: list) -> None:
             metrics.counters["nodes"] += r["nodes"]
             metrics.counters["kernels"] += r["kernels"]
             metrics.counters["extern_steps"] += r["extern_steps"]
+            metrics.counters["view_steps"] += r["view_steps"]
+            metrics.counters["fused_nodes"] += r["fused_nodes"]
+            metrics.counters["folded_nodes"] += r["folded_nodes"]
+            metrics.counters["dynamic_graphs"] += int(r["symbolic"])
             metrics.counters["parameter_kernels"] += r["parameter_kernels"]
             metrics.counters["fused_attention"] += r["fused_attention"]
             metrics.counters["causal_attention"] += r["causal_attention"]

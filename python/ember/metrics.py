@@ -19,6 +19,8 @@
   view_steps    views made directly from a realized tensor (one per chain of views that an
                 output or an ATen call needs)
   folded_nodes  nodes computed once at compile time by constant folding (they depend on no input)
+  dynamic_graphs  compiled graphs with shape symbols (one graph for every size in the symbols'
+                ranges)
   captured_frames  frames ember.compile captured (each is one graph, counted in graphs): whole,
                    or up to a graph break (the rest of the frame is a resume function, captured
                    as a frame of its own)

@@ -20,6 +20,16 @@ Dims fold_pinned(const Dims& dims, const sym::ShapeEnv& env) {
   return out;
 }
 
+void fold_pinned_inputs(Graph& g) {
+  const sym::ShapeEnv& env = g.symbols;
+  for (const Input& in : g.inputs) {
+    TensorType& t = g.values.at(static_cast<size_t>(in.value)).type;
+    t.sizes = fold_pinned(t.sizes, env);
+    t.strides = fold_pinned(t.strides, env);
+    t.storage_offset = fold(t.storage_offset, env);
+  }
+}
+
 void fold_pinned_symbols(Graph& g) {
   bool pinned = false;
   for (const sym::SymbolInfo& s : g.symbols.symbols()) pinned |= s.range.is_constant();

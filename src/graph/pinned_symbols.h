@@ -16,6 +16,12 @@ namespace ember::graph {
 /// A graph without pinned symbols is unchanged.
 void fold_pinned_symbols(Graph& g);
 
+/// The types of `g`'s inputs folded as fold_pinned_symbols folds the nodes' (`f32[s0, s2]` with
+/// s2 pinned to 32 becomes `f32[s0, 32]`), for the compiler once it found where each unpinned
+/// symbol is bound (runtime::symbol_sources): a pinned symbol needs no source, its value is its
+/// constant, and the input check compares the size with it, as the guard that pinned it does.
+void fold_pinned_inputs(Graph& g);
+
 /// `dims` simplified over `env` (a pinned symbol as its constant), constants as they are.
 Dims fold_pinned(const Dims& dims, const sym::ShapeEnv& env);
 

@@ -489,7 +489,10 @@ std::vector<TensorType> rule(const Call& c) {
       const TensorType& s = c.tensor(0);
       auto d = static_cast<size_t>(wrap_dim(c, c.integer(c.at(1)), s.dim()));
       DimExpr index = c.dim(c.at(2));
-      if (index.is_constant() && index.constant() < 0) index = index + s.sizes[d];
+      if ((index.is_constant() && index.constant() < 0) ||
+          (!index.is_constant() && c.decide(index, Rel::LT, 0))) {
+        index = c.simplify(index + s.sizes[d]);
+      }
       // Out-of-range indices raise in eager; the guard keeps a compiled read in bounds.
       EMBER_INTERNAL_ASSERT(c.decide(index, Rel::LT, s.sizes[d]) && c.decide(index, Rel::GE, 0))
           << c.name() << ": index " << index.str() << " out of " << s.sizes[d].str();
@@ -497,6 +500,34 @@ std::vector<TensorType> rule(const Call& c) {
       sizes.erase(sizes.begin() + static_cast<std::ptrdiff_t>(d));
       strides.erase(strides.begin() + static_cast<std::ptrdiff_t>(d));
       return {c.view(0, sizes, strides, c.simplify(s.storage_offset + index * s.strides[d]))};
+    }
+    case OpKind::diagonal: {
+      // diagonal(self, offset, dim1, dim2): dims dim1 and dim2 replaced by a last one, the
+      // diagonal's, of stride stride1 + stride2.
+      const TensorType& s = c.tensor(0);
+      EMBER_UNSUPPORTED(s.dim() >= 2) << c.name() << " of rank " << s.dim();
+      const int64_t off = c.args.size() > 1 ? c.integer(c.at(1)) : 0;
+      auto a =
+          static_cast<size_t>(wrap_dim(c, c.args.size() > 2 ? c.integer(c.at(2)) : 0, s.dim()));
+      auto b =
+          static_cast<size_t>(wrap_dim(c, c.args.size() > 3 ? c.integer(c.at(3)) : 1, s.dim()));
+      EMBER_UNSUPPORTED(a != b) << c.name() << ": dim1 and dim2 are both " << a;
+      // Its length: min(size1, size2 - off) for off >= 0, min(size1 + off, size2) below, at
+      // least 0, decided through guards.
+      DimExpr x = off >= 0 ? s.sizes[a] : c.simplify(s.sizes[a] + off);
+      DimExpr y = off >= 0 ? c.simplify(s.sizes[b] - off) : s.sizes[b];
+      DimExpr len = x == y || c.decide(x, Rel::LE, y) ? x : y;
+      if (!c.decide(len, Rel::GE, 0)) len = 0;
+      Dims sizes, strides;
+      for (size_t d = 0; d < s.sizes.size(); ++d) {
+        if (d == a || d == b) continue;
+        sizes.push_back(s.sizes[d]);
+        strides.push_back(s.strides[d]);
+      }
+      sizes.push_back(len);
+      strides.push_back(c.simplify(s.strides[a] + s.strides[b]));
+      DimExpr offset = off >= 0 ? s.strides[b] * off : s.strides[a] * -off;
+      return {c.view(0, sizes, strides, c.simplify(s.storage_offset + offset))};
     }
     case OpKind::split:
     case OpKind::split_with_sizes: {

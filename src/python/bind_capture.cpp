@@ -29,6 +29,10 @@ nb::dict record_dict(const capture::CaptureRecord& r) {
   d["nodes"] = r.nodes;
   d["kernels"] = r.kernels;
   d["extern_steps"] = r.extern_steps;
+  d["view_steps"] = r.view_steps;
+  d["fused_nodes"] = r.fused_nodes;
+  d["folded_nodes"] = r.folded_nodes;
+  d["symbolic"] = r.symbolic;
   d["parameter_kernels"] = r.parameter_kernels;
   d["fused_attention"] = r.fused_attention;
   d["causal_attention"] = r.causal_attention;

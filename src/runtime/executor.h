@@ -157,9 +157,11 @@ class Executor {
                          torch::jit::Stack& stack) const;
   /// Runs one kernel; false when it reported an out-of-range index (and wrote nothing).
   /// `write_through`: outputs marked Output::write_through may be written into their input.
-  /// `symbols`: the call's symbol values (a symbolic kernel's sizes).
+  /// `symbols`: the call's symbol values (a symbolic kernel's sizes); `bound`: the same as
+  /// bindings, when the caller has them (else made here).
   bool run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const at::Tensor& arena,
-                  bool write_through = false, const std::vector<int64_t>& symbols = {}) const;
+                  bool write_through = false, const std::vector<int64_t>& symbols = {},
+                  const sym::Bindings* bound = nullptr) const;
   /// For a symbolic graph: whether a call should run the static program of its binding (the
   /// graph is compiled per binding, or an input's strides differ from its type's).
   bool runs_per_binding(const std::vector<at::Tensor>& inputs,
@@ -170,8 +172,10 @@ class Executor {
   void note_layout_copy(const std::string& where, const at::Tensor& got) const;
   /// Makes a view step's views. False when the root does not have the traced layout and the step
   /// is an extern view op (then the caller makes the dispatcher call); a collapsed chain then
-  /// views a copy of the root in the traced layout.
-  bool run_view(const Step& step, std::vector<at::Tensor>& env) const;
+  /// views a copy of the root in the traced layout. `bound`: the call's bindings, required for
+  /// a symbolic view (View::symbolic); without them an extern view op runs as its call.
+  bool run_view(const Step& step, std::vector<at::Tensor>& env,
+                const sym::Bindings* bound = nullptr) const;
   bool strides_match(const std::vector<at::Tensor>& inputs) const;
   /// run()'s checks of the inputs. Returns the value of each shape symbol (by id) for a
   /// symbolic graph, else nothing.

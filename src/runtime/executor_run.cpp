@@ -99,34 +99,6 @@ std::vector<std::string> Executor::layout_copy_notes() const {
   return layout_copy_notes_;
 }
 
-bool Executor::run_view(const Step& step, std::vector<at::Tensor>& env) const {
-  const View& v = *step.view;
-  at::Tensor base = env[v.root];
-  if (!base.defined() || !base.has_storage() || base.layout() != at::kStrided || base.is_conj() ||
-      base.is_neg() || base.key_set().has(c10::DispatchKey::Python)) {
-    if (step.call) return false;
-    EMBER_INTERNAL_ASSERT(false) << "a view step's root " << v.root << " is not a plain tensor";
-  }
-  if (!has_layout(base, v.root_sizes, v.root_strides)) {
-    // An extern op returned another layout than its meta kernel promised. A view op runs as the
-    // dispatcher call; a collapsed chain views a copy in the traced layout (it then aliases the
-    // copy, not the extern's result: both are intermediates).
-    if (step.call) return false;
-    note_layout_copy("view of %" + std::to_string(v.root), base);
-    at::Tensor copy = at::empty_strided(v.root_sizes, v.root_strides, base.options());
-    copy.copy_(base);
-    base = copy;
-  }
-  for (const ViewOutput& o : v.outputs) {
-    auto impl = c10::make_intrusive<c10::TensorImpl>(
-        c10::TensorImpl::VIEW, c10::Storage(base.storage()), base.key_set(), base.dtype());
-    impl->set_sizes_and_strides(o.sizes, o.strides, base.storage_offset() + o.offset_delta);
-    impl->set_version_counter(base.unsafeGetTensorImpl()->version_counter());
-    env[o.value] = at::Tensor(std::move(impl));
-  }
-  return true;
-}
-
 namespace {
 
 std::vector<int64_t> evaluate_dims(const graph::Dims& dims, const sym::Bindings& bindings) {
@@ -139,14 +111,66 @@ std::vector<int64_t> evaluate_dims(const graph::Dims& dims, const sym::Bindings&
   return out;
 }
 
+int64_t evaluate_dim(const graph::DimExpr& d, const sym::Bindings& bindings) {
+  std::optional<int64_t> c = d.as_constant();
+  return c ? *c : sym::evaluate(d.expr(), bindings);
+}
+
 }  // namespace
 
+bool Executor::run_view(const Step& step, std::vector<at::Tensor>& env,
+                        const sym::Bindings* bound) const {
+  const View& v = *step.view;
+  at::Tensor base = env[v.root];
+  if (!base.defined() || !base.has_storage() || base.layout() != at::kStrided || base.is_conj() ||
+      base.is_neg() || base.key_set().has(c10::DispatchKey::Python) ||
+      (v.symbolic && bound == nullptr)) {
+    if (step.call) return false;
+    EMBER_INTERNAL_ASSERT(false) << "a view step's root " << v.root
+                                 << " is not a plain tensor, or its sizes are not bound";
+  }
+  // Over shape symbols the geometry is this call's (the symbolic fields evaluated).
+  std::vector<int64_t> root_sizes, root_strides;
+  if (v.symbolic) {
+    root_sizes = evaluate_dims(v.symbolic_root_sizes, *bound);
+    root_strides = evaluate_dims(v.symbolic_root_strides, *bound);
+  }
+  const std::vector<int64_t>& want_sizes = v.symbolic ? root_sizes : v.root_sizes;
+  const std::vector<int64_t>& want_strides = v.symbolic ? root_strides : v.root_strides;
+  if (!has_layout(base, want_sizes, want_strides)) {
+    // An extern op returned another layout than its meta kernel promised. A view op runs as the
+    // dispatcher call; a collapsed chain views a copy in the traced layout (it then aliases the
+    // copy, not the extern's result: both are intermediates).
+    if (step.call) return false;
+    note_layout_copy("view of %" + std::to_string(v.root), base);
+    at::Tensor copy = at::empty_strided(want_sizes, want_strides, base.options());
+    copy.copy_(base);
+    base = copy;
+  }
+  for (const ViewOutput& o : v.outputs) {
+    auto impl = c10::make_intrusive<c10::TensorImpl>(
+        c10::TensorImpl::VIEW, c10::Storage(base.storage()), base.key_set(), base.dtype());
+    if (v.symbolic) {
+      impl->set_sizes_and_strides(
+          evaluate_dims(o.symbolic_sizes, *bound), evaluate_dims(o.symbolic_strides, *bound),
+          base.storage_offset() + evaluate_dim(o.symbolic_offset_delta, *bound));
+    } else {
+      impl->set_sizes_and_strides(o.sizes, o.strides, base.storage_offset() + o.offset_delta);
+    }
+    impl->set_version_counter(base.unsafeGetTensorImpl()->version_counter());
+    env[o.value] = at::Tensor(std::move(impl));
+  }
+  return true;
+}
+
 bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const at::Tensor& arena,
-                          bool write_through, const std::vector<int64_t>& symbols) const {
+                          bool write_through, const std::vector<int64_t>& symbols,
+                          const sym::Bindings* bound) const {
   if (k.symbolic) {
     // Inputs in the layout of their types under this call's sizes (an extern op may return
     // another: copied, as below); outputs allocated at this call's sizes.
-    const sym::Bindings bindings = to_bindings(symbols);
+    const sym::Bindings own = bound ? sym::Bindings{} : to_bindings(symbols);
+    const sym::Bindings& bindings = bound ? *bound : own;
     std::vector<void*> buffers;
     buffers.reserve(k.inputs.size() + k.outputs.size());
     for (size_t i = 0; i < k.inputs.size(); ++i) {
@@ -368,6 +392,10 @@ bool Executor::size_guards_hold(const std::vector<at::Tensor>& inputs) const {
   sym::Bindings b;
   for (size_t id = 0; id < s.source.size(); ++id) {
     const auto [i, d] = s.source[id];
+    if (i < 0 && s.range[id].is_constant()) {  // pinned
+      b.emplace(static_cast<sym::SymbolId>(id), s.range[id].lo);
+      continue;
+    }
     if (static_cast<size_t>(i) >= inputs.size() || d >= inputs[static_cast<size_t>(i)].dim()) {
       return false;
     }
@@ -504,7 +532,7 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
         p_.steps[step.fused_product_step].call->run(env, stack,
                                                     bound);  // the product's step was skipped
       }
-      if (!run_kernel(p_.kernels[step.kernel], env, arena, write_through, symbols)) {
+      if (!run_kernel(p_.kernels[step.kernel], env, arena, write_through, symbols, bound)) {
         // An index tensor holds an out-of-range index. Nothing is mutated before the last step:
         // the unfused program runs the ATen ops, which raise eager's error.
         EMBER_INTERNAL_ASSERT(p_.unfused != nullptr) << "kernel step without an unfused program";
@@ -538,7 +566,7 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
     }
     if (product.has_value()) {
       env[step.matmul_operands.out] = std::move(*product);
-    } else if (step.view && run_view(step, env)) {
+    } else if (step.view && run_view(step, env, bound)) {
       // made from the root's storage
     } else {
       step.call->run(env, stack, bound);

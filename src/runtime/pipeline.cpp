@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "codegen/cpp/cpp_emitter.h"
+#include "graph/pinned_symbols.h"
 #include "graph/printer.h"
 #include "graph/verifier.h"
 #include "runtime/attention_fusion.h"
@@ -126,6 +127,40 @@ std::string first_seeded_op(const graph::Graph& g) {
 std::optional<View> view_of(const Program& p, const graph::Node& node,
                             const c10::FunctionSchema& schema);
 
+/// `outputs` as views of `root` at their traced geometry: constants for static types, else
+/// expressions that the executor evaluates per call (View::symbolic).
+View view_geometry(const graph::Graph& g, graph::ValueId root,
+                   const std::vector<graph::ValueId>& outputs) {
+  const graph::TensorType& rt = g.type(root);
+  View v;
+  v.root = root;
+  v.symbolic = !rt.is_static();
+  for (graph::ValueId o : outputs) v.symbolic |= !g.type(o).is_static();
+  if (v.symbolic) {
+    v.symbolic_root_sizes = rt.sizes;
+    v.symbolic_root_strides = rt.strides;
+  } else {
+    v.root_sizes = graph::constant_values(rt.sizes);
+    v.root_strides = graph::constant_values(rt.strides);
+  }
+  for (graph::ValueId o : outputs) {
+    const graph::TensorType& t = g.type(o);
+    ViewOutput out;
+    out.value = o;
+    if (v.symbolic) {
+      out.symbolic_sizes = t.sizes;
+      out.symbolic_strides = t.strides;
+      out.symbolic_offset_delta = t.storage_offset - rt.storage_offset;
+    } else {
+      out.sizes = graph::constant_values(t.sizes);
+      out.strides = graph::constant_values(t.strides);
+      out.offset_delta = t.storage_offset.constant() - rt.storage_offset.constant();
+    }
+    v.outputs.push_back(std::move(out));
+  }
+  return v;
+}
+
 Step extern_step(const Program& p, int32_t n) {
   Step step;
   step.node = n;
@@ -179,36 +214,18 @@ std::optional<View> view_of(const Program& p, const graph::Node& node,
     if (node.result_slots[i] != static_cast<int32_t>(i)) return std::nullopt;
   }
   const graph::TensorType& it = g.type(in->id);
-  if (!it.is_static()) return std::nullopt;
-  View v;
-  v.root = in->id;
-  v.root_sizes = graph::constant_values(it.sizes);
-  v.root_strides = graph::constant_values(it.strides);
   for (graph::ValueId o : node.outputs) {
     const graph::TensorType& ot = g.type(o);
-    if (!ot.is_static() || ot.dtype != it.dtype || ot.device != it.device) return std::nullopt;
-    v.outputs.push_back(ViewOutput{o, graph::constant_values(ot.sizes),
-                                   graph::constant_values(ot.strides),
-                                   ot.storage_offset.constant() - it.storage_offset.constant()});
+    if (ot.dtype != it.dtype || ot.device != it.device) return std::nullopt;
   }
-  return v;
+  return view_geometry(g, in->id, node.outputs);
 }
 
 Step view_step(const Program& p, int32_t n, graph::ValueId root) {
   const graph::Graph& g = p.traced.graph;
-  const graph::TensorType& rt = g.type(root);
-  View v;
-  v.root = root;
-  v.root_sizes = graph::constant_values(rt.sizes);
-  v.root_strides = graph::constant_values(rt.strides);
+  View v = view_geometry(g, root, g.nodes[n].outputs);
   v.description =
       "view " + g.op_of(g.nodes[n]).qualified_name() + " (of %" + std::to_string(root) + ")";
-  for (graph::ValueId o : g.nodes[n].outputs) {
-    const graph::TensorType& t = g.type(o);
-    v.outputs.push_back(ViewOutput{o, graph::constant_values(t.sizes),
-                                   graph::constant_values(t.strides),
-                                   t.storage_offset.constant() - rt.storage_offset.constant()});
-  }
   Step step;
   step.view = std::move(v);
   step.may_alias = true;
@@ -353,8 +370,11 @@ Program compile_program(tracer::TracedGraph traced, const ExecutorOptions& optio
   }
   step("bind_inputs", [&] {
     bind_inputs(p);
-    if (symbolic)
+    if (symbolic) {
       p.symbol_sources = symbol_sources(p.traced.graph, p.input_slots, options.symbols_from_caller);
+      // Kernels then read `f32[s0, 32]`, not `f32[s0, s2]` with s2 pinned to 32.
+      graph::fold_pinned_inputs(p.traced.graph);
+    }
   });
   sched::ScheduleOptions schedule_options;
   sched::Plan plan;

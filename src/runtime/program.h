@@ -104,12 +104,19 @@ struct ViewOutput {
   graph::ValueId value = -1;
   std::vector<int64_t> sizes, strides;
   int64_t offset_delta = 0;  ///< the view's traced storage offset minus the root's
+  /// A view over shape symbols (View::symbolic): its sizes, strides and offset delta as
+  /// expressions, evaluated under each call's bindings (the int64 fields are unused).
+  graph::Dims symbolic_sizes, symbolic_strides;
+  graph::DimExpr symbolic_offset_delta;
 };
 struct View {
   graph::ValueId root = -1;
   std::vector<int64_t> root_sizes, root_strides;  ///< traced layout the views assume
   std::vector<ViewOutput> outputs;
   std::string description;  ///< "view <op>"
+  /// The root's or an output's type has shape symbols: the geometry is the symbolic_ fields.
+  bool symbolic = false;
+  graph::Dims symbolic_root_sizes, symbolic_root_strides;
 };
 struct Step {
   // Extern step: `call` is set (and `view` too for a view op with a fast path). Kernel step:

@@ -31,7 +31,8 @@ SymbolSources symbol_sources(const graph::Graph& g, const std::vector<graph::Val
     }
   }
   for (size_t id = 0; id < symbols.size(); ++id) {
-    EMBER_UNSUPPORTED(given || s.source[id].first >= 0)
+    // (A symbol pinned to a constant needs none: its value is the constant.)
+    EMBER_UNSUPPORTED(given || s.source[id].first >= 0 || s.range[id].is_constant())
         << "symbol " << s.name[id] << " is no size of an input: the executor cannot bind it";
   }
   return s;
@@ -53,6 +54,10 @@ std::vector<int64_t> bind_symbols(const graph::Graph& g, const SymbolSources& so
       continue;
     }
     const auto [i, d] = sources.source[id];
+    if (i < 0 && sources.range[id].is_constant()) {  // pinned: the inputs' check compares
+      values[id] = sources.range[id].lo;
+      continue;
+    }
     EMBER_INTERNAL_ASSERT(i >= 0) << "symbol " << sources.name[id] << " has no source";
     const at::Tensor& x = inputs[i];
     const graph::TensorType& t = g.type(input_slots[i]);

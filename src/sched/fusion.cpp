@@ -42,8 +42,9 @@ bool symbolic_kernel_value(const graph::Graph& g, ValueId v) {
   return !t.is_static() && kernel_device(t.device) && to_loop_dtype(t.dtype);
 }
 
-// A node over symbolic types (issue 35): pointwise ones fuse and reductions are kernels (their
-// loops run over the symbols, size_expr.h); views, indexing and the rest stay ATen calls,
+// A node over symbolic types (issue 35): pointwise ones fuse, reductions are kernels (their
+// loops run over the symbols, size_expr.h) and views are read through at their traced geometry
+// (Note [Views over shape symbols] in index_ops.cpp); indexing and the rest stay ATen calls,
 // evaluating their symbolic arguments per call, for now.
 std::optional<NodeClass> classify_symbolic(const graph::Graph& g, const graph::Node& n,
                                            const ScheduleOptions& options) {
@@ -56,6 +57,7 @@ std::optional<NodeClass> classify_symbolic(const graph::Graph& g, const graph::N
     if (!kernel_value(g, v) && !symbolic_kernel_value(g, v)) return NodeClass::Extern;
   }
   if (options.reductions && is_reduction_kernel_node(g, n)) return NodeClass::Reduction;
+  if (index_op_kind(g, n) == IndexOpKind::View) return NodeClass::View;
   return n.outputs.size() == 1 && is_pointwise(g, n) ? NodeClass::Pointwise : NodeClass::Extern;
 }
 

@@ -175,6 +175,24 @@ const RuleTable& rules() {
   return table;
 }
 
+// Some tensor `n` reads or writes has shape symbols in its type.
+bool over_symbols(const graph::Graph& g, const graph::Node& n) {
+  for (ValueId o : n.outputs) {
+    if (!g.type(o).is_static()) return true;
+  }
+  for (const graph::Arg& a : n.args) {
+    if (const auto* r = std::get_if<graph::ValueRef>(&a); r && !g.type(r->id).is_static()) {
+      return true;
+    }
+    if (const auto* l = std::get_if<graph::ValueList>(&a)) {
+      for (const auto& item : l->items) {
+        if (item && !g.type(*item).is_static()) return true;
+      }
+    }
+  }
+  return false;
+}
+
 const Rule* rule_of(const graph::Graph& g, const graph::Node& n) {
   if (n.op < 0 || n.op >= static_cast<int32_t>(g.ops.size())) return nullptr;
   const graph::OpInfo& op = g.op_of(n);
@@ -191,14 +209,21 @@ std::optional<IndexOpKind> index_op_kind(const graph::Graph& g, const graph::Nod
   if (rule == nullptr || n.outputs.empty() || n.args.size() != op.arg_names.size()) {
     return std::nullopt;
   }
-  for (ValueId o : n.outputs) {
-    for (const graph::DimExpr& d : g.type(o).sizes) {
-      if (!d.is_constant()) return std::nullopt;
-    }
-  }
   Ctx c{g, n, op};
   if (rule->kind == IndexOpKind::View && !c.tensor_arg("self")) return std::nullopt;
   if (!op.returns_list && n.outputs.size() != 1) return std::nullopt;
+  if (over_symbols(g, n)) {
+    // Note [Views over shape symbols]
+    // The index functions take constant sizes. A view over symbols is read at its traced
+    // geometry instead (its type's sizes, strides and offset are expressions), so its root must
+    // be realized, as as_strided's is (needs_realized_input). as_strided itself stays an ATen
+    // call: its offset is absolute, and a graph input's may differ per call. Other index ops
+    // over symbols have no kernel yet.
+    if (rule->kind != IndexOpKind::View || op.is(OpKind::as_strided) || !same_dtype_view(c)) {
+      return std::nullopt;
+    }
+    return IndexOpKind::View;
+  }
   if (!rule->check(c)) return std::nullopt;
   return rule->kind;
 }
@@ -223,7 +248,7 @@ std::vector<ValueId> index_tensor_args(const graph::Graph& g, const graph::Node&
 
 bool needs_realized_input(const graph::Graph& g, const graph::Node& n) {
   const Rule* rule = rule_of(g, n);
-  return rule != nullptr && !rule->lower;
+  return rule != nullptr && (!rule->lower || over_symbols(g, n));
 }
 
 ValueId view_input(const graph::Graph& g, const graph::Node& n) {

@@ -55,7 +55,8 @@ class ElementReader {
 ///  - views: view, _unsafe_view, alias, detach, permute, transpose.int, t, expand, squeeze (all
 ///    overloads), unsqueeze, slice.Tensor, select.int, narrow, diagonal, split.Tensor,
 ///    split_with_sizes, unbind.int, as_strided (only through its traced geometry: its input must
-///    be realized, see needs_realized_input);
+///    be realized, see needs_realized_input); over shape symbols, every one of these but
+///    as_strided, only through its traced geometry too;
 ///  - computing: cat, stack, flip, roll, constant_pad_nd, im2col, repeat, tril, triu, copy,
 ///    fill.Scalar, fill.Tensor, slice_scatter, select_scatter, index_select, gather, embedding,
 ///    index.Tensor
@@ -69,7 +70,7 @@ std::optional<IndexOpKind> index_op_kind(const graph::Graph& g, const graph::Nod
 std::vector<graph::ValueId> index_tensor_args(const graph::Graph& g, const graph::Node& n);
 
 /// True when `n`'s index function exists only as a read of its input's memory at the output's
-/// traced geometry (as_strided), so its input must be realized.
+/// traced geometry (as_strided, and views over shape symbols), so its input must be realized.
 bool needs_realized_input(const graph::Graph& g, const graph::Node& n);
 
 /// The input a view op aliases (its first tensor argument). Requires index_op_kind == View.

@@ -135,14 +135,15 @@ std::optional<Plan> plan_node(const graph::Graph& g, const graph::Node& n) {
         o.one_element = graph::numel(t.sizes) == 1;
       } else {
         // A symbolic size: more than one element when some dim is known to be >= 2 (every
-        // symbol is, under 0/1 specialization); else unknown, so not pointwise.
+        // symbol is, under 0/1 specialization); else unknown (`s0 - 1`), which matters only
+        // where convert reads it (below).
         bool not_one = false;
         for (const graph::DimExpr& d : t.sizes) {
           not_one |=
               d.is_constant() ? d.constant() == 0 : sym::range_of(d.expr(), g.symbols).lo >= 2;
         }
-        if (!not_one) return std::nullopt;
         o.one_element = false;
+        o.maybe_one_element = !not_one;
       }
       o.cpu_scalar = o.zero_dim && t.device.kind == graph::DeviceKind::CPU;
       o.input = input_of[a - n.args.data()];
@@ -219,6 +220,14 @@ std::optional<Plan> plan_node(const graph::Graph& g, const graph::Node& n) {
       break;
     case Mode::Raw:
       break;
+  }
+  // Where a one-element operand converts otherwise (convert), its numel must be known.
+  for (size_t i = 0; i < p.operands.size(); ++i) {
+    const Operand& o = p.operands[i];
+    if (o.maybe_one_element && (rule.mode == Mode::Float || rule.mode == Mode::Numeric) &&
+        rule.opmath_other && i == 1 && is_reduced(p.out) && o.dtype != p.out) {
+      return std::nullopt;
+    }
   }
   if (rule.check && !rule.check(p)) return std::nullopt;
   return p;

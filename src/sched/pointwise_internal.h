@@ -58,6 +58,9 @@ struct Operand {
   bool tensor = true;
   bool zero_dim = false;     ///< a 0-dim tensor (maybe a wrapped Python number)
   bool one_element = false;  ///< numel == 1
+  /// A symbolic numel that may be 1 at some sizes (one_element is false): plan_node refuses the
+  /// node where convert would read it differently.
+  bool maybe_one_element = false;
   /// A Python number or a 0-dim CPU tensor: on CUDA, TensorIterator reads it as a scalar in the
   /// op's compute type (opmath), without rounding it to the common dtype first.
   bool cpu_scalar = false;

@@ -58,6 +58,10 @@ void fill_record(CaptureRecord& rec, const GraphRunner& runner, const GuardSet& 
   rec.nodes = static_cast<int>(runner.graph().nodes.size());
   rec.kernels = runner.num_kernels();
   rec.extern_steps = runner.num_extern_steps();
+  rec.view_steps = runner.num_view_steps();
+  rec.fused_nodes = runner.num_fused_nodes();
+  rec.folded_nodes = runner.num_folded_nodes();
+  rec.symbolic = !runner.graph().symbols.symbols().empty();
   rec.parameter_kernels = runner.num_parameter_kernels();
   rec.fused_attention = runner.num_fused_attention();
   rec.causal_attention = runner.num_causal_attention();

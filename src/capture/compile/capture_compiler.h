@@ -47,6 +47,10 @@ struct CaptureRecord {
   int nodes = 0;
   int kernels = 0;
   int extern_steps = 0;
+  int view_steps = 0;         ///< views made straight from their root's storage
+  int fused_nodes = 0;        ///< nodes computed inside generated kernels
+  int folded_nodes = 0;       ///< nodes of parameters folded to constants
+  bool symbolic = false;      ///< the graph has shape symbols (one graph for many sizes)
   int parameter_kernels = 0;  ///< kernels of parameters and buffers only, kept across calls
   int fused_attention = 0;    ///< eager attention run as one SDPA call (runtime/attention_fusion.h)
   int causal_attention = 0;   ///< constant causal masks made is_causal (runtime/causal_attention.h)

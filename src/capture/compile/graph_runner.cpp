@@ -43,6 +43,9 @@ class ExecutorRunner final : public GraphRunner {
   const graph::Graph& graph() const override { return executor_.graph(); }
   int num_kernels() const override { return executor_.num_kernels(); }
   int num_extern_steps() const override { return executor_.num_extern_steps(); }
+  int num_view_steps() const override { return executor_.num_view_steps(); }
+  int num_fused_nodes() const override { return executor_.num_fused_nodes(); }
+  int num_folded_nodes() const override { return executor_.num_folded_nodes(); }
   int num_parameter_kernels() const override { return executor_.num_parameter_kernels(); }
   int num_fused_attention() const override { return executor_.num_fused_attention(); }
   int num_causal_attention() const override { return executor_.num_causal_attention(); }
@@ -78,6 +81,12 @@ class TrainingRunner final : public GraphRunner {
   }
   int num_extern_steps() const override {
     return function_.forward().num_extern_steps() + function_.backward().num_extern_steps();
+  }
+  int num_view_steps() const override {
+    return function_.forward().num_view_steps() + function_.backward().num_view_steps();
+  }
+  int num_fused_nodes() const override {
+    return function_.forward().num_fused_nodes() + function_.backward().num_fused_nodes();
   }
   bool training() const override { return true; }
   std::vector<std::string> codegen_notes() const override {

@@ -37,6 +37,9 @@ class GraphRunner {
   /// Generated kernels and boxed ATen calls per run (0 for a foreign backend: not known).
   virtual int num_kernels() const { return 0; }
   virtual int num_extern_steps() const { return 0; }
+  virtual int num_view_steps() const { return 0; }
+  virtual int num_fused_nodes() const { return 0; }
+  virtual int num_folded_nodes() const { return 0; }
   /// Kernels of parameters and buffers only, whose outputs are kept across calls.
   virtual int num_parameter_kernels() const { return 0; }
   virtual int num_fused_attention() const { return 0; }

@@ -294,9 +294,75 @@ nb::object Interpreter::tensor_keyed_item(nb::handle obj, nb::handle key) {
   return wrap(value, sources_.item_of(source, key_source));
 }
 
+namespace {
+
+bool is_sym_int(PyObject* o) {
+  static PyObject* sym_int = imported("torch", "SymInt");
+  return reinterpret_cast<PyObject*>(Py_TYPE(o)) == sym_int;
+}
+
+/// `tensor[key]` where basic indexing (ints, slices, None, Ellipsis) holds symbolic ints. torch's
+/// getitem reads an int index through __index__, which would specialize the size to its value
+/// (setitem takes SymInts): the same indexing runs with a full slice in each one's place, then a
+/// select.int per such dim, last first. An invalid object when the key has no symbolic int or
+/// is not basic (torch's getitem then).
+nb::object index_with_sym_ints(nb::handle tensor, nb::handle key) {
+  const bool tuple = PyTuple_CheckExact(key.ptr());
+  std::vector<PyObject*> items;
+  if (tuple) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(key.ptr()); ++i) {
+      items.push_back(PyTuple_GET_ITEM(key.ptr(), i));
+    }
+  } else {
+    items.push_back(key.ptr());
+  }
+  bool any = false;
+  int64_t specified = 0;
+  for (PyObject* o : items) {
+    if (is_sym_int(o)) {
+      any = true;
+    } else if (!(PyLong_CheckExact(o) || PySlice_Check(o) || o == Py_None || o == Py_Ellipsis)) {
+      return {};
+    }
+    specified += o != Py_None && o != Py_Ellipsis;
+  }
+  if (!any) return {};
+  const int64_t rank = THPVariable_Unpack(tensor.ptr()).dim();
+  if (specified > rank) return {};  // torch's error
+  nb::object full = checked(PySlice_New(nullptr, nullptr, nullptr));
+  nb::object basic = checked(PyTuple_New(static_cast<Py_ssize_t>(items.size())));
+  std::vector<std::pair<int64_t, PyObject*>> selects;  // (dim of the result, index)
+  int64_t dim = 0;
+  for (size_t i = 0; i < items.size(); ++i) {
+    PyObject* o = items[i];
+    PyObject* item = o;
+    if (o == Py_Ellipsis) {
+      dim += rank - specified;
+    } else if (is_sym_int(o)) {
+      selects.emplace_back(dim++, o);
+      item = full.ptr();
+    } else if (!PyLong_CheckExact(o)) {
+      ++dim;  // a slice, or None's new dim
+    }
+    Py_INCREF(item);
+    PyTuple_SET_ITEM(basic.ptr(), static_cast<Py_ssize_t>(i), item);
+  }
+  nb::object result = checked(PyObject_GetItem(tensor.ptr(), basic.ptr()));
+  for (size_t i = selects.size(); i-- > 0;) {
+    nb::object d = checked(PyLong_FromLongLong(selects[i].first));
+    result = checked(PyObject_CallMethod(result.ptr(), "select", "OO", d.ptr(), selects[i].second));
+  }
+  return result;
+}
+
+}  // namespace
+
 nb::object Interpreter::subscr(nb::handle obj, nb::handle key) {
   pin_identity(key);
-  if (is_tensor(obj)) return checked(PyObject_GetItem(obj.ptr(), tensor_index(obj, key).ptr()));
+  if (is_tensor(obj)) {
+    if (nb::object r = index_with_sym_ints(obj, key); r.is_valid()) return r;
+    return checked(PyObject_GetItem(obj.ptr(), tensor_index(obj, key).ptr()));
+  }
   if (is_tensor(key)) {
     // A dict keyed by the real tensors of graph inputs (an optimizer's `state[p]`).
     if (nb::object v = tensor_keyed_item(obj, key); v.is_valid()) return v;

@@ -98,6 +98,41 @@ TEST_F(RuleTest, SliceClampsWithGuardsOnlyWhereRangesDoNotDecide) {
   EXPECT_EQ(sym::print(guards.guards()[0]), "not (3 > s0)");
 }
 
+TEST_F(RuleTest, DiagonalOfSymbolsDecidesItsLengthThroughGuards) {
+  // s0 = 6, s1 = 4 at the hints: diagonal(x[s0, s1], offset=1) has min(s0, s1 - 1) = s1 - 1
+  // elements, stride s1 + 1, from element 1 (a guard decides s0 > s1 - 1).
+  ValueRef x = input(typed({s0, s1}));
+  auto out = apply("aten::diagonal", "", {"self", "offset", "dim1", "dim2"},
+                   {x, int64_t{1}, int64_t{0}, int64_t{1}}, {[&] {
+                     TensorType t = typed({s1 - 1}, {s1 + 1});
+                     t.storage_offset = 1;
+                     return t;
+                   }()});
+  EXPECT_EQ(type_str(out[0]), "f32[s1 - 1]{s1 + 1}+1 cpu");
+  ASSERT_EQ(guards.guards().size(), 1u);
+  // Offset -2 of a square [s0, s0]: length s0 - 2, from row 2.
+  ValueRef y = input(typed({s0, s0}));
+  auto neg = apply("aten::diagonal", "", {"self", "offset", "dim1", "dim2"},
+                   {y, int64_t{-2}, int64_t{0}, int64_t{1}}, {[&] {
+                     TensorType t = typed({s0 - 2}, {s0 + 1});
+                     t.storage_offset = s0 * 2;
+                     return t;
+                   }()});
+  EXPECT_EQ(type_str(neg[0]), "f32[s0 - 2]{s0 + 1}+(s0*2) cpu");
+}
+
+TEST_F(RuleTest, SelectWrapsASymbolicNegativeIndex) {
+  // x.select(0, 1 - s0) is row 1 (eager wraps a negative index by the size).
+  ValueRef x = input(typed({s0, 8}));
+  auto out = apply("aten::select", "int", {"self", "dim", "index"},
+                   {x, int64_t{0}, int_arg(DimExpr(1) - s0)}, {[&] {
+                     TensorType t = typed({8});
+                     t.storage_offset = 8;
+                     return t;
+                   }()});
+  EXPECT_EQ(type_str(out[0]), "f32[8]+8 cpu");
+}
+
 TEST_F(RuleTest, ARuleThatDisagreesWithTheMetaKernelIsUnsupported) {
   ValueRef x = input(typed({s0, 8}));
   OpInfo op =

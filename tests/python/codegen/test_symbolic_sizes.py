@@ -5,7 +5,8 @@ at many sizes. Graphs come from text (`_C.parse_traced_graph`), as the tracer wi
 Graphs compile once for every size: pointwise groups and reductions become kernels over the
 symbols (C++ on the CPU; Triton kernels, which take the symbols as i64 arguments, run here in
 Triton's interpreter: the `target` parameter; reductions in detail: test_symbolic_reductions.py),
-every other node (views, matrix products, embedding, ...) an ATen call whose symbolic arguments are
+views are read through or made from their root (test_symbolic_views.py), every other node (matrix
+products, embedding, ...) an ATen call whose symbolic arguments are
 evaluated per call. Where a step cannot handle symbols, the
 executor compiles the graph once per binding of its symbols (`symbolic_fallback` says why):
 correct, never silently wrong."""

@@ -316,6 +316,34 @@ def test_ember_compile_symbolic_indexing(case):
     assert snap["graphs"] == 1 and snap["eager_frames"] == 0, (snap, metrics.fallback_reasons)
 
 
+_SYMBOLIC_INT_INDEXES = {
+    # Tensor indexing with sizes as ints (x[T - 1], x[:, T - 2], x[None, ..., B - 1]) selects
+    # over the symbols: torch's getitem would read each through __index__, one graph per size.
+    "last_row": lambda x: x[x.shape[0] - 1] * 2,
+    "row_of_tuple": lambda x: x[x.shape[0] - 2, 1:] + 1,
+    "column": lambda x: x[:, x.shape[1] - 1] * 3,
+    "two_sizes": lambda x: x[x.shape[0] - 1, x.shape[1] // 2] + x[0, 0],
+    "none_and_ellipsis": lambda x: x[None, ..., x.shape[1] - 1] * 2,
+    "negative": lambda x: x[:, -x.shape[1] + 1] - 1,
+    "diagonal": lambda x: torch.diagonal(x[:, :x.shape[0]]) * 2 + torch.diagonal(x, 1).sum(),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_SYMBOLIC_INT_INDEXES))
+def test_ember_compile_indexing_with_symbolic_ints(case):
+    f = _SYMBOLIC_INT_INDEXES[case]
+    metrics.reset()
+    cf = ember.compile(f, dynamic=True)
+    for B, T in [(3, 4), (5, 9), (7, 16)]:
+        x = torch.randn(B, T)
+        got, want = cf(x), f(x)
+        assert got.shape == want.shape and got.stride() == want.stride()
+        torch.testing.assert_close(got, want)
+    snap = metrics.snapshot()
+    assert snap["graphs"] == 1 and snap["dynamic_graphs"] == 1, (snap, metrics.fallback_reasons)
+    assert snap["extern_steps"] == 0, snap  # the views are read through by one kernel
+
+
 _RULE_CASES = {
     # name: (function of x with dims (B, T), example sizes of x); one class of op each.
     "cumsum": lambda x: x.cumsum(1) + x.cumprod(0),
@@ -475,3 +503,24 @@ def test_matmul_of_every_rank_over_shape_symbols(shapes):
         for x, y in zip(torch.autograd.grad(got.sum(), (a, b)), torch.autograd.grad(want.sum(), (a, b))):
             torch.testing.assert_close(x, y, rtol=1e-5, atol=1e-5)
     assert metrics.snapshot()["graphs"] == 1, metrics.fallback_reasons
+
+
+def test_a_size_pinned_by_a_guard_is_a_constant_to_kernels():
+    # dynamic=True makes every dim a symbol; the norm's weight pins the width (s2 == 16). The
+    # input's type then reads f32[s0, s1, 16] to the compiler (graph::fold_pinned_inputs), so the
+    # layer norm over it is a kernel, as over any other value, and a call of another width fails
+    # the guard and recompiles.
+    ln = torch.nn.LayerNorm(16)
+
+    def f(x):
+        return ln(x) * 2
+
+    metrics.reset()
+    cf = ember.compile(f, dynamic=True)
+    with torch.no_grad():
+        for B, T in [(2, 3), (3, 17)]:
+            x = torch.randn(B, T, 16)
+            torch.testing.assert_close(cf(x), f(x))
+    snap = metrics.snapshot()
+    assert snap["graphs"] == 1 and snap["dynamic_graphs"] == 1, (snap, metrics.fallback_reasons)
+    assert snap["kernels"] == 1 and snap["extern_steps"] == 0, snap

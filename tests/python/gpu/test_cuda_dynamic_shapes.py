@@ -112,3 +112,23 @@ def test_reductions_over_symbols_are_triton_kernels_on_cuda():
         for g, e in zip(cg(*args), fn(*args)):
             torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
     assert cg.num_specializations == 0
+
+
+def test_views_over_symbols_on_cuda():
+    # Every view op over shape symbols read through by Triton kernels or made from its root
+    # (tests/python/codegen/test_symbolic_views.py on the CPU): one graph, no ATen view call.
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "codegen"))
+    from test_symbolic_views import every_view  # noqa: PLC0415
+
+    torch.manual_seed(0)
+    w = torch.randn(8, 5, device="cuda")
+    metrics.reset()
+    cf = ember.compile(every_view, dynamic=True)
+    for B, T in [(2, 3), (2, 7), (3, 16), (5, 33), (4, 300)]:
+        x = torch.randn(B, T, 8, device="cuda")
+        for g, e in zip(cf(x, w), every_view(x, w)):
+            assert g.shape == e.shape and g.stride() == e.stride()
+            torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-4)
+    snap = metrics.snapshot()
+    assert snap["graphs"] == 1 and snap["dynamic_graphs"] == 1, (snap, metrics.fallback_reasons)
+    assert snap["extern_steps"] == 2 and snap["codegen_notes"] == 0, (snap, metrics.fallback_reasons)
