@@ -230,6 +230,13 @@ std::unique_ptr<GraphRunner> finish(Attempt& a, const std::vector<at::Tensor>& t
     } else if (std::unique_ptr<GraphRunner> runner = finish_training(a, tensors, options)) {
       return runner;
     }
+  } else {
+    // No input requires grad, so an output that does was made a leaf by requires_grad_ under
+    // no_grad (Interpreter::call_tensor_method): the executor's outputs would not carry it.
+    for (const at::Tensor& t : tensors) {
+      EMBER_UNSUPPORTED(!(t.defined() && t.requires_grad()))
+          << "an output was made to require grad by requires_grad_ (under no_grad)";
+    }
   }
   tracer::TracedGraph traced;
   try {

@@ -44,6 +44,18 @@ nb::object Interpreter::call_tensor_method(nb::handle callable, std::vector<nb::
   if (is_data_read(name)) {
     throw DataDependentError("calling " + name + " reads tensor data, at " + location());
   }
+  // The tensor of a bound method (`t.requires_grad_()`), or the first argument.
+  nb::handle self = args.empty() && PyCFunction_Check(callable.ptr())
+                        ? nb::handle(PyCFunction_GET_SELF(callable.ptr()))
+                        : (args.empty() ? nb::handle() : nb::handle(args[0]));
+  if (leaf == "requires_grad_" && self.is_valid() && is_tensor(self) && source_of(self) < 0 &&
+      input_source_of(self) < 0 && !at::GradMode::is_enabled()) {
+    // A tensor the program made, under no_grad (`torch.zeros_like(q).requires_grad_()`): only
+    // its own flag changes (no later op records autograd), so it runs on the tracer tensor, for
+    // the program's reads of `.requires_grad`. The executor's outputs do not carry the flag:
+    // finish refuses a graph that returns such a tensor.
+    return call_real(callable, std::move(args), kwnames);
+  }
   EMBER_UNSUPPORTED(!is_denied_torch_function(name)) << "calling " << name << " at " << location();
   if ((leaf == "addcdiv_" || leaf == "addcmul_" || leaf == "addcdiv" || leaf == "addcmul") &&
       args.size() == 3 && kwnames.is_valid() && PyTuple_GET_SIZE(kwnames.ptr()) == 1 &&

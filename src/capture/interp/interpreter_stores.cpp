@@ -120,11 +120,25 @@ bool module_attr_store_is_plain(nb::handle obj, PyObject* name, nb::handle value
 }  // namespace
 
 void Interpreter::store_attr_outside(nb::handle obj, PyObject* name, nb::handle value) {
+  int source = source_of(obj);
+  if (source >= 0 && find_store(obj, name) == nullptr) {
+    // The object the attribute holds stored back (`self.pos_encoding =
+    // self.pos_encoding.to(device, dtype)`, where `.to` returned the tensor itself): the value
+    // was read from this very attribute, no store came since, so the store changes nothing.
+    const int vs = is_tensor(value) ? input_source_of(value) : source_of(value);
+    if (vs >= 0) {
+      const Source& v = sources_.at(vs);
+      if ((v.kind == SourceKind::Attr || v.kind == SourceKind::ModuleMember) &&
+          v.parent == source && PyObject_RichCompareBool(v.key.ptr(), name, Py_EQ) == 1) {
+        return;
+      }
+      PyErr_Clear();
+    }
+  }
   // Only a store that lands in the instance dict (no data descriptor, no __setattr__) and whose
   // object the compiled frame can find again (it has a source) can be replayed.
   PyTypeObject* t = Py_TYPE(obj.ptr());
   PyObject* descr = _PyType_Lookup(t, name);
-  int source = source_of(obj);
   nb::object dict = nb::steal(PyObject_GenericGetDict(obj.ptr(), nullptr));
   if (!dict.is_valid()) PyErr_Clear();
   EMBER_UNSUPPORTED(

@@ -514,3 +514,81 @@ def test_decorated_call_override_with_closure():
     def f(x):
         return agg(x, dim=1) * 2
     check(f, r(3, 4))
+
+
+class StoresItsTableBack(nn.Module):
+    # transformers' CTRL: `self.pos_encoding = self.pos_encoding.to(device, dtype)` each call,
+    # a plain tensor attribute that `.to` returns as it is.
+    def __init__(self):
+        super().__init__()
+        self.table = torch.randn(16, 8)
+
+    def forward(self, x):
+        self.table = self.table.to(device=x.device, dtype=x.dtype)
+        return x + self.table[: x.shape[0]]
+
+
+def test_a_tensor_attribute_stored_back_unchanged_is_no_break():
+    m = StoresItsTableBack()
+    table = m.table
+    mcheck(m, r(5, 8))
+    assert m.table is table  # nothing was replaced
+
+
+class StoresANewTable(StoresItsTableBack):
+    def forward(self, x):
+        self.table = self.table * 1.0  # a new tensor each call: a real store
+        return x + self.table[: x.shape[0]]
+
+
+def test_a_tensor_attribute_replaced_by_another_tensor_is_still_handled():
+    # Not the object read back: still a graph break, and the attribute ends as in eager.
+    m, e = StoresANewTable(), StoresANewTable()
+    e.table = m.table.clone()
+    cf = ember.compile(m)
+    with torch.no_grad():
+        for _ in range(2):
+            x = r(5, 8)
+            torch.testing.assert_close(cf(x), e(x))
+    torch.testing.assert_close(m.table, e.table)
+    assert m.table is not e.table
+
+
+def _zeros_requiring_grad(q):
+    return torch.zeros_like(q).requires_grad_()
+
+
+def test_requires_grad_of_a_tensor_the_program_made_under_no_grad():
+    # transformers' Mra without its CUDA kernel: `torch.zeros_like(query).requires_grad_()`.
+    def f(x):
+        y = _zeros_requiring_grad(x * 2)
+        return y + x, y.requires_grad
+
+    with torch.no_grad():
+        check(f, r(3, 4))
+
+
+def test_a_returned_tensor_made_to_require_grad_runs_eagerly():
+    # The executor's outputs would not carry the flag: the frame runs as eager, flag and all.
+    def f(x):
+        return torch.zeros_like(x * 2).requires_grad_()
+
+    cf = ember.compile(f)
+    ember.metrics.reset()
+    with torch.no_grad():
+        out = cf(r(3))
+    assert out.requires_grad
+    expect_frames(0, 1, reason="requires_grad_")
+
+
+def test_requires_grad_of_an_input_is_left_to_python():
+    # A side effect on the caller's tensor: never run on a tracer.
+    def f(x):
+        x.requires_grad_()
+        return x * 2
+
+    cf = ember.compile(f)
+    with torch.no_grad():
+        x = r(3)
+        cf(x)
+    assert x.requires_grad
