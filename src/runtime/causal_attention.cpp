@@ -10,6 +10,8 @@
 #include <ATen/ops/tril.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <string>
@@ -61,6 +63,262 @@ bool is_causal_mask(const at::Tensor& m) {
          at::all(at::eq(blocked, at::logical_not(lower))).item<bool>();
 }
 
+// Note [Causal masks over shape symbols]
+// A mask whose sizes are symbols cannot be evaluated once for every call. It is proved causal
+// instead: its nodes (arange, adds of constants, unsqueeze, slice, expand, a comparison) are
+// read as functions of the element's index, each integer tensor `c + sum_d coef[d] * i_d` and a
+// comparison of two as `diff(i) >= 0`. The mask is causal at every size when `diff` is
+// `a * i_query - a * i_key` (a > 0) and reads no other dim: key <= query, whatever the sizes.
+// Any other node makes the mask unknown (then it stays).
+struct IndexAffine {
+  bool is_bool = false;       ///< a predicate `value(i) >= 0` (else an integer tensor)
+  std::vector<int64_t> coef;  ///< per dim of the value's type
+  int64_t c = 0;
+};
+
+// `a` (of rank a.coef.size()) broadcast to `rank` dims (right-aligned), dims of size 1 in
+// `sizes` (the operand's type) reading element 0.
+IndexAffine broadcast_to(IndexAffine a, const graph::Dims& sizes, size_t rank) {
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == graph::DimExpr(1)) a.coef[d] = 0;
+  }
+  a.coef.insert(a.coef.begin(), rank - a.coef.size(), 0);
+  return a;
+}
+
+std::optional<int64_t> int_value(const graph::Arg& a) {
+  if (const auto* v = std::get_if<int64_t>(&a)) return *v;
+  return std::nullopt;
+}
+
+class MaskProver {
+ public:
+  MaskProver(const tracer::TracedGraph& traced, const std::vector<at::Tensor>& wrapped)
+      : g_(traced.graph), wrapped_(wrapped), values_(g_.values.size()) {}
+
+  /// Reads node `ni` when it is one of the supported ops over known values; true when its
+  /// output is known then.
+  bool visit(int32_t ni) {
+    const graph::Node& n = g_.nodes[ni];
+    if (n.outputs.size() != 1) return false;
+    std::optional<IndexAffine> r = read(n);
+    if (!r) return false;
+    values_[n.outputs[0]] = std::move(r);
+    return true;
+  }
+
+  /// Whether mask `v` ([..., L, S]) is true exactly where key <= query, at every size.
+  bool causal(graph::ValueId v) const {
+    const std::optional<IndexAffine>& m = values_[v];
+    if (!m || !m->is_bool || m->coef.size() < 2) return false;
+    const size_t r = m->coef.size();
+    for (size_t d = 0; d + 2 < r; ++d) {
+      if (m->coef[d] != 0) return false;
+    }
+    const int64_t a = m->coef[r - 2];
+    return a > 0 && m->coef[r - 1] == -a && m->c == 0;
+  }
+
+ private:
+  const graph::TensorType& type(graph::ValueId v) const { return g_.type(v); }
+
+  // An integer operand: a known tensor, or a wrapped number (a Python int the program combined
+  // with a tensor), as a value of rank 0.
+  std::optional<IndexAffine> operand(const graph::Arg& a) const {
+    if (std::optional<int64_t> i = int_value(a)) return IndexAffine{false, {}, *i};
+    const auto* r = std::get_if<graph::ValueRef>(&a);
+    if (r == nullptr) return std::nullopt;
+    if (values_[r->id]) return values_[r->id];
+    const at::Tensor& w = wrapped_[r->id];
+    if (w.defined() && w.dim() == 0 && at::isIntegralType(w.scalar_type(), false)) {
+      return IndexAffine{false, {}, w.item<int64_t>()};
+    }
+    return std::nullopt;
+  }
+
+  std::optional<IndexAffine> read(const graph::Node& n) const {
+    using graph::OpKind;
+    const graph::OpInfo& op = g_.op_of(n);
+    const OpKind kind = op.kind;  // (any overload: each is checked by its arguments)
+    const graph::TensorType& out = type(n.outputs[0]);
+    const size_t rank = out.sizes.size();
+    auto arg = [&](const char* name) -> const graph::Arg* {
+      const int i = arg_index(op, name);
+      return i >= 0 && static_cast<size_t>(i) < n.args.size() ? &n.args[i] : nullptr;
+    };
+    auto self = [&]() -> std::optional<IndexAffine> {
+      const graph::Arg* a = arg("self");
+      return a ? operand(*a) : std::nullopt;
+    };
+    const bool integral = out.dtype == graph::DType::Int64 || out.dtype == graph::DType::Int32;
+    if (kind == OpKind::arange && integral && rank == 1) {
+      const graph::Arg* start = arg("start");
+      const graph::Arg* step = arg("step");
+      std::optional<int64_t> s0 = start ? int_value(*start) : std::optional<int64_t>(0);
+      std::optional<int64_t> st = step ? int_value(*step) : std::optional<int64_t>(1);
+      if (!s0 || !st) return std::nullopt;
+      return IndexAffine{false, {*st}, *s0};
+    }
+    if ((kind == OpKind::add || kind == OpKind::sub) && integral) {
+      const graph::Arg* other = arg("other");
+      const graph::Arg* alpha = arg("alpha");
+      std::optional<IndexAffine> x = self();
+      std::optional<IndexAffine> y = other ? operand(*other) : std::nullopt;
+      std::optional<int64_t> k = alpha ? int_value(*alpha) : std::optional<int64_t>(1);
+      if (!x || !y || !k || x->is_bool || y->is_bool) return std::nullopt;
+      if (kind == OpKind::sub) *k = -*k;
+      IndexAffine a = broadcast_to(*x, operand_sizes(*arg("self")), rank);
+      IndexAffine b = broadcast_to(*y, operand_sizes(*other), rank);
+      for (size_t d = 0; d < rank; ++d) a.coef[d] += *k * b.coef[d];
+      a.c += *k * b.c;
+      return a;
+    }
+    if ((kind == OpKind::le || kind == OpKind::lt || kind == OpKind::ge || kind == OpKind::gt) &&
+        out.dtype == graph::DType::Bool) {
+      const graph::Arg* other = arg("other");
+      std::optional<IndexAffine> x = self();
+      std::optional<IndexAffine> y = other ? operand(*other) : std::nullopt;
+      if (!x || !y || x->is_bool || y->is_bool) return std::nullopt;
+      IndexAffine a = broadcast_to(*x, operand_sizes(*arg("self")), rank);
+      IndexAffine b = broadcast_to(*y, operand_sizes(*other), rank);
+      // le: y - x >= 0; lt: y - x - 1 >= 0; ge: x - y >= 0; gt: x - y - 1 >= 0.
+      const bool y_minus_x = kind == OpKind::le || kind == OpKind::lt;
+      IndexAffine d{true, std::vector<int64_t>(rank, 0), 0};
+      for (size_t i = 0; i < rank; ++i) {
+        d.coef[i] = y_minus_x ? b.coef[i] - a.coef[i] : a.coef[i] - b.coef[i];
+      }
+      d.c = (y_minus_x ? b.c - a.c : a.c - b.c) - (kind == OpKind::lt || kind == OpKind::gt);
+      return d;
+    }
+    if ((kind == OpKind::ones || kind == OpKind::new_ones ||
+         (kind == OpKind::full && arg("fill_value") &&
+          std::holds_alternative<bool>(*arg("fill_value")) &&
+          std::get<bool>(*arg("fill_value")))) &&
+        out.dtype == graph::DType::Bool) {
+      return IndexAffine{true, std::vector<int64_t>(rank, 0), 0};  // true everywhere: 0 >= 0
+    }
+    if ((kind == OpKind::bitwise_not || kind == OpKind::logical_not) &&
+        out.dtype == graph::DType::Bool) {
+      std::optional<IndexAffine> x = self();
+      if (!x || !x->is_bool) return std::nullopt;
+      for (int64_t& k : x->coef) k = -k;  // not (diff >= 0): -diff - 1 >= 0
+      x->c = -x->c - 1;
+      return x;
+    }
+    if ((kind == OpKind::bitwise_and || kind == OpKind::logical_and) &&
+        out.dtype == graph::DType::Bool) {
+      // A mask and'ed with one true everywhere (transformers' padding mask of ones).
+      const graph::Arg* other = arg("other");
+      std::optional<IndexAffine> x = self();
+      std::optional<IndexAffine> y = other ? operand(*other) : std::nullopt;
+      if (!x || !y || !x->is_bool || !y->is_bool) return std::nullopt;
+      IndexAffine a = broadcast_to(*x, operand_sizes(*arg("self")), rank);
+      IndexAffine b = broadcast_to(*y, operand_sizes(*other), rank);
+      auto everywhere = [](const IndexAffine& p) {
+        return p.c >= 0 &&
+               std::all_of(p.coef.begin(), p.coef.end(), [](int64_t k) { return k == 0; });
+      };
+      if (everywhere(b)) return a;
+      if (everywhere(a)) return b;
+      return std::nullopt;
+    }
+    if (op.is(OpKind::where, "self") && loop_float(out.dtype)) {
+      // transformers' float mask: where(allowed, 0, -inf) (or the dtype's lowest value), the
+      // same mask to attention as the predicate; where(blocked, -inf, 0) its negation.
+      const graph::Arg* cond = arg("condition");
+      const auto* c = cond ? std::get_if<graph::ValueRef>(cond) : nullptr;
+      const std::optional<double> x = arg("self") ? scalar(*arg("self")) : std::nullopt;
+      const std::optional<double> y = arg("other") ? scalar(*arg("other")) : std::nullopt;
+      if (!c || !values_[c->id] || !values_[c->id]->is_bool || !x.has_value() || !y.has_value()) {
+        return std::nullopt;
+      }
+      const double a = x.value_or(1.0), b = y.value_or(1.0);
+      IndexAffine p = broadcast_to(*values_[c->id], type(c->id).sizes, rank);
+      if (a == 0.0 && blocks(b, out.dtype)) return p;
+      if (blocks(a, out.dtype) && b == 0.0) {  // not (diff >= 0): -diff - 1 >= 0
+        for (int64_t& k : p.coef) k = -k;
+        p.c = -p.c - 1;
+        return p;
+      }
+      return std::nullopt;
+    }
+    std::optional<IndexAffine> x = self();
+    if (!x || x->coef.size() != type(view_self(n)).sizes.size()) return std::nullopt;
+    if (op.is(OpKind::unsqueeze)) {
+      const graph::Arg* dim = arg("dim");
+      std::optional<int64_t> d = dim ? int_value(*dim) : std::nullopt;
+      if (!d) return std::nullopt;
+      if (*d < 0) *d += static_cast<int64_t>(rank);
+      if (*d < 0 || *d >= static_cast<int64_t>(rank)) return std::nullopt;
+      x->coef.insert(x->coef.begin() + *d, 0);
+      return x;
+    }
+    if (op.is(OpKind::slice, "Tensor")) {
+      std::optional<int64_t> d = arg("dim") ? int_value(*arg("dim")) : std::nullopt;
+      std::optional<int64_t> start = arg("start") ? int_value(*arg("start")) : std::nullopt;
+      std::optional<int64_t> step = arg("step") ? int_value(*arg("step")) : std::nullopt;
+      if (!d || !start || !step || *start < 0) return std::nullopt;
+      if (*d < 0) *d += static_cast<int64_t>(rank);
+      if (*d < 0 || *d >= static_cast<int64_t>(rank)) return std::nullopt;
+      x->c += x->coef[*d] * *start;
+      x->coef[*d] *= *step;
+      return x;
+    }
+    if (op.is(OpKind::expand) || op.is(OpKind::alias) || op.is(OpKind::clone)) {
+      return broadcast_to(*x, type(view_self(n)).sizes, rank);
+    }
+    return std::nullopt;
+  }
+
+  static bool loop_float(graph::DType t) {
+    return t == graph::DType::Float32 || t == graph::DType::Float64 || t == graph::DType::Float16 ||
+           t == graph::DType::BFloat16;
+  }
+  // Whether a mask value `v` of dtype `t` blocks (as is_causal_mask reads it).
+  static bool blocks(double v, graph::DType t) {
+    if (std::isinf(v) && v < 0) return true;
+    switch (t) {
+      case graph::DType::Float32:
+        return v == -static_cast<double>(std::numeric_limits<float>::max());
+      case graph::DType::Float64:
+        return v == std::numeric_limits<double>::lowest();
+      case graph::DType::Float16:
+        return v == -65504.0;
+      case graph::DType::BFloat16:
+        return v == -3.3895313892515355e38;
+      default:
+        return false;
+    }
+  }
+  // A 0-dim value the graph makes from a number (scalar_tensor), or a wrapped number.
+  std::optional<double> scalar(const graph::Arg& a) const {
+    if (const auto* d = std::get_if<double>(&a)) return *d;
+    const auto* r = std::get_if<graph::ValueRef>(&a);
+    if (r == nullptr) return std::nullopt;
+    const at::Tensor& w = wrapped_[r->id];
+    if (w.defined() && w.dim() == 0) return w.item<double>();
+    const int32_t ni = g_.values[r->id].node;
+    if (ni < 0) return std::nullopt;
+    const graph::Node& n = g_.nodes[ni];
+    if (!g_.op_of(n).is(graph::OpKind::scalar_tensor) || n.args.empty()) return std::nullopt;
+    if (const auto* d = std::get_if<double>(&n.args[0])) return *d;
+    if (const auto* i = std::get_if<int64_t>(&n.args[0])) return static_cast<double>(*i);
+    return std::nullopt;
+  }
+
+  graph::ValueId view_self(const graph::Node& n) const {
+    return std::get<graph::ValueRef>(n.args[0]).id;
+  }
+  graph::Dims operand_sizes(const graph::Arg& a) const {
+    const auto* r = std::get_if<graph::ValueRef>(&a);
+    return r ? type(r->id).sizes : graph::Dims{};
+  }
+
+  const graph::Graph& g_;
+  const std::vector<at::Tensor>& wrapped_;
+  std::vector<std::optional<IndexAffine>> values_;
+};
+
 }  // namespace
 
 int causal_attention(tracer::TracedGraph& traced) {
@@ -84,16 +342,25 @@ int causal_attention(tracer::TracedGraph& traced) {
       }
     }
   }
+  // Masks over shape symbols: proved causal instead (Note [Causal masks over shape symbols]).
+  MaskProver prover(traced, env);
+  std::vector<bool> proved(g.nodes.size(), false);  // nodes the prover read
+  std::vector<bool> known(g.values.size(), false);
   for (int32_t ni = 0; ni < static_cast<int32_t>(g.nodes.size()); ++ni) {
     const graph::Node& n = g.nodes[ni];
     const graph::OpInfo& info = g.op_of(n);
+    if (!n.outputs.empty() && prover.visit(ni)) {
+      proved[ni] = true;
+      known[n.outputs[0]] = true;
+    }
     if (const char* mask_name = mask_arg_name(info)) {
       const int mi = arg_index(info, mask_name), ci = arg_index(info, "is_causal"),
                 di = arg_index(info, "dropout_p");
       const auto* mask = mi >= 0 ? std::get_if<graph::ValueRef>(&n.args[mi]) : nullptr;
       const auto* causal = ci >= 0 ? std::get_if<bool>(&n.args[ci]) : nullptr;
       const auto* dropout = di >= 0 ? std::get_if<double>(&n.args[di]) : nullptr;
-      if (mask && computable[mask->id] && causal && !*causal && dropout && *dropout == 0.0) {
+      if (mask && (computable[mask->id] || known[mask->id]) && causal && !*causal && dropout &&
+          *dropout == 0.0) {
         candidates.push_back(ni);
       }
     }
@@ -113,12 +380,15 @@ int causal_attention(tracer::TracedGraph& traced) {
   }
   if (candidates.empty()) return 0;
 
-  // Evaluates the masks: each computable node they need, once, as the executor would run it.
+  // Evaluates the masks computable at the trace's sizes: each node they need, once, as the
+  // executor would run it.
+  auto mask_of = [&](int32_t ni) {
+    const graph::Node& n = g.nodes[ni];
+    return std::get<graph::ValueRef>(n.args[arg_index(g.op_of(n), mask_arg_name(g.op_of(n)))]).id;
+  };
   std::vector<ValueId> masks;
   for (int32_t ni : candidates) {
-    const graph::Node& n = g.nodes[ni];
-    masks.push_back(
-        std::get<graph::ValueRef>(n.args[arg_index(g.op_of(n), mask_arg_name(g.op_of(n)))]).id);
+    if (computable[mask_of(ni)]) masks.push_back(mask_of(ni));
   }
   const std::vector<bool> needed = graph::nodes_needed_by(g, masks);
   c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
@@ -143,14 +413,18 @@ int causal_attention(tracer::TracedGraph& traced) {
     graph::Node& n = h.nodes[ni];
     const graph::OpInfo& op = h.op_of(n);
     const int mi = arg_index(op, mask_arg_name(op));
-    const at::Tensor& m = env[std::get<graph::ValueRef>(n.args[mi]).id];
-    // Queries = keys (else is_causal aligns the diagonal top-left where the mask may not).
-    const graph::TensorType& q = h.type(std::get<graph::ValueRef>(n.args[0]).id);
-    const graph::TensorType& k = h.type(std::get<graph::ValueRef>(n.args[1]).id);
-    const std::vector<int64_t> qs = graph::constant_values(q.sizes);
-    const std::vector<int64_t> ks = graph::constant_values(k.sizes);
-    if (!m.defined() || qs.size() < 2 || ks.size() < 2 || qs[qs.size() - 2] != ks[ks.size() - 2] ||
-        m.size(-1) != ks[ks.size() - 2] || !is_causal_mask(m)) {
+    const ValueId mv = std::get<graph::ValueRef>(n.args[mi]).id;
+    // Queries = keys (else is_causal aligns the diagonal top-left where the mask may not), as
+    // many as the mask's (compared as expressions: equal at every size).
+    const graph::Dims& qs = h.type(std::get<graph::ValueRef>(n.args[0]).id).sizes;
+    const graph::Dims& ks = h.type(std::get<graph::ValueRef>(n.args[1]).id).sizes;
+    const graph::Dims& ms = h.type(mv).sizes;
+    if (qs.size() < 2 || ks.size() < 2 || ms.size() < 2 ||
+        !(qs[qs.size() - 2] == ks[ks.size() - 2]) || !(ms[ms.size() - 1] == ks[ks.size() - 2]) ||
+        !(ms[ms.size() - 2] == qs[qs.size() - 2])) {
+      continue;
+    }
+    if (computable[mv] ? !(env[mv].defined() && is_causal_mask(env[mv])) : !prover.causal(mv)) {
       continue;
     }
     n.args[mi] = graph::NoneArg{};
@@ -169,7 +443,7 @@ int causal_attention(tracer::TracedGraph& traced) {
   std::vector<bool> dropped(h.nodes.size(), false);
   for (int32_t ni = static_cast<int32_t>(h.nodes.size()) - 1; ni >= 0; --ni) {
     const graph::Node& n = h.nodes[ni];
-    if (!node_computable[ni] || n.outputs.empty()) continue;
+    if (!(node_computable[ni] || proved[ni]) || n.outputs.empty()) continue;
     bool unread = true;
     for (ValueId o : n.outputs) unread = unread && readers[o] == 0;
     if (!unread) continue;
@@ -179,6 +453,7 @@ int causal_attention(tracer::TracedGraph& traced) {
 
   graph::Graph out;
   out.ops = h.ops;
+  out.symbols = h.symbols;
   std::vector<ValueId> remap(h.values.size(), -1);
   for (const graph::Input& in : h.inputs) {
     remap[in.value] = out.add_input(h.type(in.value), in.kind, in.name);

@@ -347,8 +347,8 @@ namespace {
 
 // A graph over shape symbols (issue 35) goes through the same steps, each handling symbols or
 // throwing Unsupported naming itself (compile_graph then compiles the graph per size). Its
-// causal_attention and fold_constants passes are skipped: they run nodes at the trace's sizes
-// (fuse_attention matches shapes as expressions).
+// fold_constants pass is skipped: it runs nodes at the trace's sizes (causal_attention proves
+// masks over symbols instead of evaluating them; fuse_attention matches shapes as expressions).
 Program compile_program(tracer::TracedGraph traced, const ExecutorOptions& options) {
   Program p;
   p.traced = std::move(traced);
@@ -356,11 +356,14 @@ Program compile_program(tracer::TracedGraph traced, const ExecutorOptions& optio
   p.symbols_from_caller = options.symbols_from_caller;
   const bool symbolic = !p.traced.graph.symbols.symbols().empty();
   StepHook step(p);
-  if (p.options.runtime.fold_constants && !symbolic) {
+  if (p.options.runtime.fold_constants) {
+    // (Over symbols, a mask is proved causal rather than evaluated: causal_attention.h.)
     p.num_causal_attention =
         step.graph_pass("causal_attention", [&] { return causal_attention(p.traced); });
-    p.num_folded_nodes =
-        step.graph_pass("fold_constants", [&] { return fold_constants(p.traced); });
+    if (!symbolic) {
+      p.num_folded_nodes =
+          step.graph_pass("fold_constants", [&] { return fold_constants(p.traced); });
+    }
   }
   Target target;
   step("choose_target", [&] { target = choose_target(p); });

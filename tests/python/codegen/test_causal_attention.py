@@ -105,3 +105,67 @@ def test_decoder_models_run_causal_attention():
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
         m = ember.metrics.snapshot()
         assert m["graphs"] == 1 and m["causal_attention"] == 2, (name, m)
+
+
+# Over shape symbols (Note [Causal masks over shape symbols]): the mask cannot be evaluated once
+# for every length, so it is proved causal from its nodes (aranges, offsets, unsqueeze, slice,
+# expand, a comparison, transformers' where(mask, 0, -inf) and its and with a padding of ones).
+
+def hf_float_causal(q, k, v):  # transformers' sdpa path under compilation, offsets included
+    past = 0
+    i = torch.arange(q.shape[2]) + past
+    j = torch.arange(k.shape[2]) + past
+    allowed = (j[None, None, None, :] <= i[None, None, :, None]).expand(q.shape[0], -1, -1, -1)
+    allowed = allowed & torch.ones(q.shape[0], k.shape[2], dtype=torch.bool)[:, None, None, :]
+    m = torch.where(allowed, 0.0, float("-inf"))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+
+def symbolic_bool_causal(q, k, v):  # blocked above the diagonal, as a bool mask, written ">"
+    i = torch.arange(q.shape[2])
+    blocked = i[None, :] > i[:, None]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=~blocked)
+
+
+def symbolic_shifted(q, k, v):  # the diagonal masked too: not causal
+    i = torch.arange(q.shape[2])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=i[None, :] < i[:, None])
+
+
+def symbolic_offset(q, k, v):  # keys one past the query allowed: not causal
+    i = torch.arange(q.shape[2])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=i[None, :] <= i[:, None] + 1)
+
+
+def symbolic_sliding(q, k, v):  # causal within a window of 4
+    i = torch.arange(q.shape[2])
+    m = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - 4)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+
+
+def symbolic_longer_keys(q, k, v):  # keys = 2 x queries, mask causal from the left: stays
+    i = torch.arange(q.shape[2])
+    j = torch.arange(k.shape[2])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=j[None, :] <= i[:, None])
+
+
+@pytest.mark.parametrize("fn, rewritten", [
+    (hf_float_causal, 1), (symbolic_bool_causal, 1), (symbolic_shifted, 0), (symbolic_offset, 0),
+    (symbolic_sliding, 0), (symbolic_longer_keys, 0)], ids=lambda x: getattr(x, "__name__", str(x)))
+def test_masks_over_shape_symbols(fn, rewritten):
+    # q, k and v from one input, so that their lengths are one symbol (as a model's are).
+    def f(x):
+        q, k, v = x.unbind(0)
+        if fn is symbolic_longer_keys:
+            k, v = torch.cat([k, k], 2), torch.cat([v, v], 2)
+        return fn(q, k, v)
+
+    ember.metrics.reset()
+    cf = ember.compile(f, dynamic=True)
+    with torch.no_grad():
+        for s in (5, 16, 37):
+            x = torch.stack(qkv(s, s))
+            torch.testing.assert_close(cf(x), f(x), atol=1e-5, rtol=1e-5)
+    snap = ember.metrics.snapshot()
+    assert snap["graphs"] == 1 and snap["dynamic_graphs"] == 1, (snap, ember.metrics.fallback_reasons)
+    assert snap["causal_attention"] == rewritten, snap
