@@ -709,6 +709,24 @@ std::vector<TensorType> rule(const Call& c) {
       }
       return r;
     }
+    case OpKind::_scaled_dot_product_efficient_attention: {
+      // (query, key, value, attn_bias, compute_log_sumexp, ...): the output, and the log-sum-exp
+      // [B, H, L padded to a multiple of 32] (of length 0 when not asked for); the seeds keep
+      // their types. (The flash and cuDNN kernels also return the lengths as ints: not yet.)
+      const TensorType& q = c.tensor(0);
+      const TensorType& k = c.tensor(1);
+      const TensorType& v = c.tensor(2);
+      EMBER_UNSUPPORTED(q.dim() == 4) << c.name() << " of rank " << q.dim();
+      c.require_equal(q.sizes.back(), k.sizes.back(), "query and key widths");
+      c.require_equal(k.sizes[2], v.sizes[2], "key and value lengths");
+      Dims out = q.sizes;
+      out.back() = v.sizes.back();
+      const bool* lse_wanted = c.args.size() > 4 ? std::get_if<bool>(&c.at(4)) : nullptr;
+      EMBER_UNSUPPORTED(lse_wanted != nullptr) << c.name() << ": compute_log_sumexp";
+      const DimExpr length =
+          *lse_wanted ? c.simplify(floordiv(q.sizes[2] + 31, 32) * 32) : DimExpr(0);
+      return c.by_slot({out, Dims{q.sizes[0], q.sizes[1], length}});
+    }
     case OpKind::convolution: {
       // convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
       // groups): each spatial size from torch's formula.

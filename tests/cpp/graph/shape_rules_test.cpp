@@ -133,6 +133,28 @@ TEST_F(RuleTest, SelectWrapsASymbolicNegativeIndex) {
   EXPECT_EQ(type_str(out[0]), "f32[8]+8 cpu");
 }
 
+TEST_F(RuleTest, EfficientAttentionPadsItsLogSumExpToMultiplesOf32) {
+  // CUDA's memory-efficient attention: the output, and a log-sum-exp of [B, H, L rounded up to
+  // 32] when asked for (of length 0 otherwise); the seeds keep their types.
+  ValueRef q = input(typed({s0, 4, s1, 16}));
+  ValueRef k = input(typed({s0, 4, s1, 16}));
+  ValueRef v = input(typed({s0, 4, s1, 8}));
+  TensorType seed = typed({});
+  seed.dtype = DType::Int64;
+  for (bool lse : {true, false}) {
+    DimExpr padded = lse ? DimExpr(32) : DimExpr(0);  // s1 = 4 at its hint
+    auto out = apply("aten::_scaled_dot_product_efficient_attention", "",
+                     {"query", "key", "value", "attn_bias", "compute_log_sumexp", "dropout_p",
+                      "is_causal", "scale"},
+                     {q, k, v, NoneArg{}, lse, 0.0, true, NoneArg{}},
+                     {typed({s0, 4, s1, 8}), typed({s0, 4, padded}), seed, seed});
+    ASSERT_EQ(out.size(), 4u);
+    EXPECT_EQ(type_str(out[0]), "f32[s0, 4, s1, 8] cpu");
+    EXPECT_EQ(type_str(out[1]), lse ? "f32[s0, 4, ((s1 + 31) // 32)*32] cpu" : "f32[s0, 4, 0] cpu");
+    EXPECT_EQ(type_str(out[2]), "i64[] cpu");
+  }
+}
+
 TEST_F(RuleTest, ARuleThatDisagreesWithTheMetaKernelIsUnsupported) {
   ValueRef x = input(typed({s0, 8}));
   OpInfo op =
