@@ -242,8 +242,12 @@ class MaskProver {
       }
       return std::nullopt;
     }
-    std::optional<IndexAffine> x = self();
-    if (!x || x->coef.size() != type(view_self(n)).sizes.size()) return std::nullopt;
+    const bool view = op.is(OpKind::unsqueeze) || op.is(OpKind::slice, "Tensor") ||
+                      op.is(OpKind::expand) || op.is(OpKind::alias) || op.is(OpKind::clone);
+    const auto* in = n.args.empty() ? nullptr : std::get_if<graph::ValueRef>(&n.args[0]);
+    if (!view || in == nullptr || !values_[in->id]) return std::nullopt;
+    std::optional<IndexAffine> x = values_[in->id];
+    if (x->coef.size() != type(in->id).sizes.size()) return std::nullopt;
     if (op.is(OpKind::unsqueeze)) {
       const graph::Arg* dim = arg("dim");
       std::optional<int64_t> d = dim ? int_value(*dim) : std::nullopt;
@@ -264,10 +268,7 @@ class MaskProver {
       x->coef[*d] *= *step;
       return x;
     }
-    if (op.is(OpKind::expand) || op.is(OpKind::alias) || op.is(OpKind::clone)) {
-      return broadcast_to(*x, type(view_self(n)).sizes, rank);
-    }
-    return std::nullopt;
+    return broadcast_to(*x, type(in->id).sizes, rank);  // expand, alias, clone
   }
 
   static bool loop_float(graph::DType t) {
@@ -306,9 +307,6 @@ class MaskProver {
     return std::nullopt;
   }
 
-  graph::ValueId view_self(const graph::Node& n) const {
-    return std::get<graph::ValueRef>(n.args[0]).id;
-  }
   graph::Dims operand_sizes(const graph::Arg& a) const {
     const auto* r = std::get_if<graph::ValueRef>(&a);
     return r ? type(r->id).sizes : graph::Dims{};

@@ -173,3 +173,30 @@ def test_cond_then_a_torch_compiled_callee_over_new_shapes():
     for n, sign in ((4, 1.0), (4, -1.0), (5, 1.0), (6, -1.0), (7, 1.0)):
         x = torch.rand(n) * sign
         torch.testing.assert_close(c(x), f(x))
+
+
+def test_associative_scan_in_generic_mode_is_captured_whole():
+    # transformers' Mamba under compilation (is_compiling is true): associative_scan's generic
+    # mode is Python over torch.vmap and slices, inlined into the graph like the program's code.
+    from torch._higher_order_ops.associative_scan import associative_scan
+
+    def combine(left, right):  # a linear recurrence h = a * h + b
+        return left[0] * right[0], right[0] * left[1] + right[1]
+
+    def f(a, b):
+        _, h = associative_scan(combine, (a, b), dim=2, combine_mode="generic")
+        return h * 2
+
+    c = ember.compile(f)
+    ember.metrics.reset()
+    with torch.no_grad():
+        for n in (7, 16):  # odd and even lengths take both arms of the recursion
+            a, b = torch.rand(2, 3, n, 4), torch.randn(2, 3, n, 4)
+            torch.testing.assert_close(c(a, b), f(a, b))
+            h, want = torch.zeros(2, 3, 4), []
+            for t in range(n):  # the recurrence itself
+                h = a[:, :, t] * h + b[:, :, t]
+                want.append(h)
+            torch.testing.assert_close(c(a, b), torch.stack(want, 2) * 2)
+    snap = ember.metrics.snapshot()
+    assert snap["graph_breaks"] == 0 and snap["eager_frames"] == 0, reasons()
