@@ -169,3 +169,15 @@ def test_masks_over_shape_symbols(fn, rewritten):
     snap = ember.metrics.snapshot()
     assert snap["graphs"] == 1 and snap["dynamic_graphs"] == 1, (snap, ember.metrics.fallback_reasons)
     assert snap["causal_attention"] == rewritten, snap
+
+
+def test_ops_with_a_number_as_self_beside_a_mask():
+    # pow.Scalar (2 ** x) has a number as `self`: the mask prover reads only tensors (MPT's
+    # alibi slopes crashed it, an internal error).
+    def f(q, k, v):
+        i = torch.arange(S)
+        slopes = 2 ** -torch.arange(1, H + 1, dtype=torch.float32)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=i[None, :] <= i[:, None]) * \
+            slopes[None, :, None, None]
+
+    assert compiled(f, qkv()).num_causal_attention == 1
