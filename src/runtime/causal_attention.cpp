@@ -71,9 +71,16 @@ bool is_causal_mask(const at::Tensor& m) {
 // `a * i_query - a * i_key` (a > 0) and reads no other dim: key <= query, whatever the sizes.
 // Any other node makes the mask unknown (then it stays).
 struct IndexAffine {
+  IndexAffine() = default;
+  IndexAffine(bool predicate, std::vector<int64_t> coefficients, int64_t constant)
+      : is_bool(predicate), coef(std::move(coefficients)), c(constant) {}
   bool is_bool = false;       ///< a predicate `value(i) >= 0` (else an integer tensor)
   std::vector<int64_t> coef;  ///< per dim of the value's type
   int64_t c = 0;
+  /// A dim padded at its end (CUDA's attention pads a bias to a multiple of 16, then slices it
+  /// back): the function holds below `padded_size` there only. -1: none.
+  int padded_dim = -1;
+  graph::DimExpr padded_size;
 };
 
 // `a` (of rank a.coef.size()) broadcast to `rank` dims (right-aligned), dims of size 1 in
@@ -82,7 +89,9 @@ IndexAffine broadcast_to(IndexAffine a, const graph::Dims& sizes, size_t rank) {
   for (size_t d = 0; d < sizes.size(); ++d) {
     if (sizes[d] == graph::DimExpr(1)) a.coef[d] = 0;
   }
-  a.coef.insert(a.coef.begin(), rank - a.coef.size(), 0);
+  const size_t lead = rank - a.coef.size();
+  a.coef.insert(a.coef.begin(), lead, 0);
+  if (a.padded_dim >= 0) a.padded_dim += static_cast<int>(lead);
   return a;
 }
 
@@ -110,7 +119,7 @@ class MaskProver {
   /// Whether mask `v` ([..., L, S]) is true exactly where key <= query, at every size.
   bool causal(graph::ValueId v) const {
     const std::optional<IndexAffine>& m = values_[v];
-    if (!m || !m->is_bool || m->coef.size() < 2) return false;
+    if (!m || !m->is_bool || m->coef.size() < 2 || m->padded_dim >= 0) return false;
     const size_t r = m->coef.size();
     for (size_t d = 0; d + 2 < r; ++d) {
       if (m->coef[d] != 0) return false;
@@ -128,7 +137,10 @@ class MaskProver {
     if (std::optional<int64_t> i = int_value(a)) return IndexAffine{false, {}, *i};
     const auto* r = std::get_if<graph::ValueRef>(&a);
     if (r == nullptr) return std::nullopt;
-    if (values_[r->id]) return values_[r->id];
+    if (values_[r->id]) {
+      if (values_[r->id]->padded_dim >= 0) return std::nullopt;  // (only views read past pads)
+      return values_[r->id];
+    }
     const at::Tensor& w = wrapped_[r->id];
     if (w.defined() && w.dim() == 0 && at::isIntegralType(w.scalar_type(), false)) {
       return IndexAffine{false, {}, w.item<int64_t>()};
@@ -229,7 +241,8 @@ class MaskProver {
       const auto* c = cond ? std::get_if<graph::ValueRef>(cond) : nullptr;
       const std::optional<double> x = arg("self") ? scalar(*arg("self")) : std::nullopt;
       const std::optional<double> y = arg("other") ? scalar(*arg("other")) : std::nullopt;
-      if (!c || !values_[c->id] || !values_[c->id]->is_bool || !x.has_value() || !y.has_value()) {
+      if (!c || !values_[c->id] || !values_[c->id]->is_bool || values_[c->id]->padded_dim >= 0 ||
+          !x.has_value() || !y.has_value()) {
         return std::nullopt;
       }
       const double a = x.value_or(1.0), b = y.value_or(1.0);
@@ -243,11 +256,24 @@ class MaskProver {
       return std::nullopt;
     }
     const bool view = op.is(OpKind::unsqueeze) || op.is(OpKind::slice, "Tensor") ||
-                      op.is(OpKind::expand) || op.is(OpKind::alias) || op.is(OpKind::clone);
+                      op.is(OpKind::expand) || op.is(OpKind::alias) || op.is(OpKind::clone) ||
+                      op.is(OpKind::constant_pad_nd);
     const auto* in = n.args.empty() ? nullptr : std::get_if<graph::ValueRef>(&n.args[0]);
     if (!view || in == nullptr || !values_[in->id]) return std::nullopt;
     std::optional<IndexAffine> x = values_[in->id];
     if (x->coef.size() != type(in->id).sizes.size()) return std::nullopt;
+    if (op.is(OpKind::constant_pad_nd)) {
+      // Padded at the end of the last dim only: the values below its old size are the input's.
+      const graph::Arg* pad = arg("pad");
+      const std::optional<graph::Dims> p = pad ? graph::dims_arg(*pad) : std::nullopt;
+      if (!p || p->size() != 2 || !((*p)[0] == graph::DimExpr(0)) || x->padded_dim >= 0 ||
+          rank == 0) {
+        return std::nullopt;
+      }
+      x->padded_dim = static_cast<int>(rank) - 1;
+      x->padded_size = type(in->id).sizes.back();
+      return x;
+    }
     if (op.is(OpKind::unsqueeze)) {
       const graph::Arg* dim = arg("dim");
       std::optional<int64_t> d = dim ? int_value(*dim) : std::nullopt;
@@ -255,6 +281,7 @@ class MaskProver {
       if (*d < 0) *d += static_cast<int64_t>(rank);
       if (*d < 0 || *d >= static_cast<int64_t>(rank)) return std::nullopt;
       x->coef.insert(x->coef.begin() + *d, 0);
+      if (x->padded_dim >= *d) ++x->padded_dim;
       return x;
     }
     if (op.is(OpKind::slice, "Tensor")) {
@@ -264,6 +291,11 @@ class MaskProver {
       if (!d || !start || !step || *start < 0) return std::nullopt;
       if (*d < 0) *d += static_cast<int64_t>(rank);
       if (*d < 0 || *d >= static_cast<int64_t>(rank)) return std::nullopt;
+      if (x->padded_dim == *d) {
+        // Sliced back to the size before the pad: the pad is gone.
+        if (*start != 0 || *step != 1 || !(out.sizes[*d] == x->padded_size)) return std::nullopt;
+        x->padded_dim = -1;
+      }
       x->c += x->coef[*d] * *start;
       x->coef[*d] *= *step;
       return x;

@@ -14,8 +14,8 @@
 /// nodes are dropped. Exact: a masked score is -inf (or the dtype's lowest value, whose exponent
 /// is 0 too), and no row is masked everywhere. A mask over shape symbols is proved causal at
 /// every size instead (Note [Causal masks over shape symbols] in causal_attention.cpp): its
-/// aranges, offsets, unsqueezes, slices, expands, comparison, not, and with ones, and where(m,
-/// 0, -inf) read as functions of the element's index.
+/// aranges, offsets, unsqueezes, slices, expands, comparison, not, and with ones, where(m, 0,
+/// -inf) and a pad sliced back read as functions of the element's index.
 #pragma once
 
 #include "tracer/trace_session.h"

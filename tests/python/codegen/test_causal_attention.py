@@ -149,9 +149,23 @@ def symbolic_longer_keys(q, k, v):  # keys = 2 x queries, mask causal from the l
     return F.scaled_dot_product_attention(q, k, v, attn_mask=j[None, :] <= i[:, None])
 
 
+def padded_bias(q, k, v):  # CUDA's SDPA pads a bias to a multiple of 16, then slices it back
+    i = torch.arange(q.shape[2])
+    m = torch.where(i[None, :] <= i[:, None], 0.0, float("-inf"))
+    n = m.shape[-1]
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=F.pad(m, (0, (16 - n % 16) % 16))[..., :n])
+
+
+def padded_at_the_start(q, k, v):  # a pad before the keys, sliced off: not read through (stays)
+    i = torch.arange(q.shape[2])
+    m = torch.where(i[None, :] <= i[:, None], 0.0, float("-inf"))
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=F.pad(m, (1, 0))[..., 1:])
+
+
 @pytest.mark.parametrize("fn, rewritten", [
-    (hf_float_causal, 1), (symbolic_bool_causal, 1), (symbolic_shifted, 0), (symbolic_offset, 0),
-    (symbolic_sliding, 0), (symbolic_longer_keys, 0)], ids=lambda x: getattr(x, "__name__", str(x)))
+    (hf_float_causal, 1), (symbolic_bool_causal, 1), (padded_bias, 1), (symbolic_shifted, 0),
+    (symbolic_offset, 0), (symbolic_sliding, 0), (symbolic_longer_keys, 0),
+    (padded_at_the_start, 0)], ids=lambda x: getattr(x, "__name__", str(x)))
 def test_masks_over_shape_symbols(fn, rewritten):
     # q, k and v from one input, so that their lengths are one symbol (as a model's are).
     def f(x):
