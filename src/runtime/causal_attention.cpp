@@ -234,7 +234,7 @@ class MaskProver {
       if (everywhere(a)) return b;
       return std::nullopt;
     }
-    if (op.is(OpKind::where, "self") && loop_float(out.dtype)) {
+    if (op.is(OpKind::where, "self") && graph::is_floating(out.dtype)) {
       // transformers' float mask: where(allowed, 0, -inf) (or the dtype's lowest value), the
       // same mask to attention as the predicate; where(blocked, -inf, 0) its negation.
       const graph::Arg* cond = arg("condition");
@@ -303,10 +303,6 @@ class MaskProver {
     return broadcast_to(*x, type(in->id).sizes, rank);  // expand, alias, clone
   }
 
-  static bool loop_float(graph::DType t) {
-    return t == graph::DType::Float32 || t == graph::DType::Float64 || t == graph::DType::Float16 ||
-           t == graph::DType::BFloat16;
-  }
   // Whether a mask value `v` of dtype `t` blocks (as is_causal_mask reads it).
   static bool blocks(double v, graph::DType t) {
     if (std::isinf(v) && v < 0) return true;
