@@ -264,6 +264,9 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("num_causal_attention", &Executor::num_causal_attention)
       .def_prop_ro("arena_bytes", &Executor::arena_bytes)
       .def_prop_ro("num_arena_buffers", &Executor::num_arena_buffers)
+      .def_prop_ro("arena_per_call", &Executor::arena_per_call,
+                   "Whether the arena is planned per call, at the call's sizes (a graph over "
+                   "shape symbols).")
       .def_prop_ro("num_reused_buffers", &Executor::num_reused_buffers,
                    "Kernel outputs planned to be written into a dead input's memory (in place).")
       .def_prop_ro("num_written_through", &Executor::num_written_through,

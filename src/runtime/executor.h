@@ -80,9 +80,12 @@ class Executor {
   /// Kernel steps.
   int num_kernels() const;
   int num_fused_nodes() const { return p_.num_fused_nodes; }
-  /// Memory planning: the per-call arena's size, and how many kernel outputs live in it.
-  int64_t arena_bytes() const { return p_.arena_bytes; }
-  int num_arena_buffers() const { return p_.num_arena_buffers; }
+  /// Memory planning: the per-call arena's size (planned at compile time; 0 when none, or when
+  /// it is planned per call at the call's sizes), and how many kernel outputs live in it.
+  int64_t arena_bytes() const { return p_.arena_plan ? p_.arena_plan->total_bytes : 0; }
+  int num_arena_buffers() const { return static_cast<int>(p_.arena_slots.size()); }
+  /// Whether the arena is planned per call (its slots' sizes are expressions over symbols).
+  bool arena_per_call() const { return !p_.arena_slots.empty() && !p_.arena_plan; }
   /// Kernel outputs planned to be written into a dead input's memory (in place).
   int num_reused_buffers() const { return p_.num_reused_buffers; }
   /// Mutation values that kernels write into their input directly (no copy at the end).
@@ -155,11 +158,23 @@ class Executor {
   /// kernel (on scratch outputs), after the kernel ran.
   void decide_fused_step(const Step& step, std::vector<at::Tensor>& env,
                          torch::jit::Stack& stack) const;
+  /// A call's arena: its memory and where each slot (Program::arena_slots) lies in it.
+  struct CallArena {
+    at::Tensor memory;
+    const sched::ArenaPlan* plan = nullptr;
+    std::shared_ptr<const sched::ArenaPlan> held;  ///< a plan made for this call's sizes
+  };
+  /// The arena of a call at `bound` (the call's bindings in a symbolic program): a finished
+  /// call's memory when it is large enough, else new.
+  CallArena take_arena(const sym::Bindings* bound) const;
+  /// A tensor in slot `slot` of `arena`.
+  static at::Tensor in_arena(const CallArena& arena, int slot, c10::IntArrayRef sizes,
+                             c10::IntArrayRef strides, const at::TensorOptions& options);
   /// Runs one kernel; false when it reported an out-of-range index (and wrote nothing).
   /// `write_through`: outputs marked Output::write_through may be written into their input.
   /// `symbols`: the call's symbol values (a symbolic kernel's sizes); `bound`: the same as
   /// bindings, when the caller has them (else made here).
-  bool run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const at::Tensor& arena,
+  bool run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const CallArena& arena,
                   bool write_through = false, const std::vector<int64_t>& symbols = {},
                   const sym::Bindings* bound = nullptr) const;
   /// For a symbolic graph: whether a call should run the static program of its binding (the
@@ -205,9 +220,13 @@ class Executor {
   mutable std::mutex layout_notes_mu_;
   mutable std::vector<std::string> layout_copy_notes_;
   /// Arenas of finished calls, kept for the next ones (one per call running at once): large
-  /// buffers freed and allocated again on every call would be page-faulted in every time.
+  /// buffers freed and allocated again on every call would be page-faulted in every time. And a
+  /// symbolic program's last per-call plan with the slot sizes it was made for: calls at one
+  /// size plan once.
   mutable std::mutex arena_mu_;
   mutable std::vector<at::Tensor> free_arenas_;
+  mutable std::vector<int64_t> last_arena_bytes_;
+  mutable std::shared_ptr<const sched::ArenaPlan> last_arena_plan_;
 };
 
 }  // namespace ember::runtime

@@ -46,4 +46,11 @@ struct ParameterCache {
 bool has_layout(const at::Tensor& t, const std::vector<int64_t>& sizes,
                 const std::vector<int64_t>& strides);
 
+/// The bytes a strided layout of elements of `itemsize` bytes spans (0 when a size is 0).
+int64_t layout_bytes(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                     int64_t itemsize);
+
+/// Every buffer's offset in a call's arena is a multiple of this (sched::plan_arena).
+inline constexpr int64_t kArenaAlignment = 64;
+
 }  // namespace ember::runtime

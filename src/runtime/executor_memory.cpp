@@ -112,7 +112,7 @@ void plan_mutation_writes(Program& p, const Lifetimes& life) {
     Kernel::Output& alloc = k.allocations[out - k.outputs.begin()];
     alloc.reuse_input = static_cast<int>(in - k.inputs.begin());
     alloc.write_through = true;
-    alloc.arena_offset = -1;
+    alloc.arena_slot = -1;
     ++p.num_written_through;
   }
 }
@@ -157,6 +157,26 @@ int Executor::num_parameter_kernels() const {
   return n;
 }
 
+int64_t layout_bytes(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                     int64_t itemsize) {
+  int64_t extent = 1;  // elements the strided layout spans
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return 0;
+    extent += (sizes[d] - 1) * strides[d];
+  }
+  return extent * itemsize;
+}
+
+// Note [An arena over shape symbols]
+// A kernel output that lives inside a call takes a slot of the call's arena. In a static program
+// every slot's size is known and the arena is planned once. In a program over shape symbols a
+// slot's sizes and strides are expressions: the slots and their lifetimes are kept, and each
+// call evaluates their sizes under its bindings and plans the arena (sched::plan_arena, a few
+// slots: well under a microsecond), or takes the last call's plan when the sizes are the same.
+// The memory is a finished call's arena when that is large enough, so a server's calls at
+// varying lengths settle on the largest one's arena. Without it each output was an allocation of
+// its own per call: at small sizes on the CPU a GPT-2 layer's symbolic graph made 9 allocations a
+// call where its static program made 1.
 void plan_memory(Program& p, const Lifetimes& life) {
   const std::vector<int>& last_use = life.last_use;
   const graph::Graph& g = p.traced.graph;
@@ -164,26 +184,28 @@ void plan_memory(Program& p, const Lifetimes& life) {
   // Which arena candidates each value aliases: a kernel output is its own candidate; the results
   // of an op whose schema returns aliases (views) alias every tensor it reads.
   std::vector<std::vector<int>> aliases(g.values.size());
-  std::vector<sched::BufferLifetime> lifetimes;
+  std::vector<Program::ArenaSlot> candidates;
   std::vector<std::pair<int, size_t>> where;  // candidate -> (kernel, output)
   for (size_t s = 0; s < p.steps.size(); ++s) {
     const Step& step = p.steps[s];
     if (step.kernel >= 0) {
       const Kernel& k = p.kernels[step.kernel];
       if (k.parameter_cache) continue;  // kept across calls: never in the per-call arena
-      // Symbolic sizes: allocated per call, at that call's sizes (Executor::run_kernel).
-      if (k.symbolic) continue;
       for (size_t i = 0; i < k.outputs.size(); ++i) {
         const Kernel::Output& out = k.allocations[i];
-        if (out.reuse_input >= 0) continue;  // in a dead input's memory
-        int64_t extent = 1;                  // elements the strided layout spans
-        for (size_t d = 0; d < out.sizes.size(); ++d) {
-          if (out.sizes[d] == 0) extent = 0;
-          if (extent > 0) extent += (out.sizes[d] - 1) * out.strides[d];
+        if (out.reuse_input >= 0 || out.unused) continue;  // in a dead input's memory, or none
+        Program::ArenaSlot slot;
+        if (k.symbolic) {
+          // Sizes over shape symbols: the arena is planned per call (Executor::arena_plan).
+          std::tie(slot.sizes, slot.strides) = k.symbolic_outputs[i];
+        } else {
+          slot.sizes.assign(out.sizes.begin(), out.sizes.end());
+          slot.strides.assign(out.strides.begin(), out.strides.end());
         }
-        const int64_t bytes = extent * static_cast<int64_t>(out.options.dtype().itemsize());
-        aliases[k.outputs[i]] = {static_cast<int>(lifetimes.size())};
-        lifetimes.push_back({bytes, static_cast<int32_t>(s), static_cast<int32_t>(s)});
+        slot.itemsize = static_cast<int64_t>(out.options.dtype().itemsize());
+        slot.first = slot.last = static_cast<int32_t>(s);
+        aliases[k.outputs[i]] = {static_cast<int>(candidates.size())};
+        candidates.push_back(std::move(slot));
         where.emplace_back(step.kernel, i);
       }
       continue;
@@ -199,10 +221,10 @@ void plan_memory(Program& p, const Lifetimes& life) {
     }
     for (graph::ValueId o : step.call->outputs) aliases[o] = read;
   }
-  if (lifetimes.empty()) return;
+  if (candidates.empty()) return;
   // A candidate lives until the last use of anything aliasing it; one that a caller can see
   // (a graph output, a value written back into an input, or their aliases) gets its own memory.
-  std::vector<bool> excluded(lifetimes.size(), false);
+  std::vector<bool> excluded(candidates.size(), false);
   for (graph::ValueId v : g.outputs) {
     for (int c : aliases[v]) excluded[c] = true;
   }
@@ -212,25 +234,39 @@ void plan_memory(Program& p, const Lifetimes& life) {
   for (size_t v = 0; v < aliases.size(); ++v) {
     for (int c : aliases[v]) {
       if (last_use[v] >= keep) excluded[c] = true;
-      lifetimes[c].last = std::max(lifetimes[c].last, static_cast<int32_t>(last_use[v]));
+      candidates[c].last = std::max(candidates[c].last, static_cast<int32_t>(last_use[v]));
     }
   }
-  std::vector<sched::BufferLifetime> planned;
-  std::vector<int> candidate_of;
-  for (size_t c = 0; c < lifetimes.size(); ++c) {
-    // Empty buffers need no arena space (and an arena of 0 bytes would not be allocated).
-    if (excluded[c] || lifetimes[c].bytes == 0) continue;
-    planned.push_back(lifetimes[c]);
-    candidate_of.push_back(static_cast<int>(c));
+  auto constant = [](const graph::Dims& dims) {
+    std::vector<int64_t> out;
+    for (const graph::DimExpr& d : dims) {
+      std::optional<int64_t> c = d.as_constant();
+      if (!c) return std::optional<std::vector<int64_t>>();
+      out.push_back(*c);
+    }
+    return std::optional<std::vector<int64_t>>(std::move(out));
+  };
+  std::vector<sched::BufferLifetime> lifetimes;  // of the slots, when every size is a constant
+  bool all_constant = true;
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    if (excluded[c]) continue;
+    const Program::ArenaSlot& slot = candidates[c];
+    std::optional<std::vector<int64_t>> sizes = constant(slot.sizes);
+    std::optional<std::vector<int64_t>> strides = constant(slot.strides);
+    int64_t bytes = -1;
+    if (sizes && strides) {
+      bytes = layout_bytes(*sizes, *strides, slot.itemsize);
+      // Empty buffers need no arena space (and an arena of 0 bytes would not be allocated).
+      if (bytes == 0) continue;
+    }
+    all_constant &= bytes >= 0;
+    lifetimes.push_back({std::max<int64_t>(bytes, 0), slot.first, slot.last});
+    auto [kernel, output] = where[c];
+    p.kernels[kernel].allocations[output].arena_slot = static_cast<int>(p.arena_slots.size());
+    p.arena_slots.push_back(slot);
   }
-  if (planned.empty()) return;
-  sched::ArenaPlan plan = sched::plan_arena(planned, 64);
-  for (size_t i = 0; i < planned.size(); ++i) {
-    auto [kernel, output] = where[candidate_of[i]];
-    p.kernels[kernel].allocations[output].arena_offset = plan.offsets[i];
-  }
-  p.arena_bytes = plan.total_bytes;
-  p.num_arena_buffers = static_cast<int>(planned.size());
+  if (p.arena_slots.empty()) return;
+  if (all_constant) p.arena_plan = sched::plan_arena(lifetimes, kArenaAlignment);
 }
 
 }  // namespace ember::runtime

@@ -163,7 +163,66 @@ bool Executor::run_view(const Step& step, std::vector<at::Tensor>& env,
   return true;
 }
 
-bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const at::Tensor& arena,
+Executor::CallArena Executor::take_arena(const sym::Bindings* bound) const {
+  CallArena arena;
+  if (p_.arena_slots.empty()) return arena;
+  if (p_.arena_plan) {
+    arena.plan = &*p_.arena_plan;
+  } else {
+    // Note [An arena over shape symbols]: the slots' sizes at this call's bindings; the plan is
+    // made again only when they differ from the last call's.
+    if (bound == nullptr) return arena;  // no sizes: every output gets its own memory
+    std::vector<int64_t> bytes;
+    bytes.reserve(p_.arena_slots.size());
+    for (const Program::ArenaSlot& slot : p_.arena_slots) {
+      bytes.push_back(layout_bytes(evaluate_dims(slot.sizes, *bound),
+                                   evaluate_dims(slot.strides, *bound), slot.itemsize));
+    }
+    {
+      std::lock_guard<std::mutex> lock(arena_mu_);
+      if (last_arena_plan_ && bytes == last_arena_bytes_) arena.held = last_arena_plan_;
+    }
+    if (!arena.held) {
+      std::vector<sched::BufferLifetime> lifetimes;
+      lifetimes.reserve(bytes.size());
+      for (size_t i = 0; i < bytes.size(); ++i) {
+        lifetimes.push_back({bytes[i], p_.arena_slots[i].first, p_.arena_slots[i].last});
+      }
+      arena.held =
+          std::make_shared<const sched::ArenaPlan>(sched::plan_arena(lifetimes, kArenaAlignment));
+      std::lock_guard<std::mutex> lock(arena_mu_);
+      last_arena_bytes_ = std::move(bytes);
+      last_arena_plan_ = arena.held;
+    }
+    arena.plan = arena.held.get();
+  }
+  const int64_t total = std::max<int64_t>(arena.plan->total_bytes, 1);
+  {
+    std::lock_guard<std::mutex> lock(arena_mu_);
+    if (!free_arenas_.empty()) {
+      // A symbolic program's arena grows to the largest call's; a smaller one is dropped.
+      if (free_arenas_.back().nbytes() >= static_cast<size_t>(total)) {
+        arena.memory = std::move(free_arenas_.back());
+      }
+      free_arenas_.pop_back();
+    }
+  }
+  if (!arena.memory.defined()) {
+    arena.memory = at::empty({total}, at::TensorOptions().dtype(at::kByte));
+  }
+  return arena;
+}
+
+at::Tensor Executor::in_arena(const CallArena& arena, int slot, c10::IntArrayRef sizes,
+                              c10::IntArrayRef strides, const at::TensorOptions& options) {
+  const int64_t itemsize = static_cast<int64_t>(options.dtype().itemsize());
+  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(arena.memory.storage()),
+                                                   arena.memory.key_set(), options.dtype());
+  impl->set_sizes_and_strides(sizes, strides, arena.plan->offsets.at(slot) / itemsize);
+  return at::Tensor(std::move(impl));
+}
+
+bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const CallArena& arena,
                           bool write_through, const std::vector<int64_t>& symbols,
                           const sym::Bindings* bound) const {
   if (k.symbolic) {
@@ -193,9 +252,12 @@ bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const a
     }
     for (size_t i = 0; i < k.outputs.size(); ++i) {
       at::Tensor& t = env[k.outputs[i]];
-      t = at::empty_strided(evaluate_dims(k.symbolic_outputs[i].first, bindings),
-                            evaluate_dims(k.symbolic_outputs[i].second, bindings),
-                            k.allocations[i].options);
+      const Kernel::Output& out = k.allocations[i];
+      const std::vector<int64_t> sizes = evaluate_dims(k.symbolic_outputs[i].first, bindings);
+      const std::vector<int64_t> strides = evaluate_dims(k.symbolic_outputs[i].second, bindings);
+      t = out.arena_slot >= 0 && arena.memory.defined()
+              ? in_arena(arena, out.arena_slot, sizes, strides, out.options)
+              : at::empty_strided(sizes, strides, out.options);
       buffers.push_back(t.data_ptr());
     }
     std::vector<int64_t> sizes;
@@ -256,12 +318,8 @@ bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const a
         continue;
       }
     }
-    if (out.arena_offset >= 0) {
-      const int64_t itemsize = static_cast<int64_t>(out.options.dtype().itemsize());
-      auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(arena.storage()),
-                                                       arena.key_set(), out.options.dtype());
-      impl->set_sizes_and_strides(out.sizes, out.strides, out.arena_offset / itemsize);
-      t = at::Tensor(std::move(impl));
+    if (out.arena_slot >= 0 && arena.memory.defined()) {
+      t = in_arena(arena, out.arena_slot, out.sizes, out.strides, out.options);
     } else {
       t = at::empty_strided(out.sizes, out.strides, out.options);
     }
@@ -481,26 +539,16 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
   // The arena holds intermediates only (no output, mutation value or alias of one is placed in
   // it, and extern results that alias it are cloned), so nothing references it after the call
   // and the next call may take it over.
-  at::Tensor arena;
-  if (p_.arena_bytes > 0) {
-    {
-      std::lock_guard<std::mutex> lock(arena_mu_);
-      if (!free_arenas_.empty()) {
-        arena = std::move(free_arenas_.back());
-        free_arenas_.pop_back();
-      }
-    }
-    if (!arena.defined()) arena = at::empty({p_.arena_bytes}, at::TensorOptions().dtype(at::kByte));
-  }
+  CallArena arena = take_arena(bound);
   struct ArenaReturn {
     const Executor& e;
-    at::Tensor& arena;
+    at::Tensor& memory;
     ~ArenaReturn() {
-      if (!arena.defined()) return;
+      if (!memory.defined()) return;
       std::lock_guard<std::mutex> lock(e.arena_mu_);
-      e.free_arenas_.push_back(std::move(arena));
+      e.free_arenas_.push_back(std::move(memory));
     }
-  } give_back{*this, arena};
+  } give_back{*this, arena.memory};
   LiveBytes live(env, p_.options.debug.live_bytes);
   for (const Step& step : p_.steps) {
     live.note(p_.steps.empty() ? 0 : static_cast<int>(&step - p_.steps.data()));
@@ -570,14 +618,14 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
       // made from the root's storage
     } else {
       step.call->run(env, stack, bound);
-      if (arena.defined() && !step.may_alias) {
+      if (arena.memory.defined() && !step.may_alias) {
         // The plan assumed this op's results are fresh memory (its schema says so). One that
         // returns a view of an arena buffer anyway would be overwritten when the buffer is
         // reused: give it its own copy.
         for (graph::ValueId o : step.call->outputs) {
           at::Tensor& t = env[o];
           if (t.defined() && t.has_storage() &&
-              t.storage().unsafeGetStorageImpl() == arena.storage().unsafeGetStorageImpl()) {
+              t.storage().unsafeGetStorageImpl() == arena.memory.storage().unsafeGetStorageImpl()) {
             t = t.clone();
           }
         }

@@ -59,8 +59,9 @@ void Executor::check_kernel(const Kernel& k, const std::vector<at::Tensor>& refe
     if (!reference[v].defined()) return;  // a folded constant the reference never computed
     scratch[v] = reference[v];
   }
-  at::Tensor arena;
-  if (p_.arena_bytes > 0) arena = at::empty({p_.arena_bytes}, at::TensorOptions().dtype(at::kByte));
+  // Outputs in an arena of their own (a symbolic program's kernels get their own memory: no
+  // sizes are bound here).
+  CallArena arena = take_arena(nullptr);
   if (!run_kernel(k, scratch, arena)) return;  // an out-of-range index: ATen raises instead
   static std::mutex mu;
   static std::set<std::string> printed, printed_sources;

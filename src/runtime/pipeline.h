@@ -109,7 +109,8 @@ void mark_parameter_kernels(Program& p);
 void plan_reuse(Program& p, const Lifetimes& life);
 /// Note [Mutations written in place] (executor_memory.cpp).
 void plan_mutation_writes(Program& p, const Lifetimes& life);
-/// Places kernel outputs that only live inside a call in one arena (sched/memory_plan.h). C++
+/// Places kernel outputs that only live inside a call in one arena (sched/memory_plan.h), planned
+/// here when every size is a constant, else per call (Note [An arena over shape symbols]). C++
 /// kernels only (the arena is host memory).
 void plan_memory(Program& p, const Lifetimes& life);
 

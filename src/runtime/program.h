@@ -22,6 +22,7 @@
 #include "runtime/matmul_template.h"
 #include "runtime/specialize.h"
 #include "runtime/triton_runtime.h"
+#include "sched/memory_plan.h"
 #include "support/options.h"
 #include "tracer/trace_session.h"
 
@@ -55,9 +56,9 @@ struct Kernel {
   struct Output {
     std::vector<int64_t> sizes, strides;
     at::TensorOptions options;
-    /// Byte offset in the per-call arena (sched/memory_plan.h), or -1: its own allocation
-    /// (graph outputs, values a mutation writes back, and what aliases them).
-    int64_t arena_offset = -1;
+    /// Its slot in the per-call arena (Program::arena), or -1: its own allocation (graph
+    /// outputs, values a mutation writes back, and what aliases them).
+    int arena_slot = -1;
     /// Index in `inputs` of a dead input whose memory this output takes over (written in
     /// place, see sched::KernelGroup::reuse), or -1. Checked per call: the input must be the
     /// only reference to its storage, in the traced layout; else a fresh allocation.
@@ -83,9 +84,9 @@ struct Kernel {
   std::string description;  ///< "kernel <name>: <ops of its nodes>"
   /// A kernel over shape symbols (sched/size_expr.h): the symbol id of each size argument it
   /// takes (loop::Kernel::size_vars, in order), and its inputs' and outputs' sizes and strides as
-  /// expressions (`allocations` then hold only the options and `input_layouts` is empty: inputs
-  /// are checked, and outputs allocated, per call at that call's sizes; never in the arena, never
-  /// written into a dead input).
+  /// expressions (`allocations` then hold only the options and the arena slot, and
+  /// `input_layouts` is empty: inputs are checked, and outputs made, per call at that call's
+  /// sizes; never written into a dead input).
   bool symbolic = false;
   std::vector<int> size_symbols;
   std::vector<std::pair<graph::Dims, graph::Dims>> symbolic_inputs, symbolic_outputs;
@@ -156,8 +157,17 @@ struct Program {
   bool triton = false;  ///< kernels are Triton kernels
   /// Non-constant inputs are released at their last use (ExecutorOptions::release_inputs).
   bool release_inputs = false;
-  int64_t arena_bytes = 0;  ///< 0: no arena
-  int num_arena_buffers = 0;
+  /// Kernel outputs that live inside a call only share one arena per call (plan_memory): each
+  /// slot's layout (expressions over shape symbols in a symbolic program) and lifetime in steps.
+  struct ArenaSlot {
+    graph::Dims sizes, strides;
+    int64_t itemsize = 1;
+    int32_t first = 0, last = 0;
+  };
+  std::vector<ArenaSlot> arena_slots;
+  /// Where each slot lies in the arena, when every slot's size is a constant (planned once);
+  /// else planned per call at the call's sizes (Executor::arena_plan).
+  std::optional<sched::ArenaPlan> arena_plan;
   int num_fused_nodes = 0;
   int num_folded_nodes = 0;
   int num_causal_attention = 0;

@@ -179,6 +179,43 @@ def test_matmul_at_many_sizes(target):
     check_sizes(cg, lambda n: (torch.randn(n, 16), w, b), lambda x, w, b: torch.tanh(x @ w + b))
 
 
+def test_intermediates_share_an_arena_planned_per_call():
+    """Note [An arena over shape symbols]: kernel outputs that live inside a call take slots of
+    one arena whose layout is planned per call at the call's sizes. Outputs are never in it: one
+    returned by a call keeps its values through later calls at other sizes (which may grow the
+    arena or reuse the last plan)."""
+    text = """graph {
+  symbol s0 : [2, inf] hint 7 "L['x'].size()[0]"
+  input %0 : f32[s0, 16] cpu  # user x
+  input %1 : f32[16, 16] cpu  # param w
+  %2 : f32[s0, 16] cpu = aten::sin(%0)
+  %3 : f32[s0, 16] cpu = aten::mm(%2, %1)
+  %4 : f32[s0, 16] cpu = aten::cos(%3)
+  %5 : f32[s0, 16] cpu = aten::mm(%4, %1)
+  %6 : f32[s0, 16] cpu = aten::tanh(%5)
+  %7 : f32[s0, 16] cpu = aten::mm(%6, %1)
+  %8 : f32[s0, 16] cpu = aten::relu(%7)
+  return (%8)
+}
+"""
+    cg = compiled(text)
+    assert cg.num_arena_buffers >= 2 and cg.arena_per_call and cg.arena_bytes == 0
+    w = torch.randn(16, 16) / 4
+
+    def ref(x):
+        return torch.relu(torch.tanh(torch.cos(torch.sin(x) @ w) @ w) @ w)
+
+    kept = []
+    for n in [7, 7, 3, 100, 7, 2, 100]:
+        x = torch.randn(n, 16)
+        out = cg(x, w)[0]
+        torch.testing.assert_close(out, ref(x))
+        kept.append((out, out.clone()))
+    for out, copy in kept:
+        assert torch.equal(out, copy)
+    assert cg.symbolic_fallback == "" and cg.num_specializations == 0
+
+
 @TARGETS
 def test_slice_with_a_symbolic_bound(target):
     text = """graph {
