@@ -35,12 +35,14 @@ bool constant_from_zero(const For& f) {
 struct Loop {
   Expr var, extent;
   ForKind kind;
+  Expr parallel_when;
 };
 
 Stmt nest_of(const std::vector<Loop>& loops, Stmt body) {
   for (size_t i = loops.size(); i-- > 0;) {
-    body =
-        For::make(loops[i].var, IntImm::make(kIndexType, 0), loops[i].extent, loops[i].kind, body);
+    const Loop& l = loops[i];
+    body = For::make(l.var, IntImm::make(kIndexType, 0), l.extent, l.kind, body,
+                     l.kind == ForKind::Parallel ? l.parallel_when : Expr());
   }
   return body;
 }
@@ -52,7 +54,7 @@ Stmt collapse_loops(const Stmt& s) {
   Stmt body = s;
   while (const For* f = body.as<For>()) {
     if (!constant_from_zero(*f)) return s;
-    loops.push_back({f->var, f->extent, f->for_kind});
+    loops.push_back({f->var, f->extent, f->for_kind, f->parallel_when});
     body = f->body;
   }
   if (loops.size() < 2 || has_loop(body)) return s;
@@ -70,7 +72,8 @@ Stmt collapse_loops(const Stmt& s) {
     const Expr bb = IntImm::make(kIndexType, b);
     Stmt merged_body =
         substitute(body, {{a_name, floordiv(outer.var, bb)}, {b_name, mod(outer.var, bb)}});
-    const Loop merged{outer.var, IntImm::make(kIndexType, ab), inner.kind};
+    const Loop merged{outer.var, IntImm::make(kIndexType, ab), inner.kind,
+                      inner.parallel_when.defined() ? inner.parallel_when : outer.parallel_when};
     const Stmt after = simplify(nest_of({merged}, merged_body));
     // One more division or remainder in the body still pays: a flattened nest recovers each loop
     // variable but the outermost with one of each.

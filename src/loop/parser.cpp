@@ -136,9 +136,11 @@ class Parser : TokenCursor {
       Expr ext = expr();
       expect(")");
       ForKind kind = ForKind::Serial;
-      if (accept("parallel"))
+      Expr when;
+      if (accept("parallel")) {
         kind = ForKind::Parallel;
-      else if (accept("vectorized"))
+        if (accept("if")) when = expr();
+      } else if (accept("vectorized"))
         kind = ForKind::Vectorized;
       else if (accept("unrolled"))
         kind = ForKind::Unrolled;
@@ -148,7 +150,7 @@ class Parser : TokenCursor {
       vars_.push_back({v, kIndexType});
       Stmt b = body();
       vars_.pop_back();
-      return For::make(var, mn, ext, kind, b);
+      return For::make(var, mn, ext, kind, b, when);
     }
     if (accept("let")) {
       std::string v = name("variable");

@@ -147,6 +147,10 @@ void print(std::ostream& os, const Stmt& s, int indent) {
       print(os, n->extent);
       os << ")";
       if (n->for_kind != ForKind::Serial) os << " " << for_kind_name(n->for_kind);
+      if (n->parallel_when.defined()) {
+        os << " if ";
+        print(os, n->parallel_when);
+      }
       print_body(os, n->body, indent);
       os << "\n";
       return;

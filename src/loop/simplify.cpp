@@ -154,7 +154,7 @@ class Simplifier {
       bounds_.erase(name);
       ranges_.erase(name);
       if (mn.same_as(n->min) && ext.same_as(n->extent) && body.same_as(n->body)) return s;
-      return For::make(n->var, mn, ext, n->for_kind, body);
+      return n->with(mn, ext, body);
     }
     if (const auto* n = s.as<Let>()) {
       Expr v = expr(n->value);

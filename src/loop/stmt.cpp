@@ -40,13 +40,20 @@ void check_index(const Expr& e, const char* what) {
 
 }  // namespace
 
-Stmt For::make(Expr var, Expr min, Expr extent, ForKind kind, Stmt body) {
+Stmt For::make(Expr var, Expr min, Expr extent, ForKind kind, Stmt body, Expr parallel_when) {
   EMBER_INTERNAL_ASSERT(var.as<Var>() && var.dtype() == kIndexType) << "For needs an i64 Var";
   check_index(min, "For min");
   check_index(extent, "For extent");
   EMBER_INTERNAL_ASSERT(body.defined()) << "For without a body";
+  EMBER_INTERNAL_ASSERT(!parallel_when.defined() ||
+                        (kind == ForKind::Parallel && parallel_when.dtype() == DType::Bool))
+      << "parallel_when is a bool, on a parallel loop only";
   return Stmt(std::make_shared<For>(std::move(var), std::move(min), std::move(extent), kind,
-                                    std::move(body)));
+                                    std::move(body), std::move(parallel_when)));
+}
+
+Stmt For::with(Expr mn, Expr ext, Stmt b) const {
+  return make(var, std::move(mn), std::move(ext), for_kind, std::move(b), parallel_when);
 }
 
 Stmt Block::make(std::vector<Stmt> stmts) {

@@ -67,21 +67,28 @@ const char* for_kind_name(ForKind k);
 
 /// Runs `body` for `var` = min, min + 1, ..., min + extent - 1; nothing when extent <= 0. `var`
 /// is an i64 Var, bound in `body` only; `min` and `extent` are i64 and evaluated once, before
-/// the first iteration.
+/// the first iteration. A Parallel loop with `parallel_when` (a bool over size variables, defined
+/// only on Parallel loops) runs its iterations in parallel only when that holds: a kernel over
+/// shape symbols decides at run time whether its size is worth a fork and join.
 struct For final : StmtNode {
   static constexpr StmtKind kKind = StmtKind::For;
   const Expr var, min, extent;
   const ForKind for_kind;
   const Stmt body;
-  For(Expr v, Expr mn, Expr ext, ForKind k, Stmt b)
+  const Expr parallel_when;
+  For(Expr v, Expr mn, Expr ext, ForKind k, Stmt b, Expr when)
       : StmtNode(kKind),
         var(std::move(v)),
         min(std::move(mn)),
         extent(std::move(ext)),
         for_kind(k),
-        body(std::move(b)) {}
-  static Stmt make(Expr var, Expr min, Expr extent, ForKind kind, Stmt body);
-  auto fields() const { return std::tie(var, min, extent, for_kind, body); }
+        body(std::move(b)),
+        parallel_when(std::move(when)) {}
+  static Stmt make(Expr var, Expr min, Expr extent, ForKind kind, Stmt body,
+                   Expr parallel_when = Expr());
+  /// The same loop with another body (and bounds), keeping its kind and parallel_when.
+  Stmt with(Expr min, Expr extent, Stmt body) const;
+  auto fields() const { return std::tie(var, min, extent, for_kind, body, parallel_when); }
 };
 
 /// Runs `stmts` in order. Blocks are flat and never hold exactly one statement: make() splices

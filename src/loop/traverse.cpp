@@ -111,7 +111,7 @@ Stmt map_stmt_children(const Stmt& s, const std::function<Expr(const Expr&)>& fe
       Expr mn = fe(n->min), ext = fe(n->extent);
       Stmt body = fs(n->body);
       if (mn.same_as(n->min) && ext.same_as(n->extent) && body.same_as(n->body)) return s;
-      return For::make(n->var, std::move(mn), std::move(ext), n->for_kind, std::move(body));
+      return n->with(std::move(mn), std::move(ext), std::move(body));
     }
     case StmtKind::Block: {
       const auto* n = s.as<Block>();

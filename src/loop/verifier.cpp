@@ -118,6 +118,7 @@ class Verifier {
     if (const auto* n = s.as<For>()) {
       expr(n->min);
       expr(n->extent);
+      if (n->parallel_when.defined()) expr(n->parallel_when);
       bind(n->var, n->body);
     } else if (const auto* n = s.as<Let>()) {
       expr(n->value);

@@ -446,8 +446,13 @@ KernelGroup KernelBuilder::finish(const std::string& name, const ScheduleOptions
   for (size_t pos = rank; pos-- > 0;) {
     size_t d = order[pos];
     loop::ForKind kind = pos + 1 == rank ? loop::ForKind::Vectorized : loop::ForKind::Serial;
-    if (parallel == d) kind = loop::ForKind::Parallel;
-    body = loop::For::make(loop::var(loop_var(d)), loop::idx(0), dim_expr(shape_[d]), kind, body);
+    loop::Expr when;
+    if (parallel == d) {
+      kind = loop::ForKind::Parallel;
+      when = parallel_when(graph::sym_numel(shape_), options.parallel_threshold, g_.symbols);
+    }
+    body = loop::For::make(loop::var(loop_var(d)), loop::idx(0), dim_expr(shape_[d]), kind, body,
+                           when);
   }
 
   body = with_index_checks(std::move(body), group);

@@ -198,6 +198,10 @@ class Builder {
     const int64_t largest =
         s_.symbols == nullptr ? product(s_.sizes).constant() : largest_numel(s_.sizes, *s_.symbols);
     work_ = largest > INT64_MAX / 8 ? INT64_MAX : largest * std::max<int64_t>(element_steps, 1);
+    if (s_.symbols != nullptr) {
+      when_ = parallel_when(product(s_.sizes) * DimExpr(std::max<int64_t>(element_steps, 1)),
+                            threshold_, *s_.symbols);
+    }
     // The layout follows the dim the input walks contiguously.
     for (size_t d : kept) {
       if (is_constant(s_.sizes[d], 0)) return loop::Block::make({});  // no rows
@@ -253,7 +257,8 @@ class Builder {
         bind_all(digits, allocate_all(p_.values, 1, row_elements, loop::Block::make(steps)));
     if (kept.empty()) return body;
     ForKind kind = !split && parallel(rows) ? ForKind::Parallel : ForKind::Serial;
-    return loop::For::make(p, loop::idx(0), dim_expr(rows), kind, body);
+    return loop::For::make(p, loop::idx(0), dim_expr(rows), kind, body,
+                           kind == ForKind::Parallel ? when_ : Expr());
   }
 
   // One row's Elements step in chunks of the outermost loop, run in parallel: each chunk
@@ -376,7 +381,8 @@ class Builder {
     values.insert(values.end(), blocks.begin(), blocks.end());
     Stmt body = bind_all(digits, allocate_all(values, tile, 0, loop::Block::make(steps)));
     ForKind kind = parallel(rows) ? ForKind::Parallel : ForKind::Serial;
-    return loop::For::make(p, loop::idx(0), dim_expr(rows), kind, body);
+    return loop::For::make(p, loop::idx(0), dim_expr(rows), kind, body,
+                           kind == ForKind::Parallel ? when_ : Expr());
   }
 
   // An Elements step of the outer layout: the reduced loops around the tile loop. Its float sums
@@ -446,6 +452,7 @@ class Builder {
   const int64_t threshold_;
   const bool chunk_;  // a single row in parallel chunks (ScheduleOptions::chunk_single_rows)
   int64_t work_ = 0;
+  Expr when_;  // the parallel loop's run-time condition, over symbols (parallel_when)
   std::map<std::string, Expr> size1_;  // x<d> of size-1 dims: 0
 };
 

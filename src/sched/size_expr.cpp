@@ -97,11 +97,20 @@ int64_t hint_of(const graph::DimExpr& d, const sym::ShapeEnv& symbols) {
 // after: decided at the hints, a graph first called with 16 tokens ran its kernels serially at
 // 256 and 512 too (a GPT-2 layer at 256 tokens: 10.5 ms against the static graph's 6.8). So the
 // decision takes the largest size the symbols' ranges allow, which for an unbounded symbol means
-// parallel; at small sizes that costs the fork and join of a warm OpenMP team per kernel.
+// parallel. At small sizes that cost the fork and join of a warm OpenMP team per kernel (a GPT-2
+// layer at width 32 and 8 tokens: 9 us of a 45 us call), so the loop carries its condition
+// (loop::For::parallel_when, `threshold <= numel`): the C++ emitter makes it the region's `if`
+// clause, and a call at a small size runs the loop on its own thread.
 int64_t largest_numel(const graph::Dims& sizes, const sym::ShapeEnv& symbols) {
   const graph::DimExpr n = graph::sym_numel(sizes);
   if (std::optional<int64_t> c = n.as_constant()) return *c;
   return sym::range_of(n.expr(), symbols).hi;  // kPosInf (INT64_MAX) when unbounded
+}
+
+loop::Expr parallel_when(const graph::DimExpr& work, int64_t threshold,
+                         const sym::ShapeEnv& symbols) {
+  if (work.is_constant() || sym::range_of(work.expr(), symbols).lo >= threshold) return {};
+  return loop::make_binary(loop::ExprKind::LE, loop::idx(threshold), dim_expr(work));
 }
 
 int64_t hint_numel(const graph::Dims& sizes, const sym::ShapeEnv& symbols) {

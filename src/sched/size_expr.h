@@ -47,4 +47,10 @@ int64_t hint_of(const graph::DimExpr& d, const sym::ShapeEnv& symbols);
 /// symbols] in size_expr.cpp).
 int64_t largest_numel(const graph::Dims& sizes, const sym::ShapeEnv& symbols);
 
+/// The run-time condition of a parallel loop chosen by largest_numel, for a kernel whose work is
+/// `work` elements: `threshold <= work` (loop::For::parallel_when), or undefined when `work` is a
+/// constant (decided at compile time) or never below `threshold`.
+loop::Expr parallel_when(const graph::DimExpr& work, int64_t threshold,
+                         const sym::ShapeEnv& symbols);
+
 }  // namespace ember::sched

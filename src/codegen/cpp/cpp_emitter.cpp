@@ -434,7 +434,11 @@ void Emitter::stmt(const Stmt& s, int ind) {
       switch (f->for_kind) {
         case ForKind::Parallel:
           if (parallel_depth_ == 0 && parallel_safe(f->body)) {
-            line(ind, "#pragma omp parallel for schedule(static)");
+            // parallel_when: at a small size the loop runs on the calling thread, without the
+            // fork and join of the team.
+            line(ind, "#pragma omp parallel for schedule(static)" +
+                          (f->parallel_when.defined() ? " if(" + expr(f->parallel_when) + ")"
+                                                      : std::string()));
             ++parallel_depth_;
             line(ind,
                  "for (int64_t " + v + " = " + lo + "; " + v + " < " + hi + "; ++" + v + ") {");

@@ -76,6 +76,29 @@ TEST_F(CppEmitter, BoolBuffersAreBytesAndMatchTheInterpreter) {
   check_against_interpreter(k, {{"n", 37}}, 0);
 }
 
+// A parallel loop with a run-time condition (a kernel over shape symbols): the OpenMP region's
+// `if` clause, so that a call at a small size runs on the calling thread; the kernel agrees with
+// the interpreter on both sides of the threshold.
+TEST_F(CppEmitter, AParallelLoopsConditionIsTheRegionsIfClause) {
+  const std::string text =
+      "kernel scale(n, m) {\n"
+      "  input x : f32[n, m] strides [m, 1]\n"
+      "  output y : f32[n, m] strides [m, 1]\n"
+      "  for (i, 0, n) parallel if (64 <= (n * m)) {\n"
+      "    for (j, 0, m) vectorized {\n"
+      "      y[(j + (i * m))] = (x[(j + (i * m))] * f32(2))\n"
+      "    }\n"
+      "  }\n"
+      "}\n";
+  Kernel k = loop::parse_kernel(text);
+  const std::string src = emit_cpp(k);
+  EXPECT_NE(src.find("#pragma omp parallel for schedule(static) if((64LL <= (s_n * s_m)))"),
+            std::string::npos)
+      << src;
+  check_against_interpreter(k, {{"n", 3}, {"m", 5}}, 0);
+  check_against_interpreter(k, {{"n", 9}, {"m", 17}}, 0);
+}
+
 // Every integer type, every shift amount from -3 to width + 2 and a range of values: the
 // compiled shifts and bitwise ops agree with the interpreter (which follows torch's CPU kernels).
 TEST_F(CppEmitter, BitwiseOpsAndShiftsMatchTheInterpreter) {

@@ -46,6 +46,36 @@ TEST(ParseKernel, RoundTripsBitwiseOpsAndShifts) {
       "}\n");
 }
 
+TEST(ParseKernel, RoundTripsAParallelLoopWithItsRunTimeCondition) {
+  const std::string text =
+      "kernel scale(n, m) {\n"
+      "  input x : f32[n, m] strides [m, 1]\n"
+      "  output y : f32[n, m] strides [m, 1]\n"
+      "  for (i, 0, n) parallel if (32768 <= (n * m)) {\n"
+      "    for (j, 0, m) vectorized {\n"
+      "      y[(j + (i * m))] = (x[(j + (i * m))] * f32(2))\n"
+      "    }\n"
+      "  }\n"
+      "}\n";
+  expect_round_trip(text);
+  const auto* loop = parse_kernel(text).body.as<For>();
+  ASSERT_NE(loop, nullptr);
+  ASSERT_TRUE(loop->parallel_when.defined());
+  EXPECT_EQ(loop->parallel_when.dtype(), DType::Bool);
+  // A condition is part of the loop: the same loop without one is another loop.
+  Kernel plain = parse_kernel(
+      "kernel scale(n, m) {\n"
+      "  input x : f32[n, m] strides [m, 1]\n"
+      "  output y : f32[n, m] strides [m, 1]\n"
+      "  for (i, 0, n) parallel {\n"
+      "    for (j, 0, m) vectorized {\n"
+      "      y[(j + (i * m))] = (x[(j + (i * m))] * f32(2))\n"
+      "    }\n"
+      "  }\n"
+      "}\n");
+  EXPECT_FALSE(structurally_equal(parse_kernel(text), plain));
+}
+
 TEST(ParseKernel, ResolvesNamesToVarsSizesAndBuffers) {
   Kernel k = parse_kernel(read_golden("layer_norm.loop"));
   ASSERT_EQ(k.buffers.size(), 6u);
