@@ -5,113 +5,13 @@
 #include <limits>
 #include <numeric>
 
+#include "graph/shape_rules_internal.h"
 #include "support/error.h"
 #include "sym/eval.h"
 #include "sym/simplify.h"
 
 namespace ember::graph {
-namespace {
-
-using sym::Rel;
-using sym::SymExpr;
-
-constexpr int64_t kMaxIndex = std::numeric_limits<int64_t>::max();
-
-/// One op call being typed.
-struct Call {
-  const Graph& g;
-  const OpInfo& op;
-  const std::vector<Arg>& args;
-  const std::vector<TensorType>& concrete;
-  sym::GuardRecorder& guards;
-  bool pointwise_tag = false;
-  const std::vector<int32_t>& slots;  ///< the schema result of each concrete type (empty: i)
-
-  std::string name() const { return op.qualified_name(); }
-
-  const Arg* named(std::string_view n) const {
-    for (size_t i = 0; i < op.arg_names.size() && i < args.size(); ++i) {
-      if (op.arg_names[i] == n) return &args[i];
-    }
-    return nullptr;
-  }
-  const Arg& at(size_t i) const {
-    EMBER_INTERNAL_ASSERT(i < args.size()) << name() << ": no argument " << i;
-    return args[i];
-  }
-  const TensorType* tensor_or_null(const Arg& a) const {
-    const auto* r = std::get_if<ValueRef>(&a);
-    return r ? &g.type(r->id) : nullptr;
-  }
-  const TensorType& tensor(size_t i) const {
-    const TensorType* t = tensor_or_null(at(i));
-    EMBER_INTERNAL_ASSERT(t != nullptr) << name() << ": argument " << i << " is not a tensor";
-    return *t;
-  }
-  DimExpr dim(const Arg& a) const {
-    std::optional<DimExpr> d = dim_arg(a);
-    EMBER_INTERNAL_ASSERT(d.has_value()) << name() << ": expected an int argument";
-    return *d;
-  }
-  /// An int argument the rule needs as a number (a dimension index, a step): a symbolic one is
-  /// specialized to its hint, with a guard.
-  int64_t integer(const Arg& a) const { return guards.specialize(dim(a).expr()); }
-  Dims dims(const Arg& a) const {
-    std::optional<Dims> d = dims_arg(a);
-    EMBER_INTERNAL_ASSERT(d.has_value()) << name() << ": expected an int list argument";
-    return *d;
-  }
-  bool decide(const DimExpr& a, Rel rel, const DimExpr& b) const {
-    if (a.is_constant() && b.is_constant()) {
-      return sym::relation_holds(a.constant(), rel, b.constant());
-    }
-    return guards.decide(a.expr(), rel, b.expr());
-  }
-  /// Requires `a == b` (an op's operands that must agree: a product's inner sizes, a norm's
-  /// width against its weight), deciding it through a guard: the trace saw them equal, and the
-  /// guard keeps every reuse so (a symbol equal to a constant is pinned to it).
-  void require_equal(const DimExpr& a, const DimExpr& b, const char* what) const {
-    if (a == b) return;
-    EMBER_UNSUPPORTED(decide(a, Rel::EQ, b))
-        << name() << ": " << what << " " << a.str() << " and " << b.str() << " differ";
-  }
-  DimExpr simplify(const DimExpr& d) const {
-    return d.is_constant() ? d : DimExpr(sym::simplify(d.expr(), g.symbols));
-  }
-  /// A result that is a new tensor: dense strides in the order of result `i`'s concrete ones.
-  TensorType fresh(size_t i, Dims sizes) const {
-    EMBER_INTERNAL_ASSERT(i < concrete.size())
-        << name() << ": result " << i << " of " << concrete.size();
-    TensorType t = concrete[i];
-    t.strides = dense_strides_like(sizes, concrete[i].strides);
-    t.sizes = std::move(sizes);
-    t.storage_offset = 0;
-    return t;
-  }
-  /// Results whose sizes are `per_slot[k]` for schema result k (the defined ones, in order); a
-  /// slot with none keeps its concrete type.
-  std::vector<TensorType> by_slot(const std::vector<std::optional<Dims>>& per_slot) const {
-    std::vector<TensorType> out;
-    for (size_t i = 0; i < concrete.size(); ++i) {
-      const size_t k = slots.empty() ? i : static_cast<size_t>(slots[i]);
-      out.push_back(k < per_slot.size() && per_slot[k] ? fresh(i, *per_slot[k]) : concrete[i]);
-    }
-    return out;
-  }
-  /// The sizes of tensor argument `i`, or none when it is None.
-  std::optional<Dims> sizes_of(size_t i) const {
-    const TensorType* t = i < args.size() ? tensor_or_null(args[i]) : nullptr;
-    return t ? std::optional<Dims>(t->sizes) : std::nullopt;
-  }
-  TensorType view(size_t i, Dims sizes, Dims strides, DimExpr offset) const {
-    EMBER_INTERNAL_ASSERT(i < concrete.size()) << name() << ": result " << i;
-    TensorType t = concrete[i];
-    t.sizes = std::move(sizes);
-    t.strides = std::move(strides);
-    t.storage_offset = std::move(offset);
-    return t;
-  }
-};
+namespace shape_rules_detail {
 
 int64_t wrap_dim(const Call& c, int64_t d, int64_t rank) {
   int64_t r = std::max<int64_t>(rank, 1);
@@ -183,6 +83,15 @@ bool keepdim_of(const Call& c) {
   const bool* b = std::get_if<bool>(k);
   return b != nullptr && *b;
 }
+
+}  // namespace shape_rules_detail
+
+namespace {
+
+using namespace shape_rules_detail;  // NOLINT(google-build-using-namespace)
+using sym::SymExpr;
+
+constexpr int64_t kMaxIndex = std::numeric_limits<int64_t>::max();
 
 /// view/_unsafe_view/reshape sizes with a -1 inferred.
 Dims view_sizes(const Call& c, const TensorType& self, Dims sizes) {
@@ -266,23 +175,9 @@ DimExpr clamp_index(const Call& c, DimExpr i, const DimExpr& size) {
 std::vector<TensorType> rule(const Call& c) {
   const OpKind kind = c.op.kind;
   const std::string& ov = c.op.overload;
-  auto all_tensor_shapes = [&] {
-    std::vector<const Dims*> shapes;
-    for (const Arg& a : c.args) {
-      if (const TensorType* t = c.tensor_or_null(a)) shapes.push_back(&t->sizes);
-    }
-    return shapes;
-  };
-  // Every result with these sizes.
-  auto same_as_shape = [&](const Dims& sizes) {
-    std::vector<TensorType> out;
-    for (size_t i = 0; i < c.concrete.size(); ++i) out.push_back(c.fresh(i, sizes));
-    return out;
-  };
-  auto same_as = [&](const TensorType& t) { return same_as_shape(t.sizes); };
 
   if (op_category(kind) == OpCategory::Pointwise || c.pointwise_tag) {
-    Dims sizes = broadcast(c, all_tensor_shapes());
+    Dims sizes = broadcast(c, c.all_tensor_shapes());
     std::vector<TensorType> out;
     for (size_t i = 0; i < c.concrete.size(); ++i) out.push_back(c.fresh(i, sizes));
     return out;
@@ -336,7 +231,7 @@ std::vector<TensorType> rule(const Call& c) {
     case OpKind::zeros_like:
     case OpKind::ones_like:
     case OpKind::full_like:
-      return same_as(c.tensor(0));
+      return c.same_as(c.tensor(0));
     case OpKind::native_layer_norm: {
       const TensorType& x = c.tensor(0);
       Dims normalized = c.dims(c.at(1));
@@ -830,7 +725,7 @@ std::vector<TensorType> rule(const Call& c) {
         }
         sizes.push_back(n);
       }
-      return same_as_shape(sizes);
+      return c.same_as_shape(sizes);
     }
     case OpKind::nll_loss_forward: {
       // (output, total_weight); reduction 0 (none) keeps the batch dim.
@@ -862,112 +757,8 @@ std::vector<TensorType> rule(const Call& c) {
     default:
       break;
   }
-  // Ops outside ember's table, by name, one class each.
-  auto one_of = [&](std::initializer_list<std::string_view> names) {
-    return std::find(names.begin(), names.end(), c.op.name) != names.end();
-  };
-  if (one_of({"aten::floor_divide", "aten::remainder", "aten::fmod", "aten::copysign",
-              "aten::xlogy", "aten::hypot"})) {
-    return same_as_shape(broadcast(c, all_tensor_shapes()));
-  }
-  if (one_of({"aten::cumsum", "aten::cumprod", "aten::logcumsumexp", "aten::cummax", "aten::cummin",
-              "aten::sort"})) {
-    return same_as(c.tensor(0));
-  }
-  if (one_of({"aten::_adaptive_avg_pool2d", "aten::adaptive_max_pool2d",
-              "aten::_adaptive_avg_pool3d", "aten::adaptive_max_pool3d"})) {
-    // (self, output_size): the leading dims, then output_size.
-    const TensorType& x = c.tensor(0);
-    Dims out_size = c.dims(c.at(1));
-    Dims sizes(x.sizes.begin(), x.sizes.end() - static_cast<std::ptrdiff_t>(out_size.size()));
-    sizes.insert(sizes.end(), out_size.begin(), out_size.end());
-    return same_as_shape(sizes);
-  }
-  if (one_of({"aten::topk"})) {
-    // topk(self, k, dim=-1, ...): dim becomes k.
-    const TensorType& s = c.tensor(0);
-    Dims sizes = s.sizes;
-    if (!sizes.empty()) {
-      int64_t dim = c.args.size() > 2 ? c.integer(c.at(2)) : -1;
-      sizes[static_cast<size_t>(wrap_dim(c, dim, s.dim()))] = c.dim(c.at(1));
-    }
-    return same_as_shape(sizes);
-  }
-  if (one_of({"aten::linalg_vector_norm", "aten::norm"})) {
-    return same_as_shape(reduced(c, c.tensor(0), c.named("dim"), keepdim_of(c)));
-  }
-  if (one_of({"aten::mse_loss", "aten::l1_loss", "aten::smooth_l1_loss", "aten::huber_loss",
-              "aten::soft_margin_loss", "aten::binary_cross_entropy"})) {
-    // reduction: 0 none (the broadcast shape), else one value.
-    const Arg* r = c.named("reduction");
-    const int64_t* mode = r ? std::get_if<int64_t>(r) : nullptr;
-    EMBER_INTERNAL_ASSERT(mode != nullptr) << c.name() << ": reduction";
-    return same_as_shape(*mode == 0 ? broadcast(c, all_tensor_shapes()) : Dims{});
-  }
-  if (one_of({"aten::mv"})) {  // [n, m] @ [m]
-    const TensorType &a = c.tensor(0), &v = c.tensor(1);
-    c.require_equal(a.sizes.at(1), v.sizes.at(0), "inner size");
-    return same_as_shape({a.sizes.at(0)});
-  }
-  if (one_of({"aten::dot", "aten::vdot"})) {  // [n] . [n]
-    c.require_equal(c.tensor(0).sizes.at(0), c.tensor(1).sizes.at(0), "size");
-    return same_as_shape({});
-  }
-  // ---- backward ops: each gradient has the sizes of what it is the gradient of
-  if (one_of({"aten::native_layer_norm_backward"})) {
-    // (grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)
-    return c.by_slot({c.sizes_of(1), c.sizes_of(5), c.sizes_of(6)});
-  }
-  if (one_of({"aten::native_group_norm_backward"})) {
-    // (grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask): weight's are [C]
-    const Dims channel = {c.dim(c.at(6))};
-    return c.by_slot({c.sizes_of(1), channel, channel});
-  }
-  if (one_of({"aten::native_batch_norm_backward"})) {
-    // (grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, ...)
-    const TensorType& x = c.tensor(1);
-    const Dims channel = {x.sizes.size() > 1 ? x.sizes[1] : DimExpr(1)};
-    return c.by_slot({x.sizes, channel, channel});
-  }
-  if (one_of({"aten::convolution_backward"})) {
-    // (grad_output, input, weight, bias_sizes, ...): input's, weight's, bias_sizes
-    std::optional<Dims> bias;
-    if (std::optional<Dims> b = dims_arg(c.at(3))) bias = *b;
-    return c.by_slot({c.sizes_of(1), c.sizes_of(2), bias});
-  }
-  if (one_of({"aten::embedding_dense_backward"})) {
-    // (grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
-    const TensorType& grad = c.tensor(0);
-    EMBER_INTERNAL_ASSERT(!grad.sizes.empty()) << c.name() << ": a 0-dim gradient";
-    return same_as_shape({c.dim(c.at(2)), grad.sizes.back()});
-  }
-  if (one_of({"aten::nll_loss_backward", "aten::nll_loss2d_backward", "aten::mse_loss_backward",
-              "aten::l1_loss_backward", "aten::smooth_l1_loss_backward",
-              "aten::huber_loss_backward", "aten::soft_margin_loss_backward",
-              "aten::binary_cross_entropy_backward", "aten::max_pool2d_with_indices_backward",
-              "aten::max_pool3d_with_indices_backward", "aten::avg_pool2d_backward",
-              "aten::avg_pool3d_backward", "aten::_adaptive_avg_pool2d_backward",
-              "aten::_adaptive_avg_pool3d_backward", "aten::adaptive_max_pool2d_backward",
-              "aten::adaptive_max_pool3d_backward"})) {
-    // (grad_output, self, ...): self's sizes
-    return same_as(c.tensor(1));
-  }
-  if (one_of({"aten::select_backward", "aten::slice_backward", "aten::diagonal_backward",
-              "aten::unfold_backward", "aten::as_strided_backward"})) {
-    // (grad, input_sizes, ...)
-    return same_as_shape(c.dims(c.at(1)));
-  }
-  if (one_of({"aten::_scaled_dot_product_flash_attention_for_cpu_backward",
-              "aten::_scaled_dot_product_efficient_attention_backward",
-              "aten::_scaled_dot_product_flash_attention_backward",
-              "aten::_scaled_dot_product_cudnn_attention_backward"})) {
-    // (grad_out, query, key, value, ...): query's, key's, value's (then an attention bias's)
-    std::vector<std::optional<Dims>> per = {c.sizes_of(1), c.sizes_of(2), c.sizes_of(3)};
-    if (one_of({"aten::_scaled_dot_product_efficient_attention_backward"})) {
-      per.push_back(c.sizes_of(4));
-    }
-    return c.by_slot(per);
-  }
+  // Ops outside ember's table, by name (shape_rules_by_name.cpp).
+  if (std::optional<std::vector<TensorType>> out = rule_by_name(c)) return *out;
   EMBER_UNSUPPORTED(false) << c.name() << " has no symbolic shape rule";
   return {};
 }

@@ -1,0 +1,121 @@
+/// \file
+/// Symbolic shape rules of ops outside ember's op table, by qualified name, one class of ops each,
+/// and of the backward ops a joint graph holds: each gradient has the sizes of what it is the
+/// gradient of. Called by symbolic_result_types (shape_rules.cpp) after the table's rules.
+#include <algorithm>
+#include <initializer_list>
+
+#include "graph/shape_rules_internal.h"
+
+namespace ember::graph::shape_rules_detail {
+
+std::optional<std::vector<TensorType>> rule_by_name(const Call& c) {
+  auto one_of = [&](std::initializer_list<std::string_view> names) {
+    return std::find(names.begin(), names.end(), c.op.name) != names.end();
+  };
+  if (one_of({"aten::floor_divide", "aten::remainder", "aten::fmod", "aten::copysign",
+              "aten::xlogy", "aten::hypot"})) {
+    return c.same_as_shape(broadcast(c, c.all_tensor_shapes()));
+  }
+  if (one_of({"aten::cumsum", "aten::cumprod", "aten::logcumsumexp", "aten::cummax", "aten::cummin",
+              "aten::sort"})) {
+    return c.same_as(c.tensor(0));
+  }
+  if (one_of({"aten::_adaptive_avg_pool2d", "aten::adaptive_max_pool2d",
+              "aten::_adaptive_avg_pool3d", "aten::adaptive_max_pool3d"})) {
+    // (self, output_size): the leading dims, then output_size.
+    const TensorType& x = c.tensor(0);
+    Dims out_size = c.dims(c.at(1));
+    Dims sizes(x.sizes.begin(), x.sizes.end() - static_cast<std::ptrdiff_t>(out_size.size()));
+    sizes.insert(sizes.end(), out_size.begin(), out_size.end());
+    return c.same_as_shape(sizes);
+  }
+  if (one_of({"aten::topk"})) {
+    // topk(self, k, dim=-1, ...): dim becomes k.
+    const TensorType& s = c.tensor(0);
+    Dims sizes = s.sizes;
+    if (!sizes.empty()) {
+      int64_t dim = c.args.size() > 2 ? c.integer(c.at(2)) : -1;
+      sizes[static_cast<size_t>(wrap_dim(c, dim, s.dim()))] = c.dim(c.at(1));
+    }
+    return c.same_as_shape(sizes);
+  }
+  if (one_of({"aten::linalg_vector_norm", "aten::norm"})) {
+    return c.same_as_shape(reduced(c, c.tensor(0), c.named("dim"), keepdim_of(c)));
+  }
+  if (one_of({"aten::mse_loss", "aten::l1_loss", "aten::smooth_l1_loss", "aten::huber_loss",
+              "aten::soft_margin_loss", "aten::binary_cross_entropy"})) {
+    // reduction: 0 none (the broadcast shape), else one value.
+    const Arg* r = c.named("reduction");
+    const int64_t* mode = r ? std::get_if<int64_t>(r) : nullptr;
+    EMBER_INTERNAL_ASSERT(mode != nullptr) << c.name() << ": reduction";
+    return c.same_as_shape(*mode == 0 ? broadcast(c, c.all_tensor_shapes()) : Dims{});
+  }
+  if (one_of({"aten::mv"})) {  // [n, m] @ [m]
+    const TensorType &a = c.tensor(0), &v = c.tensor(1);
+    c.require_equal(a.sizes.at(1), v.sizes.at(0), "inner size");
+    return c.same_as_shape({a.sizes.at(0)});
+  }
+  if (one_of({"aten::dot", "aten::vdot"})) {  // [n] . [n]
+    c.require_equal(c.tensor(0).sizes.at(0), c.tensor(1).sizes.at(0), "size");
+    return c.same_as_shape({});
+  }
+  // ---- backward ops: each gradient has the sizes of what it is the gradient of
+  if (one_of({"aten::native_layer_norm_backward"})) {
+    // (grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)
+    return c.by_slot({c.sizes_of(1), c.sizes_of(5), c.sizes_of(6)});
+  }
+  if (one_of({"aten::native_group_norm_backward"})) {
+    // (grad_out, input, mean, rstd, weight, N, C, HxW, group, output_mask): weight's are [C]
+    const Dims channel = {c.dim(c.at(6))};
+    return c.by_slot({c.sizes_of(1), channel, channel});
+  }
+  if (one_of({"aten::native_batch_norm_backward"})) {
+    // (grad_out, input, weight, running_mean, running_var, save_mean, save_invstd, ...)
+    const TensorType& x = c.tensor(1);
+    const Dims channel = {x.sizes.size() > 1 ? x.sizes[1] : DimExpr(1)};
+    return c.by_slot({x.sizes, channel, channel});
+  }
+  if (one_of({"aten::convolution_backward"})) {
+    // (grad_output, input, weight, bias_sizes, ...): input's, weight's, bias_sizes
+    std::optional<Dims> bias;
+    if (std::optional<Dims> b = dims_arg(c.at(3))) bias = *b;
+    return c.by_slot({c.sizes_of(1), c.sizes_of(2), bias});
+  }
+  if (one_of({"aten::embedding_dense_backward"})) {
+    // (grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
+    const TensorType& grad = c.tensor(0);
+    EMBER_INTERNAL_ASSERT(!grad.sizes.empty()) << c.name() << ": a 0-dim gradient";
+    return c.same_as_shape({c.dim(c.at(2)), grad.sizes.back()});
+  }
+  if (one_of({"aten::nll_loss_backward", "aten::nll_loss2d_backward", "aten::mse_loss_backward",
+              "aten::l1_loss_backward", "aten::smooth_l1_loss_backward",
+              "aten::huber_loss_backward", "aten::soft_margin_loss_backward",
+              "aten::binary_cross_entropy_backward", "aten::max_pool2d_with_indices_backward",
+              "aten::max_pool3d_with_indices_backward", "aten::avg_pool2d_backward",
+              "aten::avg_pool3d_backward", "aten::_adaptive_avg_pool2d_backward",
+              "aten::_adaptive_avg_pool3d_backward", "aten::adaptive_max_pool2d_backward",
+              "aten::adaptive_max_pool3d_backward"})) {
+    // (grad_output, self, ...): self's sizes
+    return c.same_as(c.tensor(1));
+  }
+  if (one_of({"aten::select_backward", "aten::slice_backward", "aten::diagonal_backward",
+              "aten::unfold_backward", "aten::as_strided_backward"})) {
+    // (grad, input_sizes, ...)
+    return c.same_as_shape(c.dims(c.at(1)));
+  }
+  if (one_of({"aten::_scaled_dot_product_flash_attention_for_cpu_backward",
+              "aten::_scaled_dot_product_efficient_attention_backward",
+              "aten::_scaled_dot_product_flash_attention_backward",
+              "aten::_scaled_dot_product_cudnn_attention_backward"})) {
+    // (grad_out, query, key, value, ...): query's, key's, value's (then an attention bias's)
+    std::vector<std::optional<Dims>> per = {c.sizes_of(1), c.sizes_of(2), c.sizes_of(3)};
+    if (one_of({"aten::_scaled_dot_product_efficient_attention_backward"})) {
+      per.push_back(c.sizes_of(4));
+    }
+    return c.by_slot(per);
+  }
+  return std::nullopt;
+}
+
+}  // namespace ember::graph::shape_rules_detail
