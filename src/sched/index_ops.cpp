@@ -13,6 +13,7 @@
 #include "sched/pointwise.h"
 #include "sched/pointwise_internal.h"
 #include "sched/pooling.h"
+#include "sched/size_expr.h"
 #include "support/error.h"
 
 namespace ember::sched {
@@ -144,6 +145,23 @@ bool broadcasts_to(const std::vector<int64_t>& in, const std::vector<int64_t>& o
   return true;
 }
 
+Index broadcast_index(const Index& index, const graph::Dims& in) {
+  Index r(in.size());
+  size_t off = index.size() - in.size();
+  for (size_t d = 0; d < in.size(); ++d) {
+    r[d] = is_constant(in[d], 1) ? loop::idx(0) : index[d + off];
+  }
+  return r;
+}
+bool broadcasts_to(const graph::Dims& in, const graph::Dims& out) {
+  if (in.size() > out.size()) return false;
+  size_t off = out.size() - in.size();
+  for (size_t d = 0; d < in.size(); ++d) {
+    if (!is_constant(in[d], 1) && !(in[d] == out[d + off])) return false;
+  }
+  return true;
+}
+
 Expr read_self(const Ctx& c, ElementReader& r, const Index& idx) {
   return r.element(c.self(), idx, false);
 }
@@ -214,11 +232,14 @@ std::optional<IndexOpKind> index_op_kind(const graph::Graph& g, const graph::Nod
   if (!op.returns_list && n.outputs.size() != 1) return std::nullopt;
   if (over_symbols(g, n)) {
     // Note [Views over shape symbols]
-    // The index functions take constant sizes. A view over symbols is read at its traced
+    // Most index functions take constant sizes. A view over symbols is read at its traced
     // geometry instead (its type's sizes, strides and offset are expressions), so its root must
-    // be realized, as as_strided's is (needs_realized_input). as_strided itself stays an ATen
-    // call: its offset is absolute, and a graph input's may differ per call. Other index ops
-    // over symbols have no kernel yet.
+    // be realized, as as_strided's is (needs_realized_input). Views whose index function reads
+    // no size as a number (Rule::symbolic: permutes, transposes, unsqueeze, an expand, a view to
+    // the same sizes) are index functions as in a static graph, so a kernel can compute their
+    // root and read it through them (a softmax and the copy of its expand that feeds a bmm: one
+    // kernel, not two). as_strided itself stays an ATen call: its offset is absolute, and a
+    // graph input's may differ per call. Other index ops over symbols have no kernel yet.
     if (rule->kind != IndexOpKind::View || op.is(OpKind::as_strided) || !same_dtype_view(c)) {
       return std::nullopt;
     }
@@ -248,7 +269,11 @@ std::vector<ValueId> index_tensor_args(const graph::Graph& g, const graph::Node&
 
 bool needs_realized_input(const graph::Graph& g, const graph::Node& n) {
   const Rule* rule = rule_of(g, n);
-  return rule != nullptr && (!rule->lower || over_symbols(g, n));
+  if (rule == nullptr) return false;
+  if (!rule->lower) return true;
+  if (!over_symbols(g, n)) return false;
+  const Ctx c{g, n, g.op_of(n)};
+  return !rule->symbolic || !rule->symbolic(c);
 }
 
 ValueId view_input(const graph::Graph& g, const graph::Node& n) {

@@ -107,6 +107,10 @@ bool index_dtype(const graph::TensorType& t);
 /// Right-aligned broadcast of `index` (of shape `out`) to a tensor of sizes `in`.
 Index broadcast_index(const Index& index, const std::vector<int64_t>& in);
 bool broadcasts_to(const std::vector<int64_t>& in, const std::vector<int64_t>& out);
+/// The same over sizes that may be symbolic: a dim broadcasts only where its size is the
+/// constant 1 (a symbolic size is never 1), else it must equal the output's.
+Index broadcast_index(const Index& index, const graph::Dims& in);
+bool broadcasts_to(const graph::Dims& in, const graph::Dims& out);
 
 /// aten::index.Tensor and index_put: the indexed dims, the broadcast shape of the index tensors,
 /// and where the broadcast dims sit in the output.
@@ -130,6 +134,9 @@ struct Rule {
   IndexOpKind kind;
   Check check;
   Lower lower;  // empty: only through the traced geometry (as_strided)
+  /// For a node over shape symbols (Note [Views over shape symbols]): whether `lower` holds for
+  /// it (it reads no size as a number). Empty: never; the view is read at its traced geometry.
+  Check symbolic = {};
 };
 using RuleTable = std::map<graph::OpOverload, Rule>;
 

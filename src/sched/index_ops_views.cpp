@@ -105,6 +105,11 @@ std::optional<int64_t> split_start(const Ctx& c, int32_t slot) {
 
 void add_view_rules(RuleTable& t) {
   using K = IndexOpKind;
+  // Over shape symbols: a view to the same sizes reads its input at the same index.
+  const Check same_sizes = [](const Ctx& c) {
+    return same_dtype_view(c) && c.n.outputs.size() == 1 &&
+           c.type(c.self()).sizes == c.type(c.out()).sizes;
+  };
 
   Rule reshape{K::View,
                [](const Ctx& c) {
@@ -112,18 +117,20 @@ void add_view_rules(RuleTable& t) {
                         numel(c.sizes(c.self())) == numel(c.sizes(c.out()));
                },
                [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
+                 if (c.type(c.self()).sizes == c.type(c.out()).sizes) return read_self(c, r, idx);
                  return read_self(c, r, reshape_index(c.sizes(c.self()), c.sizes(c.out()), idx));
-               }};
+               },
+               same_sizes};
   t[{OpKind::view, ""}] = reshape;
   t[{OpKind::_unsafe_view, ""}] = reshape;
-  Rule identity{K::View,
-                [](const Ctx& c) {
-                  return same_dtype_view(c) && c.n.outputs.size() == 1 &&
-                         c.sizes(c.self()) == c.sizes(c.out());
-                },
-                [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
-                  return read_self(c, r, idx);
-                }};
+  Rule identity{
+      K::View,
+      [](const Ctx& c) {
+        return same_dtype_view(c) && c.n.outputs.size() == 1 &&
+               c.sizes(c.self()) == c.sizes(c.out());
+      },
+      [](const Ctx& c, size_t, const Index& idx, ElementReader& r) { return read_self(c, r, idx); },
+      same_sizes};
   t[{OpKind::alias, ""}] = identity;
   t[{OpKind::detach, ""}] = identity;
 
@@ -143,6 +150,7 @@ void add_view_rules(RuleTable& t) {
                                   in[*wrap_dim(dims[k], rank)] = idx[k];
                                 return read_self(c, r, in);
                               }};
+  t[{OpKind::permute, ""}].symbolic = t[{OpKind::permute, ""}].check;  // reads no size
   t[{OpKind::transpose, "int"}] = {
       K::View,
       [](const Ctx& c) {
@@ -159,6 +167,7 @@ void add_view_rules(RuleTable& t) {
         }
         return read_self(c, r, in);
       }};
+  t[{OpKind::transpose, "int"}].symbolic = t[{OpKind::transpose, "int"}].check;
   t[{OpKind::t, ""}] = {
       K::View, [](const Ctx& c) { return same_dtype_view(c) && c.type(c.self()).dim() <= 2; },
       [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
@@ -166,14 +175,18 @@ void add_view_rules(RuleTable& t) {
         if (in.size() == 2) std::swap(in[0], in[1]);
         return read_self(c, r, in);
       }};
-  t[{OpKind::expand, ""}] = {K::View,
-                             [](const Ctx& c) {
-                               return same_dtype_view(c) &&
-                                      broadcasts_to(c.sizes(c.self()), c.sizes(c.out()));
-                             },
-                             [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
-                               return read_self(c, r, broadcast_index(idx, c.sizes(c.self())));
-                             }};
+  t[{OpKind::t, ""}].symbolic = t[{OpKind::t, ""}].check;
+  t[{OpKind::expand, ""}] = {
+      K::View,
+      [](const Ctx& c) {
+        return same_dtype_view(c) && broadcasts_to(c.sizes(c.self()), c.sizes(c.out()));
+      },
+      [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
+        return read_self(c, r, broadcast_index(idx, c.type(c.self()).sizes));
+      },
+      [](const Ctx& c) {
+        return same_dtype_view(c) && broadcasts_to(c.type(c.self()).sizes, c.type(c.out()).sizes);
+      }};
   Rule squeeze{K::View,
                [](const Ctx& c) {
                  if (!same_dtype_view(c)) return false;
@@ -208,6 +221,7 @@ void add_view_rules(RuleTable& t) {
         const int64_t rank = c.type(c.self()).dim();
         return read_self(c, r, erase(idx, *wrap_dim(*c.int_arg("dim"), rank + 1)));
       }};
+  t[{OpKind::unsqueeze, ""}].symbolic = t[{OpKind::unsqueeze, ""}].check;  // over Dims already
   t[{OpKind::slice, "Tensor"}] = {
       K::View,
       [](const Ctx& c) {

@@ -113,3 +113,42 @@ def test_the_gpt2_block_runs_the_steps_of_its_static_trace():
         counts[dynamic] = {k: snap[k] for k in ("fused_nodes", "extern_steps", "view_steps")}
     assert counts[True] == counts[False], counts
     assert counts[True]["extern_steps"] == 6, counts
+
+
+# A view of a value the kernel computes, the view the only reader: its index function needs no size
+# as a number, so one kernel computes the value at the view's index, as in a static graph (the
+# root was stored by one kernel and read back by a second before).
+_VIEWS_OF_COMPUTED = {
+    "transpose": ("f32[{B}, 16, 4]{{64, 1, 16}}", "aten::transpose.int(%1, 1, 2)",
+                  lambda h: h.transpose(1, 2)),
+    "permute": ("f32[4, {B}, 16]{{16, 64, 1}}", "aten::permute(%1, [1, 0, 2])",
+                lambda h: h.permute(1, 0, 2)),
+    "unsqueeze": ("f32[{B}, 1, 4, 16]{{64, 64, 16, 1}}", "aten::unsqueeze(%1, 1)",
+                  lambda h: h.unsqueeze(1)),
+    "expand": ("f32[{B}, 4, 16]", "aten::expand(%1, [{B}, 4, 16], implicit=False)",
+               lambda h: h.expand(h.shape)),  # a broadcasting one is stored by the cost rule
+    "alias": ("f32[{B}, 4, 16]", "aten::alias(%1)", lambda h: h),
+    "view to the same sizes": ("f32[{B}, 4, 16]", "aten::view(%1, [{B}, 4, 16])", lambda h: h.view(h.shape)),
+}
+
+
+@pytest.mark.parametrize("view", list(_VIEWS_OF_COMPUTED))
+def test_a_view_of_a_value_its_kernel_computes_is_an_index_function(view):
+    import ember._C as C  # noqa: PLC0415
+
+    vtype, call, ref = _VIEWS_OF_COMPUTED[view]
+    kernels = {}
+    for B in ("5", "s0"):
+        symbol = '  symbol s0 : [2, inf] hint 5 "L[\'x\'].size()[0]"\n' if B == "s0" else ""
+        t = vtype.format(B=B)
+        text = (f"graph {{\n{symbol}  input %0 : f32[{B}, 4, 16] cpu  # user x\n"
+                f"  %1 : f32[{B}, 4, 16] cpu = aten::tanh(%0)\n"
+                f"  %2 : {t} cpu = {call.format(B=B)}\n"
+                f"  %3 : {t.split('{')[0]} cpu = aten::mul.Tensor(%2, 2)\n"
+                f"  return (%3)\n}}\n")
+        cg = C.CompiledGraph(C.parse_traced_graph(text))
+        kernels[B] = cg.num_kernels
+        for n in ([5] if B == "5" else [2, 5, 9]):
+            x = torch.randn(n, 4, 16)
+            torch.testing.assert_close(cg(x)[0], ref(x.tanh()) * 2)
+    assert kernels == {"5": 1, "s0": 1}, kernels
