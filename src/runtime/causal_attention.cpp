@@ -67,9 +67,12 @@ bool is_causal_mask(const at::Tensor& m) {
 // A mask whose sizes are symbols cannot be evaluated once for every call. It is proved causal
 // instead: its nodes (arange, adds of constants, unsqueeze, slice, expand, a comparison) are
 // read as functions of the element's index, each integer tensor `c + sum_d coef[d] * i_d` and a
-// comparison of two as `diff(i) >= 0`. The mask is causal at every size when `diff` is
-// `a * i_query - a * i_key` (a > 0) and reads no other dim: key <= query, whatever the sizes.
-// Any other node makes the mask unknown (then it stays).
+// comparison of two as `diff(i) >= 0`. transformers' packed-sequence ids (a cumsum of where a
+// position id does not follow the one before, from a cat of the positions shifted by one) are
+// one number at every size: equal at every pair, so the mask's `ids[q] == ids[k]` is true
+// everywhere (an index of one number reads it when its indices are in range at every size). The
+// mask is causal at every size when `diff` is `a * i_query - a * i_key` (a > 0) and reads no other
+// dim: key <= query, whatever the sizes. Any other node makes the mask unknown (then it stays).
 struct IndexAffine {
   IndexAffine() = default;
   IndexAffine(bool predicate, std::vector<int64_t> coefficients, int64_t constant)
@@ -201,6 +204,68 @@ class MaskProver {
       }
       d.c = (y_minus_x ? b.c - a.c : a.c - b.c) - (kind == OpKind::lt || kind == OpKind::gt);
       return d;
+    }
+    if ((kind == OpKind::eq || kind == OpKind::ne) && out.dtype == graph::DType::Bool) {
+      // Two integer tensors whose difference is one number everywhere: a constant predicate
+      // (transformers' packed-sequence ids of one sequence, all equal).
+      const graph::Arg* other = arg("other");
+      std::optional<IndexAffine> x = self();
+      std::optional<IndexAffine> y = other ? operand(*other) : std::nullopt;
+      if (!x || !y || x->is_bool || y->is_bool) return std::nullopt;
+      IndexAffine a = broadcast_to(*x, operand_sizes(*arg("self")), rank);
+      IndexAffine b = broadcast_to(*y, operand_sizes(*other), rank);
+      for (size_t d = 0; d < rank; ++d) {
+        if (a.coef[d] != b.coef[d]) return std::nullopt;
+      }
+      return constant_predicate(rank, (kind == OpKind::eq) == (a.c == b.c));
+    }
+    if (op.name == "aten::cumsum" && integral) {
+      // A running sum of one number v along a dim: v * (i_d + 1).
+      const graph::Arg* dim = arg("dim");
+      std::optional<IndexAffine> x = self();
+      std::optional<int64_t> d = dim ? int_value(*dim) : std::nullopt;
+      if (!x || !d || !is_constant(*x) || rank == 0) return std::nullopt;
+      if (*d < 0) *d += static_cast<int64_t>(rank);
+      if (*d < 0 || *d >= static_cast<int64_t>(rank)) return std::nullopt;
+      const int64_t v = x->is_bool ? (x->c >= 0 ? 1 : 0) : x->c;
+      IndexAffine r{false, std::vector<int64_t>(rank, 0), v};
+      r.coef[*d] = v;
+      return r;
+    }
+    if (op.is(OpKind::index, "Tensor")) {
+      // One number everywhere, gathered at indices that are in range: that number.
+      const graph::Arg* indices = arg("indices");
+      const auto* list = indices ? std::get_if<graph::ValueList>(indices) : nullptr;
+      const auto* src = arg("self") ? std::get_if<graph::ValueRef>(arg("self")) : nullptr;
+      std::optional<IndexAffine> x = self();
+      if (!list || !src || !x || !is_constant(*x) || list->items.empty() ||
+          list->items.size() > type(src->id).sizes.size()) {
+        return std::nullopt;
+      }
+      for (size_t k = 0; k < list->items.size(); ++k) {
+        const std::optional<graph::ValueId>& item = list->items[k];
+        if (!item || !in_range(*item, type(src->id).sizes[k])) return std::nullopt;
+      }
+      return IndexAffine{x->is_bool, std::vector<int64_t>(rank, 0), x->c};
+    }
+    if (op.is(OpKind::cat)) {
+      if (std::optional<IndexAffine> r = cat(n, op, rank)) return r;
+      return std::nullopt;
+    }
+    if ((kind == OpKind::ones || kind == OpKind::new_ones) && out.dtype != graph::DType::Bool &&
+        (integral || graph::is_floating(out.dtype))) {
+      return IndexAffine{false, std::vector<int64_t>(rank, 0), 1};  // OPT's padding mask of ones
+    }
+    if (kind == OpKind::_to_copy && arg("self")) {
+      // A cast of one number: to bool, whether it is nonzero; to a number, itself.
+      std::optional<IndexAffine> x = self();
+      if (!x || !is_constant(*x) || x->coef.size() != rank) return std::nullopt;
+      const int64_t v = x->is_bool ? (x->c >= 0 ? 1 : 0) : x->c;
+      if (out.dtype == graph::DType::Bool) return constant_predicate(rank, v != 0);
+      if (integral || graph::is_floating(out.dtype)) {
+        return IndexAffine{false, std::vector<int64_t>(rank, 0), v};
+      }
+      return std::nullopt;
     }
     if ((kind == OpKind::ones || kind == OpKind::new_ones ||
          (kind == OpKind::full && arg("fill_value") &&
@@ -335,6 +400,72 @@ class MaskProver {
     return std::nullopt;
   }
 
+  static bool is_constant(const IndexAffine& p) {
+    return std::all_of(p.coef.begin(), p.coef.end(), [](int64_t k) { return k == 0; });
+  }
+  static IndexAffine constant_predicate(size_t rank, bool holds) {
+    return IndexAffine{true, std::vector<int64_t>(rank, 0), holds ? 0 : -1};  // 0 >= 0, -1 >= 0
+  }
+
+  // Whether known integer tensor `v` holds indices in [0, size) at every size: its smallest and
+  // largest values over its index space, as expressions.
+  bool in_range(graph::ValueId v, const graph::DimExpr& size) const {
+    const std::optional<IndexAffine>& p = values_[v];
+    if (!p || p->is_bool || p->padded_dim >= 0) return false;
+    const graph::Dims& sizes = type(v).sizes;
+    if (p->coef.size() != sizes.size()) return false;
+    graph::DimExpr lo = p->c, hi = p->c;
+    for (size_t d = 0; d < sizes.size(); ++d) {
+      const graph::DimExpr span = graph::DimExpr(p->coef[d]) * (sizes[d] - graph::DimExpr(1));
+      (p->coef[d] < 0 ? lo : hi) = (p->coef[d] < 0 ? lo : hi) + span;
+    }
+    const graph::DimExpr slack = size - graph::DimExpr(1) - hi;
+    return lo.is_constant() && lo.constant() >= 0 && slack.is_constant() && slack.constant() >= 0;
+  }
+
+  // cat along a dim of pieces that are one affine function shifted by their offsets: that
+  // function (a position id's previous one, `cat([p[:, :1] - 1, p], -1)`, is p shifted by one).
+  std::optional<IndexAffine> cat(const graph::Node& n, const graph::OpInfo& op, size_t rank) const {
+    const int ti = arg_index(op, "tensors"), di = arg_index(op, "dim");
+    if (ti < 0 || static_cast<size_t>(ti) >= n.args.size()) return std::nullopt;
+    const auto* list = std::get_if<graph::ValueList>(&n.args[ti]);
+    std::optional<int64_t> d = di >= 0 && static_cast<size_t>(di) < n.args.size()
+                                   ? int_value(n.args[di])
+                                   : std::optional<int64_t>(0);
+    if (!list || list->items.empty() || !d || rank == 0) return std::nullopt;
+    if (*d < 0) *d += static_cast<int64_t>(rank);
+    if (*d < 0 || *d >= static_cast<int64_t>(rank)) return std::nullopt;
+    const auto dim = static_cast<size_t>(*d);
+    std::vector<IndexAffine> pieces;
+    std::vector<int64_t> offsets;
+    graph::DimExpr offset = 0;
+    for (const std::optional<graph::ValueId>& item : list->items) {
+      if (!item || !values_[*item] || values_[*item]->padded_dim >= 0 ||
+          type(*item).sizes.size() != rank || !offset.is_constant()) {
+        return std::nullopt;
+      }
+      pieces.push_back(broadcast_to(*values_[*item], type(*item).sizes, rank));
+      offsets.push_back(offset.constant());
+      offset = offset + type(*item).sizes[dim];
+    }
+    // The function: the last piece's, shifted to its offset; every piece must agree with it.
+    IndexAffine f = pieces.back();
+    f.c -= f.coef[dim] * offsets.back();
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      const IndexAffine& p = pieces[k];
+      const graph::DimExpr& size = type(*list->items[k]).sizes[dim];
+      if (p.is_bool != f.is_bool) return std::nullopt;
+      for (size_t e = 0; e < rank; ++e) {
+        if (e != dim && p.coef[e] != f.coef[e]) return std::nullopt;
+      }
+      const bool one = size.is_constant() && size.constant() == 1;
+      if ((!one && p.coef[dim] != f.coef[dim]) || p.c != f.c + f.coef[dim] * offsets[k]) {
+        return std::nullopt;
+      }
+    }
+    return f;
+  }
+
   graph::Dims operand_sizes(const graph::Arg& a) const {
     const auto* r = std::get_if<graph::ValueRef>(&a);
     return r ? type(r->id).sizes : graph::Dims{};
@@ -450,9 +581,10 @@ int causal_attention(tracer::TracedGraph& traced) {
         !(ms[ms.size() - 2] == qs[qs.size() - 2])) {
       continue;
     }
-    if (computable[mv] ? !(env[mv].defined() && is_causal_mask(env[mv])) : !prover.causal(mv)) {
-      continue;
-    }
+    // A mask computed from no input is read by value when it was evaluated (static sizes); over
+    // shape symbols it is not (OPT's padding mask of ones): proved instead.
+    const bool by_value = computable[mv] && env[mv].defined();
+    if (by_value ? !is_causal_mask(env[mv]) : !prover.causal(mv)) continue;
     n.args[mi] = graph::NoneArg{};
     n.args[arg_index(op, "is_causal")] = true;
     ++rewritten;

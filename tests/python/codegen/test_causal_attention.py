@@ -107,6 +107,31 @@ def test_decoder_models_run_causal_attention():
         assert m["graphs"] == 1 and m["causal_attention"] == 2, (name, m)
 
 
+def test_decoder_models_run_causal_attention_over_shape_symbols():
+    # transformers 5 builds the mask from packed-sequence ids (a cumsum over the position ids):
+    # proved causal at every length, one graph for all of them. (OPT's mask is proved too, but
+    # its symbolic program is compiled per size: "the size s0*s1 is symbolic where a constant
+    # is needed".)
+    pytest.importorskip("transformers")
+    from ember.bench import models as M
+
+    for name in ("GPT2LMHeadModel",):
+        w = M.select(only=[name])[0].build("small", "inference", "cpu", None)
+        model = w.model.eval()
+        ids = w.kwargs["input_ids"]
+        ember.metrics.reset()
+        cf = ember.compile(model, dynamic=True)
+        with torch.no_grad():
+            for T in (ids.shape[1], ids.shape[1] - 3, 5):
+                kwargs = dict(w.kwargs, input_ids=ids[:, :T].contiguous())
+                kwargs.pop("attention_mask", None)
+                torch.testing.assert_close(cf(**kwargs).logits, model(**kwargs).logits,
+                                           atol=1e-5, rtol=1e-5)
+        m = ember.metrics.snapshot()
+        assert m["graphs"] == 1 and m["dynamic_graphs"] == 1, (name, m, ember.metrics.fallback_reasons)
+        assert m["causal_attention"] == 2, (name, m)
+
+
 # Over shape symbols (Note [Causal masks over shape symbols]): the mask cannot be evaluated once
 # for every length, so it is proved causal from its nodes (aranges, offsets, unsqueeze, slice,
 # expand, a comparison, transformers' where(mask, 0, -inf) and its and with a padding of ones).
@@ -162,8 +187,60 @@ def padded_at_the_start(q, k, v):  # a pad before the keys, sliced off: not read
     return F.scaled_dot_product_attention(q, k, v, attn_mask=F.pad(m, (1, 0))[..., 1:])
 
 
+def _packed_ids(pos):  # transformers' find_packed_sequence_indices: a new id where a position
+    first = pos[:, :1] - 1          # does not follow the one before
+    diff = torch.cat([first, pos], dim=-1).diff(dim=-1)
+    return (diff != 1).cumsum(-1)
+
+
+def packed_sequence_causal(q, k, v):  # transformers 5's sdpa_mask under compilation
+    b, L = q.shape[0], q.shape[2]
+    pos = (torch.arange(L) + 0)[None, :].expand(b, -1)
+    ids = _packed_ids(pos)
+    bi = torch.arange(b)[:, None, None, None]
+    qi = torch.arange(L)[None, None, :, None]
+    ki = torch.arange(L)[None, None, None, :]
+    allowed = torch.ones((), dtype=torch.bool) & (ki <= qi)
+    allowed = allowed & (ids[bi, qi] == ids[bi, ki])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=torch.where(allowed, 0.0, float("-inf")))
+
+
+def packed_from_a_gap(q, k, v):  # positions with a gap: two sequences, not causal (stays)
+    b, L = q.shape[0], q.shape[2]
+    pos = (torch.arange(L) * 2)[None, :].expand(b, -1)
+    ids = _packed_ids(pos)
+    qi = torch.arange(L)[None, None, :, None]
+    ki = torch.arange(L)[None, None, None, :]
+    allowed = (ki <= qi) & (ids[:, None, :, None] == ids[:, None, None, :])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+
+
+def packed_read_past_the_end(q, k, v):  # one index reads past the ids (eager raises): stays
+    b, L = q.shape[0], q.shape[2]
+    ids = _packed_ids(torch.arange(L)[None, :].expand(b, -1))
+    qi = torch.arange(L)[None, None, :, None]
+    ki = torch.arange(L)[None, None, None, :]
+    allowed = (ki <= qi) & (ids[0, qi] == ids[0, ki + 1])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+
+
+def test_a_packed_mask_read_past_its_end_raises_as_in_eager():
+    def f(x):
+        q, k, v = x.unbind(0)
+        return packed_read_past_the_end(q, k, v)
+
+    cf = ember.compile(f, dynamic=True)
+    for s in (5, 9):
+        x = torch.stack(qkv(s, s))
+        with pytest.raises(IndexError):
+            f(x)
+        with pytest.raises(Exception, match="out of bounds|out of range"):
+            cf(x)
+
+
 @pytest.mark.parametrize("fn, rewritten", [
-    (hf_float_causal, 1), (symbolic_bool_causal, 1), (padded_bias, 1), (symbolic_shifted, 0),
+    (hf_float_causal, 1), (symbolic_bool_causal, 1), (padded_bias, 1), (packed_sequence_causal, 1),
+    (packed_from_a_gap, 0), (symbolic_shifted, 0),
     (symbolic_offset, 0), (symbolic_sliding, 0), (symbolic_longer_keys, 0),
     (padded_at_the_start, 0)], ids=lambda x: getattr(x, "__name__", str(x)))
 def test_masks_over_shape_symbols(fn, rewritten):
