@@ -188,14 +188,20 @@ class MaskProver {
       a.c += *k * b.c;
       return a;
     }
-    if ((kind == OpKind::le || kind == OpKind::lt || kind == OpKind::ge || kind == OpKind::gt) &&
-        out.dtype == graph::DType::Bool) {
+    // `self` and `other`, two integer tensors (or numbers), broadcast to the result's rank.
+    auto compared = [&]() -> std::optional<std::pair<IndexAffine, IndexAffine>> {
       const graph::Arg* other = arg("other");
       std::optional<IndexAffine> x = self();
       std::optional<IndexAffine> y = other ? operand(*other) : std::nullopt;
       if (!x || !y || x->is_bool || y->is_bool) return std::nullopt;
-      IndexAffine a = broadcast_to(*x, operand_sizes(*arg("self")), rank);
-      IndexAffine b = broadcast_to(*y, operand_sizes(*other), rank);
+      return std::make_pair(broadcast_to(*x, operand_sizes(*arg("self")), rank),
+                            broadcast_to(*y, operand_sizes(*other), rank));
+    };
+    if ((kind == OpKind::le || kind == OpKind::lt || kind == OpKind::ge || kind == OpKind::gt) &&
+        out.dtype == graph::DType::Bool) {
+      std::optional<std::pair<IndexAffine, IndexAffine>> ab = compared();
+      if (!ab) return std::nullopt;
+      const auto& [a, b] = *ab;
       // le: y - x >= 0; lt: y - x - 1 >= 0; ge: x - y >= 0; gt: x - y - 1 >= 0.
       const bool y_minus_x = kind == OpKind::le || kind == OpKind::lt;
       IndexAffine d{true, std::vector<int64_t>(rank, 0), 0};
@@ -208,18 +214,15 @@ class MaskProver {
     if ((kind == OpKind::eq || kind == OpKind::ne) && out.dtype == graph::DType::Bool) {
       // Two integer tensors whose difference is one number everywhere: a constant predicate
       // (transformers' packed-sequence ids of one sequence, all equal).
-      const graph::Arg* other = arg("other");
-      std::optional<IndexAffine> x = self();
-      std::optional<IndexAffine> y = other ? operand(*other) : std::nullopt;
-      if (!x || !y || x->is_bool || y->is_bool) return std::nullopt;
-      IndexAffine a = broadcast_to(*x, operand_sizes(*arg("self")), rank);
-      IndexAffine b = broadcast_to(*y, operand_sizes(*other), rank);
+      std::optional<std::pair<IndexAffine, IndexAffine>> ab = compared();
+      if (!ab) return std::nullopt;
+      const auto& [a, b] = *ab;
       for (size_t d = 0; d < rank; ++d) {
         if (a.coef[d] != b.coef[d]) return std::nullopt;
       }
       return constant_predicate(rank, (kind == OpKind::eq) == (a.c == b.c));
     }
-    if (op.name == "aten::cumsum" && integral) {
+    if (kind == OpKind::cumsum && integral) {
       // A running sum of one number v along a dim: v * (i_d + 1).
       const graph::Arg* dim = arg("dim");
       std::optional<IndexAffine> x = self();
