@@ -136,8 +136,13 @@ class KernelBuilder final : public ElementReader {
   // ---- pieces for other kernels (reduction prologues and epilogues, reduction_fusion.cpp) ----
 
   /// The value of computed value `v` (of this builder's shape) at the identity index, reading
-  /// through element(); its lets are lets().
-  Expr compute(ValueId v) { return define(v, identity()); }
+  /// through element(); its lets are lets(). A view (a reduction's input may be one) is read as
+  /// element() reads views: over shape symbols a reshape is not an index function, and its
+  /// realized root is loaded at the view's geometry (a reshape feeding a reduction made OPT's
+  /// decoder compile per size).
+  Expr compute(ValueId v) {
+    return s_.is_view(v) ? element(v, identity(), false) : define(v, identity());
+  }
   const std::vector<std::pair<Expr, Expr>>& lets() const { return st_.lets; }
   /// Reads of realized value `v` must be at flat offset `offset` (in the loop variables): any
   /// other read, or a use of `v` as an index tensor, makes add_store fail.

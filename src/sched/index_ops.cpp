@@ -301,7 +301,13 @@ loop::Expr lower_index_op(const graph::Graph& g, const graph::Node& n, ValueId o
   EMBER_INTERNAL_ASSERT(index.size() == static_cast<size_t>(g.type(out).dim()))
       << "index of rank " << index.size() << " for a value of rank " << g.type(out).dim();
   Ctx c{g, n, g.op_of(n)};
-  Expr e = rule->lower(c, static_cast<size_t>(it - n.outputs.begin()), index, reader);
+  Expr e;
+  try {
+    e = rule->lower(c, static_cast<size_t>(it - n.outputs.begin()), index, reader);
+  } catch (const Unsupported& err) {
+    EMBER_UNSUPPORTED(false) << g.op_of(n).qualified_name() << " (value %" << out
+                             << "): " << err.what();
+  }
   EMBER_INTERNAL_ASSERT(e.defined() && e.dtype() == *to_loop_dtype(g.type(out).dtype))
       << "lower_index_op of " << g.op_of(n).qualified_name() << " gave a wrong element type";
   return e;

@@ -109,13 +109,12 @@ def test_decoder_models_run_causal_attention():
 
 def test_decoder_models_run_causal_attention_over_shape_symbols():
     # transformers 5 builds the mask from packed-sequence ids (a cumsum over the position ids):
-    # proved causal at every length, one graph for all of them. (OPT's mask is proved too, but
-    # its symbolic program is compiled per size: "the size s0*s1 is symbolic where a constant
-    # is needed".)
+    # proved causal at every length, one graph for all of them (OPT's of a padding mask of
+    # ones too).
     pytest.importorskip("transformers")
     from ember.bench import models as M
 
-    for name in ("GPT2LMHeadModel",):
+    for name in ("OPTForCausalLM", "GPT2LMHeadModel"):
         w = M.select(only=[name])[0].build("small", "inference", "cpu", None)
         model = w.model.eval()
         ids = w.kwargs["input_ids"]

@@ -145,3 +145,28 @@ def test_kernels_compiled_at_a_small_size_run_in_parallel_at_every_size():
     static = C.CompiledGraph(_trace(fn, torch.randn(2, 4), []))
     assert not any("#pragma omp parallel for" in src for src in static.kernel_sources)
     _check(cg, fn, [(2, 4), (300, 500)])
+
+
+@pytest.mark.parametrize("reduction", ["_softmax(%2, -1, False)", "sum.dim_IntList(%2, [1], False, dtype=None)"])
+def test_a_reduction_over_a_reshape_of_a_computed_value(reduction):
+    # A reshape over symbols is no index function: the reduction reads its realized root at the
+    # view's geometry (it compiled per size: "the size s0*s1 is symbolic where a constant is
+    # needed", OPT's decoder).
+    out = "f32[s0*s1, 64]" if "softmax" in reduction else "f32[s0*s1]"
+    text = f"""graph {{
+  symbol s0 : [2, inf] hint 2 "L['x'].size()[0]"
+  symbol s1 : [2, inf] hint 7 "L['x'].size()[1]"
+  input %0 : f32[s0, s1, 64] cpu  # user x
+  %1 : f32[s0, s1, 64] cpu = aten::mul.Tensor(%0, 2)
+  %2 : f32[s0*s1, 64] cpu = aten::view(%1, [s0*s1, 64])
+  %3 : {out} cpu = aten::{reduction}
+  return (%3)
+}}
+"""
+    cg = C.CompiledGraph(C.parse_traced_graph(text))
+    assert cg.symbolic_fallback == "" and cg.num_specializations == 0, cg.symbolic_fallback
+    for b, t in [(2, 7), (3, 5), (4, 33)]:
+        x = torch.randn(b, t, 64)
+        h = (x * 2).view(-1, 64)
+        want = h.softmax(-1) if "softmax" in reduction else h.sum(1)
+        torch.testing.assert_close(cg(x)[0], want)
