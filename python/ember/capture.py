@@ -109,6 +109,8 @@ def _record_metrics(log: Any, seen: list) -> None:
             metrics.counters["parameter_kernels"] += r["parameter_kernels"]
             metrics.counters["fused_attention"] += r["fused_attention"]
             metrics.counters["causal_attention"] += r["causal_attention"]
+            if r["symbolic_fallback"]:
+                metrics.fallback_reasons.append(f"{r['code']}: symbolic graph {r['symbolic_fallback']}")
             metrics.counters["training_graphs"] += int(r.get("training", False))
             for note in r["codegen_notes"]:
                 metrics.counters["codegen_notes"] += 1

@@ -36,6 +36,7 @@ nb::dict record_dict(const capture::CaptureRecord& r) {
   d["parameter_kernels"] = r.parameter_kernels;
   d["fused_attention"] = r.fused_attention;
   d["causal_attention"] = r.causal_attention;
+  d["symbolic_fallback"] = r.symbolic_fallback;
   d["training"] = r.training;
   d["codegen_notes"] = r.codegen_notes;
   d["guards"] = r.guards;

@@ -65,6 +65,7 @@ void fill_record(CaptureRecord& rec, const GraphRunner& runner, const GuardSet& 
   rec.parameter_kernels = runner.num_parameter_kernels();
   rec.fused_attention = runner.num_fused_attention();
   rec.causal_attention = runner.num_causal_attention();
+  rec.symbolic_fallback = runner.symbolic_fallback();
   rec.codegen_notes = runner.codegen_notes();
   rec.guards = static_cast<int>(guards.size());
   rec.inputs = static_cast<int>(inputs);
@@ -657,6 +658,7 @@ CompileResult CaptureCompiler::compile_once(const FrameView& f) {
       };
       lines_with(rec.graph, "symbol s");
       lines_with(rec.guard_text, "SIZE_RELATIONS");
+      if (!rec.symbolic_fallback.empty()) text += "\n  but " + rec.symbolic_fallback;
       log_warning(text);
     }
     if (log_enabled("guards")) log_warning("ember: guards of " + rec.code + "\n" + rec.guard_text);

@@ -54,7 +54,8 @@ struct CaptureRecord {
   int parameter_kernels = 0;  ///< kernels of parameters and buffers only, kept across calls
   int fused_attention = 0;    ///< eager attention run as one SDPA call (runtime/attention_fusion.h)
   int causal_attention = 0;   ///< constant causal masks made is_causal (runtime/causal_attention.h)
-  bool training = false;      ///< a joint graph: its outputs' grad_fn runs the compiled backward
+  std::string symbolic_fallback;  ///< a symbolic graph compiled per size instead: why
+  bool training = false;  ///< a joint graph: its outputs' grad_fn runs the compiled backward
   /// Kernels ember's code generator did not generate, and why (GraphRunner::codegen_notes).
   std::vector<std::string> codegen_notes;
   int guards = 0;

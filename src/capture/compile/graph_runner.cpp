@@ -49,6 +49,7 @@ class ExecutorRunner final : public GraphRunner {
   int num_parameter_kernels() const override { return executor_.num_parameter_kernels(); }
   int num_fused_attention() const override { return executor_.num_fused_attention(); }
   int num_causal_attention() const override { return executor_.num_causal_attention(); }
+  std::string symbolic_fallback() const override { return executor_.symbolic_fallback(); }
   std::vector<std::string> codegen_notes() const override {
     std::vector<std::string> notes = executor_.refused_kernels();
     if (!executor_.codegen_error().empty()) notes.push_back(executor_.codegen_error());
@@ -89,6 +90,10 @@ class TrainingRunner final : public GraphRunner {
     return function_.forward().num_fused_nodes() + function_.backward().num_fused_nodes();
   }
   bool training() const override { return true; }
+  std::string symbolic_fallback() const override {
+    const std::string& f = function_.forward().symbolic_fallback();
+    return f.empty() ? function_.backward().symbolic_fallback() : f;
+  }
   std::vector<std::string> codegen_notes() const override {
     std::vector<std::string> notes;
     for (const runtime::Executor* e : {&function_.forward(), &function_.backward()}) {

@@ -14,6 +14,7 @@
 #include <nanobind/nanobind.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "graph/graph.h"
@@ -44,6 +45,9 @@ class GraphRunner {
   virtual int num_parameter_kernels() const { return 0; }
   virtual int num_fused_attention() const { return 0; }
   virtual int num_causal_attention() const { return 0; }
+  /// A graph over shape symbols compiled per size instead: why (runtime::Program's
+  /// symbolic_fallback), else "".
+  virtual std::string symbolic_fallback() const { return ""; }
   /// Why kernels were not generated: each refused kernel, or why the whole graph runs unfused.
   virtual std::vector<std::string> codegen_notes() const { return {}; }
   /// A joint graph: the outputs' grad_fn runs its compiled backward (make_training_runner).
