@@ -58,7 +58,8 @@ TEST(ParseKernel, RoundTripsAParallelLoopWithItsRunTimeCondition) {
       "  }\n"
       "}\n";
   expect_round_trip(text);
-  const auto* loop = parse_kernel(text).body.as<For>();
+  const Kernel k = parse_kernel(text);
+  const auto* loop = k.body.as<For>();
   ASSERT_NE(loop, nullptr);
   ASSERT_TRUE(loop->parallel_when.defined());
   EXPECT_EQ(loop->parallel_when.dtype(), DType::Bool);
@@ -73,7 +74,7 @@ TEST(ParseKernel, RoundTripsAParallelLoopWithItsRunTimeCondition) {
       "    }\n"
       "  }\n"
       "}\n");
-  EXPECT_FALSE(structurally_equal(parse_kernel(text), plain));
+  EXPECT_FALSE(structurally_equal(k, plain));
 }
 
 TEST(ParseKernel, ResolvesNamesToVarsSizesAndBuffers) {
