@@ -251,10 +251,7 @@ class MaskProver {
       }
       return IndexAffine{x->is_bool, std::vector<int64_t>(rank, 0), x->c};
     }
-    if (op.is(OpKind::cat)) {
-      if (std::optional<IndexAffine> r = cat(n, op, rank)) return r;
-      return std::nullopt;
-    }
+    if (op.is(OpKind::cat)) return cat(n, op, rank);
     if ((kind == OpKind::ones || kind == OpKind::new_ones) && out.dtype != graph::DType::Bool &&
         (integral || graph::is_floating(out.dtype))) {
       return IndexAffine{false, std::vector<int64_t>(rank, 0), 1};  // OPT's padding mask of ones
@@ -420,7 +417,8 @@ class MaskProver {
     graph::DimExpr lo = p->c, hi = p->c;
     for (size_t d = 0; d < sizes.size(); ++d) {
       const graph::DimExpr span = graph::DimExpr(p->coef[d]) * (sizes[d] - graph::DimExpr(1));
-      (p->coef[d] < 0 ? lo : hi) = (p->coef[d] < 0 ? lo : hi) + span;
+      graph::DimExpr& end = p->coef[d] < 0 ? lo : hi;
+      end = end + span;
     }
     const graph::DimExpr slack = size - graph::DimExpr(1) - hi;
     return lo.is_constant() && lo.constant() >= 0 && slack.is_constant() && slack.constant() >= 0;
