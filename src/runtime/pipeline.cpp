@@ -454,8 +454,7 @@ sched::Plan schedule(const Program& p, const Target& t, sched::ScheduleOptions* 
   sopts.stored_prologues = o.sched.stored_prologues;
   sopts.index_asserts = t.triton;  // a device-side assert per index read, as eager's CUDA kernels
   sopts.chunk_single_rows = !t.triton;
-  // Combo kernels merge loop nests of static shapes only (sched/combo.h).
-  sopts.combo_kernels = o.sched.combo_kernels && g.symbols.symbols().empty();
+  sopts.combo_kernels = o.sched.combo_kernels;
   return sched::schedule_graph(g, sopts);
 }
 
@@ -579,6 +578,10 @@ void generate_kernels(Program& p, const Target& target, sched::Plan& plan,
         k.inputs = group.inputs;
         k.outputs = group.outputs;
         k.index_status = group.index_status;
+        k.description = "kernel " + (target.triton ? k.triton->kernel().name : group.kernel.name);
+        if (group.kernel.combo) {
+          k.description += " (combo of " + std::to_string(group.kernel.parts().size()) + ")";
+        }
         k.symbolic = !group.kernel.size_vars.empty();
         if (k.symbolic) {
           // Over shape symbols: C++ kernels take their values in `sizes`, Triton kernels as
@@ -596,7 +599,7 @@ void generate_kernels(Program& p, const Target& target, sched::Plan& plan,
             out.options = at::TensorOptions().dtype(tracer::to_c10(t.dtype)).device(target.device);
             k.allocations.push_back(std::move(out));
           }
-          k.description = "kernel " + group.kernel.name + " (symbolic):";
+          k.description += " (symbolic):";
         } else {
           k.reuse = group.reuse;
           for (graph::ValueId v : group.inputs) {
@@ -618,10 +621,6 @@ void generate_kernels(Program& p, const Target& target, sched::Plan& plan,
               p.num_unwritten_outputs += out.unused ? 1 : 0;
             }
             k.allocations.push_back(std::move(out));
-          }
-          k.description = "kernel " + (target.triton ? k.triton->kernel().name : group.kernel.name);
-          if (group.kernel.combo) {
-            k.description += " (combo of " + std::to_string(group.kernel.parts().size()) + ")";
           }
           {
             // Its buffers' bytes, each read or written once: a lower bound on its memory traffic

@@ -6,9 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "loop/eval.h"
 #include "loop/traverse.h"
 #include "loop/verifier.h"
 #include "sched/kernel_params.h"
+#include "sched/size_expr.h"
 #include "support/error.h"
 
 namespace ember::sched {
@@ -37,6 +39,10 @@ using graph::ValueId;
 //    the executor keeps across calls (Kernel::parameter_cache in runtime/executor.h).
 // A kernel that joins no other is left exactly as it was, so plans with nothing to merge do not
 // change.
+//  - Over shape symbols (issue 35) parts merge as over constants: the combo takes the size
+//    variables of all its parts, and a part's size limit is judged at the symbols' hints. At
+//    another size each part still covers its own extent (the Triton launch sums the parts'
+//    programs at each call's sizes), so only speed, never a result, rests on the hint.
 
 // Whether `s` only binds values and stores: a pointwise nest's innermost body.
 bool straight(const loop::Stmt& s) {
@@ -67,17 +73,24 @@ bool pointwise_body(const loop::Stmt& body) {
   return (nest || inner.kind() != loop::StmtKind::Block) && straight(inner);
 }
 
-// The iterations of a pointwise nest (constant extents: combinable kernels have no size
-// variables); an extent that is not a constant counts as too many.
-int64_t nest_elements(const loop::Stmt& body) {
+// The iterations of a pointwise nest, its extents over size variables taken at `hints` (a
+// heuristic: which kernels keep their own Triton form and block size, never what one computes).
+int64_t nest_elements(const loop::Stmt& body, const loop::Bindings& hints) {
+  loop::EvalEnv env;
+  env.sizes = hints;
   int64_t n = 1;
   for (const loop::For* f = body.as<loop::For>(); f != nullptr; f = f->body.as<loop::For>()) {
-    const auto* extent = f->extent.as<loop::IntImm>();
-    if (extent == nullptr) return kMaxComboPartElements + 1;
-    n *= std::max<int64_t>(extent->value, 0);
+    n *= std::max<int64_t>(loop::eval_expr(f->extent, env).i, 0);
     if (n > kMaxComboPartElements) return n;
   }
   return n;
+}
+
+// The symbols' hints by name, as size variables are bound.
+loop::Bindings size_hints(const sym::ShapeEnv& symbols) {
+  loop::Bindings out;
+  for (const sym::SymbolInfo& s : symbols.symbols()) out[s.name] = s.hint;
+  return out;
 }
 
 // The values a step writes.
@@ -132,6 +145,7 @@ KernelGroup merge(const graph::Graph& g, const Plan& plan, const std::vector<int
     }
   }
   k.body = loop::Block::make(std::move(parts));
+  k.size_vars = kernel_size_vars(k, g.symbols);  // the parts' together, in symbol order
   loop::check_kernel(k);
   return merged;
 }
@@ -139,9 +153,9 @@ KernelGroup merge(const graph::Graph& g, const Plan& plan, const std::vector<int
 }  // namespace
 
 bool combinable(const graph::Graph& g, const KernelGroup& group) {
-  if (group.outputs.empty() || group.index_status || !group.kernel.size_vars.empty() ||
-      group.kernel.combo || !pointwise_body(group.kernel.body) ||
-      nest_elements(group.kernel.body) > kMaxComboPartElements) {
+  if (group.outputs.empty() || group.index_status || group.kernel.combo ||
+      !pointwise_body(group.kernel.body) ||
+      nest_elements(group.kernel.body, size_hints(g.symbols)) > kMaxComboPartElements) {
     return false;
   }
   // A kernel of parameters and buffers only (autocast's weight casts, a batch norm's per-channel

@@ -24,7 +24,8 @@ constexpr int64_t kMaxComboPartElements = int64_t{1} << 22;
 
 /// Whether group `group` of a plan of `g` may be a part of a combo kernel: a pointwise kernel (a
 /// perfect loop nest whose innermost body only binds values and stores, or such straight-line
-/// code alone for 0-dim values) of at most kMaxComboPartElements iterations, with outputs, no index
+/// code alone for 0-dim values) of at most kMaxComboPartElements iterations (extents over shape
+/// symbols taken at the symbols' hints), with outputs, no index
 /// status buffer, and not a kernel of parameters only (the executor keeps those kernels' outputs
 /// across calls).
 bool combinable(const graph::Graph& g, const KernelGroup& group);

@@ -16,6 +16,7 @@
 #include "loop/printer.h"
 #include "loop/verifier.h"
 #include "sched/fusion.h"
+#include "sym/eval.h"
 
 namespace ember::sched {
 namespace {
@@ -50,10 +51,26 @@ ScheduleOptions without_combos() {
   return o;
 }
 
-// Runs `plan`'s kernels in the loop-IR interpreter on `inputs` (by value); every value written.
+// The elements of a value of sizes `sizes`, its symbols at `at`.
+int64_t numel(const graph::Dims& sizes, const sym::Bindings& at) {
+  int64_t n = 1;
+  for (const graph::DimExpr& d : sizes) n *= sym::evaluate(d.expr(), at);
+  return n;
+}
+
+// `at` by symbol name, as the interpreter binds size variables.
+loop::Bindings by_name(const graph::Graph& g, const sym::Bindings& at) {
+  loop::Bindings out;
+  for (const auto& [id, v] : at) out[g.symbols.info(id).name] = v;
+  return out;
+}
+
+// Runs `plan`'s kernels in the loop-IR interpreter on `inputs` (by value), the graph's symbols at
+// `at`; every value written.
 std::map<graph::ValueId, std::vector<loop::Scalar>> run_plan(
     const graph::Graph& g, const Plan& plan,
-    const std::map<graph::ValueId, std::vector<loop::Scalar>>& inputs) {
+    const std::map<graph::ValueId, std::vector<loop::Scalar>>& inputs,
+    const sym::Bindings& at = {}) {
   std::map<graph::ValueId, std::vector<loop::Scalar>> values = inputs;
   for (const PlanStep& s : plan.steps) {
     EXPECT_EQ(s.kind, PlanStep::Kind::Kernel);
@@ -63,12 +80,11 @@ std::map<graph::ValueId, std::vector<loop::Scalar>> run_plan(
       bufs[group.kernel.buffers[i].name] = values.at(group.inputs[i]);
     }
     for (size_t i = 0; i < group.outputs.size(); ++i) {
-      int64_t n = 1;
-      for (const graph::DimExpr& d : g.type(group.outputs[i]).sizes) n *= d.constant();
       bufs[group.kernel.buffers[group.inputs.size() + i].name].assign(
-          n, loop::Scalar::of_float(loop::DType::Float32, -1));
+          numel(g.type(group.outputs[i]).sizes, at),
+          loop::Scalar::of_float(loop::DType::Float32, -1));
     }
-    loop::run_kernel(group.kernel, {}, bufs);
+    loop::run_kernel(group.kernel, by_name(g, at), bufs);
     for (size_t i = 0; i < group.outputs.size(); ++i) {
       values[group.outputs[i]] = bufs[group.kernel.buffers[group.inputs.size() + i].name];
     }
@@ -76,13 +92,13 @@ std::map<graph::ValueId, std::vector<loop::Scalar>> run_plan(
   return values;
 }
 
-std::map<graph::ValueId, std::vector<loop::Scalar>> random_inputs(const graph::Graph& g) {
+std::map<graph::ValueId, std::vector<loop::Scalar>> random_inputs(const graph::Graph& g,
+                                                                  const sym::Bindings& at = {}) {
   std::mt19937 rng(5);
   std::normal_distribution<double> d(0, 1);
   std::map<graph::ValueId, std::vector<loop::Scalar>> out;
   for (const graph::Input& in : g.inputs) {
-    int64_t n = 1;
-    for (const graph::DimExpr& s : g.type(in.value).sizes) n *= s.constant();
+    const int64_t n = numel(g.type(in.value).sizes, at);
     for (int64_t i = 0; i < n; ++i) {
       out[in.value].push_back(loop::Scalar::of_float(loop::DType::Float32, d(rng)));
     }
@@ -121,6 +137,57 @@ TEST(Combo, OptimizerStepIsTwoKernelsWhateverTheParameters) {
       EXPECT_EQ(got.at(v)[i].f, want.at(v)[i].f) << "%" << v << "[" << i << "]";
     }
   }
+}
+
+// Over shape symbols (issue 35) the same kernels merge: a combo takes its parts' size variables,
+// and at sizes far from the hints each part still covers its own extent.
+TEST(Combo, KernelsOverShapeSymbolsMerge) {
+  Builder b;
+  const graph::DimExpr s0 = b.g.symbols.create_size(4, "L['p0'].size()[0]");
+  const graph::DimExpr s1 = b.g.symbols.create_size(5, "L['p1'].size()[0]");
+  for (const graph::Dims& shape : {graph::Dims{s0, 3}, graph::Dims{s1}, graph::Dims{2, 2}}) {
+    ValueRef p = b.input(f32(shape));
+    ValueRef g = b.input(f32(shape));
+    ValueRef s = b.input(f32({}));
+    ValueRef s2 = b.add(s, s, f32({}));
+    ValueRef p2 = b.sub(p, b.mul(g, s2, f32(shape)), f32(shape));
+    b.g.outputs.push_back(s2.id);
+    b.g.outputs.push_back(p2.id);
+  }
+  Plan apart = schedule_graph(b.g, without_combos());
+  Plan plan = schedule_graph(b.g);
+  ASSERT_EQ(plan.groups.size(), 2u);
+  const loop::Kernel& updates = plan.groups[plan.steps[1].index].kernel;
+  EXPECT_TRUE(updates.combo);
+  EXPECT_EQ(updates.parts().size(), 3u);
+  EXPECT_EQ(updates.size_vars, (std::vector<std::string>{"s0", "s1"}));
+  EXPECT_TRUE(plan.groups[plan.steps[0].index].kernel.size_vars.empty());
+  EXPECT_TRUE(loop::verify_kernel(updates).empty()) << loop::print_kernel(updates);
+
+  for (const sym::Bindings& at : {sym::Bindings{{0, 4}, {1, 5}}, sym::Bindings{{0, 9}, {1, 2}},
+                                  sym::Bindings{{0, 2}, {1, 70001}}}) {
+    const auto inputs = random_inputs(b.g, at);
+    const auto want = run_plan(b.g, apart, inputs, at);
+    const auto got = run_plan(b.g, plan, inputs, at);
+    for (graph::ValueId v : b.g.outputs) {
+      ASSERT_EQ(got.at(v).size(), want.at(v).size());
+      for (size_t i = 0; i < want.at(v).size(); ++i) {
+        ASSERT_EQ(got.at(v)[i].f, want.at(v)[i].f) << "%" << v << "[" << i << "]";
+      }
+    }
+  }
+
+  // A part too large at its hint keeps its own kernel, as a constant one does.
+  Builder big;
+  const graph::DimExpr n = big.g.symbols.create_size(kMaxComboPartElements + 1, "L['x'].size()[0]");
+  ValueRef x = big.input(f32({n}));
+  ValueRef y = big.input(f32({6}));
+  ValueRef x2 = big.mul(x, x, f32({n}));
+  ValueRef y2 = big.mul(y, y, f32({6}));
+  big.g.outputs = {x2.id, y2.id};
+  Plan kept = schedule_graph(big.g);
+  ASSERT_EQ(kept.groups.size(), 2u);
+  for (const KernelGroup& group : kept.groups) EXPECT_FALSE(group.kernel.combo);
 }
 
 TEST(Combo, GoldenKernel) {

@@ -396,6 +396,32 @@ def test_symbolic_kernels_read_extern_results_in_another_layout(target):
         check_sizes(cg, lambda n: (torch.randn(n, m),), lambda x: (x.t().exp(), x.t().exp().sum(1)))
 
 
+@TARGETS
+def test_independent_kernels_over_symbols_run_as_one_combo_kernel(target):
+    # Two pointwise kernels over sizes of different symbols, neither reading the other, are parts
+    # of one combo kernel over both symbols (sched/combo.h): on Triton one launch whose programs
+    # are split among the parts at each call's sizes.
+    text = """graph {
+  symbol s0 : [2, inf] hint 5 "L['x'].size()[0]"
+  symbol s1 : [2, inf] hint 6 "L['y'].size()[0]"
+  input %0 : f32[s0, 3] cpu  # user x
+  input %1 : f32[s1] cpu  # user y
+  %2 : f32[s0, 3] cpu = aten::mul.Tensor(%0, %0)
+  %3 : f32[s1] cpu = aten::exp(%1)
+  return (%2, %3)
+}
+"""
+    cg = compiled(text, target)
+    steps = " ".join(cg.describe_steps())
+    assert cg.num_kernels == 1 and "(combo of 2) (symbolic)" in steps, steps
+    for n, m in [(5, 6), (2, 300), (1000, 2)]:
+        x, y = torch.randn(n, 3), torch.randn(m)
+        got = cg(x, y)
+        torch.testing.assert_close(got[0], x * x)
+        torch.testing.assert_close(got[1], y.exp())
+    assert cg.symbolic_fallback == "" and cg.num_specializations == 0
+
+
 class _Block(nn.Module):
     """A GPT-2-style block: token and position embeddings, pre-norm causal self-attention (bmm,
     softmax, a mask from arange), tanh-GELU MLP, residual adds, dropout (eval)."""

@@ -93,8 +93,8 @@ def test_a_returned_view_aliases_its_input_as_in_eager():
 
 def test_the_gpt2_block_runs_the_steps_of_its_static_trace():
     # Over symbols the block's views are read through or view steps as in the static graph:
-    # the same nodes fused into kernels, the same ATen calls (the four linear layers' addmm and
-    # two bmm). (The static graph makes one combo kernel of two copies: not over symbols yet.)
+    # the same nodes fused into the same kernels (a combo kernel of the q and k copies among
+    # them), the same ATen calls (the four linear layers' addmm and two bmm).
     import sys  # noqa: PLC0415
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "differential"))
     from test_diff_dynamic_shapes import GPT2Layer  # noqa: PLC0415
@@ -110,7 +110,8 @@ def test_the_gpt2_block_runs_the_steps_of_its_static_trace():
                 x = torch.randn(2, T, 32)
                 torch.testing.assert_close(cf(x), m(x))
         snap = metrics.snapshot()
-        counts[dynamic] = {k: snap[k] for k in ("fused_nodes", "extern_steps", "view_steps")}
+        counts[dynamic] = {
+            k: snap[k] for k in ("fused_nodes", "kernels", "extern_steps", "view_steps")}
     assert counts[True] == counts[False], counts
     assert counts[True]["extern_steps"] == 6, counts
 
