@@ -39,6 +39,17 @@ std::vector<TensorType> symbolic_result_types(const Graph& g, const OpInfo& op,
                                               sym::GuardRecorder& guards, bool pointwise = false,
                                               const std::vector<int32_t>& slots = {});
 
+/// The int results of `op` applied to `args` (its results that are not tensors, in order) as
+/// expressions over `g`'s symbols, for ops whose ints are sizes of their arguments: the lengths
+/// that CUDA's flash and cuDNN attention return (the query's and the key's dim 2, which their
+/// backward ops take). `concrete` are the ints the meta kernel returned at the symbols' hints.
+///
+/// Guarantees: each result has its concrete value at the hints (checked). Throws Unsupported
+/// (`"<op> returns an int computed from symbolic sizes"`) for any other op, or a disagreement.
+std::vector<DimExpr> symbolic_int_results(const Graph& g, const OpInfo& op,
+                                          const std::vector<Arg>& args,
+                                          const std::vector<int64_t>& concrete);
+
 /// Dense strides for `sizes` in the dimension order of `like` (the strides of a dense tensor of
 /// the same rank at the hints): contiguous when `like` is, otherwise innermost first by
 /// increasing stride, as torch lays out a result that keeps its input's layout.

@@ -6,6 +6,7 @@
 #include <initializer_list>
 
 #include "graph/shape_rules_internal.h"
+#include "sym/eval.h"
 
 namespace ember::graph::shape_rules_detail {
 
@@ -104,6 +105,41 @@ std::optional<std::vector<TensorType>> rule_by_name(const Call& c) {
     // (grad, input_sizes, ...)
     return c.same_as_shape(c.dims(c.at(1)));
   }
+  if (one_of({"aten::_scaled_dot_product_flash_attention",
+              "aten::_scaled_dot_product_cudnn_attention"})) {
+    // CUDA's flash and cuDNN attention over [B, H, L, E] queries: the output [B, H, L, Ev] (in
+    // the layout the kernel picks: its concrete strides' order) and the log-sum-exp [B, H, L]
+    // (cuDNN's may be [B, H, L, 1], or empty when not asked for); the lengths L and S come back
+    // as ints (symbolic_int_results), the seeds and the unused results keep their types. A
+    // debug mask [B, H, L, S] is not built.
+    const TensorType& q = c.tensor(0);
+    const TensorType& k = c.tensor(1);
+    const TensorType& v = c.tensor(2);
+    EMBER_UNSUPPORTED(q.dim() == 4 && k.dim() == 4 && v.dim() == 4)
+        << c.name() << " of rank " << q.dim();
+    const Arg* debug = c.named("return_debug_mask");
+    EMBER_UNSUPPORTED(debug == nullptr || !std::holds_alternative<bool>(*debug) ||
+                      !std::get<bool>(*debug))
+        << c.name() << " with a debug mask";
+    c.require_equal(q.sizes.back(), k.sizes.back(), "query and key widths");
+    c.require_equal(k.sizes[2], v.sizes[2], "key and value lengths");
+    Dims out = q.sizes;
+    out.back() = v.sizes.back();
+    std::vector<std::optional<Dims>> per{out};
+    // The log-sum-exp, by the rank the meta kernel gave it; an empty one keeps its type.
+    const size_t lse_at = 1;
+    for (size_t i = 0; i < c.concrete.size(); ++i) {
+      if ((c.slots.empty() ? i : static_cast<size_t>(c.slots[i])) != lse_at) continue;
+      const Dims& seen = c.concrete[i].sizes;
+      const bool empty =
+          std::any_of(seen.begin(), seen.end(), [](const DimExpr& d) { return d == DimExpr(0); });
+      if (empty) break;
+      Dims lse{q.sizes[0], q.sizes[1], q.sizes[2]};
+      if (seen.size() == 4) lse.push_back(1);
+      per.push_back(lse);
+    }
+    return c.by_slot(per);
+  }
   if (one_of({"aten::_scaled_dot_product_flash_attention_for_cpu_backward",
               "aten::_scaled_dot_product_efficient_attention_backward",
               "aten::_scaled_dot_product_flash_attention_backward",
@@ -119,3 +155,31 @@ std::optional<std::vector<TensorType>> rule_by_name(const Call& c) {
 }
 
 }  // namespace ember::graph::shape_rules_detail
+
+namespace ember::graph {
+
+std::vector<DimExpr> symbolic_int_results(const Graph& g, const OpInfo& op,
+                                          const std::vector<Arg>& args,
+                                          const std::vector<int64_t>& concrete) {
+  std::vector<DimExpr> out;
+  auto length = [&](size_t i) -> std::optional<DimExpr> {
+    const auto* r = i < args.size() ? std::get_if<ValueRef>(&args[i]) : nullptr;
+    if (r == nullptr || g.type(r->id).sizes.size() != 4) return std::nullopt;
+    return g.type(r->id).sizes[2];
+  };
+  if (op.name == "aten::_scaled_dot_product_flash_attention" ||
+      op.name == "aten::_scaled_dot_product_cudnn_attention") {
+    // (output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, ...): over dense batches the
+    // longest sequences are the query's and the key's lengths.
+    std::optional<DimExpr> l = length(0), s = length(1);
+    if (l && s) out = {*l, *s};
+  }
+  bool same = out.size() == concrete.size();
+  for (size_t i = 0; same && i < out.size(); ++i) {
+    same = sym::hint(out[i].expr(), g.symbols) == concrete[i];
+  }
+  EMBER_UNSUPPORTED(same) << op.qualified_name() << " returns an int computed from symbolic sizes";
+  return out;
+}
+
+}  // namespace ember::graph

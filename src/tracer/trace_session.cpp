@@ -629,9 +629,23 @@ void TraceSession::record(const c10::OperatorHandle& op, torch::jit::Stack* stac
     // themselves against the meta kernel's types at the hints).
     out_types = graph::symbolic_result_types(graph_, info, args, out_types, size_guards_,
                                              op.hasTag(at::Tag::pointwise), slots);
+    // Int results (the lengths flash attention returns) as symbolic ints over the same symbols.
+    std::vector<int64_t> ints;
     for (const c10::IValue& r : meta_stack) {
+      if (r.isInt()) {
+        ints.push_back(r.toInt());
+        continue;
+      }
       EMBER_UNSUPPORTED(r.isTensor() || r.isTensorList() || r.isNone())
           << op_name << " returns a " << r.tagKind() << " computed from symbolic sizes";
+    }
+    if (!ints.empty()) {
+      const std::vector<graph::DimExpr> exprs =
+          graph::symbolic_int_results(graph_, info, args, ints);
+      size_t k = 0;
+      for (c10::IValue& r : meta_stack) {
+        if (r.isInt()) r = c10::IValue(to_symint(exprs[k++], &size_guards_));
+      }
     }
   }
   int32_t op_index = graph_.intern_op(info);

@@ -155,6 +155,43 @@ TEST_F(RuleTest, EfficientAttentionPadsItsLogSumExpToMultiplesOf32) {
   }
 }
 
+TEST_F(RuleTest, FlashAttentionKeepsItsOutputLayoutAndReturnsItsLengthsAsInts) {
+  // CUDA's flash attention: the output in the [B, L, H, E] memory order its kernel writes, the
+  // log-sum-exp [B, H, L]; the seeds and the unused results keep their types; the lengths it
+  // returns as ints are the query's and the key's.
+  ValueRef q = input(typed({s0, 4, s1, 16}, {DimExpr(s1 * 64), 16, 64, 1}));
+  ValueRef k = input(typed({s0, 4, s1, 16}));
+  ValueRef v = input(typed({s0, 4, s1, 8}));
+  TensorType seed = typed({2});
+  seed.dtype = DType::Int64;
+  TensorType empty = typed({0});
+  const std::vector<std::string> names = {
+      "query", "key", "value", "dropout_p", "is_causal", "return_debug_mask", "scale"};
+  auto out = apply("aten::_scaled_dot_product_flash_attention", "", names,
+                   {q, k, v, 0.0, true, false, NoneArg{}},
+                   {typed({s0, 4, s1, 8}, {DimExpr(s1 * 32), 8, 32, 1}), typed({s0, 4, s1}), seed,
+                    empty, empty});
+  ASSERT_EQ(out.size(), 5u);
+  EXPECT_EQ(type_str(out[0]), "f32[s0, 4, s1, 8]{s1*32, 8, 32, 1} cpu");
+  EXPECT_EQ(type_str(out[1]), "f32[s0, 4, s1] cpu");
+  EXPECT_EQ(type_str(out[2]), "i64[2] cpu");
+
+  OpInfo op = make_op("aten::_scaled_dot_product_flash_attention", "", names,
+                      std::vector<bool>(names.size(), false));
+  const std::vector<Arg> args{q, k, v, 0.0, true, false, NoneArg{}};
+  EXPECT_EQ(symbolic_int_results(g, op, args, {4, 4}), (std::vector<DimExpr>{s1, s1}));
+  EXPECT_THROW(symbolic_int_results(g, op, args, {4, 5}), Unsupported);  // not the key's length
+  OpInfo other = make_op("aten::nonsense", "", {"self"}, {false});
+  EXPECT_THROW(symbolic_int_results(g, other, {q}, {6}), Unsupported);
+
+  // A debug mask [B, H, L, S] is not built.
+  EXPECT_THROW(apply("aten::_scaled_dot_product_flash_attention", "", names,
+                     {q, k, v, 0.0, true, true, NoneArg{}},
+                     {typed({s0, 4, s1, 8}, {DimExpr(s1 * 32), 8, 32, 1}), typed({s0, 4, s1}), seed,
+                      empty, typed({s0, 4, s1, s1})}),
+               Unsupported);
+}
+
 TEST_F(RuleTest, ARuleThatDisagreesWithTheMetaKernelIsUnsupported) {
   ValueRef x = input(typed({s0, 8}));
   OpInfo op =

@@ -132,3 +132,46 @@ def test_views_over_symbols_on_cuda():
     snap = metrics.snapshot()
     assert snap["graphs"] == 1 and snap["dynamic_graphs"] == 1, (snap, metrics.fallback_reasons)
     assert snap["extern_steps"] == 2 and snap["codegen_notes"] == 0, (snap, metrics.fallback_reasons)
+
+
+class _CausalAttention(torch.nn.Module):
+    def __init__(self, C=64, H=4):
+        super().__init__()
+        self.H = H
+        self.qkv = torch.nn.Linear(C, 3 * C)
+        self.proj = torch.nn.Linear(C, C)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.H, C // self.H).transpose(1, 2) for t in (q, k, v))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["inference", "training"])
+def test_flash_attention_runs_over_shape_symbols(train):
+    # bf16 attention on CUDA is flash or cuDNN attention (aten::_scaled_dot_product_flash_attention,
+    # _cudnn_attention), which return the query's and key's lengths as ints that their backward
+    # takes: symbolic shape rules and symbolic ints keep one graph for every length (it compiled
+    # per size before).
+    torch.manual_seed(0)
+    metrics.reset()
+    m = _CausalAttention().cuda().to(torch.bfloat16).train(train)
+    c = ember.compile(m, dynamic=True)
+    for B, T in [(2, 16), (2, 17), (3, 100), (4, 255)]:  # (a size 1 would specialize, as Dynamo)
+        x = torch.randn(B, T, 64, device="cuda", dtype=torch.bfloat16, requires_grad=train)
+        with torch.set_grad_enabled(train):
+            got, want = c(x), m(x)
+        torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+        if train:
+            got.float().square().mean().backward()
+            g = [x.grad] + [p.grad for p in m.parameters()]
+            x.grad = None
+            m.zero_grad(set_to_none=True)
+            want.float().square().mean().backward()
+            for a, b in zip(g, [x.grad] + [p.grad for p in m.parameters()]):
+                torch.testing.assert_close(a, b, rtol=3e-2, atol=3e-2)
+            m.zero_grad(set_to_none=True)
+    snap = metrics.snapshot()
+    assert snap["graphs"] == 1 and snap["per_size_graphs"] == 0, (snap, metrics.fallback_reasons)
