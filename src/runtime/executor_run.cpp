@@ -231,7 +231,7 @@ bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const C
     const sym::Bindings own = bound ? sym::Bindings{} : to_bindings(symbols);
     const sym::Bindings& bindings = bound ? *bound : own;
     std::vector<void*> buffers;
-    buffers.reserve(k.inputs.size() + k.outputs.size());
+    buffers.reserve(k.inputs.size() + k.outputs.size() + 1);
     for (size_t i = 0; i < k.inputs.size(); ++i) {
       at::Tensor& x = env[k.inputs[i]];
       EMBER_INTERNAL_ASSERT(x.defined())
@@ -271,8 +271,10 @@ bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const C
       k.triton->launch(args, sizes);
       return true;
     }
+    bool index_out_of_range = false;
+    if (k.index_status) buffers.push_back(&index_out_of_range);
     k.fn(buffers.data(), sizes.data());
-    return true;
+    return !index_out_of_range;
   }
   std::vector<void*> buffers;
   buffers.reserve(k.inputs.size() + k.outputs.size() + 1);

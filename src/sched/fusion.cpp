@@ -43,9 +43,10 @@ bool symbolic_kernel_value(const graph::Graph& g, ValueId v) {
 }
 
 // A node over symbolic types (issue 35): pointwise ones fuse, reductions are kernels (their
-// loops run over the symbols, size_expr.h) and views are read through at their traced geometry
-// (Note [Views over shape symbols] in index_ops.cpp); indexing and the rest stay ATen calls,
-// evaluating their symbolic arguments per call, for now.
+// loops run over the symbols, size_expr.h), views are read through at their traced geometry
+// (Note [Views over shape symbols] in index_ops.cpp) and the computing index ops whose index
+// functions hold over symbols (Rule::symbolic: cat, stack, embedding, factories) fuse as in a
+// static graph; the rest stay ATen calls, evaluating their symbolic arguments per call.
 std::optional<NodeClass> classify_symbolic(const graph::Graph& g, const graph::Node& n,
                                            const ScheduleOptions& options) {
   bool symbolic = false;
@@ -57,8 +58,10 @@ std::optional<NodeClass> classify_symbolic(const graph::Graph& g, const graph::N
     if (!kernel_value(g, v) && !symbolic_kernel_value(g, v)) return NodeClass::Extern;
   }
   if (options.reductions && is_reduction_kernel_node(g, n)) return NodeClass::Reduction;
-  if (index_op_kind(g, n) == IndexOpKind::View) return NodeClass::View;
-  return n.outputs.size() == 1 && is_pointwise(g, n) ? NodeClass::Pointwise : NodeClass::Extern;
+  const std::optional<IndexOpKind> kind = index_op_kind(g, n);
+  if (kind == IndexOpKind::View) return NodeClass::View;
+  if (n.outputs.size() == 1 && is_pointwise(g, n)) return NodeClass::Pointwise;
+  return kind == IndexOpKind::Compute ? NodeClass::Compute : NodeClass::Extern;
 }
 
 NodeClass classify(const graph::Graph& g, int32_t index, const ScheduleOptions& options) {

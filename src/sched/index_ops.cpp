@@ -239,7 +239,13 @@ std::optional<IndexOpKind> index_op_kind(const graph::Graph& g, const graph::Nod
     // the same sizes) are index functions as in a static graph, so a kernel can compute their
     // root and read it through them (a softmax and the copy of its expand that feeds a bmm: one
     // kernel, not two). as_strided itself stays an ATen call: its offset is absolute, and a
-    // graph input's may differ per call. Other index ops over symbols have no kernel yet.
+    // graph input's may differ per call. A computing op over symbols is a kernel node where its
+    // Rule::symbolic holds (a cat, an embedding, a factory: their index functions take sizes as
+    // expressions or read none); the others stay ATen calls.
+    if (rule->kind == IndexOpKind::Compute) {
+      return rule->symbolic && rule->symbolic(c) ? std::optional(IndexOpKind::Compute)
+                                                 : std::nullopt;
+    }
     if (rule->kind != IndexOpKind::View || op.is(OpKind::as_strided) || !same_dtype_view(c)) {
       return std::nullopt;
     }

@@ -40,6 +40,12 @@ void add_factory_rules(RuleTable& t) {
   for (OpKind k : {OpKind::ones, OpKind::ones_like, OpKind::new_ones}) {
     t[{k, ""}] = constant_rule("", 1);
   }
+  // A constant reads no size: the same over symbols.
+  for (OpKind k :
+       {OpKind::scalar_tensor, OpKind::full, OpKind::full_like, OpKind::new_full, OpKind::zeros,
+        OpKind::zeros_like, OpKind::new_zeros, OpKind::ones, OpKind::ones_like, OpKind::new_ones}) {
+    t[{k, ""}].symbolic = t[{k, ""}].check;
+  }
   // arange of integers, into an integer dtype or a float one that holds every value exactly
   // (eager computes start + i * step in a wider type and rounds once: the same values).
   auto arange_args = [](const Ctx& c) -> std::optional<std::array<int64_t, 3>> {
@@ -78,10 +84,22 @@ void add_factory_rules(RuleTable& t) {
         if (len > 0 && (!fits(start) || !fits(start + (len - 1) * step))) return false;
         return c.sizes(c.out()) == std::vector<int64_t>{len};
       },
-      [arange_args](const Ctx& c, size_t, const Index& idx, ElementReader&) {
-        auto [start, end, step] = *arange_args(c);
+      [](const Ctx& c, size_t, const Index& idx, ElementReader&) {
+        // start + i * step: the end only sets the length (the output's size).
+        const int64_t start = c.arg("start") ? *c.int_arg("start") : 0;
+        const int64_t step = c.arg("step") ? *c.int_arg("step") : 1;
         return detail::cast(ldt(c.type(c.out())), loop::idx(start) + idx[0] * loop::idx(step));
       }};
+  // Over symbols: a symbolic end (the length is the output's size), a constant start and step,
+  // into int64 (which holds every value the symbols' ranges allow).
+  arange.symbolic = [](const Ctx& c) {
+    const graph::TensorType& ot = c.type(c.out());
+    if (c.n.outputs.size() != 1 || ot.dim() != 1 || ot.dtype != graph::DType::Int64) return false;
+    for (std::string_view name : {"start", "step"}) {
+      if (c.arg(name) && !c.int_arg(name)) return false;
+    }
+    return !c.arg("step") || *c.int_arg("step") != 0;
+  };
   t[{OpKind::arange, ""}] = arange;
   t[{OpKind::arange, "start"}] = arange;
   t[{OpKind::arange, "start_step"}] = arange;

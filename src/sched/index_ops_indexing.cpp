@@ -118,6 +118,18 @@ void add_indexing_rules(RuleTable& t) {
         Expr row = r.index_element(ids, ii, loop::idx(c.sizes(w)[0]), false);
         return r.element(w, {row, idx.back()}, false);
       }};
+  // Over symbols (token ids of symbolic batch and length): the weight's sizes are the only ones
+  // the index function reads.
+  t[{OpKind::embedding, ""}].symbolic = [](const Ctx& c) {
+    std::optional<ValueId> w = c.tensor_arg("weight"), ids = c.tensor_arg("indices");
+    if (!w || !ids || c.n.outputs.size() != 1) return false;
+    const graph::TensorType &wt = c.type(*w), &it = c.type(*ids);
+    if (wt.dim() != 2 || !wt.is_static() || !loop_dtype(wt) || !index_dtype(it)) return false;
+    if (c.type(c.out()).dtype != wt.dtype) return false;
+    graph::Dims out = it.sizes;
+    out.push_back(wt.sizes[1]);
+    return out == c.type(c.out()).sizes;
+  };
   t[{OpKind::index, "Tensor"}] = {
       K::Compute,
       [](const Ctx& c) {

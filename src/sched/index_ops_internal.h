@@ -135,7 +135,8 @@ struct Rule {
   Check check;
   Lower lower;  // empty: only through the traced geometry (as_strided)
   /// For a node over shape symbols (Note [Views over shape symbols]): whether `lower` holds for
-  /// it (it reads no size as a number). Empty: never; the view is read at its traced geometry.
+  /// it (it reads no size as a number, or reads sizes as expressions). Empty: never; a view is
+  /// read at its traced geometry, a computing op is an ATen call.
   Check symbolic = {};
 };
 using RuleTable = std::map<graph::OpOverload, Rule>;

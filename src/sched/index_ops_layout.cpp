@@ -8,6 +8,7 @@
 #include "sched/fusion.h"
 #include "sched/index_ops_internal.h"
 #include "sched/pointwise_internal.h"
+#include "sched/size_expr.h"
 #include "support/error.h"
 
 namespace ember::sched::index_detail {
@@ -32,47 +33,51 @@ std::optional<std::vector<ValueId>> tensor_list(const Ctx& c, std::string_view n
 void add_layout_rules(RuleTable& t) {
   using K = IndexOpKind;
 
+  // Over sizes that may be symbolic: the inputs agree with the output but along `dim`, where
+  // their sizes add up to the output's.
   auto cat_check = [](const Ctx& c, bool stack) {
     std::optional<std::vector<ValueId>> ts = tensor_list(c, "tensors");
     std::optional<int64_t> d = c.int_arg("dim");
     const graph::TensorType& ot = c.type(c.out());
     if (!ts || ts->empty() || !d || !loop_dtype(ot) || c.n.outputs.size() != 1) return false;
-    std::vector<int64_t> out = sizes_of(ot);
+    const graph::Dims& out = ot.sizes;
     std::optional<int64_t> w = wrap_dim(*d, static_cast<int64_t>(out.size()));
     if (!w || out.empty()) return false;
-    int64_t total = 0;
+    graph::DimExpr total = 0;
     for (ValueId v : *ts) {
       const graph::TensorType& t = c.type(v);
       if (!loop_dtype(t) || !kernel_device(t.device)) return false;
-      std::vector<int64_t> s = sizes_of(t);
+      graph::Dims s = t.sizes;
       if (stack) {
         s.insert(s.begin() + *w, 1);
-      } else if (numel(s) == 0 && s.size() == 1) {
+      } else if (s.size() == 1 && is_constant(s[0], 0)) {
         continue;  // the legacy empty tensor: skipped by cat
       }
       if (s.size() != out.size()) return false;
-      total += s[*w];
+      total = total + s[*w];
       s[*w] = out[*w];
       if (s != out) return false;
     }
     return total == out[*w];
   };
-  // One arm per input, chosen by the output index along `dim`.
+  // One arm per input, chosen by the output index along `dim` (offsets over symbols where the
+  // inputs' lengths are).
   auto cat_lower = [](const Ctx& c, const Index& idx, ElementReader& r, bool stack) {
     std::vector<ValueId> ts = *tensor_list(c, "tensors");
-    std::vector<int64_t> out = c.sizes(c.out());
+    const graph::Dims& out = c.type(c.out()).sizes;
     size_t d = *wrap_dim(*c.int_arg("dim"), static_cast<int64_t>(out.size()));
     DType dt = ldt(c.type(c.out()));
-    std::vector<std::pair<ValueId, int64_t>> parts;  // input, offset along d
-    int64_t off = 0;
+    std::vector<std::pair<ValueId, Expr>> parts;  // input, offset along d
+    graph::DimExpr off = 0;
     for (ValueId v : ts) {
-      int64_t len = 1;
+      const graph::Dims& s = c.type(v).sizes;
+      graph::DimExpr len = 1;
       if (!stack) {
-        bool legacy_empty = c.type(v).dim() == 1 && numel(c.sizes(v)) == 0;
-        len = legacy_empty ? 0 : c.sizes(v)[d];
+        bool legacy_empty = s.size() == 1 && is_constant(s[0], 0);
+        len = legacy_empty ? graph::DimExpr(0) : s[d];
       }
-      if (len > 0) parts.emplace_back(v, off);
-      off += len;
+      if (!is_constant(len, 0)) parts.emplace_back(v, dim_expr(off));
+      off = off + len;
     }
     if (parts.empty()) return zero_of(dt);
     bool guarded = parts.size() > 1;
@@ -81,13 +86,13 @@ void add_layout_rules(RuleTable& t) {
       if (stack) {
         i = erase(idx, d);
       } else {
-        i[d] = idx[d] - loop::idx(parts[k].second);
+        i[d] = idx[d] - parts[k].second;
       }
       return convert(dt, r.element(parts[k].first, i, guarded));
     };
     Expr e = arm(parts.size() - 1);
     for (size_t k = parts.size() - 1; k-- > 0;) {
-      e = loop::Select::make(loop::LT::make(idx[d], loop::idx(parts[k + 1].second)), arm(k), e);
+      e = loop::Select::make(loop::LT::make(idx[d], parts[k + 1].second), arm(k), e);
     }
     return e;
   };
@@ -99,6 +104,8 @@ void add_layout_rules(RuleTable& t) {
                             [cat_lower](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
                               return cat_lower(c, idx, r, true);
                             }};
+  t[{OpKind::cat, ""}].symbolic = t[{OpKind::cat, ""}].check;  // over Dims already
+  t[{OpKind::stack, ""}].symbolic = t[{OpKind::stack, ""}].check;
   t[{OpKind::flip, ""}] = {K::Compute,
                            [](const Ctx& c) {
                              const std::vector<int64_t>* dims = c.ints_arg("dims");

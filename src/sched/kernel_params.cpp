@@ -47,10 +47,11 @@ loop::Stmt index_range_check(
     const graph::TensorType& t,
     const std::function<loop::Expr(const std::vector<loop::Expr>&)>& element, int64_t size,
     bool negative_wraps, const std::string& prefix) {
-  const std::vector<int64_t> sizes = sizes_of(t);
+  // Over the index tensor's sizes, constant or symbolic (loops over size variables).
+  const graph::Dims& sizes = t.sizes;
   std::vector<loop::Expr> j;
   for (size_t d = 0; d < sizes.size(); ++d) {
-    bool repeats = sizes[d] == 1 || t.strides[d].constant() == 0;
+    bool repeats = is_constant(sizes[d], 1) || is_constant(t.strides[d], 0);
     j.push_back(repeats ? loop::idx(0) : loop::var(prefix + std::to_string(d)));
   }
   loop::Expr x = element(j);
@@ -61,7 +62,7 @@ loop::Stmt index_range_check(
       loop::Accumulate::make(loop::ReduceOp::Any, {"bad"}, loop::idx(0), {loop::Not::make(ok)});
   for (size_t d = sizes.size(); d-- > 0;) {
     if (!j[d].as<loop::Var>()) continue;
-    s = loop::For::make(j[d], loop::idx(0), loop::idx(sizes[d]), loop::ForKind::Serial, s);
+    s = loop::For::make(j[d], loop::idx(0), dim_expr(sizes[d]), loop::ForKind::Serial, s);
   }
   return s;
 }

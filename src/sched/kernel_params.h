@@ -31,7 +31,8 @@ void add_index_status(KernelGroup& group, loop::Kernel& k);
 /// The serial loop nest that checks every element of an index tensor of type `t` (read by
 /// `element` at an index over t's dims, as i64) against [-size, size) when `negative_wraps`, else
 /// [0, size), accumulating "any out of range" into the one-element buffer `bad`. Dims of size 1 or
-/// stride 0 (expanded) get no loop; loop variables are `<prefix><d>`.
+/// stride 0 (expanded) get no loop; loop variables are `<prefix><d>`, over t's sizes as size
+/// expressions where they are symbolic.
 loop::Stmt index_range_check(
     const graph::TensorType& t,
     const std::function<loop::Expr(const std::vector<loop::Expr>&)>& element, int64_t size,

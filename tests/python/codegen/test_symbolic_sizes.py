@@ -422,6 +422,60 @@ def test_independent_kernels_over_symbols_run_as_one_combo_kernel(target):
     assert cg.symbolic_fallback == "" and cg.num_specializations == 0
 
 
+# A language model's prologue over symbolic batch and length: token embeddings, positions from
+# an arange, a rotary-style cat along a constant dim, a cat along the symbolic length, a mask of
+# ones. These index functions hold over symbols (sched/index_ops_internal.h, Rule::symbolic).
+INDEXING = """graph {
+  symbol s0 : [2, inf] hint 2 "L['ids'].size()[0]"
+  symbol s1 : [2, inf] hint 5 "L['ids'].size()[1]"
+  input %0 : i64[s0, s1] cpu  # user L['ids']
+  input %1 : f32[s0, s1, 8] cpu  # user L['x']
+  input %3 : f32[100, 8] cpu  # param emb
+  %2 : i64[s1] cpu = aten::arange(s1, dtype=None, layout=None, device=cpu, pin_memory=False)
+  %4 : f32[s0, s1, 8] cpu = aten::embedding(%3, %0, -1, False, False)
+  %5 : i64[1, s1] cpu = aten::unsqueeze(%2, 0)
+  %6 : i64[1, s1] cpu = aten::slice.Tensor(%5, 1, 0, 9223372036854775807, 1)
+  %7 : i64[1, s1, 1] cpu = aten::unsqueeze(%6, 2)
+  %8 : f32[1, s1, 1] cpu = aten::_to_copy(%7, dtype=f32, layout=None, device=None, pin_memory=None, non_blocking=False, memory_format=None)
+  %9 : f32[s0, s1, 8] cpu = aten::add.Tensor(%4, %8, alpha=1)
+  %10 : f32[s0, s1, 4]{s1*8, 8, 1} cpu = aten::slice.Tensor(%1, 2, 0, 4, 1)
+  %11 : f32[s0, s1, 4]{s1*8, 8, 1}+4 cpu = aten::slice.Tensor(%1, 2, 4, 9223372036854775807, 1)
+  %12 : f32[s0, s1, 4] cpu = aten::neg(%11)
+  %13 : f32[s0, s1, 8] cpu = aten::cat([%12, %10], -1)
+  %14 : i64[s0, s1] cpu = aten::new_ones(%0, [s0, s1], dtype=None, layout=None, device=None, pin_memory=False)
+  %15 : f32[s0, s1, 8] cpu = aten::exp(%1)
+  %16 : f32[s0, s1*2, 8] cpu = aten::cat([%1, %15], 1)
+  %17 : f32[s0, s1, 8] cpu = aten::mul.Tensor(%9, %13)
+  return (%17, %14, %16)
+}
+"""
+
+
+def _indexing_reference(ids, x, emb):
+    pos = torch.arange(ids.shape[1])[None, :, None].float()
+    rot = torch.cat((-x[..., 4:], x[..., :4]), dim=-1)
+    return ((emb[ids] + pos) * rot, torch.ones_like(ids), torch.cat([x, x.exp()], dim=1))
+
+
+@TARGETS
+def test_cat_embedding_and_factories_over_symbols_are_kernels(target):
+    cg = compiled(INDEXING, target)
+    steps = cg.describe_steps()
+    assert not any(s.startswith("extern") for s in steps), steps
+    emb = torch.randn(100, 8)
+    for B, T in [(2, 5), (3, 9), (2, 40)]:
+        ids, x = torch.randint(0, 100, (B, T)), torch.randn(B, T, 8)
+        for g, w in zip(cg(ids, x, emb), _indexing_reference(ids, x, emb)):
+            torch.testing.assert_close(g, w)
+    assert cg.symbolic_fallback == "" and cg.num_specializations == 0
+    if target == "cpp":
+        # An id out of range: eager's error (the kernel's index check falls back to ATen).
+        ids = torch.randint(0, 100, (3, 9))
+        ids[1, 4] = 100
+        with pytest.raises(IndexError):
+            cg(ids, torch.randn(3, 9, 8), emb)
+
+
 class _Block(nn.Module):
     """A GPT-2-style block: token and position embeddings, pre-norm causal self-attention (bmm,
     softmax, a mask from arange), tanh-GELU MLP, residual adds, dropout (eval)."""
