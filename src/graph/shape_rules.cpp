@@ -232,6 +232,19 @@ std::vector<TensorType> rule(const Call& c) {
     case OpKind::ones_like:
     case OpKind::full_like:
       return c.same_as(c.tensor(0));
+    case OpKind::native_group_norm: {
+      // (input, weight, bias, N, C, HxW, group, eps): the input's shape, and the mean and rstd
+      // [N, group]; N and C as the input's dims 0 and 1, HxW the product of the rest.
+      const TensorType& x = c.tensor(0);
+      EMBER_UNSUPPORTED(x.dim() >= 2) << c.name() << " of rank " << x.dim();
+      c.require_equal(c.dim(c.at(3)), x.sizes[0], "batch");
+      c.require_equal(c.dim(c.at(4)), x.sizes[1], "channels");
+      DimExpr spatial = 1;
+      for (size_t d = 2; d < x.sizes.size(); ++d) spatial = spatial * x.sizes[d];
+      c.require_equal(c.dim(c.at(5)), c.simplify(spatial), "spatial size");
+      const DimExpr group = c.dim(c.at(6));
+      return c.by_slot({x.sizes, Dims{x.sizes[0], group}, Dims{x.sizes[0], group}});
+    }
     case OpKind::native_layer_norm: {
       const TensorType& x = c.tensor(0);
       Dims normalized = c.dims(c.at(1));

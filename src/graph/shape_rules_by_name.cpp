@@ -105,6 +105,23 @@ std::optional<std::vector<TensorType>> rule_by_name(const Call& c) {
     // (grad, input_sizes, ...)
     return c.same_as_shape(c.dims(c.at(1)));
   }
+  if (one_of({"aten::unfold"})) {
+    // unfold(self, dimension, size, step): a view; dim d holds (L - size) // step + 1 windows
+    // (L >= size, guarded: eager raises otherwise), each a new last dim of `size` elements.
+    const TensorType& s = c.tensor(0);
+    EMBER_UNSUPPORTED(s.dim() >= 1) << c.name() << " of a 0-dim tensor";
+    const auto d = static_cast<size_t>(wrap_dim(c, c.integer(c.at(1)), s.dim()));
+    const int64_t size = c.integer(c.at(2)), step = c.integer(c.at(3));
+    EMBER_UNSUPPORTED(step > 0 && size >= 0) << c.name() << ": size " << size << ", step " << step;
+    EMBER_UNSUPPORTED(c.decide(s.sizes[d], Rel::GE, size))
+        << c.name() << ": a window of " << size << " over " << s.sizes[d].str();
+    Dims sizes = s.sizes, strides = s.strides;
+    sizes[d] = c.simplify(floordiv(s.sizes[d] - size, step) + 1);
+    strides[d] = c.simplify(s.strides[d] * step);
+    sizes.push_back(size);
+    strides.push_back(s.strides[d]);
+    return std::vector<TensorType>{c.view(0, sizes, strides, s.storage_offset)};
+  }
   if (one_of({"aten::_scaled_dot_product_flash_attention",
               "aten::_scaled_dot_product_cudnn_attention"})) {
     // CUDA's flash and cuDNN attention over [B, H, L, E] queries: the output [B, H, L, Ev] (in

@@ -10,6 +10,7 @@
 #include "graph/ops.h"
 #include "support/error.h"
 #include "tracer/symbolic_matmul.h"
+#include "tracer/symbolic_pool.h"
 #include "tracer/trace_session.h"
 #include "tracer/tracer_tensor.h"
 
@@ -100,6 +101,7 @@ void register_tracer_kernels() {
                                   std::nullopt, nullptr, "ember tracer: recorded whole"));
     }
     register_symbolic_matmul();
+    register_symbolic_pool();
     for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
       auto op = dispatcher.findOp(name);
       if (!op || !op->hasSchema()) continue;

@@ -192,6 +192,28 @@ TEST_F(RuleTest, FlashAttentionKeepsItsOutputLayoutAndReturnsItsLengthsAsInts) {
                Unsupported);
 }
 
+TEST_F(RuleTest, UnfoldIsAViewOfWindowsAndGroupNormHasStatisticsPerGroup) {
+  // unfold(x, 1, 3, 2) over [s1, 8]{8, 1}: (s1 - 3) // 2 + 1 windows of 3, strides [16, 1, 8].
+  ValueRef x = input(typed({s1, 8}));
+  auto windows = apply("aten::unfold", "", {"self", "dimension", "size", "step"},
+                       {x, int64_t{1}, int64_t{3}, int64_t{2}}, {typed({s1, 3, 3}, {8, 2, 1})});
+  EXPECT_EQ(type_str(windows[0]), "f32[s1, 3, 3]{8, 2, 1} cpu");
+  auto rows =
+      apply("aten::unfold", "", {"self", "dimension", "size", "step"},
+            {x, int64_t{0}, int64_t{2}, int64_t{1}}, {typed({DimExpr(s1 - 1), 8, 2}, {8, 1, 8})});
+  EXPECT_EQ(type_str(rows[0]), "f32[s1 - 1, 8, 2]{8, 1, 8} cpu");
+
+  // native_group_norm(x [s0, 4, s1], N, C, HxW, group 2): mean and rstd [s0, 2].
+  ValueRef y = input(typed({s0, 4, s1}));
+  auto out = apply("aten::native_group_norm", "",
+                   {"input", "weight", "bias", "N", "C", "HxW", "group", "eps"},
+                   {y, NoneArg{}, NoneArg{}, s0, int64_t{4}, s1, int64_t{2}, 1e-5},
+                   {typed({s0, 4, s1}), typed({s0, 2}), typed({s0, 2})});
+  ASSERT_EQ(out.size(), 3u);
+  EXPECT_EQ(type_str(out[0]), "f32[s0, 4, s1] cpu");
+  EXPECT_EQ(type_str(out[1]), "f32[s0, 2] cpu");
+}
+
 TEST_F(RuleTest, ARuleThatDisagreesWithTheMetaKernelIsUnsupported) {
   ValueRef x = input(typed({s0, 8}));
   OpInfo op =

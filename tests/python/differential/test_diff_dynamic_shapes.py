@@ -363,6 +363,13 @@ _RULE_CASES = {
     "arange_negative_float_step": lambda x: x * torch.arange(x.shape[1], 0, -1.0),
     "arange_float_bounds": lambda x: x + torch.arange(0.0, x.shape[1], 1.0),
     "arange_negative_int_step": lambda x: x[:, :1] * torch.arange(x.shape[1] * 2, 0, -3),
+    # Sequence pools and windows over a symbolic length: max_pool1d's own decomposition reads the
+    # length as a number (ember decomposes it over symbols), unfold is a view of windows, and
+    # group_norm's statistics are [N, groups].
+    "max_pool1d": lambda x: F.max_pool1d(x[:, None], 3, 2, 1) * 2,
+    "max_pool1d_ceil": lambda x: F.max_pool1d(x[:, None], 2, ceil_mode=True) + 1,
+    "unfold": lambda x: x.unfold(1, 3, 2).sum(-1),
+    "group_norm": lambda x: F.group_norm(torch.stack([x, x * 2, x + 1, -x], 1), 2),
 }
 
 
@@ -376,6 +383,29 @@ def test_ember_compile_shape_rules_of_op_classes(case):
         for B, T in [(3, 8), (4, 11), (5, 17)]:
             x = torch.randn(B, T)
             torch.testing.assert_close(cf(x), f(x))
+    snap = metrics.snapshot()
+    assert snap["graphs"] == 1 and snap["eager_frames"] == 0, (snap, metrics.fallback_reasons)
+
+
+def test_ember_compile_trains_a_sequence_convnet_over_symbolic_lengths():
+    # Conv1d, group_norm and max_pool1d over a symbolic length, forward and backward: one graph
+    # pair for every length, gradients equal to eager's.
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Conv1d(2, 4, 3, padding=1), torch.nn.GroupNorm(2, 4),
+                            torch.nn.ReLU(), torch.nn.MaxPool1d(3, 2, 1))
+    metrics.reset()
+    cm = ember.compile(m, dynamic=True)
+    for T in [9, 16, 31]:
+        x = torch.randn(3, 2, T)
+        got, want = cm(x), m(x)
+        torch.testing.assert_close(got, want)
+        got.square().sum().backward()
+        grads = [p.grad.clone() for p in m.parameters()]
+        m.zero_grad()
+        want.square().sum().backward()
+        for g, p in zip(grads, m.parameters()):
+            torch.testing.assert_close(g, p.grad, rtol=1e-4, atol=1e-4)
+        m.zero_grad()
     snap = metrics.snapshot()
     assert snap["graphs"] == 1 and snap["eager_frames"] == 0, (snap, metrics.fallback_reasons)
 
