@@ -28,11 +28,10 @@ using graph::ValueRef;
 using test::Builder;
 using test::f32;
 
-// An optimizer-like step over parameters of `shapes`, in the order eager's per-parameter loop
-// traces it: per parameter, a step count s' = s + s (0-dim, an output: its own kernel) and the
-// update p' = p - g * s' (the parameter's shape, reading s' from memory).
-Builder optimizer_step(const std::vector<graph::Dims>& shapes) {
-  Builder b;
+// Adds an optimizer-like step over parameters of `shapes` (constant or symbolic), in the order
+// eager's per-parameter loop traces it: per parameter, a step count s' = s + s (0-dim, an output:
+// its own kernel) and the update p' = p - g * s' (the parameter's shape, reading s' from memory).
+void add_optimizer_step(Builder& b, const std::vector<graph::Dims>& shapes) {
   for (const graph::Dims& shape : shapes) {
     ValueRef p = b.input(f32(shape));
     ValueRef g = b.input(f32(shape));
@@ -42,6 +41,11 @@ Builder optimizer_step(const std::vector<graph::Dims>& shapes) {
     b.g.outputs.push_back(s2.id);
     b.g.outputs.push_back(p2.id);
   }
+}
+
+Builder optimizer_step(const std::vector<graph::Dims>& shapes) {
+  Builder b;
+  add_optimizer_step(b, shapes);
   return b;
 }
 
@@ -145,15 +149,7 @@ TEST(Combo, KernelsOverShapeSymbolsMerge) {
   Builder b;
   const graph::DimExpr s0 = b.g.symbols.create_size(4, "L['p0'].size()[0]");
   const graph::DimExpr s1 = b.g.symbols.create_size(5, "L['p1'].size()[0]");
-  for (const graph::Dims& shape : {graph::Dims{s0, 3}, graph::Dims{s1}, graph::Dims{2, 2}}) {
-    ValueRef p = b.input(f32(shape));
-    ValueRef g = b.input(f32(shape));
-    ValueRef s = b.input(f32({}));
-    ValueRef s2 = b.add(s, s, f32({}));
-    ValueRef p2 = b.sub(p, b.mul(g, s2, f32(shape)), f32(shape));
-    b.g.outputs.push_back(s2.id);
-    b.g.outputs.push_back(p2.id);
-  }
+  add_optimizer_step(b, {{s0, 3}, {s1}, {2, 2}});
   Plan apart = schedule_graph(b.g, without_combos());
   Plan plan = schedule_graph(b.g);
   ASSERT_EQ(plan.groups.size(), 2u);
