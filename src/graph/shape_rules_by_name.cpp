@@ -184,8 +184,9 @@ std::vector<DimExpr> symbolic_int_results(const Graph& g, const OpInfo& op,
     if (r == nullptr || g.type(r->id).sizes.size() != 4) return std::nullopt;
     return g.type(r->id).sizes[2];
   };
-  if (op.name == "aten::_scaled_dot_product_flash_attention" ||
-      op.name == "aten::_scaled_dot_product_cudnn_attention") {
+  const std::initializer_list<std::string_view> attention = {
+      "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_cudnn_attention"};
+  if (std::find(attention.begin(), attention.end(), op.name) != attention.end()) {
     // (output, logsumexp, cum_seq_q, cum_seq_k, max_q, max_k, ...): over dense batches the
     // longest sequences are the query's and the key's lengths.
     std::optional<DimExpr> l = length(0), s = length(1);
