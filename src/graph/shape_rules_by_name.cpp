@@ -105,6 +105,32 @@ std::optional<std::vector<TensorType>> rule_by_name(const Call& c) {
     // (grad, input_sizes, ...)
     return c.same_as_shape(c.dims(c.at(1)));
   }
+  if (one_of({"aten::upsample_nearest1d", "aten::upsample_nearest2d", "aten::upsample_nearest3d",
+              "aten::_upsample_nearest_exact1d", "aten::_upsample_nearest_exact2d",
+              "aten::_upsample_nearest_exact3d", "aten::upsample_linear1d",
+              "aten::upsample_bilinear2d", "aten::upsample_bicubic2d", "aten::upsample_trilinear3d",
+              "aten::_upsample_bilinear2d_aa", "aten::_upsample_bicubic2d_aa"}) &&
+      c.op.overload.empty()) {
+    // (self, output_size, ...): the batch and channel dims, then output_size (in the layout the
+    // kernel keeps: the concrete strides' order).
+    const TensorType& x = c.tensor(0);
+    const Dims out_size = c.dims(c.at(1));
+    EMBER_UNSUPPORTED(x.dim() == static_cast<int64_t>(out_size.size()) + 2)
+        << c.name() << ": " << out_size.size() << " output sizes for rank " << x.dim();
+    Dims sizes{x.sizes[0], x.sizes[1]};
+    sizes.insert(sizes.end(), out_size.begin(), out_size.end());
+    return c.same_as_shape(sizes);
+  }
+  if (one_of({"aten::upsample_nearest1d_backward", "aten::upsample_nearest2d_backward",
+              "aten::upsample_nearest3d_backward", "aten::_upsample_nearest_exact1d_backward",
+              "aten::_upsample_nearest_exact2d_backward",
+              "aten::_upsample_nearest_exact3d_backward", "aten::upsample_linear1d_backward",
+              "aten::upsample_bilinear2d_backward", "aten::upsample_bicubic2d_backward",
+              "aten::upsample_trilinear3d_backward", "aten::_upsample_bilinear2d_aa_backward",
+              "aten::_upsample_bicubic2d_aa_backward"})) {
+    // (grad_output, output_size, input_size, ...): the input's sizes.
+    return c.same_as_shape(c.dims(c.at(2)));
+  }
   if (one_of({"aten::unfold"})) {
     // unfold(self, dimension, size, step): a view; dim d holds (L - size) // step + 1 windows
     // (L >= size, guarded: eager raises otherwise), each a new last dim of `size` elements.

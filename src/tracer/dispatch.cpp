@@ -11,6 +11,7 @@
 #include "support/error.h"
 #include "tracer/symbolic_matmul.h"
 #include "tracer/symbolic_pool.h"
+#include "tracer/symbolic_upsample.h"
 #include "tracer/trace_session.h"
 #include "tracer/tracer_tensor.h"
 
@@ -102,6 +103,7 @@ void register_tracer_kernels() {
     }
     register_symbolic_matmul();
     register_symbolic_pool();
+    register_symbolic_upsample();
     for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
       auto op = dispatcher.findOp(name);
       if (!op || !op->hasSchema()) continue;

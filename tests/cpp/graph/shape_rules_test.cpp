@@ -214,6 +214,20 @@ TEST_F(RuleTest, UnfoldIsAViewOfWindowsAndGroupNormHasStatisticsPerGroup) {
   EXPECT_EQ(type_str(out[1]), "f32[s0, 2] cpu");
 }
 
+TEST_F(RuleTest, UpsamplingGivesTheOutputSizeAndItsBackwardTheInputSize) {
+  ValueRef x = input(typed({s0, 3, s1}));
+  const DimExpr doubled = s1 * 2;
+  auto up = apply("aten::upsample_linear1d", "", {"self", "output_size", "align_corners", "scales"},
+                  {x, int_list_arg({doubled}), false, 2.0}, {typed({s0, 3, doubled})});
+  EXPECT_EQ(type_str(up[0]), "f32[s0, 3, s1*2] cpu");
+  ValueRef g = input(typed({s0, 3, doubled}));
+  auto back = apply("aten::upsample_linear1d_backward", "",
+                    {"grad_output", "output_size", "input_size", "align_corners", "scales"},
+                    {g, int_list_arg({doubled}), int_list_arg({s0, 3, s1}), false, 2.0},
+                    {typed({s0, 3, s1})});
+  EXPECT_EQ(type_str(back[0]), "f32[s0, 3, s1] cpu");
+}
+
 TEST_F(RuleTest, ARuleThatDisagreesWithTheMetaKernelIsUnsupported) {
   ValueRef x = input(typed({s0, 8}));
   OpInfo op =

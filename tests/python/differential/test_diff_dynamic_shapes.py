@@ -370,6 +370,13 @@ _RULE_CASES = {
     "max_pool1d_ceil": lambda x: F.max_pool1d(x[:, None], 2, ceil_mode=True) + 1,
     "unfold": lambda x: x.unfold(1, 3, 2).sum(-1),
     "group_norm": lambda x: F.group_norm(torch.stack([x, x * 2, x + 1, -x], 1), 2),
+    # interpolate: upsampling's `.vec` overloads decomposed over symbols (tracer/
+    # symbolic_upsample.h): output sizes from scale factors (p / 2^k) or given.
+    "interpolate_nearest": lambda x: F.interpolate(x[:, None], scale_factor=2.0) * 2,
+    "interpolate_linear_half": lambda x: F.interpolate(x[:, None], scale_factor=0.5,
+                                                       mode="linear"),
+    "interpolate_size": lambda x: F.interpolate(x[:, None], size=7, mode="linear",
+                                                align_corners=True),
 }
 
 
@@ -388,11 +395,12 @@ def test_ember_compile_shape_rules_of_op_classes(case):
 
 
 def test_ember_compile_trains_a_sequence_convnet_over_symbolic_lengths():
-    # Conv1d, group_norm and max_pool1d over a symbolic length, forward and backward: one graph
-    # pair for every length, gradients equal to eager's.
+    # Conv1d, group_norm, max_pool1d and an upsample over a symbolic length, forward and
+    # backward: one graph pair for every length, gradients equal to eager's.
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Conv1d(2, 4, 3, padding=1), torch.nn.GroupNorm(2, 4),
-                            torch.nn.ReLU(), torch.nn.MaxPool1d(3, 2, 1))
+                            torch.nn.ReLU(), torch.nn.MaxPool1d(3, 2, 1),
+                            torch.nn.Upsample(scale_factor=2.0, mode="linear"))
     metrics.reset()
     cm = ember.compile(m, dynamic=True)
     for T in [9, 16, 31]:
@@ -408,6 +416,19 @@ def test_ember_compile_trains_a_sequence_convnet_over_symbolic_lengths():
         m.zero_grad()
     snap = metrics.snapshot()
     assert snap["graphs"] == 1 and snap["eager_frames"] == 0, (snap, metrics.fallback_reasons)
+
+
+def test_an_inexact_scale_factor_over_a_symbol_compiles_per_size():
+    # floor(L * 0.333..) is no exact expression over L: the frame keeps static shapes (one graph
+    # per size; EMBER_LOGS=dynamic names the scale factor), right at every size, never eagerly.
+    f = lambda x: F.interpolate(x[:, None], scale_factor=1 / 3)  # noqa: E731
+    metrics.reset()
+    cf = ember.compile(f, dynamic=True)
+    for T in [9, 10, 11]:
+        x = torch.randn(2, T)
+        torch.testing.assert_close(cf(x), f(x))
+    snap = metrics.snapshot()
+    assert snap["graphs"] == 3 and snap["eager_frames"] == 0, (snap, metrics.fallback_reasons)
 
 
 @pytest.mark.parametrize("model,make_inputs", [(GPT2Layer, _gpt2_inputs), (BertLayer, _bert_inputs)],
@@ -436,6 +457,11 @@ _IMAGE_RULE_CASES = {
     "max_pool_ceil": lambda x: F.max_pool2d(x, 2, ceil_mode=True),
     "avg_pool": lambda x: F.avg_pool2d(x, 3, stride=2, ceil_mode=True, padding=1),
     "adaptive_avg_pool": lambda x: F.adaptive_avg_pool2d(x, (1, 1)).flatten(1) * 2,
+    "interpolate_bilinear": lambda x: F.interpolate(x, scale_factor=2.0, mode="bilinear"),
+    "interpolate_nearest_exact": lambda x: F.interpolate(x, scale_factor=1.5,
+                                                         mode="nearest-exact"),
+    "interpolate_bicubic_aa": lambda x: F.interpolate(x, scale_factor=0.5, mode="bicubic",
+                                                      antialias=True),
     "conv_pool_nll": lambda x: F.nll_loss(
         F.log_softmax(F.adaptive_avg_pool2d(F.conv2d(x, torch.ones(4, 3, 3, 3), padding=1), 1)
                       .flatten(1), -1), torch.zeros(x.shape[0], dtype=torch.long)),
