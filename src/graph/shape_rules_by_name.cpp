@@ -131,6 +131,83 @@ std::optional<std::vector<TensorType>> rule_by_name(const Call& c) {
     // (grad_output, output_size, input_size, ...): the input's sizes.
     return c.same_as_shape(c.dims(c.at(2)));
   }
+  if (one_of({"aten::reflection_pad1d", "aten::reflection_pad2d", "aten::reflection_pad3d",
+              "aten::replication_pad1d", "aten::replication_pad2d", "aten::replication_pad3d"})) {
+    // (self, padding): padding (left, right) of the last dim first, then the dim before it; each
+    // padded dim grows by its two pads.
+    const TensorType& x = c.tensor(0);
+    const Dims pad = c.dims(c.at(1));
+    EMBER_UNSUPPORTED(pad.size() % 2 == 0 && pad.size() / 2 <= static_cast<size_t>(x.dim()))
+        << c.name() << ": " << pad.size() << " pads for rank " << x.dim();
+    Dims sizes = x.sizes;
+    for (size_t k = 0; k < pad.size() / 2; ++k) {
+      DimExpr& d = sizes[sizes.size() - 1 - k];
+      d = c.simplify(d + pad[2 * k] + pad[2 * k + 1]);
+    }
+    return c.same_as_shape(sizes);
+  }
+  if (one_of({"aten::reflection_pad1d_backward", "aten::reflection_pad2d_backward",
+              "aten::reflection_pad3d_backward", "aten::replication_pad1d_backward",
+              "aten::replication_pad2d_backward", "aten::replication_pad3d_backward"})) {
+    // (grad_output, self, padding): self's sizes
+    return c.same_as(c.tensor(1));
+  }
+  if (one_of({"aten::baddbmm"})) {
+    // (self, batch1, batch2, ...): [b, n, p], with self broadcast against it.
+    const TensorType& a = c.tensor(1);
+    const TensorType& b = c.tensor(2);
+    c.require_equal(a.sizes[0], b.sizes[0], "batch sizes");
+    c.require_equal(a.sizes[2], b.sizes[1], "inner sizes");
+    Dims out{a.sizes[0], a.sizes[1], b.sizes[2]};
+    broadcast(c, {&c.tensor(0).sizes, &out});
+    return c.same_as_shape(out);
+  }
+  if (one_of({"aten::pixel_shuffle", "aten::pixel_unshuffle"})) {
+    // (self, factor r): [.., C, H, W] <-> [.., C / r^2, H * r, W * r]; C a constant.
+    const TensorType& x = c.tensor(0);
+    const int64_t r = c.integer(c.at(1));
+    EMBER_UNSUPPORTED(x.dim() >= 3 && r >= 1) << c.name() << " of rank " << x.dim();
+    Dims sizes = x.sizes;
+    const size_t ch = sizes.size() - 3;
+    EMBER_UNSUPPORTED(sizes[ch].is_constant()) << c.name() << " of symbolic channels";
+    if (one_of({"aten::pixel_shuffle"})) {
+      sizes[ch] = sizes[ch].constant() / (r * r);
+      sizes[ch + 1] = c.simplify(sizes[ch + 1] * r);
+      sizes[ch + 2] = c.simplify(sizes[ch + 2] * r);
+    } else {
+      sizes[ch] = sizes[ch].constant() * r * r;
+      sizes[ch + 1] = c.simplify(floordiv(sizes[ch + 1], r));
+      sizes[ch + 2] = c.simplify(floordiv(sizes[ch + 2], r));
+    }
+    return c.same_as_shape(sizes);
+  }
+  if ((one_of({"aten::median", "aten::nanmedian"}) && c.op.overload == "dim") ||
+      (one_of({"aten::mode", "aten::kthvalue"}) && c.op.overload.empty())) {
+    // (self, [k,] dim, keepdim): values and indices without dim (of size 1 when kept).
+    const TensorType& x = c.tensor(0);
+    const bool kth = one_of({"aten::kthvalue"});
+    const size_t dim_at = kth ? 2 : 1;
+    const int64_t d = wrap_dim(c, c.integer(c.at(dim_at)), x.dim());
+    const bool* keep = c.args.size() > dim_at + 1 ? std::get_if<bool>(&c.at(dim_at + 1)) : nullptr;
+    EMBER_UNSUPPORTED(keep != nullptr) << c.name() << ": keepdim";
+    Dims sizes = x.sizes;
+    if (!sizes.empty()) {
+      if (*keep) {
+        sizes[static_cast<size_t>(d)] = 1;
+      } else {
+        sizes.erase(sizes.begin() + d);
+      }
+    }
+    return c.same_as_shape(sizes);
+  }
+  if (one_of({"aten::one_hot"})) {
+    // (self, num_classes): self's sizes, then num_classes (a constant; -1 reads the data).
+    const int64_t n = c.integer(c.at(1));
+    EMBER_UNSUPPORTED(n >= 0) << c.name() << " with num_classes from the data";
+    Dims sizes = c.tensor(0).sizes;
+    sizes.push_back(n);
+    return c.same_as_shape(sizes);
+  }
   if (one_of({"aten::unfold"})) {
     // unfold(self, dimension, size, step): a view; dim d holds (L - size) // step + 1 windows
     // (L >= size, guarded: eager raises otherwise), each a new last dim of `size` elements.

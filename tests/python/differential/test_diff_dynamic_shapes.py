@@ -377,6 +377,15 @@ _RULE_CASES = {
                                                        mode="linear"),
     "interpolate_size": lambda x: F.interpolate(x[:, None], size=7, mode="linear",
                                                 align_corners=True),
+    # Pads, batched products with a bias, pixel shuffles, order statistics, one-hot.
+    "reflection_pad": lambda x: F.pad(x[:, None], (2, 3), mode="reflect"),
+    "replicate_pad": lambda x: F.pad(x[:, None, None], (1, 2, 0, 1), mode="replicate"),
+    "baddbmm": lambda x: torch.baddbmm(x[:, :1, None], x[:, :, None], x[:, None, :2]),
+    "pixel_shuffle": lambda x: F.pixel_shuffle(
+        x[:, None, None].expand(-1, 4, 1, -1).contiguous(), 2) * 2,
+    "median_kthvalue_mode": lambda x: (x.median(1).values + x.kthvalue(2, 1).values
+                                       + x.round().mode(1, keepdim=True).values[:, 0]),
+    "one_hot": lambda x: F.one_hot(x.argmax(1) % 5, 5) * 2,
 }
 
 
