@@ -89,14 +89,28 @@ std::optional<std::vector<TensorType>> rule_by_name(const Call& c) {
     EMBER_INTERNAL_ASSERT(!grad.sizes.empty()) << c.name() << ": a 0-dim gradient";
     return c.same_as_shape({c.dim(c.at(2)), grad.sizes.back()});
   }
-  if (one_of({"aten::nll_loss_backward", "aten::nll_loss2d_backward", "aten::mse_loss_backward",
-              "aten::l1_loss_backward", "aten::smooth_l1_loss_backward",
-              "aten::huber_loss_backward", "aten::soft_margin_loss_backward",
-              "aten::binary_cross_entropy_backward", "aten::max_pool2d_with_indices_backward",
-              "aten::max_pool3d_with_indices_backward", "aten::avg_pool2d_backward",
-              "aten::avg_pool3d_backward", "aten::_adaptive_avg_pool2d_backward",
-              "aten::_adaptive_avg_pool3d_backward", "aten::adaptive_max_pool2d_backward",
-              "aten::adaptive_max_pool3d_backward"})) {
+  if (one_of({"aten::nll_loss_backward",
+              "aten::nll_loss2d_backward",
+              "aten::mse_loss_backward",
+              "aten::l1_loss_backward",
+              "aten::smooth_l1_loss_backward",
+              "aten::huber_loss_backward",
+              "aten::soft_margin_loss_backward",
+              "aten::binary_cross_entropy_backward",
+              "aten::max_pool2d_with_indices_backward",
+              "aten::max_pool3d_with_indices_backward",
+              "aten::avg_pool2d_backward",
+              "aten::avg_pool3d_backward",
+              "aten::_adaptive_avg_pool2d_backward",
+              "aten::_adaptive_avg_pool3d_backward",
+              "aten::adaptive_max_pool2d_backward",
+              "aten::adaptive_max_pool3d_backward",
+              "aten::reflection_pad1d_backward",
+              "aten::reflection_pad2d_backward",
+              "aten::reflection_pad3d_backward",
+              "aten::replication_pad1d_backward",
+              "aten::replication_pad2d_backward",
+              "aten::replication_pad3d_backward"})) {
     // (grad_output, self, ...): self's sizes
     return c.same_as(c.tensor(1));
   }
@@ -145,12 +159,6 @@ std::optional<std::vector<TensorType>> rule_by_name(const Call& c) {
       d = c.simplify(d + pad[2 * k] + pad[2 * k + 1]);
     }
     return c.same_as_shape(sizes);
-  }
-  if (one_of({"aten::reflection_pad1d_backward", "aten::reflection_pad2d_backward",
-              "aten::reflection_pad3d_backward", "aten::replication_pad1d_backward",
-              "aten::replication_pad2d_backward", "aten::replication_pad3d_backward"})) {
-    // (grad_output, self, padding): self's sizes
-    return c.same_as(c.tensor(1));
   }
   if (one_of({"aten::baddbmm"})) {
     // (self, batch1, batch2, ...): [b, n, p], with self broadcast against it.

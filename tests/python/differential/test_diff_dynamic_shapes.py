@@ -427,6 +427,27 @@ def test_ember_compile_trains_a_sequence_convnet_over_symbolic_lengths():
     assert snap["graphs"] == 1 and snap["eager_frames"] == 0, (snap, metrics.fallback_reasons)
 
 
+def test_ember_compile_trains_through_pads_over_symbolic_lengths():
+    # Reflection and replication pads' backward ops over a symbolic length: one graph pair,
+    # input gradients equal to eager's.
+    torch.manual_seed(0)
+    m = torch.nn.Conv1d(2, 3, 3)
+
+    def f(x):
+        return F.pad(m(x), (2, 1), mode="reflect") + F.pad(m(x), (1, 2), mode="replicate")
+
+    metrics.reset()
+    cf = ember.compile(f, dynamic=True)
+    for T in [9, 14, 30]:
+        x = torch.randn(2, 2, T, requires_grad=True)
+        cf(x).square().sum().backward()
+        got, x.grad = x.grad, None
+        f(x).square().sum().backward()
+        torch.testing.assert_close(got, x.grad)
+    snap = metrics.snapshot()
+    assert snap["graphs"] == 1 and snap["eager_frames"] == 0, (snap, metrics.fallback_reasons)
+
+
 def test_an_inexact_scale_factor_over_a_symbol_compiles_per_size():
     # floor(L * 0.333..) is no exact expression over L: the frame keeps static shapes (one graph
     # per size; EMBER_LOGS=dynamic names the scale factor), right at every size, never eagerly.
