@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/binding_layouts.h"
 #include "runtime/program.h"
 
 namespace ember::runtime {
@@ -164,19 +165,18 @@ class Executor {
     const sched::ArenaPlan* plan = nullptr;
     std::shared_ptr<const sched::ArenaPlan> held;  ///< a plan made for this call's sizes
   };
-  /// The arena of a call at `bound` (the call's bindings in a symbolic program): a finished
-  /// call's memory when it is large enough, else new.
-  CallArena take_arena(const sym::Bindings* bound) const;
+  /// The arena of a call (`layouts`: the call's, in a symbolic program): a finished call's
+  /// memory when it is large enough, else new.
+  CallArena take_arena(const BindingLayouts* layouts) const;
   /// A tensor in slot `slot` of `arena`.
   static at::Tensor in_arena(const CallArena& arena, int slot, c10::IntArrayRef sizes,
                              c10::IntArrayRef strides, const at::TensorOptions& options);
   /// Runs one kernel; false when it reported an out-of-range index (and wrote nothing).
   /// `write_through`: outputs marked Output::write_through may be written into their input.
-  /// `symbols`: the call's symbol values (a symbolic kernel's sizes); `bound`: the same as
-  /// bindings, when the caller has them (else made here).
+  /// `layouts`: a symbolic kernel's layouts at this call (BindingLayouts::kernels).
   bool run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const CallArena& arena,
-                  bool write_through = false, const std::vector<int64_t>& symbols = {},
-                  const sym::Bindings* bound = nullptr) const;
+                  bool write_through = false,
+                  const BindingLayouts::KernelLayouts* layouts = nullptr) const;
   /// For a symbolic graph: whether a call should run the static program of its binding (the
   /// graph is compiled per binding, or an input's strides differ from its type's).
   bool runs_per_binding(const std::vector<at::Tensor>& inputs,
@@ -187,10 +187,11 @@ class Executor {
   void note_layout_copy(const std::string& where, const at::Tensor& got) const;
   /// Makes a view step's views. False when the root does not have the traced layout and the step
   /// is an extern view op (then the caller makes the dispatcher call); a collapsed chain then
-  /// views a copy of the root in the traced layout. `bound`: the call's bindings, required for
-  /// a symbolic view (View::symbolic); without them an extern view op runs as its call.
+  /// views a copy of the root in the traced layout. `layouts`: the view's geometry at this call,
+  /// required for a symbolic view (View::symbolic); without it an extern view op runs as its
+  /// call.
   bool run_view(const Step& step, std::vector<at::Tensor>& env,
-                const sym::Bindings* bound = nullptr) const;
+                const BindingLayouts::ViewLayouts* layouts = nullptr) const;
   bool strides_match(const std::vector<at::Tensor>& inputs) const;
   /// run()'s checks of the inputs. Returns the value of each shape symbol (by id) for a
   /// symbolic graph, else nothing.
@@ -220,13 +221,11 @@ class Executor {
   mutable std::mutex layout_notes_mu_;
   mutable std::vector<std::string> layout_copy_notes_;
   /// Arenas of finished calls, kept for the next ones (one per call running at once): large
-  /// buffers freed and allocated again on every call would be page-faulted in every time. And a
-  /// symbolic program's last per-call plan with the slot sizes it was made for: calls at one
-  /// size plan once.
+  /// buffers freed and allocated again on every call would be page-faulted in every time.
   mutable std::mutex arena_mu_;
   mutable std::vector<at::Tensor> free_arenas_;
-  mutable std::vector<int64_t> last_arena_bytes_;
-  mutable std::shared_ptr<const sched::ArenaPlan> last_arena_plan_;
+  /// A symbolic program's layouts (its arena plan among them) at its last few bindings.
+  BindingLayoutCache layouts_;
 };
 
 }  // namespace ember::runtime

@@ -6,6 +6,7 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_strided.h>
+#include <ATen/record_function.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
@@ -99,44 +100,20 @@ std::vector<std::string> Executor::layout_copy_notes() const {
   return layout_copy_notes_;
 }
 
-namespace {
-
-std::vector<int64_t> evaluate_dims(const graph::Dims& dims, const sym::Bindings& bindings) {
-  std::vector<int64_t> out;
-  out.reserve(dims.size());
-  for (const graph::DimExpr& d : dims) {
-    std::optional<int64_t> c = d.as_constant();
-    out.push_back(c ? *c : sym::evaluate(d.expr(), bindings));
-  }
-  return out;
-}
-
-int64_t evaluate_dim(const graph::DimExpr& d, const sym::Bindings& bindings) {
-  std::optional<int64_t> c = d.as_constant();
-  return c ? *c : sym::evaluate(d.expr(), bindings);
-}
-
-}  // namespace
-
 bool Executor::run_view(const Step& step, std::vector<at::Tensor>& env,
-                        const sym::Bindings* bound) const {
+                        const BindingLayouts::ViewLayouts* layouts) const {
   const View& v = *step.view;
   at::Tensor base = env[v.root];
   if (!base.defined() || !base.has_storage() || base.layout() != at::kStrided || base.is_conj() ||
       base.is_neg() || base.key_set().has(c10::DispatchKey::Python) ||
-      (v.symbolic && bound == nullptr)) {
+      (v.symbolic && layouts == nullptr)) {
     if (step.call) return false;
     EMBER_INTERNAL_ASSERT(false) << "a view step's root " << v.root
                                  << " is not a plain tensor, or its sizes are not bound";
   }
   // Over shape symbols the geometry is this call's (the symbolic fields evaluated).
-  std::vector<int64_t> root_sizes, root_strides;
-  if (v.symbolic) {
-    root_sizes = evaluate_dims(v.symbolic_root_sizes, *bound);
-    root_strides = evaluate_dims(v.symbolic_root_strides, *bound);
-  }
-  const std::vector<int64_t>& want_sizes = v.symbolic ? root_sizes : v.root_sizes;
-  const std::vector<int64_t>& want_strides = v.symbolic ? root_strides : v.root_strides;
+  const std::vector<int64_t>& want_sizes = v.symbolic ? layouts->root_sizes : v.root_sizes;
+  const std::vector<int64_t>& want_strides = v.symbolic ? layouts->root_strides : v.root_strides;
   if (!has_layout(base, want_sizes, want_strides)) {
     // An extern op returned another layout than its meta kernel promised. A view op runs as the
     // dispatcher call; a collapsed chain views a copy in the traced layout (it then aliases the
@@ -147,13 +124,13 @@ bool Executor::run_view(const Step& step, std::vector<at::Tensor>& env,
     copy.copy_(base);
     base = copy;
   }
-  for (const ViewOutput& o : v.outputs) {
+  for (size_t i = 0; i < v.outputs.size(); ++i) {
+    const ViewOutput& o = v.outputs[i];
     auto impl = c10::make_intrusive<c10::TensorImpl>(
         c10::TensorImpl::VIEW, c10::Storage(base.storage()), base.key_set(), base.dtype());
     if (v.symbolic) {
-      impl->set_sizes_and_strides(
-          evaluate_dims(o.symbolic_sizes, *bound), evaluate_dims(o.symbolic_strides, *bound),
-          base.storage_offset() + evaluate_dim(o.symbolic_offset_delta, *bound));
+      impl->set_sizes_and_strides(layouts->sizes[i], layouts->strides[i],
+                                  base.storage_offset() + layouts->offset_deltas[i]);
     } else {
       impl->set_sizes_and_strides(o.sizes, o.strides, base.storage_offset() + o.offset_delta);
     }
@@ -163,37 +140,15 @@ bool Executor::run_view(const Step& step, std::vector<at::Tensor>& env,
   return true;
 }
 
-Executor::CallArena Executor::take_arena(const sym::Bindings* bound) const {
+Executor::CallArena Executor::take_arena(const BindingLayouts* layouts) const {
   CallArena arena;
   if (p_.arena_slots.empty()) return arena;
   if (p_.arena_plan) {
     arena.plan = &*p_.arena_plan;
   } else {
-    // Note [An arena over shape symbols]: the slots' sizes at this call's bindings; the plan is
-    // made again only when they differ from the last call's.
-    if (bound == nullptr) return arena;  // no sizes: every output gets its own memory
-    std::vector<int64_t> bytes;
-    bytes.reserve(p_.arena_slots.size());
-    for (const Program::ArenaSlot& slot : p_.arena_slots) {
-      bytes.push_back(layout_bytes(evaluate_dims(slot.sizes, *bound),
-                                   evaluate_dims(slot.strides, *bound), slot.itemsize));
-    }
-    {
-      std::lock_guard<std::mutex> lock(arena_mu_);
-      if (last_arena_plan_ && bytes == last_arena_bytes_) arena.held = last_arena_plan_;
-    }
-    if (!arena.held) {
-      std::vector<sched::BufferLifetime> lifetimes;
-      lifetimes.reserve(bytes.size());
-      for (size_t i = 0; i < bytes.size(); ++i) {
-        lifetimes.push_back({bytes[i], p_.arena_slots[i].first, p_.arena_slots[i].last});
-      }
-      arena.held =
-          std::make_shared<const sched::ArenaPlan>(sched::plan_arena(lifetimes, kArenaAlignment));
-      std::lock_guard<std::mutex> lock(arena_mu_);
-      last_arena_bytes_ = std::move(bytes);
-      last_arena_plan_ = arena.held;
-    }
+    // Note [An arena over shape symbols]: planned at this call's sizes (once per binding).
+    if (layouts == nullptr || !layouts->arena) return arena;  // every output gets its own memory
+    arena.held = layouts->arena;
     arena.plan = arena.held.get();
   }
   const int64_t total = std::max<int64_t>(arena.plan->total_bytes, 1);
@@ -223,13 +178,11 @@ at::Tensor Executor::in_arena(const CallArena& arena, int slot, c10::IntArrayRef
 }
 
 bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const CallArena& arena,
-                          bool write_through, const std::vector<int64_t>& symbols,
-                          const sym::Bindings* bound) const {
+                          bool write_through, const BindingLayouts::KernelLayouts* layouts) const {
   if (k.symbolic) {
     // Inputs in the layout of their types under this call's sizes (an extern op may return
     // another: copied, as below); outputs allocated at this call's sizes.
-    const sym::Bindings own = bound ? sym::Bindings{} : to_bindings(symbols);
-    const sym::Bindings& bindings = bound ? *bound : own;
+    EMBER_INTERNAL_ASSERT(layouts != nullptr) << k.description << ": run without its layouts";
     std::vector<void*> buffers;
     buffers.reserve(k.inputs.size() + k.outputs.size() + 1);
     for (size_t i = 0; i < k.inputs.size(); ++i) {
@@ -237,8 +190,8 @@ bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const C
       EMBER_INTERNAL_ASSERT(x.defined())
           << k.description << ": input " << i << " (%" << k.inputs[i] << ") is not defined";
       const graph::TensorType& t = p_.traced.graph.type(k.inputs[i]);
-      const std::vector<int64_t> sizes = evaluate_dims(k.symbolic_inputs[i].first, bindings);
-      const std::vector<int64_t> strides = evaluate_dims(k.symbolic_inputs[i].second, bindings);
+      const std::vector<int64_t>& sizes = layouts->input_sizes[i];
+      const std::vector<int64_t>& strides = layouts->input_strides[i];
       if (!has_layout(x, sizes, strides) || tracer::to_graph(x.scalar_type()) != t.dtype) {
         note_layout_copy(k.description + ": input " + std::to_string(i) + " (%" +
                              std::to_string(k.inputs[i]) + ")",
@@ -253,27 +206,24 @@ bool Executor::run_kernel(const Kernel& k, std::vector<at::Tensor>& env, const C
     for (size_t i = 0; i < k.outputs.size(); ++i) {
       at::Tensor& t = env[k.outputs[i]];
       const Kernel::Output& out = k.allocations[i];
-      const std::vector<int64_t> sizes = evaluate_dims(k.symbolic_outputs[i].first, bindings);
-      const std::vector<int64_t> strides = evaluate_dims(k.symbolic_outputs[i].second, bindings);
+      const std::vector<int64_t>& sizes = layouts->output_sizes[i];
+      const std::vector<int64_t>& strides = layouts->output_strides[i];
       t = out.arena_slot >= 0 && arena.memory.defined()
               ? in_arena(arena, out.arena_slot, sizes, strides, out.options)
               : at::empty_strided(sizes, strides, out.options);
       buffers.push_back(t.data_ptr());
     }
-    std::vector<int64_t> sizes;
-    sizes.reserve(k.size_symbols.size());
-    for (int id : k.size_symbols) sizes.push_back(symbols.at(id));
     if (k.triton) {
       std::vector<at::Tensor> args;
       args.reserve(k.inputs.size() + k.outputs.size());
       for (graph::ValueId v : k.inputs) args.push_back(env[v]);
       for (graph::ValueId v : k.outputs) args.push_back(env[v]);
-      k.triton->launch(args, sizes);
+      k.triton->launch(args, layouts->size_args);
       return true;
     }
     bool index_out_of_range = false;
     if (k.index_status) buffers.push_back(&index_out_of_range);
-    k.fn(buffers.data(), sizes.data());
+    k.fn(buffers.data(), layouts->size_args.data());
     return !index_out_of_range;
   }
   std::vector<void*> buffers;
@@ -346,6 +296,7 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
   // op traced in a region with autocast off (a rotary embedding's fp32 matmul) must not be cast
   // again because the caller's autocast is on now.
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  RECORD_USER_SCOPE("ember::graph");
   return run_checked(inputs, check_inputs(inputs));
 }
 
@@ -358,6 +309,7 @@ std::vector<at::Tensor> Executor::unfused_run(const std::vector<at::Tensor>& inp
 std::vector<at::Tensor> Executor::run_and_bind(const std::vector<at::Tensor>& inputs,
                                                std::vector<int64_t>* symbols) const {
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  RECORD_USER_SCOPE("ember::graph");
   *symbols = check_inputs(inputs);
   return run_checked(inputs, *symbols);
 }
@@ -410,6 +362,7 @@ std::vector<at::Tensor> Executor::run(std::vector<at::Tensor>&& inputs,
                                       const std::vector<int64_t>& given) const {
   const bool from_caller = !given.empty() && p_.symbol_sources.has_value();
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+  RECORD_USER_SCOPE("ember::graph");
   if (!(p_.specializations && !p_.symbolic_fallback.empty()) &&
       (!p_.release_inputs || p_.cuda_graph)) {
     const std::vector<at::Tensor> kept = std::move(inputs);
@@ -535,13 +488,20 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
   for (const auto& [value, index] : p_.constant_slots) env[value] = p_.traced.constants[index];
 
   torch::jit::Stack stack;
-  // A symbolic program's extern steps evaluate their symbolic arguments under these.
-  const sym::Bindings bindings = symbols.empty() ? sym::Bindings{} : to_bindings(symbols);
-  const sym::Bindings* bound = symbols.empty() ? nullptr : &bindings;
+  // A symbolic program's layouts and symbolic arguments at this call's sizes (Note [Layouts per
+  // binding]).
+  const std::shared_ptr<const BindingLayouts> layouts =
+      symbols.empty() ? nullptr : layouts_.get(p_, symbols);
+  auto kernel_layouts = [&](int k) {
+    return layouts ? &layouts->kernels[static_cast<size_t>(k)] : nullptr;
+  };
+  auto extern_args = [&](const Step& s) {
+    return layouts ? &layouts->extern_args[static_cast<size_t>(&s - p_.steps.data())] : nullptr;
+  };
   // The arena holds intermediates only (no output, mutation value or alias of one is placed in
   // it, and extern results that alias it are cloned), so nothing references it after the call
   // and the next call may take it over.
-  CallArena arena = take_arena(bound);
+  CallArena arena = take_arena(layouts.get());
   struct ArenaReturn {
     const Executor& e;
     at::Tensor& memory;
@@ -566,6 +526,8 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
         continue;
       }
       const Kernel& kernel = p_.kernels[step.kernel];
+      // Its launch (and, on the GPU, the argument setup around it) in the profiler's timeline.
+      RECORD_USER_SCOPE(kernel.profile_name);
       std::optional<std::vector<ParameterCache::Input>> key;
       if (kernel.parameter_cache && !p_.cuda_graph) {
         key = ParameterCache::key_of(env, kernel.inputs);
@@ -579,10 +541,11 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
         }
       }
       if (step.fused && !env[step.matmul_operands.out].defined()) {
-        p_.steps[step.fused_product_step].call->run(env, stack,
-                                                    bound);  // the product's step was skipped
+        // the product's step was skipped
+        const Step& product = p_.steps[step.fused_product_step];
+        product.call->run(env, stack, nullptr, extern_args(product));
       }
-      if (!run_kernel(p_.kernels[step.kernel], env, arena, write_through, symbols, bound)) {
+      if (!run_kernel(kernel, env, arena, write_through, kernel_layouts(step.kernel))) {
         // An index tensor holds an out-of-range index. Nothing is mutated before the last step:
         // the unfused program runs the ATen ops, which raise eager's error.
         EMBER_INTERNAL_ASSERT(p_.unfused != nullptr) << "kernel step without an unfused program";
@@ -610,16 +573,19 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
       const MatmulOperands& o = step.matmul_operands;
       product = step.matmul->run(env[o.a], env[o.b], o.bias >= 0 ? &env[o.bias] : nullptr,
                                  step.matmul_sizes, step.matmul_strides, [&] {
-                                   step.call->run(env, stack, bound);
+                                   step.call->run(env, stack, nullptr, extern_args(step));
                                    return env[step.matmul_operands.out];
                                  });
     }
     if (product.has_value()) {
       env[step.matmul_operands.out] = std::move(*product);
-    } else if (step.view && run_view(step, env, bound)) {
+    } else if (step.view &&
+               run_view(step, env,
+                        layouts ? &layouts->views[static_cast<size_t>(&step - p_.steps.data())]
+                                : nullptr)) {
       // made from the root's storage
     } else {
-      step.call->run(env, stack, bound);
+      step.call->run(env, stack, nullptr, extern_args(step));
       if (arena.memory.defined() && !step.may_alias) {
         // The plan assumed this op's results are fresh memory (its schema says so). One that
         // returns a view of an arena buffer anyway would be overwritten when the buffer is

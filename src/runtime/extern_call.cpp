@@ -16,9 +16,9 @@ bool is_symbolic(const graph::Arg& a) {
   return false;
 }
 
-/// Symbolic argument `a` (a DimExpr or Dims) under `bindings`, as the int or int list the
-/// operator takes.
-c10::IValue evaluate_arg(const graph::Arg& a, const sym::Bindings& bindings) {
+}  // namespace
+
+c10::IValue evaluate_symbolic_arg(const graph::Arg& a, const sym::Bindings& bindings) {
   auto value = [&](const graph::DimExpr& d) {
     std::optional<int64_t> c = d.as_constant();
     return c ? *c : sym::evaluate(d.expr(), bindings);
@@ -30,8 +30,6 @@ c10::IValue evaluate_arg(const graph::Arg& a, const sym::Bindings& bindings) {
   for (const graph::DimExpr& d : ds) out.push_back(value(d));
   return c10::IValue(std::move(out));
 }
-
-}  // namespace
 
 ExternCall make_extern_call(const graph::Graph& g, int32_t n) {
   const graph::Node& node = g.nodes[n];
@@ -81,13 +79,23 @@ std::vector<graph::ValueId> ExternCall::reads() const {
 }
 
 void ExternCall::run(std::vector<at::Tensor>& env, torch::jit::Stack& stack,
-                     const sym::Bindings* bindings) const {
+                     const sym::Bindings* bindings,
+                     const std::vector<c10::IValue>* evaluated) const {
   const ExternCall& step = *this;
   stack.assign(step.args.begin(), step.args.end());
-  if (!step.symbolic_args.empty()) {
+  if (!step.symbolic_args.empty() && evaluated != nullptr) {
+    EMBER_INTERNAL_ASSERT(evaluated->size() == step.symbolic_args.size())
+        << step.op->schema().name() << ": " << evaluated->size() << " evaluated arguments for "
+        << step.symbolic_args.size() << " symbolic ones";
+    for (size_t i = 0; i < step.symbolic_args.size(); ++i) {
+      stack[step.symbolic_args[i].first] = (*evaluated)[i];
+    }
+  } else if (!step.symbolic_args.empty()) {
     EMBER_INTERNAL_ASSERT(bindings != nullptr)
         << step.op->schema().name() << " has symbolic arguments but was run without bindings";
-    for (const auto& [pos, a] : step.symbolic_args) stack[pos] = evaluate_arg(*a, *bindings);
+    for (const auto& [pos, a] : step.symbolic_args) {
+      stack[pos] = evaluate_symbolic_arg(*a, *bindings);
+    }
   }
   for (const auto& [pos, v] : step.tensor_args) stack[pos] = env[v];
   for (const auto& [pos, list] : step.list_args) {

@@ -579,6 +579,7 @@ void generate_kernels(Program& p, const Target& target, sched::Plan& plan,
         k.outputs = group.outputs;
         k.index_status = group.index_status;
         k.description = "kernel " + (target.triton ? k.triton->kernel().name : group.kernel.name);
+        k.profile_name = "ember::" + (target.triton ? k.triton->kernel().name : group.kernel.name);
         if (group.kernel.combo) {
           k.description += " (combo of " + std::to_string(group.kernel.parts().size()) + ")";
         }

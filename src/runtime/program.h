@@ -82,6 +82,9 @@ struct Kernel {
   /// meta kernel's) is first copied into this layout.
   std::vector<Output> input_layouts;
   std::string description;  ///< "kernel <name>: <ops of its nodes>"
+  /// Its range in torch.profiler's host timeline: "ember::<kernel name>" (run_program records
+  /// one per launch while a profiler is on; otherwise the range costs a flag test).
+  std::string profile_name;
   /// A kernel over shape symbols (sched/size_expr.h): the symbol id of each size argument it
   /// takes (loop::Kernel::size_vars, in order), and its inputs' and outputs' sizes and strides as
   /// expressions (`allocations` then hold only the options and the arena slot, and

@@ -528,3 +528,29 @@ def test_a_gpt2_block_traced_with_symbolic_batch_and_length_compiles_once(target
     assert cg.num_specializations == 0  # one compile for every size
     assert cg.num_kernels == kernels
     assert C.CompiledGraph(g, triton_interpret=target == "triton").kernel_sources == cg.kernel_sources  # deterministic
+
+
+def test_calls_at_many_sizes_in_turn_use_each_sizes_layouts():
+    # Note [Layouts per binding]: each binding's layouts (kernels', views' and the arena's plan)
+    # are kept for the last 8 bindings. Calls cycling through more sizes than that, and back,
+    # evict and make them again; each call gets its own sizes' layouts and arena.
+    def fn(x, b):
+        y = torch.relu(x + b)
+        z = y.view(x.shape[0], 4, 4).transpose(1, 2).reshape(x.shape[0], 16) * 2
+        return z.softmax(-1) + y.sum(-1, keepdim=True)
+
+    s = C.TraceSession()
+    x0, b0 = torch.randn(7, 16), torch.randn(16)
+    xi = s.add_input(x0, "user", "x", None, [0])
+    bi = s.add_input(b0, "user", "b", None, [])
+    with s, torch.no_grad():
+        out = fn(xi, bi)
+    cg = C.CompiledGraph(s.finish([out]))
+    assert cg.symbolic_fallback == ""
+    assert cg.arena_per_call and cg.num_arena_buffers >= 1, cg.describe_steps()
+    sizes = [2, 3, 5, 9, 17, 33, 65, 129, 257, 513, 1025]  # 11 bindings, more than kept
+    for n in sizes + sizes[::-1] + sizes:
+        x, b = torch.randn(n, 16), torch.randn(16)
+        torch.testing.assert_close(cg(x, b)[0], fn(x, b), rtol=1e-5, atol=1e-5)
+    assert cg.num_specializations == 0
+
