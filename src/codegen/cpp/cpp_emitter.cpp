@@ -456,7 +456,7 @@ void Emitter::stmt(const Stmt& s, int ind) {
         case ForKind::Vectorized: {
           LaneReduction lr = analyze_lane_reduction(*f);
           if (lr.kind == LaneReduction::Kind::Lanes) {
-            emit_lane_reduction(*f, lr, ind);
+            emit_vectorized_reduction(*f, lr, ind);
             return;
           }
           if (lr.kind == LaneReduction::Kind::Serial) {

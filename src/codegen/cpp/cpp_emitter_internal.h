@@ -91,6 +91,11 @@ class Emitter {
     Kind kind = Kind::None;
     std::vector<const Accumulate*> accs;  // the distinct accumulators reduced over the loop
     int64_t lanes = 0;                    // K
+    // A symbolic extent: the K for short rows (below kShortRows lanes' worth) and the most
+    // elements this form runs in its branch (-1: unbounded). See Note [Lanes over a symbolic
+    // extent].
+    int64_t short_lanes = 0;
+    int64_t max_extent = -1;
   };
 
   static constexpr int64_t kCascadeBlocks = 32;  // C
@@ -113,6 +118,8 @@ class Emitter {
   void combine(int ind, ReduceOp op, const std::string& ct, const std::vector<std::string>& dst,
                const std::vector<std::string>& src);
   void emit_lane_reduction(const For& f, const LaneReduction& lr, int ind);
+  // emit_lane_reduction, or over a symbolic extent one for short rows and one for long ones.
+  void emit_vectorized_reduction(const For& f, const LaneReduction& lr, int ind);
 
   // Largest scratch buffer kept on the stack (per-row accumulators, tiles of them, scratch rows).
   static constexpr int64_t kMaxStackBytes = 64 * 1024;

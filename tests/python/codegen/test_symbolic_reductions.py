@@ -147,6 +147,23 @@ def test_kernels_compiled_at_a_small_size_run_in_parallel_at_every_size():
     _check(cg, fn, [(2, 4), (300, 500)])
 
 
+def test_a_reduction_over_a_symbolic_extent_takes_fewer_lanes_on_short_rows():
+    # Note [Lanes over a symbolic extent]: the row loop is emitted for short rows (16 lanes of
+    # f32) and long ones (64), in a branch on the extent; each matches eager on both sides of the
+    # split (4 x 64 = 256 elements), through the cascade of the long form.
+    def fn(x):
+        return (x * 2).softmax(-1), x.sum(-1), x.amax(-1)
+
+    cg = C.CompiledGraph(_trace(fn, torch.randn(7, 16), [0, 1]))
+    src = "\n".join(cg.kernel_sources)
+    assert "in 16 lanes" in src and "in 64 lanes" in src
+    assert "< 256) {" in src
+    static = C.CompiledGraph(_trace(fn, torch.randn(7, 300), []))
+    assert "in 16 lanes" not in "\n".join(static.kernel_sources)  # a constant extent: one form
+    _check(cg, fn, [(3, n) for n in (2, 15, 16, 17, 63, 64, 65, 255, 256, 257, 2048, 70000)],
+           tol=1e-4)
+
+
 @pytest.mark.parametrize("reduction", ["_softmax(%2, -1, False)", "sum.dim_IntList(%2, [1], False, dtype=None)"])
 def test_a_reduction_over_a_reshape_of_a_computed_value(reduction):
     # A reshape over symbols is no index function: the reduction reads its realized root at the
