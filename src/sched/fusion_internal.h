@@ -13,6 +13,7 @@
 
 #include "graph/graph.h"
 #include "loop/bounds.h"
+#include "loop/equality.h"
 #include "loop/expr.h"
 #include "loop/stmt.h"
 #include "sched/fusion.h"
@@ -173,9 +174,12 @@ class KernelBuilder final : public ElementReader {
  private:
   struct IndexCheck {
     ValueId v;
-    int64_t size;
+    Expr size;  ///< a constant, or an expression over size variables
     bool negative_wraps;
-    bool operator==(const IndexCheck&) const = default;
+    bool operator==(const IndexCheck& o) const {
+      return v == o.v && negative_wraps == o.negative_wraps &&
+             loop::structurally_equal(size, o.size);
+    }
   };
   struct State {
     std::vector<std::pair<Expr, Expr>> lets;  // (var, value), in order

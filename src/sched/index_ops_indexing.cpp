@@ -8,6 +8,7 @@
 #include "sched/fusion.h"
 #include "sched/index_ops_internal.h"
 #include "sched/pointwise_internal.h"
+#include "sched/size_expr.h"
 #include "support/error.h"
 
 namespace ember::sched::index_detail {
@@ -42,6 +43,47 @@ std::optional<AdvancedIndex> advanced_index(const Ctx& c) {
       int64_t y = k < r - s.size() ? 1 : s[k - (r - s.size())];
       if (x != y && x != 1 && y != 1) return std::nullopt;
       res[k] = x == 1 ? y : x;
+    }
+    ai.bshape = res;
+  }
+  if (!seen) return std::nullopt;
+  return ai;
+}
+
+std::optional<SymbolicAdvancedIndex> symbolic_advanced_index(const Ctx& c) {
+  const graph::Arg* a = c.arg("indices");
+  const auto* l = a ? std::get_if<graph::ValueList>(a) : nullptr;
+  const graph::Dims& in = c.type(c.self()).sizes;
+  if (l == nullptr || l->items.empty() || l->items.size() > in.size()) return std::nullopt;
+  SymbolicAdvancedIndex ai;
+  ai.indices.assign(in.size(), std::nullopt);
+  bool seen = false, gap = false;
+  for (size_t d = 0; d < l->items.size(); ++d) {
+    if (!l->items[d]) {
+      gap |= seen;
+      continue;
+    }
+    if (gap) return std::nullopt;
+    const graph::TensorType& t = c.type(*l->items[d]);
+    if (!index_dtype(t) || !kernel_device(t.device)) return std::nullopt;
+    if (!seen) ai.first = d;
+    seen = true;
+    ai.last = d + 1;
+    ai.indices[d] = *l->items[d];
+    const graph::Dims& s = t.sizes;
+    const graph::Dims b = ai.bshape;
+    const size_t r = std::max(b.size(), s.size());
+    graph::Dims res(r, graph::DimExpr(1));
+    for (size_t k = 0; k < r; ++k) {
+      graph::DimExpr x = k < r - b.size() ? graph::DimExpr(1) : b[k - (r - b.size())];
+      graph::DimExpr y = k < r - s.size() ? graph::DimExpr(1) : s[k - (r - s.size())];
+      if (is_constant(x, 1)) {
+        res[k] = y;
+      } else if (is_constant(y, 1) || x == y) {
+        res[k] = x;
+      } else {
+        return std::nullopt;  // sizes not known to agree
+      }
     }
     ai.bshape = res;
   }
@@ -143,8 +185,9 @@ void add_indexing_rules(RuleTable& t) {
         return out == c.sizes(c.out());
       },
       [](const Ctx& c, size_t, const Index& idx, ElementReader& r) {
-        AdvancedIndex ai = *advanced_index(c);
-        std::vector<int64_t> in = c.sizes(c.self());
+        // Over Dims: the same for constant sizes and symbolic ones (the rule's `symbolic`).
+        SymbolicAdvancedIndex ai = *symbolic_advanced_index(c);
+        const graph::Dims& in = c.type(c.self()).sizes;
         const size_t nb = ai.bshape.size();
         Index bidx(idx.begin() + ai.first, idx.begin() + ai.first + nb);
         Index i(in.size());
@@ -155,13 +198,27 @@ void add_indexing_rules(RuleTable& t) {
             i[d] = idx[d - ai.last + ai.first + nb];
           } else if (ai.indices[d]) {
             ValueId v = *ai.indices[d];
-            i[d] = r.index_element(v, broadcast_index(bidx, c.sizes(v)), loop::idx(in[d]), true);
+            i[d] =
+                r.index_element(v, broadcast_index(bidx, c.type(v).sizes), dim_expr(in[d]), true);
           } else {
             return Expr{};  // a gap between indexed dims: rejected by the check
           }
         }
         return read_self(c, r, i);
       }};
+  // Over symbols (a mask gathered by index tensors of symbolic length, transformers' packed-
+  // sequence masks): the same index function over size expressions, each index checked against
+  // its dim's size as an expression.
+  t[{OpKind::index, "Tensor"}].symbolic = [](const Ctx& c) {
+    if (!same_dtype_view(c) || c.type(c.self()).dim() == 0) return false;
+    std::optional<SymbolicAdvancedIndex> ai = symbolic_advanced_index(c);
+    if (!ai) return false;
+    const graph::Dims& in = c.type(c.self()).sizes;
+    graph::Dims out(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(ai->first));
+    out.insert(out.end(), ai->bshape.begin(), ai->bshape.end());
+    out.insert(out.end(), in.begin() + static_cast<std::ptrdiff_t>(ai->last), in.end());
+    return out == c.type(c.out()).sizes;
+  };
 }
 
 }  // namespace ember::sched::index_detail

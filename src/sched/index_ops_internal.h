@@ -123,6 +123,14 @@ struct AdvancedIndex {
 /// The index tensors of argument "indices": integer (int64, int32) CPU tensors on adjacent dims
 /// [first, last) of self, broadcastable together; nullopt otherwise.
 std::optional<AdvancedIndex> advanced_index(const Ctx& c);
+/// The same over sizes that may be symbolic: the broadcast shape as size expressions (a dim
+/// broadcasts only where its size is the constant 1, as broadcasts_to over Dims).
+struct SymbolicAdvancedIndex {
+  std::vector<std::optional<ValueId>> indices;
+  graph::Dims bshape;
+  size_t first = 0, last = 0;
+};
+std::optional<SymbolicAdvancedIndex> symbolic_advanced_index(const Ctx& c);
 
 // ---- the table ----
 

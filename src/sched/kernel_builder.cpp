@@ -279,13 +279,12 @@ Expr KernelBuilder::index_element(ValueId v, const Index& raw_index, const Expr&
   // An index tensor is realized, or a view of a realized buffer (Scheduler::find_demands).
   const ValueId root = s_.view_root(v);
   EMBER_INTERNAL_ASSERT(s_.realized(root)) << "index tensor %" << v << " is not realized";
-  std::optional<int64_t> bound = loop::as_const_int(size);
-  EMBER_INTERNAL_ASSERT(bound.has_value()) << "index bound is not a constant";
   if (stores(root) || bound_.count(root)) {  // the check before the loops would read it first
     conflict_ = true;
     return loop::idx(0);
   }
-  IndexCheck check{v, *bound, negative_wraps};
+  const Expr bound = loop::simplify(size);  // a constant, or over size variables
+  IndexCheck check{v, bound, negative_wraps};
   if (!s_.index_asserts() &&
       std::find(st_.checks.begin(), st_.checks.end(), check) == st_.checks.end()) {
     st_.checks.push_back(check);
@@ -293,8 +292,9 @@ Expr KernelBuilder::index_element(ValueId v, const Index& raw_index, const Expr&
   const graph::TensorType& t = g_.type(v);
   Expr x = as_index(load(root, t, simplified(raw_index), g_.type(root).storage_offset));
   if (s_.index_asserts()) {  // each read checks itself (ScheduleOptions::index_asserts)
-    x = loop::Call::make(loop::CallFn::CheckIndex,
-                         {x, loop::idx(negative_wraps ? -*bound : 0), loop::idx(*bound)});
+    x = loop::Call::make(
+        loop::CallFn::CheckIndex,
+        {x, negative_wraps ? loop::simplify(loop::idx(0) - bound) : loop::idx(0), bound});
   }
   if (negative_wraps) x = loop::Select::make(loop::LT::make(x, loop::idx(0)), x + size, x);
   return x;

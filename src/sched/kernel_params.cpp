@@ -1,5 +1,6 @@
 #include "sched/kernel_params.h"
 
+#include "loop/simplify.h"
 #include "sched/pointwise.h"
 #include "sched/size_expr.h"
 #include "support/error.h"
@@ -45,8 +46,8 @@ void add_index_status(KernelGroup& group, loop::Kernel& k) {
 
 loop::Stmt index_range_check(
     const graph::TensorType& t,
-    const std::function<loop::Expr(const std::vector<loop::Expr>&)>& element, int64_t size,
-    bool negative_wraps, const std::string& prefix) {
+    const std::function<loop::Expr(const std::vector<loop::Expr>&)>& element,
+    const loop::Expr& size, bool negative_wraps, const std::string& prefix) {
   // Over the index tensor's sizes, constant or symbolic (loops over size variables).
   const graph::Dims& sizes = t.sizes;
   std::vector<loop::Expr> j;
@@ -56,8 +57,8 @@ loop::Stmt index_range_check(
   }
   loop::Expr x = element(j);
   if (x.dtype() != loop::DType::Int64) x = loop::Cast::make(loop::DType::Int64, x);
-  loop::Expr lo = loop::idx(negative_wraps ? -size : 0);
-  loop::Expr ok = loop::And::make(loop::LE::make(lo, x), loop::LT::make(x, loop::idx(size)));
+  loop::Expr lo = negative_wraps ? loop::simplify(loop::idx(0) - size) : loop::idx(0);
+  loop::Expr ok = loop::And::make(loop::LE::make(lo, x), loop::LT::make(x, size));
   loop::Stmt s =
       loop::Accumulate::make(loop::ReduceOp::Any, {"bad"}, loop::idx(0), {loop::Not::make(ok)});
   for (size_t d = sizes.size(); d-- > 0;) {

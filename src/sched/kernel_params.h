@@ -32,10 +32,11 @@ void add_index_status(KernelGroup& group, loop::Kernel& k);
 /// `element` at an index over t's dims, as i64) against [-size, size) when `negative_wraps`, else
 /// [0, size), accumulating "any out of range" into the one-element buffer `bad`. Dims of size 1 or
 /// stride 0 (expanded) get no loop; loop variables are `<prefix><d>`, over t's sizes as size
-/// expressions where they are symbolic.
+/// expressions where they are symbolic. `size` is a constant or an expression over size
+/// variables (the indexed dim of a tensor of symbolic sizes).
 loop::Stmt index_range_check(
     const graph::TensorType& t,
-    const std::function<loop::Expr(const std::vector<loop::Expr>&)>& element, int64_t size,
-    bool negative_wraps, const std::string& prefix);
+    const std::function<loop::Expr(const std::vector<loop::Expr>&)>& element,
+    const loop::Expr& size, bool negative_wraps, const std::string& prefix);
 
 }  // namespace ember::sched

@@ -397,8 +397,8 @@ void build_scatter_kernel(const graph::Graph& g, const graph::Node& n, KernelGro
   for (size_t ci = 0; ci < s->checks.size(); ++ci) {
     const IndexCheck& check = s->checks[ci];
     stmts.push_back(index_range_check(
-        g.type(check.v), [&](const Index& j) { return reads.element(check.v, j); }, check.size,
-        check.wraps, "j" + std::to_string(ci) + "_"));
+        g.type(check.v), [&](const Index& j) { return reads.element(check.v, j); },
+        loop::idx(check.size), check.wraps, "j" + std::to_string(ci) + "_"));
   }
 
   // 2. out = self, in parallel where large. 3. The source elements in order: serial, so

@@ -554,3 +554,39 @@ def test_calls_at_many_sizes_in_turn_use_each_sizes_layouts():
         torch.testing.assert_close(cg(x, b)[0], fn(x, b), rtol=1e-5, atol=1e-5)
     assert cg.num_specializations == 0
 
+
+def _mask_gather(mask, x):
+    # transformers' packed-sequence masks: a padding mask gathered at arange-derived batch and
+    # key indices (index.Tensor with broadcast index tensors), and a row gather by token ids.
+    B, T = mask.shape
+    b = torch.arange(B)[:, None, None]
+    kv = torch.arange(T)[None, None, :]
+    q = torch.arange(T)[None, :, None]
+    allowed = mask.bool()[b, kv] & (kv <= q)
+    rows = x[torch.arange(T)]  # a [T, 8] gather of x (its own length: another symbol)
+    return allowed, rows * 2
+
+
+@TARGETS
+def test_index_tensor_over_symbols_is_a_kernel_with_symbolic_bounds(target):
+    # index.Tensor's index function over size expressions: each index is checked against its
+    # dim's size as an expression (the kernel's range check over symbols), and the node is a
+    # kernel, not an ATen call, at every size.
+    s = C.TraceSession()
+    mask = s.add_input(torch.ones(2, 7, dtype=torch.long), "user", "mask", None, [0, 1])
+    x = s.add_input(torch.randn(7, 8), "user", "x", None, [0])
+    with s:
+        outs = _mask_gather(mask, x)
+    g = s.finish(list(outs))
+    cg = C.CompiledGraph(g, triton_interpret=target == "triton")
+    steps = cg.describe_steps()
+    assert not any(st.startswith("extern") for st in steps), steps
+    for B, T in [(2, 3), (3, 7), (4, 40)]:
+        m, xx = torch.randint(0, 2, (B, T)), torch.randn(T, 8)
+        for got, want in zip(cg(m, xx), _mask_gather(m, xx)):
+            torch.testing.assert_close(got, want)
+    assert cg.symbolic_fallback == "" and cg.num_specializations == 0
+    if target == "cpp":
+        # An index past a symbolic size (x shorter than the mask's length): eager's error.
+        with pytest.raises(IndexError):
+            cg(torch.ones(2, 5, dtype=torch.long), torch.randn(3, 8))
