@@ -47,6 +47,11 @@ nb::object Interpreter::call_method(nb::handle callable, std::vector<nb::object>
       return inline_function(wrapped, std::move(args), kwnames);
     }
   }
+  if (is_function_ctx_recorder(nb::handle(self), nb::handle(fn))) {
+    // Note [A Function's ctx]: its stores are replayed on each call's ctx.
+    args.insert(args.begin(), nb::borrow(self));
+    return inline_function(nb::borrow(fn), std::move(args), kwnames);
+  }
   if (inlines(fn)) {
     int method_source = source_of(callable);
     if (method_source >= 0 && source_of(fn) < 0) {

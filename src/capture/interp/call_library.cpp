@@ -77,6 +77,34 @@ bool is_stateful_torch_object(nb::handle v) {
 
 namespace {
 
+bool is_function_ctx(nb::handle v) {
+  static PyObject* ctx = torch_class("torch.autograd.function", "FunctionCtx");
+  if (ctx == nullptr) return false;
+  int r = PyObject_IsInstance(v.ptr(), ctx);
+  if (r < 0) throw nb::python_error();
+  return r == 1;
+}
+
+}  // namespace
+
+bool is_function_ctx_recorder(nb::handle self, nb::handle fn) {
+  if (!PyFunction_Check(fn.ptr()) || !is_function_ctx(self)) return false;
+  const std::string name = name_of(fn);
+  return module_of(fn) == "torch.autograd.function" &&
+         (name == "FunctionCtx.save_for_backward" || name == "FunctionCtx.save_for_forward" ||
+          name == "FunctionCtx.mark_dirty" || name == "FunctionCtx.mark_non_differentiable" ||
+          name == "FunctionCtx.set_materialize_grads");
+}
+
+bool is_function_ctx_record(nb::handle obj, PyObject* name) {
+  if (!PyUnicode_Check(name) || !is_function_ctx(obj)) return false;
+  const std::string_view n = PyUnicode_AsUTF8(name);
+  return n == "to_save" || n == "saved_for_forward" || n == "dirty_tensors" ||
+         n == "non_differentiable" || n == "materialize_grads";
+}
+
+namespace {
+
 /// Functions of the standard library that read their arguments and return a new value, with
 /// no side effect and no call into program code: they run for real.
 bool is_pure_library_function(std::string_view module, std::string_view name) {

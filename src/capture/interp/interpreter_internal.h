@@ -141,6 +141,20 @@ bool is_stateful_torch_object(nanobind::handle v);
 /// that name; kept for the process.
 PyObject* torch_class(const char* module, const char* name);
 
+/// Note [A Function's ctx]
+/// The `ctx` of a torch.autograd.Function's forward is made by Function.apply for each call: a
+/// frame compiled for the forward (run on its own, as under no_grad, where apply calls it from
+/// C++) gets a new one every call, so the capture must never depend on its identity. Its
+/// recording methods (save_for_backward, save_for_forward, mark_dirty,
+/// mark_non_differentiable, set_materialize_grads) only store their arguments in attributes:
+/// they are inlined (not run for real on the trace's ctx, which pinned it and recompiled every
+/// call, transformers' Reformer), and those attributes, though _FunctionBase's data
+/// descriptors, are stores the compiled frame replays on each call's ctx (by its source).
+/// Whether `self` is a FunctionCtx and `fn` one of its recording methods.
+bool is_function_ctx_recorder(nanobind::handle self, nanobind::handle fn);
+/// Whether `obj` is a FunctionCtx and `name` an attribute its recording methods set.
+bool is_function_ctx_record(nanobind::handle obj, PyObject* name);
+
 /// A function of torch's higher-order ops (torch.cond, while_loop, scan, map, ...) or one of those
 /// operators (call_library.cpp).
 bool is_higher_order_op(nanobind::handle callable);

@@ -141,11 +141,15 @@ void Interpreter::store_attr_outside(nb::handle obj, PyObject* name, nb::handle 
   PyObject* descr = _PyType_Lookup(t, name);
   nb::object dict = nb::steal(PyObject_GenericGetDict(obj.ptr(), nullptr));
   if (!dict.is_valid()) PyErr_Clear();
+  // A Function's ctx records through _FunctionBase's descriptors (Note [A Function's ctx]):
+  // the replay sets them (PyObject_SetAttr); the trace's own store only shadows them in the
+  // instance dict, undone when the interpreter stops.
+  const bool ctx_record = is_function_ctx_record(obj, name);
   EMBER_UNSUPPORTED(
       source >= 0 &&
       (t->tp_setattro == PyObject_GenericSetAttr || module_attr_store_is_plain(obj, name, value)) &&
-      (descr == nullptr || Py_TYPE(descr)->tp_descr_set == nullptr) && dict.is_valid() &&
-      !PyType_Check(obj.ptr()) && !PyModule_Check(obj.ptr()))
+      (descr == nullptr || Py_TYPE(descr)->tp_descr_set == nullptr || ctx_record) &&
+      dict.is_valid() && !PyType_Check(obj.ptr()) && !PyModule_Check(obj.ptr()))
       << "setting attribute '" << nb::cast<std::string>(nb::handle(name)) << "' of a "
       << type_name_of(obj) << " at " << location();
   Store* s = const_cast<Store*>(find_store(obj, name));

@@ -162,6 +162,26 @@ bool is_identity_free(nb::handle v) {
   return !is_stateful_torch_object(v);
 }
 
+// Note [Functions by their code]
+// A nested function (a closure a factory returns: transformers' mask functions, made per call)
+// is a new object on every call, so guarded by identity it recompiled every call ("L['mask_
+// functions'][1] is not the object seen when compiling (since freed)"). What the trace reads
+// of it is its code, its globals, its defaults and its closure cells, and the cells are read
+// through sources (fn.__closure__[i].cell_contents, guarded as read: load_deref). So such a
+// function is guarded as Dynamo guards a closure: its type, its code, its globals and its
+// defaults; its identity only where the trace depends on it (pin_identity). Only functions
+// with nothing else a trace could read unguarded: no instance attributes (functools.wraps'
+// __wrapped__, torch's _torchdynamo_* marks), no keyword-only defaults, positional defaults
+// of constants only.
+bool guarded_by_code(PyObject* fn) {
+  if (!PyFunction_Check(fn)) return false;
+  PyFunctionObject* f = reinterpret_cast<PyFunctionObject*>(fn);
+  if (f->func_closure == nullptr) return false;  // module-level functions keep their identity
+  if (f->func_kwdefaults != nullptr && f->func_kwdefaults != Py_None) return false;
+  if (f->func_defaults != nullptr && !is_guardable_constant(f->func_defaults)) return false;
+  return f->func_dict == nullptr || PyDict_GET_SIZE(f->func_dict) == 0;
+}
+
 nb::object Interpreter::wrap(nb::handle v, int source) {
   auto cached = wrapped_.find(source);
   if (cached != wrapped_.end() && cached->second.ptr() != nullptr) return cached->second;
@@ -274,6 +294,28 @@ nb::object Interpreter::wrap(nb::handle v, int source) {
     guards_.add_type(source, o);
     // Read before through another source: what the trace reads of it is guarded through that
     // one, so this source must hold the same object.
+    if (auto known = source_of_.find(o); known != source_of_.end()) {
+      guards_.add_same(source, known->second);
+    }
+    identity_free_[o].push_back(source);
+    out = nb::borrow(v);
+    source_of_.emplace(o, source);
+  } else if (guarded_by_code(o)) {
+    // Note [Functions by their code].
+    PyFunctionObject* f = reinterpret_cast<PyFunctionObject*>(o);
+    guards_.add_type(source, o);
+    auto attr = [&](const char* name) {
+      nb::object n = nb::steal(PyUnicode_FromString(name));
+      return sources_.attr(source, n.ptr());
+    };
+    guards_.add_id(attr("__code__"), f->func_code);
+    guards_.add_id(attr("__globals__"), f->func_globals);
+    guards_.add_equals(attr("__defaults__"),
+                       f->func_defaults != nullptr ? f->func_defaults : Py_None);
+    guards_.add_equals(attr("__kwdefaults__"), Py_None);
+    // The function's own attributes: none (a later call's function must have none either).
+    nb::object no_attrs = nb::steal(PyDict_New());
+    guards_.add_len(attr("__dict__"), no_attrs.ptr());
     if (auto known = source_of_.find(o); known != source_of_.end()) {
       guards_.add_same(source, known->second);
     }

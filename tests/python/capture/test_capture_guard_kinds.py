@@ -300,6 +300,121 @@ def test_object_passed_to_code_that_runs_for_real_is_pinned():
     assert frames_compiled() == 2
 
 
+class _Reversible(torch.autograd.Function):
+    """A Function whose forward records on its ctx (transformers' Reformer): saved tensors,
+    non-differentiable outputs, and plain attributes."""
+
+    @staticmethod
+    def forward(ctx, x, layers, scale):
+        h = x
+        for layer in layers:
+            h = layer(h)
+        ctx.save_for_backward(h.detach(), x.detach())
+        ctx.mark_non_differentiable()
+        ctx.set_materialize_grads(False)
+        ctx.layers = layers
+        ctx.scale = scale
+        return torch.cat([h, x], -1) * scale
+
+    @staticmethod
+    def backward(ctx, g):
+        h, x = ctx.saved_tensors
+        return g[..., :4] * ctx.scale, None, None
+
+
+class _WithFunction(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(4, 4) for _ in range(2)])
+
+    def forward(self, x):
+        return _Reversible.apply(x, self.layers, 2.0) + 1
+
+
+def test_a_functions_ctx_is_never_guarded_by_identity():
+    # Note [A Function's ctx]: Function.apply makes a ctx per call; a frame compiled for the
+    # forward records on it through stores replayed on each call's ctx, so the second and third
+    # calls hit the cache (they recompiled on "L['ctx'] is not the object seen when compiling").
+    m = _WithFunction().eval()
+    c = compiled(m)
+    with torch.no_grad():
+        for _ in range(3):
+            same(c, m, r(2, 4))
+        first = frames_compiled()
+        for _ in range(3):
+            same(c, m, r(2, 4))
+    assert frames_compiled() == first
+    forward_frames = [rec for rec in ember.capture.records()
+                      if "_Reversible.forward" in rec["code"] and rec["captured"]]
+    assert len(forward_frames) == 1, [rec["code"] for rec in ember.capture.records()]
+    assert "L['ctx'] is" not in forward_frames[0]["guard_text"]
+
+
+def _scaled(k):
+    def inner(x):
+        return x * k
+    return inner
+
+
+def _shifted(k):
+    def inner(x):
+        return x + k
+    return inner
+
+
+def test_closures_made_per_call_are_guarded_by_code_and_cells():
+    # Note [Functions by their code]: a factory's closure is a new object per call (transformers'
+    # mask functions); guarded by its code, globals, defaults and the cells it read, an equal
+    # closure hits the cache, and another code or cell value recompiles.
+    def f(x, fns):
+        for fn in fns:
+            x = fn(x)
+        return x
+
+    c = compiled(f)
+    for _ in range(3):
+        same(c, f, r(3), (_scaled(2.0), _shifted(1.0)))
+    assert frames_compiled() == 1
+    same(c, f, r(3), (_scaled(3.0), _shifted(1.0)))  # a cell's value: by value (a float)
+    assert frames_compiled() == 2
+    same(c, f, r(3), (_shifted(2.0), _shifted(1.0)))  # another code
+    assert frames_compiled() == 3
+    same(c, f, r(3), (_scaled(2.0), _shifted(1.0)))  # the first entry again
+    assert frames_compiled() == 3
+
+
+def test_a_closure_whose_identity_the_trace_depends_on_is_pinned():
+    def f(x, fn, table):
+        return fn(x) * table[fn]
+
+    c = compiled(f)
+    g = _scaled(2.0)
+    same(c, f, r(3), g, {g: 3})
+    h = _scaled(2.0)
+    same(c, f, r(3), h, {h: 4})  # a dict keyed by the function: identity pinned
+    assert frames_compiled() == 2
+
+
+def test_a_decorated_closure_keeps_its_identity_guard():
+    # functools.wraps gives the wrapper attributes (__wrapped__) a trace could read without a
+    # guard: such functions stay guarded by identity.
+    import functools
+
+    def deco(g):
+        @functools.wraps(g)
+        def wrapper(x):
+            return g(x) + 1
+        return wrapper
+
+    def f(x, fn):
+        return fn(x)
+
+    c = compiled(f)
+    same(c, f, r(3), deco(torch.sin))
+    same(c, f, r(3), deco(torch.cos))
+    assert frames_compiled() == 2
+
+
 # --- library code followed -----------------------------------------------------------------
 
 
