@@ -399,6 +399,14 @@ std::vector<int64_t> CaptureCompiler::dynamic_dims(PyObject* code, const std::st
   return out;
 }
 
+std::optional<CompileResult::Action> CaptureCompiler::decided(const FrameView& f) {
+  PyObject* code = reinterpret_cast<PyObject*>(f.code);
+  auto memo = eager_memo_.find(code);
+  if (memo == eager_memo_.end() || !(memo->second == GlobalState::current())) return std::nullopt;
+  return unhooked_.contains(code) ? CompileResult::Action::EagerUnhooked
+                                  : CompileResult::Action::Eager;
+}
+
 CompileResult CaptureCompiler::compile(const FrameView& f) {
   used_dynamic_ = false;
   const size_t first_record = log_->records.size();
@@ -498,6 +506,12 @@ CompileResult CaptureCompiler::compile_once(const FrameView& f) {
     // the frames it makes too (the mode's handlers among them, which run with the mode popped),
     // and entries compiled without modes never run under one (GlobalState).
     result.action = CompileResult::Action::EagerUnhooked;
+    // Decided for this state: later calls under it run eagerly without a compile (decided()).
+    if (eager_memo_.find(code_key) == eager_memo_.end()) {
+      memo_keepalive_.push_back(nb::borrow(code_key));
+    }
+    eager_memo_[code_key] = state_now;
+    unhooked_.insert(code_key);
     result.reason = state_now.torch_function_modes > 0
                         ? "a torch function mode is active (a TorchFunctionMode, or the default "
                           "device that torch.set_default_device set)"

@@ -79,6 +79,8 @@ class CaptureCompiler final : public FrameCompiler {
   /// static shapes might not, the frame keeps static shapes from then on and compiles again.
   CompileResult compile(const FrameView& f) override;
   bool fullgraph() const override { return options_.fullgraph; }
+  /// eager_memo_ under the current global state.
+  std::optional<CompileResult::Action> decided(const FrameView& f) override;
 
   /// Every compile of this compiler, in order.
   const std::vector<CaptureRecord>& records() const { return log_->records; }

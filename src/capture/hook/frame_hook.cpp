@@ -298,27 +298,36 @@ PyObject* on_miss(PyThreadState* ts, _PyInterpreterFrame* frame, ThreadState& st
     return eval_default(ts, frame);
   }
 
-  ++g.stats.compiles;
-  if (own > 0) {
-    ++g.stats.recompiles;
-    HookDisabled off(st);
-    if (log_enabled("recompiles")) {
-      log_warning("ember: recompiling " + frame_text(f) + ": " +
-                  recompile_reason(f, *s, compiler.get()));
-    }
-  }
   CompileResult result;
+  std::optional<CompileResult::Action> decided;
   {
     HookDisabled off(st);
-    s->compiling = &st;
-    try {
-      result = compiler->compile(f);
-    } catch (...) {
-      set_python_error_from_exception();
-    }
-    s->compiling = nullptr;
+    decided = compiler->decided(f);
   }
-  if (PyErr_Occurred()) return fail(ts, frame);
+  if (decided.has_value()) {
+    result.action = *decided;  // runs eagerly, as decided before: no compile
+  } else {
+    ++g.stats.compiles;
+    if (own > 0) {
+      ++g.stats.recompiles;
+      HookDisabled off(st);
+      if (log_enabled("recompiles")) {
+        log_warning("ember: recompiling " + frame_text(f) + ": " +
+                    recompile_reason(f, *s, compiler.get()));
+      }
+    }
+    {
+      HookDisabled off(st);
+      s->compiling = &st;
+      try {
+        result = compiler->compile(f);
+      } catch (...) {
+        set_python_error_from_exception();
+      }
+      s->compiling = nullptr;
+    }
+    if (PyErr_Occurred()) return fail(ts, frame);
+  }
   switch (result.action) {
     case CompileResult::Action::Run: {
       if (result.entry == nullptr) {

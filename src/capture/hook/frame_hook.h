@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -88,6 +89,12 @@ class FrameCompiler {
   /// Called with the hook disabled on this thread. May raise a Python exception: return Eager
   /// with the exception set to propagate it to the caller of the frame.
   virtual CompileResult compile(const FrameView& f) = 0;
+  /// How a frame whose cache entries all missed runs when this compiler decided before, for its
+  /// code under the current global state, that it runs eagerly (Eager or EagerUnhooked); nullopt
+  /// when it must compile. A decided frame is no compile: the hook counts no recompile, logs
+  /// none, and the compiler makes no record (a frame called now and then under a
+  /// TorchFunctionMode, which always runs eagerly, recompiled on each such call).
+  virtual std::optional<CompileResult::Action> decided(const FrameView&) { return std::nullopt; }
   /// fullgraph=True: its top frame must be captured whole or raise, so a code object that
   /// another compiler marked SkipCode is still compiled when it is this compiler's top frame.
   virtual bool fullgraph() const { return false; }

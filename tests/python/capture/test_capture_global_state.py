@@ -121,6 +121,29 @@ def test_a_torch_function_mode_sees_every_call():
     assert n == 0
 
 
+def test_a_frame_under_a_mode_runs_eagerly_without_recompiling_each_call():
+    # A frame called now and then under a TorchFunctionMode (transformers' vmap mask creation
+    # under TransformGetItemToIndex) runs eagerly there; decided once for that state, later
+    # calls under it compile nothing and log no recompile (they recompiled on every call).
+    def f(x):
+        return torch.sin(x) * 2 + 1
+
+    c = ember.compile(f)
+    x = torch.randn(5)
+    c(x)  # compiled without a mode
+    with CountCalls():
+        _, first = compiles_during(lambda: c(x))
+    assert first == 1  # the decision
+    for _ in range(3):
+        with CountCalls() as mode:
+            out, n = compiles_during(lambda: c(x))
+        assert n == 0
+        assert mode.calls > 0
+        torch.testing.assert_close(out, f(x))
+    _, n = compiles_during(lambda: c(x))  # without the mode: its entry
+    assert n == 0
+
+
 def test_a_dispatch_mode_sees_every_op():
     def f(x):
         return torch.cos(x) - x
