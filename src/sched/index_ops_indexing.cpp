@@ -14,40 +14,10 @@
 namespace ember::sched::index_detail {
 
 std::optional<AdvancedIndex> advanced_index(const Ctx& c) {
-  const graph::Arg* a = c.arg("indices");
-  const auto* l = a ? std::get_if<graph::ValueList>(a) : nullptr;
-  std::vector<int64_t> in = c.sizes(c.self());
-  if (l == nullptr || l->items.empty() || l->items.size() > in.size()) return std::nullopt;
-  AdvancedIndex ai;
-  ai.indices.assign(in.size(), std::nullopt);
-  bool seen = false, gap = false;
-  for (size_t d = 0; d < l->items.size(); ++d) {
-    if (!l->items[d]) {
-      gap |= seen;
-      continue;
-    }
-    if (gap) return std::nullopt;  // not adjacent: the broadcast dims would go first
-    const graph::TensorType& t = c.type(*l->items[d]);
-    if (!index_dtype(t) || !kernel_device(t.device)) return std::nullopt;
-    if (!seen) ai.first = d;
-    seen = true;
-    ai.last = d + 1;
-    ai.indices[d] = *l->items[d];
-    // Broadcast shapes, right-aligned.
-    std::vector<int64_t> s = sizes_of(t);
-    std::vector<int64_t> b = ai.bshape;
-    size_t r = std::max(b.size(), s.size());
-    std::vector<int64_t> res(r, 1);
-    for (size_t k = 0; k < r; ++k) {
-      int64_t x = k < r - b.size() ? 1 : b[k - (r - b.size())];
-      int64_t y = k < r - s.size() ? 1 : s[k - (r - s.size())];
-      if (x != y && x != 1 && y != 1) return std::nullopt;
-      res[k] = x == 1 ? y : x;
-    }
-    ai.bshape = res;
-  }
-  if (!seen) return std::nullopt;
-  return ai;
+  // symbolic_advanced_index where the broadcast shape is numbers (index_put's kernel).
+  std::optional<SymbolicAdvancedIndex> ai = symbolic_advanced_index(c);
+  if (!ai || !graph::all_constant(ai->bshape)) return std::nullopt;
+  return AdvancedIndex{ai->indices, graph::constant_values(ai->bshape), ai->first, ai->last};
 }
 
 std::optional<SymbolicAdvancedIndex> symbolic_advanced_index(const Ctx& c) {
@@ -63,7 +33,7 @@ std::optional<SymbolicAdvancedIndex> symbolic_advanced_index(const Ctx& c) {
       gap |= seen;
       continue;
     }
-    if (gap) return std::nullopt;
+    if (gap) return std::nullopt;  // not adjacent: the broadcast dims would go first
     const graph::TensorType& t = c.type(*l->items[d]);
     if (!index_dtype(t) || !kernel_device(t.device)) return std::nullopt;
     if (!seen) ai.first = d;
