@@ -56,11 +56,31 @@ def library_prefixes() -> list[str]:
     return prefixes
 
 
+def _install_reset() -> None:
+    """torch.compiler.reset() (torch._dynamo.reset) clears ember.compile's compiled frames too, as
+    it clears torch.compile's: every ember.compile'd function compiles again on its next call.
+    torch has no registry for this, so its reset is wrapped once (torch.compiler.reset looks it
+    up on torch._dynamo at each call)."""
+    import torch._dynamo
+    original = torch._dynamo.reset
+    if getattr(original, "_ember_clears_capture", False):
+        return
+
+    @functools.wraps(original)
+    def reset() -> None:
+        original()
+        _C.clear_capture_cache(None)
+
+    reset._ember_clears_capture = True
+    torch._dynamo.reset = reset
+
+
 def _setup(options: dict) -> None:
     """The frame hook's process-wide settings, from `options` (ember.config.compile_options())."""
     global _prefixes_set
     if not _prefixes_set:
         _C.set_capture_skip_prefixes(library_prefixes())
+        _install_reset()
         _prefixes_set = True
     limit = options["capture.cache_size_limit"]
     if limit < 0:

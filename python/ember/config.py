@@ -71,11 +71,26 @@ class Option:
     doc: str
 
 
+def _dynamo_recompile_limit() -> int:
+    """torch._dynamo.config.recompile_limit (cache_size_limit before torch 2.6), else 8."""
+    try:
+        import torch._dynamo.config as dynamo_config
+    except ImportError:
+        return 8
+    for name in ("recompile_limit", "cache_size_limit"):
+        value = getattr(dynamo_config, name, None)
+        if isinstance(value, int):
+            return value
+    return 8
+
+
 OPTIONS: tuple[Option, ...] = (
     # capture (the frame hook; used by python/ember/capture.py, not CompileOptions)
-    Option("cache_size_limit", "capture.cache_size_limit", int, 8, ("EMBER_CACHE_SIZE_LIMIT",), int,
+    Option("cache_size_limit", "capture.cache_size_limit", int, _dynamo_recompile_limit,
+           ("EMBER_CACHE_SIZE_LIMIT",), int,
            "most compiled entries of one ember.compile per code object; past it the frame runs "
-           "its original bytecode, with one warning naming the guard that failed last"),
+           "its original bytecode, with one warning naming the guard that failed last (default: "
+           "torch._dynamo.config.recompile_limit, read at ember.compile, as torch.compile's)"),
     Option("dynamic", "capture.dynamic", str, "automatic", ("EMBER_DYNAMIC",), _dynamic,
            "ember.compile's dynamic= where a call gives none: automatic (a dim seen changing "
            "becomes a shape symbol), true (every dim of a tensor input is one), false (static)"),

@@ -306,3 +306,44 @@ def test_metrics_nodes_and_graphs_counted():
     snap = ember.metrics.snapshot()
     assert snap["graphs"] == 1 and snap["nodes"] >= 1
     expect_frames(1, 0)
+
+
+# --- torch.compile's conventions (issue 37) --------------------------------------------------
+
+
+def _compiles():
+    return ember._C.capture_hook_stats()["compiles"]
+
+
+def test_torch_compiler_reset_clears_ember_compile_caches():
+    # As it clears torch.compile's: the next call of an ember.compile'd function compiles again.
+    def f(x):
+        return torch.sin(x) * 3
+
+    c = ember.compile(f)
+    x = r(4)
+    same(c, f, x)
+    before = _compiles()
+    same(c, f, x)
+    assert _compiles() == before  # its entry
+    torch.compiler.reset()
+    same(c, f, x)
+    assert _compiles() == before + 1
+
+
+def test_dynamo_recompile_limit_is_ember_compiles_default(recwarn):
+    # ember.config.cache_size_limit defaults to torch._dynamo.config.recompile_limit, read at
+    # ember.compile (an explicit ember setting or EMBER_CACHE_SIZE_LIMIT wins).
+    def f(x, n):
+        return x * n
+
+    with torch._dynamo.config.patch(recompile_limit=2):
+        assert ember.config.cache_size_limit == 2
+        c = ember.compile(f)
+    before = _compiles()
+    for n in range(5):
+        same(c, f, r(3), n)
+    assert _compiles() - before == 2
+    assert any("cache size limit" in str(w.message) for w in recwarn.list)
+    with torch._dynamo.config.patch(recompile_limit=2), ember.config.patch(cache_size_limit=4):
+        assert ember.config.cache_size_limit == 4
