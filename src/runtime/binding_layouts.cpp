@@ -22,6 +22,13 @@ std::vector<int64_t> values_of(const graph::Dims& dims, const sym::Bindings& bin
   return out;
 }
 
+/// A symbolic argument of an extern call (a DimExpr or Dims), as the int or int list the
+/// operator takes.
+c10::IValue arg_value(const graph::Arg& a, const sym::Bindings& bindings) {
+  if (const auto* d = std::get_if<graph::DimExpr>(&a)) return c10::IValue(value_of(*d, bindings));
+  return c10::IValue(values_of(std::get<graph::Dims>(a), bindings));
+}
+
 }  // namespace
 
 BindingLayouts make_binding_layouts(const Program& p, const std::vector<int64_t>& symbols,
@@ -59,7 +66,7 @@ BindingLayouts make_binding_layouts(const Program& p, const std::vector<int64_t>
     }
     if (step.call && !step.call->symbolic_args.empty()) {
       for (const auto& [pos, a] : step.call->symbolic_args) {
-        out.extern_args[s].push_back(evaluate_symbolic_arg(*a, bindings));
+        out.extern_args[s].push_back(arg_value(*a, bindings));
       }
     }
   }

@@ -543,7 +543,7 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
       if (step.fused && !env[step.matmul_operands.out].defined()) {
         // the product's step was skipped
         const Step& product = p_.steps[step.fused_product_step];
-        product.call->run(env, stack, nullptr, extern_args(product));
+        product.call->run(env, stack, extern_args(product));
       }
       if (!run_kernel(kernel, env, arena, write_through, kernel_layouts(step.kernel))) {
         // An index tensor holds an out-of-range index. Nothing is mutated before the last step:
@@ -573,7 +573,7 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
       const MatmulOperands& o = step.matmul_operands;
       product = step.matmul->run(env[o.a], env[o.b], o.bias >= 0 ? &env[o.bias] : nullptr,
                                  step.matmul_sizes, step.matmul_strides, [&] {
-                                   step.call->run(env, stack, nullptr, extern_args(step));
+                                   step.call->run(env, stack, extern_args(step));
                                    return env[step.matmul_operands.out];
                                  });
     }
@@ -585,7 +585,7 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
                                 : nullptr)) {
       // made from the root's storage
     } else {
-      step.call->run(env, stack, nullptr, extern_args(step));
+      step.call->run(env, stack, extern_args(step));
       if (arena.memory.defined() && !step.may_alias) {
         // The plan assumed this op's results are fresh memory (its schema says so). One that
         // returns a view of an arena buffer anyway would be overwritten when the buffer is

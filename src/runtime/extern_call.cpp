@@ -3,7 +3,6 @@
 #include <ATen/core/List.h>
 
 #include "support/error.h"
-#include "sym/eval.h"
 #include "tracer/convert.h"
 
 namespace ember::runtime {
@@ -17,19 +16,6 @@ bool is_symbolic(const graph::Arg& a) {
 }
 
 }  // namespace
-
-c10::IValue evaluate_symbolic_arg(const graph::Arg& a, const sym::Bindings& bindings) {
-  auto value = [&](const graph::DimExpr& d) {
-    std::optional<int64_t> c = d.as_constant();
-    return c ? *c : sym::evaluate(d.expr(), bindings);
-  };
-  if (const auto* d = std::get_if<graph::DimExpr>(&a)) return c10::IValue(value(*d));
-  const auto& ds = std::get<graph::Dims>(a);
-  std::vector<int64_t> out;
-  out.reserve(ds.size());
-  for (const graph::DimExpr& d : ds) out.push_back(value(d));
-  return c10::IValue(std::move(out));
-}
 
 ExternCall make_extern_call(const graph::Graph& g, int32_t n) {
   const graph::Node& node = g.nodes[n];
@@ -79,22 +65,15 @@ std::vector<graph::ValueId> ExternCall::reads() const {
 }
 
 void ExternCall::run(std::vector<at::Tensor>& env, torch::jit::Stack& stack,
-                     const sym::Bindings* bindings,
                      const std::vector<c10::IValue>* evaluated) const {
   const ExternCall& step = *this;
   stack.assign(step.args.begin(), step.args.end());
-  if (!step.symbolic_args.empty() && evaluated != nullptr) {
-    EMBER_INTERNAL_ASSERT(evaluated->size() == step.symbolic_args.size())
-        << step.op->schema().name() << ": " << evaluated->size() << " evaluated arguments for "
-        << step.symbolic_args.size() << " symbolic ones";
+  if (!step.symbolic_args.empty()) {
+    EMBER_INTERNAL_ASSERT(evaluated != nullptr && evaluated->size() == step.symbolic_args.size())
+        << step.op->schema().name() << " has " << step.symbolic_args.size()
+        << " symbolic arguments but was run without their values at this call's sizes";
     for (size_t i = 0; i < step.symbolic_args.size(); ++i) {
       stack[step.symbolic_args[i].first] = (*evaluated)[i];
-    }
-  } else if (!step.symbolic_args.empty()) {
-    EMBER_INTERNAL_ASSERT(bindings != nullptr)
-        << step.op->schema().name() << " has symbolic arguments but was run without bindings";
-    for (const auto& [pos, a] : step.symbolic_args) {
-      stack[pos] = evaluate_symbolic_arg(*a, *bindings);
     }
   }
   for (const auto& [pos, v] : step.tensor_args) stack[pos] = env[v];

@@ -32,19 +32,13 @@ struct ExternCall {
   /// The values the call reads, tensor lists included.
   std::vector<graph::ValueId> reads() const;
   /// Calls the operator with the tensors of `env` and stores its results in `env` (`stack` is
-  /// scratch space, reused between calls). `bindings`: the values of the graph's shape symbols
-  /// at this call, required when `symbolic_args` is not empty. Throws what the operator throws;
-  /// InternalError when it returns another number of tensors than it did while tracing.
-  /// `evaluated`: symbolic_args' values at this call, in their order (BindingLayouts), in place
-  /// of evaluating them under `bindings`.
+  /// scratch space, reused between calls). `evaluated`: symbolic_args' values at this call, in
+  /// their order (BindingLayouts::extern_args), required when `symbolic_args` is not empty.
+  /// Throws what the operator throws; InternalError when it returns another number of tensors
+  /// than it did while tracing.
   void run(std::vector<at::Tensor>& env, torch::jit::Stack& stack,
-           const sym::Bindings* bindings = nullptr,
            const std::vector<c10::IValue>* evaluated = nullptr) const;
 };
-
-/// A symbolic argument (a DimExpr or Dims over shape symbols) under `bindings`, as the int or
-/// int list the operator takes.
-c10::IValue evaluate_symbolic_arg(const graph::Arg& a, const sym::Bindings& bindings);
 
 /// Prepares node `node` of `g`: constant arguments converted once, symbolic ones (symbolic_args)
 /// left to each call. Throws Unsupported when its operator is not registered in this process.
