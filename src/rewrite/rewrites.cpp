@@ -32,10 +32,18 @@ using tracer::RewriteCall;
 
 namespace {
 
-// `self[mask] = value` (aten::index_put with one boolean mask over leading dims of self, a
-// one-element value and accumulate false) as `where(mask, value, self)`: the same result without
-// a data-dependent nonzero (HF models build attention masks so). Returns nothing when the call has
-// another form.
+// `self[..., mask] = value` (aten::index_put with one boolean mask, after leading full slices,
+// accumulate false) whose value broadcasts to the indexed shape whatever the number of true
+// elements, as `where(mask, value, self)`: the same result without a data-dependent nonzero (HF
+// models build attention masks so, and put one embedding at a special token's positions).
+// Returns nothing when the call has another form (a value with one row per true element is
+// data-dependent).
+//
+// With p leading slices and a mask over self's dims [p, p + m), the indexed shape is
+// self[:p] + (N,) + self[p + m:]. The value right-aligns to it: its dims under self[p + m:] must
+// broadcast there, a dim under N must be 1, and those under self[:p] must broadcast there. The
+// where form views the mask as (1,)*p + mask + (1,)*rest and the value with N's dim replaced by
+// m ones.
 std::optional<at::Tensor> index_put_as_where(const c10::OperatorHandle& op,
                                              c10::ArrayRef<c10::IValue> args) {
   if (op_kind(op.schema()) != graph::OpKind::index_put || args.size() != 4) return std::nullopt;
@@ -44,21 +52,58 @@ std::optional<at::Tensor> index_put_as_where(const c10::OperatorHandle& op,
     return std::nullopt;
   }
   const at::Tensor& self = args[0].toTensor();
-  const at::Tensor& values = args[2].toTensor();
+  at::Tensor values = args[2].toTensor();
   c10::ArrayRef<c10::IValue> indices = args[1].toListRef();
-  if (indices.size() != 1 || !indices[0].isTensor()) return std::nullopt;
-  at::Tensor mask = indices[0].toTensor();
-  if (!mask.defined() || mask.scalar_type() != c10::kBool || mask.dim() > self.dim() ||
-      values.numel() != 1 || values.dim() > self.dim()) {
-    return std::nullopt;
+  if (indices.empty()) return std::nullopt;
+  const int64_t p = static_cast<int64_t>(indices.size()) - 1;
+  for (int64_t i = 0; i < p; ++i) {
+    const c10::IValue& e = indices[static_cast<size_t>(i)];
+    if (!(e.isNone() || (e.isTensor() && !e.toTensor().defined()))) return std::nullopt;
   }
-  for (int64_t d = 0; d < mask.dim(); ++d) {
-    if (mask.size(d) != self.size(d)) return std::nullopt;
+  if (!indices.back().isTensor()) return std::nullopt;
+  at::Tensor mask = indices.back().toTensor();
+  if (!mask.defined() || mask.scalar_type() != c10::kBool) return std::nullopt;
+  const int64_t m = mask.dim();
+  const int64_t rank = self.dim();
+  if (m == 0 || p + m > rank) return std::nullopt;
+  for (int64_t d = 0; d < m; ++d) {
+    if (!mask.sym_size(d).sym_eq(self.sym_size(p + d)).guard_bool(__FILE__, __LINE__)) {
+      return std::nullopt;
+    }
   }
-  if (mask.dim() < self.dim()) {
-    std::vector<int64_t> shape(mask.sizes().begin(), mask.sizes().end());
-    shape.resize(static_cast<size_t>(self.dim()), 1);
-    mask = mask.view(shape);
+  const int64_t rest = rank - p - m;
+  // The indexed shape's dims, right-aligned against the value's: self[:p], N, self[p + m:].
+  const int64_t indexed_rank = p + 1 + rest;
+  const int64_t vrank = values.dim();
+  if (vrank > indexed_rank) return std::nullopt;
+  std::vector<c10::SymInt> vshape;  // the value's view in self's rank
+  for (int64_t j = 0; j < indexed_rank; ++j) {
+    const int64_t vd = j - (indexed_rank - vrank);  // the value's dim under indexed dim j
+    const bool has = vd >= 0;
+    if (j == p) {  // N
+      if (has && values.sym_size(vd) != 1) return std::nullopt;
+      for (int64_t k = 0; k < m; ++k) vshape.emplace_back(1);
+      continue;
+    }
+    const int64_t sd = j < p ? j : j - 1 + m;  // self's dim under indexed dim j
+    if (!has) {
+      vshape.emplace_back(1);
+      continue;
+    }
+    const c10::SymInt& size = values.sym_size(vd);
+    if (size != 1 && !size.sym_eq(self.sym_size(sd)).guard_bool(__FILE__, __LINE__)) {
+      return std::nullopt;
+    }
+    vshape.push_back(size);
+  }
+  // (A value within self's trailing dims and a mask over all of self's leading ones broadcast
+  // as they are.)
+  if (vrank > rest) values = values.reshape_symint(vshape);
+  if (p > 0 || rest > 0) {
+    std::vector<c10::SymInt> mshape(static_cast<size_t>(p), c10::SymInt(1));
+    for (int64_t d = 0; d < m; ++d) mshape.push_back(mask.sym_size(d));
+    mshape.resize(static_cast<size_t>(rank), c10::SymInt(1));
+    mask = mask.view_symint(mshape);
   }
   return at::where(mask, values.to(self.scalar_type()), self);
 }

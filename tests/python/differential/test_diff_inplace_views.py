@@ -239,3 +239,33 @@ def test_boolean_mask_assignment_is_a_where(check):
     m, x = torch.tensor([0, 1, 2, 0]), torch.zeros(4)
     compiled = torch.compile(g, backend="ember")
     torch.testing.assert_close(compiled(m, x), g(m, x))
+
+
+def test_boolean_mask_assignment_of_a_broadcast_value_is_a_where(check):
+    # The class behind T5Gemma2's and Gemma3n's `embeds[ids == token] = embedding`: a value that
+    # broadcasts to the indexed shape whatever the number of true elements (a row vector, a
+    # (1, D) row, per-column values), after leading full slices, in any dtype. Each is
+    # where(mask, value, x): one graph, no fallback.
+    def f(ids, e, row, col):
+        e = e * 2
+        e[ids == 3] = row.to(e.dtype)  # mask over (B, S) of (B, S, D), value (D,)
+        e[ids == 1] = row[None] * 0.5  # value (1, D)
+        e[:, :, 1:3][ids > 3] = 0.0  # into a view
+        f = e.transpose(0, 1).clone()  # (S, B, D)
+        f[:, ids[:, 0] > 0] = col[:, None, :]  # one leading slice, value (S, 1, D)
+        return e, f
+
+    ids = torch.randint(0, 6, (2, 7))
+    args = (ids, torch.randn(2, 7, 5), torch.randn(5), torch.randn(7, 5))
+    check.captured(f, args)
+    assert ember.metrics.counters["fallbacks"] == 0
+
+    def g(ids, e, rows):
+        e = e.clone()
+        e[ids == 3] = rows[: int((ids == 3).sum())]  # one row per true element: data-dependent
+        return e
+
+    ids = torch.tensor([[3, 1, 3], [0, 3, 2]])
+    e, rows = torch.randn(2, 3, 4), torch.randn(6, 4)
+    compiled = torch.compile(g, backend="ember")
+    torch.testing.assert_close(compiled(ids, e, rows), g(ids, e, rows))
