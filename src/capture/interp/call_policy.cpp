@@ -41,6 +41,8 @@ const std::vector<Interpreter::CallKind>& Interpreter::call_kinds() {
       {"higher-order op", is_higher_order_op, &Interpreter::call_higher_order_op},
       // call_library.cpp: checkpoint(fn, *args): fn(*args), inlined.
       {"torch.utils.checkpoint", is_checkpoint, &Interpreter::call_checkpointed},
+      // call_vmap.cpp: torch.vmap's wrapper, done by the interpreter around func.
+      {"torch.vmap wrapper", is_vmapped, &Interpreter::call_vmapped},
       // call_module.cpp: its forward (or the program's __call__) inlined.
       {"nn.Module", is_nn_module, &Interpreter::call_module},
       // call_function.cpp: inlined, or a library method run for real.

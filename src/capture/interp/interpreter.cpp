@@ -3,6 +3,7 @@
 /// turning what a handler cannot capture into a graph break where one may be taken.
 #include "capture/interp/interpreter.h"
 
+#include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/core/grad_mode.h>
 
@@ -88,8 +89,9 @@ nb::object Interpreter::run(const FrameView& f, int stop_at, int64_t stop_count)
   stop_at_ = stop_at;
   stop_count_ = stop_count;
   entry_grad_ = at::GradMode::is_enabled();
-  // With blocks change grad mode and autocast for real; an interrupted capture must not leave
-  // them changed. Autocast's cache of casts may hold tracer tensors afterwards: emptied.
+  // With blocks change grad mode, autocast and the torch-function mode stack for real; an
+  // interrupted capture must not leave them changed. Autocast's cache of casts may hold tracer
+  // tensors afterwards: emptied.
   struct RestoreGlobalState {
     bool grad = at::GradMode::is_enabled();
     bool autocast_cpu = at::autocast::is_autocast_enabled(at::kCPU);
@@ -98,8 +100,13 @@ nb::object Interpreter::run(const FrameView& f, int stop_at, int64_t stop_count)
     at::ScalarType dtype_cuda = at::autocast::get_autocast_dtype(at::kCUDA);
     bool cache = at::autocast::is_autocast_cache_enabled();
     int nesting = at::autocast::increment_nesting() - 1;
+    int64_t modes = at::impl::PythonTorchFunctionTLS::stack_len();
     RestoreGlobalState() { at::autocast::decrement_nesting(); }
     ~RestoreGlobalState() {
+      // Torch-function modes a with block entered (Note [torch's own torch-function modes]).
+      while (at::impl::PythonTorchFunctionTLS::stack_len() > modes) {
+        at::impl::PythonTorchFunctionTLS::pop_stack();
+      }
       at::GradMode::set_enabled(grad);
       at::autocast::set_autocast_enabled(at::kCPU, autocast_cpu);
       at::autocast::set_autocast_enabled(at::kCUDA, autocast_cuda);

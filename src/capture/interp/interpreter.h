@@ -333,8 +333,11 @@ class Interpreter {
   /// `exc`, or an instance of it if it is an exception class.
   nanobind::object exception_instance(nanobind::object exc);
   /// Whether a with block over `mgr` enters it for real (grad mode managers, nullcontext,
-  /// torch.autocast).
+  /// torch.autocast, torch's own torch-function modes).
   bool enters_for_real(nanobind::handle mgr) const;
+  /// Whether `mgr` is a TorchFunctionMode of torch's own (Note [torch's own torch-function
+  /// modes]), entered for real.
+  bool is_torch_function_mode_of_torch(nanobind::handle mgr) const;
   /// Whether `mgr` is a torch.inference_mode() object (entered as no_grad).
   bool is_inference_mode(nanobind::handle mgr) const;
   nanobind::object load_global(Frame& fr, PyObject* name);
@@ -469,6 +472,10 @@ class Interpreter {
   /// The function a functools.lru_cache wrapper wraps, when it is inlined (with its source);
   /// null otherwise.
   nanobind::object lru_wrapped(nanobind::handle wrapper);
+  /// A function torch.vmap returned: func inlined on batched tensors (Note [vmap in the
+  /// capture]).
+  nanobind::object call_vmapped(nanobind::handle callable, std::vector<nanobind::object> args,
+                                nanobind::handle kwnames);
   nanobind::object call_partial(nanobind::handle callable, std::vector<nanobind::object> args,
                                 nanobind::handle kwnames);
   // call_library.cpp: library code, and the library calls handled specially.

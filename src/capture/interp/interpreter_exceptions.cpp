@@ -74,7 +74,34 @@ bool Interpreter::enters_for_real(nb::handle mgr) const {
   // torch.autocast (and its torch.cpu.amp / torch.cuda.amp subclasses): ops traced inside see
   // its casts, as in eager (the tracer's tensors carry the autocast key of their device).
   static PyObject* autocast = imported("torch.amp.autocast_mode", "autocast");
-  return PyObject_IsInstance(mgr.ptr(), autocast) == 1;
+  if (PyObject_IsInstance(mgr.ptr(), autocast) == 1) return true;
+  // `with torch.device(...)`: its __enter__ pushes torch's DeviceContext mode.
+  static PyObject* device = imported("torch", "device");
+  if (PyObject_TypeCheck(mgr.ptr(), reinterpret_cast<PyTypeObject*>(device))) return true;
+  return is_torch_function_mode_of_torch(mgr);
+}
+
+bool Interpreter::is_torch_function_mode_of_torch(nb::handle mgr) const {
+  // Note [torch's own torch-function modes]: a TorchFunctionMode that torch defines
+  // (TransformGetItemToIndex, which transformers' vmapped masks run under; DeviceContext, the
+  // mode of `with torch.device(...)`) is entered for real, as torch's Python functions run for
+  // real: the calls the interpreter makes for real inside the block go through its
+  // __torch_function__, and the graph records the ATen ops that come out, so a replay needs no
+  // mode. A mode of the program's own (its __torch_function__ may count, log or keep state) is
+  // not: the with block is unsupported. No graph break is taken inside a with block, and run()
+  // pops what an interrupted capture left on the mode stack.
+  static PyObject* mode = imported("torch.overrides", "TorchFunctionMode");
+  if (mode == nullptr || PyObject_IsInstance(mgr.ptr(), mode) != 1) return false;
+  nb::handle type = reinterpret_cast<PyObject*>(Py_TYPE(mgr.ptr()));
+  std::string module = attr_string(type, "__module__");
+  if (!starts_with(module, "torch.")) return false;
+  nb::object fn = nb::steal(PyObject_GetAttrString(type.ptr(), "__torch_function__"));
+  if (!fn.is_valid()) {
+    PyErr_Clear();
+    return false;
+  }
+  if (PyMethod_Check(fn.ptr())) fn = nb::borrow(PyMethod_GET_FUNCTION(fn.ptr()));
+  return PyFunction_Check(fn.ptr()) && starts_with(module_of(fn), "torch.");
 }
 
 bool Interpreter::is_inference_mode(nb::handle mgr) const {

@@ -160,6 +160,8 @@ bool is_function_ctx_record(nanobind::handle obj, PyObject* name);
 bool is_higher_order_op(nanobind::handle callable);
 /// torch.utils.checkpoint.checkpoint.
 bool is_checkpoint(nanobind::handle callable);
+/// A function torch.vmap returned (call_vmap.cpp).
+bool is_vmapped(nanobind::handle callable);
 
 /// Whether `m` is an nn.Module instance.
 bool is_nn_module(nanobind::handle m);

@@ -91,6 +91,7 @@ def test_call_kinds_in_policy_order():
     assert ember._C.capture_call_kinds() == [
         "higher-order op",
         "torch.utils.checkpoint",
+        "torch.vmap wrapper",
         "nn.Module",
         "bound method",
         "Python function",
