@@ -167,6 +167,13 @@ struct TemplateBuilder {
       return t;
     }
     if (THPVariable_Check(o)) {
+      // A graph input itself (a parameter a callee holds): read from its source, not passed
+      // through the graph (whose outputs would not carry its requires_grad under no_grad).
+      if (int source = interp.input_source_of(v); source >= 0) {
+        t.kind = OutputTemplate::Kind::Source;
+        t.index = source;
+        return t;
+      }
       const at::Tensor& tensor = THPVariable_Unpack(o);
       auto it = tensor_index.find(tensor.unsafeGetTensorImpl());
       t.kind = OutputTemplate::Kind::Tensor;

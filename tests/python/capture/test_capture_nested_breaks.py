@@ -194,3 +194,33 @@ def test_fullgraph_names_the_nested_break():
         assert "print" in str(e)
     else:
         raise AssertionError("fullgraph did not raise")
+
+
+
+def _project(x, w):
+    y = x @ w
+    print("project")  # the break: the callee's state holds the parameter w
+    return y + w.sum()
+
+
+class _Projected(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.w = torch.nn.Parameter(torch.randn(4, 5))
+
+    def forward(self, x):
+        return _project(x.relu(), self.w) * 2
+
+
+def test_break_whose_state_holds_a_parameter_under_no_grad():
+    # The parameter in the callee's state is read from its source after the graph, not passed
+    # through it (an output of the graph would not carry its requires_grad under no_grad, and
+    # the frame ran eagerly).
+    m = _Projected().eval()
+    with torch.no_grad():
+        graphs, breaks, reasons = counts(m, r(3, 4))
+        assert breaks == 1 and not any("require grad" in str(x) for x in reasons), reasons
+        c = ember.compile(m)
+        for _ in range(2):
+            x = r(3, 4)
+            torch.testing.assert_close(c(x), m(x))
