@@ -7,6 +7,8 @@ default size, or --image-cap where the model takes a smaller one) and "torchvisi
 classification model of torchvision.models, weights=None, 1 x 3 x 224 x 224, 299 for
 inception_v3; segmentation, detection, video and optical flow models are left out). timm and
 torchvision are imported lazily: a family that does not import here is reported and left out.
+On the CPU machine (torch 2.13.0, where torchvision's wheel needs 2.14.1) timm imports through
+scripts/zoo_timm_cpu/sitecustomize.py, which says how.
 
 A transformers class is built from its config class's defaults shrunk by generic rules on
 attribute names, applied to sub-configs too (shrink_config: hidden 64, 4 heads, 2 layers, ffn
