@@ -120,8 +120,11 @@ def backend(gm: torch.fx.GraphModule, example_inputs: Sequence[Any], **kwargs) -
     reason = _unsupported_reason(gm, example_inputs)
     if reason is not None:
         return _fallback(gm, reason)
-    # torch.compile(..., options={...}) passes its options here; ember.config under them.
-    options = config.compile_options(kwargs.get("options"))
+    # torch.compile(..., mode=..., options={...}) passes its mode (unless "default") and options
+    # here: ember.config under them, as under ember.compile's.
+    options = config.compile_options(
+        config.mode_and_options(kwargs.get("mode"), kwargs.get("options"),
+                                'torch.compile(backend="ember")'))
     try:
         dynamic, ints = _symbolic_inputs(gm, example_inputs)
     except Unsupported as e:

@@ -136,6 +136,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("triton_persistent", "triton.persistent", bool, True, ("EMBER_TRITON_PERSISTENT",),
            _flag, "row programs hold a whole row in one block where it fits"),
     # runtime
+    Option("cuda_graphs", "runtime.cuda_graphs", bool, False, ("EMBER_CUDA_GRAPHS",), _flag,
+           "a graph on one CUDA device is captured into a CUDA graph at its second call and "
+           "replayed from then on (mode='reduce-overhead'; Inductor's 'triton.cudagraphs')"),
+    Option("max_autotune", "runtime.matmul_templates", bool, False, ("EMBER_MAX_AUTOTUNE",),
+           _flag, "matrix products on a CUDA device also get Triton templates, timed against "
+           "cuBLAS at their first call (mode='max-autotune-no-cudagraphs')"),
     Option("fuse_attention", "runtime.fuse_attention", int, -1, ("EMBER_FUSE_ATTENTION",),
            _fuse_attention,
            "eager attention as one SDPA call: -1 on CUDA graphs with Triton kernels, 0 never, "
@@ -215,6 +221,40 @@ def patch(**values: Any) -> Iterator[None]:
         for n in values:
             _overrides.pop(n, None)
         _overrides.update(old)
+
+
+# torch.compile's modes, as the options each one sets (under the options= of the same call).
+MODES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "reduce-overhead": {"cuda_graphs": True},
+    "max-autotune": {"cuda_graphs": True, "max_autotune": True},
+    "max-autotune-no-cudagraphs": {"max_autotune": True},
+}
+
+# Inductor's names of options ember has under its own name (torch.compile(options=...) habits).
+ALIASES: dict[str, str] = {"triton.cudagraphs": "cuda_graphs"}
+
+
+def mode_and_options(mode: str | None, options: dict[str, Any] | None,
+                     where: str) -> dict[str, Any]:
+    """The option overrides of `mode=` and `options=` (torch.compile's arguments, by ember's or
+    Inductor's option names), checked. As torch.compile, one of the two, not both."""
+    from .errors import CompileError
+    if mode is not None and mode not in MODES:
+        raise CompileError(f"{where}: unknown mode {mode!r} (modes: {', '.join(MODES)})")
+    if mode not in (None, "default") and options:
+        raise CompileError(f"{where}: either mode or options can be specified, but both can't "
+                           f"be specified at the same time (as torch.compile)")
+    if options is not None and not isinstance(options, dict):
+        raise CompileError(f"{where}: options must be a dict, got {type(options).__name__}")
+    out = dict(MODES[mode or "default"])
+    for name, value in (options or {}).items():
+        name = ALIASES.get(name, name)
+        if name not in _BY_NAME:
+            raise CompileError(f"{where}: unknown option {name!r} (options: "
+                               f"{', '.join(sorted(_BY_NAME))})")
+        out[name] = value
+    return out
 
 
 def compile_options(overrides: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -122,3 +122,62 @@ def test_trace_options_decide_the_rewrites():
         assert "aten::native_group_norm" not in ember.trace(gn, [x]).ops
     assert "aten::native_group_norm" not in ember.trace(
         gn, [x], options={"splits_everywhere": True}).ops
+
+
+@pytest.fixture
+def handed_options(monkeypatch):
+    """The options dicts the entry points hand to the C++ boundary, in order."""
+    seen = []
+    real = config.compile_options
+
+    def spy(overrides=None):
+        out = real(overrides)
+        seen.append(out)
+        return out
+
+    monkeypatch.setattr(config, "compile_options", spy)
+    return seen
+
+
+@pytest.mark.parametrize("mode, cuda_graphs, templates", [
+    (None, False, False), ("default", False, False), ("reduce-overhead", True, False),
+    ("max-autotune", True, True), ("max-autotune-no-cudagraphs", False, True)])
+@pytest.mark.parametrize("entry", ["ember.compile", "torch.compile"])
+def test_mode_reaches_the_compiler_from_both_entry_points(handed_options, entry, mode,
+                                                          cuda_graphs, templates):
+    # torch.compile(backend="ember", mode=...) passes its mode to the backend (not "default");
+    # both entry points turn it into the same options (CUDA graphs, matmul templates; on the
+    # CPU neither changes the program).
+    x = torch.randn(8)
+    torch._dynamo.reset()
+    compile_fn = ember.compile if entry == "ember.compile" else torch.compile
+    kw = {} if entry == "ember.compile" else {"backend": "ember"}
+    g = compile_fn(f, mode=mode, **kw)
+    torch.testing.assert_close(g(x), f(x))
+    got = handed_options[-1]
+    assert (got["runtime.cuda_graphs"], got["runtime.matmul_templates"]) == (cuda_graphs,
+                                                                            templates)
+
+
+@pytest.mark.parametrize("entry", ["ember.compile", "torch.compile"])
+def test_options_by_inductor_names_and_errors(handed_options, entry):
+    x = torch.randn(8)
+    torch._dynamo.reset()
+    compile_fn = ember.compile if entry == "ember.compile" else torch.compile
+    kw = {} if entry == "ember.compile" else {"backend": "ember"}
+    g = compile_fn(f, options={"triton.cudagraphs": True, "max_autotune": True}, **kw)
+    torch.testing.assert_close(g(x), f(x))
+    assert handed_options[-1]["runtime.cuda_graphs"] and handed_options[-1][
+        "runtime.matmul_templates"]
+    with pytest.raises(Exception, match="unknown option 'epilogue_fusion'"):
+        torch._dynamo.reset()
+        compile_fn(f, options={"epilogue_fusion": True}, **kw)(x)
+
+
+def test_ember_compile_mode_errors_as_torch_compile():
+    with pytest.raises(CompileError, match="unknown mode 'fast'"):
+        ember.compile(f, mode="fast")
+    with pytest.raises(CompileError, match="either mode or options"):
+        ember.compile(f, mode="max-autotune", options={"codegen": False})
+    with pytest.raises(RuntimeError, match="Either mode or options"):
+        torch.compile(f, backend="ember", mode="max-autotune", options={"codegen": False})
