@@ -75,12 +75,29 @@ def _install_reset() -> None:
     torch._dynamo.reset = reset
 
 
+def _honour_disable() -> None:
+    """torch.compiler.disable, as under torch.compile: the wrapper of a disabled function runs
+    with the frame hook off for it and everything it calls (recursive=True, the default); the
+    recursive=False wrapper marks the function's own code uncompiled (what it calls still is).
+    The wrappers are torch's, one code object each for every disabled function."""
+    try:
+        from torch._dynamo import decorators
+        from torch._dynamo import disable
+    except ImportError:
+        return
+    _C.capture_run_unhooked(disable(lambda: None).__code__)
+    code = getattr(decorators, "_nonrecursive_disable_wrapper_code", None)
+    if code is not None and "fn" in code.co_freevars:
+        _C.capture_disable_closure_function(code, code.co_freevars.index("fn"))
+
+
 def _setup(options: dict) -> None:
     """The frame hook's process-wide settings, from `options` (ember.config.compile_options())."""
     global _prefixes_set
     if not _prefixes_set:
         _C.set_capture_skip_prefixes(library_prefixes())
         _install_reset()
+        _honour_disable()
         _prefixes_set = True
     limit = options["capture.cache_size_limit"]
     if limit < 0:
@@ -185,21 +202,16 @@ def _compile(model: Any, *, backend: Any, fullgraph: bool, dynamic: bool | None,
              mode: str | None, options: dict | None = None) -> tuple[Any, Any]:
     """compile(), returning the capture compiler too (for explain)."""
     graph_backend = _graph_backend(backend)
-    if mode not in (None, "default", "reduce-overhead", "max-autotune",
-                    "max-autotune-no-cudagraphs"):
-        raise CompileError(f"ember.compile: unknown mode {mode!r}")
+    overrides = config.mode_and_options(mode, options, "ember.compile")
     if not callable(model):
         raise CompileError(f"ember.compile: expected a function or nn.Module, got "
                            f"{type(model).__name__}")
-    compiled_options = config.compile_options(options)
+    compiled_options = config.compile_options(overrides)
     _setup(compiled_options)
     if dynamic is None:
         dynamic = _dynamic_default(compiled_options["capture.dynamic"])
     compiler = _C.CaptureCompiler(fullgraph=fullgraph, options=compiled_options,
                                   library_prefixes=library_prefixes(), backend=graph_backend,
-                                  cuda_graphs=mode in ("reduce-overhead", "max-autotune"),
-                                  matmul_templates=mode in ("max-autotune",
-                                                            "max-autotune-no-cudagraphs"),
                                   dynamic=dynamic)
     if isinstance(model, torch.nn.Module):
         forward = type(model).forward

@@ -38,6 +38,14 @@ struct Entry {
 struct ExtraState {
   std::vector<Entry> entries;  ///< most recently used first
   bool skip_code = false;      ///< a compiler answered SkipCode
+  /// run_unhooked(): frames of this code and every frame they call run with the hook off
+  /// (torch.compiler.disable's wrapper). Kept by clear_cache: it is what the code is.
+  bool unhooked = false;
+  /// disable_closure_function(): a frame of this code disables the code of the function in its
+  /// closure cell `disables_cell` (torch.compiler.disable(recursive=False)'s wrapper); -1: none.
+  int disables_cell = -1;
+  /// That function's code: its frames run with the default evaluator, their callees hooked.
+  bool disabled = false;
   /// Compilers whose entries for this code reached the cache-size limit: for them the frame
   /// runs its original bytecode, its entries no longer checked.
   std::vector<std::pair<const FrameCompiler*, std::weak_ptr<FrameCompiler>>> over_limit;
@@ -402,6 +410,21 @@ PyObject* intercept(PyThreadState* ts, _PyInterpreterFrame* frame, ThreadState& 
   return on_miss(ts, frame, st, s, f);
 }
 
+/// Marks the code of the function in closure cell `cell` of `frame`'s function as disabled.
+void disable_cell_function(_PyInterpreterFrame* frame, int cell) {
+  EmberFrameInfo info;
+  ember_compat_frame_info(frame, &info);
+  if (info.function == nullptr || !PyFunction_Check(info.function)) return;
+  PyObject* closure = PyFunction_GET_CLOSURE(info.function);
+  if (closure == nullptr || cell >= PyTuple_GET_SIZE(closure)) return;
+  PyObject* fn = PyCell_GET(PyTuple_GET_ITEM(closure, cell));
+  if (fn != nullptr && PyMethod_Check(fn)) fn = PyMethod_GET_FUNCTION(fn);
+  if (fn == nullptr || !PyFunction_Check(fn)) return;
+  if (ExtraState* target = extra_state(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn)))) {
+    target->disabled = true;
+  }
+}
+
 PyObject* eval_frame(PyThreadState* ts, _PyInterpreterFrame* frame, int throwflag) {
   ThreadState& st = thread_state;
   if (st.compiler == nullptr || ember_compat_is_chaining(frame)) {
@@ -419,6 +442,16 @@ PyObject* eval_frame(PyThreadState* ts, _PyInterpreterFrame* frame, int throwfla
   if ((code->co_flags & kGeneratorFlags) != 0) return eval_default(ts, frame);
   ExtraState* s = extra_state(code);
   if (s == nullptr) return eval_default(ts, frame);
+  if (s->unhooked) {
+    ++g.stats.eager_frames;
+    HookDisabled off(st);
+    return eval_default(ts, frame);
+  }
+  if (s->disables_cell >= 0) disable_cell_function(frame, s->disables_cell);
+  if (s->disabled && reinterpret_cast<PyObject*>(code) != st.top_code) {
+    ++g.stats.eager_frames;
+    return eval_default(ts, frame);
+  }
   if (s->skip_code &&
       !(reinterpret_cast<PyObject*>(code) == st.top_code && (*st.compiler)->fullgraph())) {
     return eval_default(ts, frame);
@@ -449,6 +482,18 @@ void deactivate_thread() {
 }
 
 }  // namespace detail
+
+void run_unhooked(PyCodeObject* code) {
+  if (ExtraState* s = extra_state(code)) s->unhooked = true;
+}
+
+void disable_closure_function(PyCodeObject* code, int cell) {
+  if (ExtraState* s = extra_state(code)) s->disables_cell = cell;
+}
+
+void disable_code(PyCodeObject* code) {
+  if (ExtraState* s = extra_state(code)) s->disabled = true;
+}
 
 void set_skip_prefixes(std::vector<std::string> prefixes) {
   Globals& g = globals();

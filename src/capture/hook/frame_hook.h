@@ -5,7 +5,8 @@
 ///
 /// Flow of one intercepted frame (only while some CompiledFunction call is active on the thread):
 ///  1. throwflag, generator-owned or already-started frames, and code the skip rules exclude
-///     run with the default evaluator (the hook stays active for their callees);
+///     run with the default evaluator (the hook stays active for their callees; for code marked
+///     run_unhooked, it is off for them too);
 ///  2. the code object's cache (co_extra) is searched, most recently used first: the first entry
 ///     of the active compiler whose check() passes runs, and its result is the frame's result
 ///     (the original frame is never evaluated);
@@ -119,6 +120,16 @@ class HookPause {
   const void* saved_;
 };
 
+/// Frames of `code`, and every frame they call, are not intercepted (torch.compiler.disable's
+/// wrapper: the function it wraps runs as if no compiler were active). Permanent for the code.
+void run_unhooked(PyCodeObject* code);
+/// A frame of `code` disables the code of the function in its closure cell `cell`
+/// (torch.compiler.disable(fn, recursive=False)'s wrapper, whose cell holds fn): see
+/// disable_code. Permanent for the code.
+void disable_closure_function(PyCodeObject* code, int cell);
+/// Frames of `code` run with the default evaluator, except as a compiled function's top frame;
+/// the frames they call are intercepted. Permanent for the code (clear_cache keeps it).
+void disable_code(PyCodeObject* code);
 /// Frames whose co_filename starts with one of these are not intercepted (their callees are).
 void set_skip_prefixes(std::vector<std::string> prefixes);
 /// Most entries of one compiler per code object (default 8; ember.config.cache_size_limit,

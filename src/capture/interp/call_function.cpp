@@ -123,6 +123,11 @@ nb::object Interpreter::call_function(nb::handle callable, std::vector<nb::objec
     // (run for real, it read the module's parameters as real tensors).
     return inline_function(callable, std::move(args), kwnames);
   }
+  nb::object disabled = nb::steal(PyObject_GetAttrString(c, "_torchdynamo_disable"));
+  if (!disabled.is_valid()) PyErr_Clear();
+  EMBER_UNSUPPORTED(!(disabled.is_valid() && PyObject_IsTrue(disabled.ptr()) == 1))
+      << "calling " << module_of(callable) << "." << name_of(callable)
+      << " (torch.compiler.disable'd: it runs uncompiled) at " << location();
   EMBER_UNSUPPORTED(runs_for_real(callable))
       << "calling " << module_of(callable) << "." << name_of(callable) << " at " << location();
   return call_real(callable, std::move(args), kwnames);
