@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import os
 import re
 import sys
@@ -103,7 +104,38 @@ def _setup(options: dict) -> None:
     if limit < 0:
         raise CompileError(f"ember.config.cache_size_limit must be an int >= 0, got {limit!r}")
     _C.set_capture_cache_size_limit(limit)
-    _C.set_capture_log_topics(options["capture.logs"])
+    topics = [t for t in options["capture.logs"].split(",") if t]
+    _C.set_capture_log_topics(",".join(topics + _torch_logs_topics()))
+
+
+# TORCH_LOGS names (Dynamo's artifacts and logs) with an ember topic of the same meaning.
+_TORCH_LOGS = {"graph_breaks": "graph_breaks", "recompiles": "recompiles", "guards": "guards",
+               "graph_code": "graph", "graph": "graph", "output_code": "output_code",
+               "dynamic": "dynamic"}
+
+
+def _torch_logs_topics() -> list[str]:
+    """ember's log topics that torch._logging has on (TORCH_LOGS, torch._logging.set_logs):
+    Dynamo's artifacts and logs of the same meaning, and the "ember" log itself (TORCH_LOGS=ember:
+    graph breaks and recompiles; +ember: every topic)."""
+    try:
+        from torch._logging._internal import log_registry, log_state
+    except ImportError:
+        return []
+    out = []
+    level = log_state.log_qname_to_level.get("ember")
+    if level is not None:
+        out += ["all"] if level <= logging.DEBUG else ["graph_breaks", "recompiles"]
+    for name, topic in _TORCH_LOGS.items():
+        if log_registry.is_artifact(name):
+            on = log_state.is_artifact_enabled(name)
+        else:
+            qnames = log_registry.log_alias_to_log_qnames.get(name, [])
+            on = any(log_state.log_qname_to_level.get(q, logging.CRITICAL + 1) <= logging.INFO
+                     for q in qnames)
+        if on and topic not in out:
+            out.append(topic)
+    return out
 
 
 class CompiledModule(torch.nn.Module):

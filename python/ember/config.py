@@ -96,7 +96,8 @@ OPTIONS: tuple[Option, ...] = (
            "becomes a shape symbol), true (every dim of a tensor input is one), false (static)"),
     Option("logs", "capture.logs", str, "", ("EMBER_LOGS",), str,
            "comma list of what ember.compile logs (logger 'ember'): recompiles, graph_breaks, "
-           "guards, graph, dynamic (shape symbols and size guards), or all"),
+           "guards, graph, dynamic (shape symbols and size guards), output_code (kernel "
+           "sources), or all; TORCH_LOGS turns them on by Dynamo's names too"),
     # trace
     Option("splits_everywhere", "trace.splits_everywhere", bool, False,
            ("EMBER_SPLIT_REDUCTIONS",), _is("all"),

@@ -39,6 +39,7 @@ nb::dict record_dict(const capture::CaptureRecord& r) {
   d["symbolic_fallback"] = r.symbolic_fallback;
   d["training"] = r.training;
   d["codegen_notes"] = r.codegen_notes;
+  d["kernel_sources"] = r.kernel_sources;
   d["guards"] = r.guards;
   d["inputs"] = r.inputs;
   d["seconds"] = r.seconds;
@@ -111,8 +112,7 @@ void bind_capture(nb::module_& m) {
           },
           "One dict per frame compile, in order: code, captured, reason, nodes, kernels, "
           "extern_steps, fused_attention, codegen_notes, guards, inputs, seconds, capture_seconds, "
-          "graph, "
-          "guard_text.")
+          "graph, guard_text, kernel_sources.")
       .def_prop_ro(
           "log", [](const CaptureCompiler& c) { return c.log(); },
           "The CaptureLog of this compiler's records, which stays readable after the compiler "

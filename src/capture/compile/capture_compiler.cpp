@@ -72,6 +72,7 @@ void fill_record(CaptureRecord& rec, const GraphRunner& runner, const GuardSet& 
   rec.graph = graph::print_graph(runner.graph());
   rec.training = runner.training();
   rec.guard_text = guards.describe(sources);
+  rec.kernel_sources = runner.kernel_sources();
 }
 
 }  // namespace
@@ -677,6 +678,11 @@ CompileResult CaptureCompiler::compile_once(const FrameView& f) {
     }
     if (log_enabled("guards")) log_warning("ember: guards of " + rec.code + "\n" + rec.guard_text);
     if (log_enabled("graph")) log_warning("ember: graph of " + rec.code + "\n" + rec.graph);
+    if (log_enabled("output_code")) {
+      for (const std::string& source : rec.kernel_sources) {
+        log_warning("ember: kernel of " + rec.code + "\n" + source);
+      }
+    }
     result.action = CompileResult::Action::Run;
   } catch (const RunsUnhooked& e) {
     if (options_.fullgraph) {

@@ -64,6 +64,8 @@ struct CaptureRecord {
   double capture_seconds = 0;  ///< the interpreter's run(s) over the bytecode (the trace)
   std::string graph;           ///< the graph, printed
   std::string guard_text;      ///< the guards, one per line
+  /// The generated kernels' source (a training graph's forward ones, then its backward's).
+  std::vector<std::string> kernel_sources;
 };
 
 /// Every compile of one compiler, in order. Shared with ember.metrics, which reads it after the

@@ -57,6 +57,7 @@ class ExecutorRunner final : public GraphRunner {
     if (!cuda_graph.empty() && cuda_graph != "off") notes.push_back("no CUDA graph: " + cuda_graph);
     return notes;
   }
+  std::vector<std::string> kernel_sources() const override { return executor_.kernel_sources(); }
 
  private:
   runtime::Executor executor_;
@@ -90,6 +91,11 @@ class TrainingRunner final : public GraphRunner {
     return function_.forward().num_fused_nodes() + function_.backward().num_fused_nodes();
   }
   bool training() const override { return true; }
+  std::vector<std::string> kernel_sources() const override {
+    std::vector<std::string> out = function_.forward().kernel_sources();
+    for (const std::string& s : function_.backward().kernel_sources()) out.push_back(s);
+    return out;
+  }
   std::string symbolic_fallback() const override {
     const std::string& f = function_.forward().symbolic_fallback();
     return f.empty() ? function_.backward().symbolic_fallback() : f;

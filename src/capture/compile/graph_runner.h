@@ -52,6 +52,8 @@ class GraphRunner {
   virtual std::vector<std::string> codegen_notes() const { return {}; }
   /// A joint graph: the outputs' grad_fn runs its compiled backward (make_training_runner).
   virtual bool training() const { return false; }
+  /// The generated kernels' source (a training graph's forward ones, then its backward's).
+  virtual std::vector<std::string> kernel_sources() const { return {}; }
 
   bool has_mutations() const { return !graph().mutations.empty(); }
   /// The positions among run()'s inputs of the inputs the graph mutates.
