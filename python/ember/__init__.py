@@ -8,8 +8,27 @@ See README.md and docs/ARCHITECTURE.md.
 
 import torch  # noqa: F401  (loads libtorch before ember._C)
 
-from . import errors, metrics
-from . import _C  # noqa: F401
+
+def _check_torch() -> None:
+    """ember._C links to the libtorch of the torch it was built against: another minor version
+    would fail at import with a missing symbol, or worse, later. Say so plainly instead."""
+    try:
+        from ._build_info import TORCH_VERSION as built
+    except ImportError:  # a source tree without a build: _C's import says what is missing
+        return
+    now = torch.__version__.split("+")[0]
+    if now.split(".")[:2] != built.split(".")[:2]:
+        major_minor = ".".join(built.split(".")[:2])
+        raise ImportError(
+            f"ember was built against torch {built}, but torch {torch.__version__} is installed: "
+            f"install torch=={major_minor}.* or rebuild ember against this torch "
+            f"(pip install --no-build-isolation .)")
+
+
+_check_torch()
+
+from . import errors, metrics  # noqa: E402
+from . import _C  # noqa: F401,E402
 from . import _cudagraphs  # noqa: F401  (CUDA graph capture for mode="reduce-overhead")
 from .backend import backend
 from .capture import compile, explain
