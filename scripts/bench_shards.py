@@ -614,7 +614,7 @@ def parse(argv: list[str] | None):
     p.add_argument("--include-heavy", action="store_true")
     p.add_argument("--mode", default="inference")
     p.add_argument("--dtype", default="fp32")
-    p.add_argument("--backends", default="eager,inductor,ember")
+    p.add_argument("--backends", default="eager,inductor,ember-capture")
     p.add_argument("--no-overhead", dest="overhead", action="store_false",
                    help="no per-call overhead measurement (by default every shard process measures it first, which "
                         "also keeps one-time process start-up out of its first model's compile time)")

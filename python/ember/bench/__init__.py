@@ -3,7 +3,7 @@
 Function API::
 
     from ember import bench
-    report = bench.run(models=["BertForMaskedLM", "timm"], backends=["eager", "inductor", "ember"],
+    report = bench.run(models=["BertForMaskedLM", "timm"], backends=["eager", "inductor", "ember-capture"],
                        mode="inference", dtype="bf16", device="cuda", suite="full")
     print(report.render_text())
     report.to_json("out.json"); report.save_html("out.html")
@@ -85,7 +85,7 @@ class Progress:
 
 
 def run(models: str | Sequence[str] | None = None,
-        backends: str | Sequence[str] = ("eager", "inductor", "ember"),
+        backends: str | Sequence[str] = ("eager", "inductor", "ember-capture"),
         mode: str | Sequence[str] = "inference",
         dtype: str | Sequence[str] = "fp32",
         device: str = "cpu",

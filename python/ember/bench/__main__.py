@@ -26,9 +26,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=None, help="override every model's batch size")
     p.add_argument("--repeat", type=int, default=30, help="timed rounds (each round: every backend once)")
     p.add_argument("--warmup", type=int, default=5, help="calls before timing (first two are compile + accuracy)")
-    p.add_argument("--backends", default="eager,inductor,ember",
-                   help="comma-separated: eager, inductor, inductor-<mode> (e.g. inductor-reduce-overhead), ember, "
-                        "or any torch.compile backend name")
+    p.add_argument("--backends", default="eager,inductor,ember-capture",
+                   help="comma-separated: eager, inductor, inductor-<mode> (e.g. inductor-reduce-overhead), "
+                        "ember-capture (ember.compile, the default), ember-capture-<mode>, ember "
+                        "(torch.compile(backend='ember')), or any torch.compile backend name")
     p.add_argument("--json", default=None, help="write the JSON report here")
     p.add_argument("--html", default=None, help="write a self-contained HTML report with an SVG speedup chart")
     p.add_argument("--text", default=None, help="also write the terminal table and summary to this file")

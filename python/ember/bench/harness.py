@@ -32,7 +32,7 @@ import sys
 import tempfile
 import time
 import traceback
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from torch import nn
@@ -47,6 +47,14 @@ DTYPES = ("fp32", "bf16", "fp16", "bf16-cast", "fp16-cast")
 # ------------------------------------------------------------------------------------------ results
 
 
+def interquartile_ms(seconds: Sequence[float]) -> tuple[float, float]:
+    """The first and third quartiles of timings in seconds, in ms (min and max below 4 of them)."""
+    if len(seconds) < 4:
+        return min(seconds) * 1e3, max(seconds) * 1e3
+    q1, _, q3 = statistics.quantiles(seconds, n=4, method="inclusive")
+    return q1 * 1e3, q3 * 1e3
+
+
 @dataclasses.dataclass
 class BackendResult:
     backend: str
@@ -55,6 +63,8 @@ class BackendResult:
     phase: str | None = None  # where it failed: compile, accuracy, warmup, memory, timing, warm_compile
     median_ms: float | None = None
     min_ms: float | None = None
+    q1_ms: float | None = None  # the timed calls' interquartile range (min and max below 4 calls)
+    q3_ms: float | None = None
     times_ms: list[float] = dataclasses.field(default_factory=list)
     speedup: float | None = None
     first_call_s: float | None = None
@@ -710,6 +720,7 @@ def run_model(spec: M.ModelSpec, mode: str, dtype: str, s: Settings,
                 rr.times_ms = [t * 1e3 for t in ts]
                 rr.median_ms = statistics.median(ts) * 1e3
                 rr.min_ms = min(ts) * 1e3
+                rr.q1_ms, rr.q3_ms = interquartile_ms(ts)
                 if eager_med and b != "eager":
                     rr.speedup = eager_med / statistics.median(ts)
                 if b != "eager":

@@ -150,7 +150,7 @@ class Report:
         return ["per-call overhead on tiny graphs:"] + _fmt_table(rows)
 
     def table(self) -> str:
-        rows = [["model", "mode/dtype", "bs", "backend", "status", "ms", "speedup", "compile s cold/warm",
+        rows = [["model", "mode/dtype", "bs", "backend", "status", "ms [IQR]", "speedup", "compile s cold/warm",
                  "peak MB", "mem/eager", "accuracy", "graphs/breaks"]]
         for r in self.runs:
             key = f"{r.mode}/{r.dtype}"
@@ -160,7 +160,7 @@ class Report:
             for b, x in r.backends.items():
                 rows.append([
                     r.model, key, str(r.batch_size or "-"), b, x.status,
-                    _f(x.median_ms, "{:.2f}"), _fx(x.speedup) if b != "eager" else "",
+                    _with_spread(x), _fx(x.speedup) if b != "eager" else "",
                     "" if (b == "eager" or (x.compile_s is None and x.compile_warm_s is None))
                     else f"{_f(x.compile_s, '{:.1f}')}/{_f(x.compile_warm_s, '{:.1f}')}",
                     _f(x.peak_mem_mb, "{:.0f}"), _fx(x.peak_mem_ratio) if b != "eager" else "",
@@ -282,6 +282,15 @@ def _f(x: float | None, fmt: str) -> str:
     return "" if x is None else fmt.format(x)
 
 
+def _with_spread(x: Any) -> str:
+    """A median in ms with the timed calls' interquartile range: "1.23 [1.20-1.31]"."""
+    if x.median_ms is None:
+        return ""
+    if x.q1_ms is None:
+        return f"{x.median_ms:.2f}"
+    return f"{x.median_ms:.2f} [{x.q1_ms:.2f}-{x.q3_ms:.2f}]"
+
+
 def _fx(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f}x"
 
@@ -392,7 +401,7 @@ def _svg_chart(runs: list[ModelRun], backends: list[str]) -> str:
 
 def _html_table(rep: Report) -> str:
     esc = html.escape
-    head = ["model", "family", "mode", "dtype", "bs", "backend", "status", "median ms", "speedup",
+    head = ["model", "family", "mode", "dtype", "bs", "backend", "status", "median ms", "IQR ms", "speedup",
             "compile s (cold)", "compile s (warm)", "peak MB", "mem / eager", "accuracy", "graphs", "breaks", "reason"]
     rows = ["<table><tr>" + "".join(f"<th>{h}</th>" for h in head) + "</tr>"]
     for r in rep.runs:
@@ -403,6 +412,7 @@ def _html_table(rep: Report) -> str:
         for b, x in r.backends.items():
             cls = " class='fail'" if x.status in ("fail_to_run", "fail_accuracy") else ""
             cells = [r.model, r.family, r.mode, r.dtype, r.batch_size, b, x.status, _f(x.median_ms, "{:.3f}"),
+                     "" if x.q1_ms is None else f"{x.q1_ms:.3f}-{x.q3_ms:.3f}",
                      "" if b == "eager" else _fx(x.speedup), _f(x.compile_s, "{:.2f}"), _f(x.compile_warm_s, "{:.2f}"),
                      _f(x.peak_mem_mb, "{:.0f}"), "" if b == "eager" else _fx(x.peak_mem_ratio), x.accuracy,
                      "" if x.graphs is None else x.graphs, "" if x.graph_breaks is None else x.graph_breaks,

@@ -108,6 +108,10 @@ def test_summary_and_outputs(report, tmp_path):
     for m in MODELS:
         assert m in text
     assert "per-call overhead" in text
+    # Each median with the timed calls' interquartile range, in the table and the JSON.
+    e = report.runs[0].backends["eager"]
+    assert e.q1_ms <= e.median_ms <= e.q3_ms
+    assert f"{e.median_ms:.2f} [{e.q1_ms:.2f}-{e.q3_ms:.2f}]" in text
     # JSON round trip
     path = tmp_path / "r.json"
     report.to_json(str(path))
@@ -249,3 +253,10 @@ def test_accuracy_rule_in_pieces_matches_whole(monkeypatch, chunk):
                     assert got == want, (tol, cos, a.dtype, f is None)
                     seen.add(got)
     assert seen == {True, False}
+
+
+def test_interquartile_range():
+    from ember.bench.harness import interquartile_ms
+
+    assert interquartile_ms([0.001, 0.002, 0.003, 0.004, 0.005]) == pytest.approx((2.0, 4.0))
+    assert interquartile_ms([0.003, 0.001]) == pytest.approx((1.0, 3.0))  # few calls: min, max
