@@ -13,6 +13,12 @@ if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $need >/dev/null
   fi
+  # Headless Chromium renders the compile report in its test (skipped where it is absent).
+  if ! command -v chromium >/dev/null 2>&1; then
+    { [ -n "$need" ] || apt-get update -qq; } &&
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1 ||
+      echo "chromium not installed: the compile report's browser test will be skipped"
+  fi
 fi
 
 PY=${PYTHON:-python3}

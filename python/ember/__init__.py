@@ -32,6 +32,7 @@ from . import _C  # noqa: F401,E402
 from . import _cudagraphs  # noqa: F401  (CUDA graph capture for mode="reduce-overhead")
 from .backend import backend
 from .capture import compile, explain
+from .compile_report import report
 from .errors import CompileError, DataDependentError, InternalError, Unsupported
 from .tracing import Graph, trace
 
@@ -44,6 +45,7 @@ __all__ = [
     "backend",
     "compile",
     "explain",
+    "report",
     "trace",
     "Graph",
     "errors",

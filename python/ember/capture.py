@@ -104,6 +104,10 @@ def _setup(options: dict) -> None:
     if limit < 0:
         raise CompileError(f"ember.config.cache_size_limit must be an int >= 0, got {limit!r}")
     _C.set_capture_cache_size_limit(limit)
+    if options["capture.report"]:
+        from .compile_report import report_at_exit
+
+        report_at_exit(options["capture.report"])
     topics = [t for t in options["capture.logs"].split(",") if t]
     _C.set_capture_log_topics(",".join(topics + _torch_logs_topics()))
 

@@ -94,6 +94,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("dynamic", "capture.dynamic", str, "automatic", ("EMBER_DYNAMIC",), _dynamic,
            "ember.compile's dynamic= where a call gives none: automatic (a dim seen changing "
            "becomes a shape symbol), true (every dim of a tensor input is one), false (static)"),
+    Option("report", "capture.report", str, "", ("EMBER_REPORT",), str,
+           "a folder: when the process exits, ember.report() writes there one HTML page per "
+           "frame compile (graph, breaks with source lines, guards, kernels, timings)"),
     Option("logs", "capture.logs", str, "", ("EMBER_LOGS",), str,
            "comma list of what ember.compile logs (logger 'ember'): recompiles, graph_breaks, "
            "guards, graph, dynamic (shape symbols and size guards), output_code (kernel "

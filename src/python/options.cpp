@@ -105,8 +105,8 @@ CompileOptions compile_options_from(nb::handle options) {
       cache_max_mb = value_of<int64_t>(v, key);
     } else if (key == "cache.prelude_dir") {
       prelude_dir = value_of<std::string>(v, key);
-    } else if (key == "capture.dynamic") {
-      // ember.compile's default for dynamic=, applied by python/ember/capture.py.
+    } else if (key == "capture.dynamic" || key == "capture.report") {
+      // ember.compile's default for dynamic= and its report folder, python/ember/capture.py's.
     } else {
       auto it = setters().find(key);
       EMBER_CHECK(it != setters().end()) << "ember options: unknown option " << key;
