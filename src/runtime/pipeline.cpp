@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "codegen/cpp/cpp_emitter.h"
+#include "graph/ops.h"
 #include "graph/pinned_symbols.h"
 #include "graph/printer.h"
 #include "graph/verifier.h"
@@ -31,6 +32,24 @@
 namespace ember::runtime {
 
 namespace {
+
+// "fused_<ops>": what a kernel computes, for its profiler range (ember::k3_fused_native_layer_norm
+// _gelu): the distinct ops of its nodes in graph order, views left out, the first four named and
+// the number of others after them.
+std::string fused_label(const graph::Graph& g, const sched::KernelGroup& group) {
+  std::vector<std::string> ops;
+  for (int32_t n : group.nodes) {
+    const graph::OpInfo& op = g.ops[static_cast<size_t>(g.nodes[static_cast<size_t>(n)].op)];
+    if (graph::is_view_op(op.kind)) continue;
+    std::string name =
+        op.name.substr(op.name.find("::") == std::string::npos ? 0 : op.name.find("::") + 2);
+    if (std::find(ops.begin(), ops.end(), name) == ops.end()) ops.push_back(std::move(name));
+  }
+  std::string out = "fused";
+  for (size_t i = 0; i < ops.size() && i < 4; ++i) out += "_" + ops[i];
+  if (ops.size() > 4) out += "_and_" + std::to_string(ops.size() - 4) + "_more";
+  return out;
+}
 
 // The alias sets `a` names, its list elements' included (`Tensor(a)[]`).
 void add_alias_sets(const c10::AliasInfo* a, std::set<c10::Symbol>& out) {
@@ -579,7 +598,8 @@ void generate_kernels(Program& p, const Target& target, sched::Plan& plan,
         k.outputs = group.outputs;
         k.index_status = group.index_status;
         k.description = "kernel " + (target.triton ? k.triton->kernel().name : group.kernel.name);
-        k.profile_name = "ember::" + (target.triton ? k.triton->kernel().name : group.kernel.name);
+        k.profile_name = "ember::" + (target.triton ? k.triton->kernel().name : group.kernel.name) +
+                         "_" + fused_label(g, group);
         if (group.kernel.combo) {
           k.description += " (combo of " + std::to_string(group.kernel.parts().size()) + ")";
         }
