@@ -195,7 +195,8 @@ def _record_metrics(log: Any, seen: list) -> None:
 
 
 def compile(model: Any = None, *, backend: Any = "ember", fullgraph: bool = False,
-            dynamic: bool | None = None, mode: str | None = None, options: dict | None = None) -> Any:
+            dynamic: bool | None = None, mode: str | None = None, options: dict | None = None,
+            disable: bool = False) -> Any:
     """Compiles a function or nn.Module by capturing its Python bytecode (like torch.compile).
 
     backend: "ember" (ember's compiler, the default), "inductor" (PyTorch's Inductor), "eager"
@@ -218,10 +219,15 @@ def compile(model: Any = None, *, backend: Any = "ember", fullgraph: bool = Fals
     products (mm, addmm, bmm) on a CUDA device also get Triton templates, each timed against
     cuBLAS at its first call, the faster kept and remembered on disk; "max-autotune": both. On
     the CPU every mode is the default.
+    options: ember.config options for this compile, by name (docs/env_vars.md); one of mode= and
+    options=, as torch.compile asks.
+    disable: True returns `model` itself, uncompiled (torch.compile's disable=).
     """
     if model is None:
         return functools.partial(compile, backend=backend, fullgraph=fullgraph, dynamic=dynamic,
-                                 mode=mode, options=options)
+                                 mode=mode, options=options, disable=disable)
+    if disable:
+        return model
     return _compile(model, backend=backend, fullgraph=fullgraph, dynamic=dynamic, mode=mode,
                     options=options)[0]
 

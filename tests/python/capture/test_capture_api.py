@@ -347,3 +347,12 @@ def test_dynamo_recompile_limit_is_ember_compiles_default(recwarn):
     assert any("cache size limit" in str(w.message) for w in recwarn.list)
     with torch._dynamo.config.patch(recompile_limit=2), ember.config.patch(cache_size_limit=4):
         assert ember.config.cache_size_limit == 4
+
+
+def test_disable_returns_the_model_itself():
+    # torch.compile's disable=: nothing is compiled, the model is returned as it is.
+    m = torch.nn.Linear(4, 4)
+    assert ember.compile(m, disable=True) is m
+    assert ember.compile(disable=True)(m) is m
+    f = lambda x: x + 1  # noqa: E731
+    assert ember.compile(f, disable=True) is f
