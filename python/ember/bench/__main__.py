@@ -32,6 +32,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "(torch.compile(backend='ember')), or any torch.compile backend name")
     p.add_argument("--json", default=None, help="write the JSON report here")
     p.add_argument("--html", default=None, help="write a self-contained HTML report with an SVG speedup chart")
+    p.add_argument("--png", default=None, help="write the speedup charts as a PNG (drawn by headless Chromium)")
     p.add_argument("--text", default=None, help="also write the terminal table and summary to this file")
     p.add_argument("--no-accuracy", action="store_true", help="skip the fp64/eager accuracy check")
     p.add_argument("--no-warm-compile", action="store_true", help="skip the warm-cache compile measurement")
@@ -98,6 +99,8 @@ def _save(rep, args: argparse.Namespace) -> str:
             f.write(text + "\n")
     if args.html:
         rep.save_html(args.html)
+    if args.png:
+        rep.save_png(args.png)
     return text
 
 

@@ -6,6 +6,11 @@ import dataclasses
 import html
 import json
 import math
+import os
+import re
+import shutil
+import subprocess
+import tempfile
 from typing import Any
 
 from .harness import BackendResult, ModelRun, geomean
@@ -265,6 +270,29 @@ class Report:
         with open(path, "w") as f:
             f.write(self.html())
 
+    def save_png(self, path: str, browser: str | None = None) -> None:
+        """The speedup charts (every mode/dtype, stacked) as a PNG, drawn from the same SVG by a
+        headless Chromium (`browser`, else the first of chromium, chromium-browser,
+        google-chrome on PATH)."""
+        browser = browser or next((shutil.which(b) for b in ("chromium", "chromium-browser",
+                                                             "google-chrome") if shutil.which(b)),
+                                  None)
+        if browser is None:
+            raise RuntimeError("ember.bench: a PNG chart needs Chromium (apt-get install chromium); "
+                               "the HTML report (--html) has the same charts")
+        page, width, height = render_charts(self)
+        with tempfile.TemporaryDirectory() as tmp:
+            src = os.path.join(tmp, "charts.html")
+            with open(src, "w") as f:
+                f.write(page)
+            out = os.path.abspath(path)
+            r = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu",
+                                "--hide-scrollbars", f"--window-size={width},{height}",
+                                f"--screenshot={out}", "file://" + src],
+                               capture_output=True, text=True, timeout=120)
+        if r.returncode != 0 or not os.path.exists(out):
+            raise RuntimeError(f"ember.bench: Chromium did not draw {path}: {r.stderr[-500:]}")
+
 
 # ------------------------------------------------------------------------------ formatting helpers
 
@@ -352,6 +380,29 @@ def render_html(rep: Report) -> str:
     parts.append("<h2>Environment</h2><pre>" + esc(json.dumps(rep.meta, indent=1, default=str)) + "</pre>")
     parts.append("</body></html>")
     return "\n".join(parts)
+
+
+def render_charts(rep: Report) -> tuple[str, int, int]:
+    """A page of only the speedup charts, and the window size that shows all of it."""
+    esc = html.escape
+    backends = [b for b in rep.backends() if b != "eager"]
+    legend = " ".join(
+        f"<span style='display:inline-block;width:12px;height:12px;background:{_color(b, i)}'></span> {esc(b)}"
+        for i, b in enumerate(backends))
+    parts = ["<!DOCTYPE html><html><head><meta charset='utf-8'><style>body{font-family:sans-serif;"
+             "margin:16px;color:#222;background:#fff}h2{font-size:15px;margin:8px 0}"
+             "p{margin:4px 0 8px 0;font-size:12px}</style></head><body>"]
+    width, height = 400, 16
+    for mode, dtype in rep.groups():
+        runs = [r for r in rep.runs if r.mode == mode and r.dtype == dtype and r.status != "skipped"]
+        svg = _svg_chart(runs, backends)
+        m = re.search(r"width='(\d+)' height='(\d+)'", svg)
+        w, h = (int(m.group(1)), int(m.group(2))) if m else (400, 30)
+        width, height = max(width, w + 40), height + h + 70
+        parts.append(f"<h2>Speedup over eager: {esc(mode)} / {esc(dtype)}</h2><p>{legend} "
+                     f"(log scale; bars start at 1.0x)</p>{svg}")
+    parts.append("</body></html>")
+    return "\n".join(parts), width, height
 
 
 def _svg_chart(runs: list[ModelRun], backends: list[str]) -> str:

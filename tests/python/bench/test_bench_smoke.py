@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import sys
 
 import pytest
@@ -123,6 +124,12 @@ def test_summary_and_outputs(report, tmp_path):
     # HTML chart: self-contained, one SVG per mode/dtype
     html = report.html()
     assert html.count("<svg") == 2 and "<script src" not in html and "aot_eager" in html
+    # The same charts as a PNG, drawn by headless Chromium where it is installed.
+    if shutil.which("chromium"):
+        png = tmp_path / "charts.png"
+        report.save_png(str(png))
+        data = png.read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000
 
 
 def test_ember_failure_is_reported(monkeypatch):
