@@ -118,6 +118,38 @@ int SourceTable::has_attr(int parent, PyObject* name) {
   return add(SourceKind::HasAttr, parent, 0, name);
 }
 
+int SourceTable::iter_rest(int parent) {
+  EMBER_INTERNAL_ASSERT(parent >= 0 && parent < size()) << "the rest of a missing source";
+  return add(SourceKind::IterRest, parent, 0, nullptr);
+}
+
+PyObject* iterator_rest(PyObject* it) {
+  std::string_view type(Py_TYPE(it)->tp_name);
+  if (type != "list_iterator" && type != "tuple_iterator" && type != "range_iterator" &&
+      type != "dict_keyiterator" && type != "dict_valueiterator" && type != "dict_itemiterator") {
+    PyErr_Format(PyExc_TypeError, "ember: the rest of a %s is not read", Py_TYPE(it)->tp_name);
+    return nullptr;
+  }
+  // (iter, (sequence,), position), or (iter, (sequence,)) from position 0: dict iterators give
+  // a list of what is left, list and tuple iterators their sequence itself.
+  nb::object reduced = nb::steal(PyObject_CallMethod(it, "__reduce__", nullptr));
+  if (!reduced.is_valid()) return nullptr;
+  PyObject* r = reduced.ptr();
+  if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) < 2 || !PyTuple_Check(PyTuple_GET_ITEM(r, 1)) ||
+      PyTuple_GET_SIZE(PyTuple_GET_ITEM(r, 1)) != 1) {
+    PyErr_SetString(PyExc_TypeError, "ember: an iterator's __reduce__ of an unknown form");
+    return nullptr;
+  }
+  Py_ssize_t position = 0;
+  if (PyTuple_GET_SIZE(r) >= 3) {
+    position = PyLong_AsSsize_t(PyTuple_GET_ITEM(r, 2));
+    if (position < 0 && PyErr_Occurred()) return nullptr;
+  }
+  nb::object all = nb::steal(PySequence_List(PyTuple_GET_ITEM(PyTuple_GET_ITEM(r, 1), 0)));
+  if (!all.is_valid()) return nullptr;
+  return PyList_GetSlice(all.ptr(), position, PY_SSIZE_T_MAX);
+}
+
 int SourceTable::attr(int parent, PyObject* name) {
   EMBER_INTERNAL_ASSERT(parent >= 0 && parent < size()) << "attr of a missing source";
   return add(SourceKind::Attr, parent, 0, name);
@@ -148,6 +180,8 @@ std::string SourceTable::name(int id) const {
       return name(s.parent) + "[" + name(s.index) + "]";
     case SourceKind::HasAttr:
       return "hasattr(" + name(s.parent) + ", " + repr(s.key.ptr()) + ")";
+    case SourceKind::IterRest:
+      return "list(" + name(s.parent) + ")";
     case SourceKind::Const:
       if (PyDict_Check(s.key.ptr())) {
         PyObject* mod = PyDict_GetItemString(s.key.ptr(), "__name__");
@@ -212,6 +246,9 @@ int SourceTable::evaluate(const FrameView& f, std::vector<nb::object>& out) cons
         break;
       case SourceKind::ModuleMember:
         v = module_member_of(out[static_cast<size_t>(s.parent)].ptr(), s.key.ptr(), s.index);
+        break;
+      case SourceKind::IterRest:
+        v = iterator_rest(out[static_cast<size_t>(s.parent)].ptr());
         break;
     }
     if (v == nullptr) {

@@ -37,6 +37,9 @@ enum class SourceKind : uint8_t {
   ItemOf,
   /// hasattr(parent, key) as True or False: an attribute the capture found missing.
   HasAttr,
+  /// The items a builtin iterator has left, as a new list, read without advancing it
+  /// (iterator_rest): a comprehension's iterator argument (Note [A comprehension's iterator]).
+  IterRest,
 };
 
 struct Source {
@@ -50,6 +53,11 @@ struct Source {
 /// reference, or nullptr with an AttributeError when it is not there.
 PyObject* module_member_of(PyObject* module, PyObject* name, int registry);
 
+/// The items builtin iterator `it` (a list, tuple, range or dict iterator) has left, as a new
+/// list, without advancing it (through its __reduce__). New reference, or nullptr with a
+/// TypeError for another kind of iterator (or the error __reduce__ raised).
+PyObject* iterator_rest(PyObject* it);
+
 class SourceTable {
  public:
   int local(int slot, PyObject* name);
@@ -61,6 +69,7 @@ class SourceTable {
   int module_member(int parent, PyObject* name, int registry);
   int item_of(int parent, int key_source);
   int has_attr(int parent, PyObject* name);
+  int iter_rest(int parent);
 
   int size() const { return static_cast<int>(nodes_.size()); }
   const Source& at(int id) const { return nodes_[static_cast<size_t>(id)]; }

@@ -85,6 +85,31 @@ namespace {
 struct NestedStop {};
 }  // namespace
 
+// Note [A comprehension's iterator]
+// On 3.11 a list, set or dict comprehension is a function of one argument, `.0`: the iterator
+// its caller made with GET_ITER, used by nobody else. When the caller runs eagerly (a graph
+// break above), the comprehension's frame is compiled alone, and that argument is an iterator
+// from outside: FOR_ITER over it would consume it at capture time. For the iterators whose rest
+// can be read without advancing them (list, tuple, range and dict iterators, through
+// __reduce__), the frame iterates over that rest instead, a list read through an IterRest
+// source and guarded like any list argument; the compiled frame leaves the caller's iterator
+// as it is, which nothing reads after the comprehension.
+nb::object Interpreter::comprehension_iterator(PyCodeObject* co, int slot, PyObject* v) {
+  std::string_view name = PyUnicode_AsUTF8(co->co_name);
+  PyObject* arg = local_name(co, slot);
+  if (slot != 0 || !(name == "<listcomp>" || name == "<setcomp>" || name == "<dictcomp>") ||
+      arg == nullptr || PyUnicode_CompareWithASCIIString(arg, ".0") != 0) {
+    return {};
+  }
+  nb::object rest = nb::steal(iterator_rest(v));
+  if (!rest.is_valid()) {
+    PyErr_Clear();
+    return {};
+  }
+  nb::object list = wrap(rest, sources_.iter_rest(sources_.local(slot, arg)));
+  return fresh(checked(PyObject_GetIter(list.ptr())));
+}
+
 nb::object Interpreter::run(const FrameView& f, int stop_at, int64_t stop_count) {
   stop_at_ = stop_at;
   stop_count_ = stop_count;
@@ -138,6 +163,10 @@ nb::object Interpreter::run(const FrameView& f, int stop_at, int64_t stop_count)
   for (int i = 0; i < nargs && i < f.nlocalsplus; ++i) {
     PyObject* v = f.value(i);
     if (v == nullptr) continue;
+    if (nb::object it = comprehension_iterator(co, i, v); it.is_valid()) {
+      fr.locals[static_cast<size_t>(i)] = std::move(it);
+      continue;
+    }
     fr.locals[static_cast<size_t>(i)] = wrap(v, sources_.local(i, local_name(co, i)));
   }
   if (co->co_flags & CO_VARKEYWORDS) {

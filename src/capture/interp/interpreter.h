@@ -341,6 +341,10 @@ class Interpreter {
   /// Whether `mgr` is a torch.inference_mode() object (entered as no_grad).
   bool is_inference_mode(nanobind::handle mgr) const;
   nanobind::object load_global(Frame& fr, PyObject* name);
+  /// A comprehension's iterator argument `v` (slot `slot` of `co`) as a fresh iterator over its
+  /// rest, read through an IterRest source (Note [A comprehension's iterator]); invalid when
+  /// `v` is not one.
+  nanobind::object comprehension_iterator(PyCodeObject* co, int slot, PyObject* v);
   nanobind::object load_attr(nanobind::handle obj, PyObject* name);
   nanobind::object load_deref(Frame& fr, int slot);
   /// STORE_ATTR and setattr(): on an object the frame made, directly or through its class's

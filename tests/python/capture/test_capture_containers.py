@@ -192,3 +192,33 @@ def test_store_into_argument_dict():
     c(d, x)
     torch.testing.assert_close(d["out"], x * 2)
     expect_frames(1, 0)
+
+
+def test_a_comprehension_of_an_eager_frame_iterates_its_iterator_unconsumed():
+    # 3.11: a comprehension is a frame of its own, given its caller's iterator. When the caller
+    # runs eagerly (no break inside a try block), the comprehension is compiled alone over the
+    # rest of that iterator, read without advancing it (range, list, tuple and dict iterators),
+    # and guarded like a list: a new length recompiles (Note [A comprehension's iterator]).
+    import sys
+
+    def f(table, ids):
+        try:
+            print("", end="")
+        finally:
+            pass
+        rows = [torch.index_select(table, 0, ids[i]) for i in range(ids.shape[0])]
+        cols = {k: table[:, j] * 2 for k, j in {"a": 0, "b": 1}.items()}
+        return torch.stack(rows), cols
+
+    since = len(ember.capture.records())
+    c = ember.compile(f)
+    table = torch.randn(10, 3)
+    for n in (3, 3, 4):
+        ids = torch.randint(0, 10, (n, 5))
+        torch.testing.assert_close(c(table, ids), f(table, ids))
+    recs = ember.capture.records()[since:]
+    comps = [r for r in recs if "comp>" in r["code"]]
+    if sys.version_info < (3, 12):  # 3.12 inlines comprehensions (PEP 709): no frames of their own
+        assert all(r["captured"] for r in comps), [(r["code"], r["reason"]) for r in comps]
+        assert sum("<listcomp>" in r["code"] for r in comps) == 2  # lengths 3 and 4
+        assert sum("<dictcomp>" in r["code"] for r in comps) == 1
