@@ -442,14 +442,13 @@ PyObject* eval_frame(PyThreadState* ts, _PyInterpreterFrame* frame, int throwfla
   if ((code->co_flags & kGeneratorFlags) != 0) return eval_default(ts, frame);
   ExtraState* s = extra_state(code);
   if (s == nullptr) return eval_default(ts, frame);
+  // (Skipped as a library file is: not counted as an eager frame.)
   if (s->unhooked) {
-    ++g.stats.eager_frames;
     HookDisabled off(st);
     return eval_default(ts, frame);
   }
   if (s->disables_cell >= 0) disable_cell_function(frame, s->disables_cell);
   if (s->disabled && reinterpret_cast<PyObject*>(code) != st.top_code) {
-    ++g.stats.eager_frames;
     return eval_default(ts, frame);
   }
   if (s->skip_code &&
