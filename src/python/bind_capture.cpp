@@ -20,6 +20,12 @@ namespace ember::python {
 
 namespace {
 
+/// `code` as a code object, or a user error naming `fn`.
+PyCodeObject* code_object(nb::handle code, const char* fn) {
+  EMBER_CHECK(PyCode_Check(code.ptr())) << fn << ": expected a code object";
+  return reinterpret_cast<PyCodeObject*>(code.ptr());
+}
+
 nb::dict record_dict(const capture::CaptureRecord& r) {
   nb::dict d;
   d["code"] = r.code;
@@ -129,30 +135,19 @@ void bind_capture(nb::module_& m) {
       "A callable that calls `fn` with `compiler` capturing its frames.");
   m.def(
       "capture_run_unhooked",
-      [](nb::object code) {
-        EMBER_CHECK(PyCode_Check(code.ptr())) << "capture_run_unhooked: expected a code object";
-        capture::run_unhooked(reinterpret_cast<PyCodeObject*>(code.ptr()));
-      },
+      [](nb::handle code) { capture::run_unhooked(code_object(code, "capture_run_unhooked")); },
       nb::arg("code"),
       "Frames of `code` and every frame they call run with the frame hook off "
       "(torch.compiler.disable's wrapper).");
   m.def(
       "capture_disable_closure_function",
-      [](nb::object code, int cell) {
-        EMBER_CHECK(PyCode_Check(code.ptr()))
-            << "capture_disable_closure_function: expected a code object";
-        capture::disable_closure_function(reinterpret_cast<PyCodeObject*>(code.ptr()), cell);
+      [](nb::handle code, int cell) {
+        capture::disable_closure_function(code_object(code, "capture_disable_closure_function"),
+                                          cell);
       },
       nb::arg("code"), nb::arg("cell"),
       "A frame of `code` disables the code of the function in its closure cell `cell` "
       "(torch.compiler.disable(recursive=False)'s wrapper).");
-  m.def(
-      "capture_disable_code",
-      [](nb::object code) {
-        EMBER_CHECK(PyCode_Check(code.ptr())) << "capture_disable_code: expected a code object";
-        capture::disable_code(reinterpret_cast<PyCodeObject*>(code.ptr()));
-      },
-      nb::arg("code"), "Frames of `code` run uncompiled (their callees are still compiled).");
   m.def("set_capture_skip_prefixes", &capture::set_skip_prefixes, nb::arg("prefixes"));
   m.def("set_capture_cache_size_limit", &capture::set_cache_size_limit, nb::arg("limit"));
   m.def("set_capture_log_topics", &capture::set_log_topics, nb::arg("topics"),

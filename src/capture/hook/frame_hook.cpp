@@ -490,10 +490,6 @@ void disable_closure_function(PyCodeObject* code, int cell) {
   if (ExtraState* s = extra_state(code)) s->disables_cell = cell;
 }
 
-void disable_code(PyCodeObject* code) {
-  if (ExtraState* s = extra_state(code)) s->disabled = true;
-}
-
 void set_skip_prefixes(std::vector<std::string> prefixes) {
   Globals& g = globals();
   g.skip_prefixes = std::move(prefixes);

@@ -123,13 +123,11 @@ class HookPause {
 /// Frames of `code`, and every frame they call, are not intercepted (torch.compiler.disable's
 /// wrapper: the function it wraps runs as if no compiler were active). Permanent for the code.
 void run_unhooked(PyCodeObject* code);
-/// A frame of `code` disables the code of the function in its closure cell `cell`
-/// (torch.compiler.disable(fn, recursive=False)'s wrapper, whose cell holds fn): see
-/// disable_code. Permanent for the code.
+/// A frame of `code` marks the code of the function in its closure cell `cell` disabled
+/// (torch.compiler.disable(fn, recursive=False)'s wrapper, whose cell holds fn): frames of that
+/// code run with the default evaluator, except as a compiled function's top frame, and the
+/// frames they call are intercepted. Permanent for the code (clear_cache keeps it).
 void disable_closure_function(PyCodeObject* code, int cell);
-/// Frames of `code` run with the default evaluator, except as a compiled function's top frame;
-/// the frames they call are intercepted. Permanent for the code (clear_cache keeps it).
-void disable_code(PyCodeObject* code);
 /// Frames whose co_filename starts with one of these are not intercepted (their callees are).
 void set_skip_prefixes(std::vector<std::string> prefixes);
 /// Most entries of one compiler per code object (default 8; ember.config.cache_size_limit,
