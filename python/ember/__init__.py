@@ -31,6 +31,7 @@ from . import errors, metrics  # noqa: E402
 from . import _C  # noqa: F401,E402
 from . import _cudagraphs  # noqa: F401  (CUDA graph capture for mode="reduce-overhead")
 from .backend import backend
+from .artifacts import load, save
 from .capture import compile, explain
 from .compile_report import report
 from .errors import CompileError, DataDependentError, InternalError, Unsupported
@@ -45,6 +46,8 @@ __all__ = [
     "backend",
     "compile",
     "explain",
+    "load",
+    "save",
     "report",
     "trace",
     "Graph",

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import torch
 
-from . import _C, config, metrics
+from . import _C, artifacts, config, metrics
 from .errors import CompileError
 
 _prefixes_set = False
@@ -265,6 +265,7 @@ def _compile(model: Any, *, backend: Any, fullgraph: bool, dynamic: bool | None,
         top = getattr(fn, "__code__", None)
         out = _C.capture_function(model, top, compiler)
     _LOGS.append((compiler.log, [0]))
+    artifacts.register(out, compiler.log)
     return out, compiler
 
 

@@ -16,6 +16,8 @@
 #include "runtime/causal_attention.h"
 #include "runtime/constant_fold.h"
 #include "runtime/executor.h"
+#include "runtime/host_compiler.h"
+#include "runtime/kernel_cache.h"
 #include "runtime/triton_runtime.h"
 #include "sched/fusion.h"
 #include "support/error.h"
@@ -96,6 +98,31 @@ void bind_runtime(nb::module_& m) {
         "IR, its Triton source (None when it has no Triton form), its rows per program, the "
         "private output buffers it never writes (unused_buffers) and why not ('' when it has "
         "one).");
+  m.def(
+      "kernel_cache_dir",
+      [](nb::handle options) {
+        (void)compile_options_from(options);  // configures the cache's root from the options
+        return runtime::cache_dir();
+      },
+      nb::arg("options"),
+      "The kernel cache's folder of CPU kernels for `options` (ember.config.compile_options()): "
+      "`<cache root>/kernels`, created and checked as trusted (kernel_cache.h).");
+  m.def(
+      "kernel_cache_root",
+      [](nb::handle options) {
+        (void)compile_options_from(options);
+        return runtime::cache_root();
+      },
+      nb::arg("options"), "The kernel cache's root for `options`, checked as trusted.");
+  m.def(
+      "verify_kernel_cache_entry",
+      [](const std::string& so) {
+        std::string why;
+        return runtime::verify_entry(so, &why) ? std::string() : why;
+      },
+      nb::arg("so"),
+      "'' when the kernel object `so` matches its sidecar (size and content hash), else what "
+      "failed.");
   m.def("clear_kernel_memory_cache", &runtime::clear_memory_cache,
         "Forgets the kernels loaded in this process (they stay loaded while in use), so the next "
         "compile reads the on-disk cache (EMBER_CACHE_DIR) or compiles.");
