@@ -1,0 +1,99 @@
+"""One rank of a data-parallel training run on gloo (DistributedDataParallel, or FSDP2's
+fully_shard), under ember and eagerly, for test_ddp.py:
+`python ddp_worker.py RANK WORLD PORT MODEL ENTRY STEPS [ddp|fsdp]`. Both copies of the suite
+model (ember.bench's small size) train with SGD on the same per-rank batches; rank 0 prints one
+JSON line with the largest differences of the loss, the gradients and the parameters, and ember's
+counters."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+
+def shard(model: torch.nn.Module) -> torch.nn.Module:
+    """FSDP2: each block of the model's ModuleLists its own group, then the root."""
+    from torch.distributed.fsdp import fully_shard
+
+    for m in model.modules():
+        if isinstance(m, torch.nn.ModuleList):
+            for block in m:
+                fully_shard(block)
+    return fully_shard(model)
+
+
+def full(t: torch.Tensor) -> torch.Tensor:
+    """A DTensor's whole value (FSDP2 shards parameters and gradients); a tensor as it is."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def main() -> None:
+    rank, world, port = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    model_name, entry, steps = sys.argv[4], sys.argv[5], int(sys.argv[6])
+    wrap = sys.argv[7] if len(sys.argv) > 7 else "ddp"
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    import ember
+    from ember.bench import models as M
+
+    torch.manual_seed(0)
+    wl = M.REGISTRY[model_name].build("small", "training", "cpu")
+    eager_model = copy.deepcopy(wl.model).train()
+    model = wl.model.train()
+    if wrap == "ddp":
+        ref = torch.nn.parallel.DistributedDataParallel(eager_model)
+        ddp = torch.nn.parallel.DistributedDataParallel(model)
+    else:
+        ref, ddp = shard(eager_model), shard(model)
+    compiled = torch.compile(ddp, backend="ember") if entry == "torch" else ember.compile(ddp)
+    opt_ref = torch.optim.SGD(eager_model.parameters(), lr=0.01)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    worst = {"loss": 0.0, "grad": 0.0, "param": 0.0}
+
+    def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+        return ((a - b).norm() / b.norm().clamp_min(1e-12)).item()
+
+    for step in range(steps):
+        torch.manual_seed(1000 * step + rank)  # each rank its own batch, as in data parallelism
+        args = [a.clone() if isinstance(a, torch.Tensor) else a for a in wl.args]
+        if args and args[0].is_floating_point():
+            args[0] = torch.randn_like(args[0])
+        loss_ref = M.reduce_to_scalar_loss(wl.loss_fn(ref(*args, **wl.kwargs)))
+        loss = M.reduce_to_scalar_loss(wl.loss_fn(compiled(*args, **wl.kwargs)))
+        loss_ref.backward()
+        loss.backward()
+        worst["loss"] = max(worst["loss"], abs(loss.item() - loss_ref.item()) /
+                            max(abs(loss_ref.item()), 1e-12))
+        for p, q in zip(model.parameters(), eager_model.parameters()):
+            if q.grad is not None:
+                worst["grad"] = max(worst["grad"], rel(full(p.grad), full(q.grad)))
+        opt.step()
+        opt_ref.step()
+        opt.zero_grad()
+        opt_ref.zero_grad()
+    for p, q in zip(model.parameters(), eager_model.parameters()):
+        worst["param"] = max(worst["param"], rel(full(p.detach()), full(q.detach())))
+    # Every rank holds the same parameters (data parallelism's invariant).
+    flat = torch.cat([full(p.detach()).flatten() for p in model.parameters()])
+    others = [torch.empty_like(flat) for _ in range(world)]
+    dist.all_gather(others, flat)
+    worst["ranks"] = max((o - flat).abs().max().item() for o in others)
+    if rank == 0:
+        counters = ember.metrics.snapshot()
+        print(json.dumps({**worst, "graphs": counters["graphs"],
+                          "training_graphs": counters["training_graphs"],
+                          "graph_breaks": counters["graph_breaks"],
+                          "kernels": counters["kernels"],
+                          "eager_frames": counters["eager_frames"],
+                          "reasons": ember.metrics.fallback_reasons[:5]}), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
