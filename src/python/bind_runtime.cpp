@@ -319,6 +319,8 @@ void bind_runtime(nb::module_& m) {
                    "'' while the graph is (or will be) replayed as a CUDA graph, else why not "
                    "('off' without cuda_graphs).")
       .def_prop_ro("cuda_graph_replays", &Executor::cuda_graph_replays)
+      .def_prop_ro("cuda_graph_recaptures", &Executor::cuda_graph_recaptures,
+                   "CUDA graphs captured again because parameters or buffers moved.")
       .def_prop_ro("kernel_sources", &Executor::kernel_sources)
       .def_prop_ro("num_inputs", &Executor::num_user_inputs)
       .def_prop_ro("num_nodes", [](const Executor& e) { return e.graph().nodes.size(); });

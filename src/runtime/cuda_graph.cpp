@@ -35,8 +35,8 @@ void set_cuda_graph_hook(CudaGraphHook h) {
   hook() = std::move(h);
 }
 
-CudaGraphRunner::CudaGraphRunner(int device, std::vector<bool> parameters)
-    : device_(device), parameters_(std::move(parameters)) {}
+CudaGraphRunner::CudaGraphRunner(int device, std::vector<bool> module_state)
+    : device_(device), module_state_(std::move(module_state)) {}
 
 CudaGraphRunner::~CudaGraphRunner() = default;
 
@@ -48,6 +48,11 @@ std::string CudaGraphRunner::disabled_reason() const {
 int64_t CudaGraphRunner::replays() const {
   std::lock_guard<std::mutex> lock(mu_);
   return replays_;
+}
+
+int64_t CudaGraphRunner::recaptures() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return recaptures_;
 }
 
 void CudaGraphRunner::disable(const std::string& why) {
@@ -75,7 +80,7 @@ bool CudaGraphRunner::capture(Entry& e, const std::vector<at::Tensor>& inputs,
               ", not the graph's device (a replay would read the value it had when captured)");
       return false;
     }
-    if (parameters_[i]) {
+    if (module_state_[i]) {
       e.static_inputs.push_back(x);
     } else {
       at::Tensor s = at::empty_strided(x.sizes(), x.strides(), x.options());
@@ -116,8 +121,8 @@ std::optional<std::vector<at::Tensor>> CudaGraphRunner::run(const std::vector<at
                                                             const std::vector<int64_t>& symbols) {
   std::lock_guard<std::mutex> lock(mu_);
   if (!disabled_.empty()) return std::nullopt;
-  EMBER_INTERNAL_ASSERT(inputs.size() == parameters_.size())
-      << "CUDA graph of " << parameters_.size() << " inputs called with " << inputs.size();
+  EMBER_INTERNAL_ASSERT(inputs.size() == module_state_.size())
+      << "CUDA graph of " << module_state_.size() << " inputs called with " << inputs.size();
   auto it = entries_.find(symbols);
   if (it == entries_.end()) {
     if (entries_.size() >= kMaxCudaGraphSizes) {
@@ -135,17 +140,28 @@ std::optional<std::vector<at::Tensor>> CudaGraphRunner::run(const std::vector<at
   Entry& e = it->second;
   if (++e.calls == 1) return std::nullopt;  // warm-up: lazily loaded state loads outside capture
   if (e.graph.exec == nullptr && !capture(e, inputs, program)) return std::nullopt;
-  const std::vector<at::Tensor>& static_inputs = e.static_inputs;
+  bool moved = false;  // module state at another address than the capture read
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const at::Tensor& s = static_inputs[i];
+    const at::Tensor& s = e.static_inputs[i];
     if (inputs[i].device() != s.device() || inputs[i].scalar_type() != s.scalar_type() ||
         !inputs[i].sizes().equals(s.sizes())) {
       return std::nullopt;
     }
-    if (parameters_[i] && inputs[i].data_ptr() != s.data_ptr()) return std::nullopt;
+    moved |= module_state_[i] &&
+             (inputs[i].data_ptr() != s.data_ptr() || !inputs[i].strides().equals(s.strides()));
+  }
+  if (moved) {
+    if (recaptures_ >= kMaxCudaGraphRecaptures) {
+      disable("its parameters or buffers moved to new memory more than " +
+              std::to_string(kMaxCudaGraphRecaptures) + " times (each move captures it again)");
+      return std::nullopt;
+    }
+    ++recaptures_;
+    e.graph = CapturedCudaGraph{};
+    if (!capture(e, inputs, program)) return std::nullopt;
   }
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!parameters_[i] && inputs[i].data_ptr() != e.static_inputs[i].data_ptr()) {
+    if (!module_state_[i] && inputs[i].data_ptr() != e.static_inputs[i].data_ptr()) {
       e.static_inputs[i].copy_(inputs[i]);
     }
   }

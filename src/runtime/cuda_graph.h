@@ -7,8 +7,10 @@
 /// Triton modules, cuBLAS handles). The second captures the program into a CUDA graph through a
 /// hook the Python package installs (ember/_cudagraphs.py: torch.cuda.graph, which captures on a
 /// side stream into a private memory pool of torch's caching allocator), on static copies of the
-/// inputs. From then on a call copies its inputs into the static ones (parameters are read in
-/// place), replays the graph with cuGraphLaunch (libcuda, from C++, on the current stream) and
+/// inputs. From then on a call copies its inputs into the static ones (module state, parameters
+/// and registered buffers, is read in place, as Inductor's cudagraph trees treat them as static
+/// inputs: a ResNet-50's 106 batch-norm statistics copied per call cost more than its replay),
+/// replays the graph with cuGraphLaunch (libcuda, from C++, on the current stream) and
 /// returns copies of the static outputs, so that a later replay cannot overwrite what a caller
 /// holds. A graph whose capture fails, or whose outputs alias its inputs, runs without a CUDA
 /// graph, with the reason in a warning and in disabled_reason().
@@ -51,15 +53,19 @@ int64_t cuda_graph_replays_total();
 
 /// The sizes (bindings of a graph's symbols) a CudaGraphRunner records graphs for, at most.
 constexpr size_t kMaxCudaGraphSizes = 32;
+/// Captures again because module state moved to new memory, at most (all bindings together).
+constexpr int64_t kMaxCudaGraphRecaptures = 8;
 
 /// The CUDA graphs of one compiled graph (see the file comment).
 class CudaGraphRunner {
  public:
   using Program = std::function<std::vector<at::Tensor>(const std::vector<at::Tensor>&)>;
 
-  /// `parameters[i]`: input i is a parameter, which replays read in place (a call that passes
-  /// another tensor there runs without the graph).
-  CudaGraphRunner(int device, std::vector<bool> parameters);
+  /// `module_state[i]`: input i is a parameter or a registered buffer, which replays read in
+  /// place. A call that passes another tensor there (a buffer reassigned, parameters replaced)
+  /// captures that binding's graph again, at most kMaxCudaGraphRecaptures times; past that the
+  /// graph runs without a CUDA graph, with a warning.
+  CudaGraphRunner(int device, std::vector<bool> module_state);
   ~CudaGraphRunner();
 
   /// The outputs for `inputs` from a replay of the graph of binding `symbols` (the values of
@@ -73,6 +79,8 @@ class CudaGraphRunner {
   /// Why the graph runs without a CUDA graph; empty while it is captured or still to be.
   std::string disabled_reason() const;
   int64_t replays() const;
+  /// Captures made again because module state moved (see the constructor).
+  int64_t recaptures() const;
 
  private:
   /// One binding's graph.
@@ -85,9 +93,10 @@ class CudaGraphRunner {
   void disable(const std::string& why);
 
   const int device_;
-  const std::vector<bool> parameters_;
+  const std::vector<bool> module_state_;
   mutable std::mutex mu_;
   int64_t replays_ = 0;
+  int64_t recaptures_ = 0;
   std::string disabled_;
   std::map<std::vector<int64_t>, Entry> entries_;
   bool warned_full_ = false;

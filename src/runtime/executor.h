@@ -150,6 +150,8 @@ class Executor {
   std::string cuda_graph_status() const;
   /// Calls served by replaying the CUDA graph.
   int64_t cuda_graph_replays() const { return p_.cuda_graph ? p_.cuda_graph->replays() : 0; }
+  /// CUDA graphs captured again because parameters or buffers moved to new memory.
+  int64_t cuda_graph_recaptures() const { return p_.cuda_graph ? p_.cuda_graph->recaptures() : 0; }
 
  private:
   /// Runs kernel step `s` as its product's fused template when that won; false otherwise

@@ -7,6 +7,7 @@
 #include <ATen/core/List.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <iomanip>
@@ -43,6 +44,10 @@ std::string fused_label(const graph::Graph& g, const sched::KernelGroup& group) 
     if (graph::is_view_op(op.kind)) continue;
     std::string name =
         op.name.substr(op.name.find("::") == std::string::npos ? 0 : op.name.find("::") + 2);
+    // An identifier's characters only: it also names a Triton function.
+    for (char& c : name) {
+      if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+    }
     if (std::find(ops.begin(), ops.end(), name) == ops.end()) ops.push_back(std::move(name));
   }
   std::string out = "fused";
@@ -251,9 +256,11 @@ Step view_step(const Program& p, int32_t n, graph::ValueId root) {
   return step;
 }
 
+// `label` (fused_label) ends the kernel's name: the device timeline of torch.profiler and nsys
+// shows ember_k<hash>_fused_<ops>, as Inductor's kernel names say what they fuse.
 codegen::TritonKernel triton_form(const sched::KernelGroup& group,
                                   const std::vector<graph::ValueId>& private_outputs,
-                                  const CompileOptions::Triton& options) {
+                                  const CompileOptions::Triton& options, const std::string& label) {
   EMBER_UNSUPPORTED(!group.index_status)
       << "kernel " << group.kernel.name
       << " checks its index tensors before its loops (a scatter kernel: no Triton form yet)";
@@ -276,7 +283,7 @@ codegen::TritonKernel triton_form(const sched::KernelGroup& group,
   char name[24];
   std::snprintf(name, sizeof name, "k%016llx",
                 static_cast<unsigned long long>(Hasher().str(t->source).digest()));
-  k.name = name;
+  k.name = std::string(name) + "_" + label;
   t = codegen::emit_triton(k, &why, private_buffers, options);
   EMBER_INTERNAL_ASSERT(t.has_value()) << "a renamed kernel lost its Triton form: " << why;
   return *t;
@@ -524,7 +531,8 @@ void generate_kernels(Program& p, const Target& target, sched::Plan& plan,
             sched::private_outputs(g, plan);
         for (int gi : live) {
           try {
-            forms[gi] = triton_form(plan.groups[gi], private_outputs[gi], o.triton);
+            forms[gi] = triton_form(plan.groups[gi], private_outputs[gi], o.triton,
+                                    fused_label(g, plan.groups[gi]));
           } catch (const Unsupported& e) {
             refuse(plan.groups[gi], e.what());
           }
@@ -598,8 +606,10 @@ void generate_kernels(Program& p, const Target& target, sched::Plan& plan,
         k.outputs = group.outputs;
         k.index_status = group.index_status;
         k.description = "kernel " + (target.triton ? k.triton->kernel().name : group.kernel.name);
-        k.profile_name = "ember::" + (target.triton ? k.triton->kernel().name : group.kernel.name) +
-                         "_" + fused_label(g, group);
+        // A Triton kernel's name ends with its label already (triton_form).
+        k.profile_name =
+            "ember::" + (target.triton ? k.triton->kernel().name
+                                       : group.kernel.name + "_" + fused_label(g, group));
         if (group.kernel.combo) {
           k.description += " (combo of " + std::to_string(group.kernel.parts().size()) + ")";
         }
@@ -770,14 +780,15 @@ void decide_cuda_graphs(Program& p, const Target& t) {
       // every replay would draw the same numbers.
       p.cuda_graph_note = "the graph draws random numbers (" + seeded + ")";
     } else {
-      std::vector<bool> parameters;
+      // Parameters and registered buffers are read in place by every replay (cuda_graph.h).
+      std::vector<bool> module_state;
       for (graph::ValueId v : p.input_slots) {
-        bool param = false;
+        bool state = false;
         for (const graph::Input& in : g.inputs)
-          param |= in.value == v && in.kind == graph::InputKind::Parameter;
-        parameters.push_back(param);
+          state |= in.value == v && graph::is_module_state(in.kind);
+        module_state.push_back(state);
       }
-      p.cuda_graph = std::make_unique<CudaGraphRunner>(t.cuda_device, std::move(parameters));
+      p.cuda_graph = std::make_unique<CudaGraphRunner>(t.cuda_device, std::move(module_state));
       p.cuda_graph_note.clear();
     }
   }

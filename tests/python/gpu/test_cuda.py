@@ -154,6 +154,105 @@ def test_reduce_overhead_replays_a_cuda_graph():
     assert _C.cuda_graph_replays() - before == 4  # calls 2 to 5
 
 
+def _conv_bn_net():
+    layers = []
+    for cin, cout in ((3, 8), (8, 8), (8, 16)):
+        layers += [torch.nn.Conv2d(cin, cout, 3, padding=1), torch.nn.BatchNorm2d(cout),
+                   torch.nn.ReLU()]
+    net = torch.nn.Sequential(*layers).cuda().eval()
+    for m in net:
+        if isinstance(m, torch.nn.BatchNorm2d):  # statistics that are not the identity
+            m.running_mean.uniform_(-1, 1)
+            m.running_var.uniform_(0.5, 2)
+    return net
+
+
+def test_reduce_overhead_reads_module_state_in_place():
+    # Parameters and registered buffers (batch-norm statistics) are read in place by a replay,
+    # not copied into static inputs per call: what runs outside the replay is one input copy and
+    # one output clone (a ResNet-50's 106 statistics copies cost more than its replay). An
+    # in-place update of a buffer between calls is seen by the next replay.
+    import ember
+    from ember import _C
+
+    net = _conv_bn_net()
+    compiled = ember.compile(net, mode="reduce-overhead")
+    x = torch.randn(2, 3, 16, 16, device="cuda")
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(x)
+        torch.cuda.synchronize()
+        before = _C.cuda_graph_replays()
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+            for _ in range(4):
+                out = compiled(x)
+            torch.cuda.synchronize()
+        assert _C.cuda_graph_replays() - before == 4
+        copies = sum(e.name == "aten::copy_" for e in prof.events())
+        assert copies <= 2 * 4, f"{copies} copies in 4 replays: module state copied per call"
+        torch.testing.assert_close(out, net(x), rtol=1e-4, atol=1e-4)
+        net[1].running_mean.add_(0.5)
+        net[4].weight.mul_(2)
+        torch.testing.assert_close(compiled(x), net(x), rtol=1e-4, atol=1e-4)
+
+
+def test_reduce_overhead_captures_again_when_module_state_moves():
+    # A buffer reassigned to a new tensor (a new address the captured graph does not read) is
+    # never read stale: the graph is captured again (or recompiled), and replays go on.
+    import ember
+    from ember import _C
+
+    net = _conv_bn_net()
+    compiled = ember.compile(net, mode="reduce-overhead")
+    x = torch.randn(2, 3, 16, 16, device="cuda")
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(x)
+        net[1].running_mean = net[1].running_mean + 0.25
+        net[4].weight = torch.nn.Parameter(net[4].weight * 3)
+        before = _C.cuda_graph_replays()
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), net(x), rtol=1e-4, atol=1e-4)
+        assert _C.cuda_graph_replays() > before
+
+
+def test_torch_compile_backend_ember_reduce_overhead_replays():
+    # The mode reaches ember through torch.compile's entry point too (issue 37).
+    from ember import _C
+
+    net = _conv_bn_net()
+    compiled = torch.compile(net, backend="ember", mode="reduce-overhead")
+    x = torch.randn(2, 3, 16, 16, device="cuda")
+    with torch.no_grad():
+        compiled(x)
+        before = _C.cuda_graph_replays()
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), net(x), rtol=1e-4, atol=1e-4)
+    assert _C.cuda_graph_replays() - before >= 2
+
+
+def test_triton_kernels_say_what_they_fuse_in_the_profiler():
+    # On the device timeline a generated kernel is ember_k<hash>_fused_<ops>, and its launch's
+    # host range has the same name (issue 37, observability).
+    import ember
+
+    def f(x):
+        return torch.relu(x * 2) + 1
+
+    compiled = ember.compile(f)
+    x = torch.randn(4096, device="cuda")
+    compiled(x)
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        compiled(x)
+        torch.cuda.synchronize()
+    device = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    fused = [n for n in device if n.startswith("ember_k") and "_fused_" in n]
+    assert any("relu" in n and "mul" in n for n in fused), device
+    host = {e.name for e in prof.events() if e.name.startswith("ember::")}
+    assert {"ember::" + n for n in fused} <= host, (fused, host)
+
+
 def test_reduce_overhead_captures_attention_without_dropout():
     # The fused attention ops are tagged nondeterministic_seeded (they take a dropout_p); with
     # dropout_p 0 they draw nothing, and the graph is captured (it was refused before: Bert and
@@ -596,3 +695,17 @@ def test_training_optimizer_step_through_ember_compile_cuda(name):
     for p, q in zip(model.parameters(), twin.parameters()):
         for key, value in opt.state[p].items():
             torch.testing.assert_close(twin_opt.state[q][key], value, atol=1e-5, rtol=1e-5)
+
+
+def test_save_holds_the_triton_kernels(tmp_path):
+    # ember.save finds a GPU graph's Triton cubins by their sources (issue 37, warm start).
+    import zipfile
+
+    import ember
+
+    compiled = ember.compile(lambda x: torch.relu(x * 2) + 1)
+    compiled(torch.randn(4096, device="cuda"))
+    saved = ember.save(compiled, tmp_path / "a.zip")
+    assert saved["triton"] >= 1, saved
+    names = zipfile.ZipFile(tmp_path / "a.zip").namelist()
+    assert any(n.startswith("triton/") and n.endswith(".cubin") for n in names), names

@@ -449,3 +449,13 @@ def test_max_pool_under_no_grad_is_a_generated_kernel(monkeypatch):
     compiled = run(fn, r(2, 3, 11, 13), atol=1e-6)
     assert not [st for st in compiled.describe_steps() if st.startswith("extern")], \
         compiled.describe_steps()
+
+
+def test_triton_kernels_are_named_by_what_they_fuse():
+    # ember_k<hash>_fused_<ops>: the name torch.profiler and nsys show for the kernel on the
+    # device (issue 37, observability); its host range is the same name.
+    compiled = run(lambda x, b: F.gelu(x + b) * 2, r(64, 96), r(96), kernels=1)
+    kernel = [s for s in compiled.describe_steps() if s.startswith("kernel ")][0]
+    name = kernel.split()[1].rstrip(":")
+    assert name.startswith("ember_k") and name.endswith("_fused_add_gelu_mul"), kernel
+    assert f"def {name}(" in compiled.kernel_sources[0]
