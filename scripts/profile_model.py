@@ -7,7 +7,8 @@ inference steps, grouped by kernel name, beside the step time.
 
 Uses ember.bench's model suite and its Instance (same batch sizes, dtype handling and autocast as
 `python -m ember.bench`). Kernel names: eager's ATen kernels, cuBLAS/cuDNN/flash kernels, and
-ember's generated Triton kernels (`ember_k<hash>`; their source is printed with --sources).
+ember's generated Triton kernels (`ember_k<hash>_fused_<ops>`; their source is printed with
+--sources).
 """
 
 from __future__ import annotations
