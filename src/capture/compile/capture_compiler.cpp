@@ -559,6 +559,7 @@ CompileResult CaptureCompiler::compile_once(const FrameView& f) {
   };
   InterpreterOptions iopts;
   iopts.library_prefixes = options_.library_prefixes;
+  iopts.ddp_bucket_boundaries = !ddp_boundaries_off_ && !options_.fullgraph;
   {
     PyObject* code = reinterpret_cast<PyObject*>(f.code);
     iopts.dynamic_dims = [this, code](const std::string& name, const at::Tensor& t,
@@ -698,6 +699,18 @@ CompileResult CaptureCompiler::compile_once(const FrameView& f) {
     // call makes what the next capture reads.
     give_up(CompileResult::Action::Eager, e.what());
   } catch (const Unsupported& e) {
+    const std::string_view what = e.what();
+    if (!ddp_boundaries_off_ && what.starts_with(kDdpBucketBoundary) &&
+        what.find("(no graph break there:") != std::string_view::npos) {
+      // A DDP bucket boundary that cannot be a graph break: captured whole instead (Note [DDP
+      // bucket boundaries]).
+      ddp_boundaries_off_ = true;
+      struct Restore {
+        bool& off;
+        ~Restore() { off = false; }
+      } restore{ddp_boundaries_off_};
+      return compile_once(f);
+    }
     unsupported(e.what());
   } catch (nb::python_error& e) {
     std::string msg = e.what();

@@ -121,6 +121,9 @@ class CaptureCompiler final : public FrameCompiler {
   CompileResult compile_once(const FrameView& f);
   /// Set by dynamic_dims when it made a dim symbolic during the current compile.
   bool used_dynamic_ = false;
+  /// Set while a frame is captured again without DDP bucket boundaries (one could not be a graph
+  /// break: Note [DDP bucket boundaries]).
+  bool ddp_boundaries_off_ = false;
   /// Code objects whose symbolic compile failed: static shapes for them from then on.
   std::unordered_set<PyObject*> static_codes_;
 };

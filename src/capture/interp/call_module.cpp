@@ -16,6 +16,66 @@ nb::object Interpreter::call_module(nb::handle callable, std::vector<nb::object>
   return call_module(callable, std::move(args), kwnames, /*plain_call=*/false);
 }
 
+// Note [DDP bucket boundaries]
+// DistributedDataParallel all-reduces gradients in buckets of about bucket_bytes_cap bytes of
+// parameters (its reducer's hooks on each parameter's AccumulateGrad), so that a bucket's
+// all-reduce can start while the backward of earlier layers still runs. A frame captured whole
+// is one training graph, one autograd node: every gradient comes at the end of its backward,
+// and no all-reduce overlaps it. Dynamo's DDPOptimizer splits its graph at bucket boundaries;
+// ember splits the capture. While a DDP forward is active (DistributedDataParallel.
+// _get_active_ddp_module(), read once per attempt) and grad mode was on at the frame's entry,
+// the frame's top-level module calls (module_depth_ 0: not inside the forward of one of the
+// program's modules; torch.nn's own modules, a Sequential of blocks, do not count as a level)
+// count their parameters' bytes; a call of one of the program's modules that would take the
+// count past the cap, after some parameters were counted, is a graph break before it. The module
+// then runs as a frame of its own (captured by the hook: a graph of its own, split again inside
+// when it alone is past the cap) and the rest of the frame resumes with its count at 0. The
+// segments are training graphs of their own: autograd runs the last one's backward first, its
+// gradients accumulate, and DDP's hooks launch their buckets' all-reduce while the earlier
+// segments' backward runs. A module whose forward is library code (torch.nn's own, which the hook
+// does not capture) is never split before: it would run eagerly. Outside DDP, or in inference,
+// nothing changes; a frame split under DDP and reused outside it is correct, only split.
+bool Interpreter::ddp_bucket_boundary(nb::handle module, nb::handle forward) {
+  const bool own_frame =
+      PyFunction_Check(forward.ptr()) &&
+      !is_library_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(forward.ptr())));
+  if (module_depth_ != 0 || !entry_grad_) return own_frame;
+  if (ddp_cap_ == -2) {
+    ddp_cap_ = -1;
+    if (!options_.ddp_bucket_boundaries) return own_frame;
+    nb::object ddp =
+        checked(PyObject_CallMethod(imported("torch.nn.parallel", "DistributedDataParallel"),
+                                    "_get_active_ddp_module", nullptr));
+    if (!ddp.is_none()) {
+      nb::object cap = checked(PyObject_GetAttrString(ddp.ptr(), "bucket_bytes_cap"));
+      ddp_cap_ = PyLong_AsLongLong(cap.ptr());
+      if (ddp_cap_ < 0) ddp_cap_ = -1;
+      PyErr_Clear();
+    }
+  }
+  if (ddp_cap_ < 0) return own_frame;
+  // A program's module: all its parameters; torch.nn's own (a Sequential, a Linear): its
+  // direct ones, the modules it calls counted at their own calls.
+  int64_t bytes = 0;
+  nb::object params =
+      checked(PyObject_CallMethod(module.ptr(), "parameters", "O", own_frame ? Py_True : Py_False));
+  nb::object it = checked(PyObject_GetIter(params.ptr()));
+  while (PyObject* p = PyIter_Next(it.ptr())) {
+    nb::object param = nb::steal(p);
+    if (THPVariable_Check(p)) {
+      const at::Tensor& t = THPVariable_Unpack(p);
+      if (t.requires_grad()) bytes += static_cast<int64_t>(t.nbytes());
+    }
+  }
+  if (PyErr_Occurred()) throw nb::python_error();
+  EMBER_UNSUPPORTED(!(own_frame && ddp_bytes_ > 0 && bytes > 0 && ddp_bytes_ + bytes > ddp_cap_))
+      << kDdpBucketBoundary << " before " << type_name_of(module) << " (" << ddp_bytes_
+      << " bytes of parameters so far, " << bytes << " in it, bucket_bytes_cap " << ddp_cap_
+      << ") at " << location();
+  ddp_bytes_ += bytes;
+  return own_frame;
+}
+
 nb::object Interpreter::call_module(nb::handle module, std::vector<nb::object> args,
                                     nb::handle kwnames, bool plain_call) {
   static const char* const kHooks[] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
@@ -90,7 +150,16 @@ nb::object Interpreter::call_module(nb::handle module, std::vector<nb::object> a
     nb::object fwd_name = nb::steal(PyUnicode_FromString("forward"));
     forward = wrap(forward, sources_.attr(sources_.attr(source, cls_name.ptr()), fwd_name.ptr()));
   }
+  // Modules of torch.nn (containers, layers) leave the depth as it is: a Sequential's blocks
+  // are top-level calls of the frame for the bucket boundaries.
+  const int depth = ddp_bucket_boundary(module, forward) ? 1 : 0;
   args.insert(args.begin(), nb::borrow(module));
+  module_depth_ += depth;
+  struct Leave {
+    int& at;
+    int by;
+    ~Leave() { at -= by; }
+  } leave{module_depth_, depth};
   return inline_function(forward, std::move(args), kwnames);
 }
 

@@ -127,7 +127,12 @@ struct InterpreterOptions {
   /// none (static shapes).
   std::function<std::vector<int64_t>(const std::string&, const at::Tensor&, graph::InputKind)>
       dynamic_dims;
+  /// Graph breaks at DistributedDataParallel bucket boundaries (Note [DDP bucket boundaries]).
+  bool ddp_bucket_boundaries = true;
 };
+
+/// How the reason of a graph break at a DDP bucket boundary begins.
+inline constexpr std::string_view kDdpBucketBoundary = "a DistributedDataParallel bucket boundary";
 
 class Interpreter {
  public:
@@ -435,6 +440,10 @@ class Interpreter {
                                nanobind::handle kwnames, bool plain_call);
   nanobind::object call_module(nanobind::handle module, std::vector<nanobind::object> args,
                                nanobind::handle kwnames);
+  /// Under a DistributedDataParallel forward in grad mode, a graph break before a call of
+  /// `module` (whose forward is `forward`) that would take the frame's parameters past one
+  /// bucket (Note [DDP bucket boundaries]). Returns whether `forward` is the program's code.
+  bool ddp_bucket_boundary(nanobind::handle module, nanobind::handle forward);
   /// items() / keys() / values() of a ModuleDict read from a source, as a list whose modules
   /// are wrapped with their item sources (the keys are guarded through Len and the items).
   nanobind::object module_dict_view(nanobind::object module, std::string_view what,
@@ -573,6 +582,10 @@ class Interpreter {
   std::unordered_map<PyObject*, std::vector<int>> identity_free_;
   int64_t instructions_ = 0;
   int64_t inlined_calls_ = 0;
+  // Note [DDP bucket boundaries] (call_module.cpp).
+  int64_t ddp_cap_ = -2;   ///< the active DDP's bucket_bytes_cap; -1: none; -2: not read yet
+  int64_t ddp_bytes_ = 0;  ///< bytes of the parameters of the frame's module calls so far
+  int module_depth_ = 0;   ///< nn.Module forwards being inlined now
 };
 
 }  // namespace ember::capture

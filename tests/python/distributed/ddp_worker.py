@@ -46,9 +46,11 @@ def main() -> None:
     wl = M.REGISTRY[model_name].build("small", "training", "cpu")
     eager_model = copy.deepcopy(wl.model).train()
     model = wl.model.train()
-    if wrap == "ddp":
-        ref = torch.nn.parallel.DistributedDataParallel(eager_model)
-        ddp = torch.nn.parallel.DistributedDataParallel(model)
+    if wrap.startswith("ddp"):
+        # "ddp:<MB>": buckets of that many MB (small ones split the model's graph)
+        cap = {"bucket_cap_mb": float(wrap[4:])} if wrap.startswith("ddp:") else {}
+        ref = torch.nn.parallel.DistributedDataParallel(eager_model, **cap)
+        ddp = torch.nn.parallel.DistributedDataParallel(model, **cap)
     else:
         ref, ddp = shard(eager_model), shard(model)
     compiled = torch.compile(ddp, backend="ember") if entry == "torch" else ember.compile(ddp)
@@ -91,7 +93,7 @@ def main() -> None:
                           "graph_breaks": counters["graph_breaks"],
                           "kernels": counters["kernels"],
                           "eager_frames": counters["eager_frames"],
-                          "reasons": ember.metrics.fallback_reasons[:5]}), flush=True)
+                          "reasons": ember.metrics.fallback_reasons[:8]}), flush=True)
     dist.destroy_process_group()
 
 

@@ -63,3 +63,25 @@ def test_fsdp2_training_matches_eager_fsdp2(model, entry):
     assert r["loss"] < 1e-4 and r["grad"] < 1e-4 and r["param"] < 1e-5, r
     assert r["ranks"] == 0.0, r
     assert r["training_graphs"] >= 1 and r["kernels"] > 0, r
+
+
+def test_ddp_bucket_boundaries_split_the_captured_graph():
+    # Note [DDP bucket boundaries]: under a DDP forward in grad mode, ember.compile breaks the
+    # graph before a block that would take the frame's parameters past one bucket, so each
+    # segment's backward hands its gradients to DDP's reducer as soon as it is done.
+    r = run_ranks("nanogpt", "ember", "ddp:0.02")
+    assert r["loss"] < 1e-4 and r["grad"] < 1e-4 and r["param"] < 1e-5, r
+    assert r["ranks"] == 0.0, r
+    boundaries = [x for x in r["reasons"] if "DistributedDataParallel bucket boundary" in x]
+    assert boundaries and r["graph_breaks"] == len(boundaries), r
+    assert r["training_graphs"] >= 3, r
+
+
+def test_a_ddp_bucket_boundary_that_cannot_break_leaves_the_graph_whole():
+    # Batch norm in training mutates its running statistics: no graph break can follow it while
+    # the frame holds what it computed, so the frame is captured whole, as without boundaries
+    # (never eagerly).
+    r = run_ranks("tiny_resnet", "ember", "ddp:0.002")
+    assert r["loss"] < 1e-4 and r["grad"] < 1e-4 and r["param"] < 1e-5, r
+    assert r["training_graphs"] == 1 and r["graph_breaks"] == 0, r
+    assert not any("bucket boundary" in x for x in r["reasons"]), r
