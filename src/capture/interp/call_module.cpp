@@ -78,6 +78,18 @@ bool Interpreter::ddp_bucket_boundary(nb::handle module, nb::handle forward) {
 
 nb::object Interpreter::call_module(nb::handle module, std::vector<nb::object> args,
                                     nb::handle kwnames, bool plain_call) {
+  // nn.RNN, LSTM and GRU: their forward checks the flat weights through weak references
+  // (_flat_weight_refs, which every instance has its own of), which capture does not follow; a
+  // break inside it guarded those references by identity, so each layer of a model recompiled
+  // the block that calls it until the cache limit (timm's sequencer2d). Called as a whole
+  // instead, outside the graph, as Dynamo does ("Attempted to wrap RNN, GRU, or LSTM").
+  static PyObject* rnn_base = imported("torch.nn.modules.rnn", "RNNBase");
+  const int is_rnn = PyObject_IsInstance(module.ptr(), rnn_base);
+  if (is_rnn < 0) throw nb::python_error();
+  EMBER_UNSUPPORTED(is_rnn == 0) << "a call of an nn." << type_name_of(module)
+                                 << " (its forward reads its weights through weak references; "
+                                    "it runs outside the graph, as under Dynamo) at "
+                                 << location();
   static const char* const kHooks[] = {"_forward_hooks", "_forward_pre_hooks", "_backward_hooks",
                                        "_backward_pre_hooks"};
   for (const char* h : kHooks) {

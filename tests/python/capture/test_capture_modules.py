@@ -592,3 +592,47 @@ def test_requires_grad_of_an_input_is_left_to_python():
         x = r(3)
         cf(x)
     assert x.requires_grad
+
+
+class _RnnBlock(nn.Module):
+    def __init__(self, kind):
+        super().__init__()
+        self.norm = nn.LayerNorm(16)
+        self.rnn = kind(16, 8, bidirectional=True, batch_first=True)
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x):
+        y, _ = self.rnn(self.norm(x))
+        return x + self.fc(y)
+
+
+class _RnnNet(nn.Module):
+    def __init__(self, kind, n=10):
+        super().__init__()
+        self.blocks = nn.ModuleList(_RnnBlock(kind) for _ in range(n))
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return x.mean()
+
+
+@pytest.mark.parametrize("kind", [nn.LSTM, nn.GRU, nn.RNN])
+def test_rnn_modules_run_outside_the_graph_without_a_recompile_per_layer(kind):
+    # An RNN's forward reads its flat weights through weak references; inlined, each layer's
+    # references were guarded by identity and every layer recompiled the block until the cache
+    # limit (timm's sequencer2d: 40 breaks and a cache-limit warning). The module call runs
+    # outside the graph, and the calls after the first compile nothing.
+    m = _RnnNet(kind).eval()
+    c = ember.compile(m)
+    x = r(2, 5, 16)
+    ember.metrics.reset()
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), m(x))
+        first = ember.metrics.snapshot()
+        for _ in range(2):
+            torch.testing.assert_close(c(x), m(x))
+    after = ember.metrics.snapshot()
+    assert after["graphs"] == first["graphs"]  # nothing recompiled
+    assert first["graph_breaks"] == 10, ember.metrics.fallback_reasons
+    assert all(f"an nn.{kind.__name__}" in reason for reason in ember.metrics.fallback_reasons)
