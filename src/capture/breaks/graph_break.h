@@ -56,8 +56,10 @@ struct Segment {
 ///
 /// `inputs_as_sources`: for a graph whose segment mutates inputs. A graph input's tensor is read
 /// again from its source (the caller's tensor, updated by the graph), so that the rest of the
-/// frame sees the same object; any other tensor is Unsupported (a graph output is a new tensor,
-/// which would not alias the input it was a view of).
+/// frame sees the same object; a tensor the graph computed is a graph output as in the first
+/// pass (the same walk, so the same output indices), and a view it computed is Unsupported (a
+/// graph output is a new tensor, which would not alias what it viewed), as is any computed
+/// tensor in a nested break's state (wrong values seen there, see the definition).
 std::vector<OutputTemplate> state_templates(const StopState& state, const Interpreter& interp,
                                             std::vector<at::Tensor>& tensors,
                                             std::vector<AttrStore>& stores,

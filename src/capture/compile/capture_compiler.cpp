@@ -621,12 +621,19 @@ CompileResult CaptureCompiler::compile_once(const FrameView& f) {
       if (runner->has_mutations()) {
         // The caller's tensors hold the mutations once the segment has run: the state reads the
         // inputs it holds from their sources (an optimizer's step before a scheduler's).
-        std::vector<at::Tensor> unused;
+        // Tensors it computed stay graph outputs at the indices of the first pass.
+        std::vector<at::Tensor> again;
         try {
-          templates =
-              state_templates(state, *a->interp, unused, stores, /*inputs_as_sources=*/true);
+          templates = state_templates(state, *a->interp, again, stores, /*inputs_as_sources=*/true);
         } catch (const Unsupported& e) {
           throw Unsupported(break_reason + " (no graph break there: " + e.what() + ")");
+        }
+        EMBER_INTERNAL_ASSERT(again.size() <= tensors.size())
+            << "the state's second pass met " << again.size() << " computed tensors, the first "
+            << tensors.size();
+        for (size_t i = 0; i < again.size(); ++i) {
+          EMBER_INTERNAL_ASSERT(again[i].unsafeGetTensorImpl() == tensors[i].unsafeGetTensorImpl())
+              << "the state's second pass met its computed tensors in another order";
         }
       }
       fill_record(rec, *runner, a->guards, a->sources, a->interp->input_sources().size());
