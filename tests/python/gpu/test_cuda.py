@@ -190,10 +190,11 @@ def test_reduce_overhead_reads_module_state_in_place():
         assert _C.cuda_graph_replays() - before == 4
         copies = sum(e.name == "aten::copy_" for e in prof.events())
         assert copies <= 2 * 4, f"{copies} copies in 4 replays: module state copied per call"
-        torch.testing.assert_close(out, net(x), rtol=1e-4, atol=1e-4)
+        # cuDNN's convolutions (TF32 by default) in another algorithm than eager's: 1e-3.
+        torch.testing.assert_close(out, net(x), rtol=1e-3, atol=1e-3)
         net[1].running_mean.add_(0.5)
         net[4].weight.mul_(2)
-        torch.testing.assert_close(compiled(x), net(x), rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(compiled(x), net(x), rtol=1e-3, atol=1e-3)
 
 
 def test_reduce_overhead_captures_again_when_module_state_moves():
@@ -212,7 +213,7 @@ def test_reduce_overhead_captures_again_when_module_state_moves():
         net[4].weight = torch.nn.Parameter(net[4].weight * 3)
         before = _C.cuda_graph_replays()
         for _ in range(3):
-            torch.testing.assert_close(compiled(x), net(x), rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(compiled(x), net(x), rtol=1e-3, atol=1e-3)
         assert _C.cuda_graph_replays() > before
 
 
@@ -227,7 +228,7 @@ def test_torch_compile_backend_ember_reduce_overhead_replays():
         compiled(x)
         before = _C.cuda_graph_replays()
         for _ in range(3):
-            torch.testing.assert_close(compiled(x), net(x), rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(compiled(x), net(x), rtol=1e-3, atol=1e-3)
     assert _C.cuda_graph_replays() - before >= 2
 
 
