@@ -8,12 +8,12 @@
 /// hook the Python package installs (ember/_cudagraphs.py: torch.cuda.graph, which captures on a
 /// side stream into a private memory pool of torch's caching allocator), on static copies of the
 /// inputs. From then on a call copies its inputs into the static ones (module state, parameters
-/// and registered buffers, is read in place, as Inductor's cudagraph trees treat them as static
-/// inputs: a ResNet-50's 106 batch-norm statistics copied per call cost more than its replay),
-/// replays the graph with cuGraphLaunch (libcuda, from C++, on the current stream) and
-/// returns copies of the static outputs, so that a later replay cannot overwrite what a caller
-/// holds. A graph whose capture fails, or whose outputs alias its inputs, runs without a CUDA
-/// graph, with the reason in a warning and in disabled_reason().
+/// and registered buffers, is read in place, as Inductor's cudagraph trees treat it: copies of
+/// batch-norm statistics per call cost more than a replay; docs/design/executor.md), replays the
+/// graph with cuGraphLaunch (libcuda, from C++, on the current stream) and returns copies of the
+/// static outputs, so that a later replay cannot overwrite what a caller holds. A graph whose
+/// capture fails, or whose outputs alias its inputs, runs without a CUDA graph, with the reason in
+/// a warning and in disabled_reason().
 ///
 /// A graph over shape symbols (issue 35) records one CUDA graph per binding of its symbols, as
 /// Inductor's CUDA graph trees record one per distinct size: each size has its warm-up call, its

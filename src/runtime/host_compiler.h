@@ -26,18 +26,12 @@ struct HostCompileOptions {
   /// `-mno-red-zone`: gcc 12 with AVX-512 (`-march=native` on such a CPU) placed a kernel's
   /// stack accumulator (`float acc[20]`) in the red zone 8 bytes off the 16-byte alignment its
   /// `vmovdqa` stores need: a segfault in test_im2col. Without the red zone the frame is aligned.
-  /// `-fno-loop-unroll-and-jam`: gcc 12's -O3 unroll-and-jam of a column-tile reduction (an
-  /// outer loop over rows around `omp simd` loops over 32 columns, four passes of a LayerNorm
-  /// over summed inputs) took 26 s for one kernel and over 8 minutes for a unit of 62 (timm's
-  /// qwen3_vit on the CPU); without it, 0.24 s and 1.6 s.
-  std::vector<std::string> flags = {"-O3",
-                                    "-fno-loop-unroll-and-jam",
-                                    "-march=native",
-                                    "-fopenmp",
-                                    "-std=c++17",
-                                    "-fno-math-errno",
-                                    "-ffp-contract=off",
-                                    "-mno-red-zone"};
+  /// `-fno-loop-unroll-and-jam`: gcc 12's -O3 unroll-and-jam of column-tile reductions (an
+  /// outer loop over rows around `omp simd` loops over a tile of columns) took minutes per unit
+  /// (docs/design/host_compiler.md).
+  std::vector<std::string> flags = {
+      "-O3",        "-fno-loop-unroll-and-jam", "-march=native",     "-fopenmp",
+      "-std=c++17", "-fno-math-errno",          "-ffp-contract=off", "-mno-red-zone"};
   /// Flags after the source file (libraries to link).
   std::vector<std::string> link_flags;
   /// More that the cache key covers (the executor adds torch's version).

@@ -36,13 +36,11 @@ nb::object Interpreter::call_module(nb::handle callable, std::vector<nb::object>
 // does not capture) is never split before: it would run eagerly. Outside DDP, or in inference,
 // nothing changes; a frame split under DDP and reused outside it is correct, only split.
 bool Interpreter::ddp_bucket_boundary(nb::handle module, nb::handle forward) {
-  const bool own_frame =
-      PyFunction_Check(forward.ptr()) &&
-      !is_library_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(forward.ptr())));
-  if (module_depth_ != 0 || !entry_grad_) return own_frame;
+  // Outside a DDP forward in grad mode (nearly every capture) nothing is counted, and the depth
+  // this returns is not read: no work per module call.
+  if (!entry_grad_ || !options_.ddp_bucket_boundaries) return false;
   if (ddp_cap_ == -2) {
     ddp_cap_ = -1;
-    if (!options_.ddp_bucket_boundaries) return own_frame;
     nb::object ddp =
         checked(PyObject_CallMethod(imported("torch.nn.parallel", "DistributedDataParallel"),
                                     "_get_active_ddp_module", nullptr));
@@ -53,7 +51,11 @@ bool Interpreter::ddp_bucket_boundary(nb::handle module, nb::handle forward) {
       PyErr_Clear();
     }
   }
-  if (ddp_cap_ < 0) return own_frame;
+  if (ddp_cap_ < 0) return false;
+  const bool own_frame =
+      PyFunction_Check(forward.ptr()) &&
+      !is_library_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(forward.ptr())));
+  if (module_depth_ != 0) return own_frame;
   // A program's module: all its parameters; torch.nn's own (a Sequential, a Linear): its
   // direct ones, the modules it calls counted at their own calls.
   int64_t bytes = 0;

@@ -442,7 +442,8 @@ class Interpreter {
                                nanobind::handle kwnames);
   /// Under a DistributedDataParallel forward in grad mode, a graph break before a call of
   /// `module` (whose forward is `forward`) that would take the frame's parameters past one
-  /// bucket (Note [DDP bucket boundaries]). Returns whether `forward` is the program's code.
+  /// bucket (Note [DDP bucket boundaries]). Returns whether the call is a level of module
+  /// depth for the boundaries (`forward` is the program's code, under an active DDP).
   bool ddp_bucket_boundary(nanobind::handle module, nanobind::handle forward);
   /// items() / keys() / values() of a ModuleDict read from a source, as a list whose modules
   /// are wrapped with their item sources (the keys are guarded through Len and the items).
