@@ -45,8 +45,8 @@ struct TemplateBuilder {
   bool iterators_as_lists = false;
   /// See state_templates.
   bool inputs_as_sources = false;
-  /// The state has inner levels (a nested graph break).
-  bool nested = false;
+  /// What each loop iterator of the state had left, read once (see state_templates).
+  IteratorRests* rests = nullptr;
 
   /// An Alias template if `o` was seen before; else gives it a slot in `t`.
   bool alias(PyObject* o, OutputTemplate& t) {
@@ -168,13 +168,7 @@ struct TemplateBuilder {
       }
       // A tensor the graph computed is one of its outputs, as without mutations (this pass
       // meets the tensors in the first pass's order, so they keep its output indices), unless
-      // it is a view (a graph output is a new tensor, which would not alias what it viewed) or
-      // the break is nested: a nested break after a mutation gave wrong values (a batch norm in
-      // training before a break inside a Sequential's block: 0.09 off), not understood yet, so
-      // it stays refused.
-      EMBER_UNSUPPORTED(!nested)
-          << "the graph before it mutates an input, and the frame's state holds a tensor it "
-          << "computed (in a nested graph break)";
+      // it is a view (a graph output is a new tensor, which would not alias what it viewed).
       EMBER_UNSUPPORTED(!THPVariable_Unpack(o).is_view())
           << "the graph before it mutates an input, and the frame's state holds a view it "
           << "computed";
@@ -248,8 +242,16 @@ struct TemplateBuilder {
       // A loop's iterator: the list of what it has left (consumed here: the capture's own
       // iterator is not used again); the resume function iterates over it (build_resume).
       EMBER_UNSUPPORTED(alias(o, t) == false) << "an iterator the frame's state holds twice";
-      nb::object rest = nb::steal(PySequence_List(o));
-      if (!rest.is_valid()) throw nb::python_error();
+      // Reading it empties it: a second pass over the same state (a graph with mutations) reads
+      // the items the first one took, or its loop would resume with nothing left.
+      nb::object rest;
+      if (auto known = rests->find(o); known != rests->end()) {
+        rest = known->second;
+      } else {
+        rest = nb::steal(PySequence_List(o));
+        if (!rest.is_valid()) throw nb::python_error();
+        rests->emplace(o, rest);
+      }
       t.kind = OutputTemplate::Kind::List;
       for (Py_ssize_t i = 0; i < PyList_GET_SIZE(rest.ptr()); ++i) {
         t.items.push_back(of(PyList_GET_ITEM(rest.ptr(), i)));
@@ -757,13 +759,13 @@ BreakCode build_nested_break_code(PyCodeObject* co, PyObject* globals, const byt
 
 std::vector<OutputTemplate> state_templates(const StopState& state, const Interpreter& interp,
                                             std::vector<at::Tensor>& tensors,
-                                            std::vector<AttrStore>& stores,
+                                            std::vector<AttrStore>& stores, IteratorRests& rests,
                                             bool inputs_as_sources) {
   TemplateBuilder b{interp, tensors, {}, {}};
   std::vector<OutputTemplate> out;
   b.iterators_as_lists = true;
   b.inputs_as_sources = inputs_as_sources;
-  b.nested = !state.inner.empty();
+  b.rests = &rests;
   for (const nb::object& v : state.stack) {
     if (v.is_valid()) out.push_back(b.of(v));
   }

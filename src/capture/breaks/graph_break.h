@@ -27,6 +27,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "capture/bytecode/instruction.h"
@@ -54,15 +55,20 @@ struct Segment {
 /// interpreter's attribute stores into `stores`. Throws Unsupported for a value that cannot be
 /// rebuilt.
 ///
-/// `inputs_as_sources`: for a graph whose segment mutates inputs. A graph input's tensor is read
-/// again from its source (the caller's tensor, updated by the graph), so that the rest of the
-/// frame sees the same object; a tensor the graph computed is a graph output as in the first
-/// pass (the same walk, so the same output indices), and a view it computed is Unsupported (a
-/// graph output is a new tensor, which would not alias what it viewed), as is any computed
-/// tensor in a nested break's state (wrong values seen there, see the definition).
+/// What each builtin iterator of a break's state had left (a loop's iterator: a list_iterator,
+/// a dict_valueiterator), by the iterator. Reading an iterator empties it, so every pass over one
+/// state shares one of these.
+using IteratorRests = std::unordered_map<PyObject*, nanobind::object>;
+
+/// `inputs_as_sources`: for a graph whose segment mutates inputs, a second pass over the state
+/// (with the first pass's `rests`). A graph input's tensor is read again from its source (the
+/// caller's tensor, updated by the graph), so that the rest of the frame sees the same object; a
+/// tensor the graph computed is a graph output as in the first pass (the same walk, so the same
+/// output indices), and a view it computed is Unsupported (a graph output is a new tensor, which
+/// would not alias what it viewed).
 std::vector<OutputTemplate> state_templates(const StopState& state, const Interpreter& interp,
                                             std::vector<at::Tensor>& tensors,
-                                            std::vector<AttrStore>& stores,
+                                            std::vector<AttrStore>& stores, IteratorRests& rests,
                                             bool inputs_as_sources = false);
 
 /// The template of one value (a frame's return value), and those of the stores.

@@ -608,8 +608,9 @@ CompileResult CaptureCompiler::compile_once(const FrameView& f) {
       const StopState& state = a->interp->stop_state();
       std::vector<OutputTemplate> templates;
       std::vector<AttrStore> stores;
+      IteratorRests rests;
       try {
-        templates = state_templates(state, *a->interp, tensors, stores);
+        templates = state_templates(state, *a->interp, tensors, stores, rests);
       } catch (const Unsupported& e) {
         throw Unsupported(break_reason + " (no graph break there: " + e.what() + ")");
       }
@@ -624,7 +625,8 @@ CompileResult CaptureCompiler::compile_once(const FrameView& f) {
         // Tensors it computed stay graph outputs at the indices of the first pass.
         std::vector<at::Tensor> again;
         try {
-          templates = state_templates(state, *a->interp, again, stores, /*inputs_as_sources=*/true);
+          templates =
+              state_templates(state, *a->interp, again, stores, rests, /*inputs_as_sources=*/true);
         } catch (const Unsupported& e) {
           throw Unsupported(break_reason + " (no graph break there: " + e.what() + ")");
         }
@@ -707,10 +709,9 @@ CompileResult CaptureCompiler::compile_once(const FrameView& f) {
     give_up(CompileResult::Action::Eager, e.what());
   } catch (const Unsupported& e) {
     const std::string_view what = e.what();
-    if (!ddp_boundaries_off_ && what.starts_with(kDdpBucketBoundary) &&
-        what.find("(no graph break there:") != std::string_view::npos) {
-      // A DDP bucket boundary that cannot be a graph break: captured whole instead (Note [DDP
-      // bucket boundaries]).
+    if (!ddp_boundaries_off_ && what.starts_with(kDdpBucketBoundary)) {
+      // A DDP bucket boundary that cannot be a graph break (inside a with block, or no state to
+      // resume from): captured whole instead (Note [DDP bucket boundaries]).
       ddp_boundaries_off_ = true;
       struct Restore {
         bool& off;

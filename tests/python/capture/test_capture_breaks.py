@@ -4,6 +4,7 @@ eager, with graph and break counts from ember.explain."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 import ember
@@ -192,11 +193,52 @@ def test_a_break_after_a_mutation_keeps_the_tensors_it_computed():
     assert s["training_graphs"] == 2 and s["graph_breaks"] == 1 and s["eager_frames"] == 0, s
 
 
-def test_a_nested_break_after_a_mutation_still_runs_its_frame_eagerly():
-    # The same in a nested break gave wrong values (not understood yet): refused, the frame runs
-    # eagerly and its callees are captured, with eager's results.
+def test_a_nested_break_after_a_mutation_keeps_the_tensors_it_computed():
     ember.metrics.reset()
     _train_against_eager(_BnNet(nested=True).train())
     s = ember.metrics.snapshot()
-    assert s["eager_frames"] >= 1, s
-    assert any("no graph break there" in x for x in ember.metrics.fallback_reasons)
+    assert s["graph_breaks"] == 1 and s["eager_frames"] == 0, s
+
+
+class _LoudStage(torch.nn.Module):
+    def __init__(self, cin, loud):
+        super().__init__()
+        self.c, self.b, self.loud = torch.nn.Conv2d(cin, 8, 3, padding=1), torch.nn.BatchNorm2d(8), loud
+
+    def forward(self, x):
+        y = torch.relu(self.b(self.c(x)))
+        if self.loud:
+            print("break")
+        return y
+
+
+class _LoopNet(torch.nn.Module):
+    """Blocks with batch norms in training run by a loop (a Sequential's, or the frame's own over
+    a ModuleList), a print in one block: the loop's iterator is in the break's state."""
+
+    def __init__(self, sequential, loud_at):
+        super().__init__()
+        blocks = [_LoudStage(3 if i == 0 else 8, i == loud_at) for i in range(3)]
+        self.sequential = sequential
+        self.blocks = torch.nn.Sequential(*blocks) if sequential else torch.nn.ModuleList(blocks)
+        self.fc = torch.nn.Linear(8, 10)
+
+    def forward(self, x):
+        if self.sequential:
+            x = self.blocks(x)
+        else:
+            for i, block in enumerate(self.blocks):
+                x = block(x)
+        return self.fc(x.mean((2, 3)))
+
+
+@pytest.mark.parametrize("sequential", [True, False])
+@pytest.mark.parametrize("loud_at", [0, 1, 2])
+def test_a_loop_resumes_with_its_items_after_a_break_after_a_mutation(sequential, loud_at):
+    # With mutations the break's state is read twice (the second time with the inputs from their
+    # sources); the loop's iterator, emptied by the first read, gave the resumed loop nothing
+    # left: the blocks after the break never ran (0.07 off, silently).
+    ember.metrics.reset()
+    _train_against_eager(_LoopNet(sequential, loud_at).train())
+    s = ember.metrics.snapshot()
+    assert s["graph_breaks"] == 1 and s["eager_frames"] == 0, s

@@ -7,10 +7,12 @@ counters."""
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import os
 import sys
+import types
 
 import torch
 import torch.distributed as dist
@@ -25,6 +27,39 @@ def shard(model: torch.nn.Module) -> torch.nn.Module:
             for block in m:
                 fully_shard(block)
     return fully_shard(model)
+
+
+class _Block(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = torch.nn.Linear(32, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.fc(x)) + x
+
+
+class _BlocksInWith(torch.nn.Module):
+    """Blocks of the program's own class called inside a with block, where no graph break can be
+    taken (a DDP bucket boundary there falls back to the whole frame)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.blocks = torch.nn.ModuleList(_Block() for _ in range(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with contextlib.nullcontext():
+            for block in self.blocks:
+                x = block(x)
+        return x
+
+
+def build(model_name: str):
+    from ember.bench import models as M
+
+    if model_name == "blocks_in_with":
+        return types.SimpleNamespace(model=_BlocksInWith(), args=(torch.randn(8, 32),), kwargs={},
+                                     loss_fn=lambda out: out)
+    return M.REGISTRY[model_name].build("small", "training", "cpu")
 
 
 def full(t: torch.Tensor) -> torch.Tensor:
@@ -43,7 +78,7 @@ def main() -> None:
     from ember.bench import models as M
 
     torch.manual_seed(0)
-    wl = M.REGISTRY[model_name].build("small", "training", "cpu")
+    wl = build(model_name)
     eager_model = copy.deepcopy(wl.model).train()
     model = wl.model.train()
     if wrap.startswith("ddp"):

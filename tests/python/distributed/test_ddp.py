@@ -77,11 +77,21 @@ def test_ddp_bucket_boundaries_split_the_captured_graph():
     assert r["training_graphs"] >= 3, r
 
 
-def test_a_ddp_bucket_boundary_that_cannot_break_leaves_the_graph_whole():
-    # Batch norm in training mutates its running statistics: no graph break can follow it while
-    # the frame holds what it computed, so the frame is captured whole, as without boundaries
-    # (never eagerly).
+def test_ddp_bucket_boundaries_split_a_resnet_inside_its_sequential():
+    # The boundaries fall inside a Sequential of blocks with batch norms in training (they
+    # mutate their running statistics before each break): nested graph breaks after a mutation.
     r = run_ranks("tiny_resnet", "ember", "ddp:0.002")
+    assert r["loss"] < 1e-4 and r["grad"] < 1e-4 and r["param"] < 1e-5, r
+    assert r["ranks"] == 0.0, r
+    boundaries = [x for x in r["reasons"] if "DistributedDataParallel bucket boundary" in x]
+    assert boundaries and r["graph_breaks"] == len(boundaries), r
+    assert r["training_graphs"] >= 3, r
+
+
+def test_a_ddp_bucket_boundary_that_cannot_break_leaves_the_graph_whole():
+    # The blocks run inside a with block, where no graph break is taken: the frame is captured
+    # whole, as without boundaries (never eagerly).
+    r = run_ranks("blocks_in_with", "ember", "ddp:0.002")
     assert r["loss"] < 1e-4 and r["grad"] < 1e-4 and r["param"] < 1e-5, r
     assert r["training_graphs"] == 1 and r["graph_breaks"] == 0, r
     assert not any("bucket boundary" in x for x in r["reasons"]), r
