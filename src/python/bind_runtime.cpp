@@ -14,6 +14,7 @@
 #include "python/torch_caster.h"
 #include "runtime/attention_fusion.h"
 #include "runtime/causal_attention.h"
+#include "runtime/collectives.h"
 #include "runtime/constant_fold.h"
 #include "runtime/executor.h"
 #include "runtime/host_compiler.h"
@@ -83,9 +84,12 @@ void bind_runtime(nb::module_& m) {
           changed = runtime::fold_constants(out);
         } else if (name == "fuse_attention") {
           changed = runtime::fuse_attention(out);
+        } else if (name == "sink_collective_waits") {
+          changed = runtime::sink_collective_waits(out);
         } else {
           throw UserError("no graph pass named '" + name +
-                          "' (causal_attention, fold_constants, fuse_attention)");
+                          "' (causal_attention, fold_constants, fuse_attention, "
+                          "sink_collective_waits)");
         }
         return std::make_pair(std::move(out), changed);
       },

@@ -8,6 +8,7 @@
 #include <variant>
 
 #include "graph/verifier.h"
+#include "runtime/collectives.h"
 #include "runtime/extern_call.h"
 #include "support/error.h"
 #include "tracer/convert.h"
@@ -85,8 +86,10 @@ int fold_constants(tracer::TracedGraph& traced, const FoldOptions& options) {
     if (!ok) continue;
     ExternCall call = make_extern_call(g, ni);
     const c10::OperatorHandle& op = *call.op;
+    // A collective talks to the other ranks on every call (runtime/collectives.h).
     if (op.hasTag(at::Tag::nondeterministic_seeded) || op.hasTag(at::Tag::data_dependent_output) ||
-        op.hasTag(at::Tag::dynamic_output_shape)) {
+        op.hasTag(at::Tag::dynamic_output_shape) || is_collective(g.op_of(n)) ||
+        is_collective_wait(g.op_of(n))) {
       continue;
     }
     std::vector<std::pair<ValueId, at::Tensor>> stand_ins;

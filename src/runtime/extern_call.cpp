@@ -107,6 +107,12 @@ void ExternCall::run(std::vector<at::Tensor>& env, torch::jit::Stack& stack,
   int32_t slot = 0;
   auto take = [&](const at::Tensor& t) {
     int32_t this_slot = slot++;
+    // A tensor subclass written in Python (a wrapper without storage of its own, such as a
+    // functional collective's AsyncCollectiveTensor) where the op's meta kernel gave a plain
+    // tensor: a kernel reading its data pointer would read nothing there.
+    EMBER_UNSUPPORTED(!t.defined() || !t.key_set().has(c10::DispatchKey::Python))
+        << step.op->schema().name() << " returned a tensor subclass at run time where it "
+        << "returned a plain tensor while tracing; ember's steps read plain tensors";
     if (step.result_slots.empty()) {
       if (!t.defined() && !by_position) return;
       EMBER_INTERNAL_ASSERT(k < step.outputs.size())

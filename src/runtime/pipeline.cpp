@@ -23,6 +23,7 @@
 #include "graph/verifier.h"
 #include "runtime/attention_fusion.h"
 #include "runtime/causal_attention.h"
+#include "runtime/collectives.h"
 #include "runtime/constant_fold.h"
 #include "runtime/executor.h"
 #include "sched/memory_plan.h"
@@ -397,6 +398,8 @@ Program compile_program(tracer::TracedGraph traced, const ExecutorOptions& optio
     p.num_fused_attention =
         step.graph_pass("fuse_attention", [&] { return fuse_attention(p.traced); });
   }
+  p.num_sunk_waits =
+      step.graph_pass("sink_collective_waits", [&] { return sink_collective_waits(p.traced); });
   step("bind_inputs", [&] {
     bind_inputs(p);
     if (symbolic) {
@@ -743,6 +746,19 @@ Lifetimes plan_lifetimes(Program& p, bool release_inputs) {
     }
     for (graph::ValueId v : reads) last_use[v] = static_cast<int>(s);
     for (graph::ValueId v : writes) defined_at[v] = static_cast<int>(s);
+  }
+  // A collective may read its inputs until its wait returns (an all-gather's input is sent while
+  // the program goes on): they live until the step of the wait that reads its result.
+  for (size_t s = 0; s < p.steps.size(); ++s) {
+    const Step& wait = p.steps[s];
+    if (!wait.call || wait.node < 0 || !is_collective_wait(g.op_of(g.nodes[wait.node]))) continue;
+    for (graph::ValueId r : step_reads(p, wait)) {
+      const int32_t producer = g.values[r].node;
+      if (producer < 0 || !is_collective(g.op_of(g.nodes[producer]))) continue;
+      for (graph::ValueId in : graph::tensor_reads(g.nodes[producer])) {
+        last_use[in] = std::max(last_use[in], static_cast<int>(s));
+      }
+    }
   }
   const int keep = static_cast<int>(p.steps.size());
   for (graph::ValueId v : g.outputs) last_use[v] = keep;

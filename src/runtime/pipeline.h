@@ -10,19 +10,22 @@
 ///   4. fuse_attention        graph pass: eager attention (bmm, softmax, bmm) becomes one
 ///                            ember::fused_attention node, an SDPA call
 ///                            (runtime/attention_fusion.h)
-///   5. bind_inputs           where each graph input and constant lives in the program
-///   6. schedule              fused kernel groups and the order of steps (sched/fusion.h)
-///   7. generate_kernels      emit, compile and load the kernels (C++ or Triton, in rounds
+///   5. sink_collective_waits graph pass: a functional collective's wait goes just before the
+///                            first node that reads its result (runtime/collectives.h)
+///   6. bind_inputs           where each graph input and constant lives in the program
+///   7. schedule              fused kernel groups and the order of steps (sched/fusion.h)
+///   8. generate_kernels      emit, compile and load the kernels (C++ or Triton, in rounds
 ///                            around the kernels Triton refuses) and build the steps: extern
 ///                            calls, views, kernels, matmul templates
-///   8. plan_lifetimes        each value's last use: where the program releases it
-///   9. mark_parameter_kernels, plan_reuse, plan_mutation_writes, plan_memory
+///   9. plan_lifetimes        each value's last use: where the program releases it (a
+///                            collective's inputs: at its wait)
+///  10. mark_parameter_kernels, plan_reuse, plan_mutation_writes, plan_memory
 ///                            what the kernels' outputs are written into (executor_memory.cpp)
-///  10. decide_cuda_graphs    whether calls replay a CUDA graph (mode="reduce-overhead")
+///  11. decide_cuda_graphs    whether calls replay a CUDA graph (mode="reduce-overhead")
 ///
 /// Steps 1 and 2 run only with CompileOptions::Runtime::fold_constants, step 4 where
 /// fuses_attention says. After each step one hook records its time (Program::step_seconds); after
-/// a graph pass (1, 2, 4: the only steps that change the graph) that rewrote nodes, it runs the
+/// a graph pass (1, 2, 4, 5: the only steps that change the graph) that rewrote nodes, it runs the
 /// verifier (an InternalError names the step) and with CompileOptions::Debug::dump_pipeline
 /// prints the graph to stderr. Each step is a free function
 /// with its contract below; the Executor (runtime/executor.h) only executes the program.
@@ -51,7 +54,7 @@ struct Target {
   c10::Device device = c10::Device(c10::DeviceType::CPU);  ///< where kernels' buffers live
 };
 
-/// Step 5. Fills p.input_slots, p.constant_slots and p.mutated_input_positions from the graph's
+/// Step 6. Fills p.input_slots, p.constant_slots and p.mutated_input_positions from the graph's
 /// inputs and mutations. Requires: p.traced has one constant tensor per constant input.
 void bind_inputs(Program& p);
 
@@ -65,10 +68,10 @@ Target choose_target(Program& p);
 /// follow the same rule as static ones (their softmax is a reduction kernel too).
 bool fuses_attention(const CompileOptions& o, const Target& t);
 
-/// Step 6. The schedule options the target and p.options give, and the plan.
+/// Step 7. The schedule options the target and p.options give, and the plan.
 sched::Plan schedule(const Program& p, const Target& t, sched::ScheduleOptions* options);
 
-/// Step 7. Emits, compiles and loads the kernels of `plan` and fills p.steps, p.kernels,
+/// Step 8. Emits, compiles and loads the kernels of `plan` and fills p.steps, p.kernels,
 /// p.libraries, p.kernel_sources and the counters; builds p.unfused (the same graph without
 /// kernels). A kernel Triton refuses leaves its nodes to ATen and the graph is scheduled again
 /// (`plan`, `options` updated), a few rounds at most; a kernel that fails to compile, or the last
@@ -95,12 +98,13 @@ struct Lifetimes {
   std::vector<int> last_use, defined_at;
 };
 
-/// Step 8. Each value's lifetime, and the release list of each step: an intermediate goes after
-/// its last reader (or where it is defined, if nothing reads it); outputs, mutation values and
+/// Step 9. Each value's lifetime, and the release list of each step: an intermediate goes after
+/// its last reader (or where it is defined, if nothing reads it), a functional collective's
+/// inputs after its wait (the collective may read them until then); outputs, mutation values and
 /// constants stay; inputs stay unless `release_inputs` (and the graph mutates no input).
 Lifetimes plan_lifetimes(Program& p, bool release_inputs);
 
-/// Step 9, executor_memory.cpp. Gives Kernel::parameter_cache to kernels that read parameters
+/// Step 10, executor_memory.cpp. Gives Kernel::parameter_cache to kernels that read parameters
 /// only (not ones the graph mutates) and write nothing the caller sees.
 void mark_parameter_kernels(Program& p);
 /// Lets kernel outputs take over dead inputs' memory (Kernel::Output::reuse_input): an input
@@ -114,7 +118,7 @@ void plan_mutation_writes(Program& p, const Lifetimes& life);
 /// kernels only (the arena is host memory).
 void plan_memory(Program& p, const Lifetimes& life);
 
-/// Step 10. With CompileOptions::Runtime::cuda_graphs, a CudaGraphRunner for a graph on one CUDA
+/// Step 11. With CompileOptions::Runtime::cuda_graphs, a CudaGraphRunner for a graph on one CUDA
 /// device that mutates no input, draws no random numbers and is not verified; else
 /// p.cuda_graph_note says why not.
 void decide_cuda_graphs(Program& p, const Target& t);

@@ -179,6 +179,13 @@ bool Interpreter::is_inlined_library_code(PyCodeObject* code) const {
   // @torch.enable_grad(), @torch.inference_mode()): `with ctx_factory(): return func(...)`,
   // so the decorated function is captured under its context, as Dynamo does.
   if (rest == "utils/_contextlib.py") return true;
+  // Functional collectives (torch.distributed._functional_collectives: all_reduce,
+  // all_gather_tensor, reduce_scatter_tensor, ...): followed, so that their "are we tracing"
+  // test (torch.compiler.is_dynamo_compiling, true in a capture) puts the collective's
+  // wait_tensor in the graph, as under Dynamo. Called for real, each returned an
+  // AsyncCollectiveTensor (a wrapper subclass without storage) from an op whose meta kernel gives
+  // a plain tensor.
+  if (rest == "distributed/_functional_collectives.py") return true;
   if (!starts_with(rest, "optim/")) return false;
   rest = rest.substr(6);
   return rest != "lr_scheduler.py" && rest != "swa_utils.py";

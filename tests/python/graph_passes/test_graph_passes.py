@@ -1,5 +1,5 @@
 """Each graph pass of the pipeline (src/runtime/pipeline.h: causal_attention, fold_constants,
-fuse_attention), before and after, as graph text: a small program traced, then the pass run alone
+fuse_attention, sink_collective_waits), before and after, as graph text: a small program traced, then the pass run alone
 on a copy (ember._C.run_graph_pass), against golden files
 (tests/python/graph_passes/golden/<case>.{before,after}.txt; EMBER_ACCEPT_GOLDEN=1 rewrites them).
 The CPU-only torch's text is the golden one (on a GPU machine only the counts are checked)."""
@@ -50,6 +50,12 @@ def constants(x):
     return x + torch.ones(3) * 2
 
 
+def collective(x, w):  # what funcol.all_reduce traces to: the wait right after the collective
+    s = torch.ops._c10d_functional.all_reduce(x.sum(0, keepdim=True), "sum", "0")
+    s = torch.ops._c10d_functional.wait_tensor(s)
+    return torch.softmax(x @ w, -1) * s
+
+
 QKV = [r(B * H, S, D), r(B * H, S, D), r(B * H, S, D)]
 CASES = {
     # case: (pass, program, arguments, how many it rewrites)
@@ -60,6 +66,7 @@ CASES = {
     "fuse_attention_probabilities_read": ("fuse_attention", probabilities_read_twice, QKV, 0),
     "causal_attention": ("causal_attention", causal_sdpa, [r(1, H, S, D)] * 3, 1),
     "fold_constants": ("fold_constants", constants, [r(3)], 1),
+    "sink_collective_waits": ("sink_collective_waits", collective, [r(6, 8), r(8, 8)], 1),
 }
 
 
@@ -99,3 +106,23 @@ def test_an_unknown_pass_is_a_user_error():
     graph = ember.trace(constants, [r(3)])
     with pytest.raises(ember.errors.CompileError, match="no graph pass named"):
         C.run_graph_pass(graph, "not_a_pass")
+
+
+def test_a_collective_overlaps_the_work_that_does_not_need_its_result():
+    # The program runs the matrix product between the all-reduce and its wait; the wait's result
+    # is read by the last kernel only. A collective is never folded, though its input is constant.
+    x, w = r(6, 8), r(8, 8)
+    with torch.no_grad():
+        steps = C.CompiledGraph(ember.trace(collective, [x, w])).describe_steps()
+    names = [s.split(" [")[0] for s in steps]
+    assert names.index("extern _c10d_functional::all_reduce") < names.index("extern aten::mm") \
+        < names.index("extern _c10d_functional::wait_tensor"), steps
+
+    def constant_input(w):
+        s = torch.ops._c10d_functional.all_reduce(torch.ones(1, 8), "sum", "0")
+        return w * torch.ops._c10d_functional.wait_tensor(s)
+
+    with torch.no_grad():
+        g = ember.trace(constant_input, [w])
+    folded, _ = C.run_graph_pass(g, "fold_constants")
+    assert "_c10d_functional::all_reduce" in str(folded) and "wait_tensor" in str(folded), folded

@@ -1,0 +1,104 @@
+"""One rank of test_collectives.py: functional collectives (torch.distributed.
+_functional_collectives) in programs compiled by ember.compile, on gloo.
+`python collectives_worker.py RANK WORLD PORT`. Each program runs compiled and eagerly on the
+same per-rank inputs; rank 0 prints one JSON line per program: the largest difference, ember's
+counters, and the collective and wait nodes of its captured graph in graph order. A fourth
+argument `cuda` runs on NCCL with each rank's tensors on its GPU (the device machine, world size
+1: scripts/gpu_run.sh)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+
+
+def all_reduce(x):
+    y = torch.relu(x) * 2
+    return funcol.all_reduce(y, "sum", dist.group.WORLD) + 1
+
+
+def all_gather(x, w):
+    g = funcol.all_gather_single(x.sin(), 0, dist.group.WORLD)
+    return g @ w
+
+
+def reduce_scatter(x):
+    return funcol.reduce_scatter_single(x * x, "sum", 0, dist.group.WORLD).cos()
+
+
+def independent_work(x, w):
+    # The all-reduce's result is read last: the matrix product and the softmax need none of it.
+    s = funcol.all_reduce(x.sum(0, keepdim=True), "sum", dist.group.WORLD)
+    h = torch.softmax(x @ w, dim=-1)
+    return h * s
+
+
+class TensorParallelMLP(torch.nn.Module):
+    """Megatron's MLP: the first linear's columns and the second's rows split across ranks, one
+    all-reduce of the partial sums."""
+
+    def __init__(self, world: int) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(16, 32 // world)
+        self.down = torch.nn.Linear(32 // world, 16, bias=False)
+
+    def forward(self, x):
+        partial = self.down(torch.nn.functional.gelu(self.up(x)))
+        return funcol.all_reduce(partial, "sum", dist.group.WORLD)
+
+
+def main() -> None:
+    rank, world, port = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    device = f"cuda:{rank}" if len(sys.argv) > 4 and sys.argv[4] == "cuda" else "cpu"
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+    if device != "cpu":
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device != "cpu" else "gloo", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    import ember
+    import ember.capture
+
+    torch.manual_seed(rank)  # each rank its own inputs and shards
+    mlp = TensorParallelMLP(world).to(device)
+    programs = {
+        "all_reduce": (all_reduce, (torch.randn(4, 8),)),
+        "all_gather": (all_gather, (torch.randn(3, 8), torch.randn(8, 5))),
+        "reduce_scatter": (reduce_scatter, (torch.randn(2 * world, 6),)),
+        "independent_work": (independent_work, (torch.randn(6, 8), torch.randn(8, 8))),
+        "tensor_parallel_mlp": (mlp, (torch.randn(5, 16),)),
+    }
+    for name, (fn, args) in programs.items():
+        args = tuple(a.to(device) for a in args)
+        ember.metrics.reset()
+        before = len(ember.capture.records())
+        compiled = ember.compile(fn)
+        worst = 0.0
+        for call in range(3):
+            xs = [a + call for a in args]
+            with torch.no_grad():
+                want = fn(*xs)
+                got = compiled(*xs)
+            worst = max(worst, (got - want).abs().max().item())
+        s = ember.metrics.snapshot()
+        graphs = [r["graph"] for r in ember.capture.records()[before:]]
+        ops = [op for g in graphs
+               for op in re.findall(r"= (_c10d_functional::\w+|aten::\w+|ember::\w+)", g)]
+        if rank == 0:
+            print(json.dumps({"program": name, "diff": worst, "graphs": s["graphs"],
+                              "graph_breaks": s["graph_breaks"], "eager_frames": s["eager_frames"],
+                              "ops": ops, "reasons": ember.metrics.fallback_reasons[:4]}),
+                  flush=True)
+    dist.barrier()
+    dist.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

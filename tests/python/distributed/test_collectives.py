@@ -1,0 +1,62 @@
+"""Functional collectives (torch.distributed._functional_collectives) under ember.compile, 2 gloo
+processes (issue 38): each program is captured in one graph holding its collectives and their
+waits, runs them through c10d's process group, and gives eager's results on every rank; the
+wait of a collective goes after the work that does not need its result."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch.distributed as dist
+
+from test_ddp import free_port
+
+pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
+                                reason="needs torch.distributed with gloo")
+
+WORKER = os.path.join(os.path.dirname(__file__), "collectives_worker.py")
+
+
+@pytest.fixture(scope="module")
+def rows() -> dict:
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, WORKER, str(r), "2", port], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outs = []
+    for p in procs:
+        try:
+            outs.append(p.communicate(timeout=600))
+        except subprocess.TimeoutExpired:
+            for q in procs:
+                q.kill()
+            raise
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-4000:]
+    return {r["program"]: r for r in map(json.loads, outs[0][0].strip().splitlines())}
+
+
+PROGRAMS = ["all_reduce", "all_gather", "reduce_scatter", "independent_work",
+            "tensor_parallel_mlp"]
+
+
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_collectives_are_graph_nodes_with_eager_results(rows, program):
+    r = rows[program]
+    assert r["diff"] < 1e-5, r
+    assert r["graphs"] == 1 and r["graph_breaks"] == 0 and r["eager_frames"] == 0, r
+    ops = r["ops"]
+    collectives = [i for i, op in enumerate(ops)
+                   if op.startswith("_c10d_functional::") and op != "_c10d_functional::wait_tensor"]
+    waits = [i for i, op in enumerate(ops) if op == "_c10d_functional::wait_tensor"]
+    assert len(collectives) == 1 and len(waits) == 1 and collectives[0] < waits[0], ops
+
+
+def test_a_wait_goes_after_the_work_that_does_not_need_it(rows):
+    ops = rows["independent_work"]["ops"]
+    assert ops.index("_c10d_functional::all_reduce") < ops.index("aten::mm") \
+        < ops.index("_c10d_functional::wait_tensor"), ops
+
