@@ -116,13 +116,18 @@ template <typename T> inline T ember_min_acc(T acc, T x) {
   if constexpr (std::numeric_limits<T>::is_integer) return m;
   else return x != x ? x : m;
 }
+// Python's floor division and modulo of integers, branch-free: with `&&` and `?:` GCC made a
+// branch of the correction, so an index such as `x[i % 16 * 2401 + j]` with `i` invariant in an
+// inner `omp simd` loop was a PHI that its analysis could not see through ("evolution of base is
+// not affine") and the loop stayed scalar (a softmax over window-attention rows ran 3.2x slower).
+// As arithmetic on the comparisons it is hoisted out of the loop.
 template <typename T> inline T ember_floordiv(T a, T b) {
   T q = a / b;
-  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+  return q - static_cast<T>((a % b != 0) & ((a < 0) != (b < 0)));
 }
 template <typename T> inline T ember_mod(T a, T b) {
   T r = a % b;
-  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+  return r + static_cast<T>((r != 0) & ((r < 0) != (b < 0))) * b;
 }
 
 // Shifts as torch's CPU kernels (loop IR Shl / Shr): a shift by a negative amount or by the
