@@ -122,23 +122,19 @@ def run(model_name: str, wrap: str, backend: str, args, device: str) -> dict:
             "first_steps_s": first, "peak_mib": peak, "checks": checks, **counters}
 
 
-def compare(rows: list[dict]) -> None:
-    """Each backend's losses and gradients of the first steps against eager's of the same
-    (model, wrap): the largest relative difference."""
-    ref = {(r["model"], r["wrap"]): r for r in rows if r["backend"] == "eager"}
-    for r in rows:
-        e = ref.get((r["model"], r["wrap"]))
+def compare(r: dict, eager_checks: list | None) -> None:
+    """A backend's losses and gradients of the first steps against eager's of the same (model,
+    wrap): the largest relative difference (None without an eager row)."""
+    worst_loss = worst_grad = None
+    if eager_checks is not None and "checks" in r:
         worst_loss = worst_grad = 0.0
-        if e is not None:
-            for (loss, grads), (loss_e, grads_e) in zip(r["checks"], e["checks"]):
-                worst_loss = max(worst_loss, abs(loss - loss_e) / max(abs(loss_e), 1e-12))
-                for g, ge in zip(grads, grads_e):
-                    if g is not None and ge is not None:
-                        d = ((g - ge).norm() / ge.norm().clamp_min(1e-12)).item()
-                        worst_grad = max(worst_grad, d)
-        r["loss_rel"], r["grad_rel"] = worst_loss, worst_grad
-    for r in rows:
-        r.pop("checks", None)
+        for (loss, grads), (loss_e, grads_e) in zip(r["checks"], eager_checks):
+            worst_loss = max(worst_loss, abs(loss - loss_e) / max(abs(loss_e), 1e-12))
+            for g, ge in zip(grads, grads_e):
+                if g is not None and ge is not None:
+                    d = ((g - ge).norm() / ge.norm().clamp_min(1e-12)).item()
+                    worst_grad = max(worst_grad, d)
+    r["loss_rel"], r["grad_rel"] = worst_loss, worst_grad
 
 
 def main() -> int:
@@ -165,17 +161,25 @@ def main() -> int:
     rows = []
     for model in args.models.split(","):
         for wrap in args.wraps.split(","):
+            eager_checks = None
             for backend in args.backends.split(","):
                 try:
-                    rows.append(run(model, wrap, backend, args, device))
+                    r = run(model, wrap, backend, args, device)
                 except Exception as e:  # a failure is a row, not the end of the run
-                    rows.append({"model": model, "wrap": wrap, "backend": backend,
-                                 "error": f"{type(e).__name__}: {str(e)[:300]}", "checks": []})
+                    r = {"model": model, "wrap": wrap, "backend": backend,
+                         "error": f"{type(e).__name__}: {str(e)[:300]}"}
                 if cuda:
                     torch.cuda.empty_cache()
-                r = rows[-1]
-                print(json.dumps({k: v for k, v in r.items() if k != "checks"}), flush=True)
-    compare(rows)
+                if backend == "eager" and "checks" in r:
+                    eager_checks = r["checks"]
+                compare(r, eager_checks)
+                r.pop("checks", None)
+                rows.append(r)
+                print(json.dumps(r), flush=True)
+                if args.json:  # after every row: a run cut off keeps what it measured
+                    with open(args.json, "w") as f:
+                        json.dump({"device": torch.cuda.get_device_name(0) if cuda else "cpu",
+                                   "torch": torch.__version__, "rows": rows}, f, indent=1)
     print(f"{'model':<16}{'wrap':<6}{'backend':<15}{'step ms':>9}{'IQR':>16}{'first s':>9}"
           f"{'peak MiB':>10}{'loss rel':>10}{'grad rel':>10}")
     for r in rows:
@@ -183,13 +187,10 @@ def main() -> int:
             print(f"{r['model']:<16}{r['wrap']:<6}{r['backend']:<15} error: {r['error'][:80]}")
             continue
         peak = f"{r['peak_mib']:.0f}" if r["peak_mib"] is not None else "-"
+        rel = (f"{r['loss_rel']:>10.1e}{r['grad_rel']:>10.1e}" if r["loss_rel"] is not None
+               else f"{'-':>10}{'-':>10}")
         print(f"{r['model']:<16}{r['wrap']:<6}{r['backend']:<15}{r['median_ms']:>9.2f}"
-              f"{r['q1_ms']:>8.2f}-{r['q3_ms']:<7.2f}{r['first_steps_s']:>9.2f}{peak:>10}"
-              f"{r['loss_rel']:>10.1e}{r['grad_rel']:>10.1e}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"device": torch.cuda.get_device_name(0) if cuda else "cpu",
-                       "torch": torch.__version__, "rows": rows}, f, indent=1)
+              f"{r['q1_ms']:>8.2f}-{r['q3_ms']:<7.2f}{r['first_steps_s']:>9.2f}{peak:>10}{rel}")
     dist.destroy_process_group()
     return 0
 

@@ -23,13 +23,18 @@ def all_reduce(x):
     return funcol.all_reduce(y, "sum", dist.group.WORLD) + 1
 
 
+# The newer names (torch 2.13); torch 2.11 has only the older ones.
+_all_gather = getattr(funcol, "all_gather_single", None) or funcol.all_gather_tensor
+_reduce_scatter = getattr(funcol, "reduce_scatter_single", None) or funcol.reduce_scatter_tensor
+
+
 def all_gather(x, w):
-    g = funcol.all_gather_single(x.sin(), 0, dist.group.WORLD)
+    g = _all_gather(x.sin(), 0, dist.group.WORLD)
     return g @ w
 
 
 def reduce_scatter(x):
-    return funcol.reduce_scatter_single(x * x, "sum", 0, dist.group.WORLD).cos()
+    return _reduce_scatter(x * x, "sum", 0, dist.group.WORLD).cos()
 
 
 def independent_work(x, w):
