@@ -27,7 +27,9 @@ bool is_safe_builtin_type(PyObject* t) {
   for (PyObject* k : kTypes) {
     if (t == k) return true;
   }
-  return false;
+  // A dict that keeps its order (timm's feature extractors collect their outputs in one).
+  static PyObject* const ordered_dict = imported("collections", "OrderedDict");
+  return t == ordered_dict;
 }
 
 nb::object Interpreter::call_class(nb::handle callable, std::vector<nb::object> args,

@@ -83,6 +83,8 @@ bool is_namedtuple_class(PyObject* cls) {
 
 PyTypeObject* rebuildable_object_type(nb::handle v) {
   if (PyType_Check(v.ptr()) || is_nn_module(v)) return nullptr;
+  // An OrderedDict itself: rebuilt as the dict subclasses are, from its items and attributes.
+  if (Py_TYPE(v.ptr()) == ordered_dict_type()) return ordered_dict_type();
   return plain_class_base(Py_TYPE(v.ptr()));
 }
 
