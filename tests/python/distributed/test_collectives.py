@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 import torch.distributed as dist
 
-from test_ddp import free_port
+from test_ddp import spawn_ranks
 
 pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(),
                                 reason="needs torch.distributed with gloo")
@@ -23,20 +21,8 @@ WORKER = os.path.join(os.path.dirname(__file__), "collectives_worker.py")
 
 @pytest.fixture(scope="module")
 def rows() -> dict:
-    port = free_port()
-    procs = [subprocess.Popen([sys.executable, WORKER, str(r), "2", port], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(2)]
-    outs = []
-    for p in procs:
-        try:
-            outs.append(p.communicate(timeout=600))
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            raise
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-4000:]
-    return {r["program"]: r for r in map(json.loads, outs[0][0].strip().splitlines())}
+    out = spawn_ranks(WORKER, [])
+    return {r["program"]: r for r in map(json.loads, out.strip().splitlines())}
 
 
 PROGRAMS = ["all_reduce", "all_gather", "reduce_scatter", "independent_work",

@@ -26,11 +26,13 @@ def free_port() -> str:
         return str(s.getsockname()[1])
 
 
-def run_ranks(model: str, entry: str, wrap: str = "ddp", steps: int = 5, world: int = 2) -> dict:
+def spawn_ranks(worker: str, args: list[str], world: int = 2) -> str:
+    """Runs `worker RANK WORLD PORT *args` for each rank; every rank must exit 0. Rank 0's
+    standard output."""
     port = free_port()
-    procs = [subprocess.Popen([sys.executable, WORKER, str(r), str(world), port, model, entry,
-                               str(steps), wrap], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True) for r in range(world)]
+    procs = [subprocess.Popen([sys.executable, worker, str(r), str(world), port, *args],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(world)]
     outs = []
     for p in procs:
         try:
@@ -41,7 +43,12 @@ def run_ranks(model: str, entry: str, wrap: str = "ddp", steps: int = 5, world: 
             raise
     for p, (_, err) in zip(procs, outs):
         assert p.returncode == 0, err[-4000:]
-    return json.loads(outs[0][0].strip().splitlines()[-1])
+    return outs[0][0]
+
+
+def run_ranks(model: str, entry: str, wrap: str = "ddp", steps: int = 5, world: int = 2) -> dict:
+    out = spawn_ranks(WORKER, [model, entry, str(steps), wrap], world)
+    return json.loads(out.strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("entry", ["ember", "torch"])
