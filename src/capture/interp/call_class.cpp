@@ -28,8 +28,7 @@ bool is_safe_builtin_type(PyObject* t) {
     if (t == k) return true;
   }
   // A dict that keeps its order (timm's feature extractors collect their outputs in one).
-  static PyObject* const ordered_dict = imported("collections", "OrderedDict");
-  return t == ordered_dict;
+  return t == reinterpret_cast<PyObject*>(ordered_dict_type());
 }
 
 nb::object Interpreter::call_class(nb::handle callable, std::vector<nb::object> args,

@@ -139,9 +139,8 @@ nb::object Interpreter::call_real(nb::handle callable, std::vector<nb::object> a
   nb::object r = checked(PyObject_Vectorcall(callable.ptr(), raw.data(), args.size() - nkw,
                                              nkw > 0 ? kwnames.ptr() : nullptr));
   // A container nobody else holds was made by this call: the frame owns it.
-  static PyObject* const ordered_dict = imported("collections", "OrderedDict");
   if ((PyList_CheckExact(r.ptr()) || PyDict_CheckExact(r.ptr()) || PySet_CheckExact(r.ptr()) ||
-       reinterpret_cast<PyObject*>(Py_TYPE(r.ptr())) == ordered_dict) &&
+       Py_TYPE(r.ptr()) == ordered_dict_type()) &&
       Py_REFCNT(r.ptr()) == 1) {
     fresh(r);
   }

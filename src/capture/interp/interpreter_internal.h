@@ -133,6 +133,9 @@ bool is_denied_torch_function(std::string_view name);
 /// Builtin types whose constructors are safe to run for real (call_class.cpp).
 bool is_safe_builtin_type(PyObject* t);
 
+/// collections.OrderedDict.
+PyTypeObject* ordered_dict_type();
+
 /// torch.optim optimizers, learning-rate schedulers and AMP's gradient scaler: objects whose
 /// methods mutate real tensors and counters they hold.
 bool is_stateful_torch_object(nanobind::handle v);

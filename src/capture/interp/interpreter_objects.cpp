@@ -16,12 +16,12 @@ namespace nb = nanobind;
 
 namespace ember::capture {
 
-namespace {
-
 PyTypeObject* ordered_dict_type() {
   static auto* t = reinterpret_cast<PyTypeObject*>(imported("collections", "OrderedDict"));
   return t;
 }
+
+namespace {
 
 /// The first base of `t` that is not a class defined in Python.
 PyTypeObject* static_base_of(PyTypeObject* t) {
