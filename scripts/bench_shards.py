@@ -184,6 +184,7 @@ class Attempt:
         self.shard, self.k, self.models = shard, k, models
         self.json_path, self.log_path, self.cmd = json_path, log_path, cmd
         self.budget_s, self.cpus = budget_s, cpus
+        self.gpu = shard
         self.proc: subprocess.Popen | None = None
         self.t_start = 0.0
         self.t_end: float | None = None
@@ -195,7 +196,7 @@ class Attempt:
         self.log_offset = 0
 
     def record(self, t0: float) -> dict[str, Any]:
-        return {"shard": self.shard, "attempt": self.k, "gpu": self.shard, "cpus": _ranges(self.cpus),
+        return {"shard": self.shard, "attempt": self.k, "gpu": self.gpu, "cpus": _ranges(self.cpus),
                 "models": self.models, "json": os.path.basename(self.json_path),
                 "log": os.path.basename(self.log_path), "time_budget_s": round(self.budget_s, 1),
                 "start_s": round(self.t_start - t0, 1),
@@ -316,12 +317,16 @@ class Driver:
         env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "python")] +
                                             ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         env["PYTHONUNBUFFERED"] = "1"
+        gpu = shard // max(1, self.a.per_gpu)
         if self.a.gpus_visible:
-            env["CUDA_VISIBLE_DEVICES"] = str(shard)
+            env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        if self.a.per_gpu > 1:
+            env["EMBER_BENCH_GPU_LOCK"] = os.path.abspath(os.path.join(self.a.out_dir, f".gpu{gpu}.lock"))
         if self.a.pin_cpus:
             env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(len(cpus)))
             env.setdefault("OMP_NUM_THREADS", str(len(cpus)))
         att = Attempt(shard, k, models, json_path, base + ".log", cmd, budget or 0.0, cpus)
+        att.gpu = gpu
         log = open(att.log_path, "a")
         att.log_offset = log.tell()
         log.write(f"=== shard {shard} attempt {k} at {self.now():.0f} s: CUDA_VISIBLE_DEVICES="
@@ -429,7 +434,8 @@ class Driver:
                 self.running.remove(att)
 
     def record(self) -> dict[str, Any]:
-        return {"command": shlex.join(sys.argv), "gpus": self.a.gpus, "deadline_s": self.a.deadline,
+        return {"command": shlex.join(sys.argv), "gpus": self.a.gpus, "per_gpu": self.a.per_gpu,
+                "deadline_s": self.a.deadline,
                 "reserve_s": self.a.reserve, "wall_s": round(self.now(), 1),
                 "attempts": [att.record(self.t0) for att in self.attempts]}
 
@@ -587,6 +593,9 @@ def print_summary(rep) -> None:
 def parse(argv: list[str] | None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--gpus", type=int, default=1, help="number of shards, one process per GPU (CUDA_VISIBLE_DEVICES=i)")
+    p.add_argument("--per-gpu", type=int, default=1,
+                   help="harness processes per GPU (default 1); with more, each GPU's processes take turns on it "
+                        "(EMBER_BENCH_GPU_LOCK) for everything but compiles, which overlap on their own CPUs")
     p.add_argument("--out-dir", default="bench_out", help="where shard JSONs, logs and the merged report go")
     p.add_argument("--name", default="bench", help="file prefix: <name>_shard<i>.json, <name>_merged.json")
     p.add_argument("--deadline", type=float, default=None, help="seconds from start by which every shard has ended")
@@ -655,7 +664,7 @@ def main(argv: list[str] | None = None) -> int:
     from ember.bench.__main__ import parse_args as harness_parse  # noqa: PLC0415
 
     harness_args = strip_owned(argv)
-    for opt in ("--gpus", "--out-dir", "--name", "--deadline", "--reserve", "--startup", "--min-budget",
+    for opt in ("--gpus", "--per-gpu", "--out-dir", "--name", "--deadline", "--reserve", "--startup", "--min-budget",
                 "--max-restarts", "--priority", "--costs", "--no-pin-cpus", "--no-gpu-split", "--status-every",
                 "--dry-run", "--merge"):
         harness_args = _drop(harness_args, opt)
@@ -665,9 +674,10 @@ def main(argv: list[str] | None = None) -> int:
     specs = bench.select(_list(args.only), exclude or None, args.include_heavy)
     ordered = priority_order(specs, _list(args.priority))
     costs = load_costs(_list(args.costs) or [], bench) if args.costs else None
-    shards = split_shards([s.name for s in ordered], args.gpus, costs)
+    n_shards = args.gpus * max(1, args.per_gpu)
+    shards = split_shards([s.name for s in ordered], n_shards, costs)
     suite_order = [s.name for s in specs]
-    print(f"[driver] {len(specs)} models in {args.gpus} shards; priority order: {', '.join(s.name for s in ordered)}")
+    print(f"[driver] {len(specs)} models in {n_shards} shards; priority order: {', '.join(s.name for s in ordered)}")
     for i, sh in enumerate(shards):
         print(f"[driver] shard {i} ({len(sh)}): {', '.join(sh)}")
     if args.dry_run:

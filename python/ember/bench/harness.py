@@ -15,6 +15,10 @@ Method (after PyTorch's benchmarks/dynamo/common.py, see docs/benchmarks.md):
   call between device synchronizations; speedup = median(eager) / median(backend).
 * Peak memory (CUDA only): max_memory_allocated during one warm call, counted from before the backend's
   model copy was made (so its weights, gradients, optimizer state, compiled buffers and activations).
+* Several harness processes may share one GPU (scripts/bench_shards.py --per-gpu): with
+  EMBER_BENCH_GPU_LOCK set to a file, a process holds that file's lock (GpuTurn) for everything but a
+  compiled backend's compile and first call, so that only compiles overlap: one process times, runs
+  eager or checks accuracy at a time, while the others compile on their own CPUs.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import copy
+import fcntl
 import dataclasses
 import gc
 import math
@@ -95,6 +100,7 @@ class ModelRun:
     fp64_reference: str = "not_run"  # ok | failed: <reason> | not_run
     wall_s: float | None = None
     backends: dict[str, BackendResult] = dataclasses.field(default_factory=dict)
+    gpu_turn_wait_s: float | None = None  # waits for the GPU lock (bench_shards.py --per-gpu)
 
 
 @dataclasses.dataclass
@@ -535,6 +541,32 @@ def timed(fn: Callable[[], Any], sync: Callable[[], None]) -> tuple[float, Any]:
     return time.perf_counter() - t0, out
 
 
+class GpuTurn:
+    """The GPU to oneself among harness processes sharing it: an exclusive lock on the file named by
+    EMBER_BENCH_GPU_LOCK (no lock when it is unset). acquire() and release() may repeat."""
+
+    def __init__(self, path: str | None = None):
+        self.path = path if path is not None else os.environ.get("EMBER_BENCH_GPU_LOCK") or None
+        self.fd: int | None = None
+        self.waited_s = 0.0
+
+    def acquire(self) -> None:
+        if self.path is None or self.fd is not None:
+            return
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        t0 = time.perf_counter()
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        self.waited_s += time.perf_counter() - t0
+        self.fd = fd
+
+    def release(self) -> None:
+        if self.fd is None:
+            return
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+        self.fd = None
+
+
 def run_model(spec: M.ModelSpec, mode: str, dtype: str, s: Settings,
               progress: Callable[[str], None] = lambda _msg: None) -> ModelRun:
     run = ModelRun(model=spec.name, family=spec.family, suite=s.suite, mode=mode, dtype=dtype, device=s.device)
@@ -570,9 +602,27 @@ def run_model(spec: M.ModelSpec, mode: str, dtype: str, s: Settings,
         return run
     run.batch_size = wl.batch_size
     base = wl.model
-    live: dict[str, Instance] = {}
 
+    turn = GpuTurn()
+    try:
+        _run_backends(run, backends, base, wl, spec, mode, dtype, s, sync, cuda, tol, low_precision, turn, progress)
+    finally:
+        turn.release()
+    if turn.path:
+        run.gpu_turn_wait_s = round(turn.waited_s, 1)
+    del base, wl
+    reset_dynamo()
+    free_memory(s.device)
+    run.wall_s = time.perf_counter() - t_start
+    return run
+
+
+def _run_backends(run: ModelRun, backends: list[str], base: nn.Module, wl: M.Workload, spec: M.ModelSpec,
+                  mode: str, dtype: str, s: Settings, sync: Callable[[], None], cuda: bool, tol: float,
+                  low_precision: bool, turn: GpuTurn, progress: Callable[[str], None]) -> None:
+    live: dict[str, Instance] = {}
     with compile_cache_dir(s.fresh_cache):
+        turn.acquire()
         # fp64 reference
         fp64_res = None
         cos = False
@@ -606,7 +656,10 @@ def run_model(spec: M.ModelSpec, mode: str, dtype: str, s: Settings,
                 if b == "ember" or b.startswith("ember-capture"):
                     ember_metrics(reset=True)
                 inst = Instance(base, wl, mode, dtype, s.device, compile_fn)
+                if b != "eager":  # compiles may overlap other processes' turns
+                    turn.release()
                 dt, first_out = timed(inst.step, sync)
+                turn.acquire()
                 # Dropped at once: kept alive (as it once was, in `_`), the previous backend's first
                 # output is counted in this backend's base_mem and freed before its memory step,
                 # which lowered every later backend's peak by one output's size.
@@ -685,6 +738,7 @@ def run_model(spec: M.ModelSpec, mode: str, dtype: str, s: Settings,
                 live[b] = inst
                 r.status = "pass" if r.accuracy not in ("fail",) else "fail_accuracy"
             except Exception as e:  # noqa: BLE001
+                turn.acquire()
                 r.status, r.phase, r.reason = "fail_to_run", phase, short_reason(e)
                 r.extra["traceback"] = traceback.format_exc(limit=-6)[-3000:]
                 inst = None
@@ -751,12 +805,6 @@ def run_model(spec: M.ModelSpec, mode: str, dtype: str, s: Settings,
                 inst = None
                 free_memory(s.device)
             reset_dynamo()
-
-    del base, wl
-    reset_dynamo()
-    free_memory(s.device)
-    run.wall_s = time.perf_counter() - t_start
-    return run
 
 
 def reset_dynamo_counters_only() -> None:

@@ -94,6 +94,10 @@ def select(only: list[str] | None = None, exclude: list[str] | None = None, incl
                 continue
             if item in REGISTRY:
                 matches = [REGISTRY[item]]
+            elif item.startswith("zoo-"):  # whole families, registered on first use (zoo.py)
+                from . import zoo
+
+                matches = zoo.expand(item)
             else:
                 fam = item[:-1] if item.endswith(":") else item
                 matches = [s for s in specs if s.family == fam]
