@@ -19,6 +19,7 @@
 #include "runtime/executor.h"
 #include "runtime/host_compiler.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/pipeline.h"
 #include "runtime/triton_runtime.h"
 #include "sched/fusion.h"
 #include "support/error.h"
@@ -37,6 +38,8 @@ nb::list triton_plan(const tracer::TracedGraph& traced) {
   sched::ScheduleOptions o;
   o.index_asserts = true;  // as the executor's Triton graphs
   o.chunk_single_rows = false;
+  // What reads or writes CPU tensors stays ATen's (the module's state counts as on the device).
+  o.extern_nodes = runtime::host_nodes(g, nullptr, /*constants_on_device=*/true);
   sched::Plan plan = sched::schedule_graph(g, o);
   const std::vector<std::vector<graph::ValueId>> private_outputs = sched::private_outputs(g, plan);
   nb::list out;
@@ -96,6 +99,19 @@ void bind_runtime(nb::module_& m) {
       nb::arg("graph"), nb::arg("name"),
       "Runs one graph pass of the pipeline on a copy of `graph`: (the new graph, the number of "
       "nodes or patterns it rewrote).");
+  m.def(
+      "host_nodes",
+      [](const tracer::TracedGraph& traced) {
+        std::vector<int> out;
+        const std::vector<bool> host = runtime::host_nodes(traced.graph);
+        for (size_t n = 0; n < host.size(); ++n) {
+          if (host[n]) out.push_back(static_cast<int>(n));
+        }
+        return out;
+      },
+      nb::arg("graph"),
+      "The nodes of a graph on a CUDA device that stay ATen calls because they compute on the "
+      "CPU (runtime/pipeline.h: host_nodes), by index.");
   m.def("triton_plan", &triton_plan, nb::arg("graph"),
         "Per fused group of `graph` as the executor's Triton path schedules it (nothing compiled "
         "or run, so a graph traced for cuda:0 works without a GPU): a dict of its ops, its loop "

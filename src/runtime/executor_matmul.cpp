@@ -36,6 +36,8 @@ void attach_matmul_templates(Program& p, int device, const sched::Plan& plan,
     if (!step.call || step.node < 0) continue;
     auto spec = MatmulTemplate::spec_of(g, g.nodes[step.node], tf32, interpret);
     if (!spec) continue;
+    // A product on the host, in a graph on a CUDA device (pipeline.h: host_nodes), stays ATen's.
+    if (!interpret && g.type(spec->second.out).device.kind != graph::DeviceKind::CUDA) continue;
     step.matmul_operands = spec->second;
     const graph::TensorType& out = g.type(spec->second.out);
     step.matmul_sizes = graph::constant_values(out.sizes);

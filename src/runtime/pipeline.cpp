@@ -94,12 +94,13 @@ bool all_on_cpu(const graph::Graph& g) {
   return true;
 }
 
-/// The CUDA device index every value of `g` is on, or -1. 0-dim CPU tensors (scalars a graph
-/// holds as constants) do not count: the executor moves them to the device.
+/// The CUDA device index every value of `g` that is not on the CPU is on, or -1 (values on
+/// another kind of device, on several CUDA devices, or none on CUDA). CPU values do not count:
+/// host_nodes() leaves what reads or writes them to ATen.
 int one_cuda_device(const graph::Graph& g) {
   int index = -2;
   for (const graph::Value& v : g.values) {
-    if (v.type.device.kind == graph::DeviceKind::CPU && v.type.dim() == 0) continue;
+    if (v.type.device.kind == graph::DeviceKind::CPU) continue;
     if (v.type.device.kind != graph::DeviceKind::CUDA) return -1;
     int i = std::max<int>(v.type.device.index, 0);
     if (index != -2 && index != i) return -1;
@@ -454,6 +455,55 @@ bool fuses_attention(const CompileOptions& o, const Target& t) {
   return kernels && (fa == 1 || (fa == -1 && by_default));
 }
 
+std::vector<bool> host_nodes(const graph::Graph& g, std::vector<bool>* kept_on_cpu,
+                             bool constants_on_device) {
+  const size_t nv = g.values.size();
+  // CPU scalars a kernel may read once on the device: the graph's 0-dim CPU inputs (constants
+  // the pipeline moves; inputs as before). Any other CPU value is the host's.
+  std::vector<bool> movable(nv, false);
+  std::vector<bool> device_constant(nv, false);
+  for (const graph::Input& in : g.inputs) {
+    const graph::TensorType& t = g.values[in.value].type;
+    movable[in.value] = t.device.kind == graph::DeviceKind::CPU && t.dim() == 0;
+    device_constant[in.value] = constants_on_device && in.kind == graph::InputKind::Constant;
+  }
+  auto cpu = [&](graph::ValueId v) {
+    return g.values[v].type.device.kind == graph::DeviceKind::CPU && !device_constant[v];
+  };
+  std::vector<bool> host(g.nodes.size(), false);
+  bool any = false;
+  for (size_t n = 0; n < g.nodes.size(); ++n) {
+    for (graph::ValueId v : graph::tensor_reads(g.nodes[n]))
+      host[n] = host[n] || (cpu(v) && !movable[v]);
+    for (graph::ValueId v : g.nodes[n].outputs) host[n] = host[n] || cpu(v);
+    any = any || host[n];
+  }
+  if (kept_on_cpu != nullptr) kept_on_cpu->assign(nv, false);
+  if (!any) return {};
+  // A CPU scalar that a host node reads stays on the CPU (ATen on the CPU cannot read device
+  // memory), and so every node reading it is a host node too: to a fixed point.
+  for (bool changed = true; changed;) {
+    changed = false;
+    std::vector<bool> kept(nv, false);
+    for (size_t n = 0; n < g.nodes.size(); ++n) {
+      if (!host[n]) continue;
+      for (graph::ValueId v : graph::tensor_reads(g.nodes[n])) kept[v] = kept[v] || movable[v];
+    }
+    for (size_t n = 0; n < g.nodes.size(); ++n) {
+      if (host[n]) continue;
+      for (graph::ValueId v : graph::tensor_reads(g.nodes[n])) {
+        if (kept[v]) {
+          host[n] = true;
+          changed = true;
+          break;
+        }
+      }
+    }
+    if (kept_on_cpu != nullptr) *kept_on_cpu = std::move(kept);
+  }
+  return host;
+}
+
 Target choose_target(Program& p) {
   // Kernels: C++ on the CPU; Triton on one CUDA device (or, for tests, in Triton's interpreter).
   const graph::Graph& g = p.traced.graph;
@@ -463,10 +513,18 @@ Target choose_target(Program& p) {
   t.triton = (t.cpu && p.options.triton.interpret) ||
              (t.cuda_device >= 0 && p.options.triton.enabled && triton_hooks().compile != nullptr);
   if (t.cuda_device >= 0) t.device = c10::Device(c10::DeviceType::CUDA, t.cuda_device);
+  std::vector<bool> kept_on_cpu;
+  if (t.cuda_device >= 0) t.host_nodes = host_nodes(g, &kept_on_cpu);
   if (t.triton && t.cuda_device >= 0) {
-    // Kernels read constants from device memory: scalars the graph holds on the CPU move once.
-    for (at::Tensor& c : p.traced.constants) {
-      if (c.defined() && c.device().is_cpu()) c = c.to(t.device);
+    // Kernels read constants from device memory: scalars the graph holds on the CPU move once
+    // (but those a host node reads).
+    size_t c = 0;
+    for (const graph::Input& in : g.inputs) {
+      if (in.kind != graph::InputKind::Constant) continue;
+      at::Tensor& t_c = p.traced.constants[c++];
+      if (t_c.defined() && t_c.device().is_cpu() && t_c.dim() == 0 && !kept_on_cpu[in.value]) {
+        t_c = t_c.to(t.device);
+      }
     }
   }
   return t;
@@ -483,6 +541,7 @@ sched::Plan schedule(const Program& p, const Target& t, sched::ScheduleOptions* 
   sopts.index_asserts = t.triton;  // a device-side assert per index read, as eager's CUDA kernels
   sopts.chunk_single_rows = !t.triton;
   sopts.combo_kernels = o.sched.combo_kernels;
+  if (!t.host_nodes.empty()) sopts.extern_nodes = t.host_nodes;
   return sched::schedule_graph(g, sopts);
 }
 
@@ -786,6 +845,8 @@ void decide_cuda_graphs(Program& p, const Target& t) {
       // CPU graphs have no CUDA graph to replay (torch.compile ignores the mode there too).
     } else if (t.cuda_device < 0) {
       p.cuda_graph_note = "the graph uses more than one device";
+    } else if (!t.host_nodes.empty()) {
+      p.cuda_graph_note = "the graph computes on the CPU too (a replay would not run that)";
     } else if (!g.mutations.empty()) {
       p.cuda_graph_note = "the graph mutates its inputs";
     } else if (p.options.debug.verify_kernels) {

@@ -49,8 +49,11 @@ Program compile_graph(tracer::TracedGraph traced, const ExecutorOptions& options
 /// Where a graph's kernels run.
 struct Target {
   bool cpu = false;      ///< every value is on the CPU
-  int cuda_device = -1;  ///< the one CUDA device every value is on (0-dim CPU scalars aside)
-  bool triton = false;   ///< kernels are Triton kernels (a CUDA device, or the interpreter)
+  int cuda_device = -1;  ///< the one CUDA device every value not on the CPU is on
+  /// On a CUDA device: the nodes that stay ATen calls because they read or write CPU tensors
+  /// (host_nodes()); empty when there are none.
+  std::vector<bool> host_nodes;
+  bool triton = false;  ///< kernels are Triton kernels (a CUDA device, or the interpreter)
   c10::Device device = c10::Device(c10::DeviceType::CPU);  ///< where kernels' buffers live
 };
 
@@ -59,8 +62,20 @@ struct Target {
 void bind_inputs(Program& p);
 
 /// Step 3. The target of p's kernels; for Triton on a CUDA device, moves the CPU scalars the
-/// graph holds as constants to the device (kernels read constants from device memory).
+/// graph holds as constants to the device (kernels read constants from device memory), but
+/// those a host node reads. A graph on one CUDA device that also computes on the CPU (an index
+/// made by `torch.arange(n)` without a device, a mask built on the host) gets kernels for the
+/// rest: its host nodes stay ATen calls (Target::host_nodes) and it gets no CUDA graph.
 Target choose_target(Program& p);
+
+/// The nodes of `g` that read or write a CPU tensor other than a 0-dim graph input, and the
+/// nodes that read a 0-dim CPU input that such a node reads (to a fixed point): kernels never
+/// read host memory, and ATen on the CPU never reads device memory. Empty when there are none.
+/// `kept_on_cpu` (by value id): the 0-dim CPU inputs a host node reads. `constants_on_device`:
+/// constant inputs count as on the device whatever their type says (ember._C.triton_plan: a
+/// graph traced for cuda:0 from a CPU module holds the module's state as CPU constants).
+std::vector<bool> host_nodes(const graph::Graph& g, std::vector<bool>* kept_on_cpu = nullptr,
+                             bool constants_on_device = false);
 
 /// Whether step 4 runs: CompileOptions::Runtime::fuse_attention 1, or -1 (the default) for
 /// Triton kernels on a CUDA device; and only where the graph gets kernels (sched.codegen, on the

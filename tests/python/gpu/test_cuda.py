@@ -710,3 +710,32 @@ def test_save_holds_the_triton_kernels(tmp_path):
     assert saved["triton"] >= 1, saved
     names = zipfile.ZipFile(tmp_path / "a.zip").namelist()
     assert any(n.startswith("triton/") and n.endswith(".cubin") for n in names), names
+
+
+def test_a_graph_that_also_computes_on_the_cpu_gets_kernels():
+    # An index made by torch.arange without a device (SAM's relative positions in timm) puts CPU
+    # tensors in a CUDA graph: those nodes stay ATen calls, the rest still fuse (before: no kernel
+    # at all, the whole graph ATen calls); no CUDA graph (a replay would skip the host's work).
+    import ember
+    import ember.metrics as em
+
+    class RelPos(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.table = torch.nn.Parameter(torch.randn(2 * 14 - 1, 32))
+
+        def forward(self, x):
+            q = torch.arange(14, dtype=torch.float32)[:, None]
+            k = torch.arange(14, dtype=torch.float32)[None, :]
+            rel = self.table[(q - k + 13).long()]  # [14, 14, 32], indices on the CPU
+            return torch.softmax(x @ rel.mean(-1) * 0.5 + x, -1).relu() * 2
+
+    model = RelPos().cuda().eval()
+    x = torch.randn(8, 14, 14, device="cuda")
+    em.reset()
+    with torch.no_grad():
+        out = ember.compile(model)(x)
+        ref = model(x)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+    m = em.snapshot()
+    assert m["graphs"] == 1 and m["kernels"] >= 1, m

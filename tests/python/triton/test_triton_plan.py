@@ -65,3 +65,57 @@ def test_a_full_sum_is_one_program_not_cpu_chunks():
     plan = C.triton_plan(ember.trace(lambda x: x.float().sum(), [x], device="cuda:0"))
     assert [p["why"] for p in plan if p["why"]] == [], plan
     assert len(plan) == 1 and "acc_part" not in plan[0]["loop"], plan[0]["loop"]
+
+
+def test_host_nodes_stay_aten_calls_and_the_rest_fuse():
+    # A CUDA graph that also computes on the CPU (an index from torch.arange with no device): the
+    # nodes reading or writing CPU tensors stay ATen calls (runtime/pipeline.h: host_nodes), the
+    # CUDA nodes after them still fuse into one kernel.
+    g = C.parse_traced_graph("""graph {
+  input %0 : f32[4, 4] cuda:0  # user
+  input %1 : f32[7] cuda:0  # user
+  input %2 : i64[4] cpu  # user
+  %3 : i64[4, 1] cpu = aten::unsqueeze(%2, 1)
+  %4 : i64[1, 4] cpu = aten::unsqueeze(%2, 0)
+  %5 : i64[4, 4] cpu = aten::sub.Tensor(%3, %4, alpha=1)
+  %6 : f32[4, 4] cuda:0 = aten::index.Tensor(%1, [%5])
+  %7 : f32[4, 4] cuda:0 = aten::mul.Tensor(%6, %0)
+  %8 : f32[4, 4] cuda:0 = aten::add.Tensor(%7, %0, alpha=1)
+  %9 : f32[4, 4] cuda:0 = aten::_softmax(%8, -1, False)
+  return (%9)
+}""")
+    assert C.host_nodes(g) == [0, 1, 2, 3]
+    plan = C.triton_plan(g)
+    assert [p["ops"] for p in plan] == [["aten::mul.Tensor", "aten::add.Tensor", "aten::_softmax"]]
+    assert plan[0]["why"] == ""
+
+
+def test_a_cpu_scalar_a_host_node_reads_stays_on_the_cpu_with_its_readers():
+    # A 0-dim CPU input moves to the device for kernels, unless a host node reads it too (ATen on
+    # the CPU cannot read device memory): then every node reading it is a host node.
+    def graph(host_reads_scalar: bool):
+        cpu_mul = "aten::mul.Tensor(%2, %1)" if host_reads_scalar else "aten::neg(%2)"
+        return C.parse_traced_graph(f"""graph {{
+  input %0 : f32[4] cuda:0  # user
+  input %1 : f32[] cpu  # user
+  input %2 : f32[4] cpu  # user
+  %3 : f32[4] cpu = {cpu_mul}
+  %4 : f32[4] cuda:0 = aten::mul.Tensor(%0, %1)
+  %5 : f32[4] cuda:0 = aten::exp(%4)
+  return (%3, %5)
+}}""")
+
+    assert C.host_nodes(graph(True)) == [0, 1]
+    assert C.host_nodes(graph(False)) == [0]
+    assert [p["ops"] for p in C.triton_plan(graph(False))] == [["aten::mul.Tensor", "aten::exp"]]
+    assert [p["ops"] for p in C.triton_plan(graph(True))] == [["aten::exp"]]
+
+
+def test_a_graph_all_on_cuda_has_no_host_nodes():
+    g = C.parse_traced_graph("""graph {
+  input %0 : f32[4] cuda:0  # user
+  input %1 : f32[] cpu  # user
+  %2 : f32[4] cuda:0 = aten::mul.Tensor(%0, %1)
+  return (%2)
+}""")
+    assert C.host_nodes(g) == []
