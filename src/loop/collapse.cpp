@@ -47,7 +47,70 @@ Stmt nest_of(const std::vector<Loop>& loops, Stmt body) {
   return body;
 }
 
+bool mentions(const Expr& e, const std::string& name) {
+  if (const Var* v = e.as<Var>(); v != nullptr && v->name == name) return true;
+  bool found = false;
+  for_each_child(e, [&](const Expr& c) { found = found || mentions(c, name); });
+  return found;
+}
+
+// Whether `s` accumulates, and only into elements that neither loop variable picks (a reduction
+// over both loops; a column reduction's accumulators are indexed by the vector loop's variable).
+bool reduces_over(const Stmt& s, const std::string& a, const std::string& b) {
+  int accumulates = 0;
+  bool other = false;
+  std::function<void(const Stmt&)> walk = [&](const Stmt& c) {
+    if (const Accumulate* acc = c.as<Accumulate>()) {
+      ++accumulates;
+      other = other || mentions(acc->index, a) || mentions(acc->index, b);
+      return;
+    }
+    for_each_stmt_child(
+        c, [](const Expr&) {}, walk);
+  };
+  walk(s);
+  return accumulates > 0 && !other;
+}
+
+// `f` merged with the vectorized loop that is its whole body, or an undefined Stmt when the pair
+// does not qualify (collapse_reduction_nests).
+Stmt merge_reduction_pair(const For& f, int64_t max_inner) {
+  if (f.for_kind != ForKind::Serial || !constant_from_zero(f)) return Stmt();
+  const For* in = f.body.as<For>();
+  if (in == nullptr || in->for_kind != ForKind::Vectorized || !constant_from_zero(*in)) {
+    return Stmt();
+  }
+  const int64_t a = f.extent.as<IntImm>()->value, b = in->extent.as<IntImm>()->value;
+  int64_t ab;
+  if (b > max_inner || __builtin_mul_overflow(a, b, &ab)) return Stmt();
+  const std::string& a_name = f.var.as<Var>()->name;
+  const std::string& b_name = in->var.as<Var>()->name;
+  if (has_loop(in->body) || !reduces_over(in->body, a_name, b_name)) return Stmt();
+  const Expr bb = IntImm::make(kIndexType, b);
+  const Stmt body = substitute(in->body, {{a_name, floordiv(f.var, bb)}, {b_name, mod(f.var, bb)}});
+  return simplify(For::make(f.var, IntImm::make(kIndexType, 0), IntImm::make(kIndexType, ab),
+                            ForKind::Vectorized, body));
+}
+
 }  // namespace
+
+Stmt collapse_reduction_nests(const Stmt& s, int64_t max_inner) {
+  if (const For* f = s.as<For>()) {
+    Stmt merged = merge_reduction_pair(*f, max_inner);
+    if (merged.defined()) return merged;
+  }
+  Stmt out = map_stmt_children(
+      s, [](const Expr& e) { return e; },
+      [&](const Stmt& c) { return collapse_reduction_nests(c, max_inner); });
+  // A loop whose body just became a short merged vector loop may merge in turn.
+  if (out.get() != s.get()) {
+    if (const For* f = out.as<For>()) {
+      Stmt merged = merge_reduction_pair(*f, max_inner);
+      if (merged.defined()) return merged;
+    }
+  }
+  return out;
+}
 
 Stmt collapse_loops(const Stmt& s) {
   std::vector<Loop> loops;

@@ -20,10 +20,31 @@
 ///  - Deterministic.
 #pragma once
 
+#include <cstdint>
+
 #include "loop/stmt.h"
 
 namespace ember::loop {
 
 Stmt collapse_loops(const Stmt& s);
+
+/// Merging a reduction's short vector loop with the serial loop around it: a reduction row that
+/// reads a few contiguous elements per step of a long serial loop (the 16 channels of a group of
+/// a channels-last tensor, over every pixel: a group norm's or `x.var((2, 3, 4))`'s rows) would
+/// run that loop serially with a vector of a few lanes and a tree reduction per step; merged,
+/// the row is one vector loop of blocks as wide as the code generator's.
+///
+/// Requires: a verifier-valid statement.
+/// Guarantees:
+///  - Anywhere in `s`: a serial loop `a` over [0, A) whose body is exactly a vectorized loop `b`
+///    over [0, B), both with constant bounds, B <= max_inner, whose body holds no loop and
+///    accumulates, only into elements that neither variable picks (a reduction over both loops;
+///    not a column reduction's accumulators, indexed by `b`), becomes one vectorized loop `a` over
+///    [0, A * B) with `a` read as `a // B` and `b` as `a % B`. Repeats outwards while the merged
+///    loop still qualifies (its extent at most max_inner).
+///  - Iterations run in the nest's order; reductions may reassociate (stmt.h), so the values are
+///    those of the nest up to the reassociation a vector loop already allows.
+///  - Everything else is unchanged (the same nodes); deterministic.
+Stmt collapse_reduction_nests(const Stmt& s, int64_t max_inner);
 
 }  // namespace ember::loop

@@ -851,9 +851,12 @@ std::optional<TritonKernel> emit_triton(const Kernel& k, std::string* why,
   try {
     if (k.combo) return triton_detail::emit_combo(k, private_buffers);
     // A pointwise nest that indices walk as one run is one loop: the flat form then recovers
-    // fewer loop variables by division and modulo per element.
+    // fewer loop variables by division and modulo per element. A reduction's vector loop of a
+    // few elements inside a serial loop becomes one vector loop (loop/collapse.h): a block of a
+    // few lanes per serial step would leave most of each block's lanes idle.
+    constexpr int64_t kShortVectorLoop = 128;
     Kernel collapsed = k;
-    collapsed.body = collapse_loops(k.body);
+    collapsed.body = collapse_reduction_nests(collapse_loops(k.body), kShortVectorLoop);
     try {
       return Emitter(collapsed, /*row_tiles=*/true, private_buffers, options.persistent).run();
     } catch (const NoTritonForm& n) {

@@ -111,5 +111,58 @@ TEST(CollapseLoops, LeavesReductionsAndSymbolicExtents) {
   EXPECT_TRUE(collapse_loops(sym.body).same_as(sym.body));
 }
 
+// The sum over a group of 4 channels of a channels-last tensor, every pixel: the serial pixel
+// loop and the 4-lane vector loop are one vector loop of 24 (collapse_reduction_nests).
+constexpr const char* kGroupSum =
+    "kernel k() {\n"
+    "  input x : f32[2, 8, 2, 3] strides [48, 1, 24, 8]\n"
+    "  output y : f32[4] strides [1]\n"
+    "  for (p, 0, 4) parallel {\n"
+    "    y[p] = f32(0)\n"
+    "    for (m, 0, 6) {\n"
+    "      for (c, 0, 4) vectorized {\n"
+    "        accumulate sum y[p] <- x[((((p // 2) * 48) + ((p % 2) * 4)) + (c + (m * 8)))]\n"
+    "      }\n"
+    "    }\n"
+    "  }\n"
+    "}\n";
+
+TEST(CollapseReductionNests, AShortVectorLoopMergesWithTheSerialLoopAroundIt) {
+  Kernel k = parse_kernel(kGroupSum);
+  const std::string out = print_stmt(collapse_reduction_nests(k.body, 128));
+  EXPECT_NE(out.find("for (m, 0, 24) vectorized {"), std::string::npos) << out;
+  EXPECT_EQ(out.find("for (c,"), std::string::npos) << out;
+  EXPECT_NE(out.find("(m % 4)"), std::string::npos) << out;
+  EXPECT_NE(out.find("((m // 4) * 8)"), std::string::npos) << out;
+  // Past max_inner the loops stay.
+  EXPECT_TRUE(collapse_reduction_nests(k.body, 2).same_as(k.body));
+}
+
+TEST(CollapseReductionNests, LeavesColumnReductionsAndPointwiseNests) {
+  // A column sum: the accumulator is indexed by the vector loop's variable.
+  Kernel col = parse_kernel(
+      "kernel k() {\n"
+      "  input x : f32[6, 4] strides [4, 1]\n"
+      "  output y : f32[4] strides [1]\n"
+      "  for (m, 0, 6) {\n"
+      "    for (c, 0, 4) vectorized {\n"
+      "      accumulate sum y[c] <- x[((m * 4) + c)]\n"
+      "    }\n"
+      "  }\n"
+      "}\n");
+  EXPECT_TRUE(collapse_reduction_nests(col.body, 128).same_as(col.body));
+  Kernel pw = parse_kernel(
+      "kernel k() {\n"
+      "  input x : f32[6, 4] strides [1, 6]\n"
+      "  output y : f32[6, 4] strides [4, 1]\n"
+      "  for (m, 0, 6) {\n"
+      "    for (c, 0, 4) vectorized {\n"
+      "      y[((m * 4) + c)] = x[(m + (c * 6))]\n"
+      "    }\n"
+      "  }\n"
+      "}\n");
+  EXPECT_TRUE(collapse_reduction_nests(pw.body, 128).same_as(pw.body));
+}
+
 }  // namespace
 }  // namespace ember::loop

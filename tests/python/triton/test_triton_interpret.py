@@ -193,3 +193,43 @@ def test_forms_without_a_triton_kernel_say_why():
     text = (GOLDEN / "loop/golden/layer_norm.loop").read_text()
     with pytest.raises(ember.Unsupported, match="welford"):
         check_kernel(text, {"s0": 2, "s1": 3})
+
+
+GROUP_SUMS = """
+kernel group_sums() {
+  input x : f32[2, 8, 6, 5] strides [240, 1, 40, 8]
+  output s : f32[4] strides [1]
+  output q : f32[4] strides [1]
+  for (p, 0, 4) parallel {
+    let n = (p // 2) {
+      let g = (p % 2) {
+        alloc acc : f32[1] {
+          alloc sq : f32[1] {
+            acc[0] = f32(0)
+            sq[0] = f32(0)
+            for (m, 0, 30) {
+              for (c, 0, 4) vectorized {
+                accumulate sum acc[0] <- x[((((n * 240) + (g * 4)) + c) + (m * 8))]
+                accumulate sum sq[0] <- (x[((((n * 240) + (g * 4)) + c) + (m * 8))] * x[((((n * 240) + (g * 4)) + c) + (m * 8))])
+              }
+            }
+            s[p] = acc[0]
+            q[p] = sq[0]
+          }
+        }
+      }
+    }
+  }
+}
+"""
+
+
+def test_a_short_vector_loop_in_a_serial_loop_is_one_block_loop():
+    """The sums over a group of 4 channels of a channels-last [2, 8, 6, 5] tensor, every pixel (a
+    group norm's rows): a serial loop of 30 pixels around a vector loop of 4 channels runs as one
+    block loop over the 120 elements (loop/collapse.h: collapse_reduction_nests), not 30 steps of
+    4 lanes with a tree reduction each."""
+    k = check_kernel(GROUP_SUMS, {})
+    body = k["source"].split("def ember_group_sums")[1]
+    assert "for v_m in range" not in body and "ext2 = 120" in body, body
+    assert k["form"] == "rows" and k["block"] >= 120  # one block holds the merged row
