@@ -513,9 +513,9 @@ Target choose_target(Program& p) {
   t.triton = (t.cpu && p.options.triton.interpret) ||
              (t.cuda_device >= 0 && p.options.triton.enabled && triton_hooks().compile != nullptr);
   if (t.cuda_device >= 0) t.device = c10::Device(c10::DeviceType::CUDA, t.cuda_device);
-  std::vector<bool> kept_on_cpu;
-  if (t.cuda_device >= 0) t.host_nodes = host_nodes(g, &kept_on_cpu);
   if (t.triton && t.cuda_device >= 0) {
+    std::vector<bool> kept_on_cpu;
+    host_nodes(g, &kept_on_cpu);
     // Kernels read constants from device memory: scalars the graph holds on the CPU move once
     // (but those a host node reads).
     size_t c = 0;
@@ -541,7 +541,11 @@ sched::Plan schedule(const Program& p, const Target& t, sched::ScheduleOptions* 
   sopts.index_asserts = t.triton;  // a device-side assert per index read, as eager's CUDA kernels
   sopts.chunk_single_rows = !t.triton;
   sopts.combo_kernels = o.sched.combo_kernels;
-  if (!t.host_nodes.empty()) sopts.extern_nodes = t.host_nodes;
+  // (From the graph as the passes after choose_target left it: they renumber nodes.)
+  if (t.cuda_device >= 0) {
+    std::vector<bool> host = host_nodes(g);
+    if (!host.empty()) sopts.extern_nodes = std::move(host);
+  }
   return sched::schedule_graph(g, sopts);
 }
 
@@ -845,7 +849,7 @@ void decide_cuda_graphs(Program& p, const Target& t) {
       // CPU graphs have no CUDA graph to replay (torch.compile ignores the mode there too).
     } else if (t.cuda_device < 0) {
       p.cuda_graph_note = "the graph uses more than one device";
-    } else if (!t.host_nodes.empty()) {
+    } else if (!host_nodes(g).empty()) {
       p.cuda_graph_note = "the graph computes on the CPU too (a replay would not run that)";
     } else if (!g.mutations.empty()) {
       p.cuda_graph_note = "the graph mutates its inputs";

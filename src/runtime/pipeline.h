@@ -50,10 +50,7 @@ Program compile_graph(tracer::TracedGraph traced, const ExecutorOptions& options
 struct Target {
   bool cpu = false;      ///< every value is on the CPU
   int cuda_device = -1;  ///< the one CUDA device every value not on the CPU is on
-  /// On a CUDA device: the nodes that stay ATen calls because they read or write CPU tensors
-  /// (host_nodes()); empty when there are none.
-  std::vector<bool> host_nodes;
-  bool triton = false;  ///< kernels are Triton kernels (a CUDA device, or the interpreter)
+  bool triton = false;   ///< kernels are Triton kernels (a CUDA device, or the interpreter)
   c10::Device device = c10::Device(c10::DeviceType::CPU);  ///< where kernels' buffers live
 };
 
@@ -65,7 +62,8 @@ void bind_inputs(Program& p);
 /// graph holds as constants to the device (kernels read constants from device memory), but
 /// those a host node reads. A graph on one CUDA device that also computes on the CPU (an index
 /// made by `torch.arange(n)` without a device, a mask built on the host) gets kernels for the
-/// rest: its host nodes stay ATen calls (Target::host_nodes) and it gets no CUDA graph.
+/// rest: its host nodes (host_nodes(), found again by step 7 on the graph the passes between
+/// leave) stay ATen calls, and it gets no CUDA graph.
 Target choose_target(Program& p);
 
 /// The nodes of `g` that read or write a CPU tensor other than a 0-dim graph input, and the
