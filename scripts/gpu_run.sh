@@ -50,8 +50,11 @@ for step in "$@"; do
         2>&1 | tee "$R/graphs_loop.log" | tail -30 ;;
     suite:*)
       args=${step#suite:}
+      # Words split, not globbed: bench_shards expands --skip-done's patterns itself.
+      set -f
       # shellcheck disable=SC2086
-      python3 scripts/bench_shards.py --out-dir "$R" ${args} 2>&1 | tee -a "$R/suite.log" | tail -60 ;;
+      python3 scripts/bench_shards.py --out-dir "$R" ${args} 2>&1 | tee -a "$R/suite.log" | tail -60
+      set +f ;;
     tests)
       python3 -m pytest tests/python -q -p no:cacheprovider --ignore=tests/python/bench -n 8 2>&1 \
         | tee "$R/pytest.log" | tail -25 ;;
