@@ -84,6 +84,11 @@ def profile(model: str, backend: str, dtype: str, steps: int, top: int, device: 
     per = collections.defaultdict(lambda: [0.0, 0])
     for e in prof.events():
         on_device = e.device_type == torch.autograd.DeviceType.CUDA
+        # A record_function range (ember's `ember::` steps, a module's range) also appears on the
+        # device's timeline, spanning the kernels it launched: not a kernel, and counted, it
+        # doubled ember's "kernels ms".
+        if on_device and (getattr(e, "is_user_annotation", False) or e.name.startswith("ember::")):
+            continue
         if on_device or (device == "cpu" and e.name.startswith("aten::")):
             d = per[e.name]
             d[0] += (e.device_time if on_device else e.self_cpu_time_total) / steps / 1e3  # ms
