@@ -180,11 +180,11 @@ class Attempt:
     """One harness process of one shard."""
 
     def __init__(self, shard: int, k: int, models: list[str], json_path: str, log_path: str, cmd: list[str],
-                 budget_s: float, cpus: list[int]):
+                 budget_s: float, cpus: list[int], gpu: int | None = None):
         self.shard, self.k, self.models = shard, k, models
         self.json_path, self.log_path, self.cmd = json_path, log_path, cmd
         self.budget_s, self.cpus = budget_s, cpus
-        self.gpu = shard
+        self.gpu = shard if gpu is None else gpu
         self.proc: subprocess.Popen | None = None
         self.t_start = 0.0
         self.t_end: float | None = None
@@ -325,8 +325,7 @@ class Driver:
         if self.a.pin_cpus:
             env.setdefault("TORCHINDUCTOR_COMPILE_THREADS", str(len(cpus)))
             env.setdefault("OMP_NUM_THREADS", str(len(cpus)))
-        att = Attempt(shard, k, models, json_path, base + ".log", cmd, budget or 0.0, cpus)
-        att.gpu = gpu
+        att = Attempt(shard, k, models, json_path, base + ".log", cmd, budget or 0.0, cpus, gpu)
         log = open(att.log_path, "a")
         att.log_offset = log.tell()
         log.write(f"=== shard {shard} attempt {k} at {self.now():.0f} s: CUDA_VISIBLE_DEVICES="

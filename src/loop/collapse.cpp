@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -47,13 +48,6 @@ Stmt nest_of(const std::vector<Loop>& loops, Stmt body) {
   return body;
 }
 
-bool mentions(const Expr& e, const std::string& name) {
-  if (const Var* v = e.as<Var>(); v != nullptr && v->name == name) return true;
-  bool found = false;
-  for_each_child(e, [&](const Expr& c) { found = found || mentions(c, name); });
-  return found;
-}
-
 // Whether `s` accumulates, and only into elements that neither loop variable picks (a reduction
 // over both loops; a column reduction's accumulators are indexed by the vector loop's variable).
 bool reduces_over(const Stmt& s, const std::string& a, const std::string& b) {
@@ -62,7 +56,9 @@ bool reduces_over(const Stmt& s, const std::string& a, const std::string& b) {
   std::function<void(const Stmt&)> walk = [&](const Stmt& c) {
     if (const Accumulate* acc = c.as<Accumulate>()) {
       ++accumulates;
-      other = other || mentions(acc->index, a) || mentions(acc->index, b);
+      std::set<std::string> vars;
+      collect_vars(acc->index, vars);
+      other = other || vars.count(a) > 0 || vars.count(b) > 0;
       return;
     }
     for_each_stmt_child(

@@ -177,6 +177,17 @@ void for_each_stmt_child(const Stmt& s, const std::function<void(const Expr&)>& 
       });
 }
 
+void collect_vars(const Expr& e, std::set<std::string>& out) {
+  if (const auto* v = e.as<Var>()) out.insert(v->name);
+  for_each_child(e, [&](const Expr& c) { collect_vars(c, out); });
+}
+
+void collect_vars(const Stmt& s, std::set<std::string>& out) {
+  for_each_stmt_child(
+      s, [&](const Expr& e) { collect_vars(e, out); },
+      [&](const Stmt& c) { collect_vars(c, out); });
+}
+
 bool has_loop(const Stmt& s) {
   if (s.kind() == StmtKind::For) return true;
   bool found = false;

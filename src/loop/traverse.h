@@ -34,6 +34,11 @@ void for_each_stmt_child(const Stmt& s, const std::function<void(const Expr&)>& 
 /// Whether `s` contains a For.
 bool has_loop(const Stmt& s);
 
+/// Adds to `out` the names of the Vars that `e` / `s` read (binding variables of `s` included
+/// where its body reads them).
+void collect_vars(const Expr& e, std::set<std::string>& out);
+void collect_vars(const Stmt& s, std::set<std::string>& out);
+
 /// `s` with every buffer named in `names` (Loads, Stores, Accumulates) renamed to its entry.
 Stmt rename_buffers(const Stmt& s, const std::map<std::string, std::string>& names);
 

@@ -16,6 +16,7 @@
 #include "loop/equality.h"
 #include "loop/expr.h"
 #include "loop/stmt.h"
+#include "loop/traverse.h"
 #include "sched/fusion.h"
 #include "sched/index_ops.h"
 #include "sched/reduction_spec.h"
@@ -78,7 +79,7 @@ Expr offset_of(const graph::TensorType& t, const Index& index);
 Index broadcast(const Index& index, const graph::Dims& in);
 // An element of an index tensor (i64 or i32) as an i64 index.
 Expr as_index(Expr e);
-void collect_vars(const Expr& e, std::set<std::string>& out);
+using loop::collect_vars;
 // What evaluating `e` once costs (Note [Recompute or realize]).
 int expression_cost(const Expr& e);
 // Statements: loop::rename_buffers (loop/traverse.h).

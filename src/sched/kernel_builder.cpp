@@ -75,11 +75,6 @@ Expr as_index(Expr e) {
   return e.dtype() == loop::DType::Int64 ? e : loop::Cast::make(loop::DType::Int64, std::move(e));
 }
 
-void collect_vars(const Expr& e, std::set<std::string>& out) {
-  if (const auto* v = e.as<loop::Var>()) out.insert(v->name);
-  loop::for_each_child(e, [&](const Expr& c) { collect_vars(c, out); });
-}
-
 namespace {
 
 bool is_transcendental(loop::CallFn fn) {

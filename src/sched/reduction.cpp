@@ -20,6 +20,7 @@ namespace ember::sched {
 namespace {
 
 using graph::ValueId;
+using loop::collect_vars;
 using loop::DType;
 using loop::Expr;
 using loop::ExprKind;
@@ -50,17 +51,6 @@ Expr mul(Expr a, Expr b) {
 }
 Expr div(Expr a, Expr b) {
   return bin(ExprKind::Div, std::move(a), std::move(b));
-}
-
-// The names of the variables `e` / `s` read.
-void collect_vars(const Expr& e, std::set<std::string>& out) {
-  if (const auto* v = e.as<loop::Var>()) out.insert(v->name);
-  loop::for_each_child(e, [&](const Expr& c) { collect_vars(c, out); });
-}
-void collect_vars(const Stmt& s, std::set<std::string>& out) {
-  loop::for_each_stmt_child(
-      s, [&](const Expr& e) { collect_vars(e, out); },
-      [&](const Stmt& c) { collect_vars(c, out); });
 }
 
 // The type eager computes a `t` result in: f32 for bf16/f16, else `t` itself.
