@@ -24,6 +24,7 @@ import torch
 
 from ember.bench import harness as H
 from ember.bench import models as M
+from ember.bench import zoo
 from ember.testing import recorded_compiled_functions
 
 
@@ -55,7 +56,7 @@ def training_memory(inst: H.Instance, saved_bytes: int) -> dict:
 
 def profile(model: str, backend: str, dtype: str, steps: int, top: int, device: str = "cuda",
             size: str = "full", batch_size: int | None = None, mode: str = "inference") -> dict:
-    spec = M.REGISTRY[model]
+    spec = zoo.expand(model)[0] if model.startswith(zoo.PREFIX) else M.REGISTRY[model]
     wl = spec.build(size, mode, device, batch_size)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     compile_fn = None if backend == "eager" else H.resolve_backend(backend)

@@ -11,6 +11,7 @@ imported). triton is imported only when a hook first runs.
 from __future__ import annotations
 
 import atexit
+import collections
 import hashlib
 import json
 import os
@@ -30,8 +31,13 @@ from ._triton_worker import compile_source, kernel_function  # noqa: F401  (test
 STATS = {"compiles": 0, "disk_hits": 0}
 _STATS_LOCK = threading.Lock()
 # The compile pool's: workers started, kernels they compiled, kernels compiled here instead
-# because their worker died (or never became ready).
-POOL_STATS = {"started": 0, "compiles": 0, "fallbacks": 0}
+# because their worker died (or never became ready), kernels given up after
+# compile_timeout_s().
+POOL_STATS = {"started": 0, "compiles": 0, "fallbacks": 0, "timeouts": 0}
+# The latest compiles (disk hits not included): (kernel name, block_param, block, num_warps,
+# seconds) each, for finding the kernel a slow compile spends its time on
+# (scripts/compile_time.py).
+COMPILE_TIMES: collections.deque = collections.deque(maxlen=4096)
 
 
 def cache_dir() -> str:
@@ -120,6 +126,15 @@ _WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_trit
 READY_TIMEOUT_S = 60.0  # a worker not ready (triton imported) by then is not used
 
 
+def compile_timeout_s() -> float:
+    """Seconds a worker process may take over one kernel (EMBER_TRITON_COMPILE_TIMEOUT, default
+    300; 0: no limit) before it is killed and the kernel's nodes run as ATen calls."""
+    try:
+        return max(0.0, float(os.environ.get("EMBER_TRITON_COMPILE_TIMEOUT", "300")))
+    except ValueError:
+        return 300.0
+
+
 def _truthy(value: str | None) -> bool:
     return (value or "").strip().lower() in ("1", "true", "on", "yes", "y")
 
@@ -142,6 +157,7 @@ class _Worker:
                                      stdout=subprocess.PIPE, bufsize=0, close_fds=True)
         self.deadline = time.monotonic() + READY_TIMEOUT_S
         self.ready = False
+        self.timed_out = False  # the last call's reply did not come in compile_timeout_s()
 
     def _read(self, n: int, deadline: float | None) -> bytes | None:
         fd, chunks = self.proc.stdout.fileno(), []
@@ -149,6 +165,7 @@ class _Worker:
             if deadline is not None:
                 left = max(0.0, deadline - time.monotonic())
                 if not select.select([fd], [], [], left)[0]:
+                    self.timed_out = True
                     return None  # not ready in time
             chunk = os.read(fd, n)
             if not chunk:
@@ -169,6 +186,7 @@ class _Worker:
             if not self.ready:
                 hello = self._recv(self.deadline)
                 if not (isinstance(hello, tuple) and hello and hello[0] == "ready"):
+                    self.timed_out = False  # not started: the kernel compiles here instead
                     return None
                 self.ready = True
             data = pickle.dumps(request, protocol=pickle.HIGHEST_PROTOCOL)
@@ -176,7 +194,8 @@ class _Worker:
             fd = self.proc.stdin.fileno()
             while view:
                 view = view[os.write(fd, view):]
-            reply = self._recv()
+            limit = compile_timeout_s()
+            reply = self._recv(time.monotonic() + limit if limit else None)
         except (OSError, EOFError, ValueError, pickle.UnpicklingError, struct.error):
             return None
         if not (isinstance(reply, tuple) and len(reply) == 2 and reply[0] in ("ok", "err")):
@@ -281,11 +300,15 @@ atexit.register(_shutdown_pool)
 
 def _pool_for(misses: int) -> _Pool | None:
     """The compile pool for a batch of `misses` kernels to compile, grown to
-    min(misses, compile_workers()) workers; None for one kernel, when it is off, or when no
-    worker could start."""
+    min(misses, compile_workers()) workers; for one kernel, the pool only if one is running;
+    None when it is off, or when no worker could start."""
     global _POOL
-    if misses < 2 or not compile_processes():
+    if not compile_processes():
         return None
+    if misses < 2:  # not worth starting a pool for, but one started is faster, and has a limit
+        with _POOL_LOCK:
+            pool = _POOL
+        return pool if pool is not None and pool.pid == os.getpid() and pool.workers else None
     with _POOL_LOCK:
         if _POOL is not None and _POOL.pid != os.getpid():
             _POOL.forget()
@@ -333,6 +356,7 @@ def compile_batch(requests: list[tuple]) -> list[tuple | str]:
 
     def one(i: int) -> None:
         request = requests[i]
+        t0 = time.perf_counter()
         try:
             reply = None
             w = pool.acquire() if pool is not None else None
@@ -341,6 +365,12 @@ def compile_batch(requests: list[tuple]) -> list[tuple | str]:
                     reply = w.call(request)
                 finally:
                     pool.release(w, reply is not None)
+                if w.timed_out:  # killed (release): compiling it here would take as long
+                    results[i] = (f"Triton took over {compile_timeout_s():g} s to compile "
+                                  f"{request[1]} (EMBER_TRITON_COMPILE_TIMEOUT)")
+                    with _STATS_LOCK:
+                        POOL_STATS["timeouts"] += 1
+                    return
                 with _STATS_LOCK:
                     POOL_STATS["compiles" if reply is not None else "fallbacks"] += 1
             if reply is None:
@@ -352,6 +382,8 @@ def compile_batch(requests: list[tuple]) -> list[tuple | str]:
                 return
             _store(keys[i], request[0], result)
             results[i] = result
+            COMPILE_TIMES.append((request[1], request[3], request[4], request[6],
+                                  time.perf_counter() - t0))
         except Exception as e:  # noqa: BLE001  (the kernel's nodes then run as ATen calls)
             results[i] = _worker.error_message(e)[-2000:]
 

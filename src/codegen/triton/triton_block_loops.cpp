@@ -5,6 +5,8 @@
 #include <functional>
 
 #include "codegen/triton/triton_emitter_internal.h"
+#include "loop/equality.h"
+#include "loop/traverse.h"
 
 namespace ember::codegen::triton_detail {
 
@@ -158,13 +160,22 @@ bool Emitter::column_tiles(const For& rows) {
   const auto* cmin = cols->min.as<IntImm>();
   if (cmin == nullptr || cmin->value != 0) return false;
   const std::string& col = cols->var.as<Var>()->name;
-  // Only Lets and folds into arrays at the lane's own element.
+  const std::string& row = rows.var.as<Var>()->name;
+  // Only Lets, folds into arrays at the lane's own element, and stores to memory at an element
+  // of the row and the lane (a channels-last softmax's exp and normalize passes), whose buffer
+  // the loop reads only at the element it stores: a tile's rows then run at once with no
+  // order between them to keep.
   bool ok = true;
+  std::map<std::string, std::vector<Expr>> stored;  // buffer -> the indices it is stored at
   std::function<void(const Stmt&)> check = [&](const Stmt& st) {
     if (const auto* b = st.as<Block>()) {
       for (const Stmt& c : b->stmts) check(c);
     } else if (const auto* l = st.as<Let>()) {
       check(l->body);
+    } else if (const auto* w = st.as<Store>()) {
+      ok = ok && arrays_.count(w->buffer) == 0 && scalars_.count(w->buffer) == 0 &&
+           uses_any(w->index, {row}) && uses_any(w->index, {col});
+      stored[w->buffer].push_back(w->index);
     } else if (const auto* a = st.as<Accumulate>()) {
       const auto* idx = a->index.as<Var>();
       const bool plain = a->op == ReduceOp::Sum || a->op == ReduceOp::Prod ||
@@ -177,6 +188,20 @@ bool Emitter::column_tiles(const For& rows) {
     }
   };
   check(cols->body);
+  if (ok && !stored.empty()) {
+    std::function<void(const Expr&)> reads = [&](const Expr& e) {
+      if (const auto* l = e.as<Load>(); l != nullptr && stored.count(l->buffer) != 0) {
+        for (const Expr& index : stored.at(l->buffer)) {
+          ok = ok && structurally_equal(index, l->index);
+        }
+      }
+      for_each_child(e, reads);
+    };
+    std::function<void(const Stmt&)> walk = [&](const Stmt& st) {
+      for_each_stmt_child(st, reads, walk);
+    };
+    walk(cols->body);
+  }
   if (!ok) return false;
 
   // Tiles of 4096 elements: 4096 // RBLOCK rows (RBLOCK covers the arrays and the lanes).
@@ -217,6 +242,8 @@ bool Emitter::column_tiles(const For& rows) {
       block_vars_.insert(l->var.as<Var>()->name);
       line(var_name(l->var.as<Var>()->name) + " = " + expr(l->value));
       emit(l->body);
+    } else if (st.as<Store>() != nullptr) {
+      stmt(st);  // each element of the tile its own, masked by the tile's mask
     } else {
       // A fold of the tile's rows into the array: lanes past the columns fold the identity.
       const auto* a = st.as<Accumulate>();

@@ -1,6 +1,7 @@
 #include "codegen/triton/triton_emitter.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +17,15 @@ namespace ember::codegen {
 namespace triton_detail {
 
 namespace {
+
+/// Whether `s` is a Python name (a variable or True/False), not an expression.
+bool is_name(const std::string& s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  for (char ch : s) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_') return false;
+  }
+  return true;
+}
 
 const char* call_text(CallFn fn) {
   switch (fn) {
@@ -115,6 +125,15 @@ std::string Emitter::expr(const Expr& e) {
     case ExprKind::Select: {
       const auto* s = e.as<Select>();
       std::string c = expr(s->cond);
+      // The condition masks every read under either arm, so its text would be repeated in
+      // each of them, and a nested Select's condition holds such reads in turn: text growing
+      // exponentially with the nesting (a float floor_divide, lowered as nested Selects around
+      // reads of a scalar, gave 73 MB of source). Named once, it is a name in each mask.
+      if (!is_name(c)) {
+        std::string g = fresh("sel");
+        line(g + " = " + c);
+        c = g;
+      }
       guards_.push_back(c);
       guard_is_block_.push_back(uses_any(s->cond, block_vars_));
       std::string t = expr(s->t);

@@ -343,5 +343,32 @@ TEST(TritonEmitter, LiteralOperandsOfLibdeviceCallsAreTypedScalars) {
   expect_golden(body, "pow_scalar_base.triton.golden");
 }
 
+// A Select's condition masks the reads under its arms, and a nested Select's condition holds
+// such reads: each condition is named once (`sel<k> = ...`) and the masks name it, so the source
+// grows with the nesting's size, not exponentially (a float floor_divide lowered as nested
+// Selects around a 0-dim tensor's reads was 73 MB of Triton source).
+TEST(TritonEmitter, SelectConditionsAreNamedOnce) {
+  loop::Kernel k =
+      loop::parse_kernel(read(std::string(EMBER_CODEGEN_GOLDEN_DIR) + "/nested_select.loop"));
+  std::string why;
+  auto t = emit_triton(k, &why);
+  ASSERT_TRUE(t.has_value()) << why;
+  expect_golden(kernel_function(*t), "nested_select.triton.golden");
+
+  // Twenty levels, each condition reading the scalar that every level's arms read.
+  std::string e = "d[0]";
+  for (int level = 0; level < 20; ++level) {
+    e = "select((x[i] < (d[0] * f32(" + std::to_string(level + 1) + "))), (x[i] / d[0]), " + e +
+        ")";
+  }
+  loop::Kernel deep = loop::parse_kernel(
+      "kernel deep_select(n) {\n  input d : f32[] strides []\n  input x : f32[n] strides [1]\n"
+      "  output y : f32[n] strides [1]\n  for (i, 0, n) parallel {\n    y[i] = " +
+      e + "\n  }\n}\n");
+  auto td = emit_triton(deep, &why);
+  ASSERT_TRUE(td.has_value()) << why;
+  EXPECT_LT(td->source.size(), 60000u) << td->source.size();
+}
+
 }  // namespace
 }  // namespace ember::codegen

@@ -110,6 +110,18 @@ fresh("crash")
 res = _triton._compile([crash, job(softmax[0], softmax[1], 8)])
 out["crash"] = [r[1] if isinstance(r, tuple) else r for r in res]
 out["crash_stats"] = dict(_triton.POOL_STATS)
+
+# A kernel whose compile never ends (its module sleeps in a worker): its worker is killed after
+# EMBER_TRITON_COMPILE_TIMEOUT seconds and the kernel gets the message (its nodes then run as
+# ATen calls), not a compile here; the other kernel compiles.
+hang = job(gelu[0], gelu[1], 16, prefix='import sys, time\nif "ember" not in sys.modules:\n'
+           '    time.sleep(600)\n')
+fresh("hang")
+os.environ["EMBER_TRITON_COMPILE_TIMEOUT"] = "5"
+res = _triton._compile([hang, job(softmax[0], softmax[1], 16)])
+del os.environ["EMBER_TRITON_COMPILE_TIMEOUT"]
+out["hang"] = [r[1] if isinstance(r, tuple) else r for r in res]
+out["hang_stats"] = dict(_triton.POOL_STATS)
 out["zombies"] = zombies()
 out["alive"] = len(children()), len(_triton._POOL.workers)
 out["pids"] = children()
@@ -136,21 +148,24 @@ def test_compile_pool(tmp_path):
 
     assert out["local_no_children"]
     assert out["local_stats"] == [{"compiles": 4, "disk_hits": 0},
-                                  {"started": 0, "compiles": 0, "fallbacks": 0}]
+                                  {"started": 0, "compiles": 0, "fallbacks": 0, "timeouts": 0}]
     assert out["same"], "the pool's cubins differ from this process's"
     assert out["error"].startswith("AttributeError: ") and "no_such_kernel" in out["error"]
     assert out["names"] == ["ember_gelu_bias", "ember_gelu_bias", "ember_softmax",
                             "ember_column_sum"]
     assert min(out["cubin_sizes"]) > 1000
-    assert out["pool_stats"] == {"started": 2, "compiles": 5, "fallbacks": 0}
+    assert out["pool_stats"] == {"started": 2, "compiles": 5, "fallbacks": 0, "timeouts": 0}
     assert out["workers"] == 2
     assert out["cached_same"]
     assert out["cached_stats"] == [{"compiles": 8, "disk_hits": 4},
-                                   {"started": 2, "compiles": 5, "fallbacks": 0}]
+                                   {"started": 2, "compiles": 6, "fallbacks": 0, "timeouts": 0}]
     assert out["killed_same"]
-    assert out["killed_stats"] == {"started": 2, "compiles": 5, "fallbacks": 2}
+    assert out["killed_stats"] == {"started": 2, "compiles": 6, "fallbacks": 2, "timeouts": 0}
     assert out["crash"] == ["ember_gelu_bias", "ember_softmax"]
-    assert out["crash_stats"] == {"started": 4, "compiles": 6, "fallbacks": 3}
+    assert out["crash_stats"] == {"started": 4, "compiles": 7, "fallbacks": 3, "timeouts": 0}
+    assert out["hang"][0].startswith("Triton took over 5 s to compile ember_gelu_bias")
+    assert out["hang"][1] == "ember_softmax"
+    assert out["hang_stats"] == {"started": 5, "compiles": 8, "fallbacks": 3, "timeouts": 1}
     assert out["zombies"] == []
     assert out["alive"] == [1, 1]
     # The last worker ended with its parent (atexit), reaped.
