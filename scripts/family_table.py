@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""The family sweep's standing over several report JSONs (issue 36's bars): per mode and dtype,
+the models where eager, Inductor and ember.compile all ran (a model in several files: the last
+file's run), the ember/Inductor speed-ratio geomean, the models below 0.9x of Inductor and below
+eager, compile-time medians, and peak memory over eager's.
+
+    python3 scripts/family_table.py docs/results/2026-12-06_family_bf16_*.json [--rows]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import math
+import statistics
+
+
+def load_runs(paths: list[str]) -> dict[tuple, dict]:
+    runs: dict[tuple, dict] = {}
+    for path in paths:
+        with open(path) as f:
+            d = json.load(f)
+        for r in d["runs"]:
+            b = r.get("backends", {})
+            if all(b.get(k, {}).get("median_ms") for k in ("eager", "inductor", "ember-capture")):
+                runs[(r["mode"], r["dtype"], r["model"])] = dict(r, file=path)
+    return runs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("files", nargs="+")
+    ap.add_argument("--rows", action="store_true", help="print every model's row")
+    a = ap.parse_args()
+    paths = sorted({p for pattern in a.files for p in glob.glob(pattern)})
+    runs = load_runs(paths)
+    for key in sorted({k[:2] for k in runs}):
+        rows = []
+        for (mode, dtype, model), r in sorted(runs.items()):
+            if (mode, dtype) != key:
+                continue
+            b = r["backends"]
+            e, i, m = (b[k]["median_ms"] for k in ("eager", "inductor", "ember-capture"))
+            ok = all(b[k].get("status") == "pass" for k in ("inductor", "ember-capture"))
+            mem = b["ember-capture"].get("peak_mem_mb"), b["eager"].get("peak_mem_mb")
+            rows.append((model, e, i, m, i / m, b["inductor"].get("compile_s"),
+                         b["ember-capture"].get("compile_s"), ok,
+                         mem[0] / mem[1] if all(mem) else None))
+        ratio = [r[4] for r in rows]
+        geo = math.exp(sum(math.log(x) for x in ratio) / len(ratio))
+        behind = sorted((r for r in rows if r[4] < 0.9), key=lambda r: r[4])
+        slower = [r for r in rows if r[3] > r[1]]
+        ci = [r[5] for r in rows if r[5]]
+        cm = [r[6] for r in rows if r[6]]
+        mem_over = [r for r in rows if r[8] and r[8] > 1.1]
+        print(f"[{key[0]}/{key[1]}] {len(rows)} models over {len(paths)} files: ember/Inductor "
+              f"geomean {geo:.2f}x; {len(behind)} below 0.9x ({100 * len(behind) / len(rows):.0f}%);"
+              f" {len(slower)} slower than eager; {sum(not r[7] for r in rows)} failing accuracy")
+        if ci and cm:
+            print(f"  compile s: ember median {statistics.median(cm):.1f} (max {max(cm):.1f}), "
+                  f"Inductor median {statistics.median(ci):.1f} (max {max(ci):.1f}); ratio of "
+                  f"medians {statistics.median(cm) / statistics.median(ci):.2f}")
+        print(f"  peak memory over eager's by >10%: "
+              + (", ".join(f"{r[0]} {r[8]:.2f}x" for r in mem_over) or "none"))
+        for r in behind:
+            print(f"  behind: {r[0]} eager {r[1]:.2f} / Inductor {r[2]:.2f} / ember {r[3]:.2f} ms"
+                  f" ({r[4]:.2f}x)")
+        for r in slower:
+            print(f"  slower than eager: {r[0]} eager {r[1]:.2f} / ember {r[3]:.2f} ms")
+        if a.rows:
+            for r in sorted(rows, key=lambda r: r[4]):
+                print(f"  {r[0]:60s} {r[1]:8.2f} {r[2]:8.2f} {r[3]:8.2f} {r[4]:5.2f}x")
+
+
+if __name__ == "__main__":
+    main()
