@@ -17,15 +17,23 @@ import argparse
 import faulthandler
 import json
 import os
+import statistics
 import sys
 import threading
 import time
 
-import torch
+# --env NAME=VALUE (repeatable) sets an environment variable before ember is imported
+# (EMBER_TRITON_AUTOTUNE=0: one launch configuration per kernel, none timed).
+for _i, _a in enumerate(sys.argv[:-1]):
+    if _a == "--env" and "=" in sys.argv[_i + 1]:
+        _k, _v = sys.argv[_i + 1].split("=", 1)
+        os.environ[_k] = _v
 
-from ember.bench import harness as H
-from ember.bench import models as M
-from ember.bench import zoo  # noqa: F401  (registers zoo-timm:NAME and zoo-torchvision:NAME)
+import torch  # noqa: E402
+
+from ember.bench import harness as H  # noqa: E402
+from ember.bench import models as M  # noqa: E402
+from ember.bench import zoo  # noqa: E402  (registers zoo-timm:NAME and zoo-torchvision:NAME)
 
 
 def main() -> None:
@@ -39,6 +47,10 @@ def main() -> None:
                     help="dump every thread's Python stack after this many seconds of one model")
     ap.add_argument("--sources", default="", help="folder for the slowest kernels' sources")
     ap.add_argument("--json", default="")
+    ap.add_argument("--env", action="append", default=[],
+                    help="NAME=VALUE, set before ember is imported (repeatable)")
+    ap.add_argument("--steps", type=int, default=0,
+                    help="also time this many calls after the first (ms per call, median)")
     a = ap.parse_args()
 
     import ember
@@ -87,9 +99,23 @@ def main() -> None:
             first = time.perf_counter() - t0
             faulthandler.cancel_dump_traceback_later()
             timer.cancel()
+            step_ms = None
+            if a.steps:
+                sync = torch.cuda.synchronize if a.device.startswith("cuda") else (lambda: None)
+                for _ in range(3):
+                    inst.step()
+                times = []
+                for _ in range(a.steps):
+                    sync()
+                    t1 = time.perf_counter()
+                    inst.step()
+                    sync()
+                    times.append((time.perf_counter() - t1) * 1e3)
+                step_ms = round(statistics.median(times), 3)
             triton_s = sum(s for _, s in batches)
             slow = sorted(T.COMPILE_TIMES, key=lambda r: -r[4])[: a.top]
-            row = {"model": spec.name, "first_call_s": round(first, 2),
+            row = {"model": spec.name, "first_call_s": round(first, 2), "step_ms": step_ms,
+                   "env": a.env,
                    "triton_batches": len(batches), "triton_wall_s": round(triton_s, 2),
                    "kernels_compiled": len(T.COMPILE_TIMES),
                    "kernel_seconds": round(sum(r[4] for r in T.COMPILE_TIMES), 2),
