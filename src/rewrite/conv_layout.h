@@ -15,6 +15,12 @@
 // Grouped convolutions with more than one channel per group (ResNeXt) are left in their layout:
 // channels-last makes them slower (as Inductor measured). So are transposed convolutions, 1D and
 // 3D ones, and other dtypes.
+//
+// On the CPU, where ATen's convolutions run on oneDNN (mkldnn), the same holds for its NHWC
+// kernels, grouped ones included: Inductor puts every CPU convolution channels-last when oneDNN
+// is there (its layout decision: "for cpu backend and mkldnn enabled, we always use
+// channels_last"). Without oneDNN (a torch built without it, or torch.backends.mkldnn turned off)
+// a CPU convolution is left as it is.
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -25,10 +31,15 @@ namespace ember::rewrite {
 
 /// `aten::convolution` called with `args` (tracer tensors), recorded on channels-last operands,
 /// or nullopt when the call is recorded as it is. `*from_contiguous` is set when the input was a
-/// contiguous (NCHW) tensor, so that the graph's outputs go back to that layout. On CUDA (the
-/// table's device predicate; not checked here).
+/// contiguous (NCHW) tensor, so that the graph's outputs go back to that layout. `grouped`: also
+/// grouped convolutions with several channels per group (the CPU's oneDNN). The device is the
+/// table's device predicate (not checked here).
 std::optional<at::Tensor> channels_last_convolution(const c10::OperatorHandle& op,
                                                     c10::ArrayRef<c10::IValue> args,
-                                                    bool* from_contiguous);
+                                                    bool* from_contiguous, bool grouped = false);
+
+/// Whether ATen's CPU convolutions run on oneDNN here (built with it and not turned off by
+/// torch.backends.mkldnn.enabled = False), so that channels-last operands reach its NHWC kernels.
+bool cpu_convolutions_use_onednn();
 
 }  // namespace ember::rewrite

@@ -171,6 +171,22 @@ bool channels_last(RewriteCall& c) {
   return true;
 }
 
+bool channels_last_cpu(RewriteCall& c) {
+  if (!cpu_convolutions_use_onednn()) return false;
+  // Inference only (grad mode off: no_grad or inference_mode), where it was measured; a joint
+  // trace records under grad mode, and there oneDNN's NHWC backward sums the gradients in
+  // another order than eager's NCHW one (weight gradients 3e-5 apart in a small ResNet). The
+  // tensors here are below functionalization, whose wrappers hold requires_grad.
+  if (at::GradMode::is_enabled()) return false;
+  bool from_contiguous = false;
+  std::optional<at::Tensor> r =
+      channels_last_convolution(c.op, c.args(), &from_contiguous, /*grouped=*/true);
+  if (!r.has_value()) return false;
+  if (from_contiguous) c.session.note_channels_last_from_contiguous();
+  c.push_results({std::move(*r)});
+  return true;
+}
+
 bool nll_loss_gather(RewriteCall& c) {
   std::optional<std::pair<at::Tensor, at::Tensor>> loss = nll_loss_as_gather(c.op, c.args());
   if (!loss.has_value()) return false;
@@ -320,6 +336,15 @@ tracer::RewriteTable rewrite_table() {
        "2D, f32/bf16/f16, not grouped, not channels-last yet",
        "the convolution on channels-last operands",
        channels_last},
+      {"channels_last_convolution_cpu",
+       {OpKind::convolution},
+       "",
+       Where::Cpu,
+       Widening::None,
+       "2D, f32/bf16/f16, not channels-last yet, grad mode off, ATen's CPU convolutions on "
+       "oneDNN",
+       "the convolution on channels-last operands (oneDNN's NHWC kernels)",
+       channels_last_cpu},
       {"nll_loss_as_gather",
        {OpKind::nll_loss_forward},
        "",

@@ -13,6 +13,8 @@ const char* where_name(Where w) {
       return "any";
     case Where::Cuda:
       return "cuda";
+    case Where::Cpu:
+      return "cpu";
     case Where::Nowhere:
       return "nowhere";
   }
@@ -85,6 +87,9 @@ bool Rewrite::applies_on(c10::Device target, const CompileOptions::Trace& option
       return true;
     case Where::Cuda:
       if (target.is_cuda()) return true;
+      break;
+    case Where::Cpu:
+      if (target.is_cpu()) return true;
       break;
     case Where::Nowhere:
       break;

@@ -33,6 +33,7 @@ struct Rewrite;
 enum class Where {
   Any,      ///< every device
   Cuda,     ///< a CUDA device (a tracer tensor that reports one: a stand-in device too)
+  Cpu,      ///< the CPU
   Nowhere,  ///< none: only where the row's widening option holds
 };
 
@@ -45,7 +46,7 @@ enum class Widening {
                                 ///< (EMBER_DECOMPOSE_BACKWARD=all)
 };
 
-/// "any", "cuda", "nowhere".
+/// "any", "cuda", "cpu", "nowhere".
 const char* where_name(Where w);
 /// The option's name in ember.config ("trace.splits_everywhere"); "" for Widening::None.
 const char* widening_option(Widening w);

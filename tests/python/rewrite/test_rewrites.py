@@ -92,6 +92,10 @@ CASES = {
                                         "cuda:0"),
     "channels_last_convolution": forward(conv, [torch.randn(2, 3, 8, 8),
                                                 torch.randn(4, 3, 3, 3)], "cuda:0"),
+    # On the CPU, a grouped convolution too (oneDNN's NHWC kernels; cuDNN's grouped ones are
+    # slower channels-last, so the CUDA row leaves them).
+    "channels_last_convolution_cpu": forward(lambda x, w: F.conv2d(x, w, padding=1, groups=2),
+                                             [torch.randn(2, 4, 8, 8), torch.randn(6, 2, 3, 3)]),
     "nll_loss_as_gather": forward(gather_loss, [torch.randn(4, 32000),
                                                 torch.randint(0, 32000, (4,))], "cuda:0"),
 }
@@ -162,6 +166,7 @@ DEVICES = {
     "convolution_bias_apart": ("cuda", None),
     "log_softmax_as_logsumexp": ("cuda", "trace.splits_everywhere"),
     "channels_last_convolution": ("cuda", None),
+    "channels_last_convolution_cpu": ("cpu", None),
     "nll_loss_as_gather": ("cuda", "trace.splits_everywhere"),
 }
 

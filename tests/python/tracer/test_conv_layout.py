@@ -1,4 +1,5 @@
-"""2D convolutions on CUDA are traced channels-last (src/rewrite/conv_layout.h): their input and
+"""2D convolutions on CUDA (and on the CPU's oneDNN, in inference) are traced channels-last
+(src/rewrite/conv_layout.h): their input and
 weight are made channels-last, the result is channels-last as cuDNN returns it, the layout flows
 through the ops after it, and 4D graph outputs go back to contiguous. Traced here for a cuda:0
 the inputs only claim (nothing runs); tests/python/gpu runs such models against eager."""
@@ -8,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import ember
+from ember.tracing import trace_joint
 
 CL = torch.channels_last
 
@@ -54,14 +56,33 @@ def test_depthwise_convolutions_too_but_not_grouped_ones():
     assert "channels_last" not in str(grouped)
 
 
-@pytest.mark.parametrize("case", ["cpu", "f64", "conv1d"])
+def test_cpu_convolutions_run_channels_last_on_onednn_in_inference():
+    """On the CPU (row channels_last_convolution_cpu), grouped convolutions too, where ATen's
+    convolutions run on oneDNN and grad mode is off; not in a joint (training) trace, recorded
+    under grad mode, nor with oneDNN turned off."""
+    def grouped(x, w):
+        return F.conv2d(x, w, padding=1, groups=2) + 1
+
+    args = [torch.randn(2, 4, 8, 8), torch.randn(6, 2, 3, 3)]
+    with torch.no_grad():
+        text = str(ember.trace(_block, _args()))
+        assert [c.count("memory_format=channels_last") for c in _line(text, "aten::clone")] == \
+            [1, 1, 1, 0], text
+        assert "memory_format=channels_last" in str(ember.trace(grouped, args))
+        with torch.backends.mkldnn.flags(enabled=False):
+            assert "channels_last" not in str(ember.trace(grouped, args))
+    joint, _, _ = trace_joint(lambda x, w: grouped(x, w).sum(), args, [False, True])
+    assert "channels_last" not in str(joint)
+
+
+@pytest.mark.parametrize("case", ["f64", "conv1d"])
 def test_left_alone(case):
     if case == "conv1d":
         g = ember.trace(lambda x, w: F.conv1d(x, w), [torch.randn(2, 4, 32), torch.randn(8, 4, 3)],
                         device="cuda:0")
     else:
         dtype = torch.float64 if case == "f64" else torch.float32
-        g = ember.trace(_block, _args(dtype), device=None if case == "cpu" else "cuda:0")
+        g = ember.trace(_block, _args(dtype), device="cuda:0")
     assert "channels_last" not in str(g)
 
 
