@@ -30,8 +30,9 @@
 namespace ember::rewrite {
 
 /// `aten::convolution` called with `args` (tracer tensors), recorded on channels-last operands,
-/// or nullopt when the call is recorded as it is. `*from_contiguous` is set when the input was a
-/// contiguous (NCHW) tensor, so that the graph's outputs go back to that layout. `grouped`: also
+/// or nullopt when the call is recorded as it is. `*from_contiguous` is set when neither the
+/// input nor the weight was channels-last (eager's result would be contiguous), so that the
+/// graph's outputs go back to that layout. `grouped`: also
 /// grouped convolutions with several channels per group (the CPU's oneDNN). The device is the
 /// table's device predicate (not checked here).
 std::optional<at::Tensor> channels_last_convolution(const c10::OperatorHandle& op,

@@ -162,13 +162,19 @@ bool pool_backward_from_offsets(RewriteCall& c) {
   return true;
 }
 
-bool channels_last(RewriteCall& c) {
+/// The convolution on channels-last operands (conv_layout.h), grouped ones too when `grouped`.
+bool record_channels_last(RewriteCall& c, bool grouped) {
   bool from_contiguous = false;
-  std::optional<at::Tensor> r = channels_last_convolution(c.op, c.args(), &from_contiguous);
+  std::optional<at::Tensor> r =
+      channels_last_convolution(c.op, c.args(), &from_contiguous, grouped);
   if (!r.has_value()) return false;
   if (from_contiguous) c.session.note_channels_last_from_contiguous();
   c.push_results({std::move(*r)});
   return true;
+}
+
+bool channels_last(RewriteCall& c) {
+  return record_channels_last(c, /*grouped=*/false);
 }
 
 bool channels_last_cpu(RewriteCall& c) {
@@ -178,13 +184,7 @@ bool channels_last_cpu(RewriteCall& c) {
   // another order than eager's NCHW one (weight gradients 3e-5 apart in a small ResNet). The
   // tensors here are below functionalization, whose wrappers hold requires_grad.
   if (at::GradMode::is_enabled()) return false;
-  bool from_contiguous = false;
-  std::optional<at::Tensor> r =
-      channels_last_convolution(c.op, c.args(), &from_contiguous, /*grouped=*/true);
-  if (!r.has_value()) return false;
-  if (from_contiguous) c.session.note_channels_last_from_contiguous();
-  c.push_results({std::move(*r)});
-  return true;
+  return record_channels_last(c, /*grouped=*/true);
 }
 
 bool nll_loss_gather(RewriteCall& c) {
