@@ -38,6 +38,7 @@ nb::list triton_plan(const tracer::TracedGraph& traced) {
   sched::ScheduleOptions o;
   o.index_asserts = true;  // as the executor's Triton graphs
   o.chunk_single_rows = false;
+  o.keep_prologue_rows = false;
   // What reads or writes CPU tensors stays ATen's (the module's state counts as on the device).
   o.extern_nodes = runtime::host_nodes(g, nullptr, /*constants_on_device=*/true);
   sched::Plan plan = sched::schedule_graph(g, o);

@@ -540,6 +540,7 @@ sched::Plan schedule(const Program& p, const Target& t, sched::ScheduleOptions* 
   sopts.stored_prologues = o.sched.stored_prologues;
   sopts.index_asserts = t.triton;  // a device-side assert per index read, as eager's CUDA kernels
   sopts.chunk_single_rows = !t.triton;
+  sopts.keep_prologue_rows = !t.triton;
   sopts.combo_kernels = o.sched.combo_kernels;
   // (From the graph as the passes after choose_target left it: they renumber nodes.)
   if (t.cuda_device >= 0) {

@@ -103,6 +103,12 @@ struct ScheduleOptions {
   /// reads and that the open kernel would store alone (Note [Stored prologues] in fusion.cpp: a
   /// residual add before its layer's RMSNorm). CompileOptions::Sched::stored_prologues.
   bool stored_prologues = true;
+  /// Whether a reduction kernel that passes over its row more than once (layer norm, softmax,
+  /// variance, logsumexp) computes a fused prologue once per element, keeping it in a scratch
+  /// row that the later passes read, instead of computing it again in each pass (Note [A
+  /// prologue kept in a scratch row] in reduction.cpp). The C++ kernels; the Triton emitter keeps
+  /// a persistent row in registers already, and its graphs set it false.
+  bool keep_prologue_rows = true;
 };
 
 /// Requires a verifier-valid graph whose tensors are all on the CPU (C++ kernels) or all on one

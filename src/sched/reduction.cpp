@@ -64,16 +64,22 @@ class ProgramBuilder {
   // `siblings`: the specs of fusion.siblings' nodes, in order.
   ProgramBuilder(const graph::Graph& g, const ReductionSpec& s,
                  const std::map<ValueId, std::string>& buffer_of, const ReductionFusion& fusion,
-                 const std::vector<ReductionSpec>& siblings)
+                 const std::vector<ReductionSpec>& siblings, bool keep_prologue_rows)
       : g_(g),
         s_(s),
         buffer_of_(buffer_of),
         fusion_(fusion),
         siblings_(siblings),
-        space_{s.sizes, s.reduced, s.x.strides, &g.symbols} {}
+        space_{s.sizes, s.reduced, s.x.strides, &g.symbols} {
+    if (keep_prologue_rows && fusion_.x.defined() && passes_over_row_again(s_.kind) &&
+        uses_inner_layout(space_) && n().is_constant() && n().constant() <= kMaxScratchRow) {
+      x_kept_ = loop::Var::make("t_x", opmath(dtype(s_.x.value)));
+    }
+  }
 
   RowProgram build() {
     kind_program();
+    if (x_kept_.defined()) keep_input_row();
     if (!fusion_.x_lets.empty()) bind_input_lets();
     if (fusion_.epilogue.defined()) epilogue();
     return std::move(p_);
@@ -116,6 +122,60 @@ class ProgramBuilder {
       body = loop::Let::make(per_element[i].first, per_element[i].second, body);
     }
     elements({body});
+  }
+
+  // Note [A prologue kept in a scratch row]
+  // A layer norm, softmax, variance or logsumexp passes over its row two or three times, and a
+  // fused prologue was computed again in each pass. A prologue that gathers (Swin's window
+  // reverse and cyclic shift before its norm: div and mod per index, loads that do not
+  // vectorize) then cost three times what it does once: the norm kernels of
+  // swin_large_patch4_window7_224 on the CPU took as long as eager's unfused ops. With
+  // ScheduleOptions::keep_prologue_rows the input element, in the compute type, is a variable
+  // `t_x` (x() below) bound in the first pass that reads it to the prologue, stored in the
+  // scratch row `x_row` (f32: at most kMaxScratchRow elements, a constant row of the inner
+  // layout) and bound in the later passes to a load of it: a contiguous row in L1 instead of the
+  // gathers. The values are the prologue's own (the compute type holds the input's dtype
+  // exactly), so results do not change.
+  static bool passes_over_row_again(Kind k) {
+    switch (k) {
+      case Kind::Var:
+      case Kind::Std:
+      case Kind::VarMean:
+      case Kind::StdMean:
+      case Kind::LogSumExp:
+      case Kind::Softmax:
+      case Kind::LogSoftmax:
+      case Kind::SafeSoftmax:
+      case Kind::LayerNorm:
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  void keep_input_row() {
+    const std::string& name = x_kept_.as<loop::Var>()->name;
+    std::vector<RowStep*> readers;
+    for (RowStep& step : p_.steps) {
+      if (step.kind != RowStep::Kind::Elements) continue;
+      std::set<std::string> used;
+      collect_vars(step.body, used);
+      if (used.count(name)) readers.push_back(&step);
+    }
+    const Expr computed = cast(x_kept_.dtype(), fusion_.x);
+    if (readers.size() < 2) {  // one pass reads it: nothing to keep
+      for (RowStep* step : readers) step->body = loop::Let::make(x_kept_, computed, step->body);
+      return;
+    }
+    p_.values.push_back({"x_row", x_kept_.dtype(), /*per_element=*/true});
+    const Expr at = reduced_flat_index();
+    Stmt& first = readers[0]->body;
+    first = loop::Let::make(x_kept_, computed,
+                            loop::Block::make({loop::Store::make("x_row", at, x_kept_), first}));
+    for (size_t i = 1; i < readers.size(); ++i) {
+      readers[i]->body = loop::Let::make(x_kept_, loop::Load::make(x_kept_.dtype(), "x_row", at),
+                                         readers[i]->body);
+    }
   }
 
   // Every Elements step that reads the inline input gets the lets it uses.
@@ -220,7 +280,7 @@ class ProgramBuilder {
     return loop::Load::make(dtype(o.value), buffer_of_.at(o.value), offset(o));
   }
   // The input element (computed inline with a prologue), converted to `t`.
-  Expr x(DType t) const { return cast(t, x_raw()); }
+  Expr x(DType t) const { return cast(t, x_kept_.defined() ? x_kept_ : x_raw()); }
   Expr x_raw() const { return fusion_.x.defined() ? fusion_.x : load(s_.x); }
   // Sibling `i`'s input element, computed inline or loaded.
   Expr sibling_x(size_t i) const {
@@ -529,6 +589,8 @@ class ProgramBuilder {
   const ReductionFusion& fusion_;
   const std::vector<ReductionSpec>& siblings_;
   const ReductionSpace space_;
+  /// The input element in the compute type, when a prologue is kept in a scratch row.
+  Expr x_kept_;
   RowProgram p_;
 };
 
@@ -581,7 +643,8 @@ loop::Kernel build_reduction_kernel(const graph::Graph& g, const graph::Node& n,
         << "build_reduction_kernel: a sibling reduction over another space";
     siblings.push_back(std::move(*s));
   }
-  RowProgram program = ProgramBuilder(g, *spec, buffer_of, fusion, siblings).build();
+  RowProgram program =
+      ProgramBuilder(g, *spec, buffer_of, fusion, siblings, options.keep_prologue_rows).build();
   const ReductionSpace space{spec->sizes, spec->reduced, spec->x.strides, &g.symbols};
   k.body =
       build_reduction_loops(space, program, options.parallel_threshold, options.chunk_single_rows);

@@ -9,6 +9,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "graph_builder.h"
 #include "loop/eval.h"
@@ -126,6 +127,81 @@ TEST(ReductionFusion, OptionTurnsItOff) {
   options.reduction_fusion = false;
   Plan plan = schedule_graph(b.g, options);
   ASSERT_EQ(plan.groups.size(), 3u);  // pow | mean | rsqrt, mul, mul
+}
+
+// layer_norm(flip(a, [1]) + b): the prologue (a gather and an add) is computed once per element
+// into the scratch row x_row and read back by the norm's two later passes (Note [A prologue kept
+// in a scratch row]); with the option off, each pass computes it.
+Builder norm_of_flipped_sum(int64_t rows, int64_t cols) {
+  Builder b;
+  ValueRef a = b.input(f32({rows, cols}));
+  ValueRef c = b.input(f32({rows, cols}));
+  ValueRef w = b.input(f32({cols}));
+  ValueRef bias = b.input(f32({cols}));
+  ValueRef fa =
+      b.op("aten::flip", {"self", "dims"}, {a, std::vector<int64_t>{1}}, f32({rows, cols}));
+  ValueRef x = b.add(fa, c, f32({rows, cols}));
+  graph::OpInfo info{"aten::native_layer_norm",
+                     "",
+                     {"input", "normalized_shape", "weight", "bias", "eps"},
+                     std::vector<bool>(5, false)};
+  int32_t n = b.g.add_node(b.g.intern_op(info), {x, std::vector<int64_t>{cols}, w, bias, 1e-5},
+                           {f32({rows, cols}), f32({rows, 1}), f32({rows, 1})});
+  b.g.outputs = {b.g.nodes[n].outputs[0]};
+  return b;
+}
+
+int count_of(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+TEST(ReductionFusion, PrologueOfANormIsKeptInAScratchRow) {
+  const int64_t rows = 5, cols = 24;
+  Builder b = norm_of_flipped_sum(rows, cols);
+  Plan plan = schedule_graph(b.g);
+  ASSERT_EQ(plan.groups.size(), 1u);
+  const loop::Kernel& k = plan.groups[0].kernel;
+  ASSERT_TRUE(loop::verify_kernel(k).empty()) << loop::print_kernel(k);
+  test::expect_golden(k, "layer_norm_kept_prologue.loop");
+  const std::string text = loop::print_kernel(k);
+  // Buffers: w, bias (buf0, buf1), a, c (buf2, buf3), y (buf4).
+  EXPECT_EQ(count_of(text, "buf2["), 1) << text;   // a (flipped) is read in one pass only
+  EXPECT_EQ(count_of(text, "x_row["), 3) << text;  // stored once, loaded by two passes
+
+  ScheduleOptions off;
+  off.keep_prologue_rows = false;
+  Plan plain = schedule_graph(b.g, off);
+  ASSERT_EQ(plain.groups.size(), 1u);
+  const std::string plain_text = loop::print_kernel(plain.groups[0].kernel);
+  EXPECT_EQ(count_of(plain_text, "x_row"), 0) << plain_text;
+  EXPECT_EQ(count_of(plain_text, "buf2["), 3) << plain_text;
+
+  // Both kernels give the norm of the flipped sum.
+  for (const loop::Kernel* kernel : std::vector<const loop::Kernel*>{&k, &plain.groups[0].kernel}) {
+    loop::BufferMap bufs;
+    bufs["buf0"] = random_f32(cols);
+    bufs["buf1"] = random_f32(cols);
+    bufs["buf2"] = random_f32(rows * cols);
+    bufs["buf3"] = random_f32(rows * cols);
+    bufs["buf4"].resize(rows * cols);
+    loop::run_kernel(*kernel, {}, bufs);
+    for (int64_t r = 0; r < rows; ++r) {
+      std::vector<double> x(cols);
+      double mean = 0, var = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        x[c] = bufs["buf2"][r * cols + (cols - 1 - c)].f + bufs["buf3"][r * cols + c].f;
+        mean += x[c] / cols;
+      }
+      for (int64_t c = 0; c < cols; ++c) var += (x[c] - mean) * (x[c] - mean) / cols;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double want =
+            (x[c] - mean) / std::sqrt(var + 1e-5) * bufs["buf0"][c].f + bufs["buf1"][c].f;
+        EXPECT_NEAR(bufs["buf4"][r * cols + c].f, want, 1e-4 * (1 + std::abs(want)));
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -236,3 +236,31 @@ def test_a_reduction_of_a_sibling_result_is_not_a_sibling():
 def test_siblings_over_other_spaces_stay_apart():
     x = torch.randn(6, 9)
     run(lambda x: (x.sum(0), x.sum(1), x.argmax(1)), x, kernels=3)
+
+
+def swin_window_reverse_norm(windows, shortcut, w, b):
+    # Swin's block end: windows back to the image (a permute), the cyclic shift undone (roll),
+    # the residual added, then the next norm: a gather prologue before a multi-pass reduction.
+    B, H, W, C = shortcut.shape
+    x = windows.view(B, H // 4, W // 4, 4, 4, C).permute(0, 1, 3, 2, 4, 5).reshape(B, H, W, C)
+    x = shortcut + torch.roll(x, shifts=(2, 2), dims=(1, 2))
+    return F.layer_norm(x, (C,), w, b)
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+@pytest.mark.parametrize("reduce", ["layer_norm", "softmax", "log_softmax", "var", "logsumexp"])
+def test_gather_prologue_of_a_multi_pass_reduction(reduce, dtype):
+    # Note [A prologue kept in a scratch row]: the prologue is computed once per element and the
+    # later passes read it back; the result is eager's.
+    windows, shortcut = torch.randn(2 * 4, 4, 4, 48).to(dtype), torch.randn(2, 8, 8, 48).to(dtype)
+    w, b = torch.randn(48).to(dtype), torch.randn(48).to(dtype)
+    if reduce == "layer_norm":
+        run(swin_window_reverse_norm, windows, shortcut, w, b, kernels=1)
+        return
+    ops = {"softmax": lambda x: torch.softmax(x, -1), "log_softmax": lambda x: torch.log_softmax(x, -1),
+           "var": lambda x: x.var(-1), "logsumexp": lambda x: torch.logsumexp(x, -1)}
+
+    def f(s, t):
+        return ops[reduce](torch.roll(s, 3, dims=1).transpose(1, 2) + t)
+
+    run(f, torch.randn(3, 40, 24).to(dtype), torch.randn(3, 24, 40).to(dtype), kernels=1)
