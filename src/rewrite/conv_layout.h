@@ -21,6 +21,11 @@
 // is there (its layout decision: "for cpu backend and mkldnn enabled, we always use
 // channels_last"). Without oneDNN (a torch built without it, or torch.backends.mkldnn turned off)
 // a CPU convolution is left as it is.
+//
+// "Channels-last" is what the convolutions' layout choice sees (suggest_memory_format), not
+// is_contiguous(ChannelsLast), which ignores size-1 dims: a depthwise weight [C, 1, k, k] and a
+// batch-1 input viewed from tokens are restrided to at::empty's channels-last strides (views),
+// Note [Channels-last in ATen's eyes] in conv_layout.cpp.
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>

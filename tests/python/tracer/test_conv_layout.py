@@ -118,3 +118,28 @@ def test_cpu_convolutions_of_channels_last_tensors_give_eager_strides(case):
     want = fn(x, w)
     assert got.stride() == want.stride()
     torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda:0"])
+def test_channels_last_only_in_layout_is_made_channels_last_in_atens_eyes(device):
+    """Note [Channels-last in ATen's eyes]: a batch-1 input viewed from tokens (batch stride C) and
+    a depthwise weight [C, 1, k, k] are channels-last contiguous, but the convolutions' layout
+    choice sees NCHW and eager copies the input to NCHW. The rewrite restrides them (views, no
+    copy) so the convolution runs channels-last; the graph's result keeps eager's layout."""
+    def cpe(x, w):
+        B, N, C = x.shape
+        f = F.conv2d(x.transpose(1, 2).view(B, C, 6, 6), w, padding=1, groups=C)
+        return x + f.flatten(2).transpose(1, 2)
+
+    x, w = torch.randn(1, 36, 16), torch.randn(16, 1, 3, 3)
+    with torch.no_grad():
+        text = str(ember.trace(cpe, [x, w], device=device))
+        conv = _line(text, "aten::convolution")
+        assert len(conv) == 1 and "{576, 1, 96, 16}" in conv[0], text  # channels-last result
+        assert "aten::clone" not in text and "aten::copy" not in text, text
+        assert text.count("aten::as_strided") == 2, text  # the input and the weight restrided
+        if device == "cpu":
+            got = ember.compile(cpe)(x, w)
+            want = cpe(x, w)
+            assert got.stride() == want.stride()
+            torch.testing.assert_close(got, want)
