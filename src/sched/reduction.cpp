@@ -1,6 +1,7 @@
 #include "sched/reduction.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <map>
 #include <optional>
@@ -62,7 +63,8 @@ DType opmath(DType t) {
 class ProgramBuilder {
  public:
   // `siblings`: the specs of fusion.siblings' nodes, in order.
-  ProgramBuilder(const graph::Graph& g, const ReductionSpec& s,
+  // `order`: the strides the loops follow (the input's, or what its prologue reads).
+  ProgramBuilder(const graph::Graph& g, const ReductionSpec& s, const graph::Dims& order,
                  const std::map<ValueId, std::string>& buffer_of, const ReductionFusion& fusion,
                  const std::vector<ReductionSpec>& siblings, bool keep_prologue_rows)
       : g_(g),
@@ -70,7 +72,7 @@ class ProgramBuilder {
         buffer_of_(buffer_of),
         fusion_(fusion),
         siblings_(siblings),
-        space_{s.sizes, s.reduced, s.x.strides, &g.symbols} {
+        space_{s.sizes, s.reduced, order, &g.symbols} {
     if (keep_prologue_rows && fusion_.x.defined() && passes_over_row_again(s_.kind) &&
         uses_inner_layout(space_) && n().is_constant() && n().constant() <= kMaxScratchRow) {
       x_kept_ = loop::Var::make("t_x", opmath(dtype(s_.x.value)));
@@ -594,6 +596,78 @@ class ProgramBuilder {
   RowProgram p_;
 };
 
+// Note [Reduction loops in the order of what the prologue reads]
+// The loops of a reduction kernel follow its input's strides (reduction_loops.h): the layout
+// (rows inside, or columns in tiles) and the order of the reduced loops. A prologue computes the
+// input inline, and its traced strides are those the input would have had in memory, not those
+// of what the kernel reads. ATen's CUDA group_norm copies its input to contiguous first: over a
+// channels-last activation (PoolFormer's GroupNorm(1) after channels-last convolutions) the
+// copy is the prologue of the split group norm's sums, whose traced input is NCHW, so each
+// program summed a channel over H x W at a stride of C elements in memory (one element per
+// sector). When the prologue reads a buffer of the input's size at an index affine in the
+// element variables (a permute, a clone, a view, a cast), the loops take that read's strides
+// instead: the channel sums become column tiles over the contiguous channels, as Inductor orders
+// loops by the strides of the buffers a kernel reads. Constant sizes only, not batch norm (whose
+// accumulation type follows its input's layout, as eager's kernels); with several such reads,
+// the first in the prologue's order; nothing else changes (the values are the same).
+std::optional<graph::Dims> read_strides(const loop::Kernel& k, const ReductionSpec& spec,
+                                        const ReductionFusion& fusion) {
+  // Batch norm's accumulation type follows its input's own layout (eager's kernels).
+  if (!fusion.x.defined() || spec.kind == Kind::BatchNorm || !graph::all_constant(spec.sizes)) {
+    return std::nullopt;
+  }
+  int64_t numel = 1;
+  for (const graph::DimExpr& d : spec.sizes) numel *= d.constant();
+  std::vector<const loop::Load*> loads;
+  std::function<void(const Expr&)> walk = [&](const Expr& e) {
+    if (const auto* l = e.as<loop::Load>()) loads.push_back(l);
+    loop::for_each_child(e, walk);
+  };
+  for (const auto& [var, value] : fusion.x_lets) walk(value);
+  walk(fusion.x);
+  const size_t rank = spec.sizes.size();
+  for (const loop::Load* l : loads) {
+    auto buffer = std::find_if(k.buffers.begin(), k.buffers.end(),
+                               [&](const loop::BufferParam& b) { return b.name == l->buffer; });
+    if (buffer == k.buffers.end()) continue;
+    int64_t elements = 1;
+    for (const Expr& d : buffer->sizes) {
+      const auto* c = d.as<loop::IntImm>();
+      elements = c == nullptr ? -1 : elements * c->value;
+      if (c == nullptr) break;
+    }
+    if (elements != numel) continue;
+    // The index at the origin and one step along each dim (and three, to check it is affine).
+    auto at = [&](size_t dim, int64_t step) -> std::optional<int64_t> {
+      std::map<std::string, Expr> values;
+      for (size_t d = 0; d < rank; ++d) {
+        values[element_var(d).as<loop::Var>()->name] =
+            loop::IntImm::make(loop::kIndexType, d == dim ? step : 0);
+      }
+      Expr v = loop::simplify(loop::substitute(l->index, values));
+      if (const auto* c = v.as<loop::IntImm>()) return c->value;
+      return std::nullopt;
+    };
+    std::optional<int64_t> base = at(rank, 0);
+    if (!base) continue;
+    graph::Dims strides;
+    bool affine = true;
+    for (size_t d = 0; d < rank && affine; ++d) {
+      const int64_t size = spec.sizes[d].constant();
+      if (size == 1) {
+        strides.push_back(graph::DimExpr(0));
+        continue;
+      }
+      std::optional<int64_t> one = at(d, 1), three = size > 3 ? at(d, 3) : one;
+      affine =
+          one && three && *one - *base >= 0 && (size <= 3 || *three - *base == 3 * (*one - *base));
+      if (affine) strides.push_back(graph::DimExpr(*one - *base));
+    }
+    if (affine) return strides;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 bool is_reduction_kernel_node(const graph::Graph& g, const graph::Node& n) {
@@ -643,9 +717,13 @@ loop::Kernel build_reduction_kernel(const graph::Graph& g, const graph::Node& n,
         << "build_reduction_kernel: a sibling reduction over another space";
     siblings.push_back(std::move(*s));
   }
+  // The loops follow what the prologue reads (Note [Reduction loops in the order of what the
+  // prologue reads]); the spec keeps the input's own strides.
+  const graph::Dims order = read_strides(k, *spec, fusion).value_or(spec->x.strides);
   RowProgram program =
-      ProgramBuilder(g, *spec, buffer_of, fusion, siblings, options.keep_prologue_rows).build();
-  const ReductionSpace space{spec->sizes, spec->reduced, spec->x.strides, &g.symbols};
+      ProgramBuilder(g, *spec, order, buffer_of, fusion, siblings, options.keep_prologue_rows)
+          .build();
+  const ReductionSpace space{spec->sizes, spec->reduced, order, &g.symbols};
   k.body =
       build_reduction_loops(space, program, options.parallel_threshold, options.chunk_single_rows);
   k.size_vars = kernel_size_vars(k, g.symbols);

@@ -264,3 +264,13 @@ def test_gather_prologue_of_a_multi_pass_reduction(reduce, dtype):
         return ops[reduce](torch.roll(s, 3, dims=1).transpose(1, 2) + t)
 
     run(f, torch.randn(3, 40, 24).to(dtype), torch.randn(3, 24, 40).to(dtype), kernels=1)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "softmax", "layer_norm"])
+def test_reduction_of_a_permuted_copy(reduce):
+    # Note [Reduction loops in the order of what the prologue reads]: the loops follow the
+    # channels-last buffer the prologue reads, not the copy's contiguous layout.
+    x = torch.randn(2, 16, 5, 7).to(memory_format=torch.channels_last)
+    ops = {"sum": lambda y: y.sum(-1), "softmax": lambda y: torch.softmax(y, -1),
+           "layer_norm": lambda y: F.layer_norm(y, (35,))}
+    run(lambda x: ops[reduce]((x * 3).contiguous().view(2, 16, 35)), x, kernels=1)

@@ -459,3 +459,14 @@ def test_triton_kernels_are_named_by_what_they_fuse():
     name = kernel.split()[1].rstrip(":")
     assert name.startswith("ember_k") and name.endswith("_fused_add_gelu_mul"), kernel
     assert f"def {name}(" in compiled.kernel_sources[0]
+
+
+@pytest.mark.parametrize("group_norm", [False, True])
+def test_reductions_of_a_layout_copy_follow_the_buffer_read(group_norm):
+    # Note [Reduction loops in the order of what the prologue reads]: the sums of a contiguous copy
+    # of a channels-last tensor run in the channels-last buffer's order; the values are eager's.
+    x = r(4, 8, 6, 6).to(memory_format=torch.channels_last)
+    if group_norm:
+        run(lambda x: F.group_norm(x * 2, 1), x)
+    else:
+        run(lambda x: (x + 1).contiguous().view(4, 8, 36).sum(-1), x, kernels=1)

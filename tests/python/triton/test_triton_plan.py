@@ -5,6 +5,8 @@ the gelu between the linears is one flat loop (loop/collapse.h)."""
 
 from __future__ import annotations
 
+import re
+
 import torch
 from blocks import ConvNeXtBlock
 
@@ -119,3 +121,24 @@ def test_a_graph_all_on_cuda_has_no_host_nodes():
   return (%2)
 }""")
     assert C.host_nodes(g) == []
+
+
+def test_group_norm_over_channels_last_sums_along_memory():
+    # Note [Reduction loops in the order of what the prologue reads]: CUDA's group_norm copies a
+    # channels-last input to contiguous, and that copy is the prologue of the split norm's
+    # per-channel sums. They read the channels-last buffer along memory: column tiles over the
+    # contiguous channels, not rows of H x W at a stride of C (PoolFormer's GroupNorm(1)).
+    x = torch.randn(64, 96, 56, 56, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+    w, b = torch.randn(96, dtype=torch.bfloat16), torch.randn(96, dtype=torch.bfloat16)
+    with torch.no_grad():
+        graph = ember.trace(lambda x: torch.nn.functional.group_norm(x + 1, 1, w, b), (x,),
+                            device="cuda:0")
+    plan = C.triton_plan(graph)
+    assert [p["why"] for p in plan if p["why"]] == [], plan
+    sums = [p for p in plan if "aten::clone" in p["ops"] and "aten::sum.dim_IntList" in p["ops"]]
+    assert len(sums) == 2, [p["ops"] for p in plan]  # the sums, then the squared deviations'
+    for p in sums:
+        loop = p["loop"]
+        assert "strides [301056, 1, 5376, 96]" in loop, loop  # the channels-last buffer
+        # The channel loop is innermost and vectorized, H x W outside it.
+        assert re.search(r"for \(x3, 0, 3136\) \{\s+for \(c, 0, 96\) vectorized", loop), loop
