@@ -93,10 +93,22 @@ std::optional<size_t> transposed_read_loop(const std::vector<std::string>& vars,
   std::vector<Expr> loads, stores;
   collect(body, &loads, &stores);
   const size_t a = vars.size() - 1;
-  for (const Expr& st : stores) {  // written along the innermost loop
+  // Stores are written along the innermost loop, or along one other loop (a kernel storing a
+  // value in two layouts: a residual sum kept channels-last and its contiguous copy for the next
+  // group norm): that loop is then the tile's other axis, so every store is coalesced.
+  std::optional<size_t> store_loop;
+  for (const Expr& st : stores) {
     std::optional<std::vector<int64_t>> c = coefficients(st, vars);
-    if (!c || (*c)[a] != 1) return std::nullopt;
+    if (!c) return std::nullopt;
+    if ((*c)[a] == 1) continue;
+    std::optional<size_t> along;
+    for (size_t b = 0; b < a && !along; ++b) {
+      if ((*c)[b] == 1) along = b;
+    }
+    if (!along || (store_loop && *store_loop != *along)) return std::nullopt;
+    store_loop = along;
   }
+  if (store_loop) return store_loop;
   std::vector<int> votes(vars.size(), 0);
   for (const Expr& ld : loads) {
     std::optional<std::vector<int64_t>> c = coefficients(ld, vars);

@@ -33,7 +33,9 @@ bool int32_indices(const loop::Kernel& k);
 /// another loop along which some load of `body` is contiguous (stride 1) while it is strided
 /// along the innermost one: a transposing read (a copy to channels-last, `x.t().contiguous()`),
 /// which a 2D tile over both loops reads and writes coalesced. The loop with the most such loads;
-/// nullopt when there is none or a load's index is not affine in the loop variables.
+/// nullopt when there is none or a load's index is not affine in the loop variables. Stores are
+/// contiguous along the innermost loop, or some along one other loop, which is then the answer
+/// (a value stored in two layouts: channels-last and its contiguous copy).
 std::optional<size_t> transposed_read_loop(const std::vector<std::string>& vars,
                                            const loop::Stmt& body);
 

@@ -214,11 +214,19 @@ def test_pools_fuse_into_triton_kernels(channels_last):
     run(lambda x: F.avg_pool2d(x, 3, 1, 1), x.to(torch.bfloat16), kernels=1, atol=1e-2, rtol=1e-2)
 
 
-@pytest.mark.parametrize("case", ["transpose", "to_nhwc", "channels_last", "add_transposed"])
+@pytest.mark.parametrize("case", ["transpose", "to_nhwc", "channels_last", "add_transposed",
+                                  "two_layouts"])
 def test_transposing_copies_run_as_2d_tiles(case):
     # A read contiguous along another dim than the write runs as 2D tiles (Form::Tiled), both
-    # sides along their contiguous dim; against eager, layouts included.
-    if case == "transpose":
+    # sides along their contiguous dim; against eager, layouts included. So does a value stored
+    # in two layouts (a channels-last sum and its contiguous copy for a group norm).
+    if case == "two_layouts":
+        def fn(x):
+            s = x + 1
+            return s, s.contiguous()
+
+        x = r(2, 40, 9, 21).to(memory_format=torch.channels_last)
+    elif case == "transpose":
         fn, x = (lambda x: x.t().contiguous() * 2), r(70, 45)
     elif case == "to_nhwc":
         fn, x = (lambda x: x.permute(0, 2, 3, 1).contiguous() + 1), r(2, 33, 17, 20)
