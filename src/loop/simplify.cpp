@@ -202,4 +202,26 @@ Kernel simplify(const Kernel& k, SimplifyStats* stats) {
   return out;
 }
 
+std::optional<std::vector<int64_t>> affine_coefficients(const Expr& index,
+                                                        const std::vector<std::string>& vars) {
+  auto at = [&](size_t var, int64_t value) -> std::optional<int64_t> {
+    std::map<std::string, Expr> values;
+    for (size_t i = 0; i < vars.size(); ++i) {
+      values[vars[i]] = IntImm::make(kIndexType, i == var ? value : 0);
+    }
+    Expr e = simplify(substitute(index, values));
+    if (const auto* c = e.as<IntImm>()) return c->value;
+    return std::nullopt;
+  };
+  std::optional<int64_t> base = at(vars.size(), 0);
+  if (!base) return std::nullopt;
+  std::vector<int64_t> coef(vars.size());
+  for (size_t i = 0; i < vars.size(); ++i) {
+    std::optional<int64_t> one = at(i, 1), three = at(i, 3);
+    if (!one || !three || *three - *base != 3 * (*one - *base)) return std::nullopt;
+    coef[i] = *one - *base;
+  }
+  return coef;
+}
+
 }  // namespace ember::loop

@@ -17,8 +17,11 @@
 ///    are removed; loop extents and Let values give variable bounds to the rules below them.
 #pragma once
 
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "loop/bounds.h"
 #include "loop/stmt.h"
@@ -36,5 +39,12 @@ Expr simplify(const Expr& e, const VarBounds& bounds = {}, SimplifyStats* stats 
 Stmt simplify(const Stmt& s, SimplifyStats* stats = nullptr);
 /// Simplifies the body and the buffer sizes and strides.
 Kernel simplify(const Kernel& k, SimplifyStats* stats = nullptr);
+
+/// The coefficient of each of `vars` in the i64 expression `index`, when `index` is affine in
+/// them: it folds to a constant with every var at 0, and with one var at 1 and at 3 (the others
+/// 0) it moves by one and three times the coefficient. nullopt when it is not, or when it reads
+/// anything else (another variable, a load). Used to find the strides of an access.
+std::optional<std::vector<int64_t>> affine_coefficients(const Expr& index,
+                                                        const std::vector<std::string>& vars);
 
 }  // namespace ember::loop

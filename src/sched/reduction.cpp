@@ -618,6 +618,10 @@ std::optional<graph::Dims> read_strides(const loop::Kernel& k, const ReductionSp
   }
   int64_t numel = 1;
   for (const graph::DimExpr& d : spec.sizes) numel *= d.constant();
+  std::vector<std::string> vars;
+  for (size_t d = 0; d < spec.sizes.size(); ++d) {
+    vars.push_back(element_var(d).as<loop::Var>()->name);
+  }
   std::vector<const loop::Load*> loads;
   std::function<void(const Expr&)> walk = [&](const Expr& e) {
     if (const auto* l = e.as<loop::Load>()) loads.push_back(l);
@@ -625,7 +629,6 @@ std::optional<graph::Dims> read_strides(const loop::Kernel& k, const ReductionSp
   };
   for (const auto& [var, value] : fusion.x_lets) walk(value);
   walk(fusion.x);
-  const size_t rank = spec.sizes.size();
   for (const loop::Load* l : loads) {
     auto buffer = std::find_if(k.buffers.begin(), k.buffers.end(),
                                [&](const loop::BufferParam& b) { return b.name == l->buffer; });
@@ -633,37 +636,16 @@ std::optional<graph::Dims> read_strides(const loop::Kernel& k, const ReductionSp
     int64_t elements = 1;
     for (const Expr& d : buffer->sizes) {
       const auto* c = d.as<loop::IntImm>();
-      elements = c == nullptr ? -1 : elements * c->value;
-      if (c == nullptr) break;
+      elements = c == nullptr || elements < 0 ? -1 : elements * c->value;
     }
     if (elements != numel) continue;
-    // The index at the origin and one step along each dim (and three, to check it is affine).
-    auto at = [&](size_t dim, int64_t step) -> std::optional<int64_t> {
-      std::map<std::string, Expr> values;
-      for (size_t d = 0; d < rank; ++d) {
-        values[element_var(d).as<loop::Var>()->name] =
-            loop::IntImm::make(loop::kIndexType, d == dim ? step : 0);
-      }
-      Expr v = loop::simplify(loop::substitute(l->index, values));
-      if (const auto* c = v.as<loop::IntImm>()) return c->value;
-      return std::nullopt;
-    };
-    std::optional<int64_t> base = at(rank, 0);
-    if (!base) continue;
+    std::optional<std::vector<int64_t>> c = loop::affine_coefficients(l->index, vars);
+    if (!c || std::any_of(c->begin(), c->end(), [](int64_t s) { return s < 0; })) continue;
     graph::Dims strides;
-    bool affine = true;
-    for (size_t d = 0; d < rank && affine; ++d) {
-      const int64_t size = spec.sizes[d].constant();
-      if (size == 1) {
-        strides.push_back(graph::DimExpr(0));
-        continue;
-      }
-      std::optional<int64_t> one = at(d, 1), three = size > 3 ? at(d, 3) : one;
-      affine =
-          one && three && *one - *base >= 0 && (size <= 3 || *three - *base == 3 * (*one - *base));
-      if (affine) strides.push_back(graph::DimExpr(*one - *base));
+    for (size_t d = 0; d < vars.size(); ++d) {
+      strides.push_back(graph::DimExpr(spec.sizes[d].constant() == 1 ? 0 : (*c)[d]));
     }
-    if (affine) return strides;
+    return strides;
   }
   return std::nullopt;
 }

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "loop/eval.h"
+#include "loop/simplify.h"
 #include "loop/traverse.h"
 
 namespace ember::codegen::triton_shape {
@@ -55,37 +56,6 @@ void collect(const Stmt& s, std::vector<Expr>* loads, std::vector<Expr>* stores)
       [&](const Stmt& c) { collect(c, loads, stores); });
 }
 
-// The coefficient of each of `vars` in `index`, when `index` is affine in them (checked at a
-// few points), else nullopt.
-std::optional<std::vector<int64_t>> coefficients(const Expr& index,
-                                                 const std::vector<std::string>& vars) {
-  auto at = [&](const std::vector<int64_t>& point) -> std::optional<int64_t> {
-    std::map<std::string, Expr> values;
-    for (size_t i = 0; i < vars.size(); ++i) values[vars[i]] = IntImm::make(kIndexType, point[i]);
-    Expr e = substitute(index, values);
-    if (uses_any(e, {}, /*any=*/true)) return std::nullopt;
-    bool has_load = false;
-    std::vector<Expr> inner;
-    collect_expr(e, &inner);
-    has_load = !inner.empty();
-    if (has_load) return std::nullopt;
-    return eval_expr(e, EvalEnv{}).i;
-  };
-  std::vector<int64_t> zero(vars.size(), 0);
-  std::optional<int64_t> base = at(zero);
-  if (!base) return std::nullopt;
-  std::vector<int64_t> coef(vars.size());
-  for (size_t i = 0; i < vars.size(); ++i) {
-    std::vector<int64_t> p1 = zero, p2 = zero;
-    p1[i] = 1;
-    p2[i] = 3;
-    std::optional<int64_t> v1 = at(p1), v2 = at(p2);
-    if (!v1 || !v2 || *v2 - *base != 3 * (*v1 - *base)) return std::nullopt;
-    coef[i] = *v1 - *base;
-  }
-  return coef;
-}
-
 }  // namespace
 
 std::optional<size_t> transposed_read_loop(const std::vector<std::string>& vars, const Stmt& body) {
@@ -98,7 +68,7 @@ std::optional<size_t> transposed_read_loop(const std::vector<std::string>& vars,
   // group norm): that loop is then the tile's other axis, so every store is coalesced.
   std::optional<size_t> store_loop;
   for (const Expr& st : stores) {
-    std::optional<std::vector<int64_t>> c = coefficients(st, vars);
+    std::optional<std::vector<int64_t>> c = affine_coefficients(st, vars);
     if (!c) return std::nullopt;
     if ((*c)[a] == 1) continue;
     std::optional<size_t> along;
@@ -111,7 +81,7 @@ std::optional<size_t> transposed_read_loop(const std::vector<std::string>& vars,
   if (store_loop) return store_loop;
   std::vector<int> votes(vars.size(), 0);
   for (const Expr& ld : loads) {
-    std::optional<std::vector<int64_t>> c = coefficients(ld, vars);
+    std::optional<std::vector<int64_t>> c = affine_coefficients(ld, vars);
     if (!c) return std::nullopt;
     if ((*c)[a] == 1 || (*c)[a] == 0) continue;  // contiguous along the innermost, or broadcast
     for (size_t b = 0; b < a; ++b) {

@@ -321,5 +321,19 @@ TEST(SimplifyStmt, DecidesGuardsAgainstSymbolicLoopExtents) {
             "}\n");
 }
 
+// The strides of an access: the coefficients of an affine index (digits recombined included);
+// nullopt for one that is not affine, or reads a load or another variable.
+TEST(AffineCoefficients, OfAnIndex) {
+  auto coef = [](const std::string& text) {
+    return affine_coefficients(parse_expr(text, scope()), {"i", "j"});
+  };
+  EXPECT_EQ(coef("(((i * 96) + j) + 7)"), (std::vector<int64_t>{96, 1}));
+  EXPECT_EQ(coef("((((i // 4) * 8) + ((i % 4) * 2)) + (j * 3))"), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(coef("(i - j)"), (std::vector<int64_t>{1, -1}));
+  EXPECT_FALSE(coef("((i % 2) + j)").has_value());
+  EXPECT_FALSE(coef("(i + k)").has_value());
+  EXPECT_FALSE(coef("(i * n)").has_value());
+}
+
 }  // namespace
 }  // namespace ember::loop
