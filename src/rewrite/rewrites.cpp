@@ -19,6 +19,7 @@
 #include "rewrite/pool_offsets.h"
 #include "rewrite/sdp_choice.h"
 #include "rewrite/split_reduction.h"
+#include "rewrite/vector_norm.h"
 #include "support/error.h"
 #include "tracer/convert.h"
 #include "tracer/trace_session.h"
@@ -345,6 +346,14 @@ tracer::RewriteTable rewrite_table() {
        "oneDNN",
        "the convolution on channels-last operands (oneDNN's NHWC kernels)",
        channels_last_cpu},
+      {"vector_norm_as_reduction",
+       {},
+       "aten::linalg_vector_norm",
+       Where::Any,
+       Widening::None,
+       "a floating input, an order > 0 or -inf",
+       "the sum, amax or amin it is (Note [Vector norms as reductions])",
+       one_result<vector_norm_as_reduction>},
       {"nll_loss_as_gather",
        {OpKind::nll_loss_forward},
        "",

@@ -96,6 +96,8 @@ CASES = {
     # slower channels-last, so the CUDA row leaves them).
     "channels_last_convolution_cpu": forward(lambda x, w: F.conv2d(x, w, padding=1, groups=2),
                                              [torch.randn(2, 4, 8, 8), torch.randn(6, 2, 3, 3)]),
+    "vector_norm_as_reduction": forward(lambda x: F.normalize(x, dim=-1) + x.norm(p=float("inf")),
+                                        [torch.randn(4, 16, dtype=torch.bfloat16)]),
     "nll_loss_as_gather": forward(gather_loss, [torch.randn(4, 32000),
                                                 torch.randint(0, 32000, (4,))], "cuda:0"),
 }
@@ -167,6 +169,7 @@ DEVICES = {
     "log_softmax_as_logsumexp": ("cuda", "trace.splits_everywhere"),
     "channels_last_convolution": ("cuda", None),
     "channels_last_convolution_cpu": ("cpu", None),
+    "vector_norm_as_reduction": ("any", None),
     "nll_loss_as_gather": ("cuda", "trace.splits_everywhere"),
 }
 
