@@ -6,13 +6,16 @@
 #include <limits>
 #include <vector>
 
+#include "tracer/convert.h"
+
 namespace ember::rewrite {
 
 std::optional<at::Tensor> vector_norm_as_reduction(const c10::OperatorHandle& op,
                                                    c10::ArrayRef<c10::IValue> args) {
   const c10::FunctionSchema& schema = op.schema();
-  if (schema.name() != "aten::linalg_vector_norm" || !schema.overload_name().empty() ||
-      args.size() != 5 || !args[0].isTensor() || !args[1].isScalar() || !args[3].isBool()) {
+  if (tracer::op_kind(schema) != graph::OpKind::linalg_vector_norm ||
+      !schema.overload_name().empty() || args.size() != 5 || !args[0].isTensor() ||
+      !args[1].isScalar() || !args[3].isBool()) {
     return std::nullopt;
   }
   const at::Tensor& x = args[0].toTensor();
