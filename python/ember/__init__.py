@@ -37,7 +37,16 @@ from .compile_report import report
 from .errors import CompileError, DataDependentError, InternalError, Unsupported
 from .tracing import Graph, trace
 
-import importlib.util as _importlib_util
+
+
+def finish_compiles(timeout_s: float | None = None) -> bool:
+    """Waits until the compiles ember left running in the background are done: the candidate
+    launch configurations of large Triton kernels (config option triton_background_tuning), which
+    each kernel times at its next launch. None: no time limit. True when none is left."""
+    return _C.finish_background_compiles(-1.0 if timeout_s is None else float(timeout_s))
+
+
+import importlib.util as _importlib_util  # noqa: E402
 
 if _importlib_util.find_spec("triton") is not None:
     from . import _triton  # noqa: F401  (Triton's compiler for generated GPU kernels)
@@ -46,6 +55,7 @@ __all__ = [
     "backend",
     "compile",
     "explain",
+    "finish_compiles",
     "load",
     "save",
     "report",

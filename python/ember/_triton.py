@@ -20,6 +20,7 @@ import select
 import struct
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import Any
@@ -227,6 +228,7 @@ class _Pool:
         self.free: list[_Worker] = []
         self.workers: set[_Worker] = set()
         self.broken = False
+        self.waiting = 0  # first-call compiles waiting for a worker
 
     def grow(self, n: int) -> None:
         with self.cond:
@@ -240,12 +242,20 @@ class _Pool:
                 self.workers.add(w)
                 self.free.append(w)
 
-    def acquire(self) -> _Worker | None:
-        """A free worker (waiting for one while any is busy), or None when none is left."""
+    def acquire(self, background: bool = False) -> _Worker | None:
+        """A free worker (waiting for one while any is busy), or None when none is left. A
+        background compile also waits while a first call's compile waits for one."""
         with self.cond:
-            while not self.free and self.workers:
-                self.cond.wait()
-            return self.free.pop() if self.free else None
+            if not background:
+                self.waiting += 1
+            try:
+                while self.workers and (not self.free or (background and self.waiting)):
+                    self.cond.wait()
+                return self.free.pop() if self.free else None
+            finally:
+                if not background:
+                    self.waiting -= 1
+                    self.cond.notify_all()
 
     def release(self, w: _Worker, alive: bool) -> None:
         with self.cond:
@@ -319,9 +329,10 @@ def _pool_for(misses: int) -> _Pool | None:
         return _POOL if _POOL.workers else None
 
 
-def _compile(jobs: list[tuple]) -> list[tuple]:
+def _compile(jobs: list[tuple], background: bool = False) -> list[tuple]:
     """The compile hook: one (source, name, signature, block_param, block, device, num_warps)
-    per kernel, compiled in parallel and returned in order (see compile_batch)."""
+    per kernel, compiled in parallel and returned in order (see compile_batch). `background`:
+    from the background thread of tuning candidates (src/runtime/triton_background.h)."""
     import torch
 
     arch = {}
@@ -330,10 +341,14 @@ def _compile(jobs: list[tuple]) -> list[tuple]:
         if device not in arch:
             major, minor = torch.cuda.get_device_capability(device)
             arch[device] = major * 10 + minor
-    return compile_batch([(*job[:5], arch[job[5]], job[6]) for job in jobs])
+    return compile_batch([(*job[:5], arch[job[5]], job[6]) for job in jobs], background)
 
 
-def compile_batch(requests: list[tuple]) -> list[tuple | str]:
+# Set at exit: background compiles not started yet are given up (_stop_background).
+_BACKGROUND_CANCELLED = threading.Event()
+
+
+def compile_batch(requests: list[tuple], background: bool = False) -> list[tuple | str]:
     """One (source, name, signature, block_param, block, arch, num_warps) per kernel: each
     kernel's compile (compile_source's tuple) or, when it raised, its message. The disk cache is
     read first; the rest are compiled by compile_workers() threads, each through a worker process
@@ -356,10 +371,13 @@ def compile_batch(requests: list[tuple]) -> list[tuple | str]:
 
     def one(i: int) -> None:
         request = requests[i]
+        if background and _BACKGROUND_CANCELLED.is_set():
+            results[i] = "not compiled: the process is exiting"
+            return
         t0 = time.perf_counter()
         try:
             reply = None
-            w = pool.acquire() if pool is not None else None
+            w = pool.acquire(background) if pool is not None else None
             if w is not None:
                 try:
                     reply = w.call(request)
@@ -494,4 +512,12 @@ def _interpret(source: str, name: str, programs: int, block_param: str, block: i
     fn[(programs,)](*args, **{block_param: block})
 
 
+def _stop_background() -> None:
+    """At exit, before the compile pool stops (atexit runs it first, registered after): gives up
+    the background compiles not started and joins their thread while Python still runs."""
+    _BACKGROUND_CANCELLED.set()
+    _C.stop_background_compiles()
+
+
 _C.set_triton_hooks(_compile, _interpret)
+atexit.register(_stop_background)

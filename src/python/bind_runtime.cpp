@@ -20,6 +20,7 @@
 #include "runtime/host_compiler.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/pipeline.h"
+#include "runtime/triton_background.h"
 #include "runtime/triton_runtime.h"
 #include "sched/fusion.h"
 #include "support/error.h"
@@ -158,14 +159,14 @@ void bind_runtime(nb::module_& m) {
       "set_triton_hooks",
       [](nb::callable compile, nb::callable interpret) {
         runtime::TritonHooks h;
-        h.compile = [compile](const std::vector<runtime::TritonCompileJob>& jobs) {
+        h.compile = [compile](const std::vector<runtime::TritonCompileJob>& jobs, bool background) {
           nb::gil_scoped_acquire gil;
           nb::list args;
           for (const runtime::TritonCompileJob& j : jobs) {
             args.append(nb::make_tuple(j.source, j.name, j.signature, j.block_param, j.block,
                                        j.device, j.num_warps));
           }
-          nb::list results = nb::cast<nb::list>(compile(args));
+          nb::list results = nb::cast<nb::list>(compile(args, background));
           std::vector<runtime::TritonBinary> out;
           for (nb::handle item : results) {
             runtime::TritonBinary b;
@@ -201,8 +202,8 @@ void bind_runtime(nb::module_& m) {
       },
       nb::arg("compile"), nb::arg("interpret"),
       "Installs Triton's compiler and interpreter for generated kernels (ember._triton): "
-      "compile([(source, name, signature, block_param, block, device, num_warps), ...]) -> a "
-      "list of "
+      "compile([(source, name, signature, block_param, block, device, num_warps), ...], "
+      "background) -> a list of "
       "(cubin, symbol, num_warps, shared, global_scratch_size, global_scratch_align, "
       "profile_scratch_size), one per kernel, or a str (why Triton's compiler refused it); "
       "interpret(source, name, programs, block_param, block, arguments): the tensors, then the "
@@ -234,6 +235,23 @@ void bind_runtime(nb::module_& m) {
       "torch.cuda.CUDAGraph and its cudaGraphExec_t as an int.");
   m.def("cuda_graph_replays", &runtime::cuda_graph_replays_total,
         "CUDA graph replays of mode='reduce-overhead' in this process.");
+  m.def(
+      "finish_background_compiles",
+      [](double timeout_s) { return runtime::finish_background_compiles(timeout_s); },
+      nb::arg("timeout_s") = -1.0, nb::call_guard<nb::gil_scoped_release>(),
+      "Waits until the Triton candidates compiling in the background are compiled, or timeout_s "
+      "seconds pass (< 0: no limit); True when none is left.");
+  m.def("stop_background_compiles", &runtime::stop_background_compiles,
+        nb::call_guard<nb::gil_scoped_release>(),
+        "Drops the queued background compiles, waits for the running one, ends the thread (at "
+        "exit).");
+  m.def(
+      "background_compile_stats",
+      [] {
+        runtime::BackgroundCompileStats s = runtime::background_compile_stats();
+        return nb::make_tuple(s.queued, s.done, s.pending);
+      },
+      "(queued, done, pending): Triton candidate compiles sent to the background thread.");
   m.def("num_loaded_triton_modules", &runtime::num_loaded_triton_modules,
         "Triton modules this process holds loaded (identical kernels count once).");
   m.def(

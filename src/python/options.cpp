@@ -68,6 +68,7 @@ const std::map<std::string, Setter>& setters() {
       EMBER_FIELD(triton, enabled),
       EMBER_FIELD(triton, interpret),
       EMBER_FIELD(triton, autotune),
+      EMBER_FIELD(triton, background_tuning),
       EMBER_FIELD(triton, persistent),
       EMBER_FIELD(runtime, fold_constants),
       EMBER_FIELD(runtime, cuda_graphs),

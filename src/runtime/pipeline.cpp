@@ -448,6 +448,18 @@ void bind_inputs(Program& p) {
   }
 }
 
+namespace {
+
+// A CUDA graph captured at the second call would keep the defaults of kernels whose candidates
+// are still compiling (Note [Candidates compiled in the background]).
+TritonTuning triton_tuning(const CompileOptions& o) {
+  if (!o.triton.autotune) return TritonTuning::Off;
+  return o.triton.background_tuning && !o.runtime.cuda_graphs ? TritonTuning::Background
+                                                              : TritonTuning::FirstLaunch;
+}
+
+}  // namespace
+
 bool fuses_attention(const CompileOptions& o, const Target& t) {
   const int fa = o.runtime.fuse_attention;
   const bool kernels = o.sched.codegen && (t.cpu || t.triton);
@@ -629,7 +641,7 @@ void generate_kernels(Program& p, const Target& target, sched::Plan& plan,
           }
           std::vector<std::string> errors;
           std::vector<std::unique_ptr<TritonLaunchable>> ls = TritonLaunchable::cuda_all(
-              ks, types, target.cuda_device, &errors, o.triton.autotune, hints);
+              ks, types, target.cuda_device, &errors, triton_tuning(o), hints);
           for (size_t j = 0; j < live.size(); ++j) {
             if (ls[j] != nullptr) {
               triton_of_group[live[j]] = std::move(ls[j]);

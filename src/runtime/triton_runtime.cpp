@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "runtime/cuda_driver.h"
+#include "runtime/triton_background.h"
 #include "runtime/triton_tuning.h"
 #include "support/error.h"
 #include "support/hash.h"
@@ -152,25 +153,57 @@ int64_t num_loaded_triton_modules() {
 // typical. Triton specializes no integer argument here (the signature is given, with no
 // divisibility or equal-to-1 attributes), so one binary serves every value.
 
+// Note [Candidates compiled in the background]
+// Compiling every candidate configuration of the large kernels (up to six each) and timing them
+// at the first launch made up half of a first call on the GPU (swin_s3_base_224: 7.6 s of
+// Triton compiles, 3.4 s of timing, in 15.5 s). With TritonTuning::Background a kernel's default
+// configuration compiles with the graph, and its other candidates are one request to the
+// background thread (triton_background.h) once the defaults have compiled (a kernel whose default
+// the compiler refused needs none). The program runs with the defaults meanwhile. At a launch
+// after the request is done, the kernel loads its candidates (not while its stream captures a
+// CUDA graph: module loads are not allowed then) and times them as a kernel tuned at its first
+// launch does; a winner is remembered on disk the same way, so a later process compiles only the
+// winner. A CUDA graph captured before that keeps the defaults: mode="reduce-overhead" tunes at
+// the first launch instead (pipeline.cpp). ember.finish_compiles() waits for the thread.
+// (CompileOptions::Triton::background_tuning, off by default until it is measured on the GPU.)
+
 std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
     const std::vector<codegen::TritonKernel>& ks,
     const std::vector<std::vector<at::ScalarType>>& buffer_types, int device,
-    std::vector<std::string>* errors, bool autotune_wanted,
+    std::vector<std::string>* errors, TritonTuning tuning,
     const std::vector<loop::Bindings>& hints) {
   EMBER_UNSUPPORTED(hooks().compile != nullptr)
       << "no Triton compiler (ember._triton was not imported, or triton is missing)";
   EMBER_UNSUPPORTED(driver().error.empty()) << driver().error;
   EMBER_INTERNAL_ASSERT(ks.size() == buffer_types.size()) << "one type list per kernel";
   EMBER_INTERNAL_ASSERT(hints.empty() || hints.size() == ks.size()) << "one hint per kernel";
-  const bool autotune = autotune_wanted && triton_autotune_usable();
+  const bool autotune = tuning != TritonTuning::Off && triton_autotune_usable();
+  const bool background = autotune && tuning == TritonTuning::Background;
   const std::string device_name = autotune ? cuda_device_name(device) : "";
   std::vector<std::unique_ptr<TritonLaunchable>> out;
-  std::vector<std::vector<std::string>> keys;  // per kernel, per candidate
+  std::vector<std::vector<std::string>> keys;  // per kernel, per candidate compiled now
   std::vector<TritonCompileJob> jobs;          // one per distinct binary not loaded yet
   std::map<std::string, size_t> job_of;
   std::map<std::string, std::shared_ptr<const LoadedTritonKernel>> held;
   std::map<std::string, std::string> failed;  // key -> the compiler's message
+  struct Later {                              // a candidate for the background
+    size_t kernel;
+    Candidate candidate;
+    std::string key;
+    TritonCompileJob job;
+  };
+  std::vector<Later> later;
   LoadedCache& cache = loaded_cache();
+  // A module this process still holds, into `held`; false when none is live.
+  auto hold_live = [&](const std::string& key) {
+    std::lock_guard<std::mutex> lock(cache.mu);
+    auto it = cache.entries.find(key);
+    std::shared_ptr<const LoadedTritonKernel> live =
+        it == cache.entries.end() ? nullptr : it->second.lock();
+    if (!live) return false;
+    held[key] = std::move(live);
+    return true;
+  };
   for (size_t i = 0; i < ks.size(); ++i) {
     std::unique_ptr<TritonLaunchable> l(new TritonLaunchable());
     const loop::Bindings hint = hints.empty() ? loop::Bindings{} : hints[i];
@@ -204,11 +237,11 @@ std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
       }
     }
     std::vector<std::string> kernel_keys;
-    for (const codegen::TritonConfig& c : configs) {
+    for (size_t ci = 0; ci < configs.size(); ++ci) {
+      const codegen::TritonConfig& c = configs[ci];
       Candidate cand;
       cand.config = c;
       cand.programs = codegen::triton_programs(ks[i], hint, c.block, c.rows);
-      l->candidates_.push_back(std::move(cand));
       TritonCompileJob job;
       job.source = ks[i].source;
       job.name = ks[i].name;
@@ -222,17 +255,15 @@ std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
       job.num_warps = c.num_warps;
       job.device = device;
       std::string key = load_key(job);
-      if (!held.count(key) && !job_of.count(key)) {
-        std::lock_guard<std::mutex> lock(cache.mu);
-        auto it = cache.entries.find(key);
-        std::shared_ptr<const LoadedTritonKernel> live =
-            it == cache.entries.end() ? nullptr : it->second.lock();
-        if (live) {
-          held[key] = std::move(live);
-        } else {
-          job_of[key] = jobs.size();
-          jobs.push_back(std::move(job));
-        }
+      const bool known = held.count(key) || job_of.count(key) || hold_live(key);
+      if (background && ci > 0 && !known) {
+        later.push_back({i, std::move(cand), std::move(key), std::move(job)});
+        continue;
+      }
+      l->candidates_.push_back(std::move(cand));
+      if (!known) {
+        job_of[key] = jobs.size();
+        jobs.push_back(std::move(job));
       }
       kernel_keys.push_back(std::move(key));
     }
@@ -240,7 +271,7 @@ std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
     out.push_back(std::move(l));
   }
   if (!jobs.empty()) {
-    std::vector<TritonBinary> binaries = hooks().compile(jobs);
+    std::vector<TritonBinary> binaries = hooks().compile(jobs, /*background=*/false);
     EMBER_INTERNAL_ASSERT(binaries.size() == jobs.size())
         << "the compile hook returned " << binaries.size() << " binaries for " << jobs.size()
         << " kernels";
@@ -270,7 +301,29 @@ std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
       kept.push_back(std::move(l.candidates_[c]));
     }
     l.candidates_ = std::move(kept);
-    l.tuned_ = l.candidates_.size() == 1;
+  }
+  // The candidates left for the background: one request, identical binaries once.
+  std::vector<TritonCompileJob> background_jobs;
+  std::map<std::string, size_t> background_job_of;
+  for (Later& c : later) {
+    if (out[c.kernel] == nullptr) continue;  // its default was refused
+    TritonLaunchable& l = *out[c.kernel];
+    if (failed.count(c.key)) continue;
+    if (auto h = held.find(c.key); h != held.end()) {  // compiled now for another kernel
+      c.candidate.loaded = h->second;
+      l.candidates_.push_back(std::move(c.candidate));
+      continue;
+    }
+    auto [it, added] = background_job_of.emplace(c.key, background_jobs.size());
+    if (added) background_jobs.push_back(std::move(c.job));
+    l.deferred_.push_back({std::move(c.candidate), it->second, std::move(c.key)});
+  }
+  std::shared_ptr<const BackgroundCompile> request;
+  if (!background_jobs.empty()) request = compile_in_background(std::move(background_jobs));
+  for (auto& l : out) {
+    if (l == nullptr) continue;
+    if (!l->deferred_.empty()) l->background_ = request;
+    l->tuned_ = l->candidates_.size() == 1 && l->deferred_.empty();
   }
   return out;
 }
@@ -324,6 +377,28 @@ void TritonLaunchable::launch(const std::vector<at::Tensor>& buffers,
   launch_with(candidates_.front(), buffers, sizes);
 }
 
+bool TritonLaunchable::adopt_background(void* stream) const {
+  if (background_ == nullptr) return true;
+  if (!background_->done.load(std::memory_order_acquire) || stream_capturing(stream)) return false;
+  LoadedCache& cache = loaded_cache();
+  std::lock_guard<std::mutex> lock(cache.mu);
+  for (Deferred& d : deferred_) {
+    const TritonBinary& b = background_->binaries.at(d.job);
+    std::shared_ptr<const LoadedTritonKernel> live;
+    if (auto it = cache.entries.find(d.key); it != cache.entries.end()) live = it->second.lock();
+    if (!live) {
+      if (!b.error.empty()) continue;  // refused (or dropped at exit): not a candidate
+      live = load(b, device_);
+      cache.entries[d.key] = live;
+    }
+    d.candidate.loaded = std::move(live);
+    candidates_.push_back(std::move(d.candidate));
+  }
+  deferred_.clear();
+  background_.reset();
+  return true;
+}
+
 bool TritonLaunchable::tune(const std::vector<at::Tensor>& buffers) const {
   // Every candidate writes the kernel's outputs; a buffer sharing storage with another (an
   // output written over an input) would make the second launch read what the first wrote.
@@ -339,6 +414,11 @@ bool TritonLaunchable::tune(const std::vector<at::Tensor>& buffers) const {
   const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
   void* stream = impl->getStream(c10::Device(c10::DeviceType::CUDA, device_)).native_handle();
   ensure_context(device_);
+  if (!adopt_background(stream)) return false;
+  if (candidates_.size() == 1) {  // every other candidate was refused
+    tuned_.store(true, std::memory_order_release);
+    return true;
+  }
   std::vector<double> ms;
   for (const Candidate& c : candidates_) {
     std::optional<double> t = time_launches(stream, [&] { launch_with(c, buffers, {}); });
@@ -394,7 +474,7 @@ std::vector<std::shared_ptr<const LoadedTritonKernel>> load_triton_jobs(
     }
   }
   if (todo.empty()) return out;
-  std::vector<TritonBinary> binaries = hooks().compile(todo);
+  std::vector<TritonBinary> binaries = hooks().compile(todo, /*background=*/false);
   EMBER_INTERNAL_ASSERT(binaries.size() == todo.size())
       << "the compile hook returned " << binaries.size() << " binaries for " << todo.size()
       << " kernels";

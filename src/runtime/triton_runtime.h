@@ -27,6 +27,17 @@
 
 namespace ember::runtime {
 
+struct BackgroundCompile;
+
+/// When a large kernel's candidate launch configurations are compiled and timed
+/// (CompileOptions::Triton::autotune and ::background_tuning).
+enum class TritonTuning {
+  Off,          ///< the default configuration only
+  FirstLaunch,  ///< all compiled with the kernel; timed at its first launch
+  Background,   ///< the default compiled with the kernel, the others in the background
+                ///< (triton_background.h); timed at its first launch after they are done
+};
+
 /// What Triton's compiler produced for one kernel.
 struct TritonBinary {
   std::string cubin;
@@ -57,8 +68,11 @@ struct TritonCompileJob {
 
 /// The hooks the Python package installs (ember._C.set_triton_hooks).
 struct TritonHooks {
-  /// Jobs -> one binary per job, in order (the hook may compile them in parallel).
-  std::function<std::vector<TritonBinary>(const std::vector<TritonCompileJob>&)> compile;
+  /// Jobs -> one binary per job, in order (the hook may compile them in parallel). `background`:
+  /// called from the background thread (triton_background.h), whose compiles yield the compile
+  /// pool's workers to a first call's.
+  std::function<std::vector<TritonBinary>(const std::vector<TritonCompileJob>&, bool background)>
+      compile;
   /// (module source, function name, programs, block parameter, block size, tensor arguments,
   /// integer arguments after them): runs the kernel in Triton's interpreter.
   std::function<void(const std::string&, const std::string&, int64_t, const std::string&, int,
@@ -87,14 +101,14 @@ class TritonLaunchable {
   /// call of the compile hook, and loads them. Kernels with the same source and signature are
   /// compiled and loaded once, and a kernel this process has already loaded (and still holds) is
   /// not compiled again. A kernel Triton's compiler refuses is a nullptr, with the compiler's
-  /// message in (*errors)[i]. `autotune` (CompileOptions::Triton::autotune): large kernels time
-  /// their candidate launch configurations at their first launch. `hints[i]` (empty, or one per
+  /// message in (*errors)[i]. `tuning`: whether and when large kernels compile and time their
+  /// candidate launch configurations. `hints[i]` (empty, or one per
   /// kernel) binds ks[i]'s size variables to the values its launch configuration is chosen for;
   /// a kernel with size variables launches with that one configuration.
   static std::vector<std::unique_ptr<TritonLaunchable>> cuda_all(
       const std::vector<codegen::TritonKernel>& ks,
       const std::vector<std::vector<at::ScalarType>>& buffer_types, int device,
-      std::vector<std::string>* errors, bool autotune = true,
+      std::vector<std::string>* errors, TritonTuning tuning = TritonTuning::FirstLaunch,
       const std::vector<loop::Bindings>& hints = {});
   /// Runs `k` in Triton's interpreter (through the interpret hook) on CPU tensors; `hint` as in
   /// cuda_all.
@@ -105,7 +119,8 @@ class TritonLaunchable {
   /// Launches on the kernel's buffers, in order (inputs, then outputs). The first launch of a
   /// kernel with several configurations (codegen/triton_configs.h) times each on these buffers
   /// first and keeps the fastest (triton_tuning.h); buffers that share storage, or a stream
-  /// capturing a CUDA graph, put the timing off to a later launch and use the default.
+  /// capturing a CUDA graph, put the timing off to a later launch and use the default, as do
+  /// candidates still compiling in the background.
   /// `sizes`: the values of the kernel's size variables (TritonKernel's kernel order), for a
   /// kernel over shape symbols.
   void launch(const std::vector<at::Tensor>& buffers, const std::vector<int64_t>& sizes = {}) const;
@@ -125,6 +140,9 @@ class TritonLaunchable {
   int64_t programs(const Candidate& c, const std::vector<int64_t>& sizes) const;
   /// Times the candidates on `buffers` and keeps the fastest; false when it could not time.
   bool tune(const std::vector<at::Tensor>& buffers) const;
+  /// Takes the candidates compiled in the background (loading them) once they are done; false
+  /// while they are not, or while `stream` captures a CUDA graph (no module loads then).
+  bool adopt_background(void* stream) const;
 
   codegen::TritonKernel kernel_;
   codegen::TritonLaunch launch_;  ///< the default configuration's (the interpreter's)
@@ -134,6 +152,15 @@ class TritonLaunchable {
   mutable std::mutex tune_mu_;
   /// The configurations compiled, the default first; one, the chosen one, once tuned.
   mutable std::vector<Candidate> candidates_;
+  /// Candidates compiling in the background: the request, and per candidate its job there and
+  /// its key in the loaded-module cache. Empty once taken.
+  mutable std::shared_ptr<const BackgroundCompile> background_;
+  struct Deferred {
+    Candidate candidate;
+    size_t job = 0;
+    std::string key;
+  };
+  mutable std::vector<Deferred> deferred_;
   mutable std::atomic<bool> tuned_{false};
 };
 

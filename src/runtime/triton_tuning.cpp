@@ -67,10 +67,16 @@ void remember_tuned_config(const std::string& key, const codegen::TritonConfig& 
   if (ec) fs::remove(tmp, ec);
 }
 
-std::optional<double> time_launches(void* stream, const std::function<void()>& launch) {
+bool stream_capturing(void* stream) {
   const Driver& d = driver();
   int capturing = 0;
-  if (d.cuStreamIsCapturing(stream, &capturing) != 0 || capturing != 0) return std::nullopt;
+  return d.cuStreamIsCapturing == nullptr ||
+         d.cuStreamIsCapturing(static_cast<CUstream>(stream), &capturing) != 0 || capturing != 0;
+}
+
+std::optional<double> time_launches(void* stream, const std::function<void()>& launch) {
+  const Driver& d = driver();
+  if (stream_capturing(stream)) return std::nullopt;
   CUevent start = nullptr, stop = nullptr;
   if (d.cuEventCreate(&start, 0) != 0) return std::nullopt;
   if (d.cuEventCreate(&stop, 0) != 0) {

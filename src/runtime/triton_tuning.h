@@ -25,6 +25,9 @@ std::optional<codegen::TritonConfig> tuned_config(const std::string& key);
 /// cache only costs the timing again).
 void remember_tuned_config(const std::string& key, const codegen::TritonConfig& c);
 
+/// Whether `stream` (a CUstream) is capturing a CUDA graph (true when the driver cannot say).
+bool stream_capturing(void* stream);
+
 /// Milliseconds per call of `launch` on `stream` (a CUstream), the median of a few timed rounds
 /// after a warm-up, measured with CUDA events; nullopt when the stream is capturing a CUDA graph
 /// or the driver cannot time.

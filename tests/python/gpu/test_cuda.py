@@ -2,6 +2,7 @@
 Skipped where no GPU is present (CI); run on the GPU machine."""
 
 import copy
+import os
 
 import pytest
 import torch
@@ -335,13 +336,17 @@ def test_split_group_norm_cuda(dtype):
 
 
 def test_autotuning_times_large_kernels_and_remembers_the_winner(tmp_path, monkeypatch):
-    # A kernel over 4M elements has several launch configurations (codegen/triton_configs.h):
-    # its first launch times them and keeps the fastest, remembered under EMBER_CACHE_DIR, so a
-    # second compile of the same kernel times nothing (runtime/triton_tuning.h).
+    # A kernel over 4M elements has several launch configurations (codegen/triton_configs.h).
+    # The first call compiles and launches its default only; the others compile in the background
+    # (Note [Candidates compiled in the background], triton_runtime.cpp), and the first launch
+    # after they are done times them and keeps the fastest, remembered under EMBER_CACHE_DIR, so
+    # a second compile of the same kernel compiles the winner only and times nothing
+    # (runtime/triton_tuning.h).
     import ember
     from ember import _C
 
     monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("EMBER_TRITON_BACKGROUND_TUNING", "1")
 
     def f1(x, b):
         return F.gelu(x + b) * 2.5 - 0.375
@@ -351,12 +356,67 @@ def test_autotuning_times_large_kernels_and_remembers_the_winner(tmp_path, monke
 
     x, b = torch.randn(4096, 1024, device="cuda"), torch.randn(1024, device="cuda")
     timed0, remembered0 = _C.triton_tuning_stats()
-    torch.testing.assert_close(ember.compile(f1)(x, b), f1(x, b))
+    queued0 = _C.background_compile_stats()[0]
+    g1 = ember.compile(f1)
+    torch.testing.assert_close(g1(x, b), f1(x, b))
+    assert _C.triton_tuning_stats() == (timed0, remembered0)  # the default so far
+    queued1 = _C.background_compile_stats()[0]
+    assert queued1 >= queued0 + 2
+    assert ember.finish_compiles(timeout_s=300)
+    assert _C.background_compile_stats()[2] == 0
+    torch.testing.assert_close(g1(x, b), f1(x, b))  # times the candidates, runs the winner
     timed1, remembered1 = _C.triton_tuning_stats()
     assert timed1 == timed0 + 1 and remembered1 == remembered0
     assert len(list((tmp_path / "triton" / "tune").glob("*.txt"))) == 1
+    torch.testing.assert_close(g1(x, b), f1(x, b))
     torch.testing.assert_close(ember.compile(f2)(x, b), f2(x, b))
     assert _C.triton_tuning_stats() == (timed1, remembered1 + 1)
+    assert _C.background_compile_stats()[0] == queued1  # nothing left to compile later
+
+
+@pytest.mark.parametrize("how", ["option", "reduce-overhead"])
+def test_autotuning_at_the_first_launch(tmp_path, monkeypatch, how):
+    # Without background tuning, and under mode="reduce-overhead" (a CUDA graph captured at the
+    # second call would keep the defaults), a large kernel compiles every candidate with the
+    # graph and times them at its first launch; nothing goes to the background.
+    import ember
+    from ember import _C
+
+    monkeypatch.setenv("EMBER_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("EMBER_TRITON_BACKGROUND_TUNING", "0" if how == "option" else "1")
+
+    def f(x, b):
+        return torch.sigmoid(x - b) * 1.25 + 0.5
+
+    x, b = torch.randn(4096, 1024, device="cuda"), torch.randn(1024, device="cuda")
+    timed0, _ = _C.triton_tuning_stats()
+    queued0 = _C.background_compile_stats()[0]
+    g = ember.compile(f, mode="reduce-overhead") if how == "reduce-overhead" else ember.compile(f)
+    for _ in range(3):
+        torch.testing.assert_close(g(x, b), f(x, b))
+    assert _C.triton_tuning_stats()[0] == timed0 + 1
+    assert _C.background_compile_stats()[0] == queued0
+
+
+def test_background_compiles_end_with_the_process(tmp_path):
+    # A process that exits while candidates compile in the background exits cleanly: the thread
+    # is stopped at exit, before the compile pool and the interpreter go.
+    import subprocess
+    import sys
+
+    code = (
+        "import torch, ember\n"
+        "from ember import _C\n"
+        "f = ember.compile(lambda x: torch.tanh(x) * 3 + 1)\n"
+        "x = torch.randn(4096, 2048, device='cuda')\n"
+        "torch.testing.assert_close(f(x), torch.tanh(x) * 3 + 1)\n"
+        "print('queued', _C.background_compile_stats()[0])\n"
+    )
+    env = dict(os.environ, EMBER_CACHE_DIR=str(tmp_path), EMBER_TRITON_BACKGROUND_TUNING="1")
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "queued" in r.stdout and "queued 0" not in r.stdout, r.stdout
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])

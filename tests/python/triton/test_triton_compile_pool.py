@@ -125,6 +125,15 @@ out["hang_stats"] = dict(_triton.POOL_STATS)
 out["zombies"] = zombies()
 out["alive"] = len(children()), len(_triton._POOL.workers)
 out["pids"] = children()
+
+# The background's compiles (src/runtime/triton_background.h): the same cubins; once exit has
+# begun, none starts (each gets a message), and a first call's compile still does.
+fresh("background")
+out["background_same"] = _triton._compile(jobs[:4], True) == local[:4]
+_triton._BACKGROUND_CANCELLED.set()
+fresh("cancelled")
+out["cancelled"] = _triton._compile(jobs[:2], True)
+out["foreground_after_cancel"] = [r[1] for r in _triton._compile(jobs[2:4])]
 print(json.dumps(out))
 '''
 
@@ -168,6 +177,9 @@ def test_compile_pool(tmp_path):
     assert out["hang_stats"] == {"started": 5, "compiles": 8, "fallbacks": 3, "timeouts": 1}
     assert out["zombies"] == []
     assert out["alive"] == [1, 1]
+    assert out["background_same"]
+    assert out["cancelled"] == ["not compiled: the process is exiting"] * 2
+    assert out["foreground_after_cancel"] == ["ember_softmax", "ember_column_sum"]
     # The last worker ended with its parent (atexit), reaped.
     for pid in out["pids"]:
         assert not os.path.exists(f"/proc/{pid}"), pid
