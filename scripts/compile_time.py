@@ -95,6 +95,7 @@ def main() -> None:
                 "slowest_so_far": sorted(T.COMPILE_TIMES, key=lambda r: -r[4])[: a.top]}),
                 flush=True))
             timer.start()
+            records_before = len(ember.capture.records())
             t0 = time.perf_counter()
             inst = H.Instance(wl.model, wl, a.mode, a.dtype, a.device, H.resolve_backend("ember-capture"))
             inst.step()
@@ -120,6 +121,14 @@ def main() -> None:
                     times.append((time.perf_counter() - t1) * 1e3)
                 step_ms = round(statistics.median(times), 3)
             triton_s = sum(s for _, s in batches)
+            # ember's own time per compile-pipeline step and in the capture, over every graph
+            # the first call compiled (the Triton batches are inside the "compile" steps).
+            steps: dict[str, float] = {}
+            capture_s = 0.0
+            for rec in ember.capture.records()[records_before:]:
+                capture_s += rec["capture_seconds"]
+                for step, sec in rec.get("step_seconds", []):
+                    steps[step] = steps.get(step, 0.0) + sec
             slow = sorted(T.COMPILE_TIMES, key=lambda r: -r[4])[: a.top]
             row = {"model": spec.name, "first_call_s": round(first, 2), "step_ms": step_ms,
                    "env": a.env,
@@ -131,6 +140,9 @@ def main() -> None:
                    "background_wait_s": round(background_wait, 2),
                    "kernel_seconds": round(sum(r[4] for r in T.COMPILE_TIMES), 2),
                    "other_s": round(first - triton_s, 2),
+                   "capture_s": round(capture_s, 2),
+                   "pipeline_steps_s": {k: round(v, 3) for k, v in
+                                        sorted(steps.items(), key=lambda kv: -kv[1])[:12]},
                    "slowest": [(n, bp, b, w, round(s, 2)) for n, bp, b, w, s in slow]}
             print(json.dumps(row), flush=True)
             if a.sources:

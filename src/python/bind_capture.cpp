@@ -50,6 +50,9 @@ nb::dict record_dict(const capture::CaptureRecord& r) {
   d["inputs"] = r.inputs;
   d["seconds"] = r.seconds;
   d["capture_seconds"] = r.capture_seconds;
+  nb::list steps;
+  for (const auto& [name, seconds] : r.step_seconds) steps.append(nb::make_tuple(name, seconds));
+  d["step_seconds"] = steps;
   d["graph"] = r.graph;
   d["guard_text"] = r.guard_text;
   return d;
@@ -118,6 +121,7 @@ void bind_capture(nb::module_& m) {
           },
           "One dict per frame compile, in order: code, captured, reason, nodes, kernels, "
           "extern_steps, fused_attention, codegen_notes, guards, inputs, seconds, capture_seconds, "
+          "step_seconds ([(pipeline step, seconds), ...]), "
           "graph, guard_text, kernel_sources.")
       .def_prop_ro(
           "log", [](const CaptureCompiler& c) { return c.log(); },

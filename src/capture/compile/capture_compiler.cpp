@@ -73,6 +73,7 @@ void fill_record(CaptureRecord& rec, const GraphRunner& runner, const GuardSet& 
   rec.training = runner.training();
   rec.guard_text = guards.describe(sources);
   rec.kernel_sources = runner.kernel_sources();
+  rec.step_seconds = runner.step_seconds();
 }
 
 }  // namespace

@@ -62,8 +62,10 @@ struct CaptureRecord {
   int inputs = 0;
   double seconds = 0;          ///< the whole compile
   double capture_seconds = 0;  ///< the interpreter's run(s) over the bytecode (the trace)
-  std::string graph;           ///< the graph, printed
-  std::string guard_text;      ///< the guards, one per line
+  /// Seconds per step of the compile pipeline (GraphRunner::step_seconds).
+  std::vector<std::pair<std::string, double>> step_seconds;
+  std::string graph;       ///< the graph, printed
+  std::string guard_text;  ///< the guards, one per line
   /// The generated kernels' source (a training graph's forward ones, then its backward's).
   std::vector<std::string> kernel_sources;
 };

@@ -58,6 +58,9 @@ class ExecutorRunner final : public GraphRunner {
     return notes;
   }
   std::vector<std::string> kernel_sources() const override { return executor_.kernel_sources(); }
+  std::vector<std::pair<std::string, double>> step_seconds() const override {
+    return executor_.step_seconds();
+  }
 
  private:
   runtime::Executor executor_;
@@ -94,6 +97,13 @@ class TrainingRunner final : public GraphRunner {
   std::vector<std::string> kernel_sources() const override {
     std::vector<std::string> out = function_.forward().kernel_sources();
     for (const std::string& s : function_.backward().kernel_sources()) out.push_back(s);
+    return out;
+  }
+  std::vector<std::pair<std::string, double>> step_seconds() const override {
+    std::vector<std::pair<std::string, double>> out = function_.forward().step_seconds();
+    for (const auto& [name, s] : function_.backward().step_seconds()) {
+      out.emplace_back("backward:" + name, s);
+    }
     return out;
   }
   std::string symbolic_fallback() const override {

@@ -15,6 +15,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "graph/graph.h"
@@ -54,6 +55,9 @@ class GraphRunner {
   virtual bool training() const { return false; }
   /// The generated kernels' source (a training graph's forward ones, then its backward's).
   virtual std::vector<std::string> kernel_sources() const { return {}; }
+  /// Seconds per step of ember's compile pipeline (runtime::Program::step_seconds; a training
+  /// graph's backward steps named "backward:<step>"); empty for a foreign backend.
+  virtual std::vector<std::pair<std::string, double>> step_seconds() const { return {}; }
 
   bool has_mutations() const { return !graph().mutations.empty(); }
   /// The positions among run()'s inputs of the inputs the graph mutates.

@@ -308,6 +308,25 @@ def test_metrics_nodes_and_graphs_counted():
     expect_frames(1, 0)
 
 
+def test_records_time_each_pipeline_step():
+    # Each frame compile's record carries the compile pipeline's step times
+    # (runtime::Program::step_seconds; scripts/compile_time.py sums them); a training graph's
+    # backward steps are named "backward:<step>".
+    before = len(ember.capture.records())
+    x = r(4, 8)
+    same(ember.compile(lambda x: (x.sin() * 2).sum(-1)), lambda x: (x.sin() * 2).sum(-1), x)
+    rec = ember.capture.records()[before]
+    names = [name for name, _ in rec["step_seconds"]]
+    assert "schedule" in names and "generate_kernels" in names, names
+    assert all(sec >= 0 for _, sec in rec["step_seconds"])
+    assert sum(sec for _, sec in rec["step_seconds"]) <= rec["seconds"]
+    w = torch.randn(8, 8, requires_grad=True)
+    ember.compile(lambda x: (x @ w).tanh().sum())(x).backward()
+    rec = ember.capture.records()[-1]
+    assert rec["training"]
+    assert any(name.startswith("backward:") for name, _ in rec["step_seconds"])
+
+
 # --- torch.compile's conventions (issue 37) --------------------------------------------------
 
 
