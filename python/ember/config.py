@@ -137,7 +137,7 @@ OPTIONS: tuple[Option, ...] = (
            _is("1"), "CPU graphs run Triton kernels in Triton's interpreter (tests)"),
     Option("triton_autotune", "triton.autotune", bool, True, ("EMBER_TRITON_AUTOTUNE",),
            _flag, "large Triton kernels time their launch configurations at first launch"),
-    Option("triton_background_tuning", "triton.background_tuning", bool, False,
+    Option("triton_background_tuning", "triton.background_tuning", bool, True,
            ("EMBER_TRITON_BACKGROUND_TUNING",), _flag,
            "large Triton kernels compile their candidate configurations other than the default "
            "in the background and time them at a later launch (not with cuda_graphs)"),

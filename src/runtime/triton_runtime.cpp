@@ -165,7 +165,7 @@ int64_t num_loaded_triton_modules() {
 // launch does; a winner is remembered on disk the same way, so a later process compiles only the
 // winner. A CUDA graph captured before that keeps the defaults: mode="reduce-overhead" tunes at
 // the first launch instead (pipeline.cpp). ember.finish_compiles() waits for the thread.
-// (CompileOptions::Triton::background_tuning, off by default until it is measured on the GPU.)
+// (CompileOptions::Triton::background_tuning, EMBER_TRITON_BACKGROUND_TUNING.)
 
 std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
     const std::vector<codegen::TritonKernel>& ks,

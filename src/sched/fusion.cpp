@@ -1,6 +1,7 @@
 #include "sched/fusion.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -639,6 +640,8 @@ Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
 }
 
 Plan Scheduler::run() {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point t0 = Clock::now();
   cls_.clear();
   for (int32_t i = 0; i < static_cast<int32_t>(g_.nodes.size()); ++i) {
     cls_.push_back(classify(g_, i, options_));
@@ -646,20 +649,33 @@ Plan Scheduler::run() {
   }
   find_demands();
   find_order();
+  const Clock::time_point t1 = Clock::now();
+  int builds = 0, instance_retries = 0;
   for (int round = 0;; ++round) {
     std::vector<std::pair<int, Use>> uses;
     Plan plan;
+    ++builds;
     try {
       plan = build(&uses);
     } catch (const TooManyInstances& e) {
       // A view is never stored (kernels read through it): realizing its root is what helps.
       EMBER_INTERNAL_ASSERT(!is_view(e.value)) << "realizing view %" << e.value;
       stored_[e.value] = true;  // at most once per value, so this terminates
+      ++instance_retries;
       --round;
       continue;
     }
     std::vector<ValueId> bad = violators(uses);
-    if (bad.empty() || round == kMaxCostRounds) return plan;
+    if (bad.empty() || round == kMaxCostRounds) {
+      const Clock::time_point t2 = Clock::now();
+      plan.phase_seconds.emplace_back("schedule/analyze",
+                                      std::chrono::duration<double>(t1 - t0).count());
+      plan.phase_seconds.emplace_back("schedule/build x" + std::to_string(builds) + " (" +
+                                          std::to_string(instance_retries) +
+                                          " for instance limits)",
+                                      std::chrono::duration<double>(t2 - t1).count());
+      return plan;
+    }
     for (ValueId v : bad) stored_[v] = true;
   }
 }
@@ -668,7 +684,14 @@ Plan Scheduler::run() {
 
 Plan schedule_graph(const graph::Graph& g, const ScheduleOptions& options) {
   Plan plan = Scheduler(g, options).run();
-  return options.combo_kernels ? combine_kernels(g, std::move(plan)) : plan;
+  if (!options.combo_kernels) return plan;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::pair<std::string, double>> phases = std::move(plan.phase_seconds);
+  plan = combine_kernels(g, std::move(plan));
+  phases.emplace_back("schedule/combo",
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  plan.phase_seconds = std::move(phases);
+  return plan;
 }
 
 PlanUses plan_uses(const graph::Graph& g, const Plan& plan) {

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -62,6 +63,9 @@ struct Plan {
   std::vector<KernelGroup> groups;
   std::vector<PlanStep> steps;
   int num_fused_nodes = 0;  ///< distinct graph nodes inside kernels
+  /// Where schedule_graph's time went, for compile-time reports: ("schedule/<phase>", seconds),
+  /// the build phase's name counting its builds ("schedule/build x3 (2 for instance limits)").
+  std::vector<std::pair<std::string, double>> phase_seconds;
 };
 
 /// Whether kernels may read or write a tensor on `d`: the CPU (C++ kernels) or a CUDA device

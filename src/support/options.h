@@ -81,8 +81,8 @@ struct CompileOptions {
     bool autotune = true;
     /// Their candidates other than the default compile in the background, timed at a launch after
     /// they are done (Note [Candidates compiled in the background]); not with cuda_graphs.
-    /// Off by default until measured on the GPU. (EMBER_TRITON_BACKGROUND_TUNING)
-    bool background_tuning = false;
+    /// (EMBER_TRITON_BACKGROUND_TUNING)
+    bool background_tuning = true;
     /// Row programs hold a whole row in one block where it fits. (EMBER_TRITON_PERSISTENT)
     bool persistent = true;
   };
