@@ -52,6 +52,10 @@ class Executor {
   const std::vector<std::pair<std::string, double>>& step_seconds() const {
     return p_.step_seconds;
   }
+  /// Parts of steps ("schedule/build x3 (...)"): Program::phase_seconds.
+  const std::vector<std::pair<std::string, double>>& phase_seconds() const {
+    return p_.phase_seconds;
+  }
 
   /// Runs the graph. `inputs` are the graph's non-constant inputs, in order. Checks that each has
   /// the dtype and sizes the graph was traced with (UserError otherwise; for a graph over shape

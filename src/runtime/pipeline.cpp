@@ -411,7 +411,7 @@ Program compile_program(tracer::TracedGraph traced, const ExecutorOptions& optio
   sched::ScheduleOptions schedule_options;
   sched::Plan plan;
   step("schedule", [&] { plan = schedule(p, target, &schedule_options); });
-  for (const auto& phase : plan.phase_seconds) p.step_seconds.push_back(phase);
+  p.phase_seconds = plan.phase_seconds;
   step("generate_kernels", [&] { generate_kernels(p, target, plan, schedule_options); });
   Lifetimes life;
   step("plan_lifetimes", [&] { life = plan_lifetimes(p, options.release_inputs); });

@@ -187,6 +187,8 @@ struct Program {
   std::string cuda_graph_note = "off";  ///< why cuda_graph is null
   /// Each pipeline step's name and seconds, in order (compile_graph).
   std::vector<std::pair<std::string, double>> step_seconds;
+  /// Parts of steps, for compile-time reports: the scheduler's phases (sched::Plan::phase_seconds).
+  std::vector<std::pair<std::string, double>> phase_seconds;
   /// A graph over shape symbols (issue 35): where each symbol takes its value at a call (every
   /// call binds them and checks its inputs' sizes). Unset for a static graph.
   std::optional<SymbolSources> symbol_sources;

@@ -29,6 +29,12 @@ std::vector<size_t> GraphRunner::mutated_input_positions() const {
 
 namespace {
 
+std::vector<std::pair<std::string, double>> steps_and_phases(const runtime::Executor& e) {
+  std::vector<std::pair<std::string, double>> out = e.step_seconds();
+  out.insert(out.end(), e.phase_seconds().begin(), e.phase_seconds().end());
+  return out;
+}
+
 class ExecutorRunner final : public GraphRunner {
  public:
   ExecutorRunner(tracer::TracedGraph traced, const runtime::ExecutorOptions& options)
@@ -59,7 +65,7 @@ class ExecutorRunner final : public GraphRunner {
   }
   std::vector<std::string> kernel_sources() const override { return executor_.kernel_sources(); }
   std::vector<std::pair<std::string, double>> step_seconds() const override {
-    return executor_.step_seconds();
+    return steps_and_phases(executor_);
   }
 
  private:
@@ -100,8 +106,8 @@ class TrainingRunner final : public GraphRunner {
     return out;
   }
   std::vector<std::pair<std::string, double>> step_seconds() const override {
-    std::vector<std::pair<std::string, double>> out = function_.forward().step_seconds();
-    for (const auto& [name, s] : function_.backward().step_seconds()) {
+    std::vector<std::pair<std::string, double>> out = steps_and_phases(function_.forward());
+    for (const auto& [name, s] : steps_and_phases(function_.backward())) {
       out.emplace_back("backward:" + name, s);
     }
     return out;

@@ -55,8 +55,9 @@ class GraphRunner {
   virtual bool training() const { return false; }
   /// The generated kernels' source (a training graph's forward ones, then its backward's).
   virtual std::vector<std::string> kernel_sources() const { return {}; }
-  /// Seconds per step of ember's compile pipeline (runtime::Program::step_seconds; a training
-  /// graph's backward steps named "backward:<step>"); empty for a foreign backend.
+  /// Seconds per step of ember's compile pipeline (runtime::Program::step_seconds), then the
+  /// parts of steps ("schedule/<phase>", Program::phase_seconds); a training graph's backward
+  /// ones named "backward:<name>"; empty for a foreign backend.
   virtual std::vector<std::pair<std::string, double>> step_seconds() const { return {}; }
 
   bool has_mutations() const { return !graph().mutations.empty(); }
