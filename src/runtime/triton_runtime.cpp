@@ -93,6 +93,12 @@ namespace {
 struct LoadedCache {
   std::mutex mu;
   std::map<std::string, std::weak_ptr<const LoadedTritonKernel>> entries;
+
+  /// The module loaded under `key` while someone still holds it, else nullptr (hold `mu`).
+  std::shared_ptr<const LoadedTritonKernel> live(const std::string& key) const {
+    auto it = entries.find(key);
+    return it == entries.end() ? nullptr : it->second.lock();
+  }
 };
 LoadedCache& loaded_cache() {
   static auto* c = new LoadedCache();  // never destroyed: modules may outlive static teardown
@@ -197,9 +203,7 @@ std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
   // A module this process still holds, into `held`; false when none is live.
   auto hold_live = [&](const std::string& key) {
     std::lock_guard<std::mutex> lock(cache.mu);
-    auto it = cache.entries.find(key);
-    std::shared_ptr<const LoadedTritonKernel> live =
-        it == cache.entries.end() ? nullptr : it->second.lock();
+    std::shared_ptr<const LoadedTritonKernel> live = cache.live(key);
     if (!live) return false;
     held[key] = std::move(live);
     return true;
@@ -384,8 +388,7 @@ bool TritonLaunchable::adopt_background(void* stream) const {
   std::lock_guard<std::mutex> lock(cache.mu);
   for (Deferred& d : deferred_) {
     const TritonBinary& b = background_->binaries.at(d.job);
-    std::shared_ptr<const LoadedTritonKernel> live;
-    if (auto it = cache.entries.find(d.key); it != cache.entries.end()) live = it->second.lock();
+    std::shared_ptr<const LoadedTritonKernel> live = cache.live(d.key);
     if (!live) {
       if (!b.error.empty()) continue;  // refused (or dropped at exit): not a candidate
       live = load(b, device_);
@@ -400,6 +403,8 @@ bool TritonLaunchable::adopt_background(void* stream) const {
 }
 
 bool TritonLaunchable::tune(const std::vector<at::Tensor>& buffers) const {
+  // Candidates still compiling: the default runs, at the cost of one atomic read per launch.
+  if (background_ != nullptr && !background_->done.load(std::memory_order_acquire)) return false;
   // Every candidate writes the kernel's outputs; a buffer sharing storage with another (an
   // output written over an input) would make the second launch read what the first wrote.
   for (size_t i = 0; i < buffers.size(); ++i) {
@@ -465,8 +470,7 @@ std::vector<std::shared_ptr<const LoadedTritonKernel>> load_triton_jobs(
     std::lock_guard<std::mutex> lock(cache.mu);
     for (size_t i = 0; i < jobs.size(); ++i) {
       keys[i] = load_key(jobs[i]);
-      auto it = cache.entries.find(keys[i]);
-      if (it != cache.entries.end()) out[i] = it->second.lock();
+      out[i] = cache.live(keys[i]);
       if (out[i] == nullptr && !todo_of.count(keys[i])) {
         todo_of[keys[i]] = todo.size();
         todo.push_back(jobs[i]);
