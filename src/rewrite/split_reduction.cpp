@@ -129,35 +129,45 @@ std::vector<int64_t> memory_order(const at::Tensor& x) {
   return order;
 }
 
-// How `x`'s dims fall in memory order: [outer reduced][kept][inner reduced], size-1 dims aside.
-// nullopt when the kept dims are not one run in memory, or nothing is kept or reduced.
+// How `x`'s dims fall in memory order: [batch kept][outer reduced][kept][inner reduced], size-1
+// dims aside. The batch is a kept run before the reduced one (the batch of a global average pool
+// over a channels-last activation, [N][H W][C]); without one, the leading kept run is `kept`
+// ([N C][H W], a row reduction; [H W][C], a column one). nullopt when the dims fall otherwise,
+// or nothing is kept or reduced.
 struct ColumnShape {
   std::vector<int64_t> order;  // memory order (size-1 dims first)
-  int64_t outer = 1, kept = 1, inner = 1;
+  int64_t batch = 1, outer = 1, kept = 1, inner = 1;
 };
 
 std::optional<ColumnShape> column_shape(const at::Tensor& x, const std::vector<bool>& reduced) {
   if (x.dim() == 0 || !x.is_non_overlapping_and_dense()) return std::nullopt;
   ColumnShape shape;
   shape.order = memory_order(x);
-  int phase = 0;  // 0: outer reduced, 1: kept, 2: inner reduced
+  // Runs of kept and reduced dims in memory order, each with its number of elements.
+  std::vector<std::pair<bool, int64_t>> runs;
   for (int64_t d : shape.order) {
     const int64_t size = x.size(d);
     if (size == 1) continue;
     const bool r = reduced[static_cast<size_t>(d)];
-    if (phase == 0 && !r) phase = 1;
-    if (phase == 1 && r) phase = 2;
-    if (phase == 2 && !r) return std::nullopt;
-    (phase == 0 ? shape.outer : phase == 1 ? shape.kept : shape.inner) *= size;
+    if (runs.empty() || runs.back().first != r) runs.emplace_back(r, 1);
+    runs.back().second *= size;
   }
-  if (shape.kept == 1 || shape.outer * shape.inner == 1) return std::nullopt;
+  size_t i = 0;
+  const auto take = [&](bool r) {
+    return i < runs.size() && runs[i].first == r ? runs[i++].second : 1;
+  };
+  if (runs.size() >= 3 && !runs[0].first) shape.batch = take(false);
+  shape.outer = take(true);
+  shape.kept = take(false);
+  shape.inner = take(true);
+  if (i != runs.size() || shape.kept == 1 || shape.outer * shape.inner == 1) return std::nullopt;
   return shape;
 }
 
-// The number of partials for `rows` rows of `kept` columns: a divisor of rows, about
-// kColumnPrograms programs of kColumnTile columns, at least kMinRowsPerPartial rows each.
-std::optional<int64_t> column_split_factor(int64_t rows, int64_t kept) {
-  const int64_t tiles = (kept + kColumnTile - 1) / kColumnTile;
+// The number of partials for `rows` rows of `kept` columns, `batch` times: a divisor of rows,
+// about kColumnPrograms programs of kColumnTile columns, at least kMinRowsPerPartial rows each.
+std::optional<int64_t> column_split_factor(int64_t batch, int64_t rows, int64_t kept) {
+  const int64_t tiles = batch * ((kept + kColumnTile - 1) / kColumnTile);
   const int64_t target =
       std::min(rows / kMinRowsPerPartial, std::max<int64_t>(8, kColumnPrograms / tiles));
   for (int64_t s = target; s >= std::max<int64_t>(4, target / 8); --s) {
@@ -168,27 +178,45 @@ std::optional<int64_t> column_split_factor(int64_t rows, int64_t kept) {
 
 // The sums of each of `xs` (one shape and layout) over `reduced` in `acc` (the kept dims in x's
 // order, or ones where keepdim), as sums over the inner reduced run (rows) and then over the
-// outer one (columns, split in partials when long). Stage by stage for all of them, so that the
-// sums of one stage are adjacent in the graph and the scheduler folds them into one kernel
-// (Note [Sibling reductions] in sched/reduction_fusion.cpp). Requires column_shape(x, reduced).
+// outer one (columns, split in partials when long), for each element of the batch. Stage by stage
+// for all of them, so that the sums of one stage are adjacent in the graph and the scheduler folds
+// them into one kernel (Note [Sibling reductions] in sched/reduction_fusion.cpp). Requires
+// column_shape(x, reduced).
 std::vector<at::Tensor> sums_in_stages(std::vector<at::Tensor> xs, const std::vector<bool>& reduced,
                                        const ColumnShape& shape, at::ScalarType acc, bool keepdim) {
   const at::Tensor x = xs.at(0);
   bool identity = true;
   for (size_t i = 0; i < shape.order.size(); ++i) identity &= shape.order[i] == int64_t(i);
+  // Shapes with the batch in front, where there is one (so that the sums are over `d + b`).
+  const int64_t b = shape.batch > 1 ? 1 : 0;
+  const auto batched = [&](std::vector<int64_t> sizes) {
+    if (b) sizes.insert(sizes.begin(), shape.batch);
+    return sizes;
+  };
+  const auto reshaped = [](const at::Tensor& y, const std::vector<int64_t>& sizes) {
+    return y.sizes() == c10::IntArrayRef(sizes) ? y : y.reshape(sizes);
+  };
   for (at::Tensor& y : xs) {
     if (!identity) y = y.permute(shape.order);
-    y = shape.inner > 1 ? y.reshape({shape.outer, shape.kept, shape.inner}).sum(-1, false, acc)
-                        : y.reshape({shape.outer, shape.kept});  // [outer, kept]
+    y = shape.inner > 1
+            ? reshaped(y, batched({shape.outer, shape.kept, shape.inner})).sum(-1, false, acc)
+            : reshaped(y, batched({shape.outer, shape.kept}));  // [batch,] outer, kept
   }
-  const std::optional<int64_t> s =
-      shape.outer >= kMinColumnRows ? column_split_factor(shape.outer, shape.kept) : std::nullopt;
+  const std::optional<int64_t> s = shape.outer >= kMinColumnRows
+                                       ? column_split_factor(shape.batch, shape.outer, shape.kept)
+                                       : std::nullopt;
   if (s) {
-    for (at::Tensor& y : xs) y = y.view({*s, shape.outer / *s, shape.kept}).sum(1, false, acc);
+    // [batch,] s, kept partials, summed side by side again (split once more when they are many;
+    // each split divides the rows by at least kMinRowsPerPartial, so this ends).
+    for (at::Tensor& y : xs) {
+      y = y.view(batched({*s, shape.outer / *s, shape.kept})).sum(1 + b, false, acc);
+    }
+    xs = record_sums_side_by_side(std::move(xs), {b}, acc);
+  } else {
+    // No split (rows too few, or no divisor): one column sum each.
+    for (at::Tensor& y : xs) y = y.sum(b, false, acc);
   }
-  // [kept]: the partials' sums, side by side again (split once more when the partials are many).
-  xs = record_sums_side_by_side(std::move(xs), {0}, acc);
-  // Back to the kept dims in x's order: their sizes in memory order, then permuted.
+  // [batch,] kept -> the kept dims in x's order: their sizes in memory order, then permuted.
   std::vector<int64_t> kept_dims, kept_sizes;
   for (int64_t d : shape.order) {
     if (!reduced[static_cast<size_t>(d)]) {
@@ -197,8 +225,8 @@ std::vector<at::Tensor> sums_in_stages(std::vector<at::Tensor> xs, const std::ve
     }
   }
   for (at::Tensor& y : xs) {
+    if (y.sizes() != c10::IntArrayRef(kept_sizes)) y = y.view(kept_sizes);
     if (kept_sizes.size() != 1) {
-      y = y.view(kept_sizes);
       std::vector<int64_t> perm(kept_dims.size());
       for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(i);
       std::sort(perm.begin(), perm.end(),
@@ -220,14 +248,18 @@ at::Tensor sum_in_stages(const at::Tensor& x, const std::vector<bool>& reduced,
 }
 
 // Whether the scheduler's kernel for this sum would leave the device idle: a column kernel
-// (kept dims innermost) with few tiles, or one program per kept element over strided rows.
+// (kept dims innermost) with few tiles over all batches, or one program per kept element over
+// strided rows.
 bool column_reduction_worth_splitting(const ColumnShape& shape) {
-  if (shape.outer * shape.kept * shape.inner < kMinColumnElements) return false;
+  if (shape.batch * shape.outer * shape.kept * shape.inner < kMinColumnElements) return false;
   if (shape.inner == 1) {
+    // Without a split factor (no divisor of the rows) the sum would be recorded as it is: not
+    // worth it, and a sum recorded here comes back here.
     return shape.outer >= kMinColumnRows &&
-           (shape.kept + kColumnTile - 1) / kColumnTile < kMaxColumnPrograms;
+           shape.batch * ((shape.kept + kColumnTile - 1) / kColumnTile) < kMaxColumnPrograms &&
+           column_split_factor(shape.batch, shape.outer, shape.kept).has_value();
   }
-  return shape.outer > 1 && shape.kept < kMaxColumnPrograms * 8;
+  return shape.outer > 1 && shape.batch * shape.kept < kMaxColumnPrograms * 8;
 }
 
 bool split_simple_reduction(const c10::FunctionSchema& schema, torch::jit::Stack* stack) {

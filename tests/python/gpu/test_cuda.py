@@ -692,6 +692,21 @@ def test_column_sum_split_cuda():
     check_model(f, (x, y), expect_graphs=1, expect_fallbacks=0, atol=1e-2, rtol=1e-4)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_channels_last_global_pool_split_cuda(dtype):
+    # Squeeze-and-excitation's mean over H x W of a channels-last activation (+ the conv's bias
+    # before it): partials per sample, then their sum; and a prime number of rows, unsplit.
+    def f(x, b, p):
+        return (x + b).mean((2, 3), keepdim=True), x.sum((2, 3)), p.sum(1)
+
+    x = torch.randn(8, 384, 32, 32, device="cuda", dtype=dtype).to(
+        memory_format=torch.channels_last)
+    b = torch.randn(1, 384, 1, 1, device="cuda", dtype=dtype)
+    p = torch.randn(4, 1031, 64, device="cuda", dtype=dtype)
+    tol = dict(atol=5e-2, rtol=2e-2) if dtype == torch.bfloat16 else dict(atol=1e-3, rtol=1e-4)
+    check_model(f, (x, b, p), expect_graphs=1, expect_fallbacks=0, **tol)
+
+
 def test_capture_path_training_cuda():
     # ember.compile with parameters requiring grad: a joint graph from the capture path.
     import ember

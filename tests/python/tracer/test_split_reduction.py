@@ -117,14 +117,39 @@ def test_contiguous_channel_sums_reduce_rows_first():
     assert "f32[64] cuda:0 = aten::sum.dim_IntList" in text, text
 
 
-@pytest.mark.parametrize("case", ["many_columns", "few_rows", "small"])
+def test_channels_last_global_pool_is_split_per_sample():
+    # A global average pool over a channels-last activation keeps the batch and the channels,
+    # [N][H W][C] in memory: 8 x 6 programs of 256 channels over 1024 rows each. Partials per
+    # sample (16 of 64 rows: 768 programs), then their sum.
+    x = torch.randn(8, 1536, 32, 32, dtype=BF16).to(memory_format=torch.channels_last)
+    text = str(ember.trace(lambda x: x.mean((2, 3), keepdim=True), [x], device="cuda:0"))
+    assert "f32[8, 16, 1536] cuda:0 = aten::sum.dim_IntList" in text, text
+    assert "f32[8, 1536] cuda:0 = aten::sum.dim_IntList" in text, text
+    assert "bf16[8, 1536, 1, 1] cuda:0 = aten::_to_copy" in text, text
+
+
+def test_column_sum_with_prime_rows_is_left_alone():
+    # 1031 rows have no divisor to split by: one column sum (this recursed without end once).
+    graph = ember.trace(lambda x: x.sum(0), [torch.randn(1031, 64)], device="cuda:0")
+    assert graph.ops == ["aten::sum.dim_IntList"], str(graph)
+    x = torch.randn(4, 1031, 64)
+    graph = ember.trace(lambda x: x.sum(1), [x], device="cuda:0")
+    assert graph.ops == ["aten::sum.dim_IntList"], str(graph)
+
+
+@pytest.mark.parametrize("case", ["many_columns", "few_rows", "small", "many_samples"])
 def test_column_reductions_left_alone(case):
     if case == "many_columns":  # 1 << 16 columns: 256 programs already
         x = torch.randn(64, 1 << 16)
     elif case == "few_rows":
         x = torch.randn(16, 8192)
-    else:
+    elif case == "small":
         x = torch.randn(300, 64)
+    else:  # 64 samples x 4 tiles of channels: 256 programs already
+        x = torch.randn(64, 1024, 1024)
+        graph = ember.trace(lambda x: x.sum(1), [x], device="cuda:0")
+        assert graph.ops == ["aten::sum.dim_IntList"], str(graph)
+        return
     graph = ember.trace(lambda x: x.sum(0), [x], device="cuda:0")
     assert graph.ops == ["aten::sum.dim_IntList"], str(graph)
 
@@ -156,17 +181,22 @@ def split_everywhere(monkeypatch):
 def test_column_splits_match_eager(split_everywhere, dtype):
     from ember.testing import check_model
 
-    def f(a, c, d):
+    def f(a, c, d, e, p):
         return (a.sum(0), a.mean(0, keepdim=True), c.sum((0, 2, 3)), c.mean((0, 2), keepdim=True),
-                d.sum((0, 2, 3), dtype=torch.float32))
+                d.sum((0, 2, 3), dtype=torch.float32),
+                # Per sample: a global pool of a channels-last tensor, and of an NHWC one.
+                c.mean((2, 3), keepdim=True), c.sum((-1, -2)), e.mean((1, 2)),
+                e.sum((1, 2), keepdim=True), p.sum(1))
 
     a = torch.randn(4096, 96, dtype=dtype)
     c = torch.randn(16, 24, 20, 36, dtype=dtype).to(memory_format=torch.channels_last)
     d = torch.randn(16, 24, 20, 36, dtype=dtype)
+    e = torch.randn(6, 32, 40, 12, dtype=dtype)
+    p = torch.randn(6, 1031, 40, dtype=dtype)  # prime rows: no split
     tol = dict(atol=5e-2, rtol=2e-2) if dtype == BF16 else dict(atol=1e-3, rtol=1e-4)
-    graph = ember.trace(f, [a, c, d])
-    assert graph.ops.count("aten::sum.dim_IntList") >= 10, str(graph)
-    check_model(f, (a, c, d), expect_graphs=1, expect_fallbacks=0, **tol)
+    graph = ember.trace(f, [a, c, d, e, p])
+    assert graph.ops.count("aten::sum.dim_IntList") >= 17, str(graph)
+    check_model(f, (a, c, d, e, p), expect_graphs=1, expect_fallbacks=0, **tol)
 
 
 @pytest.mark.parametrize("channels_last", [True, False])
