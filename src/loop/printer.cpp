@@ -218,9 +218,22 @@ void print(std::ostream& os, const Stmt& s, int indent) {
 }  // namespace
 
 std::string print_expr(const Expr& e) {
-  std::ostringstream os;
+  // The simplifier keys terms by their text, so this runs very often: one stream per thread,
+  // reused (a stream's construction, its locale's above all, costs more than most prints).
+  thread_local std::ostringstream os;
+  thread_local bool busy = false;
+  if (busy) {  // (not reentered today; a fresh stream if it ever is)
+    std::ostringstream fresh;
+    print(fresh, e);
+    return fresh.str();
+  }
+  busy = true;
+  os.str(std::string());
+  os.clear();
   print(os, e);
-  return os.str();
+  std::string out = os.str();
+  busy = false;
+  return out;
 }
 
 std::string print_stmt(const Stmt& s, int indent) {

@@ -50,7 +50,8 @@ Expr scaled(const Expr& term, int64_t coeff) {
 }  // namespace
 
 std::string term_key(const Expr& e) {
-  bool symbol = e.as<Var>() || e.as<SizeVar>();
+  if (const Var* v = e.as<Var>()) return "0" + v->name;  // as printed
+  bool symbol = e.as<SizeVar>();
   return (symbol ? "0" : "1") + print_expr(e);
 }
 

@@ -131,7 +131,10 @@ class Scheduler final : public FusionState {
   void find_demands();
   void find_order();
   ValueId prologue_input(const graph::Node& n) const;
-  Plan build(std::vector<std::pair<int, Use>>* uses);
+  // One pass over order_. Values over an instance limit are realized as they are found (stored_,
+  // and `*found` grows): the pass then drops its open kernels, handles the node again and goes
+  // on, to find the others in the same pass; its plan is only good when none was found.
+  Plan build(std::vector<std::pair<int, Use>>* uses, std::vector<ValueId>* found);
   int cost(ValueId v, std::vector<int>& weights) const;
   bool generated(ValueId v) const;
   template <typename InMemory, typename Inlined>
@@ -462,7 +465,7 @@ std::vector<ValueId> Scheduler::stored_prologue(int32_t reduction, const KernelB
 // built side by side are independent until one reads a value the other stores; then the other is
 // emitted first (order_held, and any extern, view or reduction that reads a held value closes it
 // before it runs). A kernel with view steps waiting on it is not held.
-Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
+Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses, std::vector<ValueId>* found) {
   Plan plan;
   std::unique_ptr<KernelBuilder> open;
   // View steps of values the open kernel writes, run right after it.
@@ -509,7 +512,7 @@ Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
       }
     }
   };
-  for (const int32_t ni : order_) {
+  auto visit = [&](const int32_t ni) {
     const graph::Node& n = g_.nodes[ni];
     switch (cls_[ni]) {
       case NodeClass::Extern: {
@@ -631,6 +634,28 @@ Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses) {
       case NodeClass::View:
         break;
     }
+  };
+  for (const int32_t ni : order_) {
+    for (;;) {
+      try {
+        visit(ni);
+        break;
+      } catch (const TooManyInstances& e) {
+        // Realized from now on (at most once per value, so this ends). The kernels open now may
+        // have inlined it: dropped, as the whole plan of this pass is, whose later kernels see
+        // the value realized as the next pass's will.
+        // A view is never stored (kernels read through it): realizing its root is what helps.
+        EMBER_INTERNAL_ASSERT(!is_view(e.value)) << "realizing view %" << e.value;
+        EMBER_INTERNAL_ASSERT(!stored_[e.value]) << "value %" << e.value << " realized twice";
+        stored_[e.value] = true;
+        found->push_back(e.value);
+        open.reset();
+        held.reset();
+        open_reduction.reset();
+        pending.clear();
+        pending_values.clear();
+      }
+    }
   }
   close();
   std::set<int32_t> fused;
@@ -653,14 +678,18 @@ Plan Scheduler::run() {
   int builds = 0, instance_retries = 0;
   for (int round = 0;; ++round) {
     std::vector<std::pair<int, Use>> uses;
+    std::vector<ValueId> found;
     Plan plan;
     ++builds;
     try {
-      plan = build(&uses);
-    } catch (const TooManyInstances& e) {
-      // A view is never stored (kernels read through it): realizing its root is what helps.
+      plan = build(&uses, &found);
+    } catch (const TooManyInstances& e) {  // while closing the last kernels
       EMBER_INTERNAL_ASSERT(!is_view(e.value)) << "realizing view %" << e.value;
-      stored_[e.value] = true;  // at most once per value, so this terminates
+      EMBER_INTERNAL_ASSERT(!stored_[e.value]) << "value %" << e.value << " realized twice";
+      stored_[e.value] = true;
+      found.push_back(e.value);
+    }
+    if (!found.empty()) {  // the pass's plan is not one: again, with them realized
       ++instance_retries;
       --round;
       continue;
