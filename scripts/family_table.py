@@ -45,7 +45,9 @@ def main() -> None:
     ap.add_argument("files", nargs="+")
     ap.add_argument("--rows", action="store_true", help="print every model's row")
     a = ap.parse_args()
-    paths = sorted({p for pattern in a.files for p in glob.glob(pattern)})
+    # In the order given (a pattern's matches sorted): a model's run is the last file's, so a
+    # rerun listed after the sweep replaces the sweep's row.
+    paths = list(dict.fromkeys(p for pattern in a.files for p in sorted(glob.glob(pattern))))
     runs = load_runs(paths)
     for key in sorted({k[:2] for k in runs}):
         rows = []
