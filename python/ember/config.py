@@ -125,6 +125,11 @@ OPTIONS: tuple[Option, ...] = (
            _flag, "independent pointwise kernels as one combo kernel"),
     Option("stored_prologues", "sched.stored_prologues", bool, True, ("EMBER_STORED_PROLOGUES",),
            _flag, "a reduction kernel stores the open pointwise values its prologue reads"),
+    Option("plan_cache", "sched.plan_cache", bool, True, ("EMBER_PLAN_CACHE",), _flag,
+           "plans that took long to schedule are cached on disk for later processes"),
+    Option("plan_cache_min_seconds", "sched.plan_cache_min_seconds", float, 0.05,
+           ("EMBER_PLAN_CACHE_MIN_SECONDS",), float,
+           "the scheduling time from which a plan is cached on disk"),
     # codegen
     Option("cxx", "codegen.cxx", str, "c++", ("EMBER_CXX", "CXX"), str,
            "the host compiler for generated C++ kernels"),
@@ -192,6 +197,8 @@ def _option(name: str) -> Option:
 
 def _check(o: Option, value: Any) -> Any:
     ok = isinstance(value, o.type) and not (o.type is int and isinstance(value, bool))
+    if o.type is float and isinstance(value, int) and not isinstance(value, bool):
+        value, ok = float(value), True  # a number option takes an int too
     if not ok:
         from .errors import CompileError
         raise CompileError(f"ember option {o.name!r} must be {o.type.__name__}, got {value!r}")

@@ -20,6 +20,7 @@
 #include "runtime/host_compiler.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/pipeline.h"
+#include "runtime/plan_cache.h"
 #include "runtime/triton_background.h"
 #include "runtime/triton_runtime.h"
 #include "sched/fusion.h"
@@ -252,6 +253,14 @@ void bind_runtime(nb::module_& m) {
         return nb::make_tuple(s.queued, s.done, s.pending);
       },
       "(queued, done, pending): Triton candidate compiles sent to the background thread.");
+  m.def(
+      "plan_cache_stats",
+      [] {
+        runtime::PlanCacheStats s = runtime::plan_cache_stats();
+        return nb::make_tuple(s.hits, s.stored, s.rejected);
+      },
+      "(hits, stored, rejected): plans this process read from the on-disk plan cache, wrote to "
+      "it, and entries or plans that failed a check (runtime/plan_cache.h).");
   m.def("num_loaded_triton_modules", &runtime::num_loaded_triton_modules,
         "Triton modules this process holds loaded (identical kernels count once).");
   m.def(

@@ -22,14 +22,18 @@ template <typename T>
 T value_of(nb::handle v, const std::string& key) {
   // bool is an int in Python: an int field refuses it, as ember.config does.
   const bool is_bool = nb::isinstance<nb::bool_>(v);
-  const bool ok = std::is_same_v<T, bool> ? is_bool
-                  : std::is_integral_v<T> ? nb::isinstance<nb::int_>(v) && !is_bool
-                                          : nb::isinstance<nb::str>(v);
+  const bool number = (nb::isinstance<nb::int_>(v) || nb::isinstance<nb::float_>(v)) && !is_bool;
+  const bool ok = std::is_same_v<T, bool>       ? is_bool
+                  : std::is_integral_v<T>       ? nb::isinstance<nb::int_>(v) && !is_bool
+                  : std::is_floating_point_v<T> ? number
+                                                : nb::isinstance<nb::str>(v);
   EMBER_CHECK(ok) << "ember option " << key << ": expected "
-                  << (std::is_same_v<T, bool> ? "a bool"
-                      : std::is_integral_v<T> ? "an int"
-                                              : "a str")
+                  << (std::is_same_v<T, bool>       ? "a bool"
+                      : std::is_integral_v<T>       ? "an int"
+                      : std::is_floating_point_v<T> ? "a number"
+                                                    : "a str")
                   << ", got " << nb::repr(v).c_str();
+  if constexpr (std::is_floating_point_v<T>) return nb::cast<double>(nb::float_(v));
   return nb::cast<T>(v);
 }
 
@@ -63,6 +67,8 @@ const std::map<std::string, Setter>& setters() {
       EMBER_FIELD(sched, reduction_fusion),
       EMBER_FIELD(sched, combo_kernels),
       EMBER_FIELD(sched, stored_prologues),
+      EMBER_FIELD(sched, plan_cache),
+      EMBER_FIELD(sched, plan_cache_min_seconds),
       EMBER_FIELD(codegen, cxx),
       EMBER_FIELD(codegen, libmvec),
       EMBER_FIELD(triton, enabled),

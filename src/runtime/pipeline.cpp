@@ -26,6 +26,7 @@
 #include "runtime/collectives.h"
 #include "runtime/constant_fold.h"
 #include "runtime/executor.h"
+#include "runtime/plan_cache.h"
 #include "sched/memory_plan.h"
 #include "support/error.h"
 #include "support/hash.h"
@@ -560,7 +561,7 @@ sched::Plan schedule(const Program& p, const Target& t, sched::ScheduleOptions* 
     std::vector<bool> host = host_nodes(g);
     if (!host.empty()) sopts.extern_nodes = std::move(host);
   }
-  return sched::schedule_graph(g, sopts);
+  return schedule_cached(g, sopts, o.sched.plan_cache, o.sched.plan_cache_min_seconds);
 }
 
 void generate_kernels(Program& p, const Target& target, sched::Plan& plan,
@@ -617,7 +618,7 @@ void generate_kernels(Program& p, const Target& target, sched::Plan& plan,
           }
         }
         if (refused) {
-          plan = sched::schedule_graph(g, options);
+          plan = schedule_cached(g, options, o.sched.plan_cache, o.sched.plan_cache_min_seconds);
           continue;
         }
         // A kernel over shape symbols gets its launch configuration at their hints.
@@ -657,7 +658,7 @@ void generate_kernels(Program& p, const Target& target, sched::Plan& plan,
             for (auto& l : triton_of_group) {
               if (l) kept_loaded.push_back(std::move(l));
             }
-            plan = sched::schedule_graph(g, options);
+            plan = schedule_cached(g, options, o.sched.plan_cache, o.sched.plan_cache_min_seconds);
             continue;
           }
         }

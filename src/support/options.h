@@ -60,6 +60,12 @@ struct CompileOptions {
     /// A reduction kernel stores the open pointwise values its prologue reads (Note [Stored
     /// prologues], sched/fusion.cpp). (EMBER_STORED_PROLOGUES)
     bool stored_prologues = true;
+    /// Plans read from and written to the on-disk plan cache (runtime/plan_cache.h).
+    /// (EMBER_PLAN_CACHE)
+    bool plan_cache = true;
+    /// Only plans that took at least this long to schedule are cached: reading a small graph's
+    /// plan back costs about what scheduling it does. (EMBER_PLAN_CACHE_MIN_SECONDS)
+    double plan_cache_min_seconds = 0.05;
   };
 
   /// Generated C++ and the host compiler (src/codegen/cpp, runtime/host_compiler.h).
