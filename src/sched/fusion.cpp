@@ -20,6 +20,7 @@
 #include "sched/reduction_spec.h"
 #include "sched/scatter.h"
 #include "sched/size_expr.h"
+#include "sched/upsample.h"
 #include "support/error.h"
 
 namespace ember::sched {
@@ -320,7 +321,8 @@ int Scheduler::weight(ValueId u) const {
     for (size_t d = 0; d < g_.type(u).sizes.size(); ++d) index.push_back(loop::idx(0));
     return expression_cost(lower_batch_norm_inference(g_, n, index, reader));
   }
-  if (is_pool(g_, n)) return pool_window(g_, n);    // a compare or an add per window element
+  if (is_pool(g_, n)) return pool_window(g_, n);         // a compare or an add per window element
+  if (is_upsample(g_, n)) return upsample_reads(g_, n);  // a weighted read per element read
   return index_tensor_args(g_, n).empty() ? 0 : 1;  // index ops move data; a gather loads an index
 }
 

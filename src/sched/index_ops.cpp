@@ -14,6 +14,7 @@
 #include "sched/pointwise_internal.h"
 #include "sched/pooling.h"
 #include "sched/size_expr.h"
+#include "sched/upsample.h"
 #include "support/error.h"
 
 namespace ember::sched {
@@ -221,7 +222,9 @@ const Rule* rule_of(const graph::Graph& g, const graph::Node& n) {
 }  // namespace
 
 std::optional<IndexOpKind> index_op_kind(const graph::Graph& g, const graph::Node& n) {
-  if (is_batch_norm_inference(g, n) || is_pool(g, n)) return IndexOpKind::Compute;
+  if (is_batch_norm_inference(g, n) || is_pool(g, n) || is_upsample(g, n)) {
+    return IndexOpKind::Compute;
+  }
   const Rule* rule = rule_of(g, n);
   const graph::OpInfo& op = g.op_of(n);
   if (rule == nullptr || n.outputs.empty() || n.args.size() != op.arg_names.size()) {
@@ -299,6 +302,7 @@ loop::Expr lower_index_op(const graph::Graph& g, const graph::Node& n, ValueId o
     EMBER_INTERNAL_ASSERT(out == n.outputs[0]) << "a max pool's indices are not computed";
     return lower_pool(g, n, index, reader);
   }
+  if (is_upsample(g, n)) return lower_upsample(g, n, index, reader);
   const Rule* rule = rule_of(g, n);
   EMBER_INTERNAL_ASSERT(rule != nullptr && rule->lower)
       << "lower_index_op of " << g.op_of(n).qualified_name();

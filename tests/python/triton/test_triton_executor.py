@@ -478,3 +478,19 @@ def test_reductions_of_a_layout_copy_follow_the_buffer_read(group_norm):
         run(lambda x: F.group_norm(x * 2, 1), x)
     else:
         run(lambda x: (x + 1).contiguous().view(4, 8, 36).sum(-1), x, kernels=1)
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_upsampling_fuses_into_triton_kernels(channels_last):
+    # Nearest and bilinear resizes are index functions (src/sched/upsample.h): the f32 source
+    # coordinates, their floors and weights computed in the kernel, against eager.
+    x = r(2, 3, 7, 9)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    run(lambda x: F.interpolate(x * 2, scale_factor=2, mode="nearest") + 1, x, kernels=1)
+    # (Bilinear over NCHW rows stays an ATen call: one kernel either way.)
+    run(lambda x: F.interpolate(x, size=(10, 13), mode="bilinear") * 3, x, kernels=1)
+    run(lambda x: F.interpolate(x, scale_factor=1.5, mode="bilinear", align_corners=True) + 1, x,
+        kernels=1)
+    run(lambda x: F.interpolate(x * 2 + 1, scale_factor=2, mode="bilinear"), x.to(torch.bfloat16),
+        kernels=1, atol=1e-2, rtol=1e-2)
