@@ -227,13 +227,15 @@ std::string print_expr(const Expr& e) {
     print(fresh, e);
     return fresh.str();
   }
-  busy = true;
+  struct Busy {  // cleared however print leaves
+    bool& flag;
+    explicit Busy(bool& f) : flag(f) { flag = true; }
+    ~Busy() { flag = false; }
+  } in_use(busy);
   os.str(std::string());
   os.clear();
   print(os, e);
-  std::string out = os.str();
-  busy = false;
-  return out;
+  return os.str();
 }
 
 std::string print_stmt(const Stmt& s, int indent) {

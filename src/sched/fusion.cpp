@@ -136,6 +136,15 @@ class Scheduler final : public FusionState {
   // and `*found` grows): the pass then drops its open kernels, handles the node again and goes
   // on, to find the others in the same pass; its plan is only good when none was found.
   Plan build(std::vector<std::pair<int, Use>>* uses, std::vector<ValueId>* found);
+  // Marks `v`, over an instance limit, stored from now on and adds it to `*found` (at most once
+  // per value, so the passes end). A view is never stored (kernels read through it): realizing
+  // its root is what helps, and TooManyInstances names roots.
+  void realize_found(ValueId v, std::vector<ValueId>* found) {
+    EMBER_INTERNAL_ASSERT(!is_view(v)) << "realizing view %" << v;
+    EMBER_INTERNAL_ASSERT(!stored_[v]) << "value %" << v << " realized twice";
+    stored_[v] = true;
+    found->push_back(v);
+  }
   int cost(ValueId v, std::vector<int>& weights) const;
   bool generated(ValueId v) const;
   template <typename InMemory, typename Inlined>
@@ -643,14 +652,9 @@ Plan Scheduler::build(std::vector<std::pair<int, Use>>* uses, std::vector<ValueI
         visit(ni);
         break;
       } catch (const TooManyInstances& e) {
-        // Realized from now on (at most once per value, so this ends). The kernels open now may
-        // have inlined it: dropped, as the whole plan of this pass is, whose later kernels see
-        // the value realized as the next pass's will.
-        // A view is never stored (kernels read through it): realizing its root is what helps.
-        EMBER_INTERNAL_ASSERT(!is_view(e.value)) << "realizing view %" << e.value;
-        EMBER_INTERNAL_ASSERT(!stored_[e.value]) << "value %" << e.value << " realized twice";
-        stored_[e.value] = true;
-        found->push_back(e.value);
+        // Realized from now on. The kernels open now may have inlined it: dropped, as the whole
+        // plan of this pass is, whose later kernels see the value realized as the next pass's will.
+        realize_found(e.value, found);
         open.reset();
         held.reset();
         open_reduction.reset();
@@ -686,10 +690,7 @@ Plan Scheduler::run() {
     try {
       plan = build(&uses, &found);
     } catch (const TooManyInstances& e) {  // while closing the last kernels
-      EMBER_INTERNAL_ASSERT(!is_view(e.value)) << "realizing view %" << e.value;
-      EMBER_INTERNAL_ASSERT(!stored_[e.value]) << "value %" << e.value << " realized twice";
-      stored_[e.value] = true;
-      found.push_back(e.value);
+      realize_found(e.value, &found);
     }
     if (!found.empty()) {  // the pass's plan is not one: again, with them realized
       ++instance_retries;
