@@ -9,11 +9,16 @@ compile time is that minus an eager call. Prints one table (model, backend, cold
 warm/cold) and the geomeans.
 
     python scripts/bench_warm_start.py --models BertForMaskedLM,GPT2LMHeadModel,mlp --json out.json
+
+On a GPU: `--device cuda --size full --dtype bf16` (bf16 under autocast, as the harness runs it);
+the child synchronizes before and after each timed call, and the cold process compiles its Triton
+kernels into the cache root's TRITON_CACHE_DIR / ember kernel cache, which the warm one reads.
 """
 
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import math
 import os
@@ -22,18 +27,26 @@ import sys
 import tempfile
 
 CHILD = r"""
-import sys, time, torch
+import contextlib, sys, time, torch
 from ember.bench import models as M
-name, backend, mode = sys.argv[1], sys.argv[2], sys.argv[3]
+name, backend, mode, device, size, dtype = sys.argv[1:7]
 torch.manual_seed(0)
-wl = M.REGISTRY[name].build("small", mode, "cpu")
+wl = M.REGISTRY[name].build(size, mode, device)
 model = wl.model
+cuda = device.startswith("cuda")
+def amp():
+    if dtype == "bf16":
+        return torch.autocast(device_type=device.split(":")[0], dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 def call(m):
-    if mode == "training":
-        M.reduce_to_scalar_loss(m(*wl.args, **wl.kwargs)).backward()
-    else:
-        with torch.no_grad():
-            m(*wl.args, **wl.kwargs)
+    with amp():
+        if mode == "training":
+            M.reduce_to_scalar_loss(m(*wl.args, **wl.kwargs)).backward()
+        else:
+            with torch.no_grad():
+                m(*wl.args, **wl.kwargs)
+    if cuda:
+        torch.cuda.synchronize()
 call(model)
 t = time.perf_counter(); call(model); eager = time.perf_counter() - t
 if backend == "ember":
@@ -46,11 +59,12 @@ print("WARM_START", max(first - eager, 0.0))
 """
 
 
-def one(model: str, backend: str, mode: str, root: str, timeout: float) -> float | None:
+def one(model: str, backend: str, mode: str, root: str, timeout: float, device: str = "cpu",
+        size: str = "small", dtype: str = "fp32") -> float | None:
     env = dict(os.environ, EMBER_CACHE_DIR=os.path.join(root, "ember"),
                TORCHINDUCTOR_CACHE_DIR=os.path.join(root, "inductor"),
                TRITON_CACHE_DIR=os.path.join(root, "triton"))
-    r = subprocess.run([sys.executable, "-c", CHILD, model, backend, mode], env=env,
+    r = subprocess.run([sys.executable, "-c", CHILD, model, backend, mode, device, size, dtype], env=env,
                        capture_output=True, text=True, timeout=timeout)
     for line in r.stdout.splitlines():
         if line.startswith("WARM_START "):
@@ -69,22 +83,32 @@ def main() -> int:
     p.add_argument("--models", default="mlp,nanogpt,tiny_resnet")
     p.add_argument("--backends", default="ember,inductor")
     p.add_argument("--mode", default="inference", choices=["inference", "training"])
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--size", default="small", choices=["small", "full"])
+    p.add_argument("--dtype", default="fp32", choices=["fp32", "bf16"])
     p.add_argument("--timeout", type=float, default=900)
+    p.add_argument("--jobs", type=int, default=1, help="(model, backend) pairs run at once")
     p.add_argument("--json", default=None)
     args = p.parse_args()
-    rows = []
-    for model in args.models.split(","):
-        for backend in args.backends.split(","):
-            with tempfile.TemporaryDirectory() as root:
-                cold = one(model, backend, args.mode, root, args.timeout)
-                warm = one(model, backend, args.mode, root, args.timeout)
-            rows.append({"model": model, "backend": backend, "mode": args.mode, "cold_s": cold,
-                         "warm_s": warm,
-                         "ratio": warm / cold if cold and warm is not None else None})
-            r = rows[-1]
-            print(f"{model:28s} {backend:9s} cold {cold if cold is None else round(cold, 3)!s:>8} s"
-                  f"  warm {warm if warm is None else round(warm, 3)!s:>8} s"
-                  f"  warm/cold {'' if r['ratio'] is None else round(r['ratio'], 3)}", flush=True)
+    run = (args.device, args.size, args.dtype)
+
+    def pair(model: str, backend: str) -> dict:
+        with tempfile.TemporaryDirectory() as root:
+            cold = one(model, backend, args.mode, root, args.timeout, *run)
+            warm = one(model, backend, args.mode, root, args.timeout, *run)
+        r = {"model": model, "backend": backend, "mode": args.mode, "device": args.device,
+             "size": args.size, "dtype": args.dtype, "cold_s": cold, "warm_s": warm,
+             "ratio": warm / cold if cold and warm is not None else None}
+        print(f"{model:28s} {backend:9s} cold {cold if cold is None else round(cold, 3)!s:>8} s"
+              f"  warm {warm if warm is None else round(warm, 3)!s:>8} s"
+              f"  warm/cold {'' if r['ratio'] is None else round(r['ratio'], 3)}", flush=True)
+        return r
+
+    work = [(m, b) for m in args.models.split(",") for b in args.backends.split(",")]
+    # --jobs > 1 runs pairs side by side (each pair's two processes in order): shorter wall time on
+    # a many-core machine, at the price of some contention in the compile times.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
+        rows = list(pool.map(lambda w: pair(*w), work))
     for backend in args.backends.split(","):
         mine = [r for r in rows if r["backend"] == backend]
         print(f"{backend}: geomean cold {geomean([r['cold_s'] for r in mine])} s, warm "
@@ -92,7 +116,7 @@ def main() -> int:
               f"{geomean([r['ratio'] for r in mine])}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"rows": rows, "python": sys.version.split()[0]}, f, indent=1)
+            json.dump({"rows": rows, "python": sys.version.split()[0], "jobs": args.jobs}, f, indent=1)
     return 0
 
 
