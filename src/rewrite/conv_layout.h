@@ -12,9 +12,11 @@
 // channels) becomes a row-contiguous view. TraceSession::finish turns the graph's 4D outputs
 // that came out channels-last back to contiguous, the layout eager gives them.
 //
-// Grouped convolutions with more than one channel per group (ResNeXt) are left in their layout:
-// channels-last makes them slower (as Inductor measured). So are transposed convolutions, 1D and
-// 3D ones, and other dtypes.
+// Grouped convolutions with more than one channel per group (ResNeXt, RegNet) are not put
+// channels-last by this rule: whether cuDNN's NHWC kernels are faster for them depends on the
+// channels per group and the size (Note [Grouped convolutions by timing]); in inference they
+// take the layout that times faster on the device. Transposed convolutions, 1D and 3D ones, and
+// other dtypes are left in their layout.
 //
 // On the CPU, where ATen's convolutions run on oneDNN (mkldnn), the same holds for its NHWC
 // kernels, grouped ones included: Inductor puts every CPU convolution channels-last when oneDNN
@@ -43,6 +45,15 @@ namespace ember::rewrite {
 std::optional<at::Tensor> channels_last_convolution(const c10::OperatorHandle& op,
                                                     c10::ArrayRef<c10::IValue> args,
                                                     bool* from_contiguous, bool grouped = false);
+
+/// A grouped CUDA convolution (several channels per group), recorded on the operand layout that
+/// cuDNN runs faster on this device: both layouts timed once per shape and dtype (Note [Grouped
+/// convolutions by timing]). nullopt when the call is recorded as it is: not such a convolution,
+/// no CUDA device here (a trace for an absent device), the operands already in the faster
+/// layout, or the timing failed. `*from_contiguous` as for channels_last_convolution.
+std::optional<at::Tensor> grouped_convolution_by_timing(const c10::OperatorHandle& op,
+                                                        c10::ArrayRef<c10::IValue> args,
+                                                        bool* from_contiguous);
 
 /// Whether ATen's CPU convolutions run on oneDNN here (built with it and not turned off by
 /// torch.backends.mkldnn.enabled = False), so that channels-last operands reach its NHWC kernels.

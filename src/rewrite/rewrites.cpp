@@ -188,6 +188,17 @@ bool channels_last_cpu(RewriteCall& c) {
   return record_channels_last(c, /*grouped=*/true);
 }
 
+bool grouped_by_timing(RewriteCall& c) {
+  // Inference only: the backward's layouts were not timed (Note [Grouped convolutions by timing]).
+  if (at::GradMode::is_enabled()) return false;
+  bool from_contiguous = false;
+  std::optional<at::Tensor> r = grouped_convolution_by_timing(c.op, c.args(), &from_contiguous);
+  if (!r.has_value()) return false;
+  if (from_contiguous) c.session.note_channels_last_from_contiguous();
+  c.push_results({std::move(*r)});
+  return true;
+}
+
 bool nll_loss_gather(RewriteCall& c) {
   std::optional<std::pair<at::Tensor, at::Tensor>> loss = nll_loss_as_gather(c.op, c.args());
   if (!loss.has_value()) return false;
@@ -337,6 +348,16 @@ tracer::RewriteTable rewrite_table() {
        "2D, f32/bf16/f16, not grouped, not channels-last yet",
        "the convolution on channels-last operands",
        channels_last},
+      {"grouped_convolution_layout",
+       {OpKind::convolution},
+       "",
+       Where::Cuda,
+       Widening::None,
+       "2D, f32/bf16/f16, grouped with several channels per group, grad mode off, a CUDA device "
+       "present",
+       "the convolution on the operand layout (NCHW or NHWC) cuDNN runs faster, timed once per "
+       "shape",
+       grouped_by_timing},
       {"channels_last_convolution_cpu",
        {OpKind::convolution},
        "",

@@ -136,6 +136,51 @@ def test_conv_net_runs_channels_last_and_matches_eager(dtype):
         assert ember.compile(f)(x).is_contiguous()
 
 
+def _grouped_conv_layouts(text):
+    """(input strided, weight strided) per grouped convolution of a graph's text: whether each
+    operand's type prints strides (channels-last here) or not (contiguous)."""
+    import re
+
+    types = dict(re.findall(r"(%\d+) : (\S+)", text))
+    out = []
+    for a, b, groups in re.findall(r"aten::convolution\((%\d+), (%\d+), .*, (\d+)\)", text):
+        if int(groups) > 1:
+            out.append(("{" in types[a], "{" in types[b]))
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_grouped_convolutions_take_the_layout_timed_faster(dtype):
+    # A RegNet-style block: 1x1 convolution, grouped 3x3 (several channels per group), 1x1. The
+    # grouped ones are timed on both layouts at the first trace and recorded with both operands
+    # in the faster one (src/rewrite/conv_layout.h, Note [Grouped convolutions by timing]):
+    # never a channels-last input with a contiguous weight, which cuDNN converts per call.
+    import ember
+
+    nn = torch.nn
+    model = nn.Sequential(
+        nn.Conv2d(64, 464, 1), nn.BatchNorm2d(464), nn.ReLU(),
+        nn.Conv2d(464, 464, 3, padding=1, groups=2), nn.BatchNorm2d(464), nn.ReLU(),
+        nn.Conv2d(464, 128, 1), nn.ReLU(),
+        nn.Conv2d(128, 128, 3, stride=2, padding=1, groups=16), nn.ReLU()).cuda().eval()
+
+    def f(x):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == "bf16"):
+            return model(x)
+
+    x = torch.randn(8, 64, 28, 28, device="cuda")
+    with torch.no_grad():
+        text = str(ember.trace(f, (x,)))
+    layouts = _grouped_conv_layouts(text)
+    assert len(layouts) == 2, text
+    assert all(a == b for a, b in layouts), (layouts, text)
+    tol = {"atol": 1e-2, "rtol": 2e-2} if dtype == "bf16" else {"atol": 1e-4, "rtol": 1e-4}
+    check_model(f, (x,), expect_graphs=1, expect_fallbacks=0, **tol)
+    # Under grad mode the convolutions are left as they came (the backward was not timed).
+    text = str(ember.trace(f, (x,)))
+    assert "aten::convolution" in text
+
+
 def test_reduce_overhead_replays_a_cuda_graph():
     # mode="reduce-overhead": the first call runs as usual, the second captures a CUDA graph,
     # every call from then on is one replay; outputs are copies, so a later call does not
