@@ -35,8 +35,17 @@ void set_cuda_graph_hook(CudaGraphHook h) {
   hook() = std::move(h);
 }
 
-CudaGraphRunner::CudaGraphRunner(int device, std::vector<bool> module_state)
-    : device_(device), module_state_(std::move(module_state)) {}
+namespace {
+
+uint32_t version_of(const at::Tensor& t) {
+  return t.unsafeGetTensorImpl()->version_counter().current_version();
+}
+
+}  // namespace
+
+CudaGraphRunner::CudaGraphRunner(int device, std::vector<bool> module_state,
+                                 std::vector<bool> versioned)
+    : device_(device), module_state_(std::move(module_state)), versioned_(std::move(versioned)) {}
 
 CudaGraphRunner::~CudaGraphRunner() = default;
 
@@ -87,6 +96,12 @@ bool CudaGraphRunner::capture(Entry& e, const std::vector<at::Tensor>& inputs,
       s.copy_(x);
       e.static_inputs.push_back(std::move(s));
     }
+  }
+  // The versions the parameter cache's outputs were computed for, if the capture finds them there
+  // (Note [Parameter kernels outside the replay]).
+  e.versions.assign(inputs.size(), 0);
+  for (size_t i = 0; i < versioned_.size() && i < inputs.size(); ++i) {
+    if (versioned_[i]) e.versions[i] = version_of(inputs[i]);
   }
   try {
     e.graph = hook()(device_, [&] { e.static_outputs = program(e.static_inputs); });
@@ -149,6 +164,21 @@ std::optional<std::vector<at::Tensor>> CudaGraphRunner::run(const std::vector<at
     }
     moved |= module_state_[i] &&
              (inputs[i].data_ptr() != s.data_ptr() || !inputs[i].strides().equals(s.strides()));
+  }
+  bool stale = false;  // a parameter updated in place since the capture
+  for (size_t i = 0; i < versioned_.size() && i < inputs.size() && !moved; ++i) {
+    stale |= versioned_[i] && version_of(inputs[i]) != e.versions[i];
+  }
+  if (stale) {
+    if (recaptures_ >= kMaxCudaGraphRecaptures) {
+      disable("its parameters or buffers were updated in place more than " +
+              std::to_string(kMaxCudaGraphRecaptures) + " times (each update captures it again)");
+      return std::nullopt;
+    }
+    ++recaptures_;
+    e.graph = CapturedCudaGraph{};
+    e.calls = 1;  // this call runs the program (casting again), the next one captures
+    return std::nullopt;
   }
   if (moved) {
     if (recaptures_ >= kMaxCudaGraphRecaptures) {

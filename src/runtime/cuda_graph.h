@@ -15,6 +15,16 @@
 /// capture fails, or whose outputs alias its inputs, runs without a CUDA graph, with the reason in
 /// a warning and in disabled_reason().
 ///
+/// Note [Parameter kernels outside the replay]: kernels of parameters only (autocast's weight
+/// casts, pipeline.h: mark_parameter_kernels) keep their outputs across calls. The warm-up call
+/// fills that cache, so the capture finds their outputs there and records no launch of them: a
+/// replay reads the cached tensors (kept alive by the cache) and runs no weight cast, where eager
+/// and Inductor's cudagraphs cast every weight on every call. A replay is valid while those
+/// parameters keep the versions they had at the capture: each call compares them (a version
+/// counter read per input), and one that finds a change (an in-place update of a weight or a
+/// statistic) runs the program, which casts again into new cached tensors, and drops the graph,
+/// which the next call captures again (counted as a recapture).
+///
 /// A graph over shape symbols (issue 35) records one CUDA graph per binding of its symbols, as
 /// Inductor's CUDA graph trees record one per distinct size: each size has its warm-up call, its
 /// capture and its own static inputs and outputs. Past kMaxCudaGraphSizes sizes, calls of a new
@@ -64,8 +74,12 @@ class CudaGraphRunner {
   /// `module_state[i]`: input i is a parameter or a registered buffer, which replays read in
   /// place. A call that passes another tensor there (a buffer reassigned, parameters replaced)
   /// captures that binding's graph again, at most kMaxCudaGraphRecaptures times; past that the
-  /// graph runs without a CUDA graph, with a warning.
-  CudaGraphRunner(int device, std::vector<bool> module_state);
+  /// graph runs without a CUDA graph, with a warning. `versioned[i]`: input i is read by a kernel
+  /// of parameters only, whose outputs the capture took from the parameter cache instead of
+  /// recording the kernel (Note [Parameter kernels outside the replay]): a call that finds the
+  /// input's version changed since the capture runs the program (which computes them again) and
+  /// the next call captures again, within the same limit.
+  CudaGraphRunner(int device, std::vector<bool> module_state, std::vector<bool> versioned = {});
   ~CudaGraphRunner();
 
   /// The outputs for `inputs` from a replay of the graph of binding `symbols` (the values of
@@ -87,6 +101,7 @@ class CudaGraphRunner {
   struct Entry {
     int64_t calls = 0;
     std::vector<at::Tensor> static_inputs, static_outputs;
+    std::vector<uint32_t> versions;  ///< of the versioned inputs at the capture
     CapturedCudaGraph graph;
   };
   bool capture(Entry& e, const std::vector<at::Tensor>& inputs, const Program& program);
@@ -94,6 +109,7 @@ class CudaGraphRunner {
 
   const int device_;
   const std::vector<bool> module_state_;
+  const std::vector<bool> versioned_;
   mutable std::mutex mu_;
   int64_t replays_ = 0;
   int64_t recaptures_ = 0;

@@ -115,7 +115,8 @@ class Executor {
   /// Eager attention patterns run as one ember::fused_attention node (an SDPA call).
   int num_fused_attention() const { return p_.num_fused_attention; }
   /// Kernels whose outputs depend on parameters only and are kept across calls (see
-  /// Kernel::parameter_cache; not with CUDA graphs).
+  /// Kernel::parameter_cache; with CUDA graphs, outside the replay: Note [Parameter kernels
+  /// outside the replay] in cuda_graph.h).
   int num_parameter_kernels() const;
   /// Steps that make views of a realized tensor directly from its storage (see View): one per
   /// chain of views the scheduler collapsed, or one per view op left outside kernels.

@@ -529,7 +529,7 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
       // Its launch (and, on the GPU, the argument setup around it) in the profiler's timeline.
       RECORD_USER_SCOPE(kernel.profile_name);
       std::optional<std::vector<ParameterCache::Input>> key;
-      if (kernel.parameter_cache && !p_.cuda_graph) {
+      if (kernel.parameter_cache) {  // under a CUDA graph too (cuda_graph.h)
         key = ParameterCache::key_of(env, kernel.inputs);
         std::lock_guard<std::mutex> lock(kernel.parameter_cache->mu);
         if (kernel.parameter_cache->key == *key) {

@@ -883,7 +883,17 @@ void decide_cuda_graphs(Program& p, const Target& t) {
           state |= in.value == v && graph::is_module_state(in.kind);
         module_state.push_back(state);
       }
-      p.cuda_graph = std::make_unique<CudaGraphRunner>(t.cuda_device, std::move(module_state));
+      // Inputs of kernels of parameters only, whose cached outputs a replay reads (Note
+      // [Parameter kernels outside the replay], cuda_graph.h).
+      std::vector<bool> read_by_cached(g.values.size(), false);
+      for (const Kernel& k : p.kernels) {
+        if (!k.parameter_cache) continue;
+        for (graph::ValueId v : k.inputs) read_by_cached[v] = true;
+      }
+      std::vector<bool> versioned;
+      for (graph::ValueId v : p.input_slots) versioned.push_back(read_by_cached[v]);
+      p.cuda_graph = std::make_unique<CudaGraphRunner>(t.cuda_device, std::move(module_state),
+                                                       std::move(versioned));
       p.cuda_graph_note.clear();
     }
   }

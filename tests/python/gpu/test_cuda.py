@@ -243,6 +243,59 @@ def test_reduce_overhead_reads_module_state_in_place():
         torch.testing.assert_close(compiled(x), net(x), rtol=1e-3, atol=1e-3)
 
 
+def test_reduce_overhead_keeps_parameter_kernels_outside_the_replay():
+    # Under autocast the weights' casts and the batch norms' per-channel terms are kernels of
+    # parameters only: their cached outputs are read by the replay, which launches no kernel for
+    # them (Note [Parameter kernels outside the replay]). An in-place update of a weight is seen:
+    # that call runs the program, the next one captures again, and replays go on.
+    import ember
+    from ember import _C
+
+    net = _conv_bn_net()
+
+    def f(x):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return net(x)
+
+    compiled = ember.compile(f, mode="reduce-overhead")
+    x = torch.randn(2, 3, 16, 16, device="cuda")
+    tol = {"rtol": 2e-2, "atol": 2e-2}
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+
+    def device_kernels(calls):
+        with torch.profiler.profile(activities=acts) as prof:
+            for _ in range(calls):
+                out = compiled(x)
+            torch.cuda.synchronize()
+        names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                 and e.name.startswith("ember_k")]
+        return out, names
+
+    with torch.no_grad():
+        for _ in range(3):
+            compiled(x)
+        before = _C.cuda_graph_replays()
+        out, names = device_kernels(4)
+        assert _C.cuda_graph_replays() - before == 4
+        torch.testing.assert_close(out, f(x), **tol)
+        # A replay launches what a call in the default mode launches once its parameter kernels
+        # are cached: not the 3 weight casts and 3 batch-norm terms (before, every replay did).
+        default = ember.compile(f)
+        default(x)
+        with torch.profiler.profile(activities=acts) as prof:
+            default(x)
+            torch.cuda.synchronize()
+        per_call = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA
+                    and e.name.startswith("ember_k")]
+        assert len(names) == 4 * len(per_call), (names, per_call)
+        net[0].weight.mul_(2)  # in place: the replay's cast of it is stale
+        net[4].running_var.mul_(3)
+        torch.testing.assert_close(compiled(x), f(x), **tol)
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), f(x), **tol)
+        assert _C.cuda_graph_replays() - before >= 4 + 2
+
+
 def test_reduce_overhead_captures_again_when_module_state_moves():
     # A buffer reassigned to a new tensor (a new address the captured graph does not read) is
     # never read stale: the graph is captured again (or recompiled), and replays go on.
