@@ -170,14 +170,12 @@ std::optional<std::vector<at::Tensor>> CudaGraphRunner::run(const std::vector<at
     stale |= versioned_[i] && version_of(inputs[i]) != e.versions[i];
   }
   if (stale) {
-    if (recaptures_ >= kMaxCudaGraphRecaptures) {
-      disable("its parameters or buffers were updated in place more than " +
-              std::to_string(kMaxCudaGraphRecaptures) + " times (each update captures it again)");
-      return std::nullopt;
+    // This call runs the program, which computes those kernels again into the tensors the graph
+    // reads (Note [Parameter kernels outside the replay]); the graph stays valid for the
+    // versions the parameters have now.
+    for (size_t i = 0; i < versioned_.size() && i < inputs.size(); ++i) {
+      if (versioned_[i]) e.versions[i] = version_of(inputs[i]);
     }
-    ++recaptures_;
-    e.graph = CapturedCudaGraph{};
-    e.calls = 1;  // this call runs the program (casting again), the next one captures
     return std::nullopt;
   }
   if (moved) {

@@ -20,10 +20,11 @@
 /// fills that cache, so the capture finds their outputs there and records no launch of them: a
 /// replay reads the cached tensors (kept alive by the cache) and runs no weight cast, where eager
 /// and Inductor's cudagraphs cast every weight on every call. A replay is valid while those
-/// parameters keep the versions they had at the capture: each call compares them (a version
-/// counter read per input), and one that finds a change (an in-place update of a weight or a
-/// statistic) runs the program, which casts again into new cached tensors, and drops the graph,
-/// which the next call captures again (counted as a recapture).
+/// parameters keep the versions it last saw: each call compares them (a version counter read per
+/// input), and one that finds a change (an in-place update of a weight or a statistic, an
+/// optimizer's step between inference calls) runs the program instead, which computes those
+/// kernels again and, under a CUDA graph, writes their results into the cached tensors the graph
+/// reads (executor_run.cpp); the next call replays again, with no new capture.
 ///
 /// A graph over shape symbols (issue 35) records one CUDA graph per binding of its symbols, as
 /// Inductor's CUDA graph trees record one per distinct size: each size has its warm-up call, its
@@ -77,8 +78,8 @@ class CudaGraphRunner {
   /// graph runs without a CUDA graph, with a warning. `versioned[i]`: input i is read by a kernel
   /// of parameters only, whose outputs the capture took from the parameter cache instead of
   /// recording the kernel (Note [Parameter kernels outside the replay]): a call that finds the
-  /// input's version changed since the capture runs the program (which computes them again) and
-  /// the next call captures again, within the same limit.
+  /// input's version changed runs the program (which computes them again into the tensors the
+  /// graph reads), and the calls after it replay.
   CudaGraphRunner(int device, std::vector<bool> module_state, std::vector<bool> versioned = {});
   ~CudaGraphRunner();
 
@@ -101,7 +102,7 @@ class CudaGraphRunner {
   struct Entry {
     int64_t calls = 0;
     std::vector<at::Tensor> static_inputs, static_outputs;
-    std::vector<uint32_t> versions;  ///< of the versioned inputs at the capture
+    std::vector<uint32_t> versions;  ///< of the versioned inputs the cached outputs are for
     CapturedCudaGraph graph;
   };
   bool capture(Entry& e, const std::vector<at::Tensor>& inputs, const Program& program);

@@ -38,6 +38,21 @@ bool has_layout(const at::Tensor& t, const std::vector<int64_t>& sizes,
 
 namespace {
 
+/// Whether `kept[i]` has the sizes, strides, dtype and device of `env[outs[i]]` for every output.
+bool same_layouts(const std::vector<at::Tensor>& kept, const std::vector<at::Tensor>& env,
+                  const std::vector<graph::ValueId>& outs) {
+  if (kept.size() != outs.size()) return false;
+  for (size_t i = 0; i < kept.size(); ++i) {
+    const at::Tensor &a = kept[i], &b = env[outs[i]];
+    if (!a.defined() || !b.defined() || a.scalar_type() != b.scalar_type() ||
+        a.device() != b.device() || !a.sizes().equals(b.sizes()) ||
+        !a.strides().equals(b.strides())) {
+      return false;
+    }
+  }
+  return true;
+}
+
 /// The byte range [first, last) that `t` can reach in its storage; empty for no elements.
 std::pair<int64_t, int64_t> byte_range(const at::Tensor& t) {
   int64_t extent = 1;
@@ -562,8 +577,18 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
         for (graph::ValueId v : kernel.inputs) {
           kernel.parameter_cache->held.push_back(env[v].storage());
         }
-        kernel.parameter_cache->outputs.clear();
-        for (graph::ValueId o : kernel.outputs) kernel.parameter_cache->outputs.push_back(env[o]);
+        std::vector<at::Tensor>& kept = kernel.parameter_cache->outputs;
+        if (p_.cuda_graph && same_layouts(kept, env, kernel.outputs)) {
+          // A CUDA graph's replay reads the kept tensors: the new values go into them (Note
+          // [Parameter kernels outside the replay], cuda_graph.h).
+          for (size_t i = 0; i < kept.size(); ++i) {
+            kept[i].copy_(env[kernel.outputs[i]]);
+            env[kernel.outputs[i]] = kept[i];
+          }
+        } else {
+          kept.clear();
+          for (graph::ValueId o : kernel.outputs) kept.push_back(env[o]);
+        }
       }
       for (graph::ValueId v : step.release) env[v].reset();
       continue;
