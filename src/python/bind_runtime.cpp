@@ -90,12 +90,14 @@ void bind_runtime(nb::module_& m) {
           changed = runtime::fold_constants(out);
         } else if (name == "fuse_attention") {
           changed = runtime::fuse_attention(out);
+        } else if (name == "hoist_collectives") {
+          changed = runtime::hoist_collectives(out);
         } else if (name == "sink_collective_waits") {
           changed = runtime::sink_collective_waits(out);
         } else {
           throw UserError("no graph pass named '" + name +
                           "' (causal_attention, fold_constants, fuse_attention, "
-                          "sink_collective_waits)");
+                          "hoist_collectives, sink_collective_waits)");
         }
         return std::make_pair(std::move(out), changed);
       },

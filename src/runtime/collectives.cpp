@@ -18,6 +18,65 @@ bool is_collective_wait(const graph::OpInfo& op) {
   return op.name == "_c10d_functional::wait_tensor";
 }
 
+namespace {
+
+// Puts the nodes of `g` in the order of their keys (ties keep node order) and renumbers the values'
+// producers.
+void reorder(graph::Graph& g, std::vector<std::pair<int64_t, int32_t>> order) {
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<graph::Node> nodes;
+  nodes.reserve(g.nodes.size());
+  for (const auto& [at, i] : order) {
+    for (graph::ValueId v : g.nodes[i].outputs)
+      g.values[v].node = static_cast<int32_t>(nodes.size());
+    nodes.push_back(std::move(g.nodes[i]));
+  }
+  g.nodes = std::move(nodes);
+}
+
+}  // namespace
+
+int hoist_collectives(tracer::TracedGraph& traced) {
+  graph::Graph& g = traced.graph;
+  const int64_t n = static_cast<int64_t>(g.nodes.size());
+  // Node i keeps the key (i + 1) * (n + 1); a collective takes its latest dependency's key plus
+  // one more than the collectives already placed right after that dependency (at most n of
+  // them, so it stays before the dependency's next node).
+  std::vector<int64_t> key(static_cast<size_t>(n));
+  std::vector<int64_t> placed_after(static_cast<size_t>(n) + 1, 0);  // by dependency + 1
+  std::vector<std::pair<int64_t, int32_t>> order;
+  order.reserve(static_cast<size_t>(n));
+  int64_t last_collective = -1;  // the previous collective's node index
+  int moved = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const graph::Node& node = g.nodes[i];
+    key[i] = (i + 1) * (n + 1);
+    if (is_collective(g.op_of(node))) {
+      int64_t dep = last_collective;
+      for (graph::ValueId v : graph::tensor_reads(node)) {
+        dep = std::max<int64_t>(dep, g.values[v].node);  // -1: a graph input
+      }
+      // Where the dependency is another collective hoisted there, it counts by its own key.
+      const int64_t base = dep < 0 ? 0 : key[dep];
+      int64_t& after = placed_after[static_cast<size_t>(dep + 1)];
+      if (base + after + 1 < key[i]) key[i] = base + ++after;
+      last_collective = i;
+    }
+    order.emplace_back(key[i], static_cast<int32_t>(i));
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  // Moved: a collective at another index than before.
+  for (size_t at = 0; at < order.size(); ++at) {
+    const int32_t i = order[at].second;
+    moved += is_collective(g.op_of(g.nodes[i])) && static_cast<size_t>(i) != at ? 1 : 0;
+  }
+  if (moved == 0) return 0;
+  reorder(g, std::move(order));
+  return moved;
+}
+
 int sink_collective_waits(tracer::TracedGraph& traced) {
   graph::Graph& g = traced.graph;
   const int32_t n = static_cast<int32_t>(g.nodes.size());
@@ -44,16 +103,7 @@ int sink_collective_waits(tracer::TracedGraph& traced) {
     order.emplace_back(at, i);
   }
   if (moved == 0) return 0;
-  std::stable_sort(order.begin(), order.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<graph::Node> nodes;
-  nodes.reserve(n);
-  for (const auto& [at, i] : order) {
-    for (graph::ValueId v : g.nodes[i].outputs)
-      g.values[v].node = static_cast<int32_t>(nodes.size());
-    nodes.push_back(std::move(g.nodes[i]));
-  }
-  g.nodes = std::move(nodes);
+  reorder(g, std::move(order));
   return moved;
 }
 

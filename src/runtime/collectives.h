@@ -20,6 +20,16 @@ bool is_collective(const graph::OpInfo& op);
 /// `_c10d_functional::wait_tensor`.
 bool is_collective_wait(const graph::OpInfo& op);
 
+/// Rewrites `traced` in place: each collective moves to just after the last node it depends on
+/// (the producers of the tensors it reads, and the collective before it: collectives keep their
+/// order, which every rank issues alike), so that its communication starts as soon as its input
+/// exists and overlaps the work the program put before it (a gradient's all-reduce issued when
+/// the gradient is made, not where the program wrote the call). Waits stay where they are
+/// (sink_collective_waits moves them). Guarantees: the same nodes and values, every value still
+/// defined before it is read, the relative order of all other nodes unchanged; the graph passes
+/// the verifier. Returns the number of collectives moved.
+int hoist_collectives(tracer::TracedGraph& traced);
+
 /// Rewrites `traced` in place: each wait_tensor node moves to just before the first node that
 /// reads its result (after the last node, when only the graph's outputs or mutations read it).
 /// Collectives keep their places and their order (every rank issues them in the same order).

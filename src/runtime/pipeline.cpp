@@ -400,6 +400,7 @@ Program compile_program(tracer::TracedGraph traced, const ExecutorOptions& optio
     p.num_fused_attention =
         step.graph_pass("fuse_attention", [&] { return fuse_attention(p.traced); });
   }
+  step.graph_pass("hoist_collectives", [&] { return hoist_collectives(p.traced); });
   step.graph_pass("sink_collective_waits", [&] { return sink_collective_waits(p.traced); });
   step("bind_inputs", [&] {
     bind_inputs(p);

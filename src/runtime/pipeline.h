@@ -10,8 +10,9 @@
 ///   4. fuse_attention        graph pass: eager attention (bmm, softmax, bmm) becomes one
 ///                            ember::fused_attention node, an SDPA call
 ///                            (runtime/attention_fusion.h)
-///   5. sink_collective_waits graph pass: a functional collective's wait goes just before the
-///                            first node that reads its result (runtime/collectives.h)
+///   5. hoist_collectives,    graph passes: a functional collective goes just after what it
+///      sink_collective_waits depends on, its wait just before the first node that reads its
+///                            result (runtime/collectives.h)
 ///   6. bind_inputs           where each graph input and constant lives in the program
 ///   7. schedule              fused kernel groups and the order of steps (sched/fusion.h)
 ///   8. generate_kernels      emit, compile and load the kernels (C++ or Triton, in rounds

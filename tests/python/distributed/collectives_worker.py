@@ -44,6 +44,18 @@ def independent_work(x, w):
     return h * s
 
 
+def late_collectives(x, w):
+    # Two all-reduces written after work that does not feed them, the second's input ready
+    # first: hoist_collectives issues each after its input, in the program's order.
+    a = x.sum(0, keepdim=True)
+    y = torch.softmax(x @ w, dim=-1)
+    b = y.amax(0, keepdim=True)
+    z = torch.relu(y @ w)
+    sa = funcol.all_reduce(b, "max", dist.group.WORLD)
+    sb = funcol.all_reduce(a, "sum", dist.group.WORLD)
+    return z * sa + sb
+
+
 class TensorParallelMLP(torch.nn.Module):
     """Megatron's MLP: the first linear's columns and the second's rows split across ranks, one
     all-reduce of the partial sums."""
@@ -77,6 +89,7 @@ def main() -> None:
         "reduce_scatter": (reduce_scatter, (torch.randn(2 * world, 6),)),
         "independent_work": (independent_work, (torch.randn(6, 8), torch.randn(8, 8))),
         "tensor_parallel_mlp": (mlp, (torch.randn(5, 16),)),
+        "late_collectives": (late_collectives, (torch.randn(6, 8), torch.randn(8, 8))),
     }
     for name, (fn, args) in programs.items():
         args = tuple(a.to(device) for a in args)

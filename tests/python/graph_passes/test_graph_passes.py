@@ -1,5 +1,5 @@
 """Each graph pass of the pipeline (src/runtime/pipeline.h: causal_attention, fold_constants,
-fuse_attention, sink_collective_waits), before and after, as graph text: a small program traced, then the pass run alone
+fuse_attention, hoist_collectives, sink_collective_waits), before and after, as graph text: a small program traced, then the pass run alone
 on a copy (ember._C.run_graph_pass), against golden files
 (tests/python/graph_passes/golden/<case>.{before,after}.txt; EMBER_ACCEPT_GOLDEN=1 rewrites them).
 The CPU-only torch's text is the golden one (on a GPU machine only the counts are checked)."""
@@ -56,6 +56,18 @@ def collective(x, w):  # what funcol.all_reduce traces to: the wait right after 
     return torch.softmax(x @ w, -1) * s
 
 
+def late_collectives(x, w):  # two all-reduces written after work that does not feed them
+    a = x.sum(0, keepdim=True)
+    y = torch.softmax(x @ w, -1)
+    b = y.amax(0, keepdim=True)
+    z = torch.relu(y @ w)
+    sa = torch.ops._c10d_functional.all_reduce(b, "max", "0")  # issued first in the program
+    sb = torch.ops._c10d_functional.all_reduce(a, "sum", "0")  # its input is ready earliest
+    sa = torch.ops._c10d_functional.wait_tensor(sa)
+    sb = torch.ops._c10d_functional.wait_tensor(sb)
+    return z * sa + sb
+
+
 QKV = [r(B * H, S, D), r(B * H, S, D), r(B * H, S, D)]
 CASES = {
     # case: (pass, program, arguments, how many it rewrites)
@@ -67,6 +79,9 @@ CASES = {
     "causal_attention": ("causal_attention", causal_sdpa, [r(1, H, S, D)] * 3, 1),
     "fold_constants": ("fold_constants", constants, [r(3)], 1),
     "sink_collective_waits": ("sink_collective_waits", collective, [r(6, 8), r(8, 8)], 1),
+    # The first all-reduce goes right after its max, the second right after the first (the
+    # order stays), both before the second product.
+    "hoist_collectives": ("hoist_collectives", late_collectives, [r(6, 8), r(8, 8)], 2),
 }
 
 
@@ -126,3 +141,31 @@ def test_a_collective_overlaps_the_work_that_does_not_need_its_result():
         g = ember.trace(constant_input, [w])
     folded, _ = C.run_graph_pass(g, "fold_constants")
     assert "_c10d_functional::all_reduce" in str(folded) and "wait_tensor" in str(folded), folded
+
+
+def test_collectives_keep_their_order_and_follow_their_inputs():
+    # After hoist_collectives every collective still reads values made before it, and the
+    # collectives' order (every rank issues them alike) is the program's.
+    with torch.no_grad():
+        g = ember.trace(late_collectives, [r(6, 8), r(8, 8)])
+    after, moved = C.run_graph_pass(g, "hoist_collectives")
+    assert moved == 2
+    lines = [ln.strip() for ln in str(after).splitlines()]
+    defined = set()
+    order = []
+    for ln in lines:
+        if " = " not in ln:
+            if ln.startswith("input "):
+                defined.add(ln.split()[1])
+            continue
+        lhs, rhs = ln.split(" = ", 1)
+        for tok in rhs.replace("(", " ").replace(")", " ").replace(",", " ").split():
+            if tok.startswith("%"):
+                assert tok in defined, (tok, ln, str(after))
+        defined.add(lhs.split()[0])
+        if "all_reduce" in rhs:
+            order.append(rhs.split('"')[1])
+    assert order == ["max", "sum"], str(after)
+    names = [ln.split(" = ")[1].split("(")[0] for ln in lines if " = " in ln]
+    assert names.index("_c10d_functional::all_reduce") < [
+        i for i, n in enumerate(names) if n == "aten::mm"][1], str(after)
