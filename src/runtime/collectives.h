@@ -21,10 +21,12 @@ bool is_collective(const graph::OpInfo& op);
 bool is_collective_wait(const graph::OpInfo& op);
 
 /// Rewrites `traced` in place: each collective moves to just after the last node it depends on
-/// (the producers of the tensors it reads, and the collective before it: collectives keep their
-/// order, which every rank issues alike), so that its communication starts as soon as its input
-/// exists and overlaps the work the program put before it (a gradient's all-reduce issued when
-/// the gradient is made, not where the program wrote the call). Waits stay where they are
+/// (the producers of the tensors it reads; the collective before it: collectives keep their
+/// order, which every rank issues alike; and the node before the first use of that collective's
+/// result: one collective's result at most is issued ahead of the work that uses it), so that its
+/// communication starts as soon as its input exists and overlaps the work the program put before
+/// it (a gradient's all-reduce issued when the gradient is made, not where the program wrote the
+/// call), without gathering every layer's weights at the top of a graph. Waits stay where they are
 /// (sink_collective_waits moves them). Guarantees: the same nodes and values, every value still
 /// defined before it is read, the relative order of all other nodes unchanged; the graph passes
 /// the verifier. Returns the number of collectives moved.

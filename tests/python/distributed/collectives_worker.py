@@ -46,7 +46,8 @@ def independent_work(x, w):
 
 def late_collectives(x, w):
     # Two all-reduces written after work that does not feed them, the second's input ready
-    # first: hoist_collectives issues each after its input, in the program's order.
+    # first: hoist_collectives issues the first after its input; the second stays behind the
+    # first's use (one in flight), and the ranks keep one order.
     a = x.sum(0, keepdim=True)
     y = torch.softmax(x @ w, dim=-1)
     b = y.amax(0, keepdim=True)

@@ -49,7 +49,7 @@ def test_a_wait_goes_after_the_work_that_does_not_need_it(rows):
 
 
 def test_collectives_issued_early_keep_their_order_and_results(rows):
-    # hoist_collectives moves both all-reduces up to their inputs (a graph pass after capture;
+    # hoist_collectives moves the first all-reduce up to its input (a graph pass after capture;
     # the captured text here is before it): the ranks still issue them in one order and the
     # results are eager's (tests/python/graph_passes has the order itself).
     r = rows["late_collectives"]
