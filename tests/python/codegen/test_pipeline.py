@@ -13,9 +13,9 @@ import ember
 import ember._C as C
 from ember.tracing import trace_with_structure
 
-STEPS = ["causal_attention", "fold_constants", "choose_target", "sink_collective_waits",
-         "bind_inputs", "schedule", "generate_kernels", "plan_lifetimes", "plan_memory",
-         "decide_cuda_graphs"]
+STEPS = ["causal_attention", "fold_constants", "choose_target", "hoist_collectives",
+         "sink_collective_waits", "bind_inputs", "schedule", "generate_kernels", "plan_lifetimes",
+         "plan_memory", "decide_cuda_graphs"]
 
 
 def f(x):
