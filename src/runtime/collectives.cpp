@@ -35,15 +35,22 @@ void reorder(graph::Graph& g, std::vector<std::pair<int64_t, int32_t>> order) {
   g.nodes = std::move(nodes);
 }
 
+// The first node that reads each value (g.nodes.size(): none).
+std::vector<int64_t> first_readers(const graph::Graph& g) {
+  const int64_t n = static_cast<int64_t>(g.nodes.size());
+  std::vector<int64_t> first(g.values.size(), n);
+  for (int64_t i = n - 1; i >= 0; --i) {
+    for (graph::ValueId v : graph::tensor_reads(g.nodes[i])) first[v] = i;
+  }
+  return first;
+}
+
 }  // namespace
 
 int hoist_collectives(tracer::TracedGraph& traced) {
   graph::Graph& g = traced.graph;
   const int64_t n = static_cast<int64_t>(g.nodes.size());
-  std::vector<int64_t> first_reader(g.values.size(), n);
-  for (int64_t i = n - 1; i >= 0; --i) {
-    for (graph::ValueId v : graph::tensor_reads(g.nodes[i])) first_reader[v] = i;
-  }
+  const std::vector<int64_t> first_reader = first_readers(g);
   // The first node that uses a collective's result: the first reader of its wait's output.
   auto consumer = [&](const graph::Node& c) {
     int64_t first = n;
@@ -102,11 +109,7 @@ int hoist_collectives(tracer::TracedGraph& traced) {
 int sink_collective_waits(tracer::TracedGraph& traced) {
   graph::Graph& g = traced.graph;
   const int32_t n = static_cast<int32_t>(g.nodes.size());
-  // First reader of each value, in node order.
-  std::vector<int32_t> first_reader(g.values.size(), n);
-  for (int32_t i = n - 1; i >= 0; --i) {
-    for (graph::ValueId v : graph::tensor_reads(g.nodes[i])) first_reader[v] = i;
-  }
+  const std::vector<int64_t> first_reader = first_readers(g);
   // Each node's place in the new order: a wait takes its first reader's place, just before it
   // (ties keep node order, so a wait stays after its collective and before that reader).
   std::vector<std::pair<int64_t, int32_t>> order;
@@ -116,9 +119,9 @@ int sink_collective_waits(tracer::TracedGraph& traced) {
     const graph::Node& node = g.nodes[i];
     int64_t at = 2 * static_cast<int64_t>(i) + 1;
     if (is_collective_wait(g.op_of(node)) && node.outputs.size() == 1) {
-      const int32_t reader = first_reader[node.outputs[0]];
+      const int64_t reader = first_reader[node.outputs[0]];
       if (reader > i + 1) {
-        at = 2 * static_cast<int64_t>(reader);  // before the reader's 2 * reader + 1
+        at = 2 * reader;  // before the reader's 2 * reader + 1
         ++moved;
       }
     }
