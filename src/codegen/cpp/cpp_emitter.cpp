@@ -17,6 +17,50 @@ namespace detail {
 
 using namespace loop;
 
+namespace {
+
+// Whether `e` reads a buffer.
+bool has_load(const Expr& e) {
+  if (e.kind() == ExprKind::Load) return true;
+  bool found = false;
+  for_each_child(e, [&](const Expr& c) { found = found || has_load(c); });
+  return found;
+}
+
+// The second operand of a binary expression.
+Expr second_operand(const Expr& e) {
+  Expr first, second;
+  for_each_child(e, [&](const Expr& c) { (first.defined() ? second : first) = c; });
+  return second;
+}
+
+// Sets a variable's interval for the emission of a scope, and restores what was there before.
+class BoundScope {
+ public:
+  BoundScope(VarBounds& bounds, std::string name, const Interval& i)
+      : bounds_(bounds), name_(std::move(name)) {
+    auto it = bounds_.find(name_);
+    if (it != bounds_.end()) before_ = it->second;
+    bounds_[name_] = i;
+  }
+  ~BoundScope() {
+    if (before_) {
+      bounds_[name_] = *before_;
+    } else {
+      bounds_.erase(name_);
+    }
+  }
+  BoundScope(const BoundScope&) = delete;
+  BoundScope& operator=(const BoundScope&) = delete;
+
+ private:
+  VarBounds& bounds_;
+  std::string name_;
+  std::optional<Interval> before_;
+};
+
+}  // namespace
+
 std::string var_name(const std::string& n) {
   return "v_" + n;
 }
@@ -186,6 +230,10 @@ std::string Emitter::expr(const Expr& e) {
       const std::string t = expr(s->t);
       const std::string f = expr(s->f);
       --select_depth_;
+      // Note [Selects of loads].
+      if ((has_load(s->t) || has_load(s->f)) && speculatable(s->t) && speculatable(s->f)) {
+        return "ember_select(" + cond + ", " + t + ", " + f + ")";
+      }
       return "(" + cond + " ? " + t + " : " + f + ")";
     }
     case ExprKind::Cast:
@@ -195,8 +243,11 @@ std::string Emitter::expr(const Expr& e) {
       std::string index = expr(l->index);
       if (select_depth_ > 0 && l->index.kind() != ExprKind::IntImm) {
         // A vectorized loop evaluates both arms of a select (a blend): a guarded read (padding,
-        // im2col, cat) is clamped into its buffer, whose value the select then discards.
-        if (std::optional<int64_t> last = last_element(l->buffer)) {
+        // im2col, cat) is clamped into its buffer, whose value the select then discards. A read
+        // that the loops keep inside its buffer needs no clamp (which would make a contiguous
+        // load a gather).
+        std::optional<int64_t> last = last_element(l->buffer);
+        if (last && !in_range(l->index, *last)) {
           index = "ember_min<int64_t>(ember_max<int64_t>(" + index + ", 0LL), " +
                   std::to_string(*last) + "LL)";
         }
@@ -226,6 +277,48 @@ std::optional<int64_t> Emitter::last_element(const std::string& buffer) const {
     return last;
   }
   return std::nullopt;
+}
+
+bool Emitter::in_range(const Expr& index, int64_t last) const {
+  const Interval b = bounds_of(index, bounds_);
+  return b.lo && b.hi && *b.lo >= 0 && *b.hi <= last;
+}
+
+// Note [Selects of loads]
+// C++'s `c ? a : b` evaluates one arm, so an arm that loads is a conditional load, and GCC's
+// vectorizer does not speculate loads it cannot prove safe: a loop with a select of a load ran
+// scalar. ReLU's backward, `where(x <= 0, 0, grad)`, was 2.1 ms over 800K floats on 2 cores
+// against 80 us vectorized (convolution nets trained slower than eager on the CPU). Where every
+// load of both arms reads inside its buffer (a clamped index, or one the loop bounds keep in
+// range) and nothing in them can trap (an integer division by a divisor that may be 0), the
+// select is emitted as a call, `ember_select(c, a, b)`, which evaluates both arms, and the loop
+// vectorizes with plain loads and a blend. Otherwise it stays a conditional.
+bool Emitter::speculatable(const Expr& e) const {
+  switch (e.kind()) {
+    case ExprKind::Load: {
+      const Load* l = e.as<Load>();
+      if (l->index.kind() != ExprKind::IntImm && !last_element(l->buffer)) return false;
+      if (const IntImm* i = l->index.as<IntImm>()) {
+        std::optional<int64_t> last = last_element(l->buffer);
+        if (!last || i->value < 0 || i->value > *last) return false;
+      }
+      return speculatable(l->index);
+    }
+    case ExprKind::Div:
+    case ExprKind::FloorDiv:
+    case ExprKind::Mod: {
+      if (!is_float(e.dtype())) {
+        const Interval d = bounds_of(second_operand(e), bounds_);
+        if (!(d.lo && *d.lo > 0)) return false;  // 0 or -1 (INT_MIN / -1) may trap
+      }
+      break;
+    }
+    default:
+      break;
+  }
+  bool ok = true;
+  for_each_child(e, [&](const Expr& c) { ok = ok && speculatable(c); });
+  return ok;
 }
 
 std::pair<Expr, Expr> Emitter::operands(const Expr& e) {
@@ -428,6 +521,9 @@ void Emitter::stmt(const Stmt& s, int ind) {
   switch (s.kind()) {
     case StmtKind::For: {
       const For* f = s.as<For>();
+      const BoundScope scope(
+          bounds_, f->var.as<Var>()->name,
+          loop_var_bounds(bounds_of(f->min, bounds_), bounds_of(f->extent, bounds_)));
       std::string v = expr(f->var);
       std::string lo = expr(f->min);
       std::string hi = "(" + lo + " + " + expr(f->extent) + ")";
@@ -494,6 +590,7 @@ void Emitter::stmt(const Stmt& s, int ind) {
       return;
     case StmtKind::Let: {
       const Let* l = s.as<Let>();
+      const BoundScope scope(bounds_, l->var.as<Var>()->name, bounds_of(l->value, bounds_));
       line(ind, "{");
       line(ind + 1, std::string("const ") + cpp_type(l->var.dtype()) + " " + expr(l->var) + " = " +
                         expr(l->value) + ";");

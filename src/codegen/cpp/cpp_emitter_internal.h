@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "loop/bounds.h"
 #include "loop/stmt.h"
 
 namespace ember::codegen::detail {
@@ -62,6 +63,12 @@ class Emitter {
   // The largest element offset of kernel buffer `buffer`, when its sizes and strides are
   // constants (non-negative strides); nullopt otherwise (and for local buffers).
   std::optional<int64_t> last_element(const std::string& buffer) const;
+  // Whether the loop and Let bounds around the current statement place `index` in [0, last].
+  bool in_range(const Expr& index, int64_t last) const;
+  // Whether `e` may be evaluated where the program would not evaluate it (an arm of a select the
+  // condition does not choose): every load reads inside its buffer (clamped, or in range by the
+  // bounds) and no integer division or modulo can be by zero. See Note [Selects of loads].
+  bool speculatable(const Expr& e) const;
   std::string binary(const Expr& e, const char* op);
   std::string helper2(const Expr& e, const char* fn);
   std::string compare(const Expr& e, const char* op);
@@ -129,6 +136,8 @@ class Emitter {
   // Selects being emitted around the current expression: a load inside one is clamped into its
   // buffer (last_element), since a vectorized loop evaluates both arms of a select.
   int select_depth_ = 0;
+  // Intervals of the loop variables (and integer Lets) around the statement being emitted.
+  loop::VarBounds bounds_;
   int parallel_depth_ = 0;
   int lane_counter_ = 0;  // numbers the lane reductions of the kernel, for unique C++ names
   // While emitting a lane reduction's body: accumulator element -> its lane lvalues.

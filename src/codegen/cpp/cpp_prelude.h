@@ -103,6 +103,9 @@ template <typename T> inline T ember_min(T a, T b) {
   if constexpr (std::numeric_limits<T>::is_integer) return a < b ? a : b;
   else return (a != a || a < b) ? a : b;
 }
+// A select that evaluates both arms (Note [Selects of loads], cpp_emitter.cpp): as a call, its
+// arms' loads are not conditional, so a loop around it vectorizes with a blend.
+template <typename A, typename B> inline auto ember_select(bool c, A a, B b) { return c ? a : b; }
 // Max/min of an accumulator and a new value, NaN propagating: the NaN test is on the new value,
 // so the dependency chain through the accumulator is one compare-and-select (vmaxps-like).
 // Ties keep the accumulator.

@@ -76,6 +76,61 @@ TEST_F(CppEmitter, BoolBuffersAreBytesAndMatchTheInterpreter) {
   check_against_interpreter(k, {{"n", 37}}, 0);
 }
 
+// Note [Selects of loads]: a select whose arm loads is a call that evaluates both arms where that
+// is safe, so the loop vectorizes (ReLU's backward ran scalar, 27x slower). A load the loop keeps
+// in its buffer is read as it is; a guarded one (concatenation, padding) is clamped into its
+// buffer; an integer division by a loaded divisor (0 where the select does not choose it) stays
+// behind the condition. Each agrees with the interpreter.
+TEST_F(CppEmitter, SelectsOfLoadsEvaluateBothArmsWhereThatIsSafe) {
+  const std::string relu_backward =
+      "kernel relu_backward() {\n"
+      "  input x : f32[64] strides [1]\n"
+      "  input g : f32[64] strides [1]\n"
+      "  output y : f32[64] strides [1]\n"
+      "  for (i, 0, 64) vectorized {\n"
+      "    y[i] = select((x[i] <= f32(0)), f32(0), g[i])\n"
+      "  }\n"
+      "}\n";
+  Kernel k = loop::parse_kernel(relu_backward);
+  std::string src = emit_cpp(k);
+  EXPECT_NE(src.find("ember_select((b_x[v_i] <= "), std::string::npos) << src;
+  EXPECT_EQ(src.find("ember_min<int64_t>(ember_max<int64_t>("), std::string::npos) << src;
+  check_against_interpreter(k, {}, 0);
+
+  const std::string cat =
+      "kernel cat() {\n"
+      "  input a : f32[32] strides [1]\n"
+      "  input b : f32[32] strides [1]\n"
+      "  output y : f32[64] strides [1]\n"
+      "  for (i, 0, 64) vectorized {\n"
+      "    y[i] = select((i < 32), a[i], b[(i - 32)])\n"
+      "  }\n"
+      "}\n";
+  k = loop::parse_kernel(cat);
+  src = emit_cpp(k);
+  EXPECT_NE(src.find("b_y[v_i] = ember_select("), std::string::npos) << src;
+  EXPECT_NE(src.find("b_a[ember_min<int64_t>(ember_max<int64_t>(v_i, 0LL), 31LL)]"),
+            std::string::npos)
+      << src;
+  check_against_interpreter(k, {}, 0);
+
+  const std::string divide =
+      "kernel divide() {\n"
+      "  input x : i64[16] strides [1]\n"
+      "  input d : i64[16] strides [1]\n"
+      "  output y : i64[16] strides [1]\n"
+      "  for (i, 0, 16) vectorized {\n"
+      "    y[i] = select((d[i] != i64(0)), (x[i] // d[i]), i64(0))\n"
+      "  }\n"
+      "}\n";
+  k = loop::parse_kernel(divide);
+  src = emit_cpp(k);
+  EXPECT_NE(src.find("b_y[v_i] = ((b_d[v_i] != 0LL) ? ember_floordiv"), std::string::npos) << src;
+  BufferMap inputs = testing::random_buffers(k, {});
+  for (int j : {0, 5, 11}) inputs["d"][j] = Scalar::of_int(DType::Int64, 0);
+  check_against_interpreter(k, {}, 0, inputs);
+}
+
 // A parallel loop with a run-time condition (a kernel over shape symbols): the OpenMP region's
 // `if` clause, so that a call at a small size runs on the calling thread; the kernel agrees with
 // the interpreter on both sides of the threshold.

@@ -162,3 +162,23 @@ def test_masked_fill_with_a_tensor_value_and_softmax_is_one_kernel():
     mask = ~torch.ones(7, 7, dtype=torch.bool).tril()
     stats = check_model(f, (scores, mask), expect_graphs=1, expect_fallbacks=0)
     assert stats["kernels"] == 1
+
+
+# Note [Selects of loads] (cpp_emitter.cpp): a select whose arm reads a buffer evaluates both
+# arms where every read stays inside its buffer, so its loop vectorizes: ReLU's backward (the
+# gradient read where the input was positive), a concatenation (each part read under its range,
+# clamped into its buffer) and a masked fill. Against eager, with the select in each kernel.
+@pytest.mark.parametrize("name,fn,args", [
+    ("relu_backward", lambda g, x: torch.ops.aten.threshold_backward(g, torch.relu(x + 1), 0),
+     (torch.randn(2, 8, 12, 12), torch.randn(2, 8, 12, 12))),
+    ("cat", lambda a, b: torch.cat([a * 2, b.exp()], dim=1), (torch.randn(3, 5, 7),
+                                                              torch.randn(3, 4, 7))),
+    ("masked_fill", lambda x, m: (x * 3).masked_fill(m, 0.0) + x.where(m, x * 2),
+     (torch.randn(6, 33), torch.rand(6, 33) < 0.5)),
+])
+def test_selects_of_loads_read_both_arms(name, fn, args):
+    g = ember.trace(fn, list(args))
+    compiled = ember._C.CompiledGraph(g)
+    sources = "\n".join(compiled.kernel_sources)
+    assert "= ember_select(" in sources, sources
+    torch.testing.assert_close(compiled(*args)[0], fn(*args))
