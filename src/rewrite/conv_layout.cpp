@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
 #include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/core/MemoryFormat.h>
 #include <c10/core/impl/LocalDispatchKeySet.h>
 
 #include <algorithm>
@@ -33,6 +34,22 @@ constexpr auto kCL = at::MemoryFormat::ChannelsLast;
 // Whether a convolution sees `t` as channels-last.
 bool seen_as_channels_last(const at::Tensor& t) {
   return t.is_contiguous(kCL) && t.suggest_memory_format() == kCL;
+}
+
+// Whether some layout of `t`'s sizes is seen as channels-last: not for [N, 1, 1, 1] (a 1x1
+// depthwise weight, a per-channel scale), whose channels-last strides are its contiguous ones and
+// which ATen takes as NCHW whatever its strides. Restriding such a tensor changes nothing the
+// convolution sees, and the rewrite, called again on its own convolution, would restride it
+// again without end (a stack overflow in mobileone_s0).
+bool can_be_seen_as_channels_last(const at::Tensor& t) {
+  const int64_t c = t.size(1), h = t.size(2), w = t.size(3);
+  const std::vector<int64_t> strides = {h * w * c, 1, w * c, c};
+  return c10::is_channels_last_strides_2d(t.sizes(), strides);
+}
+
+// Whether the rewrite leaves `t` as it is: seen as channels-last already, or never.
+bool settled(const at::Tensor& t) {
+  return seen_as_channels_last(t) || !can_be_seen_as_channels_last(t);
 }
 
 // `t` with the strides at::empty gives a channels-last tensor of its sizes, which the
@@ -205,14 +222,14 @@ std::optional<at::Tensor> channels_last_convolution(const c10::OperatorHandle& o
   const at::ScalarType t = input.scalar_type();
   if (t != at::kBFloat16 && t != at::kHalf && t != at::kFloat) return std::nullopt;
   if (!grouped && args[8].toInt() > 1 && weight.size(1) > 1) return std::nullopt;
-  if (seen_as_channels_last(input) && seen_as_channels_last(weight)) return std::nullopt;
+  if (settled(input) && settled(weight)) return std::nullopt;
   // Eager's result is channels-last when its input or its weight is (cuDNN's and oneDNN's
   // layout choice): only otherwise do the graph's outputs go back to contiguous.
   *from_contiguous = input.suggest_memory_format() != kCL && weight.suggest_memory_format() != kCL;
   std::vector<c10::IValue> stack(args.begin(), args.end());
-  stack[0] = as_channels_last(input);
-  stack[1] = as_channels_last(weight);
-  op.callBoxed(&stack);  // recorded as it is now: both operands are channels-last
+  if (!settled(input)) stack[0] = as_channels_last(input);
+  if (!settled(weight)) stack[1] = as_channels_last(weight);
+  op.callBoxed(&stack);  // recorded as it is now: both operands settled
   return stack[0].toTensor();
 }
 

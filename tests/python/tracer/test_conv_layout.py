@@ -143,3 +143,20 @@ def test_channels_last_only_in_layout_is_made_channels_last_in_atens_eyes(device
             want = cpe(x, w)
             assert got.stride() == want.stride()
             torch.testing.assert_close(got, want)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda:0"])
+def test_a_weight_no_layout_makes_channels_last_is_left_as_it_is(device):
+    """A 1x1 depthwise convolution (MobileOne's scale branch): its weight [C, 1, 1, 1] has the same
+    strides in both layouts and ATen takes it as NCHW whatever they are. The rewrite makes the
+    input channels-last and leaves the weight (restriding it again and again overflowed the
+    stack)."""
+    def scale_branch(x, w, w3):
+        return F.conv2d(x, w, groups=8) + F.conv2d(x, w3, padding=1, groups=8)
+
+    x, w, w3 = torch.randn(1, 8, 6, 6), torch.randn(8, 1, 1, 1), torch.randn(8, 1, 3, 3)
+    with torch.no_grad():
+        text = str(ember.trace(scale_branch, [x, w, w3], device=device))
+        assert len(_line(text, "aten::convolution")) == 2, text
+        if device == "cpu":
+            torch.testing.assert_close(ember.compile(scale_branch)(x, w, w3), scale_branch(x, w, w3))
