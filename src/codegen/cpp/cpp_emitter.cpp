@@ -9,6 +9,7 @@
 #include "codegen/cpp/cpp_emitter_internal.h"
 #include "codegen/cpp/cpp_prelude.h"
 #include "loop/equality.h"
+#include "loop/split_loops.h"
 #include "loop/traverse.h"
 #include "support/error.h"
 
@@ -151,7 +152,8 @@ std::string Emitter::function() {
   }
   // Silence unused-variable warnings for parameters a kernel does not touch.
   for (const std::string& s : k_.size_vars) out_ << "  (void)" << size_name(s) << ";\n";
-  stmt(k_.body, 1);
+  // A concatenation's selects along a loop fold to one arm per piece (loop/split_loops.h).
+  stmt(split_loops_at_selects(k_.body), 1);
   out_ << "}\n";
   return out_.str();
 }

@@ -78,9 +78,10 @@ TEST_F(CppEmitter, BoolBuffersAreBytesAndMatchTheInterpreter) {
 
 // Note [Selects of loads]: a select whose arm loads is a call that evaluates both arms where that
 // is safe, so the loop vectorizes (ReLU's backward ran scalar, 27x slower). A load the loop keeps
-// in its buffer is read as it is; a guarded one (concatenation, padding) is clamped into its
+// in its buffer is read as it is; a guarded one (a padding) is clamped into its
 // buffer; an integer division by a loaded divisor (0 where the select does not choose it) stays
-// behind the condition. Each agrees with the interpreter.
+// behind the condition; a concatenation along the loop is split instead. Each agrees with the
+// interpreter.
 TEST_F(CppEmitter, SelectsOfLoadsEvaluateBothArmsWhereThatIsSafe) {
   const std::string relu_backward =
       "kernel relu_backward() {\n"
@@ -97,6 +98,25 @@ TEST_F(CppEmitter, SelectsOfLoadsEvaluateBothArmsWhereThatIsSafe) {
   EXPECT_EQ(src.find("ember_min<int64_t>(ember_max<int64_t>("), std::string::npos) << src;
   check_against_interpreter(k, {}, 0);
 
+  // A padding: the guarded read is clamped into its buffer, and the select still reads both arms.
+  const std::string pad =
+      "kernel pad() {\n"
+      "  input a : f32[32] strides [1]\n"
+      "  output y : f32[36] strides [1]\n"
+      "  for (i, 0, 36) vectorized {\n"
+      "    y[i] = select(((2 <= i) && (i < 34)), a[(i - 2)], f32(0))\n"
+      "  }\n"
+      "}\n";
+  k = loop::parse_kernel(pad);
+  src = emit_cpp(k);
+  EXPECT_NE(src.find("b_y[v_i] = ember_select("), std::string::npos) << src;
+  EXPECT_NE(src.find("b_a[ember_min<int64_t>(ember_max<int64_t>((v_i - 2LL), 0LL), 31LL)]"),
+            std::string::npos)
+      << src;
+  check_against_interpreter(k, {}, 0);
+
+  // A concatenation along the loop is split into one loop per part (loop/split_loops.h): no
+  // select is left, each part read contiguously.
   const std::string cat =
       "kernel cat() {\n"
       "  input a : f32[32] strides [1]\n"
@@ -108,10 +128,8 @@ TEST_F(CppEmitter, SelectsOfLoadsEvaluateBothArmsWhereThatIsSafe) {
       "}\n";
   k = loop::parse_kernel(cat);
   src = emit_cpp(k);
-  EXPECT_NE(src.find("b_y[v_i] = ember_select("), std::string::npos) << src;
-  EXPECT_NE(src.find("b_a[ember_min<int64_t>(ember_max<int64_t>(v_i, 0LL), 31LL)]"),
-            std::string::npos)
-      << src;
+  EXPECT_NE(src.find("b_y[v_i] = b_a[v_i];"), std::string::npos) << src;
+  EXPECT_NE(src.find("b_y[v_i] = b_b[(v_i - 32LL)];"), std::string::npos) << src;
   check_against_interpreter(k, {}, 0);
 
   const std::string divide =
