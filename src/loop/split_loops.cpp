@@ -37,10 +37,18 @@ std::optional<Change> change_of(const Expr& cond, const std::string& var) {
   return std::nullopt;
 }
 
-void collect_points(const Expr& e, const std::string& var, std::set<int64_t>& points) {
-  if (const Select* s = e.as<Select>()) {
-    if (std::optional<Change> c = change_of(s->cond, var)) points.insert(c->at);
+// Change points of the comparisons on `var` that decide a select: its condition, or a
+// conjunction or disjunction of them (a padding's `c0 <= i && i < c1`).
+void collect_condition_points(const Expr& cond, const std::string& var, std::set<int64_t>& points) {
+  if (std::optional<Change> c = change_of(cond, var)) {
+    points.insert(c->at);
+  } else if (cond.kind() == ExprKind::And || cond.kind() == ExprKind::Or) {
+    for_each_child(cond, [&](const Expr& c) { collect_condition_points(c, var, points); });
   }
+}
+
+void collect_points(const Expr& e, const std::string& var, std::set<int64_t>& points) {
+  if (const Select* s = e.as<Select>()) collect_condition_points(s->cond, var, points);
   for_each_child(e, [&](const Expr& c) { collect_points(c, var, points); });
 }
 
@@ -50,15 +58,32 @@ void collect_points(const Stmt& s, const std::string& var, std::set<int64_t>& po
       [&](const Stmt& c) { collect_points(c, var, points); });
 }
 
-// `e` with each select on `var` that is decided over [lo, hi) replaced by its arm.
+// `e` with each comparison on `var` that is decided over [lo, hi) replaced by its value, and the
+// selects, conjunctions and disjunctions that decides replaced by what they come to.
 Expr fold(const Expr& e, const std::string& var, int64_t lo, int64_t hi) {
-  if (const Select* s = e.as<Select>()) {
-    if (std::optional<Change> c = change_of(s->cond, var)) {
-      if (hi <= c->at) return fold(c->holds_below ? s->t : s->f, var, lo, hi);
-      if (lo >= c->at) return fold(c->holds_below ? s->f : s->t, var, lo, hi);
-    }
+  if (std::optional<Change> c = change_of(e, var)) {
+    if (hi <= c->at) return bool_imm(c->holds_below);
+    if (lo >= c->at) return bool_imm(!c->holds_below);
+    return e;
   }
-  return map_children(e, [&](const Expr& c) { return fold(c, var, lo, hi); });
+  const Expr folded = map_children(e, [&](const Expr& c) { return fold(c, var, lo, hi); });
+  auto constant = [](const Expr& x) -> std::optional<bool> {
+    if (const IntImm* i = x.as<IntImm>(); i != nullptr && x.dtype() == DType::Bool) {
+      return i->value != 0;
+    }
+    return std::nullopt;
+  };
+  if (const Select* s = folded.as<Select>()) {
+    if (std::optional<bool> c = constant(s->cond)) return *c ? s->t : s->f;
+  } else if (folded.kind() == ExprKind::And || folded.kind() == ExprKind::Or) {
+    const bool is_and = folded.kind() == ExprKind::And;
+    Expr a, b;
+    for_each_child(folded, [&](const Expr& c) { (a.defined() ? b : a) = c; });
+    // x && true = x, x && false = false; x || false = x, x || true = true.
+    if (std::optional<bool> ca = constant(a)) return *ca == is_and ? b : a;
+    if (std::optional<bool> cb = constant(b)) return *cb == is_and ? a : b;
+  }
+  return folded;
 }
 
 Stmt fold(const Stmt& s, const std::string& var, int64_t lo, int64_t hi) {

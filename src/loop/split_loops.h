@@ -8,11 +8,13 @@
 /// Requires: a verifier-valid statement.
 /// Guarantees:
 ///  - A Serial, Vectorized or Unrolled For with constant min and extent whose body holds a Select
-///    with a condition `v < c`, `v <= c`, `c < v` or `c <= v` (v its variable, c a constant
-///    strictly inside the loop's range once normalized to a split point) becomes a Block of Fors
-///    of the same kind and variable over consecutive ranges that cover the loop's, in order (at
-///    most kMaxPieces; a loop with more split points is left alone). In each piece, every such
-///    Select whose condition holds (or fails) over the whole piece is replaced by its chosen arm.
+///    whose condition is, or joins with && and ||, comparisons `v < c`, `v <= c`, `c < v` or
+///    `c <= v` (v its variable, c a constant; a padding's `2 <= v && v < 34`), each changing value
+///    strictly inside the loop's range, becomes a Block of Fors of the same kind and variable
+///    over consecutive ranges that cover the loop's, in order (at most kMaxPieces; a loop with
+///    more split points is left alone). In each piece, every such comparison decided over the
+///    whole piece is replaced by its value, and the &&, || and Selects it decides by what they
+///    come to.
 ///  - Parallel loops, loops with other bounds, and selects over other conditions are left as
 ///    they are; the pass recurses into every loop's body.
 ///  - Iterations run in the same order, and each computes the arm it computed before: the same

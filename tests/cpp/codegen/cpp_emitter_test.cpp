@@ -78,7 +78,7 @@ TEST_F(CppEmitter, BoolBuffersAreBytesAndMatchTheInterpreter) {
 
 // Note [Selects of loads]: a select whose arm loads is a call that evaluates both arms where that
 // is safe, so the loop vectorizes (ReLU's backward ran scalar, 27x slower). A load the loop keeps
-// in its buffer is read as it is; a guarded one (a padding) is clamped into its
+// in its buffer is read as it is; a guarded one (a window over a padding) is clamped into its
 // buffer; an integer division by a loaded divisor (0 where the select does not choose it) stays
 // behind the condition; a concatenation along the loop is split instead. Each agrees with the
 // interpreter.
@@ -98,19 +98,23 @@ TEST_F(CppEmitter, SelectsOfLoadsEvaluateBothArmsWhereThatIsSafe) {
   EXPECT_EQ(src.find("ember_min<int64_t>(ember_max<int64_t>("), std::string::npos) << src;
   check_against_interpreter(k, {}, 0);
 
-  // A padding: the guarded read is clamped into its buffer, and the select still reads both arms.
+  // A window over a padding (a pooling's): the guarded read is clamped into its buffer, and the
+  // select still reads both arms.
   const std::string pad =
       "kernel pad() {\n"
       "  input a : f32[32] strides [1]\n"
-      "  output y : f32[36] strides [1]\n"
-      "  for (i, 0, 36) vectorized {\n"
-      "    y[i] = select(((2 <= i) && (i < 34)), a[(i - 2)], f32(0))\n"
+      "  output y : f32[96] strides [1]\n"
+      "  for (r, 0, 3) {\n"
+      "    for (i, 0, 32) vectorized {\n"
+      "      y[((r * 32) + i)] = select(((1 <= (i + r)) && ((i + r) < 33)), a[((i + r) - 1)], "
+      "f32(0))\n"
+      "    }\n"
       "  }\n"
       "}\n";
   k = loop::parse_kernel(pad);
   src = emit_cpp(k);
-  EXPECT_NE(src.find("b_y[v_i] = ember_select("), std::string::npos) << src;
-  EXPECT_NE(src.find("b_a[ember_min<int64_t>(ember_max<int64_t>((v_i - 2LL), 0LL), 31LL)]"),
+  EXPECT_NE(src.find("] = ember_select("), std::string::npos) << src;
+  EXPECT_NE(src.find("b_a[ember_min<int64_t>(ember_max<int64_t>(((v_i + v_r) - 1LL), 0LL), 31LL)]"),
             std::string::npos)
       << src;
   check_against_interpreter(k, {}, 0);

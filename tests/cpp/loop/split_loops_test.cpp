@@ -76,5 +76,26 @@ TEST(SplitLoops, ConditionForms) {
   EXPECT_EQ(split(parallel), print_stmt(parse_kernel(parallel).body));
 }
 
+// A padding along the loop: the conjunction's comparisons split it in three, the border pieces
+// store the padding value and the middle one reads the input as it is.
+TEST(SplitLoops, APaddingIsThreeLoops) {
+  EXPECT_EQ(split("kernel k() {\n"
+                  "  input a : f32[4] strides [1]\n"
+                  "  output y : f32[8] strides [1]\n"
+                  "  for (i, 0, 8) vectorized {\n"
+                  "    y[i] = select(((2 <= i) && (i < 6)), a[(i - 2)], f32(0))\n"
+                  "  }\n"
+                  "}\n"),
+            "for (i, 0, 2) vectorized {\n"
+            "  y[i] = f32(0)\n"
+            "}\n"
+            "for (i, 2, 4) vectorized {\n"
+            "  y[i] = a[(i - 2)]\n"
+            "}\n"
+            "for (i, 6, 2) vectorized {\n"
+            "  y[i] = f32(0)\n"
+            "}\n");
+}
+
 }  // namespace
 }  // namespace ember::loop
