@@ -3,6 +3,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "loop/traverse.h"
@@ -14,6 +15,13 @@ namespace {
 // Where a comparison of `var` with a constant changes value: the first `var` for which it holds
 // differently than for the one before (`v < c` and `c <= v` change at c, `v <= c` and `c < v` at
 // c + 1), and whether it holds below that point (`var` on the left).
+// The two operands of a binary node.
+std::pair<Expr, Expr> operands(const Expr& e) {
+  std::pair<Expr, Expr> ab;
+  for_each_child(e, [&](const Expr& c) { (ab.first.defined() ? ab.second : ab.first) = c; });
+  return ab;
+}
+
 struct Change {
   int64_t at = 0;
   bool holds_below = false;
@@ -22,8 +30,7 @@ struct Change {
 std::optional<Change> change_of(const Expr& cond, const std::string& var) {
   const ExprKind k = cond.kind();
   if (k != ExprKind::LT && k != ExprKind::LE) return std::nullopt;
-  Expr a, b;
-  for_each_child(cond, [&](const Expr& c) { (a.defined() ? b : a) = c; });
+  const auto [a, b] = operands(cond);
   auto is_var = [&](const Expr& e) {
     const Var* v = e.as<Var>();
     return v != nullptr && v->name == var;
@@ -77,8 +84,7 @@ Expr fold(const Expr& e, const std::string& var, int64_t lo, int64_t hi) {
     if (std::optional<bool> c = constant(s->cond)) return *c ? s->t : s->f;
   } else if (folded.kind() == ExprKind::And || folded.kind() == ExprKind::Or) {
     const bool is_and = folded.kind() == ExprKind::And;
-    Expr a, b;
-    for_each_child(folded, [&](const Expr& c) { (a.defined() ? b : a) = c; });
+    const auto [a, b] = operands(folded);
     // x && true = x, x && false = false; x || false = x, x || true = true.
     if (std::optional<bool> ca = constant(a)) return *ca == is_and ? b : a;
     if (std::optional<bool> cb = constant(b)) return *cb == is_and ? a : b;

@@ -28,13 +28,6 @@ bool has_load(const Expr& e) {
   return found;
 }
 
-// The second operand of a binary expression.
-Expr second_operand(const Expr& e) {
-  Expr first, second;
-  for_each_child(e, [&](const Expr& c) { (first.defined() ? second : first) = c; });
-  return second;
-}
-
 // Sets a variable's interval for the emission of a scope, and restores what was there before.
 class BoundScope {
  public:
@@ -298,11 +291,12 @@ bool Emitter::in_range(const Expr& index, int64_t last) const {
 bool Emitter::speculatable(const Expr& e) const {
   switch (e.kind()) {
     case ExprKind::Load: {
+      // Inside the buffer: a constant index checked here, any other one clamped (or in range).
       const Load* l = e.as<Load>();
-      if (l->index.kind() != ExprKind::IntImm && !last_element(l->buffer)) return false;
-      if (const IntImm* i = l->index.as<IntImm>()) {
-        std::optional<int64_t> last = last_element(l->buffer);
-        if (!last || i->value < 0 || i->value > *last) return false;
+      const std::optional<int64_t> last = last_element(l->buffer);
+      if (!last) return false;
+      if (const IntImm* i = l->index.as<IntImm>(); i && (i->value < 0 || i->value > *last)) {
+        return false;
       }
       return speculatable(l->index);
     }
@@ -310,7 +304,7 @@ bool Emitter::speculatable(const Expr& e) const {
     case ExprKind::FloorDiv:
     case ExprKind::Mod: {
       if (!is_float(e.dtype())) {
-        const Interval d = bounds_of(second_operand(e), bounds_);
+        const Interval d = bounds_of(operands(e).second, bounds_);
         if (!(d.lo && *d.lo > 0)) return false;  // 0 or -1 (INT_MIN / -1) may trap
       }
       break;

@@ -59,7 +59,7 @@ class Emitter {
   // A computed value (in compute type) rounded to `t`.
   std::string round_to(DType t, const std::string& computed);
   std::string expr(const Expr& e);
-  std::pair<Expr, Expr> operands(const Expr& e);
+  static std::pair<Expr, Expr> operands(const Expr& e);
   // The largest element offset of kernel buffer `buffer`, when its sizes and strides are
   // constants (non-negative strides); nullopt otherwise (and for local buffers).
   std::optional<int64_t> last_element(const std::string& buffer) const;
