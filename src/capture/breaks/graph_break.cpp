@@ -359,6 +359,12 @@ void segment_free(PyObject* capsule) {
 // --- Bytecode ------------------------------------------------------------------------------
 
 /// Appends constants to a code object's co_consts; returns their indices.
+/// Whether the top frame's stack value `i` is the __exit__ of a with block the break's code
+/// enters again (StopState::reenter): made by that code, not by the segment.
+bool reentered(const StopState& state, size_t i) {
+  return i < state.reenter.size() && state.reenter[i].is_valid();
+}
+
 struct Consts {
   nb::object list;
   explicit Consts(PyObject* base) : list(nb::steal(PySequence_List(base))) {}
@@ -430,12 +436,17 @@ bool is_local_op(Op op) {
 /// not passed) and the rest are passed; then the bound `locals`. `stop_pc`: where it stopped.
 nb::object build_resume(PyCodeObject* co, PyObject* globals, const bytecode::Code& bc, int stop_pc,
                         const std::vector<nb::object>& stack, const std::vector<nb::object>& locals,
-                        int target, int depth, int kept) {
+                        int target, int depth, int kept,
+                        const std::vector<nb::object>& reenter = {}) {
   auto is_null = [&](int i) { return i < kept && !stack[static_cast<size_t>(i)].is_valid(); };
+  auto entered = [&](int i) {
+    return i < kept && static_cast<size_t>(i) < reenter.size() &&
+           reenter[static_cast<size_t>(i)].is_valid();
+  };
   std::vector<std::string> names;
   std::vector<int> new_slot(locals.size(), -1);
   for (int i = 0; i < depth; ++i) {
-    if (!is_null(i)) names.push_back("__ember_stack" + std::to_string(i));
+    if (!is_null(i) && !entered(i)) names.push_back("__ember_stack" + std::to_string(i));
   }
   const int passed = static_cast<int>(names.size());
   std::vector<int> bound;
@@ -476,9 +487,21 @@ nb::object build_resume(PyCodeObject* co, PyObject* globals, const bytecode::Cod
       out.instrs.push_back(make(Op::STORE_FAST, new_slot[j], pos));
     }
   }
+  Consts consts(co->co_consts);
   for (int i = 0, arg = 0; i < depth; ++i) {
     if (is_null(i)) {
       out.instrs.push_back(make(Op::PUSH_NULL, 0, pos));
+      continue;
+    }
+    if (entered(i)) {
+      // The with block whose __exit__ is here, entered again (Note [Graph breaks inside with
+      // blocks]): the copied body's exception table finds its __exit__ where it was.
+      if (kNullBeforeCallable) out.instrs.push_back(make(Op::PUSH_NULL, 0, pos));
+      out.instrs.push_back(make(Op::LOAD_CONST, consts.add(reenter[static_cast<size_t>(i)]), pos));
+      if (!kNullBeforeCallable) out.instrs.push_back(make(Op::PUSH_NULL, 0, pos));
+      out.instrs.push_back(make(Op::CALL, 0, pos));
+      out.instrs.push_back(make(Op::BEFORE_WITH, 0, pos));
+      out.instrs.push_back(make(Op::POP_TOP, 0, pos));
       continue;
     }
     out.instrs.push_back(make(Op::LOAD_FAST, arg++, pos));
@@ -501,7 +524,9 @@ nb::object build_resume(PyCodeObject* co, PyObject* globals, const bytecode::Cod
   for (auto& h : out.handlers) h.target += prefix;
   nb::object varnames = nb::steal(tuple_of_strings(names));
   nb::object cellvars = nb::steal(tuple_of_strings(cells));
+  nb::object const_tuple = consts.tuple();
   bytecode::AssembleOptions opts;
+  opts.consts = const_tuple.ptr();
   opts.varnames = varnames.ptr();
   opts.cellvars = cellvars.ptr();
   opts.argcount = passed + static_cast<int>(bound.size());
@@ -520,26 +545,107 @@ nb::object build_resume(PyCodeObject* co, PyObject* globals, const bytecode::Cod
   return fn;
 }
 
+/// A with block the break's code enters again (Note [Graph breaks inside with blocks]): the
+/// stack position of its __exit__, the local that also holds it, and its two exception-table
+/// entries in the transformed code.
+struct ReenteredWith {
+  int position = 0;
+  int exit_local = 0;
+  int handler = -1;  ///< H: calls __exit__ with the exception and re-raises
+  int cleanup = -1;  ///< C: covers H, restores the handled exception, re-raises
+};
+
+/// Adds the entries of `withs` (outermost first) to out.handlers; their targets come with
+/// emit_with_handlers.
+void add_with_entries(bytecode::Code& out, std::vector<ReenteredWith>& withs) {
+  for (ReenteredWith& w : withs) {
+    w.handler = static_cast<int>(out.handlers.size());
+    out.handlers.push_back(bytecode::Handler{-1, w.position + 1, true});
+    w.cleanup = static_cast<int>(out.handlers.size());
+    out.handlers.push_back(bytecode::Handler{-1, w.position + 3, true});
+  }
+}
+
+/// The handler code of `withs`, as CPython's with statement has it, after the last tail:
+///   H: PUSH_EXC_INFO; WITH_EXCEPT_START; POP_TOP; RERAISE 2     (covered by C)
+///   C: COPY 3; POP_EXCEPT; RERAISE 1                            (covered by the outer H)
+/// The managers the break's code enters (grad modes, autocast, nullcontext) never suppress an
+/// exception, so H always re-raises.
+void emit_with_handlers(bytecode::Code& out, const std::vector<ReenteredWith>& withs,
+                        const bytecode::Position& pos) {
+  for (size_t j = 0; j < withs.size(); ++j) {
+    const ReenteredWith& w = withs[j];
+    const int outer = j > 0 ? withs[j - 1].handler : -1;
+    auto emit = [&](Op op, int arg, int handler) {
+      Instr in = make(op, arg, pos);
+      in.handler = handler;
+      out.instrs.push_back(in);
+    };
+    out.handlers[static_cast<size_t>(w.handler)].target = static_cast<int>(out.instrs.size());
+    emit(Op::PUSH_EXC_INFO, 0, w.cleanup);
+    emit(Op::WITH_EXCEPT_START, 0, w.cleanup);
+    emit(Op::POP_TOP, 0, w.cleanup);
+    emit(Op::RERAISE, 2, w.cleanup);
+    out.handlers[static_cast<size_t>(w.cleanup)].target = static_cast<int>(out.instrs.size());
+    emit(Op::COPY, 3, outer);
+    emit(Op::POP_EXCEPT, 0, outer);
+    emit(Op::RERAISE, 1, outer);
+  }
+}
+
 /// Emits the break instruction `brk` (run by CPython), then for each continuation (one; two
 /// for a conditional jump) a tail that returns resume(*stack, *locals): the `after` values on
-/// the stack, then the locals in slots `local_slots`.
+/// the stack, then the locals in slots `local_slots`. Inside `withs` (entered by the code before,
+/// their entries added), the instruction is covered by the innermost's handler; each tail
+/// exits them, innermost first, and passes the stack without their __exit__s (the resume
+/// function enters them again).
 void emit_break_and_tails(bytecode::Code& out, Consts& consts, const Instr& brk, int after,
                           const std::vector<int>& local_slots,
-                          const std::vector<nb::object>& resumes) {
+                          const std::vector<nb::object>& resumes,
+                          const std::vector<ReenteredWith>& withs = {}) {
   const bytecode::Position pos = brk.pos;
+  int protect = withs.empty() ? -1 : withs.back().handler;
   auto emit = [&](Op op, int arg = 0) {
-    out.instrs.push_back(make(op, arg, pos));
+    Instr in = make(op, arg, pos);
+    in.handler = protect;
+    out.instrs.push_back(in);
     return static_cast<int>(out.instrs.size()) - 1;
   };
   Instr again = brk;
-  again.handler = -1;
+  again.handler = protect;
   out.instrs.push_back(again);
   const int jump_index = static_cast<int>(out.instrs.size()) - 1;
   auto tail = [&](nb::handle resume) {
-    int first = emit(Op::BUILD_TUPLE, after);
-    for (int j : local_slots) emit(Op::LOAD_FAST, j);
-    emit(Op::BUILD_TUPLE, static_cast<int>(local_slots.size()));
-    emit(Op::BINARY_OP, 0);  // NB_ADD: stack values + locals
+    int first = static_cast<int>(out.instrs.size());
+    for (size_t j = withs.size(); j-- > 0;) {
+      protect = j > 0 ? withs[j - 1].handler : -1;
+      if (kNullBeforeCallable) emit(Op::PUSH_NULL);
+      emit(Op::LOAD_FAST, withs[j].exit_local);
+      if (!kNullBeforeCallable) emit(Op::PUSH_NULL);
+      const int none = consts.add(nb::none());
+      for (int a = 0; a < 3; ++a) emit(Op::LOAD_CONST, none);
+      emit(Op::CALL, 3);
+      emit(Op::POP_TOP);
+    }
+    protect = -1;
+    if (withs.empty()) {
+      emit(Op::BUILD_TUPLE, after);
+      for (int j : local_slots) emit(Op::LOAD_FAST, j);
+      emit(Op::BUILD_TUPLE, static_cast<int>(local_slots.size()));
+      emit(Op::BINARY_OP, 0);  // NB_ADD: stack values + locals
+    } else {
+      // A list of the stack values without the __exit__s, then the locals (CALL_FUNCTION_EX
+      // takes any sequence).
+      emit(Op::BUILD_LIST, after);
+      for (size_t j = withs.size(); j-- > 0;) {
+        emit(Op::COPY, 1);
+        emit(Op::LOAD_CONST, consts.add_int(withs[j].position));
+        emit(Op::DELETE_SUBSCR);
+      }
+      for (int j : local_slots) emit(Op::LOAD_FAST, j);
+      emit(Op::BUILD_TUPLE, static_cast<int>(local_slots.size()));
+      emit(Op::LIST_EXTEND, 1);
+    }
     int fn = consts.add(resume);
     if (kNullBeforeCallable) {
       emit(Op::PUSH_NULL);
@@ -558,6 +664,7 @@ void emit_break_and_tails(bytecode::Code& out, Consts& consts, const Instr& brk,
   };
   tail(resumes[0]);
   if (resumes.size() > 1) out.instrs[static_cast<size_t>(jump_index)].target = tail(resumes[1]);
+  emit_with_handlers(out, withs, pos);
 }
 
 /// The stack depth after the break instruction of a frame stopped with `depth` values, and how
@@ -579,13 +686,15 @@ std::pair<int, int> depth_after_break(const Instr& brk, const std::vector<nb::ob
 /// The resume functions after the break instruction of a frame stopped at `pc`.
 std::vector<nb::object> break_resumes(PyCodeObject* co, PyObject* globals, const bytecode::Code& bc,
                                       int pc, const std::vector<nb::object>& stack,
-                                      const std::vector<nb::object>& locals) {
+                                      const std::vector<nb::object>& locals,
+                                      const std::vector<nb::object>& reenter = {}) {
   const Instr& brk = bc.instrs[static_cast<size_t>(pc)];
   auto [after, kept] = depth_after_break(brk, stack);
   std::vector<nb::object> resumes;
-  resumes.push_back(build_resume(co, globals, bc, pc, stack, locals, pc + 1, after, kept));
+  resumes.push_back(build_resume(co, globals, bc, pc, stack, locals, pc + 1, after, kept, reenter));
   if (brk.op == Op::POP_JUMP_IF_TRUE || brk.op == Op::POP_JUMP_IF_FALSE) {
-    resumes.push_back(build_resume(co, globals, bc, pc, stack, locals, brk.target, after, kept));
+    resumes.push_back(
+        build_resume(co, globals, bc, pc, stack, locals, brk.target, after, kept, reenter));
   }
   return resumes;
 }
@@ -766,8 +875,8 @@ std::vector<OutputTemplate> state_templates(const StopState& state, const Interp
   b.iterators_as_lists = true;
   b.inputs_as_sources = inputs_as_sources;
   b.rests = &rests;
-  for (const nb::object& v : state.stack) {
-    if (v.is_valid()) out.push_back(b.of(v));
+  for (size_t i = 0; i < state.stack.size(); ++i) {
+    if (state.stack[i].is_valid() && !reentered(state, i)) out.push_back(b.of(state.stack[i]));
   }
   for (const nb::object& v : state.locals) {
     if (v.is_valid()) out.push_back(b.of(v));
@@ -812,7 +921,8 @@ BreakCode build_break_code(PyCodeObject* co, PyObject* globals, const bytecode::
   const bytecode::Position pos = brk.pos;
   const int after = depth_after_break(brk, state.stack).first;
   BreakCode result;
-  result.resumes = break_resumes(co, globals, bc, state.pc, state.stack, state.locals);
+  result.resumes =
+      break_resumes(co, globals, bc, state.pc, state.stack, state.locals, state.reenter);
 
   const int nargs = num_arg_slots(co);
   const int tmp = static_cast<int>(state.locals.size());  // a new local after the others
@@ -820,8 +930,23 @@ BreakCode build_break_code(PyCodeObject* co, PyObject* globals, const bytecode::
   const int segment_const = consts.add(segment);
   bytecode::Code out;
   out.minor = bc.minor;
+  // The with blocks the break is inside, entered again as the stack is rebuilt (Note [Graph
+  // breaks inside with blocks]); each __exit__ also kept in a local of its own.
+  std::vector<ReenteredWith> withs;
+  std::vector<std::string> extra_locals = {"__ember_tmp"};
+  for (size_t i = 0; i < state.stack.size(); ++i) {
+    if (!reentered(state, i)) continue;
+    EMBER_INTERNAL_ASSERT(brk.handler >= 0) << "a with block's __exit__ outside its block";
+    withs.push_back(
+        ReenteredWith{static_cast<int>(i), tmp + static_cast<int>(extra_locals.size())});
+    extra_locals.push_back("__ember_exit" + std::to_string(withs.size() - 1));
+  }
+  add_with_entries(out, withs);
+  int protect = -1;
   auto emit = [&](Op op, int arg = 0) {
-    out.instrs.push_back(make(op, arg, pos));
+    Instr in = make(op, arg, pos);
+    in.handler = protect;
+    out.instrs.push_back(in);
     return static_cast<int>(out.instrs.size()) - 1;
   };
   emit(Op::RESUME, 0);
@@ -832,9 +957,24 @@ BreakCode build_break_code(PyCodeObject* co, PyObject* globals, const bytecode::
   emit(Op::CALL, nargs);
   emit(Op::STORE_FAST, tmp);
   int k = 0;
-  for (const nb::object& v : state.stack) {
+  size_t entered = 0;
+  for (size_t i = 0; i < state.stack.size(); ++i) {
+    const nb::object& v = state.stack[i];
     if (!v.is_valid()) {
       emit(Op::PUSH_NULL);
+      continue;
+    }
+    if (reentered(state, i)) {
+      const ReenteredWith& w = withs[entered++];
+      if (kNullBeforeCallable) emit(Op::PUSH_NULL);
+      emit(Op::LOAD_CONST, consts.add(state.reenter[i]));
+      if (!kNullBeforeCallable) emit(Op::PUSH_NULL);
+      emit(Op::CALL, 0);
+      emit(Op::BEFORE_WITH);
+      protect = w.handler;
+      emit(Op::POP_TOP);
+      emit(Op::COPY, 1);
+      emit(Op::STORE_FAST, w.exit_local);
       continue;
     }
     emit(Op::LOAD_FAST, tmp);
@@ -854,9 +994,9 @@ BreakCode build_break_code(PyCodeObject* co, PyObject* globals, const bytecode::
     }
   }
   emit(Op::DELETE_FAST, tmp);
-  emit_break_and_tails(out, consts, brk, after, bound, result.resumes);
+  emit_break_and_tails(out, consts, brk, after, bound, result.resumes, withs);
 
-  result.code = assemble_transformed(co, out, consts, state.locals.size(), {"__ember_tmp"});
+  result.code = assemble_transformed(co, out, consts, state.locals.size(), extra_locals);
   return result;
 }
 

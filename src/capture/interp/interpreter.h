@@ -103,6 +103,10 @@ struct StopState {
   std::vector<nanobind::object> stack;   ///< null entries are NULL
   std::vector<nanobind::object> locals;  ///< null entries are unbound; a cell: its contents
   std::vector<FrameState> inner;
+  /// Parallel to `stack` (or empty): where the stack holds the `__exit__` of a with block the
+  /// break is inside, a callable making a new context manager of the same state, which the
+  /// break's code enters again (Note [Graph breaks inside with blocks]).
+  std::vector<nanobind::object> reenter;
 };
 
 /// Whether `msg` is PyTorch's error for reading the data of a tensor without storage (a tracer
@@ -229,6 +233,18 @@ class Interpreter {
   bool nestable(const Frame& fr, const bytecode::Instr& in) const;
   /// Records every frame's state in stop_ (a nested stop).
   void record_nested_stop();
+  /// Whether every block around `in` of the top frame `fr` is a with block the break's code
+  /// can enter again (Note [Graph breaks inside with blocks]); true outside any block.
+  bool withs_resumable(const Frame& fr, const bytecode::Instr& in) const;
+  /// Grad mode that entering the with blocks open in `fr` again, from the frame's entry mode,
+  /// gives.
+  bool grad_of_withs(const Frame& fr) const;
+  /// For a with block's `__exit__` that the interpreter pushed: the factory of an equal
+  /// context manager, or null.
+  nanobind::handle reentry_factory(nanobind::handle exit) const;
+  /// The factory of a context manager the interpreter enters for real that makes an equal one
+  /// (its type, or a functools.partial of it), or null.
+  nanobind::object reentry_of(nanobind::handle mgr) const;
 
   // op_table.cpp: one handler per Op, in a table generated from ops.def (OpHandler). A handler
   // runs one instruction of frame `fr`; the handlers of RETURN_VALUE and RETURN_CONST set `out`.
@@ -574,8 +590,15 @@ class Interpreter {
   Frame* direct_caller_ = nullptr;
   PyObject* direct_callable_ = nullptr;
   nanobind::object handled_exc_;  ///< the exception an except clause handles (sys.exc_info)
-  bool grad_inputs_ = false;      ///< a graph input requires grad
-  bool entry_grad_ = true;        ///< grad mode when the frame was entered
+  /// A with block's manager made again (Note [Graph breaks inside with blocks]).
+  struct Reentry {
+    nanobind::object exit;     ///< the `__exit__` BEFORE_WITH pushed (keeps the key alive)
+    nanobind::object factory;  ///< called with no arguments: an equal manager, not entered
+    int grad = -1;             ///< grad mode it sets: 0, 1, or -1 (none)
+  };
+  std::unordered_map<PyObject*, Reentry> reentries_;  ///< by the `__exit__` object
+  bool grad_inputs_ = false;                          ///< a graph input requires grad
+  bool entry_grad_ = true;                            ///< grad mode when the frame was entered
   std::vector<at::Tensor> grad_leaves_;
   std::vector<int> grad_leaf_inputs_;
   std::vector<Store> stores_;

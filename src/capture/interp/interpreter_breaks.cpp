@@ -11,8 +11,8 @@ namespace ember::capture {
 using bytecode::Instr;
 using bytecode::Op;
 
-bool breakable(const Interpreter::Frame& fr, const Instr& in, bool cells_captured) {
-  if (in.handler >= 0) return false;  // inside a try block or a with block
+bool breakable(const Interpreter::Frame& fr, const Instr& in, bool cells_captured, bool in_withs) {
+  if (in.handler >= 0 && !in_withs) return false;  // inside a try block or a with block
   if (fr.code->co_nfreevars > 0 || cells_captured) return false;
   switch (in.op) {
     case Op::CALL:
@@ -67,6 +67,49 @@ bool Interpreter::nestable(const Frame& fr, const Instr& in) const {
   return true;
 }
 
+bool Interpreter::withs_resumable(const Frame& fr, const Instr& in) const {
+  // Note [Graph breaks inside with blocks]. CPython's with block: its body is covered by an
+  // entry to PUSH_EXC_INFO; WITH_EXCEPT_START whose depth keeps the block's __exit__ on top;
+  // that handler's own instructions by a cleanup entry (COPY 3; POP_EXCEPT; RERAISE 1), whose
+  // instructions are covered by the enclosing block's entry. Walk that chain out: every link
+  // must be a with block whose __exit__ the interpreter pushed and can make again, and every
+  // such __exit__ on the stack a link.
+  // Not in torch's own frames: a wrapper such as DistributedDataParallel.forward runs its
+  // library calls for real at capture time (the reducer's preparation, buffer broadcasts), which
+  // a graph cannot replay; it keeps running eagerly, as when no break inside a block was taken.
+  if (is_library_code(fr.code)) return false;
+  const auto& instrs = fr.bc->instrs;
+  const auto& handlers = fr.bc->handlers;
+  size_t links = 0;
+  for (int h = in.handler; h >= 0;) {
+    const bytecode::Handler& entry = handlers[static_cast<size_t>(h)];
+    const auto target = static_cast<size_t>(entry.target);
+    if (!entry.lasti || target + 1 >= instrs.size() || instrs[target].op != Op::PUSH_EXC_INFO ||
+        instrs[target + 1].op != Op::WITH_EXCEPT_START) {
+      return false;
+    }
+    if (entry.depth < 1 || static_cast<size_t>(entry.depth) > fr.stack.size()) return false;
+    if (!reentry_factory(fr.stack[static_cast<size_t>(entry.depth - 1)]).is_valid()) return false;
+    ++links;
+    const int cleanup = instrs[target].handler;
+    if (cleanup < 0) return false;
+    h = instrs[static_cast<size_t>(handlers[static_cast<size_t>(cleanup)].target)].handler;
+  }
+  size_t exits = 0;
+  for (const nb::object& v : fr.stack) exits += v.is_valid() && reentry_factory(v).is_valid();
+  return links == exits;
+}
+
+bool Interpreter::grad_of_withs(const Frame& fr) const {
+  bool grad = entry_grad_;
+  for (const nb::object& v : fr.stack) {
+    if (!v.is_valid()) continue;
+    auto it = reentries_.find(v.ptr());
+    if (it != reentries_.end() && it->second.grad >= 0) grad = it->second.grad == 1;
+  }
+  return grad;
+}
+
 std::vector<nb::object> stopped_locals(const Interpreter::Frame& fr) {
   std::vector<nb::object> locals = fr.locals;
   for (size_t j = 0; j < locals.size(); ++j) {
@@ -86,6 +129,7 @@ void Interpreter::record_nested_stop() {
   stop_.stack = top.stack;
   stop_.locals = stopped_locals(top);
   stop_.inner.clear();
+  stop_.reenter.clear();
   for (size_t i = 1; i < frames_.size(); ++i) {
     const Frame& fr = *frames_[i];
     FrameState s;

@@ -164,19 +164,34 @@ void Interpreter::op_LOAD_ASSERTION_ERROR(Frame& fr, const Instr&, StepResult&) 
   fr.stack.push_back(nb::borrow(PyExc_AssertionError));
 }
 
+/// Note [Graph breaks inside with blocks]
+/// A graph break inside `with torch.no_grad():` (or enable_grad, set_grad_enabled, autocast,
+/// nullcontext, inference_mode, a profiler range) keeps the graph before it, as under Dynamo. The
+/// segment's graph runs under the caller's modes (what it recorded inside the block carries the
+/// block's modes); then the break's code enters a new manager of the same state (made by the
+/// factory recorded here for the `__exit__` that BEFORE_WITH pushed), so the unsupported
+/// instruction runs inside the block, with an exception handler that exits it as CPython's would;
+/// then it exits the block and calls the resume function, whose first instructions enter a new
+/// manager again and jump into the copy of the block's body. The resume function is captured like
+/// any frame: its with block is one the interpreter enters and exits itself. Blocks around the
+/// break must all be such with blocks (no try block, no manager of the program's own: its
+/// __enter__ may do anything), in the top frame; graph_break.cpp builds the code.
 void Interpreter::op_BEFORE_WITH(Frame& fr, const Instr&, StepResult&) {
   // [mgr] -> [bound __exit__, mgr.__enter__()]. Grad-mode managers and nullcontext run for
   // real (the interpreter restores grad mode when it stops); a manager whose __enter__ is
   // program code is inlined like any method.
   auto& st = fr.stack;
   nb::object mgr = pop(fr);
+  static PyObject* nullcontext = imported("contextlib", "nullcontext");
+  static PyObject* no_grad = imported("torch", "no_grad");
   static PyObject* record_function = imported("torch.autograd.profiler", "record_function");
   if (PyObject_TypeCheck(mgr.ptr(), reinterpret_cast<PyTypeObject*>(record_function))) {
     // A profiler range (an optimizer's step is one): nothing to record in a graph. Entered as
     // a nullcontext, whose __exit__ runs for real.
-    static PyObject* nullcontext = imported("contextlib", "nullcontext");
     nb::object null = checked(PyObject_CallNoArgs(nullcontext));
-    st.push_back(checked(PyObject_GetAttrString(null.ptr(), "__exit__")));
+    nb::object exit = checked(PyObject_GetAttrString(null.ptr(), "__exit__"));
+    reentries_[exit.ptr()] = Reentry{exit, nb::borrow(nullcontext), -1};
+    st.push_back(std::move(exit));
     st.push_back(nb::none());
     return;
   }
@@ -186,7 +201,6 @@ void Interpreter::op_BEFORE_WITH(Frame& fr, const Instr&, StepResult&) {
     nb::object mode = checked(PyObject_GetAttrString(mgr.ptr(), "mode"));
     EMBER_UNSUPPORTED(mode.ptr() == Py_True)
         << "a with block over inference_mode(False) at " << location();
-    static PyObject* no_grad = imported("torch", "no_grad");
     mgr = checked(PyObject_CallNoArgs(no_grad));
   }
   bool real = enters_for_real(mgr);
@@ -198,11 +212,55 @@ void Interpreter::op_BEFORE_WITH(Frame& fr, const Instr&, StepResult&) {
                       !is_library_code(reinterpret_cast<PyCodeObject*>(PyFunction_GET_CODE(fn))))
         << "a with block over a " << type_name_of(mgr) << " at " << location();
   }
+  const bool grad_before = at::GradMode::is_enabled();
   nb::object result = real ? checked(PyObject_CallNoArgs(enter.ptr())) : call(enter, {}, {});
-  EMBER_UNSUPPORTED(!(grad_inputs_ && at::GradMode::is_enabled()))
+  EMBER_UNSUPPORTED(!(grad_inputs_ && !grad_before && at::GradMode::is_enabled()))
       << "a with block that enables grad mode with inputs that require grad at " << location();
+  if (real) {
+    if (nb::object factory = reentry_of(mgr); factory.is_valid()) {
+      // A grad-mode manager sets its mode (set_grad_enabled's constructor already did).
+      nb::handle type = reinterpret_cast<PyObject*>(Py_TYPE(mgr.ptr()));
+      const int grad = attr_string(type, "__module__") == "torch.autograd.grad_mode"
+                           ? static_cast<int>(at::GradMode::is_enabled())
+                           : -1;
+      reentries_[exit.ptr()] = Reentry{exit, std::move(factory), grad};
+    }
+  }
   st.push_back(std::move(exit));
   st.push_back(std::move(result));
+}
+
+nb::object Interpreter::reentry_of(nb::handle mgr) const {
+  nb::handle type = reinterpret_cast<PyObject*>(Py_TYPE(mgr.ptr()));
+  const std::string module = attr_string(type, "__module__");
+  const std::string name = attr_string(type, "__qualname__");
+  static PyObject* partial = imported("functools", "partial");
+  if (module == "contextlib" && name == "nullcontext") return nb::borrow(type);
+  if (module == "torch.autograd.grad_mode") {
+    if (name == "no_grad" || name == "enable_grad") return nb::borrow(type);
+    if (name == "set_grad_enabled") {
+      nb::object mode = checked(PyObject_GetAttrString(mgr.ptr(), "mode"));
+      return checked(PyObject_CallFunctionObjArgs(partial, type.ptr(), mode.ptr(), nullptr));
+    }
+    return {};
+  }
+  static PyObject* autocast = imported("torch.amp.autocast_mode", "autocast");
+  if (PyObject_IsInstance(mgr.ptr(), autocast) != 1) return {};
+  // torch.autocast(device_type, dtype=..., enabled=..., cache_enabled=...), whichever of its
+  // subclasses made it.
+  nb::object device = checked(PyObject_GetAttrString(mgr.ptr(), "device"));
+  nb::object dtype = checked(PyObject_GetAttrString(mgr.ptr(), "fast_dtype"));
+  nb::object enabled = checked(PyObject_GetAttrString(mgr.ptr(), "_enabled"));
+  nb::object cache = checked(PyObject_GetAttrString(mgr.ptr(), "_cache_enabled"));
+  nb::object args = checked(Py_BuildValue("(OO)", autocast, device.ptr()));
+  nb::object kwargs = checked(Py_BuildValue("{sOsOsO}", "dtype", dtype.ptr(), "enabled",
+                                            enabled.ptr(), "cache_enabled", cache.ptr()));
+  return checked(PyObject_Call(partial, args.ptr(), kwargs.ptr()));
+}
+
+nb::handle Interpreter::reentry_factory(nb::handle exit) const {
+  auto it = reentries_.find(exit.ptr());
+  return it == reentries_.end() ? nb::handle() : nb::handle(it->second.factory);
 }
 
 void Interpreter::op_WITH_EXCEPT_START(Frame& fr, const Instr&, StepResult&) {

@@ -175,7 +175,10 @@ PyTypeObject* rebuildable_object_type(nanobind::handle v);
 
 /// Whether frame `fr` can take a graph break at `in` (interpreter_breaks.cpp): the break code
 /// (graph_break.cpp) knows its stack effect, and the frame can be resumed after it.
-bool breakable(const Interpreter::Frame& fr, const bytecode::Instr& in, bool cells_captured);
+/// `in_withs`: the blocks around `in` are with blocks the break's code enters again
+/// (Interpreter::withs_resumable); any other block refuses.
+bool breakable(const Interpreter::Frame& fr, const bytecode::Instr& in, bool cells_captured,
+               bool in_withs = false);
 
 /// A frame's locals for a stop state: a cell variable as its contents (the resume function
 /// makes a new cell).

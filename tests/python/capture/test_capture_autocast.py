@@ -107,15 +107,18 @@ def test_outer_autocast_dtype_is_guarded():
     assert c(x).dtype == torch.float32
 
 
-def test_graph_break_inside_the_block_runs_the_frame_eagerly():
+def test_graph_break_inside_the_block_keeps_the_graphs_on_both_sides():
     def f(x):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             y = x @ x.t()
-            print("inside")  # no graph break inside a with block
-            z = y.relu()
+            print("inside")  # a graph break; the resume function enters the block again
+            z = x @ y.float()  # cast to bfloat16 again: autocast is on in the resume function
         return z
     c = check(f, r(4, 4), captured=0, eager=1, reason="print", atol=1e-2, rtol=1e-2)
     assert c(r(4, 4)).dtype == torch.bfloat16 and _autocast_off()
+    out = ember.explain(f)(r(4, 4))
+    assert (out.graph_count, out.graph_break_count) == (2, 1)
+    assert "aten::mm" in out.ops_per_graph[1] and "aten::_to_copy" in out.ops_per_graph[1]
 
 
 class Boom(Exception):

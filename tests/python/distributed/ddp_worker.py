@@ -39,8 +39,8 @@ class _Block(torch.nn.Module):
 
 
 class _BlocksInWith(torch.nn.Module):
-    """Blocks of the program's own class called inside a with block, where no graph break can be
-    taken (a DDP bucket boundary there falls back to the whole frame)."""
+    """Blocks of the program's own class called inside a with block: a DDP bucket boundary there
+    is a graph break inside the block (the resume function enters it again)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -53,11 +53,25 @@ class _BlocksInWith(torch.nn.Module):
         return x
 
 
+class _BlocksInTry(_BlocksInWith):
+    """The blocks called inside a try block, where no graph break can be taken (a DDP bucket
+    boundary there falls back to the whole frame)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        try:
+            for block in self.blocks:
+                x = block(x)
+        except ValueError:
+            x = x * 0
+        return x
+
+
 def build(model_name: str):
     from ember.bench import models as M
 
-    if model_name == "blocks_in_with":
-        return types.SimpleNamespace(model=_BlocksInWith(), args=(torch.randn(8, 32),), kwargs={},
+    if model_name in ("blocks_in_with", "blocks_in_try"):
+        cls = _BlocksInWith if model_name == "blocks_in_with" else _BlocksInTry
+        return types.SimpleNamespace(model=cls(), args=(torch.randn(8, 32),), kwargs={},
                                      loss_fn=lambda out: out)
     return M.REGISTRY[model_name].build("small", "training", "cpu")
 

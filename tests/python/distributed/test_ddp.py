@@ -95,10 +95,21 @@ def test_ddp_bucket_boundaries_split_a_resnet_inside_its_sequential():
     assert r["training_graphs"] >= 3, r
 
 
-def test_a_ddp_bucket_boundary_that_cannot_break_leaves_the_graph_whole():
-    # The blocks run inside a with block, where no graph break is taken: the frame is captured
-    # whole, as without boundaries (never eagerly).
+def test_ddp_bucket_boundaries_inside_a_with_block():
+    # The blocks run inside `with nullcontext():`: each boundary is a graph break inside the
+    # block (Note [Graph breaks inside with blocks]).
     r = run_ranks("blocks_in_with", "ember", "ddp:0.002")
+    assert r["loss"] < 1e-4 and r["grad"] < 1e-4 and r["param"] < 1e-5, r
+    assert r["ranks"] == 0.0, r
+    # (Resume functions of resume functions break at the same line: their reasons read alike.)
+    assert any("DistributedDataParallel bucket boundary" in x for x in r["reasons"]), r
+    assert r["graph_breaks"] >= 2 and r["training_graphs"] >= 3, r
+
+
+def test_a_ddp_bucket_boundary_that_cannot_break_leaves_the_graph_whole():
+    # The blocks run inside a try block, where no graph break is taken: the frame is captured
+    # whole, as without boundaries (never eagerly).
+    r = run_ranks("blocks_in_try", "ember", "ddp:0.002")
     assert r["loss"] < 1e-4 and r["grad"] < 1e-4 and r["param"] < 1e-5, r
     assert r["training_graphs"] == 1 and r["graph_breaks"] == 0, r
     assert not any("bucket boundary" in x for x in r["reasons"]), r
