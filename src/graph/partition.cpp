@@ -171,7 +171,10 @@ std::vector<bool> materialized_in_backward(const Graph& g, const std::vector<boo
         r = in[0];
       }
       const int32_t p = g.values[r].node;
-      if (p >= 0 && forward_side[r] && options.recomputable(g, g.nodes[p])) out[r] = true;
+      if (p >= 0 && forward_side[r] && options.recomputable(g, g.nodes[p]) &&
+          !(options.recompute_for_memory && options.recompute_for_memory(g, g.nodes[p]))) {
+        out[r] = true;
+      }
     }
   }
   return out;

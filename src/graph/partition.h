@@ -57,6 +57,11 @@ struct SplitOptions {
   /// and saved instead (Note [Values the backward writes anyway are saved]).
   std::function<bool(const Graph&, const Node&)> reads_memory;
   std::function<bool(const Graph&, const Node&)> is_view;
+  /// With `recomputable`, optional: recomputable nodes whose outputs are not banned from
+  /// recompute by a backward node reading them from memory (Note [Values the backward writes
+  /// anyway are saved]): what is recomputed for memory, not for time (an all-gathered
+  /// parameter, freed after the forward and gathered again, as FSDP2 does).
+  std::function<bool(const Graph&, const Node&)> recompute_for_memory;
 };
 
 /// Splits `joint`. `is_tangent[i]` says whether the joint's input i is a tangent (never a

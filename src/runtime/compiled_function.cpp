@@ -20,6 +20,7 @@
 
 #include "graph/cse.h"
 #include "graph/partition.h"
+#include "runtime/collectives.h"
 #include "sched/index_ops.h"
 #include "sched/pointwise.h"
 #include "sched/reduction.h"
@@ -221,9 +222,41 @@ bool is_view(const graph::Graph& g, const graph::Node& n) {
   return kind.has_value() && *kind == sched::IndexOpKind::View;
 }
 
+// Note [Parameters gathered again in the backward]
+// FSDP written with functional collectives (SimpleFSDP's way: each parameter a shard, the
+// forward all-gathers it, the all-gather's backward reduce-scatters its gradient) saved the
+// gathered weights for the backward: every layer's whole parameters held from the forward to the
+// backward, FSDP2's reshard_after_forward=False. An all-gather (and its wait) of a parameter,
+// directly or through views and pointwise ops of it alone (a cast to the compute dtype), may run
+// again in the backward, and is not banned from it by a backward product reading it: the min-cut
+// then saves the shard, the forward frees the gathered weight after its layer, and the backward
+// gathers it again, as FSDP2 does by default. An all-gather of activations (tensor and sequence
+// parallelism) is saved as before.
+bool gathers_a_parameter(const graph::Graph& g, const graph::Node& n) {
+  const graph::Node* gather = &n;
+  if (is_collective_wait(g.op_of(n))) {
+    const std::vector<graph::ValueId> reads = graph::tensor_reads(n);
+    if (reads.size() != 1 || g.values[reads[0]].node < 0) return false;
+    gather = &g.nodes[static_cast<size_t>(g.values[reads[0]].node)];
+  }
+  if (g.op_of(*gather).name != "_c10d_functional::all_gather_into_tensor") return false;
+  std::vector<graph::ValueId> reads = graph::tensor_reads(*gather);
+  if (reads.size() != 1) return false;
+  graph::ValueId v = reads[0];
+  while (g.values[v].node >= 0) {
+    const graph::Node& p = g.nodes[static_cast<size_t>(g.values[v].node)];
+    reads = graph::tensor_reads(p);
+    if (reads.size() != 1 || !(sched::is_pointwise(g, p) || is_view(g, p))) return false;
+    v = reads[0];
+  }
+  return g.inputs[static_cast<size_t>(g.values[v].index)].kind == graph::InputKind::Parameter;
+}
+
 // What the min-cut partition may run again in the backward: pointwise ops and views that the
-// scheduler fuses (they cost no launch of their own there), never random ones.
+// scheduler fuses (they cost no launch of their own there), never random ones; and all-gathers
+// of parameters (Note [Parameters gathered again in the backward]).
 bool recomputable(const graph::Graph& g, const graph::Node& n) {
+  if (gathers_a_parameter(g, n)) return true;
   const graph::OpInfo& info = g.op_of(n);
   auto op = c10::Dispatcher::singleton().findSchema({info.name, info.overload});
   if (!op.has_value() || op->hasTag(at::Tag::nondeterministic_seeded)) return false;
@@ -272,6 +305,7 @@ TrainingGraphs split_training_graph(const tracer::TracedGraph& joint,
   if (options.min_cut && options.save_materialized) {
     split_options.reads_memory = reads_memory;
     split_options.is_view = is_view;
+    split_options.recompute_for_memory = gathers_a_parameter;
   }
   const graph::Graph merged = graph::merge_common_subexpressions(joint.graph, deterministic);
   graph::JointSplit split = graph::split_joint(merged, signature.is_tangent,

@@ -71,6 +71,73 @@ class TensorParallelMLP(torch.nn.Module):
         return funcol.all_reduce(partial, "sum", dist.group.WORLD)
 
 
+class ShardedLinear(torch.nn.Module):
+    """FSDP written with functional collectives (SimpleFSDP's way): the weight is this rank's
+    rows; the forward all-gathers the whole weight, whose backward reduce-scatters its gradient
+    to the shards."""
+
+    def __init__(self, features: int, world: int, rank: int) -> None:
+        super().__init__()
+        full = torch.randn(features, features) / features ** 0.5
+        self.shard = torch.nn.Parameter(full.chunk(world)[rank].clone())
+
+    def forward(self, x):
+        w = funcol.all_gather_single(self.shard, 0, dist.group.WORLD)
+        return x @ w.t()
+
+
+class ShardedMLP(torch.nn.Module):
+    def __init__(self, world: int, rank: int) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(ShardedLinear(16, world, rank) for _ in range(3))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.relu(layer(x))
+        return x.square().mean()
+
+
+def train_sharded(rank: int, world: int, device: str) -> dict:
+    """3 SGD steps of ShardedMLP compiled and eagerly: the largest difference of the loss and the
+    shards' gradients, the counters, and the forward graph's returned values that are gathered
+    weights (none: Note [Parameters gathered again in the backward])."""
+    import copy
+
+    import ember
+    import ember.capture
+
+    torch.manual_seed(0)
+    net = ShardedMLP(world, rank).to(device)
+    ref = copy.deepcopy(net)
+    ember.metrics.reset()
+    before = len(ember.capture.records())
+    compiled = ember.compile(net)
+    torch.manual_seed(1 + rank)
+    worst = 0.0
+    for _ in range(3):
+        x = torch.randn(4, 16, device=device)
+        got, want = compiled(x), ref(x)
+        got.backward()
+        want.backward()
+        worst = max(worst, abs(got.item() - want.item()))
+        for p, q in zip(net.parameters(), ref.parameters()):
+            worst = max(worst, (p.grad - q.grad).abs().max().item())
+            with torch.no_grad():
+                p -= 0.1 * p.grad
+                q -= 0.1 * q.grad
+            p.grad = q.grad = None
+    s = ember.metrics.snapshot()
+    graph = ember.capture.records()[before]["graph"]
+    waits = set(re.findall(r"(%\d+) : [^=]*= _c10d_functional::wait_tensor", graph))
+    returned = re.search(r"return \(([^)]*)\)", graph).group(1).replace(" ", "").split(",")
+    return {"program": "sharded_training", "diff": worst, "graphs": s["graphs"],
+            "graph_breaks": s["graph_breaks"], "eager_frames": s["eager_frames"],
+            "training_graphs": s.get("training_graphs", 0),
+            "gathered_saved": [v for v in returned if v in waits],
+            "gathers": graph.count("all_gather_into_tensor"),
+            "reasons": ember.metrics.fallback_reasons[:4]}
+
+
 def main() -> None:
     rank, world, port = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     device = f"cuda:{rank}" if len(sys.argv) > 4 and sys.argv[4] == "cuda" else "cpu"
@@ -113,6 +180,9 @@ def main() -> None:
                               "graph_breaks": s["graph_breaks"], "eager_frames": s["eager_frames"],
                               "ops": ops, "reasons": ember.metrics.fallback_reasons[:4]}),
                   flush=True)
+    row = train_sharded(rank, world, device)
+    if rank == 0:
+        print(json.dumps(row), flush=True)
     dist.barrier()
     dist.destroy_process_group()
     sys.stdout.flush()

@@ -56,3 +56,16 @@ def test_collectives_issued_early_keep_their_order_and_results(rows):
     assert r["diff"] < 1e-5, r
     assert r["graphs"] == 1 and r["graph_breaks"] == 0 and r["eager_frames"] == 0, r
     assert r["ops"].count("_c10d_functional::all_reduce") == 2, r["ops"]
+
+
+def test_fsdp_written_with_functional_collectives_trains_in_one_graph(rows):
+    # Each layer's weight a shard all-gathered in the forward (the all-gather's backward
+    # reduce-scatters the gradient): one training graph, eager's loss and shard gradients over 3
+    # SGD steps, and the gathered weights not saved for the backward (gathered again there, as
+    # FSDP2 does: Note [Parameters gathered again in the backward]).
+    r = rows["sharded_training"]
+    assert r["diff"] < 1e-5, r
+    assert r["graphs"] == 1 and r["graph_breaks"] == 0 and r["eager_frames"] == 0, r
+    assert r["training_graphs"] == 1 and r["gathers"] == 3, r
+    assert r["gathered_saved"] == [], r
+
