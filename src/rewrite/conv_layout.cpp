@@ -71,6 +71,12 @@ at::Tensor as_channels_last(const at::Tensor& t) {
 // No rule over the group width and the size explained these (cuDNN's engine choice is its own),
 // and a grouped convolution recorded as it came (a channels-last input from the 1x1 convolution
 // before it, a contiguous weight) ran on NHWC, converting the weight on every call too.
+// Depthwise convolutions (one channel per group) are timed too: ConvMixer-1536/20's 9x9 ones
+// (1536 channels at 32x32, batch 64, bf16, H100) made the whole model 4x slower than eager under
+// both Inductor and ember (eager 167.7 ms, Inductor 702.3, ember 671.5), eager's NCHW against the
+// compilers' NHWC. A convolution timed faster on NCHW is recorded with both operands contiguous
+// even where they already are, so that no later rewrite (channels_last, which takes depthwise
+// convolutions) records it channels-last again.
 //
 // So in inference, where a CUDA device is present, the first trace of a grouped convolution of a
 // given shape times cuDNN on both layouts, on scratch tensors of its shapes (warm-up calls
@@ -174,8 +180,7 @@ std::optional<at::Tensor> grouped_convolution_by_timing(const c10::OperatorHandl
   const at::Tensor& input = args[0].toTensor();
   const at::Tensor& weight = args[1].toTensor();
   if (!input.defined() || !weight.defined() || input.dim() != 4 || weight.dim() != 4 ||
-      args[6].toBool() || args[8].toInt() <= 1 || weight.size(1) <= 1 ||
-      !input.device().is_cuda()) {
+      args[6].toBool() || args[8].toInt() <= 1 || !input.device().is_cuda()) {
     return std::nullopt;
   }
   const at::ScalarType t = input.scalar_type();
@@ -193,7 +198,6 @@ std::optional<at::Tensor> grouped_convolution_by_timing(const c10::OperatorHandl
   const std::optional<bool> nchw = nchw_faster(c);
   if (!nchw.has_value()) return std::nullopt;
   if (!*nchw) return channels_last_convolution(op, args, from_contiguous, /*grouped=*/true);
-  if (input.is_contiguous() && weight.is_contiguous()) return std::nullopt;
   *from_contiguous = false;
   std::vector<c10::IValue> stack(args.begin(), args.end());
   stack[0] = input.contiguous();

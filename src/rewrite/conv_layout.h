@@ -46,11 +46,12 @@ std::optional<at::Tensor> channels_last_convolution(const c10::OperatorHandle& o
                                                     c10::ArrayRef<c10::IValue> args,
                                                     bool* from_contiguous, bool grouped = false);
 
-/// A grouped CUDA convolution (several channels per group), recorded on the operand layout that
-/// cuDNN runs faster on this device: both layouts timed once per shape and dtype (Note [Grouped
-/// convolutions by timing]). nullopt when the call is recorded as it is: not such a convolution,
-/// no CUDA device here (a trace for an absent device), the operands already in the faster
-/// layout, or the timing failed. `*from_contiguous` as for channels_last_convolution.
+/// A grouped CUDA convolution (several channels per group, or one: depthwise), recorded on the
+/// operand layout that cuDNN runs faster on this device: both layouts timed once per shape and
+/// dtype (Note [Grouped convolutions by timing]). nullopt when the call is recorded as it is: not
+/// such a convolution, no CUDA device here (a trace for an absent device), the operands already
+/// channels-last where that is faster, or the timing failed. `*from_contiguous` as for
+/// channels_last_convolution.
 std::optional<at::Tensor> grouped_convolution_by_timing(const c10::OperatorHandle& op,
                                                         c10::ArrayRef<c10::IValue> args,
                                                         bool* from_contiguous);

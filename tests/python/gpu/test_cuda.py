@@ -151,10 +151,11 @@ def _grouped_conv_layouts(text):
 
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 def test_grouped_convolutions_take_the_layout_timed_faster(dtype):
-    # A RegNet-style block: 1x1 convolution, grouped 3x3 (several channels per group), 1x1. The
-    # grouped ones are timed on both layouts at the first trace and recorded with both operands
-    # in the faster one (src/rewrite/conv_layout.h, Note [Grouped convolutions by timing]):
-    # never a channels-last input with a contiguous weight, which cuDNN converts per call.
+    # A RegNet-style block: 1x1 convolution, grouped 3x3 (several channels per group), 1x1, then
+    # a depthwise 9x9 (ConvMixer's). The grouped ones are timed on both layouts at the first
+    # trace and recorded with both operands in the faster one (src/rewrite/conv_layout.h,
+    # Note [Grouped convolutions by timing]): never a channels-last input with a contiguous
+    # weight, which cuDNN converts per call.
     import ember
 
     nn = torch.nn
@@ -162,7 +163,8 @@ def test_grouped_convolutions_take_the_layout_timed_faster(dtype):
         nn.Conv2d(64, 464, 1), nn.BatchNorm2d(464), nn.ReLU(),
         nn.Conv2d(464, 464, 3, padding=1, groups=2), nn.BatchNorm2d(464), nn.ReLU(),
         nn.Conv2d(464, 128, 1), nn.ReLU(),
-        nn.Conv2d(128, 128, 3, stride=2, padding=1, groups=16), nn.ReLU()).cuda().eval()
+        nn.Conv2d(128, 128, 3, stride=2, padding=1, groups=16), nn.ReLU(),
+        nn.Conv2d(128, 128, 9, padding=4, groups=128), nn.GELU()).cuda().eval()
 
     def f(x):
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=dtype == "bf16"):
@@ -172,7 +174,7 @@ def test_grouped_convolutions_take_the_layout_timed_faster(dtype):
     with torch.no_grad():
         text = str(ember.trace(f, (x,)))
     layouts = _grouped_conv_layouts(text)
-    assert len(layouts) == 2, text
+    assert len(layouts) == 3, text  # the depthwise one timed too
     assert all(a == b for a, b in layouts), (layouts, text)
     tol = {"atol": 1e-2, "rtol": 2e-2} if dtype == "bf16" else {"atol": 1e-4, "rtol": 1e-4}
     check_model(f, (x,), expect_graphs=1, expect_fallbacks=0, **tol)
