@@ -361,8 +361,11 @@ void segment_free(PyObject* capsule) {
 /// Appends constants to a code object's co_consts; returns their indices.
 /// Whether the top frame's stack value `i` is the __exit__ of a with block the break's code
 /// enters again (StopState::reenter): made by that code, not by the segment.
+bool reentered(const std::vector<nb::object>& reenter, size_t i) {
+  return i < reenter.size() && reenter[i].is_valid();
+}
 bool reentered(const StopState& state, size_t i) {
-  return i < state.reenter.size() && state.reenter[i].is_valid();
+  return reentered(state.reenter, i);
 }
 
 struct Consts {
@@ -593,6 +596,61 @@ void emit_with_handlers(bytecode::Code& out, const std::vector<ReenteredWith>& w
   }
 }
 
+/// The with blocks whose __exit__s `reenter` marks on a stack (outermost first), at stack
+/// positions `base + i`, their __exit__s kept in the locals from `first_local` on; their
+/// exception-table entries added to `out`.
+std::vector<ReenteredWith> reentered_withs(bytecode::Code& out,
+                                           const std::vector<nb::object>& reenter, int base,
+                                           int first_local) {
+  std::vector<ReenteredWith> withs;
+  for (size_t i = 0; i < reenter.size(); ++i) {
+    if (!reenter[i].is_valid()) continue;
+    withs.push_back(
+        ReenteredWith{base + static_cast<int>(i), first_local + static_cast<int>(withs.size())});
+  }
+  add_with_entries(out, withs);
+  return withs;
+}
+
+/// Enters with block `w` again: a new manager from `factory`, its __exit__ left on the stack
+/// (and stored in w.exit_local); the instructions from then on are covered by w's entry
+/// (`*protect`).
+void emit_reenter(bytecode::Code& out, Consts& consts, const bytecode::Position& pos,
+                  nb::handle factory, const ReenteredWith& w, int* protect) {
+  auto emit = [&](Op op, int arg = 0) {
+    Instr in = make(op, arg, pos);
+    in.handler = *protect;
+    out.instrs.push_back(in);
+  };
+  if (kNullBeforeCallable) emit(Op::PUSH_NULL);
+  emit(Op::LOAD_CONST, consts.add(factory));
+  if (!kNullBeforeCallable) emit(Op::PUSH_NULL);
+  emit(Op::CALL, 0);
+  emit(Op::BEFORE_WITH);
+  *protect = w.handler;
+  emit(Op::POP_TOP);
+  emit(Op::COPY, 1);
+  emit(Op::STORE_FAST, w.exit_local);
+}
+
+/// Exits with block `w` (its __exit__(None, None, None), from its local), covered by `protect`
+/// (the entry of the block around it, or -1).
+void emit_exit(bytecode::Code& out, Consts& consts, const bytecode::Position& pos,
+               const ReenteredWith& w, int protect) {
+  auto emit = [&](Op op, int arg = 0) {
+    Instr in = make(op, arg, pos);
+    in.handler = protect;
+    out.instrs.push_back(in);
+  };
+  if (kNullBeforeCallable) emit(Op::PUSH_NULL);
+  emit(Op::LOAD_FAST, w.exit_local);
+  if (!kNullBeforeCallable) emit(Op::PUSH_NULL);
+  const int none = consts.add(nb::none());
+  for (int a = 0; a < 3; ++a) emit(Op::LOAD_CONST, none);
+  emit(Op::CALL, 3);
+  emit(Op::POP_TOP);
+}
+
 /// Emits the break instruction `brk` (run by CPython), then for each continuation (one; two
 /// for a conditional jump) a tail that returns resume(*stack, *locals): the `after` values on
 /// the stack, then the locals in slots `local_slots`. Inside `withs` (entered by the code before,
@@ -618,14 +676,7 @@ void emit_break_and_tails(bytecode::Code& out, Consts& consts, const Instr& brk,
   auto tail = [&](nb::handle resume) {
     int first = static_cast<int>(out.instrs.size());
     for (size_t j = withs.size(); j-- > 0;) {
-      protect = j > 0 ? withs[j - 1].handler : -1;
-      if (kNullBeforeCallable) emit(Op::PUSH_NULL);
-      emit(Op::LOAD_FAST, withs[j].exit_local);
-      if (!kNullBeforeCallable) emit(Op::PUSH_NULL);
-      const int none = consts.add(nb::none());
-      for (int a = 0; a < 3; ++a) emit(Op::LOAD_CONST, none);
-      emit(Op::CALL, 3);
-      emit(Op::POP_TOP);
+      emit_exit(out, consts, pos, withs[j], j > 0 ? withs[j - 1].handler : -1);
     }
     protect = -1;
     if (withs.empty()) {
@@ -737,10 +788,13 @@ nb::object build_trampoline(const FrameState& s, BreakCode& result) {
   const bytecode::Code& bc = *decoded(co);
   const Instr& brk = bc.instrs[static_cast<size_t>(s.pc)];
   const int after = depth_after_break(brk, s.stack).first;
-  std::vector<nb::object> resumes = break_resumes(co, s.globals.ptr(), bc, s.pc, s.stack, s.locals);
+  std::vector<nb::object> resumes =
+      break_resumes(co, s.globals.ptr(), bc, s.pc, s.stack, s.locals, s.reenter);
   std::vector<std::string> names;
   for (size_t i = 0; i < s.stack.size(); ++i) {
-    if (s.stack[i].is_valid()) names.push_back("__ember_stack" + std::to_string(i));
+    if (s.stack[i].is_valid() && !reentered(s.reenter, i)) {
+      names.push_back("__ember_stack" + std::to_string(i));
+    }
   }
   std::vector<int> local_slots;
   for (size_t j = 0; j < s.locals.size(); ++j) {
@@ -749,16 +803,31 @@ nb::object build_trampoline(const FrameState& s, BreakCode& result) {
     names.emplace_back(
         PyUnicode_AsUTF8(PyTuple_GET_ITEM(co->co_localsplusnames, static_cast<Py_ssize_t>(j))));
   }
+  const int passed = static_cast<int>(names.size());
   bytecode::Code out;
   out.minor = bc.minor;
-  out.instrs.push_back(make(Op::RESUME, 0, brk.pos));
-  for (size_t i = 0, arg = 0; i < s.stack.size(); ++i) {
-    out.instrs.push_back(s.stack[i].is_valid()
-                             ? make(Op::LOAD_FAST, static_cast<int>(arg++), brk.pos)
-                             : make(Op::PUSH_NULL, 0, brk.pos));
-  }
+  // The with blocks around the break (Note [Graph breaks inside with blocks]): entered again
+  // as the stack is pushed, their __exit__s also in locals after the arguments.
+  std::vector<ReenteredWith> withs = reentered_withs(out, s.reenter, 0, passed);
+  for (size_t j = 0; j < withs.size(); ++j) names.push_back("__ember_exit" + std::to_string(j));
   Consts consts(co->co_consts);
-  emit_break_and_tails(out, consts, brk, after, local_slots, resumes);
+  int protect = -1;
+  auto emit = [&](Op op, int arg = 0) {
+    Instr in = make(op, arg, brk.pos);
+    in.handler = protect;
+    out.instrs.push_back(in);
+  };
+  emit(Op::RESUME, 0);
+  for (size_t i = 0, arg = 0, entered = 0; i < s.stack.size(); ++i) {
+    if (!s.stack[i].is_valid()) {
+      emit(Op::PUSH_NULL);
+    } else if (reentered(s.reenter, i)) {
+      emit_reenter(out, consts, brk.pos, s.reenter[i], withs[entered++], &protect);
+    } else {
+      emit(Op::LOAD_FAST, static_cast<int>(arg++));
+    }
+  }
+  emit_break_and_tails(out, consts, brk, after, local_slots, resumes, withs);
   nb::object varnames = nb::steal(tuple_of_strings(names));
   nb::object none = nb::steal(PyTuple_New(0));
   nb::object const_tuple = consts.tuple();
@@ -767,7 +836,7 @@ nb::object build_trampoline(const FrameState& s, BreakCode& result) {
   opts.varnames = varnames.ptr();
   opts.cellvars = none.ptr();
   opts.freevars = none.ptr();
-  opts.argcount = static_cast<int>(names.size());
+  opts.argcount = passed;
   opts.posonlyargcount = 0;
   opts.kwonlyargcount = 0;
   opts.flags = co->co_flags & ~(CO_VARARGS | CO_VARKEYWORDS);
@@ -790,7 +859,7 @@ BreakCode build_nested_break_code(PyCodeObject* co, PyObject* globals, const byt
                                   const StopState& state, nb::handle segment) {
   std::vector<FrameState> levels;
   levels.push_back(FrameState{nb::borrow(reinterpret_cast<PyObject*>(co)), nb::borrow(globals),
-                              state.pc, state.stack, state.locals});
+                              state.pc, state.stack, state.locals, state.reenter});
   for (const FrameState& s : state.inner) levels.push_back(s);
   BreakCode result;
   nb::object trampoline = build_trampoline(levels.back(), result);
@@ -800,7 +869,7 @@ BreakCode build_nested_break_code(PyCodeObject* co, PyObject* globals, const byt
     auto* c = reinterpret_cast<PyCodeObject*>(s.code.ptr());
     const int below = static_cast<int>(s.stack.size());
     continuations[i] = build_resume(c, s.globals.ptr(), *decoded(c), s.pc, s.stack, s.locals,
-                                    s.pc + 1, below + 1, below);
+                                    s.pc + 1, below + 1, below, s.reenter);
     result.resumes.push_back(continuations[i]);
   }
   continuations.back() = trampoline;
@@ -808,7 +877,9 @@ BreakCode build_nested_break_code(PyCodeObject* co, PyObject* globals, const byt
   std::vector<int> first(levels.size());
   for (size_t i = 0, k = 0; i < levels.size(); ++i) {
     first[i] = static_cast<int>(k);
-    for (const auto& v : levels[i].stack) k += v.is_valid() ? 1 : 0;
+    for (size_t j = 0; j < levels[i].stack.size(); ++j) {
+      k += levels[i].stack[j].is_valid() && !reentered(levels[i].reenter, j) ? 1 : 0;
+    }
     for (const auto& v : levels[i].locals) k += v.is_valid() ? 1 : 0;
   }
 
@@ -819,7 +890,28 @@ BreakCode build_nested_break_code(PyCodeObject* co, PyObject* globals, const byt
   Consts consts(co->co_consts);
   bytecode::Code out;
   out.minor = bc.minor;
-  auto emit = [&](Op op, int arg = 0) { out.instrs.push_back(make(op, arg, pos)); };
+  // The callers' with blocks around the calls they wait at (Note [Graph breaks inside with
+  // blocks]; the innermost frame's are its trampoline's): entered again after the segment, outer
+  // level first, their __exit__s at the bottom of this code's stack while the chain of calls
+  // runs; a level's are exited before its resume function, which enters them again.
+  std::vector<nb::object> factories;
+  std::vector<size_t> level_end(levels.size(), 0);
+  for (size_t i = 0; i + 1 < levels.size(); ++i) {
+    for (const nb::object& f : levels[i].reenter) {
+      if (f.is_valid()) factories.push_back(f);
+    }
+    level_end[i] = factories.size();
+  }
+  std::vector<ReenteredWith> withs = reentered_withs(out, factories, 0, ret + 1);
+  std::vector<std::string> extra_locals = {"__ember_tmp", "__ember_ret"};
+  for (size_t j = 0; j < withs.size(); ++j)
+    extra_locals.push_back("__ember_exit" + std::to_string(j));
+  int protect = -1;
+  auto emit = [&](Op op, int arg = 0) {
+    Instr in = make(op, arg, pos);
+    in.handler = protect;
+    out.instrs.push_back(in);
+  };
   auto push_callable = [&](nb::handle fn) {
     if (kNullBeforeCallable) emit(Op::PUSH_NULL);
     emit(Op::LOAD_CONST, consts.add(fn));
@@ -835,14 +927,26 @@ BreakCode build_nested_break_code(PyCodeObject* co, PyObject* globals, const byt
   for (int i = 0; i < nargs; ++i) emit(Op::LOAD_FAST, i);
   emit(Op::CALL, nargs);
   emit(Op::STORE_FAST, tmp);
+  for (size_t j = 0; j < withs.size(); ++j) {
+    emit_reenter(out, consts, pos, factories[j], withs[j], &protect);
+  }
   for (size_t i = levels.size(); i-- > 0;) {
     const FrameState& s = levels[i];
     const bool innermost = i + 1 == levels.size();
+    if (!innermost) {
+      // This level's blocks, innermost first: the top of the stack by now.
+      const size_t begin = i > 0 ? level_end[i - 1] : 0;
+      for (size_t j = level_end[i]; j-- > begin;) {
+        protect = j > 0 ? withs[j - 1].handler : -1;
+        emit_exit(out, consts, pos, withs[j], protect);
+        emit(Op::POP_TOP);
+      }
+    }
     push_callable(continuations[i]);
     int k = first[i];
     int argc = 0;
-    for (const auto& v : s.stack) {
-      if (!v.is_valid()) continue;
+    for (size_t j = 0; j < s.stack.size(); ++j) {
+      if (!s.stack[j].is_valid() || reentered(s.reenter, j)) continue;
       push_item(k++);
       ++argc;
     }
@@ -859,8 +963,8 @@ BreakCode build_nested_break_code(PyCodeObject* co, PyObject* globals, const byt
     emit(i == 0 ? Op::RETURN_VALUE : Op::STORE_FAST, i == 0 ? 0 : ret);
   }
 
-  result.code =
-      assemble_transformed(co, out, consts, state.locals.size(), {"__ember_tmp", "__ember_ret"});
+  emit_with_handlers(out, withs, pos);
+  result.code = assemble_transformed(co, out, consts, state.locals.size(), extra_locals);
   return result;
 }
 
@@ -882,8 +986,10 @@ std::vector<OutputTemplate> state_templates(const StopState& state, const Interp
     if (v.is_valid()) out.push_back(b.of(v));
   }
   for (const FrameState& level : state.inner) {
-    for (const nb::object& v : level.stack) {
-      if (v.is_valid()) out.push_back(b.of(v));
+    for (size_t i = 0; i < level.stack.size(); ++i) {
+      if (level.stack[i].is_valid() && !reentered(level.reenter, i)) {
+        out.push_back(b.of(level.stack[i]));
+      }
     }
     for (const nb::object& v : level.locals) {
       if (v.is_valid()) out.push_back(b.of(v));
@@ -932,16 +1038,12 @@ BreakCode build_break_code(PyCodeObject* co, PyObject* globals, const bytecode::
   out.minor = bc.minor;
   // The with blocks the break is inside, entered again as the stack is rebuilt (Note [Graph
   // breaks inside with blocks]); each __exit__ also kept in a local of its own.
-  std::vector<ReenteredWith> withs;
+  std::vector<ReenteredWith> withs = reentered_withs(out, state.reenter, 0, tmp + 1);
+  EMBER_INTERNAL_ASSERT(withs.empty() || brk.handler >= 0)
+      << "a with block's __exit__ outside its block";
   std::vector<std::string> extra_locals = {"__ember_tmp"};
-  for (size_t i = 0; i < state.stack.size(); ++i) {
-    if (!reentered(state, i)) continue;
-    EMBER_INTERNAL_ASSERT(brk.handler >= 0) << "a with block's __exit__ outside its block";
-    withs.push_back(
-        ReenteredWith{static_cast<int>(i), tmp + static_cast<int>(extra_locals.size())});
-    extra_locals.push_back("__ember_exit" + std::to_string(withs.size() - 1));
-  }
-  add_with_entries(out, withs);
+  for (size_t j = 0; j < withs.size(); ++j)
+    extra_locals.push_back("__ember_exit" + std::to_string(j));
   int protect = -1;
   auto emit = [&](Op op, int arg = 0) {
     Instr in = make(op, arg, pos);
@@ -965,16 +1067,7 @@ BreakCode build_break_code(PyCodeObject* co, PyObject* globals, const bytecode::
       continue;
     }
     if (reentered(state, i)) {
-      const ReenteredWith& w = withs[entered++];
-      if (kNullBeforeCallable) emit(Op::PUSH_NULL);
-      emit(Op::LOAD_CONST, consts.add(state.reenter[i]));
-      if (!kNullBeforeCallable) emit(Op::PUSH_NULL);
-      emit(Op::CALL, 0);
-      emit(Op::BEFORE_WITH);
-      protect = w.handler;
-      emit(Op::POP_TOP);
-      emit(Op::COPY, 1);
-      emit(Op::STORE_FAST, w.exit_local);
+      emit_reenter(out, consts, pos, state.reenter[i], withs[entered++], &protect);
       continue;
     }
     emit(Op::LOAD_FAST, tmp);

@@ -205,11 +205,7 @@ nb::object Interpreter::run_frame(Frame& fr) {
       stop_.pc = stop_at_;
       stop_.stack = fr.stack;
       stop_.locals = stopped_locals(fr);
-      stop_.reenter.assign(fr.stack.size(), nb::object());
-      for (size_t i = 0; i < fr.stack.size(); ++i) {
-        nb::handle factory = fr.stack[i].is_valid() ? reentry_factory(fr.stack[i]) : nb::handle();
-        if (factory.is_valid()) stop_.reenter[i] = nb::borrow(factory);
-      }
+      stop_.reenter = reentries_of(fr);
       return nb::none();
     }
     if (instructions_ == stop_count_) {
@@ -266,8 +262,7 @@ nb::object Interpreter::run_frame(Frame& fr) {
     // A break while torch.set_grad_enabled has changed grad mode would run the rest of the frame
     // under the caller's (the segment does not set it); the with blocks a top-frame break
     // enters again set theirs (Note [Graph breaks inside with blocks]).
-    const bool grad_as_entered = at::GradMode::is_enabled() == entry_grad_;
-    if (!fr.top && grad_as_entered) {
+    if (!fr.top && at::GradMode::is_enabled() == grad_of_withs()) {
       throw GraphBreak(reason, static_cast<int>(pc), data_dependent, count);
     }
     if (!fr.top) {
@@ -276,7 +271,7 @@ nb::object Interpreter::run_frame(Frame& fr) {
     }
     const bool in_withs = in.handler >= 0 && withs_resumable(fr, in);
     const bool grad_as_resumed =
-        at::GradMode::is_enabled() == (in_withs ? grad_of_withs(fr) : entry_grad_);
+        at::GradMode::is_enabled() == (in_withs ? grad_of_withs() : entry_grad_);
     if (grad_as_resumed &&
         breakable(fr, in, fr.code->co_ncellvars > 0 && cells_captured(fr), in_withs)) {
       throw GraphBreak(reason, static_cast<int>(pc), data_dependent);

@@ -94,6 +94,8 @@ struct FrameState {
   int pc = -1;               ///< the instruction it stopped before; a caller: the CALL it waits at
   std::vector<nanobind::object> stack;   ///< null entries are NULL; a caller's: below the call
   std::vector<nanobind::object> locals;  ///< null entries are unbound; a cell: its contents
+  /// As StopState::reenter, for this frame's stack.
+  std::vector<nanobind::object> reenter;
 };
 
 /// The top frame's state when the interpreter stopped before instruction `pc` (stop_at); for a
@@ -236,9 +238,11 @@ class Interpreter {
   /// Whether every block around `in` of the top frame `fr` is a with block the break's code
   /// can enter again (Note [Graph breaks inside with blocks]); true outside any block.
   bool withs_resumable(const Frame& fr, const bytecode::Instr& in) const;
-  /// Grad mode that entering the with blocks open in `fr` again, from the frame's entry mode,
-  /// gives.
-  bool grad_of_withs(const Frame& fr) const;
+  /// Grad mode that entering the with blocks open in the frames being interpreted again, from
+  /// the top frame's entry mode, gives.
+  bool grad_of_withs() const;
+  /// Parallel to `fr`'s stack: the factory of each with block's `__exit__` on it (else null).
+  std::vector<nanobind::object> reentries_of(const Frame& fr) const;
   /// For a with block's `__exit__` that the interpreter pushed: the factory of an equal
   /// context manager, or null.
   nanobind::handle reentry_factory(nanobind::handle exit) const;

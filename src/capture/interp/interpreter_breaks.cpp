@@ -55,13 +55,16 @@ bool Interpreter::cells_captured(const Frame& fr) const {
 
 bool Interpreter::nestable(const Frame& fr, const Instr& in) const {
   if (fr.top || frames_.empty() || frames_.back() != &fr || fr.yields != nullptr) return false;
-  if (!breakable(fr, in, fr.code->co_ncellvars > 0 && cells_captured(fr))) return false;
+  // Inside with blocks, in any of the frames: Note [Graph breaks inside with blocks].
+  const bool in_withs = in.handler >= 0 && withs_resumable(fr, in);
+  if (!breakable(fr, in, fr.code->co_ncellvars > 0 && cells_captured(fr), in_withs)) return false;
   for (size_t i = frames_.size() - 1; i-- > 0;) {
     const Frame& caller = *frames_[i];
     if (!frames_[i + 1]->passthrough || caller.yields != nullptr || caller.pc == 0) return false;
     const Instr& call = caller.bc->instrs[caller.pc - 1];
     if (call.op != Op::CALL && call.op != Op::CALL_FUNCTION_EX) return false;
-    if (call.handler >= 0 || caller.code->co_nfreevars > 0) return false;
+    if (call.handler >= 0 && !withs_resumable(caller, call)) return false;
+    if (caller.code->co_nfreevars > 0) return false;
     if (caller.code->co_ncellvars > 0 && cells_captured(caller)) return false;
   }
   return true;
@@ -100,14 +103,25 @@ bool Interpreter::withs_resumable(const Frame& fr, const Instr& in) const {
   return links == exits;
 }
 
-bool Interpreter::grad_of_withs(const Frame& fr) const {
+bool Interpreter::grad_of_withs() const {
   bool grad = entry_grad_;
-  for (const nb::object& v : fr.stack) {
-    if (!v.is_valid()) continue;
-    auto it = reentries_.find(v.ptr());
-    if (it != reentries_.end() && it->second.grad >= 0) grad = it->second.grad == 1;
+  for (const Frame* fr : frames_) {
+    for (const nb::object& v : fr->stack) {
+      if (!v.is_valid()) continue;
+      auto it = reentries_.find(v.ptr());
+      if (it != reentries_.end() && it->second.grad >= 0) grad = it->second.grad == 1;
+    }
   }
   return grad;
+}
+
+std::vector<nb::object> Interpreter::reentries_of(const Frame& fr) const {
+  std::vector<nb::object> out(fr.stack.size());
+  for (size_t i = 0; i < fr.stack.size(); ++i) {
+    nb::handle factory = fr.stack[i].is_valid() ? reentry_factory(fr.stack[i]) : nb::handle();
+    if (factory.is_valid()) out[i] = nb::borrow(factory);
+  }
+  return out;
 }
 
 std::vector<nb::object> stopped_locals(const Interpreter::Frame& fr) {
@@ -129,7 +143,7 @@ void Interpreter::record_nested_stop() {
   stop_.stack = top.stack;
   stop_.locals = stopped_locals(top);
   stop_.inner.clear();
-  stop_.reenter.clear();
+  stop_.reenter = reentries_of(top);
   for (size_t i = 1; i < frames_.size(); ++i) {
     const Frame& fr = *frames_[i];
     FrameState s;
@@ -138,6 +152,7 @@ void Interpreter::record_nested_stop() {
     s.pc = static_cast<int>(fr.pc) - (i + 1 < frames_.size() ? 1 : 0);
     s.stack = fr.stack;
     s.locals = stopped_locals(fr);
+    s.reenter = reentries_of(fr);
     stop_.inner.push_back(std::move(s));
   }
 }

@@ -228,3 +228,107 @@ def test_a_block_that_keeps_grad_mode_after_parameters_are_read_is_captured():
     out, ref = c(x), m(x)
     torch.testing.assert_close(out, ref)
     out.backward()
+
+
+# Nested breaks: the break inside an inlined call, with blocks in the callee or around the call.
+
+def _helper_in_no_grad(y):
+    with torch.no_grad():
+        z = y * 2
+        print("inside the callee's block")
+        z = z + 1
+    return z
+
+
+def test_nested_break_inside_the_callees_block():
+    def f(x):
+        a = x.sin()
+        b = _helper_in_no_grad(a)
+        return a + b
+    x = r(4, grad=True)
+    # One graph up to the print (sin and the product), the callee's rest, the caller's rest.
+    assert counts(f, x) == (3, 1)
+    c = ember.compile(f)
+    for _ in range(2):
+        same(c, f, x)
+
+
+def _helper_prints(y):
+    y = y * 2
+    print("inside the callee")
+    return y + 1
+
+
+def test_nested_break_under_the_callers_block():
+    def f(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            h = x @ x
+            h = _helper_prints(h)
+            h = h @ x
+        return h
+    x = r(4, 4)
+    assert counts(f, x) == (3, 1)
+    c = ember.compile(f)
+    for _ in range(2):
+        assert same(c, f, x, atol=1e-2, rtol=1e-2).dtype == torch.bfloat16
+
+
+def _helper_may_raise(y):
+    with torch.no_grad():
+        y = y @ y.t()
+        y = maybe_raise(y)
+    return y.relu()
+
+
+def test_an_exception_from_a_nested_break_exits_every_block():
+    def f(x):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            h = x * 2
+            h = _helper_may_raise(h)
+        return h
+    c = ember.compile(f)
+    same(c, f, r(4, 4), atol=1e-2, rtol=1e-2)
+    for _ in range(2):
+        before = state()
+        with pytest.raises(ValueError, match="three"):
+            c(r(3, 3))
+        assert state() == before
+    same(c, f, r(4, 4), atol=1e-2, rtol=1e-2)
+
+
+def test_training_through_a_nested_break_under_autocast():
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x):
+            x = self.lin(x)
+            print("inside the block")
+            return x.relu()
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(8, 8)
+            self.block = Block()
+
+        def forward(self, x):
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                h = self.block(self.a(x))
+            return h.float().sum()
+
+    torch.manual_seed(0)
+    m = M()
+    x = r(4, 8)
+    ref = m(x)
+    ref.backward()
+    grads = [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    c = ember.compile(m)
+    out = c(x)
+    out.backward()
+    torch.testing.assert_close(out, ref)
+    for p, g in zip(m.parameters(), grads):
+        torch.testing.assert_close(p.grad, g)
+    assert counts(m, x)[1] == 1
