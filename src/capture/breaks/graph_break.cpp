@@ -558,6 +558,25 @@ struct ReenteredWith {
   int cleanup = -1;  ///< C: covers H, restores the handled exception, re-raises
 };
 
+/// Appends instructions at `pos` to `out`, each covered by the exception-table entry `protect`
+/// (-1: none); returns the index of the one appended.
+struct Writer {
+  bytecode::Code& out;
+  bytecode::Position pos;
+  int protect = -1;
+  int operator()(Op op, int arg = 0) {
+    Instr in = make(op, arg, pos);
+    in.handler = protect;
+    out.instrs.push_back(in);
+    return static_cast<int>(out.instrs.size()) - 1;
+  }
+};
+
+/// The names of the locals that keep `n` re-entered with blocks' __exit__s, appended to `names`.
+void add_exit_names(std::vector<std::string>& names, size_t n) {
+  for (size_t j = 0; j < n; ++j) names.push_back("__ember_exit" + std::to_string(j));
+}
+
 /// Adds the entries of `withs` (outermost first) to out.handlers; their targets come with
 /// emit_with_handlers.
 void add_with_entries(bytecode::Code& out, std::vector<ReenteredWith>& withs) {
@@ -576,23 +595,20 @@ void add_with_entries(bytecode::Code& out, std::vector<ReenteredWith>& withs) {
 /// exception, so H always re-raises.
 void emit_with_handlers(bytecode::Code& out, const std::vector<ReenteredWith>& withs,
                         const bytecode::Position& pos) {
+  Writer emit{out, pos};
   for (size_t j = 0; j < withs.size(); ++j) {
     const ReenteredWith& w = withs[j];
-    const int outer = j > 0 ? withs[j - 1].handler : -1;
-    auto emit = [&](Op op, int arg, int handler) {
-      Instr in = make(op, arg, pos);
-      in.handler = handler;
-      out.instrs.push_back(in);
-    };
     out.handlers[static_cast<size_t>(w.handler)].target = static_cast<int>(out.instrs.size());
-    emit(Op::PUSH_EXC_INFO, 0, w.cleanup);
-    emit(Op::WITH_EXCEPT_START, 0, w.cleanup);
-    emit(Op::POP_TOP, 0, w.cleanup);
-    emit(Op::RERAISE, 2, w.cleanup);
+    emit.protect = w.cleanup;
+    emit(Op::PUSH_EXC_INFO);
+    emit(Op::WITH_EXCEPT_START);
+    emit(Op::POP_TOP);
+    emit(Op::RERAISE, 2);
     out.handlers[static_cast<size_t>(w.cleanup)].target = static_cast<int>(out.instrs.size());
-    emit(Op::COPY, 3, outer);
-    emit(Op::POP_EXCEPT, 0, outer);
-    emit(Op::RERAISE, 1, outer);
+    emit.protect = j > 0 ? withs[j - 1].handler : -1;
+    emit(Op::COPY, 3);
+    emit(Op::POP_EXCEPT);
+    emit(Op::RERAISE, 1);
   }
 }
 
@@ -614,34 +630,23 @@ std::vector<ReenteredWith> reentered_withs(bytecode::Code& out,
 
 /// Enters with block `w` again: a new manager from `factory`, its __exit__ left on the stack
 /// (and stored in w.exit_local); the instructions from then on are covered by w's entry
-/// (`*protect`).
-void emit_reenter(bytecode::Code& out, Consts& consts, const bytecode::Position& pos,
-                  nb::handle factory, const ReenteredWith& w, int* protect) {
-  auto emit = [&](Op op, int arg = 0) {
-    Instr in = make(op, arg, pos);
-    in.handler = *protect;
-    out.instrs.push_back(in);
-  };
+/// (emit.protect).
+void emit_reenter(Writer& emit, Consts& consts, nb::handle factory, const ReenteredWith& w) {
   if (kNullBeforeCallable) emit(Op::PUSH_NULL);
   emit(Op::LOAD_CONST, consts.add(factory));
   if (!kNullBeforeCallable) emit(Op::PUSH_NULL);
   emit(Op::CALL, 0);
   emit(Op::BEFORE_WITH);
-  *protect = w.handler;
+  emit.protect = w.handler;
   emit(Op::POP_TOP);
   emit(Op::COPY, 1);
   emit(Op::STORE_FAST, w.exit_local);
 }
 
-/// Exits with block `w` (its __exit__(None, None, None), from its local), covered by `protect`
-/// (the entry of the block around it, or -1).
-void emit_exit(bytecode::Code& out, Consts& consts, const bytecode::Position& pos,
-               const ReenteredWith& w, int protect) {
-  auto emit = [&](Op op, int arg = 0) {
-    Instr in = make(op, arg, pos);
-    in.handler = protect;
-    out.instrs.push_back(in);
-  };
+/// Exits with block `w` (its __exit__(None, None, None), from its local), covered by the entry
+/// of the block around it (`outer`, or none): emit.protect is that from then on.
+void emit_exit(Writer& emit, Consts& consts, const ReenteredWith& w, const ReenteredWith* outer) {
+  emit.protect = outer != nullptr ? outer->handler : -1;
   if (kNullBeforeCallable) emit(Op::PUSH_NULL);
   emit(Op::LOAD_FAST, w.exit_local);
   if (!kNullBeforeCallable) emit(Op::PUSH_NULL);
@@ -662,23 +667,17 @@ void emit_break_and_tails(bytecode::Code& out, Consts& consts, const Instr& brk,
                           const std::vector<nb::object>& resumes,
                           const std::vector<ReenteredWith>& withs = {}) {
   const bytecode::Position pos = brk.pos;
-  int protect = withs.empty() ? -1 : withs.back().handler;
-  auto emit = [&](Op op, int arg = 0) {
-    Instr in = make(op, arg, pos);
-    in.handler = protect;
-    out.instrs.push_back(in);
-    return static_cast<int>(out.instrs.size()) - 1;
-  };
+  Writer emit{out, pos, withs.empty() ? -1 : withs.back().handler};
   Instr again = brk;
-  again.handler = protect;
+  again.handler = emit.protect;
   out.instrs.push_back(again);
   const int jump_index = static_cast<int>(out.instrs.size()) - 1;
   auto tail = [&](nb::handle resume) {
     int first = static_cast<int>(out.instrs.size());
     for (size_t j = withs.size(); j-- > 0;) {
-      emit_exit(out, consts, pos, withs[j], j > 0 ? withs[j - 1].handler : -1);
+      emit_exit(emit, consts, withs[j], j > 0 ? &withs[j - 1] : nullptr);
     }
-    protect = -1;
+    emit.protect = -1;
     if (withs.empty()) {
       emit(Op::BUILD_TUPLE, after);
       for (int j : local_slots) emit(Op::LOAD_FAST, j);
@@ -809,20 +808,15 @@ nb::object build_trampoline(const FrameState& s, BreakCode& result) {
   // The with blocks around the break (Note [Graph breaks inside with blocks]): entered again
   // as the stack is pushed, their __exit__s also in locals after the arguments.
   std::vector<ReenteredWith> withs = reentered_withs(out, s.reenter, 0, passed);
-  for (size_t j = 0; j < withs.size(); ++j) names.push_back("__ember_exit" + std::to_string(j));
+  add_exit_names(names, withs.size());
   Consts consts(co->co_consts);
-  int protect = -1;
-  auto emit = [&](Op op, int arg = 0) {
-    Instr in = make(op, arg, brk.pos);
-    in.handler = protect;
-    out.instrs.push_back(in);
-  };
+  Writer emit{out, brk.pos};
   emit(Op::RESUME, 0);
   for (size_t i = 0, arg = 0, entered = 0; i < s.stack.size(); ++i) {
     if (!s.stack[i].is_valid()) {
       emit(Op::PUSH_NULL);
     } else if (reentered(s.reenter, i)) {
-      emit_reenter(out, consts, brk.pos, s.reenter[i], withs[entered++], &protect);
+      emit_reenter(emit, consts, s.reenter[i], withs[entered++]);
     } else {
       emit(Op::LOAD_FAST, static_cast<int>(arg++));
     }
@@ -904,14 +898,8 @@ BreakCode build_nested_break_code(PyCodeObject* co, PyObject* globals, const byt
   }
   std::vector<ReenteredWith> withs = reentered_withs(out, factories, 0, ret + 1);
   std::vector<std::string> extra_locals = {"__ember_tmp", "__ember_ret"};
-  for (size_t j = 0; j < withs.size(); ++j)
-    extra_locals.push_back("__ember_exit" + std::to_string(j));
-  int protect = -1;
-  auto emit = [&](Op op, int arg = 0) {
-    Instr in = make(op, arg, pos);
-    in.handler = protect;
-    out.instrs.push_back(in);
-  };
+  add_exit_names(extra_locals, withs.size());
+  Writer emit{out, pos};
   auto push_callable = [&](nb::handle fn) {
     if (kNullBeforeCallable) emit(Op::PUSH_NULL);
     emit(Op::LOAD_CONST, consts.add(fn));
@@ -927,9 +915,7 @@ BreakCode build_nested_break_code(PyCodeObject* co, PyObject* globals, const byt
   for (int i = 0; i < nargs; ++i) emit(Op::LOAD_FAST, i);
   emit(Op::CALL, nargs);
   emit(Op::STORE_FAST, tmp);
-  for (size_t j = 0; j < withs.size(); ++j) {
-    emit_reenter(out, consts, pos, factories[j], withs[j], &protect);
-  }
+  for (size_t j = 0; j < withs.size(); ++j) emit_reenter(emit, consts, factories[j], withs[j]);
   for (size_t i = levels.size(); i-- > 0;) {
     const FrameState& s = levels[i];
     const bool innermost = i + 1 == levels.size();
@@ -937,8 +923,7 @@ BreakCode build_nested_break_code(PyCodeObject* co, PyObject* globals, const byt
       // This level's blocks, innermost first: the top of the stack by now.
       const size_t begin = i > 0 ? level_end[i - 1] : 0;
       for (size_t j = level_end[i]; j-- > begin;) {
-        protect = j > 0 ? withs[j - 1].handler : -1;
-        emit_exit(out, consts, pos, withs[j], protect);
+        emit_exit(emit, consts, withs[j], j > 0 ? &withs[j - 1] : nullptr);
         emit(Op::POP_TOP);
       }
     }
@@ -1042,15 +1027,8 @@ BreakCode build_break_code(PyCodeObject* co, PyObject* globals, const bytecode::
   EMBER_INTERNAL_ASSERT(withs.empty() || brk.handler >= 0)
       << "a with block's __exit__ outside its block";
   std::vector<std::string> extra_locals = {"__ember_tmp"};
-  for (size_t j = 0; j < withs.size(); ++j)
-    extra_locals.push_back("__ember_exit" + std::to_string(j));
-  int protect = -1;
-  auto emit = [&](Op op, int arg = 0) {
-    Instr in = make(op, arg, pos);
-    in.handler = protect;
-    out.instrs.push_back(in);
-    return static_cast<int>(out.instrs.size()) - 1;
-  };
+  add_exit_names(extra_locals, withs.size());
+  Writer emit{out, pos};
   emit(Op::RESUME, 0);
   if (kNullBeforeCallable) emit(Op::PUSH_NULL);
   emit(Op::LOAD_CONST, segment_const);
@@ -1067,7 +1045,7 @@ BreakCode build_break_code(PyCodeObject* co, PyObject* globals, const bytecode::
       continue;
     }
     if (reentered(state, i)) {
-      emit_reenter(out, consts, pos, state.reenter[i], withs[entered++], &protect);
+      emit_reenter(emit, consts, state.reenter[i], withs[entered++]);
       continue;
     }
     emit(Op::LOAD_FAST, tmp);
