@@ -204,6 +204,11 @@ void Interpreter::op_BEFORE_WITH(Frame& fr, const Instr&, StepResult&) {
     mgr = checked(PyObject_CallNoArgs(no_grad));
   }
   bool real = enters_for_real(mgr);
+  // A manager from outside the frame (an argument, an attribute) entered for real: what the
+  // graph records depends on its state (autocast's dtype, whether it is enabled), which
+  // __enter__ reads without guards, and a break inside it bakes that state into the code that
+  // enters it again. Guarded by identity, as the call of its __exit__ at the block's end would.
+  if (real) pin_identity(mgr);
   nb::object enter = checked(PyObject_GetAttrString(mgr.ptr(), "__enter__"));
   nb::object exit = checked(PyObject_GetAttrString(mgr.ptr(), "__exit__"));
   if (!real) {

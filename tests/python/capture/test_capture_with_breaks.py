@@ -327,3 +327,20 @@ def test_training_through_a_nested_break_under_autocast():
     x = r(4, 8)
     train_step_matches_eager(m, x)
     assert counts(m, x)[1] == 1
+
+
+def test_a_manager_from_outside_the_frame_is_guarded():
+    # The block's manager is an argument, a new one per call: a break inside it must not replay
+    # the first call's autocast state for a later manager of another state.
+    def f(x, ctx):
+        with ctx:
+            y = x @ x
+            print("inside the argument's block")
+            y = y @ x
+        return y
+    c = ember.compile(f)
+    x = r(4, 4)
+    for ctx in (lambda: torch.autocast("cpu", dtype=torch.bfloat16),
+                lambda: torch.autocast("cpu", enabled=False),
+                lambda: torch.autocast("cpu", dtype=torch.bfloat16)):
+        same(c, f, x, ctx(), atol=1e-2, rtol=1e-2)
