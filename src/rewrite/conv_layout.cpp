@@ -92,6 +92,11 @@ constexpr double kNchwMargin = 0.9;
 constexpr int kTimedCalls = 3;  // calls per round
 constexpr int kRounds = 3;
 
+// Set while a convolution timed faster on NCHW is recorded on contiguous operands (the call goes
+// through the tracer's rewrites again): that call is recorded as it is, neither timed again (on
+// operands that were contiguous already it would call itself forever) nor taken channels-last.
+thread_local bool recording_as_timed = false;
+
 struct GroupedConvolution {
   std::vector<int64_t> input, weight, stride, padding, dilation;
   int64_t groups = 1;
@@ -179,8 +184,8 @@ std::optional<at::Tensor> grouped_convolution_by_timing(const c10::OperatorHandl
   }
   const at::Tensor& input = args[0].toTensor();
   const at::Tensor& weight = args[1].toTensor();
-  if (!input.defined() || !weight.defined() || input.dim() != 4 || weight.dim() != 4 ||
-      args[6].toBool() || args[8].toInt() <= 1 || !input.device().is_cuda()) {
+  if (recording_as_timed || !input.defined() || !weight.defined() || input.dim() != 4 ||
+      weight.dim() != 4 || args[6].toBool() || args[8].toInt() <= 1 || !input.device().is_cuda()) {
     return std::nullopt;
   }
   const at::ScalarType t = input.scalar_type();
@@ -202,6 +207,10 @@ std::optional<at::Tensor> grouped_convolution_by_timing(const c10::OperatorHandl
   std::vector<c10::IValue> stack(args.begin(), args.end());
   stack[0] = input.contiguous();
   stack[1] = weight.contiguous();
+  struct AsTimed {
+    AsTimed() { recording_as_timed = true; }
+    ~AsTimed() { recording_as_timed = false; }
+  } as_timed;
   op.callBoxed(&stack);  // recorded as it is now: both operands are contiguous
   return stack[0].toTensor();
 }
@@ -211,6 +220,7 @@ std::optional<at::Tensor> channels_last_convolution(const c10::OperatorHandle& o
                                                     bool* from_contiguous, bool grouped) {
   // convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
   //             groups)
+  if (recording_as_timed) return std::nullopt;  // NCHW was timed faster
   const c10::FunctionSchema& schema = op.schema();
   if (graph::op_kind(schema.name()) != graph::OpKind::convolution ||
       !schema.overload_name().empty() || args.size() != 9 || !args[0].isTensor() ||
