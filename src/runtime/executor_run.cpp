@@ -167,6 +167,11 @@ Executor::CallArena Executor::take_arena(const BindingLayouts* layouts) const {
     arena.plan = arena.held.get();
   }
   const int64_t total = std::max<int64_t>(arena.plan->total_bytes, 1);
+  if (!p_.arena_device.is_cpu()) {
+    // Note [An arena on the GPU]: one allocation of the caching allocator per call, not pooled.
+    arena.memory = at::empty({total}, at::TensorOptions().dtype(at::kByte).device(p_.arena_device));
+    return arena;
+  }
   {
     std::lock_guard<std::mutex> lock(arena_mu_);
     if (!free_arenas_.empty()) {
@@ -521,7 +526,7 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
     const Executor& e;
     at::Tensor& memory;
     ~ArenaReturn() {
-      if (!memory.defined()) return;
+      if (!memory.defined() || !memory.is_cpu()) return;
       std::lock_guard<std::mutex> lock(e.arena_mu_);
       e.free_arenas_.push_back(std::move(memory));
     }

@@ -421,7 +421,7 @@ Program compile_program(tracer::TracedGraph traced, const ExecutorOptions& optio
     if (p.options.runtime.parameter_cache) mark_parameter_kernels(p);
     plan_reuse(p, life);
     plan_mutation_writes(p, life);
-    if (!p.triton) plan_memory(p, life);  // the arena is host memory: not for Triton kernels yet
+    plan_memory(p, life);
   });
   step("decide_cuda_graphs", [&] { decide_cuda_graphs(p, target); });
   // Calls whose input strides differ from the types' run a static program of their sizes.

@@ -171,6 +171,8 @@ struct Program {
   /// Where each slot lies in the arena, when every slot's size is a constant (planned once);
   /// else planned per call at the call's sizes (Executor::arena_plan).
   std::optional<sched::ArenaPlan> arena_plan;
+  /// Where the arena lives: the kernels' device (Note [An arena on the GPU]).
+  c10::Device arena_device = c10::kCPU;
   int num_fused_nodes = 0;
   int num_folded_nodes = 0;
   int num_causal_attention = 0;

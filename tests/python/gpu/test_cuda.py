@@ -920,3 +920,27 @@ def test_a_graph_that_also_computes_on_the_cpu_gets_kernels():
     torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
     m = em.snapshot()
     assert m["graphs"] == 1 and m["kernels"] >= 1, m
+
+
+def test_triton_intermediates_share_one_arena_on_the_device():
+    # Note [An arena on the GPU]: a Triton graph's intermediates are slots of one device
+    # allocation per call (not one empty_strided each); results are eager's across calls, with a
+    # new input each call and with a CUDA graph replaying the program.
+    import ember
+    import ember._C as C
+
+    def f(x, w):
+        h = torch.softmax(x @ w, dim=-1) * 2
+        g = torch.nn.functional.layer_norm(h + x, (256,))
+        return torch.relu(g @ w.t()).sum(-1)
+
+    w = torch.randn(256, 256, device="cuda") / 16
+    with torch.no_grad():
+        for cuda_graphs in (False, True):
+            compiled = C.CompiledGraph(ember.trace(f, (torch.randn(64, 256, device="cuda"), w)),
+                                       cuda_graphs=cuda_graphs)
+            assert compiled.num_arena_buffers >= 1 and compiled.arena_bytes > 0, \
+                compiled.describe_steps()
+            for _ in range(4):
+                x = torch.randn(64, 256, device="cuda")
+                torch.testing.assert_close(compiled(x, w)[0], f(x, w), atol=1e-3, rtol=1e-3)
