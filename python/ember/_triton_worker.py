@@ -70,7 +70,15 @@ def compile_source(source: str, name: str, signature: list[str], block_param: st
     from triton.compiler import ASTSource
 
     fn = kernel_function(source, name)
-    sig = dict(zip(fn.arg_names, signature))
+    # A pointer type spelled "*bf16:16" is a buffer whose address is a multiple of 16 bytes (the
+    # launcher sees to it: Note [Buffers aligned to 16 bytes] in triton_runtime.cpp), so Triton
+    # may load and store 16 bytes at a time.
+    sig, attrs = {}, {}
+    for i, (arg, ty) in enumerate(zip(fn.arg_names, signature)):
+        if ty.endswith(":16"):
+            ty = ty[:-3]
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        sig[arg] = ty
     options = {"num_warps": num_warps}
     constexprs = {block_param: block}
     if "=" in block_param:  # several constexprs and num_stages (the matrix-product templates)
@@ -83,7 +91,7 @@ def compile_source(source: str, name: str, signature: list[str], block_param: st
                 constexprs[key] = int(value)
     if uses_device_asserts(source):  # debug keeps the asserts; no overflow checks on the rest
         options.update(debug=True, sanitize_overflow=False)
-    compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs),
+    compiled = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=constexprs, attrs=attrs),
                               target=GPUTarget("cuda", arch, 32), options=options)
     md = compiled.metadata
     return (compiled.asm["cubin"], md.name, md.num_warps, md.shared,

@@ -148,6 +148,9 @@ OPTIONS: tuple[Option, ...] = (
            "in the background and time them at a later launch (not with cuda_graphs)"),
     Option("triton_persistent", "triton.persistent", bool, True, ("EMBER_TRITON_PERSISTENT",),
            _flag, "row programs hold a whole row in one block where it fits"),
+    Option("triton_aligned", "triton.aligned_pointers", bool, True, ("EMBER_TRITON_ALIGNED",),
+           _flag, "Triton kernels assume 16-byte aligned buffers and load and store 16 bytes at "
+           "a time; a launch copies a misaligned buffer to an aligned one first"),
     # runtime
     Option("cuda_graphs", "runtime.cuda_graphs", bool, False, ("EMBER_CUDA_GRAPHS",), _flag,
            "a graph on one CUDA device is captured into a CUDA graph at its second call and "

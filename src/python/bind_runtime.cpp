@@ -273,6 +273,9 @@ void bind_runtime(nb::module_& m) {
       },
       "(timed, remembered): generated Triton kernels whose launch configuration this process "
       "timed, and those whose winner came from the disk cache (EMBER_TRITON_AUTOTUNE).");
+  m.def("num_realigned_launches", &runtime::num_realigned_launches,
+        "Triton launches that first copied a buffer whose address is not a multiple of 16 "
+        "bytes to an aligned one (Note [Buffers aligned to 16 bytes]).");
   using runtime::Executor;
   nb::class_<Executor>(m, "CompiledGraph",
                        "A graph ready to run. Calling it with the graph's non-constant inputs "

@@ -76,6 +76,7 @@ const std::map<std::string, Setter>& setters() {
       EMBER_FIELD(triton, autotune),
       EMBER_FIELD(triton, background_tuning),
       EMBER_FIELD(triton, persistent),
+      EMBER_FIELD(triton, aligned_pointers),
       EMBER_FIELD(runtime, fold_constants),
       EMBER_FIELD(runtime, cuda_graphs),
       EMBER_FIELD(runtime, matmul_templates),

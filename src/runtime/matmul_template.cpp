@@ -156,7 +156,8 @@ std::optional<std::pair<MatmulSpec, MatmulOperands>> MatmulTemplate::spec_of(con
 std::vector<std::unique_ptr<MatmulTemplate>> MatmulTemplate::cuda_all(
     const std::vector<MatmulSpec>& specs, int device, std::vector<std::string>* errors,
     const std::vector<std::optional<FusedEpilogue>>& epilogues) {
-  static const char* kPointer[] = {"*fp32", "*bf16", "*fp16"};
+  // Note [Buffers aligned to 16 bytes] (launch_all sees to it).
+  static const char* kPointer[] = {"*fp32:16", "*bf16:16", "*fp16:16"};
   auto pointer = [](loop::DType t) {
     return t == loop::DType::BFloat16 ? kPointer[1]
                                       : (t == loop::DType::Float16 ? kPointer[2] : kPointer[0]);
@@ -287,6 +288,19 @@ void MatmulTemplate::launch_all(size_t config, const std::vector<at::Tensor>& ar
     // The interpret hook takes the constexprs (and the grid's second axis) in block_param.
     triton_hooks().interpret(source_, "ember_mm", grid[0],
                              named_constexprs(constexprs(c, {{"grid_y", grid[1]}})), 0, args, {});
+    return;
+  }
+  if (!buffers_aligned(args)) {  // Note [Buffers aligned to 16 bytes]
+    // a, b and the bias are read; C, or the epilogue's outputs among its buffers, written.
+    std::vector<bool> written(args.size(), false);
+    if (epilogue_) {
+      const size_t first = args.size() - epilogue_->code.buffers.size();
+      for (size_t o : epilogue_->outputs) written.at(first + o) = true;
+    } else {
+      written.back() = true;
+    }
+    launch_realigned(args, written,
+                     [&](const std::vector<at::Tensor>& b) { launch_all(config, b); });
     return;
   }
   std::vector<void*> ptrs;

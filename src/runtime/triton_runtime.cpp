@@ -45,28 +45,40 @@ std::string named_constexprs(const std::vector<std::pair<std::string, int64_t>>&
   return out;
 }
 
-std::string triton_pointer_type(at::ScalarType t) {
+// Note [Buffers aligned to 16 bytes]
+// Every pointer argument of a compiled Triton kernel is declared a multiple of 16 bytes
+// ("*bf16:16": tt.divisibility, as Inductor declares the buffers it allocates). Without it Triton
+// cannot prove that a block's consecutive elements start on a 16-byte boundary, and loads and
+// stores one element per instruction (ld.global.b16 for bf16, where one ld.global.v4.b32 reads
+// eight). The buffers ember allocates are aligned (the caching allocator's blocks; arena offsets
+// are multiples of 64 bytes); a graph input, or a view at an offset (x[..., 1:]), may not be. So
+// each launch ORs its pointers (a few nanoseconds) and, when one is not aligned, runs the kernel on
+// an aligned copy of that buffer's bytes, copied back after the launch when the kernel writes it:
+// slower, never wrong. Copies of the bytes a layout spans keep overlapping (expanded) layouts and
+// aliasing between inputs out of it; a written buffer sharing memory with a read one was already
+// the kernel's own business (an output written over its dead input reads each element first).
+std::string triton_pointer_type(at::ScalarType t, bool aligned) {
   switch (t) {
     case at::kFloat:
-      return "*fp32";
+      return aligned ? "*fp32:16" : "*fp32";
     case at::kDouble:
-      return "*fp64";
+      return aligned ? "*fp64:16" : "*fp64";
     case at::kHalf:
-      return "*fp16";
+      return aligned ? "*fp16:16" : "*fp16";
     case at::kBFloat16:
-      return "*bf16";
+      return aligned ? "*bf16:16" : "*bf16";
     case at::kLong:
-      return "*i64";
+      return aligned ? "*i64:16" : "*i64";
     case at::kInt:
-      return "*i32";
+      return aligned ? "*i32:16" : "*i32";
     case at::kShort:
-      return "*i16";
+      return aligned ? "*i16:16" : "*i16";
     case at::kChar:
-      return "*i8";
+      return aligned ? "*i8:16" : "*i8";
     case at::kByte:
-      return "*u8";
+      return aligned ? "*u8:16" : "*u8";
     case at::kBool:
-      return "*i1";
+      return aligned ? "*i1:16" : "*i1";
     default:
       EMBER_UNSUPPORTED(false) << "a Triton kernel over " << t << " tensors";
   }
@@ -173,6 +185,62 @@ int64_t num_loaded_triton_modules() {
 // the first launch instead (pipeline.cpp). ember.finish_compiles() waits for the thread.
 // (CompileOptions::Triton::background_tuning, EMBER_TRITON_BACKGROUND_TUNING.)
 
+bool buffers_aligned(const std::vector<at::Tensor>& buffers) {
+  uintptr_t bits = 0;
+  for (const at::Tensor& t : buffers) {
+    if (t.defined()) bits |= reinterpret_cast<uintptr_t>(t.data_ptr());
+  }
+  return bits % 16 == 0;
+}
+
+namespace {
+
+// The bytes `t`'s layout spans, as a 1-D byte tensor over its storage.
+at::Tensor spanned_bytes(const at::Tensor& t) {
+  int64_t extent = 1;
+  for (int64_t d = 0; d < t.dim(); ++d) extent += (t.size(d) - 1) * t.stride(d);
+  const int64_t itemsize = static_cast<int64_t>(t.element_size());
+  auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(t.storage()), t.key_set(),
+                                                   caffe2::TypeMeta::Make<uint8_t>());
+  const int64_t sizes[] = {extent * itemsize}, strides[] = {1};
+  impl->set_sizes_and_strides(sizes, strides, t.storage_offset() * itemsize);
+  return at::Tensor(std::move(impl));
+}
+
+}  // namespace
+
+static std::atomic<int64_t>& realigned_launches() {
+  static std::atomic<int64_t> n{0};
+  return n;
+}
+
+int64_t num_realigned_launches() {
+  return realigned_launches().load();
+}
+
+void launch_realigned(const std::vector<at::Tensor>& buffers, const std::vector<bool>& written,
+                      const std::function<void(const std::vector<at::Tensor>&)>& launch) {
+  realigned_launches()++;
+  std::vector<at::Tensor> args = buffers;
+  std::vector<std::pair<at::Tensor, at::Tensor>> back;  // (the caller's bytes, the copy's)
+  for (size_t i = 0; i < args.size(); ++i) {
+    const at::Tensor& t = buffers[i];
+    if (!t.defined() || t.numel() == 0 || reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0) {
+      continue;
+    }
+    at::Tensor from = spanned_bytes(t);
+    at::Tensor bytes = at::empty({from.numel()}, from.options());
+    bytes.copy_(from);
+    auto impl =
+        c10::make_intrusive<c10::TensorImpl>(c10::Storage(bytes.storage()), t.key_set(), t.dtype());
+    impl->set_sizes_and_strides(t.sizes(), t.strides(), 0);
+    args[i] = at::Tensor(std::move(impl));
+    if (i >= written.size() || written[i]) back.emplace_back(std::move(from), std::move(bytes));
+  }
+  launch(args);
+  for (auto& [to, from] : back) to.copy_(from);
+}
+
 std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
     const std::vector<codegen::TritonKernel>& ks,
     const std::vector<std::vector<at::ScalarType>>& buffer_types, int device,
@@ -216,7 +284,9 @@ std::vector<std::unique_ptr<TritonLaunchable>> TritonLaunchable::cuda_all(
     l->launch_ = codegen::triton_launch(ks[i], hint);
     l->device_ = device;
     std::vector<std::string> signature;
-    for (at::ScalarType t : buffer_types[i]) signature.push_back(triton_pointer_type(t));
+    for (at::ScalarType t : buffer_types[i]) {
+      signature.push_back(triton_pointer_type(t, ks[i].aligned));
+    }
     for (size_t v = 0; v < ks[i].size_vars.size(); ++v) signature.push_back("i64");
     signature.push_back("constexpr");
     const bool row_tile = !ks[i].rows_param.empty();
@@ -449,6 +519,11 @@ void TritonLaunchable::launch_with(const Candidate& c, const std::vector<at::Ten
   if (n == 0) return;
   // Arguments: each buffer's device pointer, then the sizes (launch_loaded appends Triton's
   // scratch pointers).
+  if (kernel_.aligned && !buffers_aligned(buffers)) {  // Note [Buffers aligned to 16 bytes]
+    launch_realigned(buffers, kernel_.written,
+                     [&](const std::vector<at::Tensor>& b) { launch_with(c, b, sizes); });
+    return;
+  }
   std::vector<void*> ptrs;
   ptrs.reserve(buffers.size() + 2);
   for (const at::Tensor& t : buffers) ptrs.push_back(t.data_ptr());

@@ -86,8 +86,19 @@ const TritonHooks& triton_hooks();
 /// interpret hook: "NAME=value,...", in order.
 std::string named_constexprs(const std::vector<std::pair<std::string, int64_t>>& values);
 
-/// Triton's name for the element type of a pointer to `t` ("*fp32", "*bf16", ...).
-std::string triton_pointer_type(at::ScalarType t);
+/// Triton's name for the element type of a pointer to `t` ("*fp32", "*bf16", ...), with ":16"
+/// when `aligned`: the buffer's address is a multiple of 16 bytes (Note [Buffers aligned to 16
+/// bytes]).
+std::string triton_pointer_type(at::ScalarType t, bool aligned = true);
+
+/// Whether every defined buffer's data pointer is a multiple of 16 bytes, as the kernels assume.
+bool buffers_aligned(const std::vector<at::Tensor>& buffers);
+/// Runs `launch` on `buffers` with each one whose address is not a multiple of 16 bytes replaced
+/// by a copy at an aligned address (the bytes its layout spans, with its sizes and strides); the
+/// copies of the buffers `written` names (written[i]: the kernel may write buffers[i]) are
+/// copied back after. Note [Buffers aligned to 16 bytes].
+void launch_realigned(const std::vector<at::Tensor>& buffers, const std::vector<bool>& written,
+                      const std::function<void(const std::vector<at::Tensor>&)>& launch);
 
 struct LoadedTritonKernel;
 
@@ -171,6 +182,8 @@ struct TritonTuningStats {
   int64_t remembered = 0;
 };
 TritonTuningStats triton_tuning_stats();
+/// Launches that copied a buffer to an aligned address first (launch_realigned): for tests.
+int64_t num_realigned_launches();
 
 /// Modules loaded by this process (identical kernels count once): for tests.
 int64_t num_loaded_triton_modules();

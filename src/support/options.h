@@ -91,6 +91,9 @@ struct CompileOptions {
     bool background_tuning = true;
     /// Row programs hold a whole row in one block where it fits. (EMBER_TRITON_PERSISTENT)
     bool persistent = true;
+    /// Buffer pointers are declared multiples of 16 bytes, so loads and stores are vectorized
+    /// (Note [Buffers aligned to 16 bytes]). (EMBER_TRITON_ALIGNED)
+    bool aligned_pointers = true;
   };
 
   /// The compiled program (src/runtime).

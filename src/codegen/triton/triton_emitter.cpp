@@ -864,9 +864,11 @@ using namespace loop;
 using triton_detail::Emitter;
 using triton_detail::NoTritonForm;
 
-std::optional<TritonKernel> emit_triton(const Kernel& k, std::string* why,
-                                        const std::vector<std::string>& private_buffers,
-                                        const CompileOptions::Triton& options) {
+namespace {
+
+std::optional<TritonKernel> emit_form(const Kernel& k, std::string* why,
+                                      const std::vector<std::string>& private_buffers,
+                                      const CompileOptions::Triton& options) {
   try {
     if (k.combo) return triton_detail::emit_combo(k, private_buffers);
     // A pointwise nest that indices walk as one run is one loop: the flat form then recovers
@@ -886,6 +888,19 @@ std::optional<TritonKernel> emit_triton(const Kernel& k, std::string* why,
     if (why != nullptr) *why = n.why;
     return std::nullopt;
   }
+}
+
+}  // namespace
+
+std::optional<TritonKernel> emit_triton(const Kernel& k, std::string* why,
+                                        const std::vector<std::string>& private_buffers,
+                                        const CompileOptions::Triton& options) {
+  std::optional<TritonKernel> t = emit_form(k, why, private_buffers, options);
+  if (t) {
+    for (const BufferParam& b : k.buffers) t->written.push_back(b.role != BufferRole::Input);
+    t->aligned = options.aligned_pointers;
+  }
+  return t;
 }
 
 std::optional<std::string> emit_triton_epilogue(const Kernel& k, const std::string& product,

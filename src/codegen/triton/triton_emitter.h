@@ -78,6 +78,11 @@ struct TritonKernel {
   /// Private buffers (emit_triton) the kernel neither reads nor writes: every store to them was
   /// dropped. The launcher may pass any pointer for them (the executor allocates nothing).
   std::vector<std::string> unused_buffers;
+  /// Per buffer argument, in order: whether the kernel may write it (an output or inout).
+  std::vector<bool> written;
+  /// Launched on buffers whose addresses are multiples of 16 bytes, which the compiler may assume
+  /// (CompileOptions::Triton::aligned_pointers, Note [Buffers aligned to 16 bytes]).
+  bool aligned = true;
 };
 
 /// The Triton kernel of `k`, or nullopt with the reason in `why` when its structure has no Triton
