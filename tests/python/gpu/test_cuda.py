@@ -944,3 +944,31 @@ def test_triton_intermediates_share_one_arena_on_the_device():
             for _ in range(4):
                 x = torch.randn(64, 256, device="cuda")
                 torch.testing.assert_close(compiled(x, w)[0], f(x, w), atol=1e-3, rtol=1e-3)
+
+
+def test_no_device_arena_where_it_would_raise_the_peak():
+    # Note [An arena on the GPU]: the softmaxes' outputs (kernel intermediates) die before the
+    # products' operands are made; the two matrix products' results (extern) live together late.
+    # With a block per buffer the call peaks at 64 MiB, with an arena (64 MiB of kernel slots)
+    # plus the products' 32 MiB at 96: the graph keeps a block per output. At 32 rows the
+    # difference is below the allocator's 2 MiB and the arena stays. (The same decision, forced
+    # on for the CPU while writing it, gave 0 and 5 arena buffers.)
+    import ember
+    import ember._C as C
+
+    def f(x, w1, w2):
+        k1 = torch.softmax(x, -1)
+        k2 = torch.softmax(x * 2, 0)
+        r1 = (k1 * k2).sum(-1, keepdim=True)
+        e1 = (x * r1) @ w1
+        e2 = (x + r1) @ w2
+        return (e1 * e2).sum(-1)
+
+    with torch.no_grad():
+        for rows, arena in ((1024, False), (32, True)):
+            x = torch.randn(rows, 4096, device="cuda")
+            w1, w2 = (torch.randn(4096, 4096, device="cuda") / 64 for _ in range(2))
+            compiled = C.CompiledGraph(ember.trace(f, (x, w1, w2)))
+            assert (compiled.num_arena_buffers > 0) == arena, compiled.describe_steps()
+            torch.testing.assert_close(compiled(x, w1, w2)[0], f(x, w1, w2), atol=1e-2,
+                                       rtol=1e-3)
