@@ -178,6 +178,7 @@ int64_t layout_bytes(const std::vector<int64_t>& sizes, const std::vector<int64_
 // varying lengths settle on the largest one's arena. Without it each output was an allocation of
 // its own per call: at small sizes on the CPU a GPT-2 layer's symbolic graph made 9 allocations a
 // call where its static program made 1.
+//
 // Note [An arena on the GPU]
 // Triton kernels' intermediates share one arena too: at batch 1 a call is bound by the host, and
 // each output of its own was a call of at::empty_strided through the dispatcher and the caching
@@ -190,9 +191,9 @@ int64_t layout_bytes(const std::vector<int64_t>& sizes, const std::vector<int64_
 // The arena is reserved for the whole call, while extern results (convolutions, products) take
 // blocks of their own: where the kernels' intermediates peak at another time than the externs'
 // the arena plus the externs' peak is above what blocks per buffer would hold (dpn98 at the
-// harness's batch: 1.28x of eager's peak with the arena, 1.16x without). Such a graph
-// (arena_raises_peak, by more than the caching allocator's 2 MiB granularity) keeps a block per
-// output; at batch 1 the difference is below that and the arena stays.
+// harness's batch: 1.28x of eager's peak with the arena, 1.16x in the sweep before it). Such a
+// graph (arena_raises_peak, by more than the caching allocator's 2 MiB granularity) keeps a
+// block per output; at batch 1 the difference is below that and the arena stays.
 namespace {
 
 // Note [An arena on the GPU]: whether one arena for the call's kernel outputs (`slots`, placed in
