@@ -324,11 +324,14 @@ void plan_memory(Program& p, const Lifetimes& life) {
       // Empty buffers need no arena space (and an arena of 0 bytes would not be allocated).
       if (bytes == 0) continue;
     }
+    auto [kernel, output] = where[c];
+    const c10::Device device = p.kernels[kernel].allocations[output].options.device();
+    // One arena, on one device: an output on another (none is expected) keeps its own memory.
+    if (!p.arena_slots.empty() && device != p.arena_device) continue;
     all_constant &= bytes >= 0;
     lifetimes.push_back({std::max<int64_t>(bytes, 0), slot.first, slot.last});
-    auto [kernel, output] = where[c];
     p.kernels[kernel].allocations[output].arena_slot = static_cast<int>(p.arena_slots.size());
-    p.arena_device = p.kernels[kernel].allocations[output].options.device();
+    p.arena_device = device;
     p.arena_slots.push_back(slot);
   }
   if (p.arena_slots.empty()) return;
