@@ -32,6 +32,10 @@
   codegen_notes    kernels the GPU code generator refused (their nodes run as ATen calls), and
                    graphs that run without generated kernels, each with a reason in
                    `fallback_reasons`
+  realigned_launches  Triton launches that first copied a buffer whose address is not a multiple
+                   of 16 bytes (a view at an odd offset) to an aligned one: slower, not wrong
+                   (Note [Buffers aligned to 16 bytes]; read from the runtime, since the last
+                   reset)
 """
 
 from __future__ import annotations
@@ -40,6 +44,12 @@ import collections
 
 counters: collections.Counter = collections.Counter()
 fallback_reasons: list[str] = []
+_realigned_at_reset = 0
+
+
+def _realigned() -> int:
+    from . import _C
+    return _C.num_realigned_launches()
 
 
 def _sync() -> None:
@@ -48,9 +58,11 @@ def _sync() -> None:
 
 
 def reset() -> None:
+    global _realigned_at_reset
     _sync()
     counters.clear()
     fallback_reasons.clear()
+    _realigned_at_reset = _realigned()
 
 
 def snapshot() -> dict:
@@ -61,4 +73,5 @@ def snapshot() -> dict:
            "graph_breaks": 0, "eager_frames": 0, "codegen_notes": 0, "dynamic_graphs": 0,
            "size_guard_failures": 0, "scalar_guard_failures": 0, "per_size_graphs": 0}
     out.update(counters)
+    out["realigned_launches"] = _realigned() - _realigned_at_reset
     return out

@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "runtime/cuda_driver.h"
+#include "runtime/executor_internal.h"
 #include "runtime/triton_background.h"
 #include "runtime/triton_tuning.h"
 #include "support/error.h"
@@ -197,12 +198,11 @@ namespace {
 
 // The bytes `t`'s layout spans, as a 1-D byte tensor over its storage.
 at::Tensor spanned_bytes(const at::Tensor& t) {
-  int64_t extent = 1;
-  for (int64_t d = 0; d < t.dim(); ++d) extent += (t.size(d) - 1) * t.stride(d);
   const int64_t itemsize = static_cast<int64_t>(t.element_size());
   auto impl = c10::make_intrusive<c10::TensorImpl>(c10::Storage(t.storage()), t.key_set(),
                                                    caffe2::TypeMeta::Make<uint8_t>());
-  const int64_t sizes[] = {extent * itemsize}, strides[] = {1};
+  const int64_t sizes[] = {layout_bytes(t.sizes().vec(), t.strides().vec(), itemsize)};
+  const int64_t strides[] = {1};
   impl->set_sizes_and_strides(sizes, strides, t.storage_offset() * itemsize);
   return at::Tensor(std::move(impl));
 }

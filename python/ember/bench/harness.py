@@ -431,16 +431,6 @@ def compile_cache_dir(fresh: bool):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def realigned_launches():
-    """ember's count of Triton launches that copied a misaligned buffer first, or None."""
-    try:
-        import ember._C as C
-    except ImportError:
-        return None
-    f = getattr(C, "num_realigned_launches", None)
-    return f() if f is not None else None
-
-
 def dynamo_counters() -> tuple[int, int]:
     try:
         from torch._dynamo.utils import counters
@@ -720,16 +710,9 @@ def _run_backends(run: ModelRun, backends: list[str], base: nn.Module, wl: M.Wor
                     del out
                 phase = "warmup"
                 progress(f"{b}: warm-up")
-                realigned = realigned_launches()
                 for _ in range(max(0, s.warmup - 2)):
                     inst.step()
                 sync()
-                if b.startswith("ember") and realigned is not None and s.warmup > 2:
-                    # Launches on a buffer not 16-byte aligned, copied first (Note [Buffers
-                    # aligned to 16 bytes]): per step, where any.
-                    n = (realigned_launches() - realigned) / (s.warmup - 2)
-                    if n:
-                        r.extra["realigned_launches_per_step"] = n
                 graphs, breaks = dynamo_counters()
                 if b.startswith("ember-capture"):
                     m = ember_metrics() or {}
