@@ -7,6 +7,7 @@
 #include "python/bindings.h"
 #include "python/options.h"
 #include "python/torch_caster.h"
+#include "rewrite/conv_layout.h"
 #include "rewrite/rewrites.h"
 #include "support/error.h"
 #include "tracer/backward_walk.h"
@@ -33,6 +34,23 @@ graph::InputKind parse_kind(const std::string& kind) {
 void bind_tracer(nb::module_& m) {
   tracer::register_tracer_kernels();
   rewrite::register_rewrite_kernels();
+  m.def(
+      "timed_convolutions",
+      [] {
+        nb::list out;
+        for (const rewrite::TimedConvolution& t : rewrite::timed_convolutions()) {
+          nb::dict d;
+          d["key"] = t.key;
+          d["nchw_ms"] = t.nchw_seconds * 1e3;
+          d["nhwc_ms"] = t.nhwc_seconds * 1e3;
+          d["nchw"] = t.nchw;
+          out.append(d);
+        }
+        return out;
+      },
+      "The CUDA convolution shapes timed on both layouts in this process (Note [Grouped "
+      "convolutions by timing]): key (input; weight; stride; padding; dilation; groups; dtype; "
+      "device), ms per call on NCHW and on NHWC, and whether NCHW was taken.");
   m.def("clear_meta_cache", &tracer::clear_meta_cache,
         "Empties the tracer's cache of meta-kernel results (for measurements).");
   m.def("meta_cache_size", &tracer::meta_cache_size, "Entries in the meta-kernel result cache.");

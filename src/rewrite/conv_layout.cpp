@@ -76,7 +76,10 @@ at::Tensor as_channels_last(const at::Tensor& t) {
 // both Inductor and ember (eager 167.7 ms, Inductor 702.3, ember 671.5), eager's NCHW against the
 // compilers' NHWC. A convolution timed faster on NCHW is recorded with both operands contiguous
 // even where they already are, so that no later rewrite (channels_last, which takes depthwise
-// convolutions) records it channels-last again.
+// convolutions) records it channels-last again. Its row in the rewrite table comes before
+// channels_last's: after it, as it was at first, channels_last took every depthwise convolution
+// whose weight was not channels-last yet and none was ever timed (ConvMixer-1536/20 stayed 4x
+// slower than eager, 647 ms against 161, H100, session 65).
 //
 // So in inference, where a CUDA device is present, the first trace of a grouped convolution of a
 // given shape times cuDNN on both layouts, on scratch tensors of its shapes (warm-up calls
@@ -153,12 +156,16 @@ std::vector<double> time_layouts(const GroupedConvolution& c) {
 
 // Whether cuDNN runs `c` faster on NCHW operands than on NHWC ones (by the margin above); nullopt
 // when the timing failed (out of memory, a cuDNN error): the convolution is then left alone.
+std::mutex decided_mu;
+std::map<std::string, TimedConvolution>& decided() {
+  static auto* m = new std::map<std::string, TimedConvolution>();
+  return *m;
+}
+
 std::optional<bool> nchw_faster(const GroupedConvolution& c) {
-  static std::mutex mu;
-  static std::map<std::string, bool> decided;
   const std::string key = key_of(c);
-  std::lock_guard<std::mutex> lock(mu);
-  if (auto it = decided.find(key); it != decided.end()) return it->second;
+  std::lock_guard<std::mutex> lock(decided_mu);
+  if (auto it = decided().find(key); it != decided().end()) return it->second.nchw;
   std::vector<double> t;
   try {
     t = time_layouts(c);
@@ -166,7 +173,7 @@ std::optional<bool> nchw_faster(const GroupedConvolution& c) {
     return std::nullopt;
   }
   const bool nchw = t[0] < kNchwMargin * t[1];
-  decided.emplace(key, nchw);
+  decided().emplace(key, TimedConvolution{key, t[0], t[1], nchw});
   return nchw;
 }
 
@@ -245,6 +252,13 @@ std::optional<at::Tensor> channels_last_convolution(const c10::OperatorHandle& o
   if (!settled(weight)) stack[1] = as_channels_last(weight);
   op.callBoxed(&stack);  // recorded as it is now: both operands settled
   return stack[0].toTensor();
+}
+
+std::vector<TimedConvolution> timed_convolutions() {
+  std::lock_guard<std::mutex> lock(decided_mu);
+  std::vector<TimedConvolution> out;
+  for (const auto& [key, t] : decided()) out.push_back(t);
+  return out;
 }
 
 bool cpu_convolutions_use_onednn() {

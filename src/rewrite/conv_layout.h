@@ -33,6 +33,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <optional>
+#include <string>
+#include <vector>
 
 namespace ember::rewrite {
 
@@ -55,6 +57,18 @@ std::optional<at::Tensor> channels_last_convolution(const c10::OperatorHandle& o
 std::optional<at::Tensor> grouped_convolution_by_timing(const c10::OperatorHandle& op,
                                                         c10::ArrayRef<c10::IValue> args,
                                                         bool* from_contiguous);
+
+/// A convolution shape timed by grouped_convolution_by_timing in this process: its key (input,
+/// weight, stride, padding, dilation sizes, groups, dtype, device), the best seconds per call on
+/// each layout, and the decision.
+struct TimedConvolution {
+  std::string key;
+  double nchw_seconds = 0, nhwc_seconds = 0;
+  bool nchw = false;
+};
+
+/// The shapes timed so far in this process, in key order (`ember._C.timed_convolutions()`).
+std::vector<TimedConvolution> timed_convolutions();
 
 /// Whether ATen's CPU convolutions run on oneDNN here (built with it and not turned off by
 /// torch.backends.mkldnn.enabled = False), so that channels-last operands reach its NHWC kernels.

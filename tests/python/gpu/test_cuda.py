@@ -175,6 +175,12 @@ def test_grouped_convolutions_take_the_layout_timed_faster(dtype):
         text = str(ember.trace(f, (x,)))
     layouts = _grouped_conv_layouts(text)
     assert len(layouts) == 3, text  # the depthwise one timed too
+    # Timed, not taken channels-last by the rewrite row before it (as it was until session 65).
+    from ember import _C
+
+    timed = [t["key"] for t in _C.timed_convolutions()]
+    for weight in ("464,232,3,3,", "128,8,3,3,", "128,1,9,9,"):
+        assert any(f";{weight};" in k for k in timed), (weight, timed)
     assert all(a == b for a, b in layouts), (layouts, text)
     tol = {"atol": 1e-2, "rtol": 2e-2} if dtype == "bf16" else {"atol": 1e-4, "rtol": 1e-4}
     check_model(f, (x,), expect_graphs=1, expect_fallbacks=0, **tol)

@@ -90,13 +90,13 @@ CASES = {
                                              torch.randn(4)], "cuda:0"),
     "log_softmax_as_logsumexp": forward(lambda x: F.log_softmax(x, -1), [torch.randn(4, 32000)],
                                         "cuda:0"),
-    "channels_last_convolution": forward(conv, [torch.randn(2, 3, 8, 8),
-                                                torch.randn(4, 3, 3, 3)], "cuda:0"),
     # Times cuDNN on both layouts on the device: tests/python/gpu (on a machine without one,
     # such as this, the convolution is recorded as it is).
     "grouped_convolution_layout": None,
+    "channels_last_convolution": forward(conv, [torch.randn(2, 3, 8, 8),
+                                                torch.randn(4, 3, 3, 3)], "cuda:0"),
     # On the CPU, a grouped convolution too (oneDNN's NHWC kernels; cuDNN's grouped ones are
-    # not always faster channels-last: the CUDA row above times them).
+    # not always faster channels-last: the CUDA row grouped_convolution_layout times them).
     "channels_last_convolution_cpu": forward(lambda x, w: F.conv2d(x, w, padding=1, groups=2),
                                              [torch.randn(2, 4, 8, 8), torch.randn(6, 2, 3, 3)]),
     "vector_norm_as_reduction": forward(lambda x: F.normalize(x, dim=-1) + x.norm(p=float("inf")),
@@ -170,8 +170,8 @@ DEVICES = {
     "pad_unaligned_matmul": ("cuda", None),
     "convolution_bias_apart": ("cuda", None),
     "log_softmax_as_logsumexp": ("cuda", "trace.splits_everywhere"),
-    "channels_last_convolution": ("cuda", None),
     "grouped_convolution_layout": ("cuda", None),
+    "channels_last_convolution": ("cuda", None),
     "channels_last_convolution_cpu": ("cpu", None),
     "vector_norm_as_reduction": ("any", None),
     "nll_loss_as_gather": ("cuda", "trace.splits_everywhere"),
