@@ -41,6 +41,8 @@ nb::list triton_plan(const tracer::TracedGraph& traced) {
   o.index_asserts = true;  // as the executor's Triton graphs
   o.chunk_single_rows = false;
   o.keep_prologue_rows = false;
+  o.min_parallel_rows = 128;
+  o.min_outer_tile = 16;
   // What reads or writes CPU tensors stays ATen's (the module's state counts as on the device).
   o.extern_nodes = runtime::host_nodes(g, nullptr, /*constants_on_device=*/true);
   sched::Plan plan = sched::schedule_graph(g, o);

@@ -556,6 +556,10 @@ sched::Plan schedule(const Program& p, const Target& t, sched::ScheduleOptions* 
   sopts.index_asserts = t.triton;  // a device-side assert per index read, as eager's CUDA kernels
   sopts.chunk_single_rows = !t.triton;
   sopts.keep_prologue_rows = !t.triton;
+  if (t.triton) {
+    sopts.min_parallel_rows = 128;  // programs: about an H100's or H200's SMs
+    sopts.min_outer_tile = 16;
+  }
   sopts.combo_kernels = o.sched.combo_kernels;
   // (From the graph as the passes after choose_target left it: they renumber nodes.)
   if (t.cuda_device >= 0) {

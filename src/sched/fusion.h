@@ -113,6 +113,13 @@ struct ScheduleOptions {
   /// prologue kept in a scratch row] in reduction.cpp). The C++ kernels; the Triton emitter keeps
   /// a persistent row in registers already, and its graphs set it false.
   bool keep_prologue_rows = true;
+  /// A reduction kernel over a kept dim of stride 1 (column tiles; reduction_loops.h) with fewer
+  /// tiles than `min_parallel_rows` cuts its tiles smaller, to `min_outer_tile` columns at the
+  /// least, so that its parallel loop has work for the machine: 4 iterations for a CPU's threads,
+  /// 128 programs for a GPU (Triton graphs set 128 and 16: a tile of 16 halves is one 32-byte
+  /// sector of each row).
+  int64_t min_parallel_rows = 4;
+  int64_t min_outer_tile = 32;
 };
 
 /// Requires a verifier-valid graph whose tensors are all on the CPU (C++ kernels) or all on one

@@ -706,8 +706,12 @@ loop::Kernel build_reduction_kernel(const graph::Graph& g, const graph::Node& n,
       ProgramBuilder(g, *spec, order, buffer_of, fusion, siblings, options.keep_prologue_rows)
           .build();
   const ReductionSpace space{spec->sizes, spec->reduced, order, &g.symbols};
-  k.body =
-      build_reduction_loops(space, program, options.parallel_threshold, options.chunk_single_rows);
+  ReductionLoopOptions loops;
+  loops.parallel_threshold = options.parallel_threshold;
+  loops.chunk_single_rows = options.chunk_single_rows;
+  loops.min_parallel_rows = options.min_parallel_rows;
+  loops.min_outer_tile = options.min_outer_tile;
+  k.body = build_reduction_loops(space, program, loops);
   k.size_vars = kernel_size_vars(k, g.symbols);
   return k;
 }

@@ -23,10 +23,6 @@ using loop::Stmt;
 
 // Tile of the vectorized kept dim in the outer layout: per-row values are buffers of this size.
 constexpr int64_t kOuterTile = 256;
-// Smallest tile when tiles are cut smaller to give every thread work.
-constexpr int64_t kMinOuterTile = 32;
-// Iterations of a parallel loop enough for the threads of a small machine.
-constexpr int64_t kMinParallelRows = 4;
 // Most chunks a single row is split into (inner layout, one row).
 constexpr int64_t kMaxChunks = 64;
 // Fewest elements per chunk worth a thread's time.
@@ -183,8 +179,13 @@ Stmt to_partials(const Stmt& body, const Expr& chunk) {
 
 class Builder {
  public:
-  Builder(const ReductionSpace& s, const RowProgram& p, int64_t threshold, bool chunk)
-      : s_(s), p_(p), threshold_(threshold), chunk_(chunk) {}
+  Builder(const ReductionSpace& s, const RowProgram& p, const ReductionLoopOptions& o)
+      : s_(s),
+        p_(p),
+        threshold_(o.parallel_threshold),
+        chunk_(o.chunk_single_rows),
+        min_rows_(o.min_parallel_rows),
+        min_tile_(o.min_outer_tile) {}
 
   Stmt build() {
     std::vector<size_t> kept = memory_order(s_, false);
@@ -330,11 +331,13 @@ class Builder {
     int64_t tile = kOuterTile;
     if (std::optional<int64_t> c = size_c.as_constant()) {
       tile = std::min(*c, kOuterTile);
-      // Few tiles of a large reduction (a sum over the leading dim of [4096, 256]): smaller
-      // tiles, so that the parallel loop has iterations for every thread.
-      if (work_ >= threshold_ &&
-          hint(s_, others_rows) * ((*c + tile - 1) / tile) < kMinParallelRows) {
-        tile = std::max<int64_t>(kMinOuterTile, (*c / kMinParallelRows + 15) / 16 * 16);
+      // Few tiles of a large reduction (a sum over the leading dim of [4096, 256]; on the GPU,
+      // squeeze-and-excitation's pool of a channels-last [1, 72, 28, 28] at batch 1, 3 programs
+      // of 32 channels over 784 rows): smaller tiles, so that the parallel loop has iterations
+      // for every thread or SM.
+      if (work_ >= threshold_ && hint(s_, others_rows) * ((*c + tile - 1) / tile) < min_rows_) {
+        const int64_t per_row = (*c + min_rows_ - 1) / min_rows_;
+        tile = std::max<int64_t>(min_tile_, (per_row + 15) / 16 * 16);
         tile = std::min(tile, *c);
       }
     }
@@ -450,7 +453,9 @@ class Builder {
   const ReductionSpace& s_;
   const RowProgram& p_;
   const int64_t threshold_;
-  const bool chunk_;  // a single row in parallel chunks (ScheduleOptions::chunk_single_rows)
+  const bool chunk_;        // a single row in parallel chunks (ScheduleOptions::chunk_single_rows)
+  const int64_t min_rows_;  // ReductionLoopOptions::min_parallel_rows
+  const int64_t min_tile_;  // ReductionLoopOptions::min_outer_tile
   int64_t work_ = 0;
   Expr when_;  // the parallel loop's run-time condition, over symbols (parallel_when)
   std::map<std::string, Expr> size1_;  // x<d> of size-1 dims: 0
@@ -481,11 +486,11 @@ Expr row_index() {
 }
 
 Stmt build_reduction_loops(const ReductionSpace& space, const RowProgram& program,
-                           int64_t parallel_threshold, bool chunk_single_rows) {
+                           const ReductionLoopOptions& options) {
   EMBER_INTERNAL_ASSERT(space.sizes.size() == space.reduced.size() &&
                         space.sizes.size() == space.x_strides.size())
       << "build_reduction_loops: inconsistent space";
-  return Builder(space, program, parallel_threshold, chunk_single_rows).build();
+  return Builder(space, program, options).build();
 }
 
 }  // namespace ember::sched

@@ -75,10 +75,21 @@ bool uses_inner_layout(const ReductionSpace& space);
 ///  - outer layout (a kept dim is the smallest-stride one): rows of that dim are processed in
 ///    tiles: loops over the reduced dims with the tile's dim innermost and vectorized; per-row
 ///    values are tile-sized buffers.
-/// The outermost loop runs in parallel when the kernel touches at least `parallel_threshold`
-/// elements. Requires: a program whose bodies use only element_var(d) for d < rank, row_index()
-/// and the kernel's buffers. Deterministic for given inputs (no dependence on thread count).
+/// The outermost loop runs in parallel when the kernel touches at least
+/// `options.parallel_threshold` elements. Requires: a program whose bodies use only
+/// element_var(d) for d < rank, row_index() and the kernel's buffers. Deterministic for given
+/// inputs (no dependence on thread count).
+struct ReductionLoopOptions {
+  int64_t parallel_threshold = 32768;
+  /// A single large row in parallel chunks (inner layout; ScheduleOptions::chunk_single_rows).
+  bool chunk_single_rows = true;
+  /// Outer layout: iterations the parallel loop should have at least. Fewer tiles than this cut
+  /// the tiles smaller, down to `min_outer_tile` columns: a few for a CPU's threads, about a
+  /// GPU's SM count for Triton's programs (ScheduleOptions::min_parallel_rows).
+  int64_t min_parallel_rows = 4;
+  int64_t min_outer_tile = 32;
+};
 loop::Stmt build_reduction_loops(const ReductionSpace& space, const RowProgram& program,
-                                 int64_t parallel_threshold, bool chunk_single_rows = true);
+                                 const ReductionLoopOptions& options);
 
 }  // namespace ember::sched

@@ -112,6 +112,17 @@ def test_column_tiles_fold_every_op_and_dtype():
     run(lambda x: x.float().sum(0), r(500, 96, dtype=torch.bfloat16), kernels=1, atol=1e-3)
 
 
+def test_global_pools_of_few_channels_run_in_tiles_of_16_columns():
+    """Squeeze-and-excitation's pool of a channels-last activation at batch 1 (72 channels over
+    28 x 28, 960 over 7 x 7): column tiles of 16 channels, the last one partial, so that the
+    kernel has programs for the GPU (ScheduleOptions::min_parallel_rows)."""
+    cl = torch.channels_last
+    for c, hw in ((72, 28), (960, 7), (40, 52)):
+        x = r(1, c, hw, hw, dtype=torch.bfloat16).to(memory_format=cl)
+        run(lambda x: x.mean((2, 3), keepdim=True), x, kernels=1, atol=1e-2, rtol=1e-2)
+        run(lambda x: x.float().sum((2, 3)), x, kernels=1, atol=1e-2, rtol=1e-3)
+
+
 def test_layer_norm():
     run(lambda x, w, b: F.layer_norm(x, (50,), w, b), r(6, 50), r(50), r(50), atol=1e-4)
 

@@ -140,5 +140,21 @@ def test_group_norm_over_channels_last_sums_along_memory():
     for p in sums:
         loop = p["loop"]
         assert "strides [301056, 1, 5376, 96]" in loop, loop  # the channels-last buffer
-        # The channel loop is innermost and vectorized, H x W outside it.
-        assert re.search(r"for \(x3, 0, 3136\) \{\s+for \(c, 0, 96\) vectorized", loop), loop
+        # The channel loop is innermost and vectorized, H x W outside it; 64 samples of 96
+        # channels are tiles of 16 channels (384 programs: ScheduleOptions::min_parallel_rows).
+        assert re.search(r"for \(x3, 0, 3136\) \{\s+for \(c, 0, 16\) vectorized", loop), loop
+
+
+def test_a_pool_of_few_channels_has_programs_for_the_gpu():
+    # mobilenetv3's squeeze-and-excitation pools at batch 1, channels-last: one program per 16
+    # channels (ScheduleOptions::min_parallel_rows, 128 for Triton graphs), where the CPU's rule
+    # of 4 parallel iterations gave 3 or 4 programs of up to 256 channels over every row (9 to
+    # 26 us each on an H100 against 1.5 for Inductor's).
+    for c, hw, programs in ((72, 28, 5), (672, 14, 42), (960, 7, 60)):
+        x = torch.randn(1, c, hw, hw, dtype=torch.bfloat16).to(memory_format=torch.channels_last)
+        with torch.no_grad():
+            graph = ember.trace(lambda x: x.mean((2, 3), keepdim=True), (x,), device="cuda:0")
+        plan = C.triton_plan(graph)
+        assert [p["why"] for p in plan if p["why"]] == [], plan
+        assert len(plan) == 1, [p["ops"] for p in plan]
+        assert f"for (p, 0, {programs}) parallel" in plan[0]["loop"], plan[0]["loop"]
