@@ -24,6 +24,7 @@ import time
 
 import torch
 
+from ember import _C
 from ember.bench import harness as H
 from ember.bench import models as M
 
@@ -160,8 +161,10 @@ def main() -> None:
             if a.json:
                 with open(a.json, "w") as f:
                     name = torch.cuda.get_device_name() if a.device.startswith("cuda") else "cpu"
-                    json.dump({"torch": torch.__version__, "device": name,
-                               "rows": rows}, f, indent=1)
+                    # The convolution layouts timed so far (Note [Grouped convolutions by
+                    # timing]): what each ember row's graphs were recorded on.
+                    json.dump({"torch": torch.__version__, "device": name, "rows": rows,
+                               "timed_convolutions": _C.timed_convolutions()}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -85,14 +85,22 @@ at::Tensor as_channels_last(const at::Tensor& t) {
 // given shape times cuDNN on both layouts, on scratch tensors of its shapes (warm-up calls
 // first, then alternating rounds, the best of each), and records it on the faster: NCHW only when
 // it is faster by more than kNchwMargin (NHWC's neighbours are channels-last, and a decision
-// that flips between processes on a near tie would change the graph). The decision is kept for
+// that flips between processes on a near tie would change the graph) and saves at least
+// kMinSavedSeconds per call. The timing sees the convolution alone, not the layout copies around
+// an NCHW one (its input from a channels-last neighbour, its output to the next) nor their
+// launches, which cost more than a small convolution saves: with the depthwise convolutions of
+// MobileNet-V2/V3, EfficientNet-B0, ShuffleNet-V2 and ConvNeXt-T timed at batch 1 (a few us per
+// call, NCHW ahead on some), batch-1 latency got worse under CUDA graphs (MobileNet-V2 0.85 ms
+// against 0.52; H100, bf16) and twice as slow without (3.7 ms against 1.8 for MobileNet-V3),
+// while ConvMixer's (ms per call) need NCHW. The decision is kept for
 // the process, per shape, stride, padding, dilation, groups, dtype and device. A copy to the
 // chosen layout is an op of the graph, fused into the kernel that makes the input; a weight's
 // copy is a kernel of parameters only (kept across calls). Under grad mode the convolution is
 // left as it is (its backward was not timed), and so it is where no device is present (a trace
 // for cuda:0 on a machine without one): plans made there keep the layout the input came in.
 constexpr double kNchwMargin = 0.9;
-constexpr int kTimedCalls = 3;  // calls per round
+constexpr double kMinSavedSeconds = 20e-6;  // two activation copies and their launches, about
+constexpr int kTimedCalls = 3;              // calls per round
 constexpr int kRounds = 3;
 
 // Set while a convolution timed faster on NCHW is recorded on contiguous operands (the call goes
@@ -172,7 +180,7 @@ std::optional<bool> nchw_faster(const GroupedConvolution& c) {
   } catch (const std::exception&) {
     return std::nullopt;
   }
-  const bool nchw = t[0] < kNchwMargin * t[1];
+  const bool nchw = t[0] < kNchwMargin * t[1] && t[1] - t[0] >= kMinSavedSeconds;
   decided().emplace(key, TimedConvolution{key, t[0], t[1], nchw});
   return nchw;
 }

@@ -115,12 +115,14 @@ def test_column_tiles_fold_every_op_and_dtype():
 def test_global_pools_of_few_channels_run_in_tiles_of_16_columns():
     """Squeeze-and-excitation's pool of a channels-last activation at batch 1 (72 channels over
     28 x 28, 960 over 7 x 7): column tiles of 16 channels, the last one partial, so that the
-    kernel has programs for the GPU (ScheduleOptions::min_parallel_rows)."""
+    kernel has programs for the GPU (ScheduleOptions::min_parallel_rows). On a GPU the larger
+    sums are split in stages by the tracer first (rewrite/split_reduction.h): more kernels."""
     cl = torch.channels_last
     for c, hw in ((72, 28), (960, 7), (40, 52)):
         x = r(1, c, hw, hw, dtype=torch.bfloat16).to(memory_format=cl)
-        run(lambda x: x.mean((2, 3), keepdim=True), x, kernels=1, atol=1e-2, rtol=1e-2)
-        run(lambda x: x.float().sum((2, 3)), x, kernels=1, atol=1e-2, rtol=1e-3)
+        one = 1 if INTERPRET else None
+        run(lambda x: x.mean((2, 3), keepdim=True), x, kernels=one, atol=1e-2, rtol=1e-2)
+        run(lambda x: x.float().sum((2, 3)), x, kernels=one, atol=1e-2, rtol=1e-3)
 
 
 def test_layer_norm():
