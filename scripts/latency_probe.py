@@ -12,6 +12,10 @@ call: ATen ops (`aten::copy_` is what a CUDA-graph replay's input copies cost), 
 launches through the runtime and the driver, graph launches, and ember's ranges (`ember::graph` is
 one compiled graph's call). A replayed ember graph should show one graph launch, one input copy
 per user input and one clone per output; anything else is work outside the replay.
+
+With EMBER_HOST_STEP_TIMES=1 the ember rows also say what the executor's steps cost on the host
+per call, by kind (a generated kernel's launch, an ATen call, a view) and for the whole run
+(`host_steps`; src/runtime/host_times.h): the C++ call path's cost per launch.
 """
 
 from __future__ import annotations
@@ -88,12 +92,17 @@ def run_one(model: str, backend: str, dtype: str, batch: int, calls: int, profil
         times.append((time.perf_counter() - t0) * 1e3)
     replays = (_C.cuda_graph_replays() - replays0) / calls
     host = []  # the host's part of a call: from its start to its return, the device still busy
+    _C.reset_host_step_times()  # counted only for graphs compiled with EMBER_HOST_STEP_TIMES=1
     for _ in range(calls):
         sync()
         t0 = time.perf_counter()
         inst.step()
         host.append((time.perf_counter() - t0) * 1e3)
     sync()
+    # Per call: each kind of executor step's count and host us per step (runtime/host_times.h).
+    host_steps = {k: {"per_call": v["count"] / calls,
+                      "us_each": v["seconds"] * 1e6 / v["count"] if v["count"] else 0.0}
+                  for k, v in _C.host_step_times().items() if v["count"]}
     acts = [torch.profiler.ProfilerActivity.CPU]
     if device.startswith("cuda"):
         acts.append(torch.profiler.ProfilerActivity.CUDA)
@@ -114,7 +123,7 @@ def run_one(model: str, backend: str, dtype: str, batch: int, calls: int, profil
            "fallback_reasons": counters.get("fallback_reasons", [])[:5],
            "host_us_per_launch": statistics.median(host) * 1e3 / max(
                1.0, counts["launches"] + counts["graph_launches"]),
-           **counts}
+           "host_steps": host_steps, **counts}
     del inst
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
@@ -158,6 +167,10 @@ def main() -> None:
             if backend.startswith("ember"):
                 print(f"    graphs {r['graphs']} breaks {r['graph_breaks']} top {r['top'][:8]}",
                       flush=True)
+                if r["host_steps"]:
+                    print("    host steps per call: " + ", ".join(
+                        f"{k} {v['per_call']:.0f} x {v['us_each']:.1f} us"
+                        for k, v in r["host_steps"].items()), flush=True)
             if a.json:
                 with open(a.json, "w") as f:
                     name = torch.cuda.get_device_name() if a.device.startswith("cuda") else "cpu"

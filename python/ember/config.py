@@ -184,6 +184,9 @@ OPTIONS: tuple[Option, ...] = (
            "each run prints the bytes its values hold: 1 around the peak, 2 every step"),
     Option("dump_pipeline", "debug.dump_pipeline", bool, False, ("EMBER_DUMP_PIPELINE",),
            _is("1"), "each compile prints the graph after every pipeline step that changes it"),
+    Option("host_step_times", "debug.host_step_times", bool, False, ("EMBER_HOST_STEP_TIMES",),
+           _is("1"), "each run sums its host time per kind of step (kernel launches, ATen calls, "
+           "views) and as a whole: ember._C.host_step_times()"),
 )
 
 _BY_NAME: dict[str, Option] = {o.name: o for o in OPTIONS}

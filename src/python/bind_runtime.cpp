@@ -18,6 +18,7 @@
 #include "runtime/constant_fold.h"
 #include "runtime/executor.h"
 #include "runtime/host_compiler.h"
+#include "runtime/host_times.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/pipeline.h"
 #include "runtime/plan_cache.h"
@@ -275,6 +276,23 @@ void bind_runtime(nb::module_& m) {
       },
       "(timed, remembered): generated Triton kernels whose launch configuration this process "
       "timed, and those whose winner came from the disk cache (EMBER_TRITON_AUTOTUNE).");
+  m.def(
+      "host_step_times",
+      [] {
+        nb::dict out;
+        for (const runtime::HostStepTotal& t : runtime::host_step_times()) {
+          nb::dict d;
+          d["count"] = t.count;
+          d["seconds"] = t.seconds;
+          out[t.kind.c_str()] = d;
+        }
+        return out;
+      },
+      "Host time per kind of executor step (kernel, extern, matmul, view) and per run, summed "
+      "over the runs of graphs compiled with debug.host_step_times (EMBER_HOST_STEP_TIMES=1) "
+      "since the last reset: {kind: {count, seconds}} (runtime/host_times.h).");
+  m.def("reset_host_step_times", &runtime::reset_host_step_times,
+        "Sets host_step_times() back to zero.");
   m.def("num_realigned_launches", &runtime::num_realigned_launches,
         "Triton launches that first copied a buffer whose address is not a multiple of 16 "
         "bytes to an aligned one (Note [Buffers aligned to 16 bytes]).");

@@ -86,6 +86,7 @@ const std::map<std::string, Setter>& setters() {
       EMBER_FIELD(training, save_materialized),
       EMBER_FIELD(debug, verify_kernels),
       EMBER_FIELD(debug, live_bytes),
+      EMBER_FIELD(debug, host_step_times),
       EMBER_FIELD(debug, dump_pipeline),
   };
   return table;

@@ -19,6 +19,7 @@
 
 #include "runtime/executor.h"
 #include "runtime/executor_internal.h"
+#include "runtime/host_times.h"
 #include "support/error.h"
 #include "sym/eval.h"
 #include "tracer/convert.h"
@@ -315,6 +316,7 @@ std::vector<at::Tensor> Executor::run(const std::vector<at::Tensor>& inputs) con
   // The graph was traced under the caller's autocast state: its casts are nodes already, and an
   // op traced in a region with autocast off (a rotary embedding's fp32 matmul) must not be cast
   // again because the caller's autocast is on now.
+  HostStepClock clock(p_.options.debug.host_step_times, HostStep::Run);
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   RECORD_USER_SCOPE("ember::graph");
   return run_checked(inputs, check_inputs(inputs));
@@ -328,6 +330,7 @@ std::vector<at::Tensor> Executor::unfused_run(const std::vector<at::Tensor>& inp
 
 std::vector<at::Tensor> Executor::run_and_bind(const std::vector<at::Tensor>& inputs,
                                                std::vector<int64_t>* symbols) const {
+  HostStepClock clock(p_.options.debug.host_step_times, HostStep::Run);
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   RECORD_USER_SCOPE("ember::graph");
   *symbols = check_inputs(inputs);
@@ -381,6 +384,7 @@ std::vector<at::Tensor> Executor::run(std::vector<at::Tensor>&& inputs) const {
 std::vector<at::Tensor> Executor::run(std::vector<at::Tensor>&& inputs,
                                       const std::vector<int64_t>& given) const {
   const bool from_caller = !given.empty() && p_.symbol_sources.has_value();
+  HostStepClock clock(p_.options.debug.host_step_times, HostStep::Run);
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   RECORD_USER_SCOPE("ember::graph");
   if (!(p_.specializations && !p_.symbolic_fallback.empty()) &&
@@ -532,7 +536,13 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
     }
   } give_back{*this, arena.memory};
   LiveBytes live(env, p_.options.debug.live_bytes);
+  const bool timed = p_.options.debug.host_step_times;
   for (const Step& step : p_.steps) {
+    // Its host time, under its kind (runtime/host_times.h), on every way out of the iteration.
+    HostStepClock clock(timed, step.kernel >= 0 ? HostStep::Kernel
+                               : step.matmul    ? HostStep::Matmul
+                               : step.view      ? HostStep::View
+                                                : HostStep::Extern);
     live.note(p_.steps.empty() ? 0 : static_cast<int>(&step - p_.steps.data()));
     if (step.fused_into >= 0 && p_.steps[step.fused_into].fused->chosen() >= 0) {
       // The product runs inside its epilogue's step (or, if that cannot, there).

@@ -130,6 +130,10 @@ struct CompileOptions {
     /// Each pipeline step that changes the graph prints it to stderr (runtime/pipeline.h).
     /// (EMBER_DUMP_PIPELINE)
     bool dump_pipeline = false;
+    /// Each run sums its host time per kind of step (kernel launches, ATen calls, views) and
+    /// as a whole into process totals: ember._C.host_step_times() (runtime/host_times.h).
+    /// (EMBER_HOST_STEP_TIMES)
+    bool host_step_times = false;
   };
 
   Capture capture;
