@@ -17,7 +17,10 @@
 // is not transposed by the copy. A result whose columns were sliced off is made contiguous again,
 // the layout eager gives it: a copy that the scheduler fuses into the kernel that reads the
 // result, or that writes the graph's output. Products of fewer than 2^26 multiply-adds, and other
-// dtypes or devices, are recorded as they are.
+// dtypes or devices, are recorded as they are. In inference a 2D product whose result is 64 MiB
+// or more and whose columns are padded is recorded as ember::matmul_sliced instead, which makes
+// the contiguous result block by block of rows, with one scratch block beside it rather than a
+// whole padded copy (Note [Padded products in row blocks]: a language model's logits).
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
