@@ -336,8 +336,7 @@ class Builder {
       // of 32 channels over 784 rows): smaller tiles, so that the parallel loop has iterations
       // for every thread or SM.
       if (work_ >= threshold_ && hint(s_, others_rows) * ((*c + tile - 1) / tile) < min_rows_) {
-        const int64_t per_row = (*c + min_rows_ - 1) / min_rows_;
-        tile = std::max<int64_t>(min_tile_, (per_row + 15) / 16 * 16);
+        tile = std::max<int64_t>(min_tile_, (*c / min_rows_ + 15) / 16 * 16);
         tile = std::min(tile, *c);
       }
     }
