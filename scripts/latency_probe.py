@@ -67,7 +67,6 @@ def device_kernels(prof, calls: int) -> tuple[float, float]:
 def run_one(model: str, backend: str, dtype: str, batch: int, calls: int, profiled: int,
             device: str = "cuda", size: str = "full") -> dict:
     import ember  # noqa: PLC0415
-    from ember import _C  # noqa: PLC0415
 
     spec = M.REGISTRY[model]
     wl = spec.build(size, "inference", device, batch)
