@@ -16,7 +16,7 @@ pytestmark = [
 
 
 def test_large_padded_logits_are_made_in_row_blocks():
-    # The call holds the logits and one scratch block (<= 32 MiB), not the logits twice.
+    # The call holds the logits and one scratch block (<= 64 MiB), not the logits twice.
     head = torch.nn.Linear(256, 30522).cuda().to(torch.bfloat16).eval()
     x = torch.randn(4096, 256, device="cuda", dtype=torch.bfloat16)
     with torch.no_grad():
@@ -33,4 +33,4 @@ def test_large_padded_logits_are_made_in_row_blocks():
     assert got.is_contiguous() and got.shape == want.shape
     torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
     logits = want.numel() * want.element_size()
-    assert peak <= logits + (40 << 20), (peak / 2**20, logits / 2**20)
+    assert peak <= logits + (72 << 20), (peak / 2**20, logits / 2**20)

@@ -87,8 +87,8 @@ def test_a_large_padded_result_in_inference_is_made_in_row_blocks():
 
 @pytest.mark.parametrize("bias", [False, True])
 def test_matmul_sliced_is_the_sliced_product_in_blocks(bias):
-    # 1000 rows of 40000 f32 columns: blocks of 256 rows (32 MiB of scratch at most, 256 rows at
-    # least), the last one partial; the result is contiguous, as eager's sliced product would be
+    # 1000 rows of 40000 f32 columns: blocks of 384 rows (64 MiB of scratch at most, in whole
+    # tiles of 128 rows, 256 rows at least), the last one partial; the result is contiguous, as eager's sliced product would be
     # after .contiguous().
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(1000, 8, generator=g), torch.randn(8, 40000, generator=g)
