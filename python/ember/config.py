@@ -114,6 +114,10 @@ OPTIONS: tuple[Option, ...] = (
            "keep (cuDNN's output), off (native_batch_norm, split into sums)"),
     Option("disabled_rewrites", "trace.disabled_rewrites", str, "", ("EMBER_DISABLED_REWRITES",),
            str, "trace-time rewrites turned off, by name (a comma list; src/rewrite/rewrites.cpp)"),
+    Option("conv1x1_as_mm", "trace.pointwise_convolutions_as_products", bool, False,
+           ("EMBER_CONV1X1_AS_MM",), _flag,
+           "1x1 convolutions on CUDA (bf16/f16 inference) as matrix products (off: not faster "
+           "than cuDNN in the measurements so far, src/rewrite/conv_as_product.h)"),
     # sched
     Option("codegen", "sched.codegen", bool, True, ("EMBER_CODEGEN",), _flag,
            "generated kernels; off, every node runs as an ATen call"),
@@ -125,6 +129,10 @@ OPTIONS: tuple[Option, ...] = (
            _flag, "independent pointwise kernels as one combo kernel"),
     Option("stored_prologues", "sched.stored_prologues", bool, True, ("EMBER_STORED_PROLOGUES",),
            _flag, "a reduction kernel stores the open pointwise values its prologue reads"),
+    Option("depthwise_kernels", "sched.depthwise_convolutions", bool, False,
+           ("EMBER_DEPTHWISE_KERNELS",), _flag,
+           "depthwise convolutions computed in the kernels that read them (GPU graphs; off: "
+           "slower than cuDNN's on the device, src/sched/depthwise_conv.h)"),
     Option("plan_cache", "sched.plan_cache", bool, True, ("EMBER_PLAN_CACHE",), _flag,
            "plans that took long to schedule are cached on disk for later processes"),
     Option("plan_cache_min_seconds", "sched.plan_cache_min_seconds", float, 0.05,
@@ -162,6 +170,9 @@ OPTIONS: tuple[Option, ...] = (
            _fuse_attention,
            "eager attention as one SDPA call: -1 on CUDA graphs with Triton kernels, 0 never, "
            "1 on any kernel graph"),
+    Option("bias_apart", "runtime.bias_apart", bool, False, ("EMBER_BIAS_APART",), _flag,
+           "a product's bias added by the pointwise kernel that reads it (GPU graphs), not by "
+           "cuBLASLt's epilogue (off: no gain measured yet, src/runtime/bias_apart.h)"),
     Option("parameter_cache", "runtime.parameter_cache", bool, True, ("EMBER_PARAMETER_CACHE",),
            _flag, "kernels of parameters only keep their outputs across calls"),
     # training

@@ -13,6 +13,7 @@
 #include "python/options.h"
 #include "python/torch_caster.h"
 #include "runtime/attention_fusion.h"
+#include "runtime/bias_apart.h"
 #include "runtime/causal_attention.h"
 #include "runtime/collectives.h"
 #include "runtime/constant_fold.h"
@@ -93,13 +94,15 @@ void bind_runtime(nb::module_& m) {
           changed = runtime::fold_constants(out);
         } else if (name == "fuse_attention") {
           changed = runtime::fuse_attention(out);
+        } else if (name == "bias_apart") {
+          changed = runtime::bias_apart(out);
         } else if (name == "hoist_collectives") {
           changed = runtime::hoist_collectives(out);
         } else if (name == "sink_collective_waits") {
           changed = runtime::sink_collective_waits(out);
         } else {
           throw UserError("no graph pass named '" + name +
-                          "' (causal_attention, fold_constants, fuse_attention, "
+                          "' (causal_attention, fold_constants, fuse_attention, bias_apart, "
                           "hoist_collectives, sink_collective_waits)");
         }
         return std::make_pair(std::move(out), changed);
@@ -353,6 +356,8 @@ void bind_runtime(nb::module_& m) {
       .def_prop_ro("num_fused_attention", &Executor::num_fused_attention,
                    "Eager attention patterns (bmm, softmax, bmm) run as one "
                    "scaled_dot_product_attention call.")
+      .def_prop_ro("num_bias_apart", &Executor::num_bias_apart,
+                   "Products (addmm) whose bias is added by the pointwise kernel that reads them.")
       .def_prop_ro("num_fused_epilogues", &Executor::num_fused_epilogues,
                    "Of the matrix templates, those that also run the pointwise kernel after the "
                    "product (its fused epilogue).")

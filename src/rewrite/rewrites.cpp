@@ -10,6 +10,7 @@
 #include "rewrite/batch_norm_inference.h"
 #include "rewrite/batch_norm_rewrite.h"
 #include "rewrite/batch_norm_update.h"
+#include "rewrite/conv_as_product.h"
 #include "rewrite/conv_bias.h"
 #include "rewrite/conv_layout.h"
 #include "rewrite/decompose_backward.h"
@@ -199,6 +200,11 @@ bool grouped_by_timing(RewriteCall& c) {
   return true;
 }
 
+bool conv_as_product(RewriteCall& c) {
+  if (!c.session.options().trace.pointwise_convolutions_as_products) return false;
+  return one_result<pointwise_convolution_as_product>(c);
+}
+
 bool nll_loss_gather(RewriteCall& c) {
   std::optional<std::pair<at::Tensor, at::Tensor>> loss = nll_loss_as_gather(c.op, c.args());
   if (!loss.has_value()) return false;
@@ -359,6 +365,16 @@ tracer::RewriteTable rewrite_table() {
        "channels-last yet",
        "the convolution on channels-last operands",
        channels_last},
+      {"pointwise_convolution_as_product",  // with trace.pointwise_convolutions_as_products
+       {OpKind::convolution},
+       "",
+       Where::Cuda,
+       Widening::None,
+       "EMBER_CONV1X1_AS_MM=1; 1x1, stride 1, no padding, one group, bf16/f16, a channels-last "
+       "input, grad mode off; "
+       "after channels_last_convolution, which makes the input channels-last",
+       "the product of the input's rows and the weight, viewed back",
+       conv_as_product},
       {"channels_last_convolution_cpu",
        {OpKind::convolution},
        "",

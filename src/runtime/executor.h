@@ -114,6 +114,8 @@ class Executor {
   int num_fused_epilogues() const;
   /// Eager attention patterns run as one ember::fused_attention node (an SDPA call).
   int num_fused_attention() const { return p_.num_fused_attention; }
+  /// Products whose bias is added by the kernel reading them (runtime/bias_apart.h).
+  int num_bias_apart() const { return p_.num_bias_apart; }
   /// Kernels whose outputs depend on parameters only and are kept across calls (see
   /// Kernel::parameter_cache; with CUDA graphs, outside the replay: Note [Parameter kernels
   /// outside the replay] in cuda_graph.h).

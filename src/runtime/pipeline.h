@@ -9,7 +9,10 @@
 ///   3. choose_target         C++ kernels on the CPU, Triton on one CUDA device, or none
 ///   4. fuse_attention        graph pass: eager attention (bmm, softmax, bmm) becomes one
 ///                            ember::fused_attention node, an SDPA call
-///                            (runtime/attention_fusion.h)
+///                            (runtime/attention_fusion.h); then, on Triton graphs with
+///      bias_apart            CompileOptions::Runtime::bias_apart (off by default), graph
+///                            pass: an addmm only pointwise ops read becomes mm and an add
+///                            (runtime/bias_apart.h)
 ///   5. hoist_collectives,    graph passes: a functional collective goes just after what it
 ///      sink_collective_waits depends on, its wait just before the first node that reads its
 ///                            result (runtime/collectives.h)
@@ -25,8 +28,9 @@
 ///  11. decide_cuda_graphs    whether calls replay a CUDA graph (mode="reduce-overhead")
 ///
 /// Steps 1 and 2 run only with CompileOptions::Runtime::fold_constants, step 4 where
-/// fuses_attention says. After each step one hook records its time (Program::step_seconds); after
-/// a graph pass (1, 2, 4, 5: the only steps that change the graph) that rewrote nodes, it runs the
+/// fuses_attention says (bias_apart where its option is on). After each step one hook records its
+/// time (Program::step_seconds); after a graph pass (1, 2, 4, 5: the only steps that change the
+/// graph) that rewrote nodes, it runs the
 /// verifier (an InternalError names the step) and with CompileOptions::Debug::dump_pipeline
 /// prints the graph to stderr. Each step is a free function
 /// with its contract below; the Executor (runtime/executor.h) only executes the program.

@@ -52,6 +52,7 @@ uint64_t plan_key(const graph::Graph& g, const sched::ScheduleOptions& o) {
   h.i64(o.parallel_threshold).u64(o.fuse).u64(o.reductions).u64(o.reduction_fusion);
   h.u64(o.index_asserts).u64(o.chunk_single_rows).u64(o.combo_kernels).u64(o.stored_prologues);
   h.u64(o.keep_prologue_rows).i64(o.min_parallel_rows).i64(o.min_outer_tile);
+  h.u64(o.depthwise_convolutions);
   h.u64(o.extern_nodes.size());
   for (bool b : o.extern_nodes) h.u64(b);
   return h.digest();

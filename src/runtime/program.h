@@ -180,6 +180,7 @@ struct Program {
   int num_written_through = 0;
   int num_unwritten_outputs = 0;
   int num_fused_attention = 0;
+  int num_bias_apart = 0;
   std::string codegen_error;                 ///< why code generation was abandoned, or ""
   std::vector<std::string> refused_kernels;  ///< why each refused kernel has no generated form
   /// The same graph without kernels, for calls whose input strides differ from the traced ones

@@ -11,6 +11,7 @@
 
 #include "sched/batch_norm.h"
 #include "sched/combo.h"
+#include "sched/depthwise_conv.h"
 #include "sched/fusion_internal.h"
 #include "sched/index_ops.h"
 #include "sched/kernel_params.h"
@@ -82,6 +83,7 @@ NodeClass classify(const graph::Graph& g, int32_t index, const ScheduleOptions& 
   }
   if (is_scatter_kernel_node(g, n)) return NodeClass::Scatter;
   if (n.outputs.size() == 1 && is_pointwise(g, n)) return NodeClass::Pointwise;
+  if (!options.depthwise_convolutions && is_depthwise_convolution(g, n)) return NodeClass::Extern;
   std::optional<IndexOpKind> kind = index_op_kind(g, n);
   if (!kind) return NodeClass::Extern;
   if (needs_realized_input(g, n)) {
@@ -330,7 +332,8 @@ int Scheduler::weight(ValueId u) const {
     for (size_t d = 0; d < g_.type(u).sizes.size(); ++d) index.push_back(loop::idx(0));
     return expression_cost(lower_batch_norm_inference(g_, n, index, reader));
   }
-  if (is_pool(g_, n)) return pool_window(g_, n);         // a compare or an add per window element
+  if (is_pool(g_, n)) return pool_window(g_, n);  // a compare or an add per window element
+  if (is_depthwise_convolution(g_, n)) return 2 * depthwise_window(g_, n);  // multiply, add
   if (is_upsample(g_, n)) return upsample_reads(g_, n);  // a weighted read per element read
   return index_tensor_args(g_, n).empty() ? 0 : 1;  // index ops move data; a gather loads an index
 }

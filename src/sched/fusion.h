@@ -120,6 +120,9 @@ struct ScheduleOptions {
   /// sector of each row).
   int64_t min_parallel_rows = 4;
   int64_t min_outer_tile = 32;
+  /// Whether depthwise convolutions (depthwise_conv.h) are computed in the kernels that read them
+  /// instead of as ATen calls (off by default: Note [Depthwise kernels, measured] there).
+  bool depthwise_convolutions = false;
 };
 
 /// Requires a verifier-valid graph whose tensors are all on the CPU (C++ kernels) or all on one

@@ -8,6 +8,7 @@
 #include <string_view>
 
 #include "sched/batch_norm.h"
+#include "sched/depthwise_conv.h"
 #include "sched/index_ops_internal.h"
 #include "sched/kernel_params.h"
 #include "sched/pointwise.h"
@@ -222,7 +223,8 @@ const Rule* rule_of(const graph::Graph& g, const graph::Node& n) {
 }  // namespace
 
 std::optional<IndexOpKind> index_op_kind(const graph::Graph& g, const graph::Node& n) {
-  if (is_batch_norm_inference(g, n) || is_pool(g, n) || is_upsample(g, n)) {
+  if (is_batch_norm_inference(g, n) || is_pool(g, n) || is_upsample(g, n) ||
+      is_depthwise_convolution(g, n)) {
     return IndexOpKind::Compute;
   }
   const Rule* rule = rule_of(g, n);
@@ -303,6 +305,7 @@ loop::Expr lower_index_op(const graph::Graph& g, const graph::Node& n, ValueId o
     return lower_pool(g, n, index, reader);
   }
   if (is_upsample(g, n)) return lower_upsample(g, n, index, reader);
+  if (is_depthwise_convolution(g, n)) return lower_depthwise_convolution(g, n, index, reader);
   const Rule* rule = rule_of(g, n);
   EMBER_INTERNAL_ASSERT(rule != nullptr && rule->lower)
       << "lower_index_op of " << g.op_of(n).qualified_name();

@@ -45,6 +45,9 @@ struct CompileOptions {
     /// Rewrites of rewrite/rewrites.h turned off, by name (a comma list): for each rewrite's
     /// before/after test, and to measure what one gains. (EMBER_DISABLED_REWRITES)
     std::string disabled_rewrites;
+    /// 1x1 convolutions on CUDA as matrix products (rewrite/conv_as_product.h; off: Note
+    /// [Pointwise convolutions as products, measured] there). (EMBER_CONV1X1_AS_MM)
+    bool pointwise_convolutions_as_products = false;
   };
 
   /// The scheduler (src/sched): what becomes a generated kernel.
@@ -60,6 +63,10 @@ struct CompileOptions {
     /// A reduction kernel stores the open pointwise values its prologue reads (Note [Stored
     /// prologues], sched/fusion.cpp). (EMBER_STORED_PROLOGUES)
     bool stored_prologues = true;
+    /// Depthwise convolutions computed in the kernels that read them, on Triton graphs
+    /// (sched/depthwise_conv.h; off: Note [Depthwise kernels, measured] there).
+    /// (EMBER_DEPTHWISE_KERNELS)
+    bool depthwise_convolutions = false;
     /// Plans read from and written to the on-disk plan cache (runtime/plan_cache.h).
     /// (EMBER_PLAN_CACHE)
     bool plan_cache = true;
@@ -107,6 +114,9 @@ struct CompileOptions {
     /// Eager attention as one SDPA call: -1 on CUDA graphs with Triton kernels and on CPU graphs
     /// over shape symbols, 0 never, 1 on any kernel graph. (EMBER_FUSE_ATTENTION unset|0|1)
     int fuse_attention = -1;
+    /// A product's bias added by the pointwise kernel that reads it, on Triton graphs
+    /// (runtime/bias_apart.h; off: Note [Biases apart, measured] there). (EMBER_BIAS_APART)
+    bool bias_apart = false;
     /// Kernels of parameters only keep their outputs across calls. (EMBER_PARAMETER_CACHE)
     bool parameter_cache = true;
   };

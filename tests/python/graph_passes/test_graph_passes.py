@@ -1,5 +1,5 @@
 """Each graph pass of the pipeline (src/runtime/pipeline.h: causal_attention, fold_constants,
-fuse_attention, hoist_collectives, sink_collective_waits), before and after, as graph text: a small program traced, then the pass run alone
+fuse_attention, bias_apart, hoist_collectives, sink_collective_waits), before and after, as graph text: a small program traced, then the pass run alone
 on a copy (ember._C.run_graph_pass), against golden files
 (tests/python/graph_passes/golden/<case>.{before,after}.txt; EMBER_ACCEPT_GOLDEN=1 rewrites them).
 The CPU-only torch's text is the golden one (on a GPU machine only the counts are checked)."""
@@ -68,6 +68,12 @@ def late_collectives(x, w):  # two all-reduces written after work that does not 
     return z * sa + sb
 
 
+def linears(x, w1, b1, w2, b2, w3, b3):  # a GELU's product, a softmax's, a product returned
+    h = torch.nn.functional.gelu(torch.nn.functional.linear(x, w1, b1))
+    p = torch.softmax(torch.nn.functional.linear(h, w2, b2), -1)
+    return p, torch.nn.functional.linear(h, w3, b3)
+
+
 def layer_gathers(x, w0, x1, w1, x2, w2):  # each layer gathers its weight where it starts
     for w in (w0, w1, w2):
         g = torch.ops._c10d_functional.all_gather_into_tensor(w, 2, "0")
@@ -85,6 +91,10 @@ CASES = {
         [t.to(torch.bfloat16) for t in QKV] + [r(B, 1, S, S)], 1),
     "fuse_attention_probabilities_read": ("fuse_attention", probabilities_read_twice, QKV, 0),
     "causal_attention": ("causal_attention", causal_sdpa, [r(1, H, S, D)] * 3, 1),
+    # Only the GELU's product becomes mm and an add: the softmax (a reduction) and the graph's
+    # output read the others.
+    "bias_apart": ("bias_apart", linears, [r(4, 8), r(6, 8), r(6), r(5, 6), r(5), r(3, 6), r(3)],
+                   1),
     "fold_constants": ("fold_constants", constants, [r(3)], 1),
     "sink_collective_waits": ("sink_collective_waits", collective, [r(6, 8), r(8, 8)], 1),
     # The first all-reduce goes right after its max, before the second product; the second,

@@ -95,6 +95,12 @@ CASES = {
     "grouped_convolution_layout": None,
     "channels_last_convolution": forward(conv, [torch.randn(2, 3, 8, 8),
                                                 torch.randn(4, 3, 3, 3)], "cuda:0"),
+    # Under EMBER_CONV1X1_AS_MM=1 only (off by default).
+    "pointwise_convolution_as_product": (
+        forward(lambda x, w: F.relu(F.conv2d(x, w)), [torch.randn(1, 16, 8, 8, dtype=torch.bfloat16),
+                                                      torch.randn(32, 16, 1, 1, dtype=torch.bfloat16)],
+                "cuda:0"),
+        {"conv1x1_as_mm": True}),
     # On the CPU, a grouped convolution too (oneDNN's NHWC kernels; cuDNN's grouped ones are
     # not always faster channels-last: the CUDA row grouped_convolution_layout times them).
     "channels_last_convolution_cpu": forward(lambda x, w: F.conv2d(x, w, padding=1, groups=2),
@@ -172,6 +178,7 @@ DEVICES = {
     "log_softmax_as_logsumexp": ("cuda", "trace.splits_everywhere"),
     "grouped_convolution_layout": ("cuda", None),
     "channels_last_convolution": ("cuda", None),
+    "pointwise_convolution_as_product": ("cuda", None),
     "channels_last_convolution_cpu": ("cpu", None),
     "vector_norm_as_reduction": ("any", None),
     "nll_loss_as_gather": ("cuda", "trace.splits_everywhere"),

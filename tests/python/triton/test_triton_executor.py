@@ -227,6 +227,57 @@ def test_pools_fuse_into_triton_kernels(channels_last):
     run(lambda x: F.avg_pool2d(x, 3, 1, 1), x.to(torch.bfloat16), kernels=1, atol=1e-2, rtol=1e-2)
 
 
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_depthwise_convolutions_fuse_into_triton_kernels(channels_last, monkeypatch):
+    # With EMBER_DEPTHWISE_KERNELS=1, depthwise convolutions are index functions in Triton graphs
+    # (src/sched/depthwise_conv.h): the window fold, its bias, the batch norm and activation after
+    # it are one kernel, no ATen convolution; strides, padding, dilation, 5x5 and 7x7 windows, two
+    # output channels per input channel, bf16 summed in f32. (cuDNN's f32 convolutions may run on
+    # TF32: the tolerance on a GPU.)
+    monkeypatch.setenv("EMBER_DEPTHWISE_KERNELS", "1")
+    x = r(2, 6, 11, 13)
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    w3, w5, w7, b = r(6, 1, 3, 3), r(6, 1, 5, 5), r(6, 1, 7, 7), r(6)
+    w_mult, b_mult = r(12, 1, 3, 3), r(12)
+    scale, shift = r(1, 6, 1, 1).to(DEVICE), r(1, 6, 1, 1).to(DEVICE)  # read by the closures
+    cases = [  # (function, arguments, the op the convolution's kernel computes after it)
+        (lambda x, w, b: F.silu(F.conv2d(x, w, b, 1, 1, 1, 6) * scale + shift), (x, w3, b),
+         "aten::silu"),
+        (lambda x, w, b: F.relu(F.conv2d(x, w, b, 2, 2, 1, 6)), (x, w5, b), "aten::relu"),
+        (lambda x, w, b: F.conv2d(x, w, b, 1, 3, 1, 6) + x, (x, w7, b), "aten::add"),
+        (lambda x, w, b: F.conv2d(x, w, b, (2, 1), (2, 1), (2, 1), 6).exp(), (x, w3, b),
+         "aten::exp"),
+        (lambda x, w, b: F.conv2d(x, w, b, 1, 1, 1, 6).sigmoid(), (x, w_mult, b_mult),
+         "aten::sigmoid"),
+        (lambda x, w: F.conv2d(x, w, None, 1, 0, 1, 6) * 2, (x, w3), "aten::mul"),
+    ]
+    tol = 4e-2 if INTERPRET else 1e-2
+    bf = tuple(a.to(torch.bfloat16) for a in (x, w3, b))
+    cases.append((lambda x, w, b: F.gelu(F.conv2d(x, w, b, 1, 1, 1, 6)), bf, "aten::gelu"))
+    for fn, args, then in cases:
+        atol = tol if args[0].dtype == torch.bfloat16 else 1e-4 if INTERPRET else 5e-3
+        steps = run(fn, *args, atol=atol, rtol=atol).describe_steps()
+        # (Other kernels may restride an input for the CPU's layout rules.)
+        assert not any(s.startswith("extern") and "convolution" in s for s in steps), steps
+        assert any(s.startswith("kernel") and "aten::convolution" in s and then in s
+                   for s in steps), steps
+
+
+def test_depthwise_convolutions_past_the_window_limit_stay_aten_calls(monkeypatch):
+    # A 9x9 window (81 elements, ConvMixer's) stays cuDNN's, and so does a grouped convolution
+    # with several channels per group; and every depthwise one by default.
+    atol = 1e-4 if INTERPRET else 5e-3  # (cuDNN's TF32)
+    x = r(1, 4, 12, 12)
+    c = run(lambda x, w: F.conv2d(x, w, None, 1, 1, 1, 4).relu(), x, r(4, 1, 3, 3), atol=atol)
+    assert any("convolution" in s for s in c.describe_steps()), c.describe_steps()
+    monkeypatch.setenv("EMBER_DEPTHWISE_KERNELS", "1")
+    c = run(lambda x, w: F.conv2d(x, w, None, 1, 4, 1, 4).relu(), x, r(4, 1, 9, 9), atol=atol)
+    assert any("convolution" in s for s in c.describe_steps()), c.describe_steps()
+    c = run(lambda x, w: F.conv2d(x, w, None, 1, 1, 1, 2).relu(), x, r(4, 2, 3, 3), atol=atol)
+    assert any("convolution" in s for s in c.describe_steps()), c.describe_steps()
+
+
 @pytest.mark.parametrize("case", ["transpose", "to_nhwc", "channels_last", "add_transposed",
                                   "two_layouts"])
 def test_transposing_copies_run_as_2d_tiles(case):
