@@ -109,14 +109,6 @@ std::optional<Depthwise> analyze(const graph::Graph& g, const graph::Node& n) {
   return d;
 }
 
-Expr cast(DType t, Expr e) {
-  return e.dtype() == t ? e : loop::Cast::make(t, std::move(e));
-}
-
-DType compute_of(DType t) {
-  return t == DType::Float64 ? DType::Float64 : DType::Float32;
-}
-
 }  // namespace
 
 bool is_depthwise_convolution(const graph::Graph& g, const graph::Node& n) {
@@ -134,7 +126,7 @@ loop::Expr lower_depthwise_convolution(const graph::Graph& g, const graph::Node&
   EMBER_INTERNAL_ASSERT(d.has_value() && index.size() == 4)
       << "lower_depthwise_convolution of " << g.op_of(n).qualified_name();
   const DType dt = *to_loop_dtype(g.type(n.outputs[0]).dtype);
-  const DType comp = compute_of(dt);
+  const DType comp = float_compute_type(dt);
   const Expr oc = index[1];
   const Expr ic = d->multiplier == 1 ? oc : loop::FloorDiv::make(oc, loop::idx(d->multiplier));
   const Expr h0 = index[2] * d->sh - d->ph;  // the window's first row and column
@@ -147,15 +139,15 @@ loop::Expr lower_depthwise_convolution(const graph::Graph& g, const graph::Node&
       const Expr inside = loop::And::make(
           loop::And::make(loop::LE::make(loop::idx(0), hi), loop::LT::make(hi, loop::idx(d->h))),
           loop::And::make(loop::LE::make(loop::idx(0), wj), loop::LT::make(wj, loop::idx(d->wd))));
-      const Expr x = cast(comp, reader.element(d->x, {index[0], ic, hi, wj}, true));
-      const Expr w =
-          cast(comp, reader.element(d->w, {oc, loop::idx(0), loop::idx(i), loop::idx(j)}, false));
+      const Expr x = cast_to(comp, reader.element(d->x, {index[0], ic, hi, wj}, true));
+      const Expr w = cast_to(
+          comp, reader.element(d->w, {oc, loop::idx(0), loop::idx(i), loop::idx(j)}, false));
       const Expr term = loop::Select::make(inside, x * w, loop::FloatImm::make(comp, 0.0));
       acc = acc.defined() ? acc + term : term;
     }
   }
-  if (d->bias >= 0) acc = acc + cast(comp, reader.element(d->bias, {oc}, false));
-  return cast(dt, acc);
+  if (d->bias >= 0) acc = acc + cast_to(comp, reader.element(d->bias, {oc}, false));
+  return cast_to(dt, acc);
 }
 
 }  // namespace ember::sched

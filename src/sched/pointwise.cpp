@@ -235,6 +235,14 @@ std::optional<Plan> plan_node(const graph::Graph& g, const graph::Node& n) {
 
 }  // namespace
 
+loop::Expr cast_to(loop::DType t, loop::Expr e) {
+  return e.dtype() == t ? e : loop::Cast::make(t, std::move(e));
+}
+
+loop::DType float_compute_type(loop::DType t) {
+  return t == DType::Float64 ? DType::Float64 : DType::Float32;
+}
+
 std::optional<loop::DType> to_loop_dtype(graph::DType t) {
   switch (t) {
     case graph::DType::UInt8:

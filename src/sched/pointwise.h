@@ -27,6 +27,13 @@ namespace ember::sched {
 /// unsigned 16/32/64-bit, ...).
 std::optional<loop::DType> to_loop_dtype(graph::DType t);
 
+/// `e` converted to `t` (`e` itself when it has that dtype).
+loop::Expr cast_to(loop::DType t, loop::Expr e);
+
+/// The type a fold of float dtype `t` accumulates in: f64 for f64, else f32 (halves sum in f32,
+/// as eager's kernels do). Pools and depthwise convolutions.
+loop::DType float_compute_type(loop::DType t);
+
 /// True when node `n` of `g` computes each output element from the elements at the same
 /// (broadcast) position of its tensor inputs, and lower_pointwise supports it with these argument
 /// values and dtypes. Conservative: when unsure it returns false (the node then runs as an ATen

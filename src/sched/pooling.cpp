@@ -119,14 +119,6 @@ std::optional<Pool> analyze(const graph::Graph& g, const graph::Node& n) {
   return p;
 }
 
-Expr cast(DType t, Expr e) {
-  return e.dtype() == t ? e : loop::Cast::make(t, std::move(e));
-}
-
-DType compute_of(DType t) {
-  return t == DType::Float64 ? DType::Float64 : DType::Float32;
-}
-
 }  // namespace
 
 bool is_pool(const graph::Graph& g, const graph::Node& n) {
@@ -163,15 +155,15 @@ loop::Expr lower_pool(const graph::Graph& g, const graph::Node& n, const Index& 
                                loop::FloatImm::make(dt, -std::numeric_limits<double>::infinity()));
         acc = acc.defined() ? loop::make_binary(loop::ExprKind::Max, acc, v) : v;
       } else {
-        const DType comp = compute_of(dt);
-        const Expr v = loop::Select::make(inside, cast(comp, reader.element(p->x, at, true)),
+        const DType comp = float_compute_type(dt);
+        const Expr v = loop::Select::make(inside, cast_to(comp, reader.element(p->x, at, true)),
                                           loop::FloatImm::make(comp, 0.0));
         acc = acc.defined() ? acc + v : v;
       }
     }
   }
   if (p->max) return acc;
-  const DType comp = compute_of(dt);
+  const DType comp = float_compute_type(dt);
   Expr divisor;
   if (p->divisor_override) {
     divisor = loop::FloatImm::make(comp, static_cast<double>(*p->divisor_override));
@@ -183,9 +175,9 @@ loop::Expr lower_pool(const graph::Graph& g, const graph::Node& n, const Index& 
       return loop::make_binary(loop::ExprKind::Min, start + k, loop::idx(size)) -
              loop::make_binary(loop::ExprKind::Max, start, loop::idx(0));
     };
-    divisor = cast(comp, count(h0, p->kh, p->h) * count(w0, p->kw, p->w));
+    divisor = cast_to(comp, count(h0, p->kh, p->h) * count(w0, p->kw, p->w));
   }
-  return cast(dt, loop::Div::make(acc, divisor));
+  return cast_to(dt, loop::Div::make(acc, divisor));
 }
 
 }  // namespace ember::sched
