@@ -31,6 +31,10 @@ void attach_matmul_templates(Program& p, int device, const sched::Plan& plan,
   std::vector<codegen::MatmulSpec> specs;
   std::vector<std::optional<FusedEpilogue>> epilogues;
   std::vector<std::pair<size_t, int>> step_of;  // (product step, epilogue step or -1)
+  // A kernel takes one product as its epilogue: a second product it reads (relu(x @ a + y @ b),
+  // a residual block's two 1x1 convolutions as products) gets a plain template, so that its
+  // result exists when the kernel runs.
+  std::vector<bool> epilogue_taken(p.steps.size(), false);
   for (size_t s = 0; s < p.steps.size(); ++s) {
     Step& step = p.steps[s];
     if (!step.call || step.node < 0) continue;
@@ -47,7 +51,10 @@ void attach_matmul_templates(Program& p, int device, const sched::Plan& plan,
     epilogues.emplace_back();
     // The epilogue: the one kernel that reads the product, a pointwise nest over its elements.
     const std::vector<int>& r = readers[spec->second.out];
-    if (r.size() != 1 || r[0] <= static_cast<int>(s) || p.steps[r[0]].kernel < 0) continue;
+    if (r.size() != 1 || r[0] <= static_cast<int>(s) || p.steps[r[0]].kernel < 0 ||
+        epilogue_taken[r[0]]) {
+      continue;
+    }
     const Kernel& k = p.kernels[p.steps[r[0]].kernel];
     const sched::KernelGroup& group = plan.groups[group_of_kernel[p.steps[r[0]].kernel]];
     if (k.index_status) continue;
@@ -69,6 +76,7 @@ void attach_matmul_templates(Program& p, int device, const sched::Plan& plan,
     }
     epilogues.back() = std::move(f);
     step_of.back().second = r[0];
+    epilogue_taken[r[0]] = true;
   }
   if (specs.empty()) return;
   std::vector<std::string> errors;

@@ -387,6 +387,27 @@ def test_max_autotune_fuses_the_pointwise_kernel_after_a_product():
         assert compiled.num_fused_epilogues == 0
 
 
+def test_a_kernel_reading_two_products_takes_one_as_its_epilogue():
+    """relu(x @ w1 + y @ w2) (a residual block's 1x1 convolutions as products, summed): the kernel
+    is the only reader of both products but can be the epilogue of one; the other gets a plain
+    template, and its result exists when the fused launch runs (it once was skipped as if fused
+    too, and the second call found the kernel's input undefined)."""
+    w1, w2 = torch.randn(48, 32), torch.randn(48, 32)
+
+    def f(x, y):
+        return torch.relu(x @ w1 + y @ w2)
+
+    args = (r(40, 48), r(40, 48))
+    with torch.no_grad():
+        compiled = C.CompiledGraph(ember.trace(f, args), triton_interpret=INTERPRET,
+                                   matmul_templates=True)
+        if INTERPRET:
+            assert compiled.num_matmul_templates == 2, compiled.describe_steps()
+            assert compiled.num_fused_epilogues == 1, compiled.describe_steps()
+        for _ in range(3):
+            torch.testing.assert_close(compiled(*args)[0], f(*args), atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_eager_attention_runs_as_one_sdpa_call(dtype):
     """bmm, scale, a mask added to the scores viewed [B, H, S, S], softmax, bmm (TrOCR's and BART's
