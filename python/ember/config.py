@@ -116,8 +116,8 @@ OPTIONS: tuple[Option, ...] = (
            str, "trace-time rewrites turned off, by name (a comma list; src/rewrite/rewrites.cpp)"),
     Option("conv1x1_as_mm", "trace.pointwise_convolutions_as_products", bool, False,
            ("EMBER_CONV1X1_AS_MM",), _flag,
-           "1x1 convolutions on CUDA (bf16/f16 inference) as matrix products (off: not faster "
-           "than cuDNN in the measurements so far, src/rewrite/conv_as_product.h)"),
+           "every 1x1 convolution on CUDA (bf16/f16 inference) as a matrix product (off: only "
+           "the launch-bound ones, launch_bound_products; src/rewrite/conv_as_product.h)"),
     # sched
     Option("codegen", "sched.codegen", bool, True, ("EMBER_CODEGEN",), _flag,
            "generated kernels; off, every node runs as an ATen call"),
@@ -166,6 +166,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_autotune", "runtime.matmul_templates", bool, False, ("EMBER_MAX_AUTOTUNE",),
            _flag, "matrix products on a CUDA device also get Triton templates, timed against "
            "cuBLAS at their first call (mode='max-autotune-no-cudagraphs')"),
+    Option("launch_bound_products", "runtime.launch_bound_products", int, 1 << 29,
+           ("EMBER_LAUNCH_BOUND_PRODUCTS",), int,
+           "products of at most this many multiply-adds on a CUDA device get Triton templates "
+           "timed against cuBLAS in every mode but reduce-overhead, and 1x1 convolutions of that "
+           "size in inference become such products (0: off)"),
     Option("fuse_attention", "runtime.fuse_attention", int, -1, ("EMBER_FUSE_ATTENTION",),
            _fuse_attention,
            "eager attention as one SDPA call: -1 on CUDA graphs with Triton kernels, 0 never, "

@@ -82,6 +82,7 @@ const std::map<std::string, Setter>& setters() {
       EMBER_FIELD(runtime, fold_constants),
       EMBER_FIELD(runtime, cuda_graphs),
       EMBER_FIELD(runtime, matmul_templates),
+      EMBER_FIELD(runtime, launch_bound_products),
       EMBER_FIELD(runtime, fuse_attention),
       EMBER_FIELD(runtime, bias_apart),
       EMBER_FIELD(runtime, parameter_cache),

@@ -23,7 +23,8 @@ bool all_equal(const c10::IValue& v, int64_t x) {
 }  // namespace
 
 std::optional<at::Tensor> pointwise_convolution_as_product(const c10::OperatorHandle& op,
-                                                           c10::ArrayRef<c10::IValue> args) {
+                                                           c10::ArrayRef<c10::IValue> args,
+                                                           int64_t max_products) {
   // convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
   //             groups)
   const c10::FunctionSchema& schema = op.schema();
@@ -56,6 +57,12 @@ std::optional<at::Tensor> pointwise_convolution_as_product(const c10::OperatorHa
   if (!x.is_contiguous(kCL) || x.suggest_memory_format() != kCL) return std::nullopt;
   const c10::SymInt n = x.sym_size(0), c = x.sym_size(1), h = x.sym_size(2), wd = x.sym_size(3);
   const c10::SymInt o = w.sym_size(0);
+  if (max_products > 0) {
+    if (!x.is_cuda()) return std::nullopt;
+    // Over shape symbols: no (the templates are for static graphs).
+    const std::optional<int64_t> macs = (n * h * wd * c * o).maybe_as_int();
+    if (!macs.has_value() || *macs > max_products) return std::nullopt;
+  }
   c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
   const at::Tensor rows = x.permute({0, 2, 3, 1}).reshape_symint({n * h * wd, c});
   const at::Tensor weight = w.reshape_symint({o, c});

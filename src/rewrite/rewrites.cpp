@@ -201,8 +201,20 @@ bool grouped_by_timing(RewriteCall& c) {
 }
 
 bool conv_as_product(RewriteCall& c) {
-  if (!c.session.options().trace.pointwise_convolutions_as_products) return false;
-  return one_result<pointwise_convolution_as_product>(c);
+  const CompileOptions& o = c.session.options();
+  // Every one the rewrite takes (0), or the launch-bound ones, whose products get templates
+  // (not under a CUDA graph's replay, which hides the host's time).
+  int64_t bound = 0;
+  if (!o.trace.pointwise_convolutions_as_products) {
+    bound = o.runtime.launch_bound_products;
+    if (bound <= 0 || o.runtime.cuda_graphs || !o.triton.enabled || !o.sched.codegen) {
+      return false;
+    }
+  }
+  std::optional<at::Tensor> r = pointwise_convolution_as_product(c.op, c.args(), bound);
+  if (!r.has_value()) return false;
+  c.push_results({std::move(*r)});
+  return true;
 }
 
 bool nll_loss_gather(RewriteCall& c) {

@@ -15,8 +15,27 @@
 
 namespace ember::runtime {
 
+// Note [Launch-bound products]
+// At batch 1 a model waits on its host: a generated kernel's step costs 1.5-3 us of host time, a
+// cuBLAS or cuDNN call through ATen 15-21 us (session 66, EMBER_HOST_STEP_TIMES), and the calls
+// are most of the run's host time (BertForMaskedLM: 86 x 18.6 us of 2332). A product whose device
+// time is below that costs its host time: ember's template is a 2 us launch, and takes the
+// pointwise kernel after it as its epilogue, one launch for two. So in every mode but
+// reduce-overhead (whose replay has no host time to save), a product of at most
+// CompileOptions::Runtime::launch_bound_products multiply-adds (2^29: about 5-10 us of an H100 in
+// bf16) gets the template in the small configurations (codegen::matmul_configs), timed against
+// cuBLAS at its first call as under max-autotune; cuBLAS keeps it when it is faster. The timing
+// (triton_tuning.h time_launches: back-to-back launches between two events) counts the host's
+// time where it is the longer, so it is the choice for a launch-bound program too. 1x1
+// convolutions of that size in inference become such products (rewrite/conv_as_product.h).
+// Measured (session 67, one H100, batch 1, bf16, scripts/ab_probe.py, max-autotune on / off in
+// one process): BertForMaskedLM 1.373 / 1.875 ms, ViTForImageClassification 1.271 / 1.798,
+// DistilBertForMaskedLM 0.755 / 1.040, LlamaSmall 1.456 / 1.619, GPT2LMHeadModel 1.802 / 1.824;
+// with 1x1 convolutions as products too: tv_mobilenet_v2 0.917 / 1.435, timm_efficientnet_b0
+// 1.170 / 2.002.
+
 void attach_matmul_templates(Program& p, int device, const sched::Plan& plan,
-                             const std::vector<int>& group_of_kernel) {
+                             const std::vector<int>& group_of_kernel, int64_t max_products) {
   const graph::Graph& g = p.traced.graph;
   const bool tf32 = at::globalContext().allowTF32CuBLAS();
   const bool interpret = device < 0;  // a CPU graph under Triton's interpreter (tests)
@@ -42,6 +61,8 @@ void attach_matmul_templates(Program& p, int device, const sched::Plan& plan,
     if (!spec) continue;
     // A product on the host, in a graph on a CUDA device (pipeline.h: host_nodes), stays ATen's.
     if (!interpret && g.type(spec->second.out).device.kind != graph::DeviceKind::CUDA) continue;
+    const codegen::MatmulSpec& sp = spec->first;
+    if (max_products > 0 && sp.batch * sp.m * sp.n * sp.k > max_products) continue;
     step.matmul_operands = spec->second;
     const graph::TensorType& out = g.type(spec->second.out);
     step.matmul_sizes = graph::constant_values(out.sizes);
@@ -82,7 +103,7 @@ void attach_matmul_templates(Program& p, int device, const sched::Plan& plan,
   std::vector<std::string> errors;
   std::vector<std::unique_ptr<MatmulTemplate>> ts =
       interpret ? MatmulTemplate::interpreted_all(specs, epilogues)
-                : MatmulTemplate::cuda_all(specs, device, &errors, epilogues);
+                : MatmulTemplate::cuda_all(specs, device, &errors, epilogues, max_products > 0);
   for (size_t i = 0; i < ts.size(); ++i) {
     if (ts[i] == nullptr) continue;
     auto [s, into] = step_of[i];

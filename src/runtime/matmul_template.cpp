@@ -155,7 +155,7 @@ std::optional<std::pair<MatmulSpec, MatmulOperands>> MatmulTemplate::spec_of(con
 
 std::vector<std::unique_ptr<MatmulTemplate>> MatmulTemplate::cuda_all(
     const std::vector<MatmulSpec>& specs, int device, std::vector<std::string>* errors,
-    const std::vector<std::optional<FusedEpilogue>>& epilogues) {
+    const std::vector<std::optional<FusedEpilogue>>& epilogues, bool small) {
   // Note [Buffers aligned to 16 bytes] (launch_all sees to it).
   static const char* kPointer[] = {"*fp32:16", "*bf16:16", "*fp16:16"};
   auto pointer = [](loop::DType t) {
@@ -170,7 +170,7 @@ std::vector<std::unique_ptr<MatmulTemplate>> MatmulTemplate::cuda_all(
     std::unique_ptr<MatmulTemplate> t(new MatmulTemplate());
     t->spec_ = specs[i];
     t->device_ = device;
-    t->configs_ = codegen::matmul_configs(specs[i]);
+    t->configs_ = codegen::matmul_configs(specs[i], small);
     if (i < epilogues.size()) t->epilogue_ = epilogues[i];
     const std::string source = codegen::emit_triton_matmul(
         specs[i], "ember_mm", t->epilogue_ ? &t->epilogue_->code : nullptr);

@@ -57,9 +57,10 @@ class MatmulTemplate {
   /// of the compile hook. nullptr where no configuration compiled, with the compiler's message in
   /// (*errors)[i].
   /// `epilogues` (empty, or one per spec): a template with one runs through run_fused.
+  /// `small`: launch-bound products, timed in codegen::matmul_configs's small configurations.
   static std::vector<std::unique_ptr<MatmulTemplate>> cuda_all(
       const std::vector<codegen::MatmulSpec>& specs, int device, std::vector<std::string>* errors,
-      const std::vector<std::optional<FusedEpilogue>>& epilogues = {});
+      const std::vector<std::optional<FusedEpilogue>>& epilogues = {}, bool small = false);
 
   /// C = a @ b (+ bias) in a new tensor of the traced layout `out_sizes`/`out_strides`, or
   /// nullopt: the caller runs the node's ATen call instead (cuBLAS won, the operands' strides are

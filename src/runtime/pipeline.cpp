@@ -781,13 +781,19 @@ void generate_kernels(Program& p, const Target& target, sched::Plan& plan,
       unfused_options.compile.runtime.fold_constants = false;
       p.unfused = std::make_unique<Executor>(p.traced, std::move(unfused_options));
       p.triton = target.triton;
-      // (The templates are timed at the product's sizes: static graphs only.)
-      if (target.triton && o.runtime.matmul_templates && g.symbols.symbols().empty()) {
+      // (The templates are timed at the product's sizes: static graphs only.) Every product
+      // under max-autotune; else the launch-bound ones of a CUDA graph, where a replay does not
+      // hide the host's time (Note [Launch-bound products]).
+      const bool launch_bound = !o.runtime.matmul_templates && target.cuda_device >= 0 &&
+                                o.runtime.launch_bound_products > 0 && !o.runtime.cuda_graphs;
+      if (target.triton && (o.runtime.matmul_templates || launch_bound) &&
+          g.symbols.symbols().empty()) {
         std::vector<int> group_of_kernel(p.kernels.size(), -1);
         for (size_t gi = 0; gi < kernel_of_group.size(); ++gi) {
           if (kernel_of_group[gi] >= 0) group_of_kernel[kernel_of_group[gi]] = static_cast<int>(gi);
         }
-        attach_matmul_templates(p, target.cuda_device, plan, group_of_kernel);
+        attach_matmul_templates(p, target.cuda_device, plan, group_of_kernel,
+                                launch_bound ? o.runtime.launch_bound_products : 0);
       }
       break;
     } catch (const Unsupported& e) {

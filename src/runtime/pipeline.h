@@ -102,9 +102,11 @@ void generate_kernels(Program& p, const Target& t, sched::Plan& plan,
 /// device `device` their templates (one compile batch); `device` -1: a CPU graph whose Triton
 /// kernels run in Triton's interpreter (tests), the templates too. A pointwise kernel that is the
 /// only reader of a product becomes the template's epilogue (`group_of_kernel`: each kernel's
-/// group in `plan`). (executor_matmul.cpp)
+/// group in `plan`). `max_products` > 0: only the products of at most that many multiply-adds,
+/// each with the configurations of small products (Note [Launch-bound products]).
+/// (executor_matmul.cpp)
 void attach_matmul_templates(Program& p, int device, const sched::Plan& plan,
-                             const std::vector<int>& group_of_kernel);
+                             const std::vector<int>& group_of_kernel, int64_t max_products = 0);
 
 /// The element types of a group's buffers: its inputs, then its outputs (a Triton kernel's
 /// signature).

@@ -111,6 +111,12 @@ struct CompileOptions {
     bool cuda_graphs = false;
     /// mode="max-autotune": Triton templates for matrix products, timed against cuBLAS.
     bool matmul_templates = false;
+    /// Products of at most this many multiply-adds (batch * m * n * k) on a CUDA device get the
+    /// templates in every mode but reduce-overhead, and 1x1 convolutions of that size in
+    /// inference become such products: launch-bound sizes, whose device time is below a cuBLAS
+    /// or cuDNN call's host time (Note [Launch-bound products], runtime/executor_matmul.cpp).
+    /// 0: off. (EMBER_LAUNCH_BOUND_PRODUCTS)
+    int64_t launch_bound_products = int64_t{1} << 29;
     /// Eager attention as one SDPA call: -1 on CUDA graphs with Triton kernels and on CPU graphs
     /// over shape symbols, 0 never, 1 on any kernel graph. (EMBER_FUSE_ATTENTION unset|0|1)
     int fuse_attention = -1;

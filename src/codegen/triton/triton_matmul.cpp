@@ -147,15 +147,17 @@ std::string emit_triton_matmul(const MatmulSpec& s, const std::string& name,
   return o.str();
 }
 
-std::vector<MatmulConfig> matmul_configs(const MatmulSpec& s) {
+std::vector<MatmulConfig> matmul_configs(const MatmulSpec& s, bool small) {
   // (block_m, block_n, block_k, group_m, warps, stages): the usual shapes of Inductor's and
   // Triton's tutorial's matrix-product configurations.
-  const MatmulConfig table[] = {{128, 128, 32, 8, 8, 3}, {64, 128, 32, 8, 4, 4},
-                                {128, 64, 32, 8, 4, 4},  {64, 64, 64, 8, 4, 3},
-                                {128, 128, 64, 8, 8, 3}, {32, 32, 32, 8, 4, 2}};
+  static const std::vector<MatmulConfig> table = {{128, 128, 32, 8, 8, 3}, {64, 128, 32, 8, 4, 4},
+                                                  {128, 64, 32, 8, 4, 4},  {64, 64, 64, 8, 4, 3},
+                                                  {128, 128, 64, 8, 8, 3}, {32, 32, 32, 8, 4, 2}};
+  static const std::vector<MatmulConfig> small_table = {
+      {64, 64, 64, 8, 4, 3}, {32, 32, 32, 8, 4, 2}, {64, 128, 32, 8, 4, 4}, {32, 64, 64, 8, 4, 3}};
   const int max_m = next_pow2(s.m, 16), max_n = next_pow2(s.n, 16), max_k = next_pow2(s.k, 16);
   std::vector<MatmulConfig> out;
-  for (MatmulConfig c : table) {
+  for (MatmulConfig c : small ? small_table : table) {
     c.block_m = std::min(c.block_m, max_m);
     c.block_n = std::min(c.block_n, max_n);
     c.block_k = std::min(c.block_k, max_k);

@@ -66,8 +66,10 @@ std::string emit_triton_matmul(const MatmulSpec& s, const std::string& name,
 
 /// The configurations worth timing for `s`, the first a default: tiles of 128 x 128 (8 warps),
 /// 64 x 128, 128 x 64, 64 x 64 and 32 x 32, K tiles of 32 or 64, each tile edge at most the next
-/// power of two of its size (at least 16), duplicates dropped.
-std::vector<MatmulConfig> matmul_configs(const MatmulSpec& s);
+/// power of two of its size (at least 16), duplicates dropped. `small` (a launch-bound product:
+/// few tiles, so more programs matter more than larger tiles): those of 64 x 64 and 32 x 32
+/// first, no 128 x 128.
+std::vector<MatmulConfig> matmul_configs(const MatmulSpec& s, bool small = false);
 
 /// The grid of `s` under `c`: (programs along axis 0, batch).
 std::array<int64_t, 2> matmul_grid(const MatmulSpec& s, const MatmulConfig& c);

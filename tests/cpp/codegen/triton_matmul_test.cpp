@@ -124,6 +124,11 @@ TEST(TritonMatmul, ConfigsFitTheProblemAndGridCoversIt) {
     EXPECT_LE(c.block_k, 64);
   }
   EXPECT_EQ(matmul_grid(small, matmul_configs(small)[0])[0], 1);
+  // A launch-bound product's configurations: 64 x 64 first, no 128 x 128 tile.
+  std::vector<MatmulConfig> launch_bound = matmul_configs(s, /*small=*/true);
+  ASSERT_EQ(launch_bound.size(), 4u);
+  EXPECT_EQ(launch_bound[0], (MatmulConfig{64, 64, 64, 8, 4, 3}));
+  for (const MatmulConfig& c : launch_bound) EXPECT_LT(c.block_m * c.block_n, 128 * 128);
 }
 
 TEST(TritonMatmul, SaysWhatItDoesNotCompute) {
