@@ -1,5 +1,5 @@
-"""With EMBER_CONV1X1_AS_MM=1 (off by default), 1x1 convolutions on CUDA in bf16/f16 inference
-are traced as matrix products of the channels-last input's rows and the weight
+"""1x1 convolutions on CUDA in bf16/f16 inference of launch-bound sizes (all of them with
+EMBER_CONV1X1_AS_MM=1) are traced as matrix products of the channels-last input's rows and the weight
 (src/rewrite/conv_as_product.h). Traced for a cuda:0
 the inputs only claim (nothing runs); tests/python/gpu/test_cuda_conv_as_product.py runs them
 against eager."""
@@ -35,11 +35,20 @@ def _args(dtype=torch.bfloat16, n=1):
 
 
 def test_pointwise_convolutions_are_products_of_the_channels_last_rows(monkeypatch):
-    text, ops = _ops(_block, _args())
-    assert "aten::mm" not in ops and ops.count("aten::convolution") == 3, text  # off by default
-    monkeypatch.setenv("EMBER_CONV1X1_AS_MM", "1")
+    # By default the launch-bound ones (at most launch_bound_products multiply-adds, not under
+    # CUDA graphs: Note [Launch-bound products]); EMBER_CONV1X1_AS_MM=1 takes every one.
+    for options in ({"launch_bound_products": 0}, {"launch_bound_products": 1000},
+                    {"cuda_graphs": True}):
+        with ember.config.patch(**options):
+            text, ops = _ops(_block, _args())
+        assert "aten::mm" not in ops and ops.count("aten::convolution") == 3, (options, text)
     for n in (1, 8):
         text, ops = _ops(_block, _args(n=n))
+        assert ops.count("aten::mm") == 2, text
+    monkeypatch.setenv("EMBER_CONV1X1_AS_MM", "1")
+    for n in (1, 8):
+        with ember.config.patch(launch_bound_products=1000):
+            text, ops = _ops(_block, _args(n=n))
         assert ops.count("aten::mm") == 2, text
         assert ops.count("aten::convolution") == 1, text  # the depthwise one
         # The rows are a view of the channels-last input: no copy of it before the product.
