@@ -1,6 +1,7 @@
 #include "runtime/matmul_template.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
@@ -89,6 +90,109 @@ std::vector<std::pair<std::string, int64_t>> constexprs(
   return v;
 }
 
+// An int[2] argument given as one or two ints (a convolution's stride, padding, dilation).
+std::optional<std::pair<int64_t, int64_t>> pair_arg(const graph::Graph& g, const graph::Node& n,
+                                                    std::string_view name) {
+  const graph::Arg* a = sched::node_arg(g, n, name);
+  const auto* v = a ? std::get_if<std::vector<int64_t>>(a) : nullptr;
+  if (v == nullptr || v->empty() || v->size() > 2) return std::nullopt;
+  return std::pair{(*v)[0], v->back()};
+}
+
+// Whether a 4D tensor of `sizes` has `strides` wherever a size is not 1.
+bool strides_where_sized(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                         const std::array<int64_t, 4>& want) {
+  if (sizes.size() != 4 || strides.size() != 4) return false;
+  for (size_t d = 0; d < 4; ++d) {
+    if (sizes[d] != 1 && strides[d] != want[d]) return false;
+  }
+  return true;
+}
+
+// The channels-last strides of a 4D tensor [n, c, h, w].
+std::array<int64_t, 4> channels_last_strides(const std::vector<int64_t>& s) {
+  return {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
+}
+
+// aten::convolution as an implicit GEMM (codegen::ConvOperand): not transposed, one group, 4D,
+// a channels-last weight and result (the tracer's layout on CUDA), static sizes, floats of one
+// dtype; the input in any layout.
+std::optional<std::pair<MatmulSpec, MatmulOperands>> conv_spec_of(const graph::Graph& g,
+                                                                  const graph::Node& n,
+                                                                  bool interpret) {
+  const graph::Arg* transposed = sched::node_arg(g, n, "transposed");
+  const graph::Arg* groups = sched::node_arg(g, n, "groups");
+  if (transposed == nullptr || !std::holds_alternative<bool>(*transposed) ||
+      std::get<bool>(*transposed) || groups == nullptr ||
+      !std::holds_alternative<int64_t>(*groups) || std::get<int64_t>(*groups) != 1) {
+    return std::nullopt;
+  }
+  MatmulOperands ops;
+  const graph::TensorType* x = tensor_arg(g, n, "input", &ops.a);
+  const graph::TensorType* w = tensor_arg(g, n, "weight", &ops.b);
+  const graph::TensorType* bias = tensor_arg(g, n, "bias", &ops.bias);
+  if (bias == nullptr) {
+    ops.bias = -1;
+    const graph::Arg* b = sched::node_arg(g, n, "bias");
+    if (b == nullptr || !std::holds_alternative<graph::NoneArg>(*b)) return std::nullopt;
+  }
+  ops.out = n.outputs[0];
+  const graph::TensorType& y = g.type(ops.out);
+  if (x == nullptr || w == nullptr) return std::nullopt;
+  const graph::DeviceKind kind = interpret ? graph::DeviceKind::CPU : graph::DeviceKind::CUDA;
+  for (const graph::TensorType* t : {x, w, &y, bias}) {
+    if (t == nullptr) continue;
+    if (t->device.kind != kind || !t->is_static() || t->dtype != y.dtype) return std::nullopt;
+  }
+  if (x->sizes.size() != 4 || w->sizes.size() != 4 || y.sizes.size() != 4) return std::nullopt;
+  std::optional<loop::DType> dt = sched::to_loop_dtype(y.dtype);
+  if (!dt) return std::nullopt;
+  const std::vector<int64_t> xs = graph::constant_values(x->sizes),
+                             ws = graph::constant_values(w->sizes),
+                             ys = graph::constant_values(y.sizes);
+  const std::vector<int64_t> xst = graph::constant_values(x->strides);
+  auto st = pair_arg(g, n, "stride"), pad = pair_arg(g, n, "padding"),
+       dil = pair_arg(g, n, "dilation");
+  if (!st || !pad || !dil || ws[1] != xs[1] || ys[0] != xs[0] || ys[1] != ws[0]) {
+    return std::nullopt;
+  }
+  codegen::ConvOperand v;
+  v.channels = xs[1], v.height = xs[2], v.width = xs[3], v.kh = ws[2], v.kw = ws[3];
+  std::tie(v.stride_h, v.stride_w) = *st;
+  std::tie(v.pad_h, v.pad_w) = *pad;
+  std::tie(v.dil_h, v.dil_w) = *dil;
+  v.out_h = ys[2], v.out_w = ys[3];
+  if (v.stride_h < 1 || v.stride_w < 1 || v.pad_h < 0 || v.pad_w < 0 || v.dil_h < 1 ||
+      v.dil_w < 1 ||
+      v.out_h != (v.height + 2 * v.pad_h - v.dil_h * (v.kh - 1) - 1) / v.stride_h + 1 ||
+      v.out_w != (v.width + 2 * v.pad_w - v.dil_w * (v.kw - 1) - 1) / v.stride_w + 1) {
+    return std::nullopt;
+  }
+  for (size_t d = 0; d < 4; ++d) v.x_strides[d] = xs[d] == 1 ? 0 : xst[d];
+  if (!strides_where_sized(ws, graph::constant_values(w->strides), channels_last_strides(ws)) ||
+      !strides_where_sized(ys, graph::constant_values(y.strides), channels_last_strides(ys))) {
+    return std::nullopt;
+  }
+  MatmulSpec s;
+  s.m = ys[0] * v.out_h * v.out_w;
+  s.n = ws[0];
+  s.k = v.kh * v.kw * v.channels;
+  s.a_dtype = s.b_dtype = s.out_dtype = *dt;
+  s.b_strides = {0, 1, s.k};
+  s.out_strides = {0, s.n, 1};
+  if (bias != nullptr) {
+    const std::vector<int64_t> bs = graph::constant_values(bias->sizes);
+    if (bs.size() != 1 || bs[0] != s.n) return std::nullopt;
+    s.bias_dtype = *dt;
+    s.bias_strides = strides3(bs, graph::constant_values(bias->strides));
+  }
+  // An f32 convolution runs on TF32 where cuDNN may (torch.backends.cudnn.allow_tf32).
+  s.allow_tf32 = at::globalContext().allowTF32CuDNN();
+  s.conv = v;
+  if (!codegen::matmul_supported(s, nullptr)) return std::nullopt;
+  return std::make_pair(s, ops);
+}
+
 }  // namespace
 
 std::optional<std::pair<MatmulSpec, MatmulOperands>> MatmulTemplate::spec_of(const graph::Graph& g,
@@ -97,6 +201,7 @@ std::optional<std::pair<MatmulSpec, MatmulOperands>> MatmulTemplate::spec_of(con
                                                                              bool interpret) {
   if (n.op < 0 || n.outputs.size() != 1) return std::nullopt;
   const graph::OpInfo& op = g.op_of(n);
+  if (op.is(graph::OpKind::convolution)) return conv_spec_of(g, n, interpret);
   const bool bmm = op.is(graph::OpKind::bmm), addmm = op.is(graph::OpKind::addmm);
   if (!op.is(graph::OpKind::mm) && !bmm && !addmm) return std::nullopt;
   MatmulOperands ops;
@@ -261,8 +366,20 @@ bool MatmulTemplate::operands_match(const at::Tensor& a, const at::Tensor& b,
     if (interpret_) return t.defined() && t.is_cpu();
     return t.defined() && t.is_cuda() && t.device().index() == device_;
   };
-  if (!on_device(a) || !on_device(b) || strides3(a) != spec_.a_strides ||
-      strides3(b) != spec_.b_strides) {
+  if (!on_device(a) || !on_device(b)) return false;
+  if (spec_.conv) {
+    // The input at its traced strides, the weight channels-last.
+    if (a.dim() != 4 || b.dim() != 4) return false;
+    const std::vector<int64_t> xs = a.sizes().vec(), ws = b.sizes().vec();
+    std::array<int64_t, 4> want = spec_.conv->x_strides;
+    for (size_t d = 0; d < 4; ++d) {
+      if (xs[d] == 1) want[d] = a.strides()[d];
+    }
+    if (!strides_where_sized(xs, a.strides().vec(), want) ||
+        !strides_where_sized(ws, b.strides().vec(), channels_last_strides(ws))) {
+      return false;
+    }
+  } else if (strides3(a) != spec_.a_strides || strides3(b) != spec_.b_strides) {
     return false;
   }
   if (spec_.bias_dtype.has_value() != (bias != nullptr)) return false;

@@ -35,6 +35,16 @@ int64_t last_offset(const std::array<int64_t, 3>& sizes, const std::array<int64_
 
 bool offsets_fit_i32(const MatmulSpec& s) {
   const int64_t limit = (int64_t{1} << 31) - 1;
+  if (s.conv) {  // the input's last element
+    const ConvOperand& v = *s.conv;
+    const std::array<int64_t, 4> sizes = {s.m / (v.out_h * v.out_w), v.channels, v.height, v.width};
+    int64_t off = 0;
+    for (size_t d = 0; d < 4; ++d) {
+      if (v.x_strides[d] < 0) return false;
+      off += (sizes[d] - 1) * v.x_strides[d];
+    }
+    if (off > limit) return false;
+  }
   const std::array<int64_t, 3> a{s.batch, s.m, s.k}, b{s.batch, s.k, s.n}, c{s.batch, s.m, s.n};
   for (auto [sizes, strides] : {std::pair{a, s.a_strides}, std::pair{b, s.b_strides},
                                 std::pair{c, s.out_strides}, std::pair{c, s.bias_strides}}) {
@@ -60,6 +70,13 @@ bool matmul_supported(const MatmulSpec& s, std::string* why) {
     return false;
   };
   if (s.batch < 1 || s.m < 1 || s.n < 1 || s.k < 1) return no("an empty product");
+  if (s.conv) {
+    const ConvOperand& v = *s.conv;
+    if (s.batch != 1 || v.out_h < 1 || v.out_w < 1 || s.m % (v.out_h * v.out_w) != 0 ||
+        s.k != v.kh * v.kw * v.channels) {
+      return no("a convolution's sizes");
+    }
+  }
   if (!float_dtype(s.a_dtype) || s.b_dtype != s.a_dtype) return no("operands of other dtypes");
   if (s.out_dtype != s.a_dtype && s.out_dtype != DType::Float32) return no("a result dtype");
   if (s.bias_dtype && *s.bias_dtype != s.out_dtype && *s.bias_dtype != DType::Float32) {
@@ -107,24 +124,54 @@ std::string emit_triton_matmul(const MatmulSpec& s, const std::string& name,
   line("rbn = rn % " + n(s.n));
   const auto& a = s.a_strides;
   const auto& b = s.b_strides;
-  line("a_ptrs = b_a + pid_b * " + n(a[0]) + " + ram[:, None] * " + n(a[1]) + " + rk[None, :] * " +
-       n(a[2]));
+  if (s.conv) {
+    // A row's output pixel and the top-left corner of its window; the sample's offset.
+    const ConvOperand& v = *s.conv;
+    line("r_n = ram // " + n(v.out_h * v.out_w));
+    line("r_p = ram % " + n(v.out_h * v.out_w));
+    line("ih0 = (r_p // " + n(v.out_w) + ") * " + n(v.stride_h) + " - " + n(v.pad_h));
+    line("iw0 = (r_p % " + n(v.out_w) + ") * " + n(v.stride_w) + " - " + n(v.pad_w));
+    line("a_base = b_a + r_n * " + n(v.x_strides[0]));
+  } else {
+    line("a_ptrs = b_a + pid_b * " + n(a[0]) + " + ram[:, None] * " + n(a[1]) +
+         " + rk[None, :] * " + n(a[2]));
+  }
   line("b_ptrs = b_b + pid_b * " + n(b[0]) + " + rk[:, None] * " + n(b[1]) + " + rbn[None, :] * " +
        n(b[2]));
   line("acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)");
   line("for k0 in range(0, " + n(s.k) + ", BLOCK_K):");
-  // K a multiple of BLOCK_K (a compile-time test): no mask along K.
-  line("    if " + n(s.k) + " % BLOCK_K == 0:");
-  line("        a_t = tl.load(a_ptrs)");
-  line("        b_t = tl.load(b_ptrs)");
-  line("    else:");
-  line("        a_t = tl.load(a_ptrs, mask=rk[None, :] < " + n(s.k) + " - k0, other=0.0)");
-  line("        b_t = tl.load(b_ptrs, mask=rk[:, None] < " + n(s.k) + " - k0, other=0.0)");
+  if (s.conv) {
+    // Column k = (kh, kw, c): the input element at the window's (kh, kw), channel c; zero in
+    // the padding and past K.
+    const ConvOperand& v = *s.conv;
+    line("    kk = k0 + rk");
+    line("    k_c = kk % " + n(v.channels));
+    line("    k_t = kk // " + n(v.channels));
+    line("    ih = ih0[:, None] + (k_t // " + n(v.kw) + ")[None, :] * " + n(v.dil_h));
+    line("    iw = iw0[:, None] + (k_t % " + n(v.kw) + ")[None, :] * " + n(v.dil_w));
+    line("    a_mask = (ih >= 0) & (ih < " + n(v.height) + ") & (iw >= 0) & (iw < " + n(v.width) +
+         ") & (kk[None, :] < " + n(s.k) + ")");
+    line("    a_t = tl.load(a_base[:, None] + ih * " + n(v.x_strides[2]) + " + iw * " +
+         n(v.x_strides[3]) + " + k_c[None, :] * " + n(v.x_strides[1]) +
+         ", mask=a_mask, other=0.0)");
+    line("    if " + n(s.k) + " % BLOCK_K == 0:");
+    line("        b_t = tl.load(b_ptrs)");
+    line("    else:");
+    line("        b_t = tl.load(b_ptrs, mask=rk[:, None] < " + n(s.k) + " - k0, other=0.0)");
+  } else {
+    // K a multiple of BLOCK_K (a compile-time test): no mask along K.
+    line("    if " + n(s.k) + " % BLOCK_K == 0:");
+    line("        a_t = tl.load(a_ptrs)");
+    line("        b_t = tl.load(b_ptrs)");
+    line("    else:");
+    line("        a_t = tl.load(a_ptrs, mask=rk[None, :] < " + n(s.k) + " - k0, other=0.0)");
+    line("        b_t = tl.load(b_ptrs, mask=rk[:, None] < " + n(s.k) + " - k0, other=0.0)");
+  }
   const std::string precision =
       s.a_dtype == DType::Float32 ? (s.allow_tf32 ? "\"tf32\"" : "\"ieee\"") : "";
   line("    acc = tl.dot(a_t, b_t, acc" +
        (precision.empty() ? std::string() : ", input_precision=" + precision) + ")");
-  line("    a_ptrs += BLOCK_K * " + n(a[2]));
+  if (!s.conv) line("    a_ptrs += BLOCK_K * " + n(a[2]));
   line("    b_ptrs += BLOCK_K * " + n(b[1]));
   line("mask = (rm[:, None] < " + n(s.m) + ") & (rn[None, :] < " + n(s.n) + ")");
   if (s.bias_dtype) {

@@ -45,6 +45,48 @@ TEST(TritonMatmul, TemplateMatchesGoldenAndIsDeterministic) {
   EXPECT_EQ(body, read(path)) << "regenerate with EMBER_ACCEPT_GOLDEN=1 and review the diff";
 }
 
+// A ResNet's 3x3 convolution at batch 1 as an implicit GEMM: x [1, 64, 56, 56] channels-last,
+// the weight [64, 64, 3, 3] channels-last as [576, 64], padding 1; rows (oh, ow), columns
+// (kh, kw, c).
+MatmulSpec conv3x3() {
+  MatmulSpec s;
+  s.m = 56 * 56;
+  s.n = 64;
+  s.k = 9 * 64;
+  s.a_dtype = s.b_dtype = s.out_dtype = DType::BFloat16;
+  s.b_strides = {0, 1, 576};
+  s.out_strides = {0, 64, 1};
+  ConvOperand v;
+  v.channels = 64, v.height = 56, v.width = 56, v.kh = 3, v.kw = 3, v.out_h = 56, v.out_w = 56;
+  v.pad_h = v.pad_w = 1;
+  v.x_strides = {0, 1, 56 * 64, 64};
+  s.conv = v;
+  return s;
+}
+
+TEST(TritonMatmul, AConvolutionIsAnImplicitGemmOfItsGatheredInput) {
+  MatmulSpec s = conv3x3();
+  std::string why;
+  ASSERT_TRUE(matmul_supported(s, &why)) << why;
+  const std::string text = emit_triton_matmul(s, "ember_mm");
+  EXPECT_EQ(text, emit_triton_matmul(s, "ember_mm"));
+  const std::string body = text.substr(text.rfind("@triton.jit\ndef ember_mm("));
+  const std::string path = std::string(EMBER_CODEGEN_GOLDEN_DIR) + "/conv3x3_bf16.matmul.golden";
+  if (std::getenv("EMBER_ACCEPT_GOLDEN") != nullptr) std::ofstream(path) << body;
+  EXPECT_EQ(body, read(path)) << "regenerate with EMBER_ACCEPT_GOLDEN=1 and review the diff";
+  // The padding read as zeros, through the mask; no strided A pointers.
+  EXPECT_NE(body.find("(ih >= 0) & (ih < 56)"), std::string::npos) << body;
+  EXPECT_EQ(body.find("a_ptrs"), std::string::npos) << body;
+  // Rows that are not whole images, or columns that are not the window's: not a convolution.
+  MatmulSpec bad = s;
+  bad.m = 56 * 56 + 1;
+  EXPECT_FALSE(matmul_supported(bad, &why));
+  EXPECT_EQ(why, "a convolution's sizes");
+  bad = s;
+  bad.k = 64;
+  EXPECT_FALSE(matmul_supported(bad, &why));
+}
+
 // GPT-2's MLP: the product's [4096, 3072] viewed [4, 1024, 3072] and a gelu, fused as the
 // template's epilogue: the tile's offsets in C recover the nest's variables, the product is read
 // as acc_c (rounded to bf16 first, as eager stores it), and only the gelu's result is stored.

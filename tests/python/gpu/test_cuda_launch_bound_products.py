@@ -2,7 +2,8 @@
 default mode a product of at most `launch_bound_products` multiply-adds on CUDA gets ember's
 Triton template (timed against cuBLAS at its first call), with the pointwise kernel after it as
 its epilogue; a larger product, reduce-overhead and `launch_bound_products=0` keep cuBLAS alone;
-1x1 convolutions of that size in inference are traced as such products. Results against eager."""
+1x1 convolutions of that size in inference are traced as such products, and other convolutions of
+one group get the template as an implicit GEMM. Results against eager."""
 
 from __future__ import annotations
 
@@ -96,6 +97,11 @@ def test_small_pointwise_convolutions_become_templated_products():
         with ember.config.patch(launch_bound_products=0):
             assert "aten::mm" not in ember.trace(model, (x,)).ops
         want = model(x)
+        # The three products and the 3x3 convolution (an implicit GEMM) get templates.
+        graph = C.CompiledGraph(ember.trace(model, (x,)))
+        assert graph.num_matmul_templates == 4, graph.describe_steps()
+        torch.testing.assert_close(graph(x)[0], want, atol=3e-2, rtol=3e-2)
+        torch.testing.assert_close(graph(x)[0], want, atol=3e-2, rtol=3e-2)
         compiled = ember.compile(model)
         for _ in range(3):
             torch.testing.assert_close(compiled(x), want, atol=3e-2, rtol=3e-2)
