@@ -40,9 +40,11 @@ struct FusedEpilogue {
 class MatmulTemplate {
  public:
   /// The spec of node `n` of `g` when the template computes it: aten::mm, aten::bmm, or
-  /// aten::addmm with beta and alpha 1 and a bias that broadcasts to the result; f32, bf16 or
-  /// f16 on a CUDA device (the CPU with `interpret`) with static shapes. `allow_tf32`: f32
-  /// products may use TF32 (torch's setting when the graph is compiled).
+  /// aten::addmm with beta and alpha 1 and a bias that broadcasts to the result; or an
+  /// aten::convolution of one group, not transposed, whose weight and result are channels-last
+  /// (an implicit GEMM, codegen::ConvOperand: operands input, weight, bias); f32, bf16 or f16 on
+  /// a CUDA device (the CPU with `interpret`) with static shapes. `allow_tf32`: f32 products may
+  /// use TF32 (torch's setting when the graph is compiled; cuDNN's for a convolution).
   static std::optional<std::pair<codegen::MatmulSpec, MatmulOperands>> spec_of(
       const graph::Graph& g, const graph::Node& n, bool allow_tf32, bool interpret = false);
 
