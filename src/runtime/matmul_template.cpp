@@ -290,6 +290,7 @@ std::vector<std::unique_ptr<MatmulTemplate>> MatmulTemplate::cuda_all(
     for (int c = 0; c < 4; ++c) signature.push_back("constexpr");
     Hasher h;
     h.str("ember-matmul-tune-v1").str(device_name).str(source);
+    std::vector<TritonCompileJob> own;
     for (size_t c = 0; c < t->configs_.size(); ++c) {
       const MatmulConfig& cfg = t->configs_[c];
       TritonCompileJob job;
@@ -301,13 +302,27 @@ std::vector<std::unique_ptr<MatmulTemplate>> MatmulTemplate::cuda_all(
       job.num_warps = cfg.num_warps;
       job.device = device;
       h.str(job.block_param).i64(cfg.num_warps);
-      jobs.push_back(std::move(job));
-      job_of.emplace_back(i, c);
+      own.push_back(std::move(job));
     }
     char hex[17];
     std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(h.digest()));
     t->tune_key_ = hex;
     t->loaded_.resize(t->configs_.size());
+    // A winner remembered on disk (position + 1 among [configurations..., the library]): only
+    // it is compiled; where the library won, nothing is (no template: the ATen call).
+    const int n = static_cast<int>(t->configs_.size());
+    std::optional<codegen::TritonConfig> won = tuned_config(t->tune_key_);
+    const int pos = won ? won->block - 1 : -1;
+    if (pos == n) {
+      stats().remembered++;
+      out.push_back(nullptr);
+      continue;
+    }
+    for (size_t c = 0; c < own.size(); ++c) {
+      if (pos >= 0 && pos < n && static_cast<int>(c) != pos) continue;
+      jobs.push_back(std::move(own[c]));
+      job_of.emplace_back(i, c);
+    }
     out.push_back(std::move(t));
   }
   std::vector<std::string> job_errors;
@@ -320,6 +335,7 @@ std::vector<std::unique_ptr<MatmulTemplate>> MatmulTemplate::cuda_all(
     if (!job_errors[j].empty()) (*errors)[i] = job_errors[j];
   }
   for (size_t i = 0; i < out.size(); ++i) {
+    if (out[i] == nullptr) continue;  // the library's, remembered
     bool any = false;
     for (const auto& l : out[i]->loaded_) any = any || l != nullptr;
     if (!any) {
@@ -327,12 +343,12 @@ std::vector<std::unique_ptr<MatmulTemplate>> MatmulTemplate::cuda_all(
       continue;
     }
     (*errors)[i].clear();  // a configuration that did not compile is only not timed
-    // A winner remembered on disk: position + 1 among [configurations..., cuBLAS].
+    // A configuration remembered on disk, the one compiled above: chosen without timing.
     if (auto won = tuned_config(out[i]->tune_key_); won.has_value()) {
       const int pos = won->block - 1;
       const int n = static_cast<int>(out[i]->configs_.size());
-      if (pos == n || (pos >= 0 && pos < n && out[i]->loaded_[pos] != nullptr)) {
-        out[i]->chosen_ = pos == n ? -1 : pos;
+      if (pos >= 0 && pos < n && out[i]->loaded_[pos] != nullptr) {
+        out[i]->chosen_ = pos;
         stats().remembered++;
       }
     }

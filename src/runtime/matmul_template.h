@@ -1,11 +1,13 @@
 /// \file
-/// Matrix products under mode="max-autotune": an ATen `mm`, `addmm` (beta = alpha = 1) or `bmm`
-/// step of a graph on one CUDA device also gets the Triton template of
-/// codegen/triton/triton_matmul.h, compiled in each of its configurations. The first call times
-/// every configuration and the node's own ATen call (cuBLAS) on its operands and keeps the fastest
-/// whose result agrees with cuBLAS's, remembered on disk like the generated kernels' tuning
-/// (`<EMBER_CACHE_DIR>/triton/tune/`), so a second process compiles the configurations but times
-/// nothing. A template must beat cuBLAS by 3% to be kept.
+/// Matrix products under mode="max-autotune" (and launch-bound ones in every mode but
+/// reduce-overhead, Note [Launch-bound products]): an ATen `mm`, `addmm` (beta = alpha = 1),
+/// `bmm` or one-group `convolution` step of a graph on one CUDA device also gets the Triton
+/// template of codegen/triton/triton_matmul.h, compiled in each of its configurations. The first
+/// call times every configuration and the node's own ATen call (cuBLAS, cuDNN) on its operands
+/// and keeps the fastest whose result agrees with the library's, remembered on disk like the
+/// generated kernels' tuning (`<EMBER_CACHE_DIR>/triton/tune/`), so a second process compiles
+/// only the winner (nothing where the library won) and times nothing. A template must beat the
+/// library by 3% to be kept.
 #pragma once
 
 #include <ATen/core/Tensor.h>
