@@ -28,8 +28,8 @@ namespace ember::runtime {
 // (triton_tuning.h time_launches: back-to-back launches between two events) counts the host's
 // time where it is the longer, so it is the choice for a launch-bound program too. 1x1
 // convolutions of that size in inference become such products (rewrite/conv_as_product.h), and
-// the other convolutions of one group get the template as an implicit GEMM (their input
-// gathered, codegen::ConvOperand), timed against cuDNN the same way.
+// the other convolutions get the template as an implicit GEMM (their input gathered, a grouped
+// one per group: codegen::ConvOperand), timed against cuDNN the same way.
 // Measured (session 67, one H100, batch 1, bf16, scripts/ab_probe.py, max-autotune on / off in
 // one process): BertForMaskedLM 1.373 / 1.875 ms, ViTForImageClassification 1.271 / 1.798,
 // DistilBertForMaskedLM 0.755 / 1.040, LlamaSmall 1.456 / 1.619, GPT2LMHeadModel 1.802 / 1.824;

@@ -114,9 +114,9 @@ std::array<int64_t, 4> channels_last_strides(const std::vector<int64_t>& s) {
   return {s[1] * s[2] * s[3], 1, s[3] * s[1], s[1]};
 }
 
-// aten::convolution as an implicit GEMM (codegen::ConvOperand): not transposed, one group, 4D,
-// a channels-last weight and result (the tracer's layout on CUDA), static sizes, floats of one
-// dtype; the input in any layout.
+// aten::convolution as an implicit GEMM (codegen::ConvOperand; a grouped one a batch of them, one
+// per group): not transposed, 4D, a channels-last weight and result (the tracer's layout on CUDA),
+// static sizes, floats of one dtype; the input in any layout.
 std::optional<std::pair<MatmulSpec, MatmulOperands>> conv_spec_of(const graph::Graph& g,
                                                                   const graph::Node& n,
                                                                   bool interpret) {
@@ -124,9 +124,10 @@ std::optional<std::pair<MatmulSpec, MatmulOperands>> conv_spec_of(const graph::G
   const graph::Arg* groups = sched::node_arg(g, n, "groups");
   if (transposed == nullptr || !std::holds_alternative<bool>(*transposed) ||
       std::get<bool>(*transposed) || groups == nullptr ||
-      !std::holds_alternative<int64_t>(*groups) || std::get<int64_t>(*groups) != 1) {
+      !std::holds_alternative<int64_t>(*groups) || std::get<int64_t>(*groups) < 1) {
     return std::nullopt;
   }
+  const int64_t g_count = std::get<int64_t>(*groups);
   MatmulOperands ops;
   const graph::TensorType* x = tensor_arg(g, n, "input", &ops.a);
   const graph::TensorType* w = tensor_arg(g, n, "weight", &ops.b);
@@ -153,11 +154,12 @@ std::optional<std::pair<MatmulSpec, MatmulOperands>> conv_spec_of(const graph::G
   const std::vector<int64_t> xst = graph::constant_values(x->strides);
   auto st = pair_arg(g, n, "stride"), pad = pair_arg(g, n, "padding"),
        dil = pair_arg(g, n, "dilation");
-  if (!st || !pad || !dil || ws[1] != xs[1] || ys[0] != xs[0] || ys[1] != ws[0]) {
+  if (!st || !pad || !dil || ws[1] * g_count != xs[1] || ws[0] % g_count != 0 || ys[0] != xs[0] ||
+      ys[1] != ws[0]) {
     return std::nullopt;
   }
   codegen::ConvOperand v;
-  v.channels = xs[1], v.height = xs[2], v.width = xs[3], v.kh = ws[2], v.kw = ws[3];
+  v.channels = ws[1], v.height = xs[2], v.width = xs[3], v.kh = ws[2], v.kw = ws[3];
   std::tie(v.stride_h, v.stride_w) = *st;
   std::tie(v.pad_h, v.pad_w) = *pad;
   std::tie(v.dil_h, v.dil_w) = *dil;
@@ -173,18 +175,21 @@ std::optional<std::pair<MatmulSpec, MatmulOperands>> conv_spec_of(const graph::G
       !strides_where_sized(ys, graph::constant_values(y.strides), channels_last_strides(ys))) {
     return std::nullopt;
   }
+  // Group b: result channels [b * n, (b + 1) * n), the weight's rows alike.
   MatmulSpec s;
+  s.batch = g_count;
   s.m = ys[0] * v.out_h * v.out_w;
-  s.n = ws[0];
+  s.n = ws[0] / g_count;
   s.k = v.kh * v.kw * v.channels;
   s.a_dtype = s.b_dtype = s.out_dtype = *dt;
-  s.b_strides = {0, 1, s.k};
-  s.out_strides = {0, s.n, 1};
+  s.b_strides = {s.n * s.k, 1, s.k};
+  s.out_strides = {s.n, ws[0], 1};
   if (bias != nullptr) {
     const std::vector<int64_t> bs = graph::constant_values(bias->sizes);
-    if (bs.size() != 1 || bs[0] != s.n) return std::nullopt;
+    const std::vector<int64_t> bst = graph::constant_values(bias->strides);
+    if (bs.size() != 1 || bs[0] != ws[0]) return std::nullopt;
     s.bias_dtype = *dt;
-    s.bias_strides = strides3(bs, graph::constant_values(bias->strides));
+    s.bias_strides = {s.n * bst[0], 0, bst[0]};
   }
   // An f32 convolution runs on TF32 where cuDNN may (torch.backends.cudnn.allow_tf32).
   s.allow_tf32 = at::globalContext().allowTF32CuDNN();
@@ -401,6 +406,11 @@ bool MatmulTemplate::operands_match(const at::Tensor& a, const at::Tensor& b,
   if (spec_.bias_dtype.has_value() != (bias != nullptr)) return false;
   if (bias == nullptr) return true;
   if (!on_device(*bias)) return false;
+  if (spec_.conv) {  // [O], group b's from b * n
+    if (bias->dim() != 1) return false;
+    const int64_t st = bias->stride(0);
+    return spec_.bias_strides == std::array<int64_t, 3>{spec_.n * st, 0, st};
+  }
   // The bias as the template reads it: broadcast to [m, n].
   std::vector<int64_t> sizes = bias->sizes().vec(), strides = bias->strides().vec();
   return strides3(sizes, strides) == spec_.bias_strides;

@@ -1,7 +1,7 @@
 /// \file
 /// Matrix products under mode="max-autotune" (and launch-bound ones in every mode but
 /// reduce-overhead, Note [Launch-bound products]): an ATen `mm`, `addmm` (beta = alpha = 1),
-/// `bmm` or one-group `convolution` step of a graph on one CUDA device also gets the Triton
+/// `bmm` or `convolution` step of a graph on one CUDA device also gets the Triton
 /// template of codegen/triton/triton_matmul.h, compiled in each of its configurations. The first
 /// call times every configuration and the node's own ATen call (cuBLAS, cuDNN) on its operands
 /// and keeps the fastest whose result agrees with the library's, remembered on disk like the
@@ -43,9 +43,9 @@ class MatmulTemplate {
  public:
   /// The spec of node `n` of `g` when the template computes it: aten::mm, aten::bmm, or
   /// aten::addmm with beta and alpha 1 and a bias that broadcasts to the result; or an
-  /// aten::convolution of one group, not transposed, whose weight and result are channels-last
-  /// (an implicit GEMM, codegen::ConvOperand: operands input, weight, bias); f32, bf16 or f16 on
-  /// a CUDA device (the CPU with `interpret`) with static shapes. `allow_tf32`: f32 products may
+  /// aten::convolution, not transposed, whose weight and result are channels-last (an implicit
+  /// GEMM, codegen::ConvOperand, a batch of groups: operands input, weight, bias); f32, bf16 or f16
+  /// on a CUDA device (the CPU with `interpret`) with static shapes. `allow_tf32`: f32 products may
   /// use TF32 (torch's setting when the graph is compiled; cuDNN's for a convolution).
   static std::optional<std::pair<codegen::MatmulSpec, MatmulOperands>> spec_of(
       const graph::Graph& g, const graph::Node& n, bool allow_tf32, bool interpret = false);

@@ -37,7 +37,8 @@ bool offsets_fit_i32(const MatmulSpec& s) {
   const int64_t limit = (int64_t{1} << 31) - 1;
   if (s.conv) {  // the input's last element
     const ConvOperand& v = *s.conv;
-    const std::array<int64_t, 4> sizes = {s.m / (v.out_h * v.out_w), v.channels, v.height, v.width};
+    const std::array<int64_t, 4> sizes = {s.m / (v.out_h * v.out_w), v.channels * s.batch, v.height,
+                                          v.width};
     int64_t off = 0;
     for (size_t d = 0; d < 4; ++d) {
       if (v.x_strides[d] < 0) return false;
@@ -72,7 +73,7 @@ bool matmul_supported(const MatmulSpec& s, std::string* why) {
   if (s.batch < 1 || s.m < 1 || s.n < 1 || s.k < 1) return no("an empty product");
   if (s.conv) {
     const ConvOperand& v = *s.conv;
-    if (s.batch != 1 || v.out_h < 1 || v.out_w < 1 || s.m % (v.out_h * v.out_w) != 0 ||
+    if (v.out_h < 1 || v.out_w < 1 || s.m % (v.out_h * v.out_w) != 0 ||
         s.k != v.kh * v.kw * v.channels) {
       return no("a convolution's sizes");
     }
@@ -131,7 +132,9 @@ std::string emit_triton_matmul(const MatmulSpec& s, const std::string& name,
     line("r_p = ram % " + n(v.out_h * v.out_w));
     line("ih0 = (r_p // " + n(v.out_w) + ") * " + n(v.stride_h) + " - " + n(v.pad_h));
     line("iw0 = (r_p % " + n(v.out_w) + ") * " + n(v.stride_w) + " - " + n(v.pad_w));
-    line("a_base = b_a + r_n * " + n(v.x_strides[0]));
+    // A grouped convolution: batch b is group b, whose input channels start at b * channels.
+    line("a_base = b_a + r_n * " + n(v.x_strides[0]) +
+         (s.batch > 1 ? " + pid_b * " + n(v.channels * v.x_strides[1]) : std::string()));
   } else {
     line("a_ptrs = b_a + pid_b * " + n(a[0]) + " + ram[:, None] * " + n(a[1]) +
          " + rk[None, :] * " + n(a[2]));
@@ -144,14 +147,27 @@ std::string emit_triton_matmul(const MatmulSpec& s, const std::string& name,
     // Column k = (kh, kw, c): the input element at the window's (kh, kw), channel c; zero in
     // the padding and past K.
     const ConvOperand& v = *s.conv;
-    line("    kk = k0 + rk");
-    line("    k_c = kk % " + n(v.channels));
-    line("    k_t = kk // " + n(v.channels));
-    line("    ih = ih0[:, None] + (k_t // " + n(v.kw) + ")[None, :] * " + n(v.dil_h));
-    line("    iw = iw0[:, None] + (k_t % " + n(v.kw) + ")[None, :] * " + n(v.dil_w));
-    line("    a_mask = (ih >= 0) & (ih < " + n(v.height) + ") & (iw >= 0) & (iw < " + n(v.width) +
-         ") & (kk[None, :] < " + n(s.k) + ")");
-    line("    a_t = tl.load(a_base[:, None] + ih * " + n(v.x_strides[2]) + " + iw * " +
+    const std::string in_h = " < " + n(v.height) + ")", in_w = " < " + n(v.width) + ")";
+    // Channels a multiple of BLOCK_K (a compile-time test): a tile's columns are one window
+    // position's channels, so the position and the padding mask are per row.
+    line("    if " + n(v.channels) + " % BLOCK_K == 0:");
+    line("        k_t = k0 // " + n(v.channels));
+    line("        ih = ih0 + (k_t // " + n(v.kw) + ") * " + n(v.dil_h));
+    line("        iw = iw0 + (k_t % " + n(v.kw) + ") * " + n(v.dil_w));
+    line("        a_mask = (ih >= 0) & (ih" + in_h + " & (iw >= 0) & (iw" + in_w);
+    line("        k_c = k0 % " + n(v.channels) + " + rk");
+    line("        a_t = tl.load(a_base[:, None] + (ih * " + n(v.x_strides[2]) + " + iw * " +
+         n(v.x_strides[3]) + ")[:, None] + k_c[None, :] * " + n(v.x_strides[1]) +
+         ", mask=a_mask[:, None], other=0.0)");
+    line("    else:");
+    line("        kk = k0 + rk");
+    line("        k_c = kk % " + n(v.channels));
+    line("        k_t = kk // " + n(v.channels));
+    line("        ih = ih0[:, None] + (k_t // " + n(v.kw) + ")[None, :] * " + n(v.dil_h));
+    line("        iw = iw0[:, None] + (k_t % " + n(v.kw) + ")[None, :] * " + n(v.dil_w));
+    line("        a_mask = (ih >= 0) & (ih" + in_h + " & (iw >= 0) & (iw" + in_w +
+         " & (kk[None, :] < " + n(s.k) + ")");
+    line("        a_t = tl.load(a_base[:, None] + ih * " + n(v.x_strides[2]) + " + iw * " +
          n(v.x_strides[3]) + " + k_c[None, :] * " + n(v.x_strides[1]) +
          ", mask=a_mask, other=0.0)");
     line("    if " + n(s.k) + " % BLOCK_K == 0:");

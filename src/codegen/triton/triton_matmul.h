@@ -29,6 +29,8 @@ namespace ember::codegen {
 /// c), c fastest, read x[n, c, oh * stride_h - pad_h + kh * dil_h, ow * stride_w - pad_w + kw *
 /// dil_w], zero outside x, at x's element strides (n, c, h, w). B is then the weight [O, C, KH, KW]
 /// in channels-last memory, whose (kh, kw, c) order is k's: [K, O] at strides (1, KH * KW * C).
+/// Grouped: `channels` is a group's, batch b is group b (its input channels from b * channels,
+/// its weight rows and result channels from b * O / groups).
 struct ConvOperand {
   int64_t channels = 0, height = 0, width = 0, kh = 1, kw = 1, out_h = 1, out_w = 1;
   int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0, dil_h = 1, dil_w = 1;
@@ -38,7 +40,7 @@ struct ConvOperand {
 /// One matrix product: per batch b, C[b, m, n] = sum_k A[b, m, k] * B[b, k, n] (+ bias[b, m, n]).
 /// Strides are in elements, (batch, rows, cols) of each operand; 0 where it broadcasts (a bias
 /// row shared by all rows: stride 0 along m). With `conv`, A is a convolution's input gathered
-/// (ConvOperand; a_strides unused, batch 1).
+/// (ConvOperand; a_strides unused; batch: the groups).
 struct MatmulSpec {
   int64_t batch = 1, m = 0, n = 0, k = 0;
   loop::DType a_dtype = loop::DType::Float32, b_dtype = loop::DType::Float32;

@@ -77,6 +77,18 @@ TEST(TritonMatmul, AConvolutionIsAnImplicitGemmOfItsGatheredInput) {
   // The padding read as zeros, through the mask; no strided A pointers.
   EXPECT_NE(body.find("(ih >= 0) & (ih < 56)"), std::string::npos) << body;
   EXPECT_EQ(body.find("a_ptrs"), std::string::npos) << body;
+  // Grouped (two groups of 32 channels): group b's input channels from b * 32.
+  MatmulSpec grouped = s;
+  grouped.batch = 2;
+  grouped.n = 32;
+  grouped.k = 9 * 32;
+  grouped.conv->channels = 32;
+  grouped.b_strides = {32 * 288, 1, 288};
+  grouped.out_strides = {32, 64, 1};
+  ASSERT_TRUE(matmul_supported(grouped, &why)) << why;
+  EXPECT_NE(emit_triton_matmul(grouped, "k").find("a_base = b_a + r_n * 0 + pid_b * 32"),
+            std::string::npos)
+      << emit_triton_matmul(grouped, "k");
   // Rows that are not whole images, or columns that are not the window's: not a convolution.
   MatmulSpec bad = s;
   bad.m = 56 * 56 + 1;

@@ -388,32 +388,36 @@ def test_max_autotune_fuses_the_pointwise_kernel_after_a_product():
 
 
 def test_convolutions_get_implicit_gemm_templates():
-    """Convolutions of one group (3x3 with a bias, 7x7 strided, dilated, 1x1) get the template
-    with their input gathered (codegen::ConvOperand): the interpreter runs them, they agree with
-    the ATen call and are kept, and the pointwise kernel after one becomes its epilogue. A
-    depthwise convolution keeps its ATen call."""
+    """Convolutions (3x3 with a bias, 7x7 strided, dilated, 1x1, a 3x3 over 32 channels, whose K
+    tiles are each one window position's, one of two groups, a depthwise one with a bias) get the
+    template with their input gathered (codegen::ConvOperand; a group per batch): the
+    interpreter runs them, they agree with the ATen call and are kept, and the pointwise kernel
+    after one becomes its epilogue."""
     w1, b1 = torch.randn(16, 8, 3, 3), torch.randn(16)
-    w2, w3, w4 = torch.randn(24, 16, 7, 7), torch.randn(12, 24, 3, 3), torch.randn(12, 12, 1, 1)
-    dw = torch.randn(12, 1, 3, 3)
+    w2, w3, w4 = torch.randn(24, 16, 7, 7), torch.randn(12, 24, 3, 3), torch.randn(32, 12, 1, 1)
+    w5, w6 = torch.randn(12, 32, 3, 3), torch.randn(24, 6, 3, 3)
+    dw, db = torch.randn(24, 1, 3, 3), torch.randn(24)
 
     def f(x):
         y = F.relu(F.conv2d(x, w1, b1, padding=1))
         y = F.conv2d(y, w2, stride=2, padding=3)
         y = F.conv2d(y, w3, padding=2, dilation=2) * 0.5 + 1
-        return F.conv2d(F.conv2d(y, w4), dw, padding=1, groups=12)
+        y = F.conv2d(F.conv2d(y, w4), w5, padding=1)
+        y = F.conv2d(y, w6, padding=1, groups=2)
+        return F.conv2d(y, dw, db, padding=1, groups=24)
 
     x = r(2, 8, 11, 13)
     with torch.no_grad():
         compiled = C.CompiledGraph(ember.trace(f, (x,)), triton_interpret=INTERPRET,
                                    matmul_templates=True)
         if INTERPRET:
-            assert compiled.num_matmul_templates == 4, compiled.describe_steps()
+            assert compiled.num_matmul_templates == 7, compiled.describe_steps()
             assert compiled.num_fused_epilogues >= 1, compiled.describe_steps()
         for _ in range(3):
             got, want = compiled(x)[0], f(x)
             torch.testing.assert_close(got, want, atol=1e-3 * want.abs().max().item(), rtol=1e-3)
         if INTERPRET:
-            assert compiled.num_matmul_templates_chosen == 4
+            assert compiled.num_matmul_templates_chosen == 7
 
 
 def test_a_kernel_reading_two_products_takes_one_as_its_epilogue():
