@@ -350,6 +350,16 @@ def test_max_autotune_matrix_templates_in_the_interpreter():
             assert compiled.num_matmul_templates_chosen == 4
 
 
+def _with_templates(f, args, templates, epilogues):
+    """f's graph with matrix templates (the interpreter on the CPU), their counts checked there."""
+    compiled = C.CompiledGraph(ember.trace(f, args), triton_interpret=INTERPRET,
+                               matmul_templates=True)
+    if INTERPRET:
+        assert compiled.num_matmul_templates == templates, compiled.describe_steps()
+        assert compiled.num_fused_epilogues == epilogues, compiled.describe_steps()
+    return compiled
+
+
 def test_max_autotune_fuses_the_pointwise_kernel_after_a_product():
     """A pointwise kernel that is the only reader of a product (a Linear's bias-add result viewed
     [B, S, N], then gelu and a residual add) becomes the template's epilogue: the first call runs
@@ -364,11 +374,7 @@ def test_max_autotune_fuses_the_pointwise_kernel_after_a_product():
 
     args = (r(2, 17, 48), r(2, 17, 96))
     with torch.no_grad():
-        compiled = C.CompiledGraph(ember.trace(f, args), triton_interpret=INTERPRET,
-                                   matmul_templates=True)
-        if INTERPRET:
-            assert compiled.num_matmul_templates == 2, compiled.describe_steps()
-            assert compiled.num_fused_epilogues == 1, compiled.describe_steps()
+        compiled = _with_templates(f, args, templates=2, epilogues=1)
         for _ in range(3):
             got, want = compiled(*args), f(*args)
             for g, w in zip(got, want):
@@ -432,11 +438,7 @@ def test_a_kernel_reading_two_products_takes_one_as_its_epilogue():
 
     args = (r(40, 48), r(40, 48))
     with torch.no_grad():
-        compiled = C.CompiledGraph(ember.trace(f, args), triton_interpret=INTERPRET,
-                                   matmul_templates=True)
-        if INTERPRET:
-            assert compiled.num_matmul_templates == 2, compiled.describe_steps()
-            assert compiled.num_fused_epilogues == 1, compiled.describe_steps()
+        compiled = _with_templates(f, args, templates=2, epilogues=1)
         for _ in range(3):
             torch.testing.assert_close(compiled(*args)[0], f(*args), atol=1e-4, rtol=1e-4)
 
