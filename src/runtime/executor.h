@@ -161,9 +161,6 @@ class Executor {
   int64_t cuda_graph_recaptures() const { return p_.cuda_graph ? p_.cuda_graph->recaptures() : 0; }
 
  private:
-  /// Runs kernel step `s` as its product's fused template when that won; false otherwise
-  /// (the caller computes the product, if skipped, and runs the kernel).
-  bool run_fused_step(const Step& step, std::vector<at::Tensor>& env) const;
   /// The first call of a fused step: times the fused template against the product and the
   /// kernel (on scratch outputs), after the kernel ran.
   void decide_fused_step(const Step& step, std::vector<at::Tensor>& env,
@@ -180,6 +177,10 @@ class Executor {
   /// A tensor in slot `slot` of `arena`.
   static at::Tensor in_arena(const CallArena& arena, int slot, c10::IntArrayRef sizes,
                              c10::IntArrayRef strides, const at::TensorOptions& options);
+  /// Runs kernel step `s` as its product's fused template when that won, its outputs where the
+  /// kernel's would be (their arena slots); false otherwise (the caller computes the product,
+  /// if skipped, and runs the kernel).
+  bool run_fused_step(const Step& step, std::vector<at::Tensor>& env, const CallArena& arena) const;
   /// Runs one kernel; false when it reported an out-of-range index (and wrote nothing).
   /// `write_through`: outputs marked Output::write_through may be written into their input.
   /// `layouts`: a symbolic kernel's layouts at this call (BindingLayouts::kernels).

@@ -125,14 +125,15 @@ void attach_matmul_templates(Program& p, int device, const sched::Plan& plan,
   }
 }
 
-bool Executor::run_fused_step(const Step& step, std::vector<at::Tensor>& env) const {
+bool Executor::run_fused_step(const Step& step, std::vector<at::Tensor>& env,
+                              const CallArena& arena) const {
   if (step.fused->chosen() < 0) return false;
   const Kernel& k = p_.kernels[step.kernel];
   const MatmulOperands& o = step.matmul_operands;
   std::vector<at::Tensor> buffers;
   for (size_t i = 0; i < k.inputs.size(); ++i) {
     if (k.inputs[i] == o.out) {
-      buffers.emplace_back(at::empty({0}, k.input_layouts[i].options));  // never read
+      buffers.push_back(env[o.a]);  // the product's slot: never read, any tensor
       continue;
     }
     const at::Tensor& x = env[k.inputs[i]];
@@ -141,8 +142,13 @@ bool Executor::run_fused_step(const Step& step, std::vector<at::Tensor>& env) co
   }
   std::vector<at::Tensor> outs;
   for (const Kernel::Output& out : k.allocations) {
-    outs.push_back(out.unused ? at::empty({0}, out.options)
-                              : at::empty_strided(out.sizes, out.strides, out.options));
+    if (out.unused) {
+      outs.push_back(at::empty({0}, out.options));
+    } else if (out.arena_slot >= 0 && arena.memory.defined()) {
+      outs.push_back(in_arena(arena, out.arena_slot, out.sizes, out.strides, out.options));
+    } else {
+      outs.push_back(at::empty_strided(out.sizes, out.strides, out.options));
+    }
   }
   buffers.insert(buffers.end(), outs.begin(), outs.end());
   if (!step.fused->run_fused(env[o.a], env[o.b], o.bias >= 0 ? &env[o.bias] : nullptr, buffers,

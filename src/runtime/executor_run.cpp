@@ -551,7 +551,7 @@ std::vector<at::Tensor> Executor::run_program(const std::vector<at::Tensor>& inp
     }
     if (step.kernel >= 0) {
       if (!reference.empty()) check_kernel(p_.kernels[step.kernel], reference);
-      if (step.fused && run_fused_step(step, env)) {
+      if (step.fused && run_fused_step(step, env, arena)) {
         for (graph::ValueId v : step.release) env[v].reset();
         continue;
       }
