@@ -27,12 +27,18 @@ from ember.bench import models as M
 
 
 def parse_options(text: str) -> dict:
-    """`name=value,...` as ember.config options (1/0/true/false for flags, else numbers or text)."""
+    """`name=value,...` as ember.config options: of the option's type where ember.config declares
+    it (an integer option's `0` is 0, not False), else 1/0/true/false as flags, numbers or text."""
+    from ember import config  # noqa: PLC0415
+
     out = {}
     for item in filter(None, (s.strip() for s in text.split(","))):
         name, _, value = item.partition("=")
         low = value.lower()
-        if low in ("1", "true", "on", ""):
+        declared = getattr(config, "_BY_NAME", {}).get(name)
+        if declared is not None and declared.type in (int, float, str):
+            out[name] = declared.type(value)
+        elif low in ("1", "true", "on", ""):
             out[name] = True
         elif low in ("0", "false", "off"):
             out[name] = False

@@ -27,6 +27,9 @@ def test_options_text():
     assert ab.parse_options("bias_apart=1, conv1x1_as_mm=off,cxx=g++,x") == {
         "bias_apart": True, "conv1x1_as_mm": False, "cxx": "g++", "x": True}
     assert ab.parse_options("") == {}
+    # An integer option's 0 and 1 are numbers (session 67 once compared False with 536870912).
+    assert ab.parse_options("launch_bound_products=0,cache_size_limit=1") == {
+        "launch_bound_products": 0, "cache_size_limit": 1}
 
 
 def test_two_settings_in_alternating_rounds():
