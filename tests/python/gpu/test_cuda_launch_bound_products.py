@@ -110,3 +110,23 @@ def test_small_pointwise_convolutions_become_templated_products():
     big = big.to(memory_format=torch.channels_last)
     with torch.no_grad():
         assert "aten::mm" not in ember.trace(model, (big,)).ops
+
+
+def test_grouped_and_depthwise_convolutions_get_templates():
+    """A grouped 3x3 (two groups) and a depthwise 5x5 with a bias at batch 1: each a batch of
+    implicit GEMMs, one per group, timed against cuDNN; the results are eager's."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(
+        torch.nn.Conv2d(32, 64, 3, padding=1, groups=2, bias=False), torch.nn.ReLU(),
+        torch.nn.Conv2d(64, 64, 5, padding=2, groups=64), torch.nn.Hardswish(),
+    ).cuda().to(torch.bfloat16).eval()
+    x = torch.randn(1, 32, 28, 28, device="cuda", dtype=torch.bfloat16)
+    x = x.to(memory_format=torch.channels_last)
+    with torch.no_grad():
+        want = model(x)
+        graph = C.CompiledGraph(ember.trace(model, (x,)))
+        # A convolution the tracer timed faster on NCHW keeps cuDNN (its weight is not
+        # channels-last): at most the two.
+        assert 1 <= graph.num_matmul_templates <= 2, graph.describe_steps()
+        for _ in range(3):
+            torch.testing.assert_close(graph(x)[0], want, atol=3e-2, rtol=3e-2)
