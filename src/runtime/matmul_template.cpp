@@ -90,15 +90,6 @@ std::vector<std::pair<std::string, int64_t>> constexprs(
   return v;
 }
 
-// An int[2] argument given as one or two ints (a convolution's stride, padding, dilation).
-std::optional<std::pair<int64_t, int64_t>> pair_arg(const graph::Graph& g, const graph::Node& n,
-                                                    std::string_view name) {
-  const graph::Arg* a = sched::node_arg(g, n, name);
-  const auto* v = a ? std::get_if<std::vector<int64_t>>(a) : nullptr;
-  if (v == nullptr || v->empty() || v->size() > 2) return std::nullopt;
-  return std::pair{(*v)[0], v->back()};
-}
-
 // Whether a 4D tensor of `sizes` has `strides` wherever a size is not 1.
 bool strides_where_sized(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
                          const std::array<int64_t, 4>& want) {
@@ -152,8 +143,9 @@ std::optional<std::pair<MatmulSpec, MatmulOperands>> conv_spec_of(const graph::G
                              ws = graph::constant_values(w->sizes),
                              ys = graph::constant_values(y.sizes);
   const std::vector<int64_t> xst = graph::constant_values(x->strides);
-  auto st = pair_arg(g, n, "stride"), pad = pair_arg(g, n, "padding"),
-       dil = pair_arg(g, n, "dilation");
+  auto st = sched::int_pair_arg(sched::node_arg(g, n, "stride")),
+       pad = sched::int_pair_arg(sched::node_arg(g, n, "padding")),
+       dil = sched::int_pair_arg(sched::node_arg(g, n, "dilation"));
   if (!st || !pad || !dil || ws[1] * g_count != xs[1] || ws[0] % g_count != 0 || ys[0] != xs[0] ||
       ys[1] != ws[0]) {
     return std::nullopt;

@@ -32,17 +32,6 @@ std::optional<ValueId> tensor(const graph::Graph& g, const graph::Node& n, std::
   return r ? std::optional<ValueId>(r->id) : std::nullopt;
 }
 
-// An int[2] argument given as one or two ints (a convolution's stride, padding, dilation).
-std::optional<std::pair<int64_t, int64_t>> pair_arg(const graph::Graph& g, const graph::Node& n,
-                                                    std::string_view name) {
-  const graph::Arg* a = node_arg(g, n, name);
-  const auto* v = a ? std::get_if<std::vector<int64_t>>(a) : nullptr;
-  if (v == nullptr) return std::nullopt;
-  if (v->size() == 1) return std::pair{(*v)[0], (*v)[0]};
-  if (v->size() == 2) return std::pair{(*v)[0], (*v)[1]};
-  return std::nullopt;
-}
-
 std::optional<Depthwise> analyze(const graph::Graph& g, const graph::Node& n) {
   if (n.op < 0 || n.op >= static_cast<int32_t>(g.ops.size())) return std::nullopt;
   const graph::OpInfo& op = g.op_of(n);
@@ -90,9 +79,9 @@ std::optional<Depthwise> analyze(const graph::Graph& g, const graph::Node& n) {
       return std::nullopt;
     }
   }
-  auto s = pair_arg(g, n, "stride");
-  auto p = pair_arg(g, n, "padding");
-  auto dil = pair_arg(g, n, "dilation");
+  auto s = int_pair_arg(node_arg(g, n, "stride"));
+  auto p = int_pair_arg(node_arg(g, n, "padding"));
+  auto dil = int_pair_arg(node_arg(g, n, "dilation"));
   if (!s || !p || !dil) return std::nullopt;
   std::tie(d.sh, d.sw) = *s;
   std::tie(d.ph, d.pw) = *p;

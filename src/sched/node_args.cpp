@@ -12,6 +12,16 @@ const graph::Arg* node_arg(const graph::Graph& g, const graph::Node& n, std::str
   return nullptr;
 }
 
+std::optional<std::pair<int64_t, int64_t>> int_pair_arg(
+    const graph::Arg* a, std::optional<std::pair<int64_t, int64_t>> empty) {
+  const auto* v = a ? std::get_if<std::vector<int64_t>>(a) : nullptr;
+  if (v == nullptr) return std::nullopt;
+  if (v->empty()) return empty;
+  if (v->size() == 1) return std::pair{(*v)[0], (*v)[0]};
+  if (v->size() == 2) return std::pair{(*v)[0], (*v)[1]};
+  return std::nullopt;
+}
+
 bool value_unread(const graph::Graph& g, graph::ValueId v) {
   for (graph::ValueId o : g.outputs) {
     if (o == v) return false;

@@ -31,17 +31,6 @@ struct Pool {
   std::optional<int64_t> divisor_override;
 };
 
-// An int[2] argument given as one or two ints (torch's expand_param_if_needed); `dflt` when empty.
-std::optional<std::pair<int64_t, int64_t>> pair_arg(
-    const graph::Arg* a, std::optional<std::pair<int64_t, int64_t>> dflt) {
-  const auto* v = a ? std::get_if<std::vector<int64_t>>(a) : nullptr;
-  if (v == nullptr) return std::nullopt;
-  if (v->empty()) return dflt;
-  if (v->size() == 1) return std::pair{(*v)[0], (*v)[0]};
-  if (v->size() == 2) return std::pair{(*v)[0], (*v)[1]};
-  return std::nullopt;
-}
-
 std::optional<Pool> analyze(const graph::Graph& g, const graph::Node& n) {
   const graph::OpInfo& op = g.op_of(n);
   Pool p;
@@ -76,16 +65,16 @@ std::optional<Pool> analyze(const graph::Graph& g, const graph::Node& n) {
     if (xs[d] != ys[d]) return std::nullopt;
   }
   p.h = xs[r - 2], p.w = xs[r - 1], p.oh = ys[r - 2], p.ow = ys[r - 1];
-  auto k = pair_arg(node_arg(g, n, "kernel_size"), std::nullopt);
+  auto k = int_pair_arg(node_arg(g, n, "kernel_size"), std::nullopt);
   if (!k) return std::nullopt;
-  auto s = pair_arg(node_arg(g, n, "stride"), k);
-  auto pad = pair_arg(node_arg(g, n, "padding"), std::pair<int64_t, int64_t>{0, 0});
+  auto s = int_pair_arg(node_arg(g, n, "stride"), k);
+  auto pad = int_pair_arg(node_arg(g, n, "padding"), std::pair<int64_t, int64_t>{0, 0});
   if (!s || !pad) return std::nullopt;
   std::tie(p.kh, p.kw) = *k;
   std::tie(p.sh, p.sw) = *s;
   std::tie(p.ph, p.pw) = *pad;
   if (p.max) {
-    auto dil = pair_arg(node_arg(g, n, "dilation"), std::pair<int64_t, int64_t>{1, 1});
+    auto dil = int_pair_arg(node_arg(g, n, "dilation"), std::pair<int64_t, int64_t>{1, 1});
     if (!dil) return std::nullopt;
     std::tie(p.dh, p.dw) = *dil;
   } else {
