@@ -56,19 +56,37 @@ else:
     compiled = torch.compile(model)
 t = time.perf_counter(); call(compiled); first = time.perf_counter() - t
 print("WARM_START", max(first - eager, 0.0))
+if backend == "ember":
+    import json
+    from ember import capture
+    recs = capture.records()
+    steps = {}
+    for r in recs:
+        for step, sec in r["step_seconds"]:
+            steps[step] = steps.get(step, 0.0) + sec
+    print("BREAKDOWN", json.dumps({"frames": len(recs), "compile_s": sum(r["seconds"] for r in recs),
+                                   "capture_s": sum(r["capture_seconds"] for r in recs),
+                                   "kernels": sum(r["kernels"] for r in recs), "steps": steps}))
 """
 
 
 def one(model: str, backend: str, mode: str, root: str, timeout: float, device: str = "cpu",
-        size: str = "small", dtype: str = "fp32") -> float | None:
+        size: str = "small", dtype: str = "fp32", breakdown: dict | None = None) -> float | None:
     env = dict(os.environ, EMBER_CACHE_DIR=os.path.join(root, "ember"),
                TORCHINDUCTOR_CACHE_DIR=os.path.join(root, "inductor"),
                TRITON_CACHE_DIR=os.path.join(root, "triton"))
     r = subprocess.run([sys.executable, "-c", CHILD, model, backend, mode, device, size, dtype], env=env,
                        capture_output=True, text=True, timeout=timeout)
+    seconds = None
     for line in r.stdout.splitlines():
         if line.startswith("WARM_START "):
-            return float(line.split()[1])
+            seconds = float(line.split()[1])
+        elif line.startswith("BREAKDOWN ") and breakdown is not None:
+            # Where ember's time went: its frame compiles (capture, then the pipeline's steps);
+            # the rest of the first call is running it (and loading what it runs).
+            breakdown.update(json.loads(line.split(" ", 1)[1]))
+    if seconds is not None:
+        return seconds
     print(f"{model} {backend}: failed: {r.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
     return None
 
@@ -94,14 +112,23 @@ def main() -> int:
 
     def pair(model: str, backend: str) -> dict:
         with tempfile.TemporaryDirectory() as root:
-            cold = one(model, backend, args.mode, root, args.timeout, *run)
-            warm = one(model, backend, args.mode, root, args.timeout, *run)
+            cold_parts: dict = {}
+            warm_parts: dict = {}
+            cold = one(model, backend, args.mode, root, args.timeout, *run, breakdown=cold_parts)
+            warm = one(model, backend, args.mode, root, args.timeout, *run, breakdown=warm_parts)
         r = {"model": model, "backend": backend, "mode": args.mode, "device": args.device,
              "size": args.size, "dtype": args.dtype, "cold_s": cold, "warm_s": warm,
              "ratio": warm / cold if cold and warm is not None else None}
+        if cold_parts or warm_parts:
+            r["cold_parts"], r["warm_parts"] = cold_parts, warm_parts
         print(f"{model:28s} {backend:9s} cold {cold if cold is None else round(cold, 3)!s:>8} s"
               f"  warm {warm if warm is None else round(warm, 3)!s:>8} s"
               f"  warm/cold {'' if r['ratio'] is None else round(r['ratio'], 3)}", flush=True)
+        if warm_parts:
+            top = sorted(warm_parts.get("steps", {}).items(), key=lambda kv: -kv[1])[:4]
+            print(f"    warm: {warm_parts['frames']} frames, compile {warm_parts['compile_s']:.3f} s"
+                  f" (capture {warm_parts['capture_s']:.3f}; "
+                  + ", ".join(f"{k} {v:.3f}" for k, v in top) + ")", flush=True)
         return r
 
     work = [(m, b) for m in args.models.split(",") for b in args.backends.split(",")]

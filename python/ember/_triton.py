@@ -50,12 +50,31 @@ def cache_dir() -> str:
     return os.path.join(base, "triton")
 
 
+_TRITON_VERSION: str | None = None
+
+
+def triton_version() -> str:
+    """Triton's version, read from its installed metadata: a warm start whose kernels all come
+    from the disk cache never imports triton (half a second of a 2-core machine's start-up, more
+    than the rest of the warm compile). A triton without metadata (a source tree on sys.path) is
+    imported for its __version__."""
+    global _TRITON_VERSION
+    if _TRITON_VERSION is None:
+        try:
+            from importlib.metadata import version
+
+            _TRITON_VERSION = version("triton")
+        except Exception:  # noqa: BLE001
+            import triton
+
+            _TRITON_VERSION = triton.__version__
+    return _TRITON_VERSION
+
+
 def _cache_key(source: str, name: str, signature: list[str], block_param: str, block: int,
                arch: int, num_warps: int) -> str:
-    import triton
-
     return hashlib.sha256(json.dumps([source, name, signature, block_param, block, arch,
-                                      num_warps, triton.__version__]).encode()).hexdigest()[:32]
+                                      num_warps, triton_version()]).encode()).hexdigest()[:32]
 
 
 def _cached(key: str) -> tuple | None:

@@ -183,3 +183,39 @@ def test_compile_pool(tmp_path):
     # The last worker ended with its parent (atexit), reaped.
     for pid in out["pids"]:
         assert not os.path.exists(f"/proc/{pid}"), pid
+
+
+WARM = r'''
+import json, os, sys
+import torch
+os.environ["EMBER_CACHE_DIR"] = sys.argv[1]
+from ember import _triton
+torch.cuda.get_device_capability = lambda device=None: (9, 0)  # no GPU here: sm_90
+jobs = [("def k(x):\n    pass\n", "k", ["*fp32"], "BLOCK", 128, 0, 4),
+        ("def k(x):\n    pass\n", "k", ["*fp32"], "BLOCK", 256, 0, 8)]
+if sys.argv[2] == "store":  # the cold process: what its compiles would have kept
+    for i, job in enumerate(jobs):
+        _triton._store(_triton._cache_key(*job[:5], 90, job[6]), job[0],
+                       (bytes([i]) * 64, "k", 1024, 4, 0))
+res = _triton._compile(jobs)
+print(json.dumps({"triton": "triton" in sys.modules, "stats": _triton.STATS,
+                  "res": [[len(r[0]), *r[1:]] for r in res]}))
+'''
+
+
+def test_a_warm_start_from_the_disk_cache_never_imports_triton(tmp_path):
+    """Every kernel from the disk cache: the cache key takes Triton's version from its package
+    metadata, so the process never imports triton (0.3-0.5 s of a warm start that otherwise takes
+    milliseconds)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    cache = str(tmp_path / "cache")
+    runs = []
+    for step in ("store", "warm"):
+        r = subprocess.run([sys.executable, "-c", WARM, cache, step], env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-3000:]
+        runs.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    warm = runs[1]
+    assert warm["stats"] == {"compiles": 0, "disk_hits": 2}
+    assert warm["res"] == [[64, "k", 1024, 4, 0], [64, "k", 1024, 4, 0]]
+    assert not warm["triton"], "a warm start imported triton"
