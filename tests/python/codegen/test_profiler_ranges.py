@@ -87,3 +87,22 @@ def test_ember_compile_shows_its_graphs_in_the_profiler():
     assert sum(e.name == "ember::graph" for e in events) == 1
     assert any(e.name != "ember::graph" for e in events)  # its kernels
     assert ranges_nest(events)
+
+
+def linear_bf16(x, w, b):
+    return torch.relu(x @ w.to(torch.bfloat16).t() + b.to(torch.bfloat16))
+
+
+def test_a_kept_parameter_kernel_has_no_range():
+    """A kernel of parameters only (a weight's cast) whose outputs are kept from the last call
+    launches nothing: no range for it, so a profile counts only the kernels that ran."""
+    x = torch.randn(8, 16, dtype=torch.bfloat16)
+    w, b = torch.randn(32, 16), torch.randn(32)
+    graph, _ = trace_with_structure(linear_bf16, (x, w, b), kinds=["user", "param", "param"])
+    compiled = C.CompiledGraph(graph)
+    assert compiled.num_parameter_kernels >= 1, compiled.describe_steps()
+    names = kernel_names(compiled)
+    first = [kernel_of(e.name) for e in profiled_ranges(compiled, x, w, b)]
+    assert sorted(first) == sorted(["graph"] + names)  # the first call runs every kernel
+    again = [kernel_of(e.name) for e in profiled_ranges(compiled, x, w, b)]
+    assert len(again) == len(first) - compiled.num_parameter_kernels, (first, again)
