@@ -4,6 +4,8 @@
 
 #include <nanobind/stl/string.h>
 
+#include <array>
+
 #include "support/error.h"
 
 namespace nb = nanobind;
@@ -19,6 +21,132 @@ std::string repr(PyObject* o) {
     return "<?>";
   }
   return nb::cast<std::string>(r);
+}
+
+// Note [Items of torch's module containers]
+// A Sequential's or ModuleList's items are sources `L['self'][i]` (a loop over the container),
+// and their __getitem__ is Python: about 1 us a call, and a Sequential's walks its modules up to
+// i (80 items: 120 us of guard sources per call, more than the graph's run at batch 1). Where the
+// container's type has torch's own __getitem__ (an exact type or a subclass that keeps it), the
+// item is read from its `_modules` dict as that __getitem__ reads it: a Sequential's i-th value
+// (negative i from the end), a ModuleList's value under str(i), a ModuleDict's under the key. A
+// Sequential's values are listed once for the items of one container that follow each other in
+// the table (Python code that could change the dict, a getattr, ends the list's use). An index
+// out of range, or another type, takes __getitem__ itself (its IndexError fails the source).
+enum class Container { None, Sequential, ModuleList, ModuleDict };
+
+Container container_of(PyObject* obj) {
+  // Each container's __getitem__ and __len__ (its index check reads len(self)).
+  struct Methods {
+    PyObject* getitem = nullptr;
+    PyObject* len = nullptr;
+  };
+  static PyObject* const getitem_name = PyUnicode_InternFromString("__getitem__");
+  static PyObject* const len_name = PyUnicode_InternFromString("__len__");
+  static const std::array<Methods, 3> methods = [] {
+    std::array<Methods, 3> m{};
+    PyObject* nn = PyImport_ImportModule("torch.nn");
+    if (nn == nullptr) {
+      PyErr_Clear();
+      return m;
+    }
+    const char* names[] = {"Sequential", "ModuleList", "ModuleDict"};
+    for (size_t i = 0; i < m.size(); ++i) {
+      PyObject* type = PyObject_GetAttrString(nn, names[i]);
+      if (type != nullptr && PyType_Check(type)) {
+        auto* t = reinterpret_cast<PyTypeObject*>(type);
+        // Borrowed from the type, which the process keeps (torch.nn stays imported).
+        m[i] = {_PyType_Lookup(t, getitem_name), _PyType_Lookup(t, len_name)};
+      }
+      PyErr_Clear();
+      Py_XDECREF(type);
+    }
+    Py_DECREF(nn);
+    return m;
+  }();
+  PyObject* getitem = _PyType_Lookup(Py_TYPE(obj), getitem_name);  // borrowed, or null
+  if (getitem == nullptr) return Container::None;
+  for (size_t i = 0; i < methods.size(); ++i) {
+    if (getitem == methods[i].getitem && _PyType_Lookup(Py_TYPE(obj), len_name) == methods[i].len) {
+      return static_cast<Container>(i + 1);
+    }
+  }
+  return Container::None;
+}
+
+/// `obj`'s `_modules` dict (new reference), or null (no error set) where it has none.
+PyObject* modules_dict(PyObject* obj) {
+  static PyObject* const key = PyUnicode_InternFromString("_modules");
+  PyObject* dict = PyObject_GenericGetDict(obj, nullptr);
+  if (dict == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  PyObject* m = PyDict_GetItemWithError(dict, key);  // borrowed
+  Py_XINCREF(m);
+  Py_DECREF(dict);
+  if (m != nullptr && PyDict_Check(m)) return m;
+  PyErr_Clear();
+  Py_XDECREF(m);
+  return nullptr;
+}
+
+/// The values of the last Sequential whose item was read (Note [Items of torch's module
+/// containers]).
+struct SequentialValues {
+  nb::object modules;  ///< the `_modules` dict they were listed from
+  nb::object values;   ///< a list
+  void clear() {
+    modules.reset();
+    values.reset();
+  }
+};
+
+/// obj[key] for torch's module containers, as their __getitem__ gives it (new reference); null
+/// with no error set where it does not apply (then __getitem__ is called).
+PyObject* container_item(PyObject* obj, PyObject* key, SequentialValues& cache) {
+  const Container kind = container_of(obj);
+  if (kind == Container::None) return nullptr;
+  const bool int_key = PyLong_CheckExact(key);
+  if ((kind == Container::ModuleDict) == int_key) return nullptr;  // a slice, or another key
+  if (kind == Container::ModuleDict && !PyUnicode_CheckExact(key)) return nullptr;
+  nb::object modules = nb::steal(modules_dict(obj));
+  if (!modules.is_valid()) return nullptr;
+  PyObject* v = nullptr;
+  if (kind == Container::ModuleDict) {
+    v = PyDict_GetItemWithError(modules.ptr(), key);
+  } else {
+    Py_ssize_t i = PyLong_AsSsize_t(key);
+    if (i == -1 && PyErr_Occurred()) {
+      PyErr_Clear();
+      return nullptr;
+    }
+    const Py_ssize_t n = PyDict_Size(modules.ptr());
+    if (i < -n || i >= n) return nullptr;  // __getitem__ raises its IndexError
+    if (i < 0) i += n;
+    if (kind == Container::ModuleList) {
+      nb::object name = nb::steal(PyUnicode_FromFormat("%zd", i));
+      if (!name.is_valid()) {
+        PyErr_Clear();
+        return nullptr;
+      }
+      v = PyDict_GetItemWithError(modules.ptr(), name.ptr());
+    } else {
+      if (!cache.modules.is(modules)) {
+        cache.values = nb::steal(PyDict_Values(modules.ptr()));
+        cache.modules = cache.values.is_valid() ? modules : nb::object();
+      }
+      if (cache.values.is_valid() && i < PyList_GET_SIZE(cache.values.ptr())) {
+        v = PyList_GET_ITEM(cache.values.ptr(), i);
+      }
+    }
+  }
+  if (v == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  Py_INCREF(v);
+  return v;
 }
 
 }  // namespace
@@ -196,9 +324,16 @@ std::string SourceTable::name(int id) const {
 
 int SourceTable::evaluate(const FrameView& f, std::vector<nb::object>& out) const {
   out.resize(nodes_.size());
+  SequentialValues sequential;
   for (size_t i = 0; i < nodes_.size(); ++i) {
     const Source& s = nodes_[i];
     PyObject* v = nullptr;
+    // Only items of containers and dict lookups run no Python code that could change a
+    // Sequential's modules.
+    if (s.kind != SourceKind::Item && s.kind != SourceKind::ModuleMember &&
+        s.kind != SourceKind::Local && s.kind != SourceKind::Const) {
+      sequential.clear();
+    }
     switch (s.kind) {
       case SourceKind::Local:
         v = f.value(s.index);
@@ -214,9 +349,15 @@ int SourceTable::evaluate(const FrameView& f, std::vector<nb::object>& out) cons
       case SourceKind::Attr:
         v = PyObject_GetAttr(out[static_cast<size_t>(s.parent)].ptr(), s.key.ptr());
         break;
-      case SourceKind::Item:
-        v = PyObject_GetItem(out[static_cast<size_t>(s.parent)].ptr(), s.key.ptr());
+      case SourceKind::Item: {
+        PyObject* parent = out[static_cast<size_t>(s.parent)].ptr();
+        v = container_item(parent, s.key.ptr(), sequential);
+        if (v == nullptr) {
+          sequential.clear();
+          v = PyObject_GetItem(parent, s.key.ptr());
+        }
         break;
+      }
       case SourceKind::ItemOf: {
         PyObject* d = out[static_cast<size_t>(s.parent)].ptr();
         PyObject* key = out[static_cast<size_t>(s.index)].ptr();

@@ -491,6 +491,49 @@ def test_container_subclass_with_own_iter_is_not_indexed():
         torch.testing.assert_close(out, m(torch.ones(2, 4)))
 
 
+class _Indexed(nn.Module):
+    """Reads its containers by index and key: a ModuleList from the end, a ModuleDict by name."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(4, 4) for _ in range(3)])
+        self.heads = nn.ModuleDict({"x": nn.Linear(4, 4), "y": nn.Linear(4, 4)})
+
+    def forward(self, x):
+        x = self.layers[-1](self.layers[0](x))
+        return self.heads["y"](x) - self.heads["x"](x)
+
+
+def test_items_of_module_containers_are_what_the_next_call_reads():
+    """Note [Items of torch's module containers] (capture/guards/source.cpp): a container's items
+    are read from its `_modules` as its own __getitem__ reads them, on every call: a Sequential
+    by position (whatever its keys), a ModuleList by str(index), a ModuleDict by key. A module
+    replaced, or the Sequential's order changed under other names, is what the next call uses."""
+    from collections import OrderedDict
+
+    seq = nn.Sequential(OrderedDict([("b", nn.Linear(4, 4)), ("r", nn.ReLU()),
+                                     ("a", nn.Linear(4, 4))])).eval()
+    cs = ember.compile(seq)
+    ind = _Indexed().eval()
+    ci = ember.compile(ind)
+    x = r(2, 4)
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(cs(x), seq(x))
+            torch.testing.assert_close(ci(x), ind(x))
+        seq[2] = nn.Linear(4, 4)  # the same type at that position: the same guards pass
+        torch.testing.assert_close(cs(x), seq(x))
+        for key in ("b", "r"):  # to the end: positions 0 and 1 hold the two Linears now
+            seq._modules[key] = seq._modules.pop(key)
+        assert [type(m) for m in seq] == [nn.Linear, nn.Linear, nn.ReLU]
+        torch.testing.assert_close(cs(x), seq(x))
+        ind.layers[2] = nn.Linear(4, 4)
+        ind.heads["y"] = nn.Linear(4, 4)
+        torch.testing.assert_close(ci(x), ind(x))
+        del ind.layers[0]  # what was layers[1] is layers[0] now, under the key "0"
+        torch.testing.assert_close(ci(x), ind(x))
+
+
 def _checked_call(func):
     """A decorator whose wrapper closes over the function (like torch_geometric's
     disable_dynamic_shapes on Aggregation.__call__)."""
