@@ -291,7 +291,8 @@ void bind_runtime(nb::module_& m) {
         }
         return out;
       },
-      "Host time per kind of executor step (kernel, extern, matmul, view) and per run, summed "
+      "Host time per kind of executor step (kernel, extern, matmul, view), per run and per guard "
+      "check of an ember.compile frame (guards), summed "
       "over the runs of graphs compiled with debug.host_step_times (EMBER_HOST_STEP_TIMES=1) "
       "since the last reset: {kind: {count, seconds}} (runtime/host_times.h).");
   m.def("reset_host_step_times", &runtime::reset_host_step_times,

@@ -16,8 +16,8 @@ Totals& totals() {
   return t;
 }
 
-constexpr std::array<const char*, kNumHostSteps> kNames = {"kernel", "extern", "matmul", "view",
-                                                           "run"};
+constexpr std::array<const char*, kNumHostSteps> kNames = {"kernel", "extern", "matmul",
+                                                           "view",   "run",    "guards"};
 
 thread_local int runs_in_progress = 0;
 

@@ -13,6 +13,8 @@
 ///   view     a view made from its root's storage
 ///   run      Executor::run as a whole: the steps, and what surrounds them (the environment, the
 ///            arena, mutations written back, outputs)
+///   guards   a compiled frame's check before its call under ember.compile: reading its guards'
+///            sources and checking them (capture/compile/compiled_frame.h), outside the run
 #pragma once
 
 #include <array>
@@ -23,8 +25,8 @@
 
 namespace ember::runtime {
 
-enum class HostStep : int { Kernel = 0, Extern, Matmul, View, Run };
-constexpr int kNumHostSteps = 5;
+enum class HostStep : int { Kernel = 0, Extern, Matmul, View, Run, Guards };
+constexpr int kNumHostSteps = 6;
 
 /// Adds one step of `kind` that took `nanos` of host time.
 void record_host_step(HostStep kind, int64_t nanos);

@@ -604,6 +604,7 @@ CompileResult CaptureCompiler::compile_once(const FrameView& f) {
           a->sources, a->guards, a->interp->input_sources(), std::move(runner), std::move(output));
       entry->set_stores(std::move(stores));
       entry->prime(f);
+      entry->set_time_guards(options_.executor.compile.debug.host_step_times);
       result.entry = std::move(entry);
     } else {
       const StopState& state = a->interp->stop_state();

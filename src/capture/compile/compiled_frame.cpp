@@ -2,6 +2,7 @@
 
 #include <torch/csrc/autograd/python_variable.h>
 
+#include "runtime/host_times.h"
 #include "support/error.h"
 
 namespace nb = nanobind;
@@ -20,6 +21,7 @@ CompiledFrame::CompiledFrame(SourceTable sources, GuardSet guards, std::vector<i
       output_(std::move(output)) {}
 
 int CompiledFrame::check(const FrameView& f) {
+  runtime::HostStepClock clock(time_guards_, runtime::HostStep::Guards);
   checked_ = nullptr;
   if (values_ == nullptr) values_ = new std::vector<nb::object>();
   std::vector<nb::object>& values = *values_;

@@ -33,6 +33,9 @@ class CompiledFrame final : public CacheEntry {
   void prime(const FrameView& f) { check(f); }
   /// Attribute stores to replay after the graph (side_effects.h).
   void set_stores(std::vector<AttrStore> stores) { stores_ = std::move(stores); }
+  /// Each check() adds its host time to the process totals (runtime/host_times.h, "guards"):
+  /// under debug.host_step_times.
+  void set_time_guards(bool on) { time_guards_ = on; }
 
   const SourceTable& sources() const { return sources_; }
   const GuardSet& guards() const { return guards_; }
@@ -45,6 +48,7 @@ class CompiledFrame final : public CacheEntry {
   std::unique_ptr<GraphRunner> runner_;
   OutputTemplate output_;
   std::vector<AttrStore> stores_;
+  bool time_guards_ = false;
   /// The source values of the last check() on this thread, reused by the run() that follows.
   /// (Allocated per thread and never freed: no Python object is released at thread exit.)
   static thread_local std::vector<nanobind::object>* values_;

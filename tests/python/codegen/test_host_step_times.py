@@ -32,7 +32,8 @@ def test_each_step_of_each_run_is_counted_under_its_kind():
     for _ in range(3):
         torch.testing.assert_close(compiled(x, w)[0], f(x, w))
     t = C.host_step_times()
-    assert set(t) == {"kernel", "extern", "matmul", "view", "run"}, t
+    assert set(t) == {"kernel", "extern", "matmul", "view", "run", "guards"}, t
+    assert t["guards"]["count"] == 0  # a graph compiled alone has no guards
     assert t["run"]["count"] == 3
     assert t["kernel"]["count"] == 3 * compiled.num_kernels, (t, compiled.describe_steps())
     steps = sum(t[k]["count"] for k in ("kernel", "extern", "matmul", "view"))
@@ -43,6 +44,23 @@ def test_each_step_of_each_run_is_counted_under_its_kind():
         <= t["run"]["seconds"]
     C.reset_host_step_times()
     assert all(v["count"] == 0 and v["seconds"] == 0 for v in C.host_step_times().values())
+
+
+def test_ember_compile_counts_its_guard_checks_outside_the_runs(monkeypatch):
+    """Under ember.compile each call's guard check (its sources read, its guards checked) is
+    counted as "guards", apart from the graph's run."""
+    monkeypatch.setenv("EMBER_HOST_STEP_TIMES", "1")
+    model = torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(4)])
+    compiled = ember.compile(model)
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        compiled(x)  # compiles
+        C.reset_host_step_times()
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), model(x))
+    t = C.host_step_times()
+    assert t["guards"]["count"] == 3 and t["run"]["count"] == 3, t
+    assert t["guards"]["seconds"] > 0, t
 
 
 def test_a_graph_compiled_without_it_adds_nothing():
