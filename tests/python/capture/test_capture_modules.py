@@ -534,6 +534,48 @@ def test_items_of_module_containers_are_what_the_next_call_reads():
         torch.testing.assert_close(ci(x), ind(x))
 
 
+class _Probes(nn.Module):
+    """Asks hasattr of itself: a plain attribute, a property that raises AttributeError, a
+    submodule, and a name a buffer may take later."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+
+    @property
+    def broken(self):
+        raise AttributeError("raised inside the property")
+
+    def forward(self, x):
+        y = self.lin(x)
+        if hasattr(self, "scale"):
+            y = y * self.scale
+        if hasattr(self, "broken"):
+            y = y + 1
+        if hasattr(self, "lin"):
+            y = y - 1
+        return y
+
+
+def test_hasattr_of_a_module_follows_what_getattr_finds():
+    """Note [hasattr of a module] (capture/guards/source.cpp): a module's hasattr guard is answered
+    as object.__getattribute__ and nn.Module.__getattr__ answer it (a property raising
+    AttributeError is missing; parameters, buffers and submodules are there), without raising:
+    an attribute set, deleted or registered as a buffer later is seen by the next call."""
+    m = _Probes().eval()
+    cm = ember.compile(m)
+    x = r(2, 4)
+    with torch.no_grad():
+        for _ in range(2):
+            torch.testing.assert_close(cm(x), m(x))
+        m.scale = 2.0
+        torch.testing.assert_close(cm(x), m(x))
+        del m.scale
+        torch.testing.assert_close(cm(x), m(x))
+        m.register_buffer("scale", torch.full((4,), 3.0))
+        torch.testing.assert_close(cm(x), m(x))
+
+
 def _checked_call(func):
     """A decorator whose wrapper closes over the function (like torch_geometric's
     disable_dynamic_shapes on Aggregation.__call__)."""
