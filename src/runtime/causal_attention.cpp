@@ -299,6 +299,27 @@ class MaskProver {
       if (everywhere(a)) return b;
       return std::nullopt;
     }
+    if ((kind == OpKind::zeros || kind == OpKind::new_zeros || kind == OpKind::zeros_like) &&
+        out.dtype != graph::DType::Bool && (integral || graph::is_floating(out.dtype))) {
+      return IndexAffine{false, std::vector<int64_t>(rank, 0), 0};
+    }
+    if (kind == OpKind::masked_fill && graph::is_floating(out.dtype)) {
+      // The additive mask: zeros filled with -inf (or the dtype's lowest value) where blocked,
+      // the same mask to attention as not(blocked).
+      const graph::Arg* mask = arg("mask");
+      const auto* m = mask ? std::get_if<graph::ValueRef>(mask) : nullptr;
+      const std::optional<IndexAffine> x = self();
+      const std::optional<double> v = arg("value") ? scalar(*arg("value")) : std::nullopt;
+      if (!m || !values_[m->id] || !values_[m->id]->is_bool || values_[m->id]->padded_dim >= 0 ||
+          !x || x->is_bool || !is_constant(*x) || x->c != 0 || !v.has_value() ||
+          !blocks(*v, out.dtype)) {
+        return std::nullopt;
+      }
+      IndexAffine p = broadcast_to(*values_[m->id], type(m->id).sizes, rank);
+      for (int64_t& k : p.coef) k = -k;  // not (diff >= 0): -diff - 1 >= 0
+      p.c = -p.c - 1;
+      return p;
+    }
     if (op.is(OpKind::where, "self") && graph::is_floating(out.dtype)) {
       // transformers' float mask: where(allowed, 0, -inf) (or the dtype's lowest value), the
       // same mask to attention as the predicate; where(blocked, -inf, 0) its negation.
@@ -544,9 +565,12 @@ int causal_attention(tracer::TracedGraph& traced) {
     const graph::Node& n = g.nodes[ni];
     return std::get<graph::ValueRef>(n.args[arg_index(g.op_of(n), mask_arg_name(g.op_of(n)))]).id;
   };
+  // A mask the prover reads as causal at every size is causal at the trace's too: it is not run
+  // (on a GPU, running it loads ATen's kernels for its ops, most of a warm start's pass time).
   std::vector<ValueId> masks;
   for (int32_t ni : candidates) {
-    if (computable[mask_of(ni)]) masks.push_back(mask_of(ni));
+    const ValueId mv = mask_of(ni);
+    if (computable[mv] && !prover.causal(mv)) masks.push_back(mv);
   }
   const std::vector<bool> needed = graph::nodes_needed_by(g, masks);
   c10::impl::ExcludeDispatchKeyGuard no_autograd(c10::autograd_dispatch_keyset);
@@ -582,8 +606,9 @@ int causal_attention(tracer::TracedGraph& traced) {
         !(ms[ms.size() - 2] == qs[qs.size() - 2])) {
       continue;
     }
-    // A mask computed from no input is read by value when it was evaluated (static sizes); over
-    // shape symbols it is not (OPT's padding mask of ones): proved instead.
+    // A mask is read by value when it was evaluated (computed from no input, at static sizes,
+    // and not proved causal); otherwise by the prover (over shape symbols: OPT's padding mask of
+    // ones).
     const bool by_value = computable[mv] && env[mv].defined();
     if (by_value ? !is_causal_mask(env[mv]) : !prover.causal(mv)) continue;
     n.args[mi] = graph::NoneArg{};

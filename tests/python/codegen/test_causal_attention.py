@@ -271,3 +271,19 @@ def test_ops_with_a_number_as_self_beside_a_mask():
             slopes[None, :, None, None]
 
     assert compiled(f, qkv()).num_causal_attention == 1
+
+
+def test_a_mask_the_prover_reads_is_not_run_at_compile_time():
+    # transformers' masks (positions compared, and'ed with padding of ones; the additive form) are
+    # proved causal: compiling runs none of their ops (on a GPU each would load an ATen kernel).
+    for fn in (bool_causal, float_causal):
+        args = qkv()
+        traced = ember.trace(fn, args)
+        with torch.no_grad(), torch.profiler.profile() as prof:
+            c = C.CompiledGraph(traced)
+        ran = {e.name for e in prof.events()}
+        assert c.num_causal_attention == 1, fn.__name__
+        assert not ran & {"aten::arange", "aten::le", "aten::gt", "aten::masked_fill", "aten::ones"}, (
+            fn.__name__, sorted(ran))
+        with torch.no_grad():
+            torch.testing.assert_close(c(*args)[0], fn(*args), atol=1e-5, rtol=1e-5)
