@@ -251,7 +251,7 @@ def _training_dynamic(gm: torch.fx.GraphModule, traced: Callable, example_inputs
                                           options=options, dynamic=dynamic)
         compiled = _C.CompiledFunction(
             graph, sig["num_primals"], sig["num_forward_outputs"], sig["tangent_outputs"],
-            sig["grad_inputs"], options=options)
+            sig["grad_inputs"], options=options, rebased_inputs=sig["rebased_inputs"])
         compiled.set_eager_backward(_eager_backward(traced, sig))
         return graph, rebuild, compiled
 
@@ -440,7 +440,7 @@ def _training(gm: torch.fx.GraphModule, fn: Callable, example_inputs: Sequence[t
                                           options=options)
         compiled = _C.CompiledFunction(
             graph, sig["num_primals"], sig["num_forward_outputs"], sig["tangent_outputs"],
-            sig["grad_inputs"], options=options)
+            sig["grad_inputs"], options=options, rebased_inputs=sig["rebased_inputs"])
         compiled.set_eager_backward(_eager_backward(fn, sig))
         return graph, rebuild, compiled
 

@@ -121,9 +121,11 @@ def trace_joint(fn: Callable, example_inputs: Sequence[torch.Tensor], requires_g
     `torch.autograd.grad(outputs, those inputs, tangents)` records the backward ops. Returns
     (graph, rebuild, signature): the joint graph's non-constant inputs are the example inputs,
     then one tangent per differentiable output (floating and requiring grad); its outputs are
-    fn's, then one gradient per input in `signature["grad_inputs"]` (inputs that the outputs do
-    not reach get none). `signature` holds num_primals, num_forward_outputs, tangent_outputs and
-    grad_inputs, as _C.CompiledFunction takes them. `device` ("cuda:0") traces as if the inputs
+    fn's, then the new values of the inputs fn modified in place under grad mode (their indices
+    in `signature["rebased_inputs"]`), then one gradient per input in `signature["grad_inputs"]`
+    (inputs that the outputs do not reach get none). `signature` holds num_primals,
+    num_forward_outputs, tangent_outputs, grad_inputs and rebased_inputs, as
+    _C.CompiledFunction takes them (it returns fn's outputs only). `device` ("cuda:0") traces as if the inputs
     were on that device, as `trace` does (Note [Tracing for a device this torch lacks]); pass
     the result to `_C.split_training_graph`, then each side to `_C.triton_plan`. `dynamic`: per
     input, its dims that are shape symbols and their symbol keys, as `trace_with_structure` takes
@@ -138,14 +140,22 @@ def trace_joint(fn: Callable, example_inputs: Sequence[torch.Tensor], requires_g
     symbolic = any(dims for dims, _ in dynamic)
     tracer_inputs = [session.add_input(x, k, n, device, dims, keys)
                      for x, k, n, (dims, keys) in zip(example_inputs, kinds, names, dynamic)]
+    # Inputs that require grad: parameters are autograd leaves; any other input may stand for a
+    # tensor autograd computed (an activation from the graph before), which the program may
+    # modify in place (Note [Traced inputs modified in place], tracer/grad_inputs.h; a leaf the
+    # program modifies raises at the call, before anything changes, as in eager).
+    grad_inputs = _C.GradInputs()
+    wanted = [i for i, r in enumerate(requires_grad) if r]
     try:
         with torch.enable_grad():
-            for t, r in zip(tracer_inputs, requires_grad):
-                if r:
-                    t.requires_grad_(True)
+            for i in wanted:
+                grad_inputs.add(tracer_inputs[i], kinds[i] == "parameter")
             with session:
                 out = fn(*tracer_inputs)
                 tensors, rebuild = _flatten_outputs(out)
+            # Their values after the program: outputs too (their tangents' gradients flow back).
+            rebased = [wanted[k] for k in grad_inputs.modified_in_place()]
+            tensors = tensors + [tracer_inputs[i] for i in rebased]
             differentiable = [i for i, t in enumerate(tensors)
                               if t.requires_grad and (t.is_floating_point() or t.is_complex())]
             # Tangents are inputs like the others: real tensors stand for their metadata.
@@ -157,17 +167,14 @@ def trace_joint(fn: Callable, example_inputs: Sequence[torch.Tensor], requires_g
                                                           device="cpu" if device else tensors[i].device),
                                               "user", f"tangent{i}", device)
                             for i in differentiable]
-            wanted = [i for i, r in enumerate(requires_grad) if r]
             with session:
                 outs = [tensors[i] for i in differentiable]
-                ins = [tracer_inputs[i] for i in wanted]
                 if not differentiable:
                     grads = []
-                elif device is not None and not _device_available(device):
-                    # Note [A backward without autograd's engine]
-                    grads = _C.walk_backward(outs, tangents, ins)
                 else:
-                    grads = torch.autograd.grad(outs, ins, tangents, allow_unused=True)
+                    # Note [A backward without autograd's engine] where the device is absent
+                    walk = device is not None and not _device_available(device)
+                    grads = grad_inputs.gradients(outs, tangents, walk)
                 kept = [(i, g) for i, g in zip(wanted, grads) if g is not None]
                 graph = session.finish(tensors + [g for _, g in kept])
     except Exception as e:
@@ -178,5 +185,6 @@ def trace_joint(fn: Callable, example_inputs: Sequence[torch.Tensor], requires_g
                 "tracing sees shapes and dtypes only") from e
         raise
     signature = {"num_primals": len(example_inputs), "num_forward_outputs": len(tensors),
-                 "tangent_outputs": differentiable, "grad_inputs": [i for i, _ in kept]}
+                 "tangent_outputs": differentiable, "grad_inputs": [i for i, _ in kept],
+                 "rebased_inputs": rebased}
     return graph, rebuild, signature

@@ -61,12 +61,13 @@ bool narrow_cast(const Graph& g, const Node& n) {
 // primals and the nodes that may not be recomputed, every data dependency is an uncuttable edge,
 // and each value the backward reads feeds the sink. A minimum cut is the cheapest set of values
 // to save: the forward values past it are recomputed in the backward. Returns the forward nodes
-// to recompute (nodes whose values are in `banned` are never recomputed).
+// to recompute (nodes whose values are in `banned` are never recomputed; values in `pinned` are
+// neither recomputed nor saved).
 std::vector<bool> min_cut_recompute(
     const Graph& g, const std::vector<bool>& forward_side, const std::vector<bool>& forward,
     const std::function<bool(const Graph&, const Node&)>& recomputable,
     const std::vector<bool>& required, const std::vector<bool>& backward,
-    const std::vector<bool>& banned) {
+    const std::vector<bool>& banned, const std::vector<bool>& pinned) {
   const int num_values = static_cast<int>(g.values.size());
   const int source = 2 * num_values, sink = source + 1;
   FlowNetwork net(sink + 1);
@@ -74,9 +75,9 @@ std::vector<bool> min_cut_recompute(
   auto out = [](ValueId v) { return 2 * v + 1; };
   for (ValueId v = 0; v < num_values; ++v) {
     if (!forward_side[v]) continue;
-    net.add_edge(in(v), out(v), value_bytes(g, v));
+    net.add_edge(in(v), out(v), pinned[v] ? FlowNetwork::kInfinite : value_bytes(g, v));
     const int32_t p = g.values[v].node;
-    if (p < 0 || banned[v] || !recomputable(g, g.nodes[p])) {
+    if (p < 0 || banned[v] || pinned[v] || !recomputable(g, g.nodes[p])) {
       net.add_edge(source, in(v), FlowNetwork::kInfinite);
     }
     if (p >= 0) {
@@ -180,6 +181,27 @@ std::vector<bool> materialized_in_backward(const Graph& g, const std::vector<boo
   return out;
 }
 
+// Note [Inputs the forward modifies stay in the forward]
+// The forward applies the graph's input mutations when it ends (BatchNorm's running statistics,
+// an activation the program modified in place: Note [Traced inputs modified in place] in
+// tracer/grad_inputs.h), so in the backward such an input holds its new value. Its old value, or
+// a view of it, may then be neither saved (the saved tensor is the input, or aliases it) nor read
+// by a recompute: the min cut places its cut past them (the values the forward computes from
+// them are saved or recomputed from what is). The backward's own nodes never read them: they
+// read what autograd saved, and eager's version counter forbids saving a tensor that is then
+// modified in place.
+std::vector<bool> modified_inputs_and_views(const Graph& g) {
+  std::vector<bool> out(g.values.size(), false);
+  for (const Mutation& m : g.mutations) out[m.input] = true;
+  for (const Node& n : g.nodes) {
+    if (!is_view_op(g.op_of(n).kind)) continue;
+    const std::vector<ValueId> reads = tensor_reads(n);
+    if (reads.empty() || !out[reads[0]]) continue;
+    for (ValueId o : n.outputs) out[o] = true;
+  }
+  return out;
+}
+
 // Marks in `backward` the forward nodes to recompute: min_cut_recompute, with values banned from
 // recompute until no recompute reads too much (Note [Recompute reads few large tensors]).
 void recompute_by_min_cut(const Graph& g, const std::vector<bool>& forward_side,
@@ -187,7 +209,10 @@ void recompute_by_min_cut(const Graph& g, const std::vector<bool>& forward_side,
                           std::vector<bool>& backward) {
   const auto& recomputable = options.recomputable;
   const int num_values = static_cast<int>(g.values.size());
-  // What the backward's own nodes and the gradients read of the forward side.
+  // Note [Inputs the forward modifies stay in the forward]
+  const std::vector<bool> pinned = modified_inputs_and_views(g);
+  // What the backward's own nodes and the gradients read of the forward side (a program output
+  // that is an input the forward modifies is the input itself, not read by the backward).
   std::vector<bool> required(num_values, false);
   for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
     if (!backward[ni]) continue;
@@ -195,13 +220,18 @@ void recompute_by_min_cut(const Graph& g, const std::vector<bool>& forward_side,
   }
   for (ValueId v : g.outputs) {
     const int32_t p = g.values[v].node;
-    if (forward_side[v] && (p < 0 || !forward[p])) required[v] = true;
+    if (forward_side[v] && (p < 0 || !forward[p]) && !pinned[v]) required[v] = true;
   }
   std::vector<bool> banned = materialized_in_backward(g, forward_side, backward, options);
+  for (ValueId v = 0; v < num_values; ++v) {
+    EMBER_UNSUPPORTED(!(pinned[v] && required[v]))
+        << "the backward reads %" << v << ", an input the forward modifies in place (or a view "
+        << "of one)";
+  }
   std::vector<bool> recompute;
   for (int round = 0;; ++round) {
-    recompute =
-        min_cut_recompute(g, forward_side, forward, recomputable, required, backward, banned);
+    recompute = min_cut_recompute(g, forward_side, forward, recomputable, required, backward,
+                                  banned, pinned);
     const std::vector<ValueId> over =
         round < kMaxBanRounds ? over_read(g, recompute) : std::vector<ValueId>{};
     if (over.empty()) break;
@@ -282,6 +312,19 @@ JointSplit split_joint(const Graph& g, const std::vector<bool>& is_tangent, int 
       forward_side[v] = from[v] == From::Primal || from[v] == From::Forward;
     }
     recompute_by_min_cut(g, forward_side, forward, options, backward);
+  }
+
+  {  // Note [Inputs the forward modifies stay in the forward]
+    const std::vector<bool> pinned = modified_inputs_and_views(g);
+    for (size_t ni = 0; ni < g.nodes.size(); ++ni) {
+      if (!backward[ni]) continue;
+      for (ValueId r : tensor_reads(g.nodes[ni])) {
+        const int32_t p = g.values[r].node;
+        EMBER_UNSUPPORTED(!pinned[r] || (p >= 0 && backward[p]))
+            << "the backward reads %" << r << ", an input the forward modifies in place (or a "
+            << "view of one)";
+      }
+    }
   }
 
   // What the backward reads of the forward side, in order of first read.

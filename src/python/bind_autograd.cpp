@@ -24,7 +24,8 @@ void bind_autograd(nb::module_& m) {
   m.def(
       "split_training_graph",
       [](const tracer::TracedGraph& joint, int num_primals, int num_forward_outputs,
-         std::vector<int> tangent_outputs, std::vector<int> grad_inputs, nb::handle options) {
+         std::vector<int> tangent_outputs, std::vector<int> grad_inputs, nb::handle options,
+         const std::vector<int>& /*rebased_inputs: the split does not read them*/) {
         runtime::TrainingGraphs g = runtime::split_training_graph(
             joint,
             runtime::joint_signature(joint.graph, num_primals, num_forward_outputs,
@@ -34,6 +35,7 @@ void bind_autograd(nb::module_& m) {
       },
       nb::arg("joint"), nb::arg("num_primals"), nb::arg("num_forward_outputs"),
       nb::arg("tangent_outputs"), nb::arg("grad_inputs"), nb::arg("options").none() = nb::none(),
+      nb::arg("rebased_inputs") = std::vector<int>{},
       "(forward, backward, saved bytes): `joint` split as CompiledFunction splits it, nothing "
       "compiled (so a joint traced for cuda:0 works without a GPU: pass each to triton_plan).");
   nb::class_<CompiledFunction>(
@@ -47,10 +49,11 @@ void bind_autograd(nb::module_& m) {
              int num_forward_outputs, std::vector<int> tangent_outputs,
              std::vector<int> grad_inputs, std::optional<bool> codegen,
              std::optional<bool> reductions, std::optional<bool> reduction_fusion,
-             nb::handle options) {
+             nb::handle options, std::vector<int> rebased_inputs) {
             runtime::JointSignature sig =
                 runtime::joint_signature(joint.graph, num_primals, num_forward_outputs,
                                          std::move(tangent_outputs), std::move(grad_inputs));
+            sig.rebased_inputs = std::move(rebased_inputs);
             runtime::ExecutorOptions o{.compile = compile_options_from(options)};
             if (codegen.has_value()) o.compile.sched.codegen = *codegen;
             if (reductions.has_value()) o.compile.sched.reductions = *reductions;
@@ -61,8 +64,10 @@ void bind_autograd(nb::module_& m) {
           nb::arg("tangent_outputs"), nb::arg("grad_inputs"),
           nb::arg("codegen").none() = nb::none(), nb::arg("reductions").none() = nb::none(),
           nb::arg("reduction_fusion").none() = nb::none(), nb::arg("options").none() = nb::none(),
+          nb::arg("rebased_inputs") = std::vector<int>{},
           "Splits `joint` (ember.tracing.trace_joint) into a forward and a backward graph and "
-          "compiles both.")
+          "compiles both. `rebased_inputs`: per forward output after the program's (the last "
+          "ones), the input it is the new value of (modified in place; JointSignature).")
       .def("__call__", [](const CompiledFunction& f,
                           nb::args args) { return tensor_tuple(f.run(tensor_args(args))); })
       .def("size_guards_hold", &CompiledFunction::size_guards_hold, nb::arg("inputs"),

@@ -12,6 +12,7 @@
 #include "support/error.h"
 #include "tracer/backward_walk.h"
 #include "tracer/dispatch.h"
+#include "tracer/grad_inputs.h"
 #include "tracer/meta_cache.h"
 #include "tracer/trace_session.h"
 
@@ -59,6 +60,27 @@ void bind_tracer(nb::module_& m) {
         "torch.autograd.grad(outputs, inputs, tangents, allow_unused=True) without autograd's "
         "engine (Note [A backward without autograd's engine]): for tracing on a device this "
         "torch lacks. Undefined tensors (None) where no output reaches an input.");
+  nb::class_<tracer::GradInputs>(
+      m, "GradInputs",
+      "The traced inputs that require grad in a joint trace (Note [Traced inputs modified in "
+      "place], tracer/grad_inputs.h).")
+      .def(nb::init<>())
+      .def("add", &tracer::GradInputs::add, nb::arg("tensor"), nb::arg("leaf"),
+           "Makes tracer tensor `tensor` require grad: a leaf of autograd's graph when `leaf`, "
+           "else a non-leaf the program may modify in place.")
+      .def("modified_in_place", &tracer::GradInputs::modified_in_place,
+           "Positions (in add order) of the inputs an in-place op changed under grad mode.")
+      .def(
+          "gradients",
+          [](const tracer::GradInputs& g, const std::vector<at::Tensor>& outputs,
+             const std::vector<at::Tensor>& tangents, bool walk) {
+            nb::gil_scoped_release no_gil;  // meta kernels written in Python take it
+            return g.gradients(outputs, tangents, walk);
+          },
+          nb::arg("outputs"), nb::arg("tangents"), nb::arg("walk") = false,
+          "torch.autograd.grad(outputs, inputs, tangents, allow_unused=True) at each input's "
+          "gradient edge from before the program (None where none arrives); `walk`: without "
+          "autograd's engine (walk_backward).");
   m.def(
       "rewrite_table",
       [] {

@@ -393,6 +393,16 @@ int CompiledFunction::num_saved() const {
 
 std::vector<at::Tensor> CompiledFunction::run(const std::vector<at::Tensor>& inputs) const {
   const State& s = *state_;
+  const std::vector<int>& rebased = s.signature.rebased_inputs;
+  const size_t num_program_outputs = s.num_forward_outputs - rebased.size();
+  if (at::GradMode::is_enabled()) {
+    // Traced as a non-leaf: eager raises before the in-place op changes anything.
+    for (int i : rebased) {
+      const at::Tensor& x = inputs.at(i);
+      TORCH_CHECK(!(x.is_leaf() && x.requires_grad()),
+                  "a leaf Variable that requires grad is being used in an in-place operation.");
+    }
+  }
   std::vector<int64_t> symbols;  // the backward takes the forward call's values
   std::vector<at::Tensor> all = s.forward->run_and_bind(inputs, &symbols);
   std::vector<at::Tensor> outputs(all.begin(), all.begin() + s.num_forward_outputs);
@@ -400,7 +410,10 @@ std::vector<at::Tensor> CompiledFunction::run(const std::vector<at::Tensor>& inp
   if (at::GradMode::is_enabled()) {
     for (int i : s.signature.grad_inputs) needs_grad = needs_grad || inputs.at(i).requires_grad();
   }
-  if (!needs_grad) return outputs;
+  if (!needs_grad) {
+    outputs.resize(num_program_outputs);
+    return outputs;
+  }
 
   NodePtr node = make_node<CompiledBackward>();
   auto* backward = static_cast<CompiledBackward*>(node.get());
@@ -441,7 +454,25 @@ std::vector<at::Tensor> CompiledFunction::run(const std::vector<at::Tensor>& inp
   for (int i : s.signature.grad_inputs) grad_inputs.push_back(inputs.at(i));
   node->set_next_edges(ag::collect_next_edges(grad_inputs));
   std::vector<const c10::TensorImpl*> attached;
+  std::vector<std::pair<at::Tensor, at::Tensor>> copied_views;  // (input, its new value)
   for (int o : s.signature.tangent_outputs) {
+    if (static_cast<size_t>(o) >= num_program_outputs) {
+      // An input modified in place: it takes this node as its history, its data already the
+      // forward's (Note [Traced inputs modified in place]). A view of another tensor cannot take
+      // a node of several gradients: its new value (an output) takes it, copied in below.
+      const at::Tensor& x = inputs.at(rebased.at(o - num_program_outputs));
+      backward->tangent_meta.push_back({x.sizes().vec(), x.options()});
+      if (x.is_view()) {
+        at::Tensor value = outputs.at(o);
+        if (value.is_alias_of(x)) value = value.clone();
+        ag::create_gradient_edge(value, node);
+        copied_views.emplace_back(x, value);
+      } else {
+        ag::impl::bump_version(x);  // what the program saved of it is out of date
+        ag::impl::rebase_history(x, ag::Edge(node, node->add_input_metadata(x)));
+      }
+      continue;
+    }
     at::Tensor& out = outputs.at(o);
     // An output that is an input or shares its memory (a view) would take this node as an
     // input's grad_fn, and one tensor returned twice can have one gradient edge: each runs as a
@@ -454,6 +485,11 @@ std::vector<at::Tensor> CompiledFunction::run(const std::vector<at::Tensor>& inp
     backward->tangent_meta.push_back({out.sizes().vec(), out.options()});
     ag::create_gradient_edge(out, node);
   }
+  for (auto& [x, value] : copied_views) {
+    at::AutoGradMode grad(true);
+    x.copy_(value);  // autograd rebases the view's base onto the value's history
+  }
+  outputs.resize(num_program_outputs);
   return outputs;
 }
 

@@ -41,6 +41,13 @@ struct JointSignature {
   /// Per gradient (the joint's outputs after the program's): the index, among the joint's
   /// non-constant, non-tangent inputs, of the input it is the gradient of.
   std::vector<int> grad_inputs;
+  /// Inputs the program modifies in place under grad mode (Note [Traced inputs modified in
+  /// place], tracer/grad_inputs.h): the last rebased_inputs.size() of the num_forward_outputs
+  /// are their new values (differentiable, with tangents); each entry is the index, as in
+  /// grad_inputs, of the input it is the new value of. CompiledFunction::run does not return
+  /// them: the input itself (its data written by the forward's mutation) takes the compiled
+  /// backward as its history, as an in-place op's result does.
+  std::vector<int> rebased_inputs;
 };
 
 /// The signature of a joint graph whose non-constant inputs are `num_primals` primals, then one

@@ -44,6 +44,15 @@ struct Later {  // the ready queue's order: the highest sequence number first
 std::vector<at::Tensor> walk_backward(const std::vector<at::Tensor>& outputs,
                                       const std::vector<at::Tensor>& tangents,
                                       const std::vector<at::Tensor>& inputs) {
+  std::vector<Edge> edges;
+  edges.reserve(inputs.size());
+  for (const at::Tensor& t : inputs) edges.push_back(torch::autograd::impl::gradient_edge(t));
+  return walk_backward_to(outputs, tangents, edges);
+}
+
+std::vector<at::Tensor> walk_backward_to(const std::vector<at::Tensor>& outputs,
+                                         const std::vector<at::Tensor>& tangents,
+                                         const std::vector<torch::autograd::Edge>& inputs) {
   if (outputs.size() != tangents.size()) {
     throw UserError("walk_backward: " + std::to_string(outputs.size()) + " outputs and " +
                     std::to_string(tangents.size()) + " tangents");
@@ -52,7 +61,7 @@ std::vector<at::Tensor> walk_backward(const std::vector<at::Tensor>& outputs,
   std::map<std::pair<const Node*, uint32_t>, std::vector<size_t>> targets;
   std::unordered_set<const Node*> target_nodes;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    const Edge e = torch::autograd::impl::gradient_edge(inputs[i]);
+    const Edge& e = inputs[i];
     if (!e.is_valid()) continue;
     targets[{e.function.get(), e.input_nr}].push_back(i);
     target_nodes.insert(e.function.get());

@@ -15,6 +15,7 @@
 // uses it; a real device uses the engine.
 
 #include <ATen/core/Tensor.h>
+#include <torch/csrc/autograd/edge.h>
 
 #include <vector>
 
@@ -27,5 +28,11 @@ namespace ember::tracer {
 std::vector<at::Tensor> walk_backward(const std::vector<at::Tensor>& outputs,
                                       const std::vector<at::Tensor>& tangents,
                                       const std::vector<at::Tensor>& inputs);
+
+/// The same, the gradients collected at `inputs` (gradient edges: where each input's gradient
+/// arrives, kept from before the program modified the input in place; tracer/grad_inputs.h).
+std::vector<at::Tensor> walk_backward_to(const std::vector<at::Tensor>& outputs,
+                                         const std::vector<at::Tensor>& tangents,
+                                         const std::vector<torch::autograd::Edge>& inputs);
 
 }  // namespace ember::tracer

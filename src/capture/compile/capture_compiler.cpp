@@ -165,7 +165,18 @@ std::unique_ptr<GraphRunner> finish_training(Attempt& a, const std::vector<at::T
       differentiable.push_back(static_cast<int>(i));
     }
   }
+  // Inputs the program modified in place under grad mode: their values after it are outputs
+  // too, with tangents (Note [Traced inputs modified in place], tracer/grad_inputs.h).
+  const tracer::GradInputs& grad = a.interp->grad_tracers();
+  std::vector<at::Tensor> all = tensors;
+  std::vector<int> rebased;
+  for (int k : grad.modified_in_place()) {
+    differentiable.push_back(static_cast<int>(all.size()));
+    all.push_back(grad.tensors()[static_cast<size_t>(k)]);
+    rebased.push_back(a.interp->grad_tracer_inputs()[static_cast<size_t>(k)]);
+  }
   if (differentiable.empty()) return nullptr;
+  const int num_forward_outputs = static_cast<int>(all.size());
   tracer::TraceSession& s = *a.session;
   std::vector<int> grad_inputs;
   tracer::TracedGraph joint;
@@ -174,25 +185,22 @@ std::unique_ptr<GraphRunner> finish_training(Attempt& a, const std::vector<at::T
     std::vector<at::Tensor> tangents;
     for (int i : differentiable) {
       // Contiguous, of the output's sizes (over the trace's symbols when they are symbolic).
-      tangents.push_back(s.add_input_like(tensors[static_cast<size_t>(i)], graph::InputKind::User,
+      tangents.push_back(s.add_input_like(all[static_cast<size_t>(i)], graph::InputKind::User,
                                           "tangent" + std::to_string(i)));
     }
     s.enter();
     std::vector<at::Tensor> outputs;
-    for (int i : differentiable) outputs.push_back(tensors[static_cast<size_t>(i)]);
-    const std::vector<at::Tensor>& leaves = a.interp->grad_leaves();
+    for (int i : differentiable) outputs.push_back(all[static_cast<size_t>(i)]);
     std::vector<at::Tensor> grads;
     {
       // The engine refuses to run under the GIL (meta kernels written in Python take it back).
       nb::gil_scoped_release no_gil;
-      grads = torch::autograd::grad(outputs, leaves, tangents, /*retain_graph=*/false,
-                                    /*create_graph=*/false, /*allow_unused=*/true);
+      grads = grad.gradients(outputs, tangents, /*walk=*/false);
     }
-    std::vector<at::Tensor> all = tensors;
     for (size_t k = 0; k < grads.size(); ++k) {
       if (!grads[k].defined()) continue;  // an input the outputs do not reach
       all.push_back(grads[k]);
-      grad_inputs.push_back(a.interp->grad_leaf_inputs()[k]);
+      grad_inputs.push_back(a.interp->grad_tracer_inputs()[k]);
     }
     joint = s.finish(all);
   } catch (...) {
@@ -210,8 +218,9 @@ std::unique_ptr<GraphRunner> finish_training(Attempt& a, const std::vector<at::T
   }
   // The primals are the interpreter's inputs; the tangents were added after them.
   runtime::JointSignature sig = runtime::joint_signature(
-      joint.graph, static_cast<int>(a.interp->input_sources().size()),
-      static_cast<int>(tensors.size()), std::move(differentiable), std::move(grad_inputs));
+      joint.graph, static_cast<int>(a.interp->input_sources().size()), num_forward_outputs,
+      std::move(differentiable), std::move(grad_inputs));
+  sig.rebased_inputs = std::move(rebased);
   return make_training_runner(std::move(joint), std::move(sig), options.executor);
 }
 
@@ -220,7 +229,7 @@ std::unique_ptr<GraphRunner> finish_training(Attempt& a, const std::vector<at::T
 /// inputs of this call of `f` as example inputs.
 std::unique_ptr<GraphRunner> finish(Attempt& a, const std::vector<at::Tensor>& tensors,
                                     const CaptureOptions& options, const FrameView& f) {
-  if (!a.interp->grad_leaves().empty()) {
+  if (!a.interp->grad_tracers().empty()) {
     EMBER_UNSUPPORTED(at::GradMode::is_enabled())
         << "a graph that ends under no_grad reads inputs that require grad (a graph break inside "
         << "a no_grad block of a training frame)";

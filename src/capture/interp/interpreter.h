@@ -39,6 +39,7 @@
 #include "capture/guards/source.h"
 #include "capture/hook/frame_hook.h"
 #include "support/error.h"
+#include "tracer/grad_inputs.h"
 #include "tracer/trace_session.h"
 
 namespace ember::capture {
@@ -200,8 +201,8 @@ class Interpreter {
   /// Graph inputs that require grad under grad mode (tracer tensors that autograd records on),
   /// and their positions among input_sources(): the joint graph differentiates the outputs
   /// with respect to them (capture_compiler.cpp).
-  const std::vector<at::Tensor>& grad_leaves() const { return grad_leaves_; }
-  const std::vector<int>& grad_leaf_inputs() const { return grad_leaf_inputs_; }
+  const tracer::GradInputs& grad_tracers() const { return grad_tracers_; }
+  const std::vector<int>& grad_tracer_inputs() const { return grad_tracer_inputs_; }
   /// Number of instructions interpreted and functions inlined (for logs).
   int64_t instructions() const { return instructions_; }
   int64_t inlined_calls() const { return inlined_calls_; }
@@ -603,8 +604,8 @@ class Interpreter {
   std::unordered_map<PyObject*, Reentry> reentries_;  ///< by the `__exit__` object
   bool grad_inputs_ = false;                          ///< a graph input requires grad
   bool entry_grad_ = true;                            ///< grad mode when the frame was entered
-  std::vector<at::Tensor> grad_leaves_;
-  std::vector<int> grad_leaf_inputs_;
+  tracer::GradInputs grad_tracers_;
+  std::vector<int> grad_tracer_inputs_;
   std::vector<Store> stores_;
   /// TypeMatch-guarded objects -> the sources they were read from.
   std::unordered_map<PyObject*, std::vector<int>> identity_free_;

@@ -229,14 +229,15 @@ nb::object Interpreter::wrap(nb::handle v, int source) {
       if (real.requires_grad() && (entry_grad_ || at::GradMode::is_enabled())) {
         // Autograd records the program's ops on it: the joint graph (capture_compiler.cpp),
         // whose backward node the call attaches under grad mode only. In a frame called under
-        // grad mode it is a leaf even when read under no_grad (inside an optimizer's step), so
-        // that ops on it after grad mode is back on are recorded, as in eager.
+        // grad mode it requires grad even when read under no_grad (inside an optimizer's step),
+        // so that ops on it after grad mode is back on are recorded, as in eager. A leaf when
+        // the tensor is one, else a non-leaf the program may modify in place (Note [Traced
+        // inputs modified in place], tracer/grad_inputs.h).
         EMBER_UNSUPPORTED(entry_grad_)
             << sources_.name(source) << " requires grad and is read under enable_grad in a frame "
             << "called under no_grad: training graphs are captured for calls under grad mode";
-        tracer.requires_grad_(true);
-        grad_leaves_.push_back(tracer);
-        grad_leaf_inputs_.push_back(static_cast<int>(input_sources_.size()));
+        grad_tracers_.add(tracer, /*leaf=*/real.is_leaf());
+        grad_tracer_inputs_.push_back(static_cast<int>(input_sources_.size()));
       }
       out = nb::steal(THPVariable_Wrap(tracer));
       input_sources_.push_back(source);
