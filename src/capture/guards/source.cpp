@@ -35,6 +35,28 @@ std::string repr(PyObject* o) {
 // out of range, or another type, takes __getitem__ itself (its IndexError fails the source).
 enum class Container { None, Sequential, ModuleList, ModuleDict };
 
+/// The method `name` of torch.nn's class `cls` (borrowed from the type, which torch.nn keeps
+/// imported), or null.
+PyObject* nn_method(const char* cls, PyObject* name) {
+  PyObject* nn = PyImport_ImportModule("torch.nn");
+  PyObject* type = nn != nullptr ? PyObject_GetAttrString(nn, cls) : nullptr;
+  PyObject* f = type != nullptr && PyType_Check(type)
+                    ? _PyType_Lookup(reinterpret_cast<PyTypeObject*>(type), name)
+                    : nullptr;
+  PyErr_Clear();
+  Py_XDECREF(type);
+  Py_XDECREF(nn);
+  return f;
+}
+
+/// nn.Module's registries in an instance dict, in the order its __getattr__ reads them.
+const std::array<PyObject*, 3>& module_registries() {
+  static const std::array<PyObject*, 3> names = {PyUnicode_InternFromString("_parameters"),
+                                                 PyUnicode_InternFromString("_buffers"),
+                                                 PyUnicode_InternFromString("_modules")};
+  return names;
+}
+
 Container container_of(PyObject* obj) {
   // Each container's __getitem__ and __len__ (its index check reads len(self)).
   struct Methods {
@@ -45,23 +67,10 @@ Container container_of(PyObject* obj) {
   static PyObject* const len_name = PyUnicode_InternFromString("__len__");
   static const std::array<Methods, 3> methods = [] {
     std::array<Methods, 3> m{};
-    PyObject* nn = PyImport_ImportModule("torch.nn");
-    if (nn == nullptr) {
-      PyErr_Clear();
-      return m;
-    }
     const char* names[] = {"Sequential", "ModuleList", "ModuleDict"};
     for (size_t i = 0; i < m.size(); ++i) {
-      PyObject* type = PyObject_GetAttrString(nn, names[i]);
-      if (type != nullptr && PyType_Check(type)) {
-        auto* t = reinterpret_cast<PyTypeObject*>(type);
-        // Borrowed from the type, which the process keeps (torch.nn stays imported).
-        m[i] = {_PyType_Lookup(t, getitem_name), _PyType_Lookup(t, len_name)};
-      }
-      PyErr_Clear();
-      Py_XDECREF(type);
+      m[i] = {nn_method(names[i], getitem_name), nn_method(names[i], len_name)};
     }
-    Py_DECREF(nn);
     return m;
   }();
   PyObject* getitem = _PyType_Lookup(Py_TYPE(obj), getitem_name);  // borrowed, or null
@@ -164,17 +173,7 @@ int module_has_attr(PyObject* obj, PyObject* name) {
   static PyObject* const getattribute_name = PyUnicode_InternFromString("__getattribute__");
   static PyObject* const object_getattribute =
       _PyType_Lookup(&PyBaseObject_Type, getattribute_name);
-  static PyObject* const module_getattr = [] {
-    PyObject* nn = PyImport_ImportModule("torch.nn");
-    PyObject* module = nn != nullptr ? PyObject_GetAttrString(nn, "Module") : nullptr;
-    PyObject* f = module != nullptr && PyType_Check(module)
-                      ? _PyType_Lookup(reinterpret_cast<PyTypeObject*>(module), getattr_name)
-                      : nullptr;  // borrowed from the type, which torch.nn keeps
-    PyErr_Clear();
-    Py_XDECREF(module);
-    Py_XDECREF(nn);
-    return f;
-  }();
+  static PyObject* const module_getattr = nn_method("Module", getattr_name);
   if (module_getattr == nullptr || !PyUnicode_CheckExact(name)) return -1;
   PyTypeObject* t = Py_TYPE(obj);
   if (_PyType_Lookup(t, getattr_name) != module_getattr ||
@@ -190,15 +189,12 @@ int module_has_attr(PyObject* obj, PyObject* name) {
     PyErr_Clear();
     return -1;
   }
-  static PyObject* const kRegistries[] = {PyUnicode_InternFromString("_parameters"),
-                                          PyUnicode_InternFromString("_buffers"),
-                                          PyUnicode_InternFromString("_modules")};
   nb::object dict = nb::steal(PyObject_GenericGetDict(obj, nullptr));
   if (!dict.is_valid()) {
     PyErr_Clear();
     return -1;
   }
-  for (PyObject* registry : kRegistries) {
+  for (PyObject* registry : module_registries()) {
     PyObject* reg = PyDict_GetItemWithError(dict.ptr(), registry);  // borrowed
     if (reg == nullptr && PyErr_Occurred()) {
       PyErr_Clear();
@@ -218,15 +214,13 @@ int module_has_attr(PyObject* obj, PyObject* name) {
 }  // namespace
 
 PyObject* module_member_of(PyObject* module, PyObject* name, int registry) {
-  static PyObject* const kRegistries[] = {PyUnicode_InternFromString("_parameters"),
-                                          PyUnicode_InternFromString("_buffers"),
-                                          PyUnicode_InternFromString("_modules")};
   PyObject* dict = PyObject_GenericGetDict(module, nullptr);
   if (dict == nullptr) return nullptr;
   PyObject* v = nullptr;
   // An instance attribute of that name would shadow the registry (getattr looks there first).
   if (PyDict_GetItemWithError(dict, name) == nullptr && !PyErr_Occurred()) {
-    PyObject* reg = PyDict_GetItemWithError(dict, kRegistries[registry]);
+    PyObject* reg =
+        PyDict_GetItemWithError(dict, module_registries().at(static_cast<size_t>(registry)));
     if (reg != nullptr && PyDict_Check(reg)) {
       v = PyDict_GetItemWithError(reg, name);
       Py_XINCREF(v);

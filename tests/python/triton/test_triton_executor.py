@@ -198,7 +198,10 @@ def test_identical_kernels_are_compiled_and_loaded_once():
         return ((m * 3).sigmoid() + y).cos()
 
     before = C.num_loaded_triton_modules()
-    compiled = C.CompiledGraph(ember.trace(f, (x, y, w)))
+    # (The product is launch-bound: without its templates, whose configurations load modules of
+    # their own, Note [Launch-bound products].)
+    with ember.config.patch(launch_bound_products=0):
+        compiled = C.CompiledGraph(ember.trace(f, (x, y, w)))
     assert compiled.num_kernels == 2
     names = [s.split(":")[0] for s in compiled.describe_steps() if s.startswith("kernel")]
     assert len(set(names)) < len(names)  # named by content: the repeated kernel shares a name
@@ -252,7 +255,9 @@ def test_depthwise_convolutions_fuse_into_triton_kernels(channels_last, monkeypa
          "aten::sigmoid"),
         (lambda x, w: F.conv2d(x, w, None, 1, 0, 1, 6) * 2, (x, w3), "aten::mul"),
     ]
-    tol = 4e-2 if INTERPRET else 1e-2
+    # bf16: eager rounds the convolution's result before the activation, the kernel does not;
+    # two bf16 ulps at magnitudes 2-4 are 0.031.
+    tol = 4e-2
     bf = tuple(a.to(torch.bfloat16) for a in (x, w3, b))
     cases.append((lambda x, w, b: F.gelu(F.conv2d(x, w, b, 1, 1, 1, 6)), bf, "aten::gelu"))
     for fn, args, then in cases:
