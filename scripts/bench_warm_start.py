@@ -66,7 +66,9 @@ if backend == "ember":
             steps[step] = steps.get(step, 0.0) + sec
     print("BREAKDOWN", json.dumps({"frames": len(recs), "compile_s": sum(r["seconds"] for r in recs),
                                    "capture_s": sum(r["capture_seconds"] for r in recs),
-                                   "kernels": sum(r["kernels"] for r in recs), "steps": steps}))
+                                   "kernels": sum(r["kernels"] for r in recs),
+                                   "causal_attention": sum(r["causal_attention"] for r in recs),
+                                   "steps": steps}))
 """
 
 
@@ -128,7 +130,8 @@ def main() -> int:
             top = sorted(warm_parts.get("steps", {}).items(), key=lambda kv: -kv[1])[:4]
             print(f"    warm: {warm_parts['frames']} frames, compile {warm_parts['compile_s']:.3f} s"
                   f" (capture {warm_parts['capture_s']:.3f}; "
-                  + ", ".join(f"{k} {v:.3f}" for k, v in top) + ")", flush=True)
+                  + ", ".join(f"{k} {v:.3f}" for k, v in top) + ")"
+                  f"; causal masks dropped: {warm_parts.get('causal_attention')}", flush=True)
         return r
 
     work = [(m, b) for m in args.models.split(",") for b in args.backends.split(",")]

@@ -119,6 +119,8 @@ def run_one(model: str, backend: str, dtype: str, batch: int, calls: int, profil
            "first_call_s": first, "ember_replays_per_call": replays,
            "device_kernels_per_call": kernels, "device_ms_per_call": kernel_ms,
            "graphs": counters.get("graphs"), "graph_breaks": counters.get("graph_breaks"),
+           # Attention whose constant causal mask became is_causal (runtime/causal_attention.h).
+           "causal_attention": counters.get("causal_attention"),
            "fallback_reasons": counters.get("fallback_reasons", [])[:5],
            "host_us_per_launch": statistics.median(host) * 1e3 / max(
                1.0, counts["launches"] + counts["graph_launches"]),
@@ -164,7 +166,7 @@ def main() -> None:
                   f"replays {r['ember_replays_per_call']:.0f}, device kernels "
                   f"{r['device_kernels_per_call']:.0f} ({r['device_ms_per_call']:.3f} ms)", flush=True)
             if backend.startswith("ember"):
-                print(f"    graphs {r['graphs']} breaks {r['graph_breaks']} top {r['top'][:8]}",
+                print(f"    graphs {r['graphs']} breaks {r['graph_breaks']} causal {r['causal_attention']} top {r['top'][:8]}",
                       flush=True)
                 if r["host_steps"]:
                     print("    host steps per call: " + ", ".join(
