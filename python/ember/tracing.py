@@ -125,8 +125,9 @@ def trace_joint(fn: Callable, example_inputs: Sequence[torch.Tensor], requires_g
     in `signature["rebased_inputs"]`), then one gradient per input in `signature["grad_inputs"]`
     (inputs that the outputs do not reach get none). `signature` holds num_primals,
     num_forward_outputs, tangent_outputs, grad_inputs and rebased_inputs, as
-    _C.CompiledFunction takes them (it returns fn's outputs only). `device` ("cuda:0") traces as if the inputs
-    were on that device, as `trace` does (Note [Tracing for a device this torch lacks]); pass
+    _C.CompiledFunction takes them (it returns fn's outputs only). `device` ("cuda:0") traces as
+    if the inputs were on that device, as `trace` does (Note [Tracing for a device this torch
+    lacks]); pass
     the result to `_C.split_training_graph`, then each side to `_C.triton_plan`. `dynamic`: per
     input, its dims that are shape symbols and their symbol keys, as `trace_with_structure` takes
     them; each tangent then has its output's symbolic sizes."""

@@ -15,7 +15,6 @@
 #include <mutex>
 #include <optional>
 #include <string>
-#include <type_traits>
 #include <utility>
 
 #include "graph/cse.h"
@@ -25,6 +24,7 @@
 #include "sched/pointwise.h"
 #include "sched/reduction.h"
 #include "support/error.h"
+#include "tracer/autograd_node.h"
 #include "tracer/convert.h"
 
 namespace ember::runtime {
@@ -47,17 +47,8 @@ struct CompiledFunction::State {
 
 namespace {
 
-// torch's Node pointer: std::shared_ptr in older releases, c10::intrusive_ptr in newer ones.
-using NodePtr = decltype(std::declval<ag::Edge>().function);
-
-template <class T, class... Args>
-NodePtr make_node(Args&&... args) {
-  if constexpr (std::is_same_v<NodePtr, std::shared_ptr<ag::Node>>) {
-    return std::make_shared<T>(std::forward<Args>(args)...);
-  } else {
-    return c10::make_intrusive<T>(std::forward<Args>(args)...);
-  }
-}
+using tracer::make_node;
+using tracer::NodePtr;
 
 // Note [Gradients no loss reached]
 // A program output that no loss reaches (a language model's logits, returned next to its loss)

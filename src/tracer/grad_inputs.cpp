@@ -5,32 +5,15 @@
 #include <torch/csrc/autograd/functions/basic_ops.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include <memory>
-#include <type_traits>
 #include <utility>
 
 #include "support/error.h"
+#include "tracer/autograd_node.h"
 #include "tracer/backward_walk.h"
 
 namespace ember::tracer {
 
 namespace ag = torch::autograd;
-
-namespace {
-
-// torch's Node pointer: std::shared_ptr in older releases, c10::intrusive_ptr in newer ones.
-using NodePtr = decltype(std::declval<ag::Edge>().function);
-
-template <class T>
-NodePtr make_node() {
-  if constexpr (std::is_same_v<NodePtr, std::shared_ptr<ag::Node>>) {
-    return std::make_shared<T>();
-  } else {
-    return c10::make_intrusive<T>();
-  }
-}
-
-}  // namespace
 
 void GradInputs::add(const at::Tensor& t, bool leaf) {
   if (leaf) {
